@@ -1,0 +1,31 @@
+# Two entry points for a fresh clone: `make demo` and `make test`. Each creates the venv it needs.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# torch is pinned for the CPU install: a bare `torch` (or an open range) pulls a multi-GB CUDA
+# build. pyproject.toml declares torch>=2.11 so GPU machines keep the torch they have.
+TORCH_PIN := torch==2.13.0
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test bench install clean
+
+$(STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet $(TORCH_PIN)
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/kernel-select demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python -m pytest -q tests/benchmarks --benchmark-only --benchmark-columns=min,median,max,rounds
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,207 @@
+"""GemmConfig, and the one place that converts it to Triton and Inductor forms.
+
+A GemmConfig carries Inductor's lowercase field names. It converts to a `triton.Config`
+(BLOCK_M... keys, triton imported lazily), to the template kwargs Inductor renders its
+`triton::mm` template with for a given problem, and back from Inductor's AUTOTUNE log lines.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from kernel_select.errors import ConfigError
+
+if TYPE_CHECKING:
+    from kernel_select.problem import Problem
+
+_POW2_BLOCKS = (16, 32, 64, 128, 256, 512, 1024)
+
+
+class GemmConfig(BaseModel):
+    """One Triton mm kernel configuration. Frozen, hashable, keyword-only."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    block_m: int = Field(description="rows of C per program (power of two, 16..1024)")
+    block_n: int = Field(description="columns of C per program (power of two, 16..1024)")
+    block_k: int = Field(description="K step of the inner loop (power of two, 16..1024)")
+    num_stages: int = Field(ge=1, le=8, description="software-pipelining depth of the K loop")
+    num_warps: int = Field(description="warps per program (1, 2, 4, 8, 16 or 32)")
+    group_m: int = Field(default=8, ge=1, le=64, description="rows of programs per L2 swizzle group")
+
+    @field_validator("block_m", "block_n", "block_k")
+    @classmethod
+    def _power_of_two_block(cls, value: int) -> int:
+        if value not in _POW2_BLOCKS:
+            raise ValueError(f"must be a power of two from 16 to 1024, got {value}")
+        return value
+
+    @field_validator("num_warps")
+    @classmethod
+    def _power_of_two_warps(cls, value: int) -> int:
+        if value not in (1, 2, 4, 8, 16, 32):
+            raise ValueError(f"must be 1, 2, 4, 8, 16 or 32, got {value}")
+        return value
+
+    @property
+    def key(self) -> tuple[int, int, int, int, int, int]:
+        """Sort/dedupe key: (block_m, block_n, block_k, num_stages, num_warps, group_m)."""
+        return (self.block_m, self.block_n, self.block_k, self.num_stages, self.num_warps, self.group_m)
+
+    @classmethod
+    def from_key(cls, key: tuple[int, ...]) -> GemmConfig:
+        """Build from (block_m, block_n, block_k, num_stages, num_warps[, group_m]), validated."""
+        names = ("block_m", "block_n", "block_k", "num_stages", "num_warps", "group_m")
+        return cls.create(**dict(zip(names, key)))
+
+    @classmethod
+    def create(cls, **fields: Any) -> GemmConfig:
+        """Validated construction that raises ConfigError instead of pydantic's ValidationError."""
+        try:
+            return cls(**fields)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "config"
+            raise ConfigError(f"{where}: {first['msg']} (in {fields})") from None
+
+    def short(self) -> str:
+        """Compact human form: 64x128x64 s3 w4 (g8 only when not the default)."""
+        group = "" if self.group_m == 8 else f" g{self.group_m}"
+        return f"{self.block_m}x{self.block_n}x{self.block_k} s{self.num_stages} w{self.num_warps}{group}"
+
+    def __str__(self) -> str:
+        return self.short()
+
+    # -- conversions -------------------------------------------------------------------------
+
+    def triton_kwargs(self) -> dict[str, int]:
+        """The meta-parameters a Triton mm kernel takes: BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M."""
+        return {"BLOCK_M": self.block_m, "BLOCK_N": self.block_n, "BLOCK_K": self.block_k,
+                "GROUP_M": self.group_m}
+
+    def to_triton(self) -> Any:
+        """A `triton.Config` for `@triton.autotune` kernels (imports triton lazily)."""
+        import triton
+
+        return triton.Config(self.triton_kwargs(), num_stages=self.num_stages, num_warps=self.num_warps)
+
+    @classmethod
+    def from_triton(cls, config: Any) -> GemmConfig:
+        """Inverse of to_triton for any object with .kwargs, .num_stages and .num_warps."""
+        kwargs = dict(config.kwargs)
+        return cls.create(block_m=kwargs["BLOCK_M"], block_n=kwargs["BLOCK_N"], block_k=kwargs["BLOCK_K"],
+                          group_m=kwargs.get("GROUP_M", 8), num_stages=config.num_stages,
+                          num_warps=config.num_warps)
+
+    def inductor_kwargs(self, problem: Problem, *, allow_tf32: bool | None = None) -> dict[str, Any]:
+        """The kwargs Inductor renders `triton::mm` with for `problem` (its template params plus
+        ALLOW_TF32). `allow_tf32` defaults to the running torch's rule (see `allow_tf32`)."""
+        if allow_tf32 is None:
+            allow_tf32 = inductor_allow_tf32(problem)
+        return {
+            "BLOCK_M": self.block_m, "BLOCK_N": self.block_n, "BLOCK_K": self.block_k,
+            "GROUP_M": self.group_m, "num_stages": self.num_stages, "num_warps": self.num_warps,
+            "EVEN_K": problem.k % self.block_k == 0,
+            "ACC_TYPE": acc_type(problem.dtype),
+            "USE_FAST_ACCUM": False,  # only scaled_mm uses fast accumulation
+            "ALLOW_TF32": allow_tf32,
+        }
+
+    @classmethod
+    def from_inductor_kwargs(cls, kwargs: dict[str, Any]) -> GemmConfig:
+        """Read BLOCK_*/GROUP_M/num_stages/num_warps out of Inductor template kwargs."""
+        try:
+            return cls.create(block_m=int(kwargs["BLOCK_M"]), block_n=int(kwargs["BLOCK_N"]),
+                              block_k=int(kwargs["BLOCK_K"]), group_m=int(kwargs.get("GROUP_M", 8)),
+                              num_stages=int(kwargs["num_stages"]), num_warps=int(kwargs["num_warps"]))
+        except KeyError as exc:
+            raise ConfigError(f"{exc.args[0]}: missing from Inductor kwargs {kwargs}") from None
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"Inductor kwargs {kwargs}: {exc}") from None
+
+
+def acc_type(dtype: str) -> str:
+    """Inductor's ACC_TYPE: fp32 accumulation for half types, the dtype itself otherwise."""
+    return "tl.float32" if dtype in ("float16", "bfloat16", "float32") else f"tl.{dtype}"
+
+
+def torch_minor_version(version: str | None = None) -> tuple[int, int]:
+    """(major, minor) of `version`, or of the installed torch; (0, 0) when torch is absent."""
+    if version is None:
+        try:
+            import torch
+        except ImportError:
+            return (0, 0)
+        version = torch.__version__
+    match = re.match(r"(\d+)\.(\d+)", version)
+    return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+
+
+def inductor_allow_tf32(problem: Problem, *, torch_version: str | None = None,
+                        fp32_precision: str | None = None,
+                        force_same_precision: bool | None = None) -> bool:
+    """ALLOW_TF32 exactly as Inductor's mm template heuristic sets it.
+
+    Both 2.11 and 2.13 require `torch.backends.cuda.matmul.fp32_precision == "tf32"`; they
+    differ in the shape condition:
+      2.11 and older: not force_same_precision or (M % 16 == 0, N % 16 == 0, K % 8 == 0)
+      2.13 and newer: M >= 16 and min(N, K) >= 512
+    For half-precision inputs tl.dot ignores the flag, but Inductor still emits it.
+    """
+    if fp32_precision is None:
+        fp32_precision = _running_fp32_precision()
+    if fp32_precision != "tf32":
+        return False
+    if torch_minor_version(torch_version) >= (2, 13):
+        return problem.m >= 16 and min(problem.n, problem.k) >= 512
+    if force_same_precision is None:
+        force_same_precision = _running_force_same_precision()
+    shape_ok = problem.m % 16 == 0 and problem.n % 16 == 0 and problem.k % 8 == 0
+    return (not force_same_precision) or shape_ok
+
+
+def _running_fp32_precision() -> str:
+    try:
+        import torch
+    except ImportError:
+        return "ieee"
+    return str(getattr(torch.backends.cuda.matmul, "fp32_precision", "ieee"))
+
+
+def _running_force_same_precision() -> bool:
+    try:
+        from torch._inductor import config as inductor_config
+    except ImportError:
+        return False
+    return bool(getattr(inductor_config, "force_same_precision", False))
+
+
+# -- Inductor AUTOTUNE log descriptions ---------------------------------------------------------
+
+_KV = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=('[^']*'|\"[^\"]*\"|[^,\s]+)")
+
+
+def parse_inductor_description(text: str) -> dict[str, Any]:
+    """Parse "ACC_TYPE='tl.float32', ALLOW_TF32=False, BLOCK_K=64, ..., num_warps=4" into a dict.
+
+    Values are Python literals (ints, bools, quoted strings); anything else is kept as text.
+    """
+    pairs = _KV.findall(text)
+    if not pairs:
+        raise ConfigError(f"no KEY=value pairs in Inductor description {text!r}")
+    out: dict[str, Any] = {}
+    for key, raw in pairs:
+        try:
+            out[key] = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            out[key] = raw
+    return out
+
+
+def config_from_description(text: str) -> GemmConfig:
+    """A GemmConfig from an Inductor AUTOTUNE description string (a pasted log line works too)."""
+    return GemmConfig.from_inductor_kwargs(parse_inductor_description(text))

@@ -1,0 +1,128 @@
+"""Device specifications: the handful of hardware figures the config space and models need.
+
+Figures are dense (no 2:4 sparsity) peak rates from NVIDIA's datasheets; each row cites
+its source. `detect()` reads the running GPU through torch.cuda when one is present; on a
+CPU-only machine pass the name explicitly (`--device h100`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from kernel_select.errors import DeviceError
+
+TFLOPS = 1e12
+TB_PER_S = 1e12
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    key: str  # short stable name used in file paths and LUTs: "h100", "a100", ...
+    name: str  # marketing name as torch.cuda.get_device_name() reports it
+    sm_count: int
+    smem_per_block_optin: int  # bytes of shared memory one CTA may opt in to
+    registers_per_sm: int  # 32-bit registers
+    l2_bytes: int
+    peak_flops_bf16: float  # dense tensor-core FLOP/s (fp16 is the same on these parts)
+    peak_flops_tf32: float  # dense tensor-core FLOP/s with TF32 inputs
+    peak_flops_fp32: float  # CUDA-core (non-tensor) FP32 FLOP/s, used when TF32 is off
+    hbm_bytes_per_s: float
+    capability: tuple[int, int]
+
+    def peak_flops(self, dtype: str, allow_tf32: bool = False) -> float:
+        if dtype in ("bfloat16", "float16"):
+            return self.peak_flops_bf16
+        return self.peak_flops_tf32 if allow_tf32 else self.peak_flops_fp32
+
+
+KNOWN_DEVICES: dict[str, DeviceSpec] = {
+    # H100 SXM5: NVIDIA H100 Tensor Core GPU datasheet (dense BF16 989.4 TF, TF32 494.7 TF,
+    # FP32 66.9 TF, 3.35 TB/s HBM3) and the Hopper tuning guide (227 KB = 232448 B opt-in
+    # shared memory per block, 64K registers per SM); 50 MB L2 as torch reports it.
+    "h100": DeviceSpec(
+        key="h100", name="NVIDIA H100 80GB HBM3", sm_count=132, smem_per_block_optin=232448,
+        registers_per_sm=65536, l2_bytes=50 * 1024 * 1024, peak_flops_bf16=989.4 * TFLOPS,
+        peak_flops_tf32=494.7 * TFLOPS, peak_flops_fp32=66.9 * TFLOPS,
+        hbm_bytes_per_s=3.35 * TB_PER_S, capability=(9, 0),
+    ),
+    # H100 PCIe: same datasheet, PCIe column (114 SMs, BF16 756 TF, TF32 378 TF, FP32 51.2 TF,
+    # 2.0 TB/s HBM2e); shared memory and L2 as on SXM.
+    "h100-pcie": DeviceSpec(
+        key="h100-pcie", name="NVIDIA H100 PCIe", sm_count=114, smem_per_block_optin=232448,
+        registers_per_sm=65536, l2_bytes=50 * 1024 * 1024, peak_flops_bf16=756.0 * TFLOPS,
+        peak_flops_tf32=378.0 * TFLOPS, peak_flops_fp32=51.2 * TFLOPS,
+        hbm_bytes_per_s=2.0 * TB_PER_S, capability=(9, 0),
+    ),
+    # H200 SXM: NVIDIA H200 datasheet (same compute as H100 SXM, 4.8 TB/s HBM3e); L2 as
+    # torch.cuda.get_device_properties reports it on an H200 (60 MB).
+    "h200": DeviceSpec(
+        key="h200", name="NVIDIA H200", sm_count=132, smem_per_block_optin=232448,
+        registers_per_sm=65536, l2_bytes=60 * 1024 * 1024, peak_flops_bf16=989.4 * TFLOPS,
+        peak_flops_tf32=494.7 * TFLOPS, peak_flops_fp32=66.9 * TFLOPS,
+        hbm_bytes_per_s=4.8 * TB_PER_S, capability=(9, 0),
+    ),
+    # A100 SXM4 80GB: NVIDIA A100 datasheet (BF16 312 TF, TF32 156 TF, FP32 19.5 TF,
+    # 2.039 TB/s) and the Ampere tuning guide (163 KB = 166912 B opt-in shared memory, 40 MB L2).
+    "a100": DeviceSpec(
+        key="a100", name="NVIDIA A100-SXM4-80GB", sm_count=108, smem_per_block_optin=166912,
+        registers_per_sm=65536, l2_bytes=40 * 1024 * 1024, peak_flops_bf16=312.0 * TFLOPS,
+        peak_flops_tf32=156.0 * TFLOPS, peak_flops_fp32=19.5 * TFLOPS,
+        hbm_bytes_per_s=2.039 * TB_PER_S, capability=(8, 0),
+    ),
+}
+
+_ALIASES = {"h100-sxm": "h100", "h100_sxm": "h100", "h100_pcie": "h100-pcie", "h200-sxm": "h200",
+            "a100-sxm": "a100", "a100_sxm": "a100"}
+
+
+def get_device(name: str | DeviceSpec) -> DeviceSpec:
+    """Look a device up by key ("h100"), alias, or marketing name ("NVIDIA H100 80GB HBM3")."""
+    if isinstance(name, DeviceSpec):
+        return name
+    key = name.strip().lower()
+    key = _ALIASES.get(key, key)
+    if key in KNOWN_DEVICES:
+        return KNOWN_DEVICES[key]
+    by_name = _match_marketing_name(name)
+    if by_name is not None:
+        return by_name
+    raise DeviceError(f"device: unknown device {name!r}; use one of {', '.join(KNOWN_DEVICES)}")
+
+
+def _match_marketing_name(name: str) -> DeviceSpec | None:
+    text = name.lower()
+    if "h100" in text:
+        return KNOWN_DEVICES["h100-pcie" if "pcie" in text else "h100"]
+    if "h200" in text:
+        return KNOWN_DEVICES["h200"]
+    if "a100" in text:
+        return KNOWN_DEVICES["a100"]
+    return None
+
+
+def detect(index: int = 0) -> DeviceSpec:
+    """The spec of the CUDA device `index`, with SMs, smem and L2 read from the driver.
+
+    Known parts keep their datasheet peak rates; the counts the driver reports win where they
+    differ (e.g. a partitioned part). Raises DeviceError without a CUDA device.
+    """
+    import torch
+
+    if not torch.cuda.is_available():
+        raise DeviceError("device: no CUDA device found; pass a device name such as --device h100")
+    props = torch.cuda.get_device_properties(index)
+    base = _match_marketing_name(props.name)
+    if base is None:
+        raise DeviceError(
+            f"device: {props.name!r} has no known spec; add it to kernel_select.device.KNOWN_DEVICES"
+        )
+    smem = getattr(props, "shared_memory_per_block_optin", base.smem_per_block_optin)
+    l2 = getattr(props, "L2_cache_size", base.l2_bytes)
+    return replace(base, name=props.name, sm_count=props.multi_processor_count,
+                   smem_per_block_optin=int(smem), l2_bytes=int(l2),
+                   capability=(props.major, props.minor))
+
+
+def resolve(name: str | DeviceSpec | None) -> DeviceSpec:
+    """An explicit name wins; otherwise detect the local GPU."""
+    return detect() if name is None else get_device(name)

@@ -1,0 +1,43 @@
+"""Exception hierarchy. Every error a user can trigger derives from KernelSelectError.
+
+Messages name what was wrong and how to fix it; callers inside torch.compile catch
+KernelSelectError (and only log), callers on the CLI print it as a one-line error.
+"""
+
+from __future__ import annotations
+
+
+class KernelSelectError(Exception):
+    """Base class for all kernel_select errors."""
+
+
+class ProblemError(KernelSelectError, ValueError):
+    """A GEMM problem (sizes, dtype, op) is invalid. Subclasses ValueError for familiarity."""
+
+
+class ConfigError(KernelSelectError, ValueError):
+    """A GEMM kernel config, or a text that should describe one, is invalid."""
+
+
+class DeviceError(KernelSelectError, ValueError):
+    """An unknown device name, or no device could be detected."""
+
+
+class LUTError(KernelSelectError, ValueError):
+    """A kernel lookup table could not be read, parsed or validated."""
+
+
+class ModelError(KernelSelectError):
+    """A performance model could not be loaded, or does not fit the request."""
+
+
+class ModelCardMismatchError(ModelError):
+    """A model file does not match the running code (feature version, device, ...)."""
+
+
+class UnsupportedProblemError(ModelError, ValueError):
+    """A performance model cannot score this problem (dtype, op or device)."""
+
+
+class DatasetError(KernelSelectError, ValueError):
+    """A benchmark dataset is missing columns, has the wrong schema, or is empty."""

@@ -1,0 +1,98 @@
+"""The GEMM problem: sizes, dtype and operation, validated once at the edge."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from kernel_select.errors import ProblemError
+
+DTypeName = Literal["float16", "bfloat16", "float32"]
+OpName = Literal["mm", "addmm", "bmm", "baddbmm"]
+
+#: Bytes per element for every dtype we model.
+DTYPE_BYTES: dict[str, int] = {"float16": 2, "bfloat16": 2, "float32": 4}
+SUPPORTED_DTYPES: tuple[str, ...] = tuple(DTYPE_BYTES)
+SUPPORTED_OPS: tuple[str, ...] = ("mm", "addmm", "bmm", "baddbmm")
+
+# Aliases users type on the CLI or get from torch (`str(torch.bfloat16)`).
+_DTYPE_ALIASES = {
+    "float16": "float16", "fp16": "float16", "half": "float16", "f16": "float16",
+    "bfloat16": "bfloat16", "bf16": "bfloat16",
+    "float32": "float32", "fp32": "float32", "float": "float32", "f32": "float32",
+}
+
+
+def dtype_name(dtype: object) -> str:
+    """Normalize a dtype given as a string ("bf16", "torch.bfloat16") or a torch.dtype.
+
+    Raises ProblemError naming the supported dtypes for anything else.
+    """
+    text = str(dtype).strip().lower()
+    if text.startswith("torch."):
+        text = text[len("torch."):]
+    try:
+        return _DTYPE_ALIASES[text]
+    except KeyError:
+        raise ProblemError(
+            f"dtype: unsupported dtype {dtype!r}; use one of {', '.join(SUPPORTED_DTYPES)}"
+        ) from None
+
+
+def _positive_int(field: str, value: object) -> int:
+    # bool is an int subclass; True as a matrix size is always a bug.
+    if isinstance(value, bool) or not isinstance(value, int):
+        try:
+            as_int = int(value)  # type: ignore[call-overload]
+        except (TypeError, ValueError):
+            raise ProblemError(f"{field}: expected a positive integer, got {value!r}") from None
+        if as_int != value:
+            raise ProblemError(f"{field}: expected a positive integer, got {value!r}")
+        value = as_int
+    if value <= 0:
+        raise ProblemError(f"{field}: expected a positive integer, got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One GEMM: C[batch, m, n] = A[batch, m, k] @ B[batch, k, n] in `dtype`.
+
+    `op` says which Inductor lowering produced it (mm, addmm, bmm, baddbmm); batch > 1 only
+    makes sense for bmm/baddbmm.
+    """
+
+    m: int
+    n: int
+    k: int
+    dtype: str = "bfloat16"
+    batch: int = 1
+    op: str = "mm"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "m", _positive_int("m", self.m))
+        object.__setattr__(self, "n", _positive_int("n", self.n))
+        object.__setattr__(self, "k", _positive_int("k", self.k))
+        object.__setattr__(self, "batch", _positive_int("batch", self.batch))
+        object.__setattr__(self, "dtype", dtype_name(self.dtype))
+        if self.op not in SUPPORTED_OPS:
+            raise ProblemError(f"op: unsupported op {self.op!r}; use one of {', '.join(SUPPORTED_OPS)}")
+        if self.batch != 1 and self.op in ("mm", "addmm"):
+            raise ProblemError(f"batch: op {self.op!r} has no batch dimension; use bmm or baddbmm")
+
+    @property
+    def dtype_bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.batch * self.m * self.n * self.k
+
+    @property
+    def min_bytes(self) -> float:
+        """Bytes that must cross device memory at least once: read A and B, write C."""
+        return float(self.batch * (self.m * self.k + self.k * self.n + self.m * self.n) * self.dtype_bytes)
+
+    def __str__(self) -> str:
+        batch = f"{self.batch}x" if self.batch != 1 else ""
+        return f"{self.op} {batch}{self.m}x{self.n}x{self.k} {self.dtype}"
