@@ -1,0 +1,95 @@
+"""The benchmark kernel: Inductor's `triton::mm` template, compiled once per config and reused
+for every problem shape.
+
+Correspondence to Inductor's template (torch/_inductor/kernel/templates/triton_mm.py.jinja,
+torch 2.11/2.13), line for line:
+  * 1-D grid of cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N) programs with the GROUP_M swizzle
+    ("re-order program ID for better L2 performance") and tl.assume(pid >= 0) hints;
+  * row/column offsets WRAP (rm % M, rn % N) instead of masking loads; out-of-range rows and
+    columns are computed and only masked at the store;
+  * the same max_contiguous/multiple_of hints on the wrapped offsets, under the same condition
+    (operand contiguous, M >= BLOCK_M resp. N >= BLOCK_N, K > 1) -> A_HINT / B_HINT;
+  * K loop over tl.cdiv(K, BLOCK_K) with indices recomputed from k_idx (no pointer increments),
+    masked only when EVEN_K is False (K % BLOCK_K != 0), exactly Inductor's EVEN_K specialization;
+  * `acc += tl.dot(a, b, allow_tf32=ALLOW_TF32, out_dtype=ACC_TYPE)` with an fp32 accumulator,
+    ALLOW_TF32 set by Inductor's rule (kernel_select.configs.inductor_allow_tf32);
+  * masked store of the accumulator, converted to the output dtype by tl.store;
+  * int32 indexing (Inductor's INDEX_DTYPE for problems that fit 32-bit offsets).
+
+The one deliberate difference: Inductor bakes M, N, K and the strides into the source as integer
+literals, which costs one compile per shape. Here they are runtime arguments, so one compile per
+(config, dtype, specialization) serves every shape. What the literals tell Triton's compiler is
+kept: N and K are passed as N // N_DIV and K // K_DIV and multiplied back by the constexprs N_DIV /
+K_DIV (the largest power of two dividing them, capped at 16), so the compiler sees the same
+divisibility (and hence the same vector widths) as with literals. Layout: A and B row-major
+("nn"), C row-major, as in `a @ b` on contiguous tensors.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit(do_not_specialize=["M", "N_q", "K_q"])
+def mm_kernel(
+    A, B, C, M, N_q, K_q,
+    N_DIV: tl.constexpr, K_DIV: tl.constexpr,
+    EVEN_K: tl.constexpr, ALLOW_TF32: tl.constexpr, ACC_TYPE: tl.constexpr,
+    A_HINT: tl.constexpr, B_HINT: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+):
+    N = N_q * N_DIV
+    K = K_q * K_DIV
+    stride_am = K  # A[M, K] row-major: stride_ak == 1
+    stride_bk = N  # B[K, N] row-major: stride_bn == 1
+    stride_cm = N
+
+    pid = tl.program_id(0)
+    grid_m = (M + BLOCK_M - 1) // BLOCK_M
+    grid_n = (N + BLOCK_N - 1) // BLOCK_N
+
+    # re-order program ID for better L2 performance
+    width = GROUP_M * grid_n
+    group_id = pid // width
+    group_size = min(grid_m - group_id * GROUP_M, GROUP_M)
+    pid_m = group_id * GROUP_M + (pid % group_size)
+    pid_n = (pid % width) // (group_size)
+    tl.assume(pid_m >= 0)
+    tl.assume(pid_n >= 0)
+
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    if A_HINT:
+        offs_a_m = tl.max_contiguous(tl.multiple_of(rm % M, BLOCK_M), BLOCK_M)
+    else:
+        offs_a_m = rm % M
+    if B_HINT:
+        offs_b_n = tl.max_contiguous(tl.multiple_of(rn % N, BLOCK_N), BLOCK_N)
+    else:
+        offs_b_n = rn % N
+    offs_k = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC_TYPE)
+
+    for k_idx in range(0, tl.cdiv(K, BLOCK_K)):
+        a_k_idx_vals = offs_k[None, :] + (k_idx * BLOCK_K)
+        b_k_idx_vals = offs_k[:, None] + (k_idx * BLOCK_K)
+        a_index = a_k_idx_vals + stride_am * offs_a_m[:, None]
+        b_index = offs_b_n[None, :] + stride_bk * b_k_idx_vals
+        if EVEN_K:
+            a = tl.load(A + a_index)
+            b = tl.load(B + b_index)
+        else:
+            a_mask = offs_k[None, :] < (K - k_idx * BLOCK_K)
+            b_mask = offs_k[:, None] < (K - k_idx * BLOCK_K)
+            a = tl.load(A + a_index, mask=a_mask, other=0.0)
+            b = tl.load(B + b_index, mask=b_mask, other=0.0)
+        acc += tl.dot(a, b, allow_tf32=ALLOW_TF32, out_dtype=ACC_TYPE)
+
+    # rematerialize rm and rn to save registers
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    idx_m = rm[:, None]
+    idx_n = rn[None, :]
+    mask = (idx_m < M) & (idx_n < N)
+    tl.store(C + (idx_n + stride_cm * idx_m), acc, mask)

@@ -1,0 +1,159 @@
+"""Training problems: layer shapes of widely used open models plus log-uniform random problems.
+
+A problem is (m, n, k, dtype) with m = tokens (rows of the activation), k = input features and
+n = output features of a linear layer: y[m, n] = x[m, k] @ W[k, n]. The forward GEMM of every
+projection is listed; the seed layer also gets its two backward GEMMs.
+
+Each problem's work is capped (MAX_FLOP) so that slow configs on huge problems cannot eat the GPU
+budget. Shapes files (JSON) are what `kernel-select bench` and `compare` read.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from kernel_select.errors import ProblemError
+from kernel_select.problem import Problem
+
+MAX_FLOP = 1e12  # ~1.3 ms at the H100's achievable bf16 rate; the slowest configs take ~50x that
+
+# (model, layer, k = in_features, n = out_features). Sources: each model's published config.json
+# (hidden_size, intermediate_size, num_key_value_heads x head_dim) on its model card.
+MODEL_LAYERS: tuple[tuple[str, str, int, int], ...] = (
+    # Llama-3-8B: hidden 4096, 8 KV heads x 128, intermediate 14336
+    ("llama3-8b", "q_proj/o_proj", 4096, 4096), ("llama3-8b", "k_proj/v_proj", 4096, 1024),
+    ("llama3-8b", "qkv_proj", 4096, 6144), ("llama3-8b", "gate_up_proj", 4096, 28672),
+    ("llama3-8b", "up_proj", 4096, 14336), ("llama3-8b", "down_proj", 14336, 4096),
+    # Llama-3-70B: hidden 8192, 8 KV heads x 128, intermediate 28672
+    ("llama3-70b", "q_proj", 8192, 8192), ("llama3-70b", "k_proj", 8192, 1024),
+    ("llama3-70b", "up_proj", 8192, 28672), ("llama3-70b", "down_proj", 28672, 8192),
+    # Llama-2-7B: hidden 4096, intermediate 11008
+    ("llama2-7b", "up_proj", 4096, 11008), ("llama2-7b", "down_proj", 11008, 4096),
+    # Qwen2.5-7B: hidden 3584, 4 KV heads x 128, intermediate 18944
+    ("qwen2.5-7b", "q_proj", 3584, 3584), ("qwen2.5-7b", "k_proj", 3584, 512),
+    ("qwen2.5-7b", "up_proj", 3584, 18944), ("qwen2.5-7b", "down_proj", 18944, 3584),
+    # Phi-3-mini: hidden 3072, fused qkv 9216, fused gate_up 16384, intermediate 8192
+    ("phi3-mini", "qkv_proj", 3072, 9216), ("phi3-mini", "gate_up_proj", 3072, 16384),
+    ("phi3-mini", "down_proj", 8192, 3072),
+    # GPT-2 small: hidden 768, fused qkv 2304, MLP 3072
+    ("gpt2", "c_attn", 768, 2304), ("gpt2", "c_fc", 768, 3072), ("gpt2", "c_proj_mlp", 3072, 768),
+    # ViT-B/16 and ViT-L/14: hidden 768/1024, MLP 3072/4096
+    ("vit-b16", "qkv", 768, 2304), ("vit-b16", "fc1", 768, 3072), ("vit-b16", "fc2", 3072, 768),
+    ("vit-l14", "qkv", 1024, 3072), ("vit-l14", "fc1", 1024, 4096), ("vit-l14", "fc2", 4096, 1024),
+)
+# Token counts: LLM decode batches and prefill lengths; ViT: tokens per image (197 for ViT-B/16 at
+# 224 px, 257 for ViT-L/14) times a batch.
+LLM_TOKENS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+VIT_TOKENS = {"vit-b16": (197, 197 * 8, 197 * 32), "vit-l14": (257, 257 * 8, 257 * 32)}
+
+# The seed program: nn.Linear(3420 -> 1280) at sequence lengths 560, 1024, 2048.
+SEED_M = (560, 1024, 2048)
+SEED_IN, SEED_OUT = 3420, 1280
+
+
+@dataclass(frozen=True)
+class Shape:
+    m: int
+    n: int
+    k: int
+    dtype: str
+    source: str
+
+    def problem(self) -> Problem:
+        return Problem(self.m, self.n, self.k, self.dtype)
+
+
+def seed_shapes(dtype: str = "bfloat16") -> list[Shape]:
+    """The seed layer's forward GEMM and its two backward GEMMs at each sequence length."""
+    out = []
+    for m in SEED_M:
+        out.append(Shape(m, SEED_OUT, SEED_IN, dtype, f"seed fwd, seq {m}"))
+        out.append(Shape(m, SEED_IN, SEED_OUT, dtype, f"seed dX, seq {m}"))  # dY[m,1280] @ W[1280,3420]
+        out.append(Shape(SEED_OUT, SEED_IN, m, dtype, f"seed dW, seq {m}"))  # dY^T[1280,m] @ X[m,3420]
+    return out
+
+
+def model_shapes(dtype: str = "bfloat16", max_flop: float = MAX_FLOP) -> list[Shape]:
+    """Forward GEMMs of MODEL_LAYERS at realistic token counts, capped at `max_flop`."""
+    out = []
+    for model, layer, k, n in MODEL_LAYERS:
+        for m in VIT_TOKENS.get(model, LLM_TOKENS):
+            if 2.0 * m * n * k <= max_flop:
+                out.append(Shape(m, n, k, dtype, f"{model} {layer}"))
+    return out
+
+
+def _log_uniform(rng: random.Random, low: int, high: int) -> int:
+    return int(round(math.exp(rng.uniform(math.log(low), math.log(high)))))
+
+
+def _snap(rng: random.Random, value: int) -> int:
+    """Snap a drawn size to the alignments that matter, keeping the number of distinct kernels
+    the benchmark must compile bounded.
+
+    Below 256, sizes become powers of two (as decode batches and small layers are). Above, 70%
+    become multiples of 64 (as real layers are) and 30% land on 4 mod 8, the "unaligned" class of
+    the seed's K = 3420: masked K loop, 8-byte instead of 16-byte vector loads.
+    """
+    if value < 256:
+        return 1 << round(math.log2(max(value, 1)))
+    if rng.random() < 0.7:
+        return max(64, round(value / 64) * 64)
+    return (value // 8) * 8 + 4
+
+
+def random_shapes(count: int, dtype: str = "bfloat16", seed: int = 0,
+                  max_flop: float = MAX_FLOP) -> list[Shape]:
+    """Log-uniform problems: m in [1, 16384], n and k in [16, 32768], work capped at `max_flop`."""
+    rng = random.Random(seed)
+    out: list[Shape] = []
+    while len(out) < count:
+        m = _snap(rng, _log_uniform(rng, 1, 16384))
+        n = max(16, _snap(rng, _log_uniform(rng, 16, 32768)))
+        k = max(16, _snap(rng, _log_uniform(rng, 16, 32768)))
+        if 2.0 * m * n * k <= max_flop:
+            out.append(Shape(m, n, k, dtype, f"random seed={seed}"))
+    return out
+
+
+def model_subset(dtype: str, tokens: tuple[int, ...], max_flop: float) -> list[Shape]:
+    """MODEL_LAYERS at a few token counts, for the smaller fp16 / fp32 parts of the dataset."""
+    return [Shape(m, n, k, dtype, f"{model} {layer}")
+            for model, layer, k, n in MODEL_LAYERS for m in tokens if 2.0 * m * n * k <= max_flop]
+
+
+def dedupe(shapes: list[Shape]) -> list[Shape]:
+    """First occurrence of each (m, n, k, dtype) wins (keeps the most descriptive source)."""
+    seen: dict[tuple[int, int, int, str], Shape] = {}
+    for shape in shapes:
+        seen.setdefault((shape.m, shape.n, shape.k, shape.dtype), shape)
+    return list(seen.values())
+
+
+def save(shapes: list[Shape], path: str | Path) -> None:
+    Path(path).write_text(json.dumps([asdict(s) for s in shapes], indent=1) + "\n")
+
+
+def load(path: str | Path) -> list[Shape]:
+    """Read a shapes file: a JSON list of {m, n, k, dtype[, source]} objects."""
+    path = Path(path)
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ProblemError(f"{path}: cannot read shapes file ({exc})") from None
+    if not isinstance(raw, list):
+        raise ProblemError(f"{path}: expected a JSON list of {{m, n, k, dtype}} objects")
+    shapes = []
+    for i, item in enumerate(raw):
+        try:
+            shape = Shape(int(item["m"]), int(item["n"]), int(item["k"]),
+                          str(item.get("dtype", "bfloat16")), str(item.get("source", "")))
+            problem = shape.problem()  # validates sizes and dtype
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ProblemError(f"{path}[{i}]: {exc}") from None
+        shapes.append(Shape(problem.m, problem.n, problem.k, problem.dtype, shape.source))
+    return shapes
