@@ -60,6 +60,11 @@ EXTRA_REGISTERS_PER_THREAD = 32
 #: sub-partition: fewer than four resident warps leave tensor cores idle.
 TENSOR_CORE_PARTITIONS = 4
 
+#: Hopper's wgmma is issued by a warpgroup (4 warps), so Triton can only use it when a CTA
+#: has a multiple of 4 warps; smaller CTAs fall back to Ampere-style mma.sync, which we assume
+#: reaches 60% of the wgmma rate on sm_90.
+MMA_SYNC_FRACTION_SM90 = 0.6
+
 #: Tile-shape efficiency is h / (h + TILE_HALF_RATE) with h = bm*bn/(bm+bn), the FLOPs per
 #: byte of operand staged through shared memory (up to a dtype constant). With 16, a 32x32
 #: tile reaches half of the tensor-core peak, 128x128 reaches 80% and 128x256 84%, which is
@@ -179,6 +184,9 @@ def _runtime_s(problem: Problem, tiles: np.ndarray, device: DeviceSpec,
     harmonic = bm * bn / (bm + bn)
     tile_eff = harmonic / (harmonic + half_rate)
     warp_eff = np.minimum(TENSOR_CORE_PARTITIONS, warps * resident) / TENSOR_CORE_PARTITIONS
+    tensor_cores = problem.dtype != "float32" or allow_tf32
+    if tensor_cores and device.capability >= (9, 0):
+        warp_eff = warp_eff * np.where(warps % 4.0 == 0.0, 1.0, MMA_SYNC_FRACTION_SM90)
     iter_flops = 2.0 * bm * bn * bk
     iter_compute = iter_flops / (sm_flops * tile_eff * warp_eff)
     # After the pipeline fill, one CTA alone runs each further iteration at a steady rate: with
