@@ -196,12 +196,12 @@ def _runtime_s(problem: Problem, tiles: np.ndarray, device: DeviceSpec,
     # and mask updates) that favours a larger block_k.
     depth = np.maximum(1.0, np.minimum(stages - 1.0, k_iters - 1.0))
     steady = np.where(stages < 2.0, iter_compute + LOAD_LATENCY_S,
-                      np.maximum(iter_compute, LOAD_LATENCY_S / depth)) + ITERATION_OVERHEAD_S
+                      np.maximum(iter_compute, LOAD_LATENCY_S / depth))
     # `resident` CTAs interleave on one SM: they share its tensor cores and hide each other's
     # waits, so a round is latency-bound only when its shared compute is shorter.
     shared = resident * iter_compute
-    first = np.maximum(shared, iter_compute + ITERATION_OVERHEAD_S)
-    round_time = LOAD_LATENCY_S + first + (k_iters - 1.0) * np.maximum(shared, steady)
+    round_time = (LOAD_LATENCY_S + k_iters * ITERATION_OVERHEAD_S + shared
+                  + (k_iters - 1.0) * np.maximum(shared, steady))
     compute = rounds * round_time
 
     # Memory traffic: A is read once per column of tiles and B once per row of tiles. Only the
