@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -112,8 +113,16 @@ def _parse_k(text: str) -> int | float:
 
 
 def _load_lut(path: str) -> object:
-    from kernel_select.lut import load_lut
+    from pathlib import Path
 
+    from kernel_select.errors import LUTError
+
+    if not Path(path).is_file():
+        raise LUTError(f"{path}: no such lookup table file")
+    try:
+        from kernel_select.lut import load_lut
+    except ImportError as exc:
+        raise LUTError(f"{path}: cannot load lookup tables in this installation ({exc})") from None
     return load_lut(path)
 
 
@@ -158,16 +167,14 @@ def _demo(args: argparse.Namespace) -> int:
     model = load_default(args.device)
     repo_root = Path(__file__).resolve().parent.parent
     lut_path = Path(args.lut) if args.lut else repo_root / DEFAULT_DEMO_LUT
-    lut = _load_lut(str(lut_path)) if lut_path.is_file() else None
-    if args.lut and lut is None:
-        from kernel_select.errors import LUTError
+    # An explicit --lut must exist; the shipped default is optional.
+    lut = _load_lut(str(lut_path)) if args.lut or lut_path.is_file() else None
 
-        raise LUTError(f"{lut_path}: no such file; drop --lut to run without a lookup table")
-
-    fallback = "" if model.name != "analytical" else "; no trained model found, analytical fallback"
+    fallback = "" if model.name != "analytical" else f"; no trained model for {model.device.key} was found"
     print(f"kernel-select demo: top {args.top_k} Triton mm configs for the seed problems on {model.device.key}")
     print(f"ranked by: {model.describe()}{fallback}")
-    print(f"lookup table: {lut_path}" if lut is not None else f"lookup table: no LUT ({lut_path} not found)")
+    shown = os.path.relpath(lut_path) if lut_path.is_relative_to(Path.cwd()) else str(lut_path)
+    print(f"lookup table: {shown}" if lut is not None else f"lookup table: no LUT ({shown} not found)")
     for label, problem in _seed_problems():
         candidates = for_problem(problem, model.device, "exhaustive")
         choices = top_k(problem, k, lut=lut, model=model, candidates=candidates)

@@ -4,7 +4,7 @@ Each `check_*` takes a model instance and fails with an assertion naming the bro
 `MODEL_CHECKS` lists them all (parametrize over it for one test per rule), and
 `assert_model_contract(model)` runs them in one go:
 
-    from model_contract import assert_model_contract
+    from tests.model_contract import assert_model_contract
     assert_model_contract(MyModel("h100"))
 """
 

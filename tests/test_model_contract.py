@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from model_contract import MODEL_CHECKS, assert_model_contract
+from tests.model_contract import MODEL_CHECKS, assert_model_contract
 
 from kernel_select.analytical import AnalyticalModel
 from kernel_select.errors import ModelError
