@@ -10,8 +10,13 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from kernel_select.errors import KernelSelectError
+
+if TYPE_CHECKING:
+    from kernel_select.problem import Problem
+    from kernel_select.select import Choice
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -94,7 +99,7 @@ def _demo_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_k_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-k", dest="top_k", default="4", metavar="K",
+    parser.add_argument("-k", dest="top_k", default="4", metavar="COUNT",
                         help="how many configs: a count (4) or a fraction of the candidates (0.01) "
                              "(default: %(default)s)")
 
@@ -109,7 +114,8 @@ def _parse_k(text: str) -> int | float:
     try:
         return float(text)
     except ValueError:
-        raise ConfigError(f"-k: expected a count such as 4 or a fraction such as 0.01, got {text!r}") from None
+        raise ConfigError(
+            f"-k: expected a count such as 4 or a fraction such as 0.01, got {text!r}") from None
 
 
 def _load_lut(path: str) -> object:
@@ -159,7 +165,6 @@ def _demo(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from kernel_select.model import load_default
-    from kernel_select.problem import Problem
     from kernel_select.select import top_k
     from kernel_select.space import for_problem
 
@@ -170,8 +175,9 @@ def _demo(args: argparse.Namespace) -> int:
     # An explicit --lut must exist; the shipped default is optional.
     lut = _load_lut(str(lut_path)) if args.lut or lut_path.is_file() else None
 
-    fallback = "" if model.name != "analytical" else f"; no trained model for {model.device.key} was found"
-    print(f"kernel-select demo: top {args.top_k} Triton mm configs for the seed problems on {model.device.key}")
+    key = model.device.key
+    fallback = "" if model.name != "analytical" else f"; no trained model for {key} was found"
+    print(f"kernel-select demo: top {args.top_k} Triton mm configs for the seed problems on {key}")
     print(f"ranked by: {model.describe()}{fallback}")
     shown = os.path.relpath(lut_path) if lut_path.is_relative_to(Path.cwd()) else str(lut_path)
     print(f"lookup table: {shown}" if lut is not None else f"lookup table: no LUT ({shown} not found)")
@@ -183,7 +189,7 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _seed_problems() -> list[tuple[str, object]]:
+def _seed_problems() -> list[tuple[str, Problem]]:
     from kernel_select.problem import Problem
 
     # Y[m, 1280] = X[m, 3420] @ W[3420, 1280]; backward: dX = dY @ W^T, dW = X^T @ dY.
@@ -195,7 +201,7 @@ def _seed_problems() -> list[tuple[str, object]]:
     return problems
 
 
-def _print_choices(choices: Sequence[object]) -> None:
+def _print_choices(choices: Sequence[Choice]) -> None:
     print(f"  {'rank':>4}  {'config':<22} {'predicted ms':>12}  source")
     for rank, choice in enumerate(choices, 1):
         print(f"  {rank:>4}  {choice.config.short():<22} {choice.predicted_ms:>12.4f}  {choice.source}")
