@@ -9,8 +9,8 @@ estimate of what the kernel cannot do faster than:
   L2       every CTA streams its A row-panel and B column-panel from L2 (tile re-reads)
   DRAM     the unique bytes, plus the re-reads that miss L2, plus writing C
 
-All terms are vectorized over configs, so a full exhaustive space (~1400 configs) scores in
-well under a millisecond. Constants below are design choices or datasheet figures; none is
+All terms are vectorized over configs, so a full exhaustive space (~1200-1400 configs) scores in
+about half a millisecond. Constants below are design choices or datasheet figures; none is
 fitted to measurements, which is the job of the learned model.
 """
 
