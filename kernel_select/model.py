@@ -19,6 +19,7 @@ import numpy as np
 from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import ModelError
+from kernel_select.problem import Problem
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,13 @@ class PerformanceModel(abc.ABC):
             UnsupportedProblemError: if this model cannot score `dtype` or the shape.
         """
 
+    def estimate_problem(self, problem: Problem, configs: Sequence[GemmConfig]) -> np.ndarray:
+        """`estimate` for a whole Problem. Models that know about `op` and `batch` override this;
+        the default scores one batch element and scales by the batch count, since batch
+        elements are more CTAs of the same kernel."""
+        runtime_ms = self.estimate(problem.m, problem.n, problem.k, problem.dtype, configs)
+        return runtime_ms * problem.batch if problem.batch != 1 else runtime_ms
+
     def describe(self) -> str:
         """One line for humans: which model, for which device, trained on what."""
         return f"{self.name} model for {self.device.key}"
@@ -67,6 +75,7 @@ def register_model(name: str, factory: ModelFactory, device: str = "*") -> None:
 
 def registered_models(device: str | None = None) -> list[str]:
     """Names of the models registered for `device` (or for any device)."""
+    _ensure_builtin_models()
     return sorted({name for dev, name in _REGISTRY if device is None or dev in ("*", device)})
 
 

@@ -1,0 +1,175 @@
+"""Pick the configs worth benchmarking: lookup-table entries first, then the model's ranking.
+
+`top_k` is what the Inductor and Triton adapters and the CLI call; `rank` gives a full
+ordering for evaluation. Both are pure functions of their arguments and run on the CPU.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from kernel_select import device as device_module
+from kernel_select.configs import GemmConfig
+from kernel_select.device import DeviceSpec, get_device
+from kernel_select.errors import ConfigError, DeviceError, LUTError, ModelError, ProblemError
+from kernel_select.model import PerformanceModel, load_default
+from kernel_select.problem import Problem
+from kernel_select.space import for_problem
+
+log = logging.getLogger(__name__)
+
+LUT_SOURCE = "lut"
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One selected config, its predicted runtime, and who put it in the list."""
+
+    config: GemmConfig
+    predicted_ms: float
+    source: str  # "lut", or the name of the model that ranked it
+
+
+class ConfigLookup(Protocol):
+    """Anything with the LUT's lookup method: hand-picked configs for a problem, in order."""
+
+    def lookup(self, problem: Problem, device: str) -> Sequence[GemmConfig]: ...
+
+
+def resolve_k(k: int | float, num_candidates: int) -> int:
+    """How many configs `k` asks for: an int count >= 1, or a float fraction in (0, 1].
+
+    A fraction keeps max(1, int(num_candidates * k)), as Triton's `top_k` does, so a small
+    fraction of a small space still keeps one config.
+
+    Raises:
+        ConfigError: for anything else (bool, zero, negative, NaN, a float above 1, a string).
+    """
+    if isinstance(k, bool) or not isinstance(k, (int, float, np.integer, np.floating)):
+        raise ConfigError(f"k: expected a count >= 1 or a fraction in (0, 1], got {k!r}")
+    if isinstance(k, (int, np.integer)):
+        if k < 1:
+            raise ConfigError(f"k: a count must be >= 1, got {k}")
+        return int(k)
+    if not (math.isfinite(k) and 0.0 < k <= 1.0):
+        hint = f"; for a count write {int(k)}" if math.isfinite(k) and k > 1 and k == int(k) else ""
+        raise ConfigError(f"k: a fraction must be in (0, 1], got {k!r}{hint}")
+    return max(1, int(num_candidates * k))
+
+
+def rank(problem: Problem, configs: Sequence[GemmConfig], model: PerformanceModel) -> list[Choice]:
+    """All of `configs`, fastest predicted first; ties keep input order.
+
+    Raises:
+        UnsupportedProblemError: if `model` cannot score `problem`.
+        ModelError: if the model returns malformed predictions.
+    """
+    scores = _scores(problem, configs, model)
+    order = np.argsort(scores, kind="stable")
+    return [Choice(configs[i], float(scores[i]), model.name) for i in order]
+
+
+def top_k(problem: Problem, k: int | float, lut: ConfigLookup | None = None,
+          model: PerformanceModel | None = None, device: DeviceSpec | str | None = None,
+          candidates: Sequence[GemmConfig] | None = None) -> list[Choice]:
+    """The configs to benchmark for `problem`: LUT entries, then the model's best, k in all.
+
+    Args:
+        problem: the GEMM to select kernels for.
+        k: an int count >= 1, or a float fraction in (0, 1] of the candidates.
+        lut: a lookup table; all of its entries for the problem come first, in LUT order,
+            even when they are more than k or are not among the candidates.
+        model: ranks the candidates; default `load_default(device)`.
+        device: device name or spec; default the model's device, else the local GPU.
+        candidates: configs to rank; default the problem's pruned EXHAUSTIVE space.
+
+    Returns:
+        Choices without duplicates: LUT entries (source "lut", scored by the model for
+        display) then candidates in ascending predicted runtime, ties in candidate order,
+        up to max(k, number of LUT entries) in total.
+
+    Raises:
+        ProblemError, ConfigError, DeviceError, ModelError: on bad arguments, or when no
+        device is given and none can be detected.
+    """
+    if not isinstance(problem, Problem):
+        raise ProblemError(f"problem: expected a kernel_select.Problem, got {type(problem).__name__}")
+    spec, model = _resolve_model(model, device)
+    if candidates is None:
+        candidates = for_problem(problem, spec, "exhaustive")
+    count = resolve_k(k, len(candidates))
+
+    pinned = _lut_configs(lut, problem, spec)
+    chosen = [Choice(config, float(ms), LUT_SOURCE)
+              for config, ms in zip(pinned, _scores(problem, pinned, model))]
+    if len(chosen) >= count or not candidates:
+        return chosen
+
+    scores = _scores(problem, candidates, model)
+    seen = set(pinned)
+    # Walk the ranking and stop at k: only the taken configs are hashed and wrapped, which
+    # keeps selection over a full exhaustive space near the cost of the model itself.
+    for i in np.argsort(scores, kind="stable"):
+        config = candidates[i]
+        if config in seen:
+            continue
+        seen.add(config)
+        chosen.append(Choice(config, float(scores[i]), model.name))
+        if len(chosen) == count:
+            break
+    return chosen
+
+
+def _resolve_model(model: PerformanceModel | None,
+                   device: DeviceSpec | str | None) -> tuple[DeviceSpec, PerformanceModel]:
+    if model is None:
+        spec = _resolve_device(device)
+        return spec, load_default(spec)
+    if not isinstance(model, PerformanceModel):
+        raise ModelError(f"model: expected a kernel_select.PerformanceModel, got {type(model).__name__}")
+    if device is None:
+        return model.device, model
+    spec = get_device(device)
+    if spec.key != model.device.key:
+        raise ModelError(f"model: {model.describe()} cannot rank configs for device {spec.key!r}; "
+                         f"load a model for {spec.key!r} or drop the device argument")
+    return spec, model
+
+
+def _resolve_device(device: DeviceSpec | str | None) -> DeviceSpec:
+    if device is not None:
+        return get_device(device)
+    try:
+        return device_module.resolve(None)
+    except (DeviceError, ImportError) as exc:
+        log.debug("device detection failed: %s", exc)
+        raise DeviceError("device: none given and no CUDA device detected; pass device=\"h100\" "
+                          f"(or another of {', '.join(device_module.KNOWN_DEVICES)})") from None
+
+
+def _lut_configs(lut: ConfigLookup | None, problem: Problem, spec: DeviceSpec) -> list[GemmConfig]:
+    if lut is None:
+        return []
+    entries = lut.lookup(problem, spec.key)
+    pinned: dict[GemmConfig, None] = {}
+    for entry in entries or ():
+        if not isinstance(entry, GemmConfig):
+            raise LUTError(f"lut: lookup for {problem} returned {entry!r}, not a GemmConfig")
+        pinned.setdefault(entry, None)
+    return list(pinned)
+
+
+def _scores(problem: Problem, configs: Sequence[GemmConfig], model: PerformanceModel) -> np.ndarray:
+    if not configs:
+        return np.zeros(0, dtype=np.float64)
+    scores = np.asarray(model.estimate_problem(problem, configs), dtype=np.float64)
+    if scores.shape != (len(configs),) or not np.all(np.isfinite(scores)) or np.any(scores <= 0):
+        raise ModelError(f"model: {model.describe()} returned malformed runtimes for {problem} "
+                         f"(shape {scores.shape} for {len(configs)} configs, expected finite positive ms)")
+    return scores

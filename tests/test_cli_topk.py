@@ -1,0 +1,115 @@
+"""`kernel-select topk` and `kernel-select demo`, end to end through the real entry point."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernel_select.cli import main
+from kernel_select.configs import GemmConfig
+from kernel_select.problem import Problem
+from kernel_select.space import for_problem
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SEED_ARGS = ["--m", "560", "--n", "1280", "--k", "3420", "--dtype", "bf16", "--device", "h100"]
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_topk_table_names_the_model_and_lists_k_rows(capsys):
+    code, out, _ = run(capsys, "topk", *SEED_ARGS, "-k", "4")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].startswith("mm 560x1280x3420 bfloat16 on h100: 4 of ")
+    assert lines[1].startswith("ranked by: analytical roofline model for h100")
+    assert lines[2].split() == ["rank", "config", "predicted", "ms", "source"]
+    rows = [line.split() for line in lines[3:]]
+    assert [row[0] for row in rows] == ["1", "2", "3", "4"]
+    assert all(row[-1] == "analytical" for row in rows)
+    times = [float(row[-2]) for row in rows]
+    assert times == sorted(times) and times[0] > 0
+
+
+def test_topk_json_matches_the_library(capsys):
+    from kernel_select.model import get_model
+    from kernel_select.select import top_k
+
+    code, out, _ = run(capsys, "topk", *SEED_ARGS, "-k", "6", "--model", "analytical", "--json")
+    assert code == 0
+    payload = json.loads(out)
+    problem = Problem(560, 1280, 3420, "bfloat16")
+    expected = top_k(problem, 6, model=get_model("analytical", "h100"))
+    assert payload["model"] == "analytical"
+    assert payload["candidates"] == len(for_problem(problem, "h100"))
+    assert [c["rank"] for c in payload["choices"]] == [1, 2, 3, 4, 5, 6]
+    assert [GemmConfig(**c["config"]) for c in payload["choices"]] == [c.config for c in expected]
+    assert [c["predicted_ms"] for c in payload["choices"]] == [c.predicted_ms for c in expected]
+
+
+def test_topk_fraction_and_default_search_space(capsys):
+    code, out, _ = run(capsys, "topk", *SEED_ARGS, "-k", "0.5", "--search-space", "default", "--json")
+    assert code == 0
+    payload = json.loads(out)
+    assert len(payload["choices"]) == payload["candidates"] // 2
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["-k", "0"], "k: a count must be >= 1"),
+    (["-k", "1.5"], "k: a fraction must be in (0, 1]"),
+    (["-k", "four"], "-k: expected a count"),
+    (["-k", "4", "--model", "nope"], "no model 'nope'"),
+    (["-k", "4", "--lut", "/nonexistent/lut.json"], "lut.json"),
+])
+def test_topk_bad_input_is_one_line_and_exit_2(capsys, argv, message):
+    code, out, err = run(capsys, "topk", *SEED_ARGS, *argv)
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1 and err.startswith("kernel-select: error: ")
+    assert message in err
+
+
+def test_topk_bad_problem_and_device_exit_2(capsys):
+    code, _, err = run(capsys, "topk", "--m", "0", "--n", "8", "--k", "8", "-k", "2")
+    assert code == 2 and "m: expected a positive integer" in err
+    code, _, err = run(capsys, "topk", *SEED_ARGS[:-2], "--device", "tpu", "-k", "2")
+    assert code == 2 and "unknown device 'tpu'" in err
+    code, _, err = run(capsys, "topk", *SEED_ARGS[:6], "--dtype", "int8", "-k", "2")
+    assert code == 2 and "int8" in err
+
+
+def test_demo_prints_all_seed_problems_and_the_model(capsys):
+    code, out, _ = run(capsys, "demo", "-k", "2", "--device", "h100")
+    assert code == 0
+    assert "ranked by: analytical roofline model for h100" in out
+    assert "lookup table:" in out
+    for m in (560, 1024, 2048):
+        assert f"mm {m}x1280x3420 bfloat16" in out  # forward
+        assert f"mm {m}x3420x1280 bfloat16" in out  # dX = dY @ W^T
+        assert f"mm 1280x3420x{m} bfloat16" in out  # dW = X^T @ dY
+    assert out.count("\n     1  ") == 9 and out.count("\n     2  ") == 9
+
+
+def test_demo_with_a_missing_explicit_lut_is_an_error(capsys, tmp_path):
+    code, _, err = run(capsys, "demo", "--lut", str(tmp_path / "missing.json"))
+    assert code == 2 and "missing.json" in err
+
+
+def test_demo_runs_as_a_module_in_a_subprocess():
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    result = subprocess.run([sys.executable, "-m", "kernel_select.cli", "demo", "-k", "3"],
+                            cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "ranked by:" in result.stdout
+    assert result.stdout.count("predicted ms") == 9
