@@ -380,6 +380,9 @@ def migrate(raw: dict[str, Any], *, source: str = "<string>") -> dict[str, Any]:
     """
     version = raw.get("schema_version")
     if version is None:
+        if any(isinstance(key, str) and key.startswith(("((", "(torch")) or ")+" in str(key) for key in raw):
+            raise LUTError(f"{source}: this looks like a torch._inductor lookup_table, not a "
+                           "kernel_select LUT; convert it with `kernel-select lut from-inductor`")
         raise LUTError(f"{source}: schema_version: missing; add \"schema_version\": {SCHEMA_VERSION} "
                        "at the top of the file")
     if isinstance(version, bool) or not isinstance(version, int):
