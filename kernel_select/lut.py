@@ -318,7 +318,10 @@ class KernelLUT(_Strict):
         """
         tree: dict[str, dict[str, dict[str, list[dict[str, Any]]]]] = {}
         for device, op, dtype, entry in rows:
-            device = _normalize_device(device)
+            try:
+                device = _normalize_device(device)
+            except DeviceError:
+                pass  # validation reports it with its location
             tree.setdefault(device, {}).setdefault(op, {}).setdefault(dtype, []).append(_entry_dict(entry))
         return _validate({"schema_version": SCHEMA_VERSION, "devices": tree}, source)
 
