@@ -112,14 +112,15 @@ def lut_entries(draw: st.DrawFn, op: str = "mm") -> list[LUTEntry]:
 
 _CELLS = [(device, op, dtype) for device in sorted(KNOWN_DEVICES) for op in SUPPORTED_OPS
           for dtype in SUPPORTED_DTYPES]
-_CELL_LISTS = {size: st.lists(st.sampled_from(_CELLS), max_size=size) for size in (1, 2, 3)}
+_CELL_LISTS = {(size, least): st.lists(st.sampled_from(_CELLS), min_size=least, max_size=size)
+               for size in (1, 2, 3) for least in (0, 1)}
 _ENTRY_LISTS: dict[str, st.SearchStrategy[list[LUTEntry]]] = {}
 
 
 @st.composite
-def luts(draw: st.DrawFn, max_tables: int = 2) -> KernelLUT:
-    """A valid KernelLUT with up to `max_tables` (device, op, dtype) tables."""
-    cells = draw(_CELL_LISTS[max_tables])
+def luts(draw: st.DrawFn, max_tables: int = 2, min_tables: int = 0) -> KernelLUT:
+    """A valid KernelLUT with `min_tables` to `max_tables` (device, op, dtype) tables."""
+    cells = draw(_CELL_LISTS[max_tables, min_tables])
     rows = [LUTRow(device, op, dtype, entry) for device, op, dtype in sorted(set(cells))
             for entry in draw(_ENTRY_LISTS.setdefault(op, lut_entries(op)))]
     return KernelLUT.from_rows(rows)
