@@ -1,0 +1,185 @@
+"""Read Inductor's AUTOTUNE log output, and turn it into a kernel lookup table.
+
+With max-autotune, Inductor prints one block per tuned GEMM to stderr:
+
+    AUTOTUNE mm(560x3420, 3420x1280)
+    strides: [3420, 1], [1280, 1]
+    dtypes: torch.bfloat16, torch.bfloat16
+      triton_mm_11 0.0303 ms 100.0% ACC_TYPE='tl.float32', ALLOW_TF32=False, BLOCK_K=64, ...
+      mm 0.0534 ms 88.3%
+    SingleProcess AUTOTUNE benchmarking takes 0.4721 seconds and ...
+
+Sizes are the input nodes' shapes: mm(MxK, KxN), addmm(bias, MxK, KxN), bmm(BxMxK, BxKxN),
+baddbmm(bias, BxMxK, BxKxN). Choices are sorted fastest first; ATen choices have no description.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from dataclasses import dataclass
+
+from kernel_select.configs import GemmConfig, config_from_description
+from kernel_select.device import DeviceSpec, get_device
+from kernel_select.errors import KernelSelectError, LUTError, ProblemError
+from kernel_select.lut import BATCHED_OPS, BatchedLUTEntry, KernelLUT, LUTEntry, LUTRow
+from kernel_select.problem import SUPPORTED_OPS, Problem, dtype_name
+
+log = logging.getLogger(__name__)
+
+# A "[rank0]:" prefix appears when torch.distributed tags stderr lines.
+_PREFIX = r"^(?:\[rank\d+\]:)?"
+_HEADER = re.compile(_PREFIX + r"AUTOTUNE (\w+)\(([^)]*)\)\s*$")
+_STRIDES = re.compile(_PREFIX + r"strides: (.*)$")
+_DTYPES = re.compile(_PREFIX + r"dtypes: (.*)$")
+_CHOICE = re.compile(_PREFIX + r"\s+(\S+) (\S+) ms (\S+%|<DIVIDED BY ZERO ERROR>) ?(.*)$")
+# Only Inductor's own mm/bmm templates: persistent-TMA, decompose-k and others use other kernels.
+_GEMM_TEMPLATE_CHOICE = re.compile(r"^triton_(?:mm|bmm)_\d+$")
+
+
+@dataclass(frozen=True)
+class AutotuneChoice:
+    """One benchmarked choice of an AUTOTUNE block."""
+
+    name: str  # "triton_mm_11", or "mm"/"addmm"/"bmm" for ATen
+    time_ms: float  # inf when the choice failed
+    description: str  # template kwargs for Triton choices, "" for ATen
+
+    def gemm_config(self) -> GemmConfig | None:
+        """The config of an Inductor mm/bmm template choice; None for any other choice."""
+        if not _GEMM_TEMPLATE_CHOICE.match(self.name) or not self.description:
+            return None
+        try:
+            return config_from_description(self.description)
+        except KernelSelectError as exc:
+            log.debug("Cannot read a config from choice %s: %s", self.name, exc)
+            return None
+
+
+@dataclass(frozen=True)
+class AutotuneBlock:
+    """One `AUTOTUNE op(sizes)` block: the problem and its choices, fastest first."""
+
+    op: str
+    sizes: tuple[tuple[int, ...], ...]
+    dtypes: tuple[str, ...]
+    choices: tuple[AutotuneChoice, ...]
+    line: int  # 1-based line number of the header
+
+    def problem(self) -> Problem:
+        """The GEMM of this block.
+
+        Raises:
+            ProblemError: for an op other than mm/addmm/bmm/baddbmm, or shapes that do not chain.
+        """
+        if self.op not in SUPPORTED_OPS:
+            raise ProblemError(f"op {self.op!r} is not a GEMM kernel_select handles")
+        rank = 3 if self.op in BATCHED_OPS else 2
+        if len(self.sizes) < 2 or any(len(size) != rank for size in self.sizes[-2:]):
+            raise ProblemError(f"unexpected operand shapes {self.sizes} for {self.op}")
+        a, b = self.sizes[-2:]  # the bias of addmm/baddbmm comes first
+        if a[-1] != b[-2] or a[:-2] != b[:-2]:
+            raise ProblemError(f"operand shapes {self.sizes} do not form a GEMM")
+        if not self.dtypes:
+            raise ProblemError("no dtypes line after the AUTOTUNE header")
+        return Problem(m=a[-2], n=b[-1], k=a[-1], dtype=dtype_name(self.dtypes[-2]),
+                       batch=a[0] if rank == 3 else 1, op=self.op)
+
+    def best_configs(self, top: int) -> list[GemmConfig]:
+        """The `top` fastest distinct mm/bmm template configs that ran, in log order."""
+        out: list[GemmConfig] = []
+        for choice in self.choices:
+            config = choice.gemm_config() if math.isfinite(choice.time_ms) else None
+            if config is not None and config not in out:
+                out.append(config)
+                if len(out) == top:
+                    break
+        return out
+
+
+def parse_autotune_log(text: str) -> list[AutotuneBlock]:
+    """Every AUTOTUNE block in `text`, in order. Unrelated lines are ignored."""
+    blocks: list[AutotuneBlock] = []
+    header: tuple[str, str, int] | None = None
+    dtypes: tuple[str, ...] = ()
+    choices: list[AutotuneChoice] = []
+
+    def close() -> None:
+        if header is not None:
+            op, sizes, line = header
+            blocks.append(AutotuneBlock(op, _sizes(sizes), dtypes, tuple(choices), line))
+
+    for number, line in enumerate(text.splitlines(), start=1):
+        if match := _HEADER.match(line):
+            close()
+            header, dtypes, choices = (match.group(1), match.group(2), number), (), []
+        elif header is None or _STRIDES.match(line):
+            continue
+        elif match := _DTYPES.match(line):
+            dtypes = tuple(part.strip() for part in match.group(1).split(","))
+        elif match := _CHOICE.match(line):
+            choices.append(AutotuneChoice(match.group(1), _time(match.group(2)), match.group(4).strip()))
+        else:  # the "... AUTOTUNE benchmarking takes ..." summary, or anything else, ends a block
+            close()
+            header = None
+    close()
+    return blocks
+
+
+def _sizes(text: str) -> tuple[tuple[int, ...], ...]:
+    try:
+        return tuple(tuple(int(dim) for dim in part.strip().split("x")) for part in text.split(","))
+    except ValueError:  # symbolic sizes: the block is reported as unusable by problem()
+        return ()
+
+
+def _time(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return math.inf
+
+
+def lut_from_autotune_log(text: str, device: str | DeviceSpec, *, top: int = 1,
+                          source: str = "<log>") -> KernelLUT:
+    """A LUT holding the `top` fastest Triton configs of every GEMM autotuned in `text`.
+
+    The first block wins when a problem was tuned more than once. Blocks that are not GEMMs or
+    have no usable Triton choice are skipped with a log message.
+
+    Raises:
+        LUTError: if `top` < 1 or the text has no usable AUTOTUNE block.
+        DeviceError: if `device` is unknown.
+    """
+    if top < 1:
+        raise LUTError(f"top: keep at least one config per problem, got {top}")
+    key = get_device(device).key
+    rows: dict[tuple[str, str, int, int, int, int], LUTRow] = {}
+    blocks = parse_autotune_log(text)
+    for block in blocks:
+        try:
+            problem = block.problem()
+        except KernelSelectError as exc:
+            log.info("%s:%d: skipping AUTOTUNE %s block: %s", source, block.line, block.op, exc)
+            continue
+        configs = block.best_configs(top)
+        ident = (problem.op, problem.dtype, problem.batch, problem.m, problem.n, problem.k)
+        if not configs or ident in rows:
+            reason = "no Triton mm choice ran" if not configs else "problem already read from an earlier block"
+            log.info("%s:%d: skipping AUTOTUNE block for %s: %s", source, block.line, problem, reason)
+            continue
+        note = (f"Inductor AUTOTUNE log {source}:{block.line}: top {len(configs)} Triton of "
+                f"{len(block.choices)} shown choices")
+        rows[ident] = LUTRow(key, problem.op, problem.dtype, _entry(problem, configs, note))
+    if not rows:
+        raise LUTError(f"{source}: no usable AUTOTUNE mm/addmm/bmm/baddbmm block with Triton choices "
+                       f"({len(blocks)} blocks found); run with max-autotune and stderr captured")
+    return KernelLUT.from_rows(rows.values(), source=source)
+
+
+def _entry(problem: Problem, configs: list[GemmConfig], note: str) -> LUTEntry:
+    if problem.op in BATCHED_OPS:
+        return BatchedLUTEntry(m=problem.m, n=problem.n, k=problem.k, batch=problem.batch,
+                               configs=configs, note=note)
+    return LUTEntry(m=problem.m, n=problem.n, k=problem.k, configs=configs, note=note)

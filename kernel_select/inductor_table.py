@@ -1,0 +1,242 @@
+"""Conversion between a KernelLUT and the table format of `torch._inductor.lookup_table`.
+
+Inductor's `LookupTableChoices` reads `torch._inductor.config.lookup_table.table`, a dict from a
+string key to a list of template-kwarg dicts. A key spells the exact input layouts:
+
+    "((torch.bfloat16, [560, 3420], [3420, 1]), (torch.bfloat16, [3420, 1280], [1280, 1]))+mm"
+
+optionally prefixed with the device name ("NVIDIA H100 80GB HBM3+...") and, for addmm/baddbmm,
+with "+alpha=1&beta=1" before the op name. On torch 2.11 an entry must carry every template kwarg
+(BLOCK_*, GROUP_M, num_stages, num_warps, EVEN_K, ACC_TYPE, USE_FAST_ACCUM); ALLOW_TF32 is left to
+Inductor. Nothing here imports torch: the table is plain data.
+
+Limits: torch's keys are exact shapes, so LUT entries with an m range (and bmm entries without a
+batch) cannot be exported and are skipped with a warning; only contiguous row-major operands are
+read back.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+from kernel_select.configs import GemmConfig
+from kernel_select.device import DeviceSpec, get_device
+from kernel_select.errors import KernelSelectError, LUTError
+from kernel_select.lut import BATCHED_OPS, BatchedLUTEntry, KernelLUT, LUTEntry, LUTRow, MRange
+from kernel_select.problem import Problem, dtype_name
+
+log = logging.getLogger(__name__)
+
+InductorTable = dict[str, list[dict[str, Any]]]
+
+# alpha/beta as Inductor spells them for the default addmm/baddbmm (sorted, "&"-joined).
+_SCALARS = {"addmm": "alpha=1&beta=1", "baddbmm": "alpha=1&beta=1"}
+
+
+def template_id(op: str) -> str:
+    """The Triton template uid Inductor uses for `op`."""
+    return "triton::bmm" if op in BATCHED_OPS else "triton::mm"
+
+
+# -- export --------------------------------------------------------------------------------------
+
+def to_inductor_table(lut: KernelLUT, device_name: str | None = None, *,
+                      keep_aten: bool = True) -> InductorTable:
+    """Convert `lut` to a dict for `torch._inductor.config.lookup_table.table`.
+
+    Args:
+        lut: the table to export.
+        device_name: the name torch reports for the GPU (`torch.cuda.get_device_name()`). With it,
+            only that device's entries are exported, under device-specific keys; without it the
+            keys are device-agnostic and the LUT must hold a single device.
+        keep_aten: also list the ATen (cuBLAS) choice under each key. A lookup-table hit drops
+            every template the entry does not name, so without it cuBLAS is never benchmarked.
+
+    Raises:
+        LUTError: if `device_name` is None and `lut` holds several devices.
+        DeviceError: if `device_name` is not a known device.
+    """
+    rows = list(lut.entries())
+    if device_name is not None:
+        wanted = get_device(device_name).key
+        rows = [row for row in rows if row.device == wanted]
+    elif len({row.device for row in rows}) > 1:
+        raise LUTError(f"the table holds entries for {', '.join(sorted(lut.devices))}; pass the "
+                       "device name (e.g. 'NVIDIA H100 80GB HBM3') to export one device")
+    table: InductorTable = {}
+    for row in rows:
+        problem = _exact_problem(row)
+        if problem is None:
+            continue
+        entries = [_template_entry(config, problem) for config in row.entry.configs]
+        if keep_aten:
+            entries.append({"template_id": f"aten::{row.op}"})
+        for key in _keys(problem, device_name):
+            table[key] = [dict(entry) for entry in entries]
+    return table
+
+
+def _exact_problem(row: LUTRow) -> Problem | None:
+    entry = row.entry
+    where = f"{row.device}.{row.op}.{row.dtype} {entry.describe_key()}"
+    if isinstance(entry.m, MRange):
+        log.warning("Skipping LUT entry %s: torch's lookup_table keys are exact shapes, so an m "
+                    "range cannot be exported", where)
+        return None
+    if row.op in BATCHED_OPS and entry.batch_key is None:
+        log.warning("Skipping LUT entry %s: torch's lookup_table keys need the batch size; add "
+                    "\"batch\" to the entry to export it", where)
+        return None
+    return Problem(entry.m, entry.n, entry.k, row.dtype, batch=entry.batch_key or 1, op=row.op)
+
+
+def _template_entry(config: GemmConfig, problem: Problem) -> dict[str, Any]:
+    # ALLOW_TF32 is left out: Inductor derives it from the backend settings for each compile.
+    kwargs = config.inductor_kwargs(problem, allow_tf32=False)
+    del kwargs["ALLOW_TF32"]
+    return {"template_id": template_id(problem.op), **kwargs}
+
+
+def _contiguous(shape: list[int]) -> list[int]:
+    strides, running = [], 1
+    for size in reversed(shape):
+        strides.append(running)
+        running *= size
+    return strides[::-1]
+
+
+def _node(dtype: str, shape: list[int], stride: list[int]) -> str:
+    # Matches str() of Inductor's (torch.dtype, list(shape), list(stride)) tuple.
+    return f"(torch.{dtype}, {shape}, {stride})"
+
+
+def _keys(problem: Problem, device_name: str | None) -> list[str]:
+    """Every key under which Inductor may look `problem` up (one per bias layout we export)."""
+    m, n, k, b, dtype = problem.m, problem.n, problem.k, problem.batch, problem.dtype
+    if problem.op in BATCHED_OPS:
+        a_shape, b_shape, out_shape = [b, m, k], [b, k, n], [b, m, n]
+        # A full bias, and a bias of shape [n] broadcast over batch and rows.
+        bias_strides = [_contiguous(out_shape), [0, 0, 1]]
+    else:
+        a_shape, b_shape, out_shape = [m, k], [k, n], [m, n]
+        # A full [m, n] bias, and nn.Linear's [n] bias broadcast over rows.
+        bias_strides = [_contiguous(out_shape), [0, 1]]
+    mats = [_node(dtype, a_shape, _contiguous(a_shape)), _node(dtype, b_shape, _contiguous(b_shape))]
+    if problem.op in _SCALARS:
+        inputs = [f"({_node(dtype, out_shape, stride)}, {', '.join(mats)})+{_SCALARS[problem.op]}"
+                  for stride in bias_strides]
+    else:
+        inputs = [f"({', '.join(mats)})"]
+    prefix = f"{device_name}+" if device_name is not None else ""
+    return [f"{prefix}{part}+{problem.op}" for part in inputs]
+
+
+# -- import --------------------------------------------------------------------------------------
+
+_NODE = re.compile(r"\(torch\.(\w+), \[([\d, ]*)\], \[([\d, ]*)\]\)")
+_KEY = re.compile(r"^(?:(?P<device>[^()]+?)\+)?(?P<inputs>\(.*\))(?:\+(?P<scalars>[\w.=&-]+))?\+(?P<op>\w+)$")
+
+
+def from_inductor_table(table: dict[str, list[dict[str, Any]]], device: str | DeviceSpec) -> KernelLUT:
+    """Read a torch lookup_table dict back into a KernelLUT for `device`.
+
+    Only Triton mm/bmm entries on contiguous row-major operands are read; other templates, layouts
+    and keys for another device are skipped with a warning, ATen entries silently. Device-specific
+    keys win over device-agnostic ones for the same problem.
+
+    Raises:
+        LUTError: if `table` is not a dict of lists.
+        DeviceError: if `device` is unknown.
+    """
+    if not isinstance(table, dict):
+        raise LUTError(f"an Inductor lookup table is a JSON object of key -> [config, ...], got "
+                       f"{type(table).__name__}")
+    target = get_device(device).key
+    found: dict[tuple[str, int, int, int, int, str], list[GemmConfig]] = {}
+    # Device-specific keys first, so their configs lead when both spellings are present.
+    for key in sorted(table, key=lambda key: not _has_device(key)):
+        parsed = _parse_key(key, target)
+        if parsed is None:
+            continue
+        configs = _configs(key, table[key], parsed[-1])
+        slot = found.setdefault(parsed, [])
+        slot.extend(config for config in configs if config not in slot)
+    rows = [LUTRow(target, op, dtype, _entry(op, batch, m, n, k, configs))
+            for (dtype, batch, m, n, k, op), configs in found.items() if configs]
+    return KernelLUT.from_rows(rows, source="<inductor table>")
+
+
+def _entry(op: str, batch: int, m: int, n: int, k: int, configs: list[GemmConfig]) -> LUTEntry:
+    note = "from an Inductor lookup_table"
+    if op in BATCHED_OPS:
+        return BatchedLUTEntry(m=m, n=n, k=k, batch=batch, configs=configs, note=note)
+    return LUTEntry(m=m, n=n, k=k, configs=configs, note=note)
+
+
+def _has_device(key: str) -> bool:
+    match = _KEY.match(key)
+    return bool(match and match.group("device"))
+
+
+def _parse_key(key: str, target: str) -> tuple[str, int, int, int, int, str] | None:
+    """(dtype, batch, m, n, k, op) of a key with contiguous operands on `target`, else None."""
+    match = _KEY.match(key)
+    if match is None or match.group("op") not in ("mm", "addmm", "bmm", "baddbmm"):
+        log.warning("Skipping Inductor lookup_table key %r: not an mm/addmm/bmm/baddbmm key", key)
+        return None
+    if match.group("device") is not None:
+        try:
+            on = get_device(match.group("device")).key
+        except KernelSelectError:
+            on = None
+        if on != target:
+            log.warning("Skipping Inductor lookup_table key %r: it is for device %r, not %s",
+                        key, match.group("device"), target)
+            return None
+    op = match.group("op")
+    nodes = [(dtype, _ints(shape), _ints(stride)) for dtype, shape, stride in _NODE.findall(match.group("inputs"))]
+    mats = nodes[-2:]
+    rank = 3 if op in BATCHED_OPS else 2
+    if len(nodes) != (3 if op in _SCALARS else 2) or any(len(shape) != rank for _, shape, _ in mats):
+        log.warning("Skipping Inductor lookup_table key %r: unexpected inputs for %s", key, op)
+        return None
+    if any(stride != _contiguous(shape) for _, shape, stride in mats):
+        log.warning("Skipping Inductor lookup_table key %r: only contiguous row-major operands "
+                    "map to LUT entries", key)
+        return None
+    (a_dtype, a_shape, _), (b_dtype, b_shape, _) = mats
+    try:
+        dtype = dtype_name(a_dtype)
+        if dtype_name(b_dtype) != dtype or a_shape[-1] != b_shape[-2] or a_shape[:-2] != b_shape[:-2]:
+            raise ValueError("operands do not form a GEMM")
+    except (KernelSelectError, ValueError) as exc:
+        log.warning("Skipping Inductor lookup_table key %r: %s", key, exc)
+        return None
+    batch = a_shape[0] if rank == 3 else 1
+    return (dtype, batch, a_shape[-2], b_shape[-1], a_shape[-1], op)
+
+
+def _ints(text: str) -> list[int]:
+    return [int(part) for part in text.split(",") if part.strip()]
+
+
+def _configs(key: str, entries: Any, op: str) -> list[GemmConfig]:
+    if not isinstance(entries, list):
+        raise LUTError(f"Inductor lookup table key {key!r}: expected a list of configs, got "
+                       f"{type(entries).__name__}")
+    configs = []
+    for entry in entries:
+        tid = entry.get("template_id") if isinstance(entry, dict) else None
+        if isinstance(tid, str) and tid.startswith("aten::"):
+            continue
+        if tid != template_id(op):
+            log.warning("Skipping an entry of Inductor lookup_table key %r: template %r is not %s",
+                        key, tid, template_id(op))
+            continue
+        try:
+            configs.append(GemmConfig.from_inductor_kwargs(entry))
+        except KernelSelectError as exc:
+            log.warning("Skipping an entry of Inductor lookup_table key %r: %s", key, exc)
+    return configs

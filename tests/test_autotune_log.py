@@ -1,0 +1,67 @@
+"""Reading Inductor's AUTOTUNE log blocks and building a LUT from them."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from kernel_select.autotune_log import lut_from_autotune_log, parse_autotune_log
+from kernel_select.configs import GemmConfig
+from kernel_select.errors import LUTError
+from kernel_select.problem import Problem
+
+LOG = (Path(__file__).resolve().parent / "data" / "autotune_h100.log").read_text()
+
+
+def cfg(bm: int, bn: int, bk: int, stages: int, warps: int) -> GemmConfig:
+    return GemmConfig(block_m=bm, block_n=bn, block_k=bk, num_stages=stages, num_warps=warps)
+
+
+def test_blocks_give_problems_with_m_k_n_in_inductor_order():
+    blocks = parse_autotune_log(LOG)
+    assert [b.op for b in blocks] == ["mm", "bmm", "addmm", "mm", "flex_attention"]
+    assert blocks[0].problem() == Problem(560, 1280, 3420, "bfloat16")  # mm(560x3420, 3420x1280)
+    assert blocks[1].problem() == Problem(64, 32, 128, "float16", batch=4, op="bmm")
+    assert blocks[2].problem() == Problem(560, 1280, 3420, "bfloat16", op="addmm")  # bias comes first
+    assert [c.name for c in blocks[0].choices] == ["triton_mm_11", "triton_mm_persistent_tma_3", "mm",
+                                                    "triton_mm_4"]
+    assert blocks[0].choices[2].description == ""
+    assert math.isinf(blocks[2].choices[2].time_ms)
+
+
+def test_only_finite_mm_template_choices_count_in_log_order():
+    blocks = parse_autotune_log(LOG)
+    # The persistent-TMA template and ATen are skipped; the order is the log's (fastest first).
+    assert blocks[0].best_configs(5) == [cfg(64, 128, 64, 3, 4), cfg(64, 128, 128, 4, 4)]
+    assert blocks[2].best_configs(5) == [cfg(64, 128, 64, 3, 4)]  # the inf choice failed
+
+
+def test_lut_from_log_keeps_top_n_per_problem():
+    lut = lut_from_autotune_log(LOG, "h100", top=2, source="run.log")
+    rows = {(row.op, row.entry.m): row.entry for row in lut.entries()}
+    assert set(rows) == {("mm", 560), ("addmm", 560), ("bmm", 64)}
+    assert rows[("mm", 560)].configs == [cfg(64, 128, 64, 3, 4), cfg(64, 128, 128, 4, 4)]
+    assert rows[("mm", 560)].note == "Inductor AUTOTUNE log run.log:4: top 2 Triton of 4 shown choices"
+    assert rows[("bmm", 64)].batch == 4
+    top1 = lut_from_autotune_log(LOG, "NVIDIA H100 80GB HBM3", top=1)
+    # The second mm block for the same problem does not override the first.
+    assert top1.lookup(Problem(560, 1280, 3420), "h100") == [cfg(64, 128, 64, 3, 4)]
+
+
+def test_rank_prefixes_are_tolerated():
+    prefixed = "\n".join(f"[rank0]:{line}" for line in LOG.splitlines())
+    assert lut_from_autotune_log(prefixed, "h100") == lut_from_autotune_log(LOG, "h100")
+
+
+@pytest.mark.parametrize("text", ["", "no autotuning here\n", "AUTOTUNE mm(8x8, 8x8)\nstrides: [8, 1], [8, 1]\n"
+                                  "dtypes: torch.float16, torch.float16\n  mm 0.0100 ms 100.0% \n"])
+def test_logs_without_triton_choices_are_an_error(text):
+    with pytest.raises(LUTError, match="no usable AUTOTUNE"):
+        lut_from_autotune_log(text, "h100")
+
+
+def test_top_must_be_positive():
+    with pytest.raises(LUTError, match="top"):
+        lut_from_autotune_log(LOG, "h100", top=0)

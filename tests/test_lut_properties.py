@@ -1,0 +1,127 @@
+"""Properties of the LUT format: round trips, canonical form, robustness, and lookup."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kernel_select.errors import LUTError
+from kernel_select.lut import KernelLUT, dump_lut, empty_lut, load_lut, parse_lut
+from kernel_select.problem import Problem
+from tests.strategies import corrupted, examples, hand_written, luts, probes
+
+
+@examples(ci=1500)
+@given(luts())
+def test_dump_then_parse_is_identity(lut: KernelLUT) -> None:
+    text = dump_lut(lut)
+    assert parse_lut(text) == lut
+    assert dump_lut(parse_lut(text)) == text
+
+
+@examples(ci=1500)
+@given(st.data())
+def test_hand_written_tables_load_and_format_idempotently(data: st.DataObject) -> None:
+    lut = data.draw(luts())
+    text = data.draw(hand_written(lut))
+    parsed = parse_lut(text)
+    assert parsed == lut
+    formatted = dump_lut(parsed)
+    assert formatted == dump_lut(lut)  # same canonical text, hence the same digest
+    assert dump_lut(parse_lut(formatted)) == formatted
+
+
+@examples(ci=3000)
+@given(st.one_of(st.binary(max_size=64), st.text(max_size=64)))
+def test_arbitrary_input_raises_only_lut_error(data: bytes | str) -> None:
+    try:
+        parse_lut(data)
+    except LUTError:
+        pass
+
+
+_BAD_CONFIG_VALUES = st.sampled_from((("block_m", 48), ("block_n", 0), ("block_k", 2048), ("num_stages", 0),
+                                      ("num_stages", 9), ("num_warps", 3), ("group_m", 0), ("group_m", 65),
+                                      ("block_k", "64"), ("num_warps", 4.0), ("num_stages", None)))
+
+
+@examples(ci=1500)
+@given(luts(min_tables=1), st.integers(0, 2**16), st.integers(0, 2**16), _BAD_CONFIG_VALUES)
+def test_errors_name_the_exact_json_location(lut: KernelLUT, row_pick: int, config_pick: int,
+                                             bad: tuple[str, object]) -> None:
+    # Canonical text lists entries in entries() order, so indices there are indices in the file.
+    doc = json.loads(dump_lut(lut))
+    rows = list(lut.entries())
+    row = rows[row_pick % len(rows)]
+    position = [r for r in rows if r[:3] == row[:3]].index(row)
+    config = config_pick % len(row.entry.configs)
+    field, value = bad
+    doc["devices"][row.device][row.op][row.dtype][position]["configs"][config][field] = value
+    where = f"devices.{row.device}.{row.op}.{row.dtype}[{position}].configs[{config}].{field}: "
+    with pytest.raises(LUTError, match="^lut.json: " + re.escape(where)):
+        parse_lut(json.dumps(doc), source="lut.json")
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("corrupted") / "lut.json"
+
+
+@contextmanager
+def _warnings_of(name: str) -> Iterator[list[logging.LogRecord]]:
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = records.append  # type: ignore[method-assign]
+    logger = logging.getLogger(name)
+    logger.addHandler(handler)
+    try:
+        yield records
+    finally:
+        logger.removeHandler(handler)
+
+
+@examples(ci=3000)
+@given(corrupted())
+def test_corrupted_documents_raise_only_lut_error_or_load_empty(scratch: Path, data: bytes) -> None:
+    try:
+        strict = parse_lut(data, source="corrupted.json")
+    except LUTError as exc:
+        assert str(exc).startswith("corrupted.json: ")
+        strict = None
+    scratch.write_bytes(data)
+    with _warnings_of("kernel_select.lut") as warnings:
+        lenient = load_lut(scratch, strict=False)
+    if strict is None:
+        assert lenient == empty_lut()
+        assert len(warnings) == 1
+    else:  # some corruptions leave a valid table (e.g. a flipped digit in a size)
+        assert lenient == strict
+        assert warnings == []
+
+
+def _reference_lookup(lut: KernelLUT, problem: Problem, device: str) -> list:
+    matches = [row.entry.configs for row in lut.entries()
+               if (row.device, row.op, row.dtype, row.entry.n, row.entry.k)
+               == (device, problem.op, problem.dtype, problem.n, problem.k)
+               and row.entry.m_bounds[0] <= problem.m <= row.entry.m_bounds[1]
+               and row.entry.batch_key in (None, problem.batch)]
+    assert len(matches) <= 1, "validation must have rejected overlapping entries"
+    return list(matches[0]) if matches else []
+
+
+@examples(ci=1500)
+@given(st.data())
+def test_lookup_agrees_with_brute_force(data: st.DataObject) -> None:
+    lut = data.draw(luts())
+    for _ in range(3):
+        problem = data.draw(probes(lut))
+        device = data.draw(st.sampled_from(sorted(lut.devices) or ["h100"]))
+        assert lut.lookup(problem, device) == _reference_lookup(lut, problem, device)
