@@ -501,10 +501,10 @@ def install(*, topk: int | str | None = None, kernel_lut_path: str | None = None
             device: str | None = None) -> KernelSelectChoices:
     """Make torch.compile's max-autotune benchmark only the top-k Triton GEMM configs.
 
-    Arguments override the kernel_select.config knobs (None = use the knob). Applies to the
-    calling thread and to threads that have not compiled anything yet; undo with uninstall().
-    Also registers the `kernel_lut_path` / `gemm_topk` torch.compile options (see
-    register_options). Returns the installed handler.
+    Arguments override the kernel_select.config knobs (None = use the knob). Call it in the
+    thread that compiles: the handler is per thread, and so are Inductor's config overrides on
+    torch 2.13. Undo with uninstall(). Also registers the `kernel_lut_path` / `gemm_topk`
+    torch.compile options (see register_options). Returns the installed handler.
     """
     factory = ChoicesFactory(topk=topk, kernel_lut_path=kernel_lut_path, model=model, device=device)
     handler = factory()
@@ -513,10 +513,10 @@ def install(*, topk: int | str | None = None, kernel_lut_path: str | None = None
     # Both are needed. V.choices caches the first handler it creates in a thread-local, so once
     # this thread has compiled anything, changing inductor_choices_class alone has no effect here:
     # set_choices_handler replaces the cached one. (It must run first: it builds the prior
-    # handler from the previous class, which uninstall() restores.) inductor_choices_class is the
-    # default for threads that have not touched V.choices yet, and unlike a thread-local handler
-    # it is part of Inductor's FX-graph cache key, so cached graphs compiled with other knobs
-    # (or without kernel_select) are not reused.
+    # handler from the previous class, which uninstall() restores.) inductor_choices_class, unlike
+    # a thread-local handler, is part of Inductor's FX-graph cache key, so graphs cached with other
+    # knobs (or without kernel_select) are not reused; where Inductor's config is process-wide it
+    # is also what threads that have not compiled yet start with.
     handler_scope = V.set_choices_handler(handler)
     handler_scope.__enter__()
     inductor_config.inductor_choices_class = factory
