@@ -323,6 +323,17 @@ class KernelSelectChoices(InductorChoices):
         problem = _problem_from(kernel_inputs, op_name)
         if problem is None:
             return None
+        # Peek at Inductor's first candidate per template (the template for our kwargs) and put it
+        # back at once, so `choices` stays whole for a fallback.
+        bases = {}
+        for uid in uids:
+            generator = iter(choices[uid])
+            base = next(generator, None)
+            choices[uid] = () if base is None else itertools.chain([base], generator)
+            if base is not None:
+                bases[uid] = base
+        if not bases:  # Inductor generates no Triton candidates here
+            return None
         device = (get_device(settings.device) if settings.device
                   else _detected_device(_device_index(kernel_inputs)))
         selection = self._select(problem, device, settings)
@@ -330,15 +341,8 @@ class KernelSelectChoices(InductorChoices):
         k_symbolic = _symbolic_k(kernel_inputs)
 
         replaced = dict(choices)
-        for uid in uids:
-            generator = iter(choices[uid])
-            base = next(generator, None)
-            if base is None:  # Inductor generates no Triton candidates here (e.g. max-autotune off)
-                choices[uid] = replaced[uid] = ()
-                continue
-            choices[uid] = itertools.chain([base], generator)  # keep Inductor's list whole for a fallback
-            base_kwargs = base.params.to_kwargs()
-            problem_kwargs = {k: v for k, v in base_kwargs.items() if k not in _PER_CONFIG_KWARGS}
+        for uid, base in bases.items():
+            problem_kwargs = {k: v for k, v in base.params.to_kwargs().items() if k not in _PER_CONFIG_KWARGS}
             synthesized = []
             for config in selection.configs:
                 kwargs = config.inductor_kwargs(problem, allow_tf32=False)

@@ -208,13 +208,15 @@ def test_default_topk_benchmarks_as_many_as_inductors_default_list():
     assert len(triton) == len(for_problem(SEED, "h100", "default"))
 
 
-@pytest.mark.parametrize("case", ["same", "cpu", "op", "dtype", "no-triton"])
+@pytest.mark.parametrize("case", ["same", "cpu", "op", "dtype", "no-triton", "empty-triton"])
 def test_pass_through_cases(case: str):
     inputs = FakeInputs(560, 1280, 3420, dtype=torch.int8 if case == "dtype" else torch.bfloat16,
                         device_type="cpu" if case == "cpu" else "cuda")
     candidates = inductor_candidates(inputs)
     if case == "no-triton":
         del candidates["triton::mm"]
+    if case == "empty-triton":  # the template is listed but its heuristic yields nothing
+        candidates["triton::mm"] = []
     model = FakeModel()
     handler = ks_inductor.KernelSelectChoices(topk="SAME" if case == "same" else 2, model=model, device="h100")
     result = finalize(handler, inputs, candidates, op="mm-ah" if case == "op" else "mm")
@@ -329,9 +331,10 @@ def test_uuid_changes_with_k_lut_contents_model_and_device(lut_file: Path):
     assert uuid(model=FakeModel(tag="v2")) != base
     assert uuid(kernel_lut_path=None) != base
     lut_file.write_text("seed-v2, edited")
-    assert uuid() != base
+    edited = uuid()
+    assert edited != base
     lut_file.write_text("{ broken")  # a broken LUT still yields a key, and a different one
-    assert uuid() not in (base,)
+    assert uuid() not in (base, edited)
     assert ks_inductor.KernelSelectChoices(topk="SAME").uuid() != base
 
 
