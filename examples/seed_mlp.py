@@ -24,7 +24,8 @@ IN_FEATURES, OUT_FEATURES = 3420, 1280
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--topk", default="4", help="Triton configs to benchmark per GEMM (default: %(default)s)")
+    parser.add_argument("--topk", default="4",
+                        help="Triton configs to benchmark per GEMM (default: %(default)s)")
     parser.add_argument("--lut", default="luts/h100_seed.json",
                         help="kernel lookup table, used if the file exists (default: %(default)s)")
     parser.add_argument("--route", choices=("install", "options"), default="install",

@@ -91,7 +91,8 @@ def _compare(args: argparse.Namespace) -> int:
         cases, out_dir=args.out, topks=topks, exhaustive=args.exhaustive, device_index=args.device_index,
         lut=args.lut, model=args.model, timeout_s=args.timeout, shapes=args.shapes)
     print(compare.format_summary(compare.summarize(results)))
-    print(f"wrote {json_path}" + (f" and {png_path}" if png_path else " (no plot: matplotlib is not installed)"))
+    plot = f" and {png_path}" if png_path else " (no plot: matplotlib is not installed)"
+    print(f"wrote {json_path}{plot}")
     return 0
 
 

@@ -128,7 +128,8 @@ def _csv_entries(text: str, path: Path) -> list[tuple[str, Any]]:
     if not header[0].lstrip("-").isdigit():
         missing = {"m", "n", "k"} - set(header)
         if missing:
-            raise ProblemError(f"{path}: line {rows[0][0]}: header lacks column(s) {', '.join(sorted(missing))}")
+            raise ProblemError(f"{path}: line {rows[0][0]}: header lacks column(s) "
+                               f"{', '.join(sorted(missing))}")
         return [(f"line {line}", dict(zip(header, (cell.strip() for cell in row)))) for line, row in rows[1:]]
     return [(f"line {line}", [cell.strip() for cell in row]) for line, row in rows]
 
@@ -257,7 +258,8 @@ def _run_worker(spec: dict[str, Any], log_path: Path, timeout_s: float) -> dict[
                "TRITON_CACHE_DIR": str(Path(tmp) / "triton"),
                "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1",
                "PYTHONPATH": os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)}
-        command = [sys.executable, "-m", "kernel_select.compare", "--worker", str(spec_path), str(result_path)]
+        command = [sys.executable, "-m", "kernel_select.compare", "--worker", str(spec_path),
+                   str(result_path)]
         try:
             with open(log_path, "w") as log_file:
                 proc = subprocess.run(command, env=env, stdout=log_file, stderr=subprocess.STDOUT,
@@ -286,7 +288,8 @@ def _fill_speedups(entry: dict[str, Any]) -> None:
 
 
 def _positive(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            and value > 0)
 
 
 # -- worker (runs in its own process, on the GPU) ---------------------------------------------------

@@ -119,8 +119,7 @@ class ModelPruner:
                 raise OptionError(f"triton_pruner: the kernel has no argument {name!r} (arguments: "
                                   f"{', '.join(args)}); pass m=/n=/k= with the names it uses")
             sizes.append(int(args[name]))
-        tensor = next((value for value in args.values() if hasattr(value, "dtype") and hasattr(value, "device")),
-                      None)
+        tensor = next((v for v in args.values() if hasattr(v, "dtype") and hasattr(v, "device")), None)
         if self.dtype is not None:
             dtype = self.dtype
         elif tensor is not None:
@@ -132,7 +131,8 @@ class ModelPruner:
         elif tensor is not None and getattr(tensor.device, "type", None) == "cuda":
             device = _detected(tensor.device.index or 0)
         else:
-            raise OptionError("triton_pruner: no CUDA tensor argument to detect the device from; pass device=")
+            raise OptionError("triton_pruner: no CUDA tensor argument to detect the device from; "
+                              "pass device=")
         return Problem(*sizes, dtype), device
 
     def _rank(self, problem: Problem, device: DeviceSpec, configs: list[GemmConfig]) -> list[GemmConfig]:
@@ -191,7 +191,8 @@ def gemm_config_of(config: Any) -> GemmConfig | None:
                 normalized[canonical] = kwargs[spelling]
                 break
     try:
-        shim = types.SimpleNamespace(kwargs=normalized, num_stages=config.num_stages, num_warps=config.num_warps)
+        shim = types.SimpleNamespace(kwargs=normalized, num_stages=config.num_stages,
+                                     num_warps=config.num_warps)
         return GemmConfig.from_triton(shim)
     except (KeyError, AttributeError, TypeError, ValueError, ConfigError):
         return None
@@ -204,7 +205,8 @@ def _check_top_k(top_k: object) -> int | float:
         return top_k
     elif isinstance(top_k, float) and 0.0 < top_k <= 1.0:
         return top_k
-    raise OptionError(f"triton_pruner(top_k=...): expected an int >= 1 or a fraction in (0, 1], got {top_k!r}")
+    raise OptionError(f"triton_pruner(top_k=...): expected an int >= 1 or a fraction in (0, 1], "
+                      f"got {top_k!r}")
 
 
 def _count(top_k: int | float, available: int) -> int:

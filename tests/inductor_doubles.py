@@ -97,7 +97,8 @@ def selection_api(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setitem(sys.modules, "kernel_select.select", fake)
 
 
-def expected_top(problem: Problem, k: int, pinned: Sequence[GemmConfig] = (), device: str = "h100") -> list[GemmConfig]:
+def expected_top(problem: Problem, k: int, pinned: Sequence[GemmConfig] = (),
+                 device: str = "h100") -> list[GemmConfig]:
     """What a correct top-k must return with FakeModel: pinned first, then lowest scores."""
     pool = space.for_problem(problem, device, "exhaustive")
     rest = sorted((c for c in pool if c not in set(pinned)), key=score)

@@ -33,9 +33,11 @@ def test_default_suite_has_the_seed_backward_and_llama_shapes():
 
 def test_json_shapes_as_objects_lists_or_wrapped(tmp_path: Path):
     path = tmp_path / "shapes.json"
-    path.write_text(json.dumps([[64, 128, 256], [8, 16, 32, "fp16"], {"m": 1, "n": 2, "k": 3, "label": "tiny"}]))
+    entries = [[64, 128, 256], [8, 16, 32, "fp16"], {"m": 1, "n": 2, "k": 3, "label": "tiny"}]
+    path.write_text(json.dumps(entries))
     cases = compare.load_cases(path)
-    assert [c.problem for c in cases] == [Problem(64, 128, 256), Problem(8, 16, 32, "float16"), Problem(1, 2, 3)]
+    assert [c.problem for c in cases] == [Problem(64, 128, 256), Problem(8, 16, 32, "float16"),
+                                          Problem(1, 2, 3)]
     assert cases[0].label == "64x128x256-bfloat16" and cases[2].label == "tiny"
     path.write_text(json.dumps({"problems": [{"m": 5, "n": 6, "k": 7}]}))
     assert compare.load_cases(path)[0].problem == Problem(5, 6, 7)
@@ -48,7 +50,8 @@ def test_csv_shapes_with_and_without_header(tmp_path: Path):
     assert [c.problem for c in cases] == [Problem(560, 1280, 3420), Problem(32, 64, 128)]
     assert cases[0].label == "seed"
     path.write_text("560,1280,3420\n16,4096,4096,float16\n")
-    assert [c.problem for c in compare.load_cases(path)] == [Problem(560, 1280, 3420), Problem(16, 4096, 4096, "float16")]
+    assert [c.problem for c in compare.load_cases(path)] == [Problem(560, 1280, 3420),
+                                                             Problem(16, 4096, 4096, "float16")]
 
 
 @pytest.mark.parametrize("name,text,message", [
@@ -152,7 +155,8 @@ def test_fixture_validates_and_round_trips(tmp_path: Path):
     (lambda r: r["problems"][0].pop("k"), "missing 'k'"),
     (lambda r: r["problems"][0]["results"]["stock"].pop("choice"), "stock: missing choice"),
     (lambda r: r["problems"][0]["results"]["stock"].update(kernel_ms=-1.0), "stock.kernel_ms"),
-    (lambda r: r["problems"][0]["results"].update(mystery=r["problems"][0]["results"]["stock"]), "unknown method"),
+    (lambda r: r["problems"][0]["results"].update(mystery=r["problems"][0]["results"]["stock"]),
+     "unknown method"),
 ])
 def test_schema_violations_are_reported(tmp_path: Path, mutate, message: str):  # noqa: ANN001
     results = json.loads(FIXTURE.read_text())
@@ -220,7 +224,8 @@ def test_driver_runs_every_method_per_problem_and_writes_valid_results(tmp_path:
     assert [s["method"]["name"] for s in specs] == ["eager", "stock", "topk-1", "topk-2"] * 2
     assert {s["lut"] for s in specs} == {"lut.json"} and specs[0]["l2_bytes"] == get_device("h100").l2_bytes
     first = results["problems"][0]["results"]
-    assert first["stock"]["speedup"] == pytest.approx(2.0) and first["topk-1"]["speedup"] == pytest.approx(2 / 1.5)
+    assert first["stock"]["speedup"] == pytest.approx(2.0)
+    assert first["topk-1"]["speedup"] == pytest.approx(2 / 1.5)
     assert first["topk-2"]["error"] and first["topk-2"]["speedup"] is None
     assert compare.summarize(results).problems_used == 1
     if png_path is not None:

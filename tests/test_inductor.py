@@ -86,6 +86,10 @@ def finalize(handler, inputs, candidates, op="mm", overrides=None):  # noqa: ANN
                                               overrides)
 
 
+def triton_of(result: list, uid: str = "triton::mm") -> list:  # noqa: ANN001
+    return [c for c in result if c.template.uid == uid]
+
+
 def params_config(choice: KernelTemplateChoice) -> GemmConfig:
     return GemmConfig.from_inductor_kwargs(choice.params.to_kwargs())
 
@@ -131,7 +135,8 @@ def test_triton_candidates_become_topk_with_lut_entries_first(lut_file: Path):
     inputs = FakeInputs(560, 1280, 3420)
     candidates = inductor_candidates(inputs)
     model = FakeModel()
-    handler = ks_inductor.KernelSelectChoices(topk=4, kernel_lut_path=str(lut_file), model=model, device="h100")
+    handler = ks_inductor.KernelSelectChoices(topk=4, kernel_lut_path=str(lut_file), model=model,
+                                              device="h100")
 
     result = finalize(handler, inputs, candidates)
 
@@ -145,7 +150,7 @@ def test_triton_candidates_become_topk_with_lut_entries_first(lut_file: Path):
 def test_configs_come_from_the_exhaustive_space_not_inductors_list():
     inputs = FakeInputs(560, 1280, 3420)
     handler = ks_inductor.KernelSelectChoices(topk=8, model=FakeModel(), device="h100")
-    triton = [c for c in finalize(handler, inputs, inductor_candidates(inputs)) if c.template.uid == "triton::mm"]
+    triton = triton_of(finalize(handler, inputs, inductor_candidates(inputs)))
     chosen = [params_config(c) for c in triton]
     assert chosen == expected_top(SEED, 8)
     assert len(set(chosen)) == 8
@@ -170,8 +175,8 @@ def test_synthesized_candidates_keep_inductors_problem_kwargs_and_extras():
     base.params = DictKernelTemplateParams({**INDUCTOR_FIRST, "ACC_TYPE": "tl.float16", "FUTURE_KNOB": 7})
     handler = ks_inductor.KernelSelectChoices(topk=3, model=FakeModel(), device="h100")
 
-    triton = [c for c in finalize(handler, inputs, candidates, overrides={"triton::mm": {"USE_FAST_ACCUM": True}})
-              if c.template.uid == "triton::mm"]
+    overrides = {"triton::mm": {"USE_FAST_ACCUM": True}}
+    triton = triton_of(finalize(handler, inputs, candidates, overrides=overrides))
 
     for choice in triton:
         kwargs = choice.params.to_kwargs()
@@ -180,7 +185,8 @@ def test_synthesized_candidates_keep_inductors_problem_kwargs_and_extras():
         assert kwargs["USE_FAST_ACCUM"] is True  # kwarg_overrides win, as in make_ktc_generator
         assert kwargs["hint_override"] is None and "ALLOW_TF32" not in kwargs
         assert choice.extra_kwargs is base.extra_kwargs
-        assert choice.layout is base.layout and choice.inputs is base.inputs and choice.template is base.template
+        assert choice.layout is base.layout and choice.inputs is base.inputs
+        assert choice.template is base.template
 
 
 def test_even_k_is_false_when_k_is_symbolic():
@@ -188,7 +194,7 @@ def test_even_k_is_false_when_k_is_symbolic():
 
     inputs = FakeInputs(256, 256, 4096, k_symbolic=sympy.Symbol("s0", positive=True, integer=True))
     handler = ks_inductor.KernelSelectChoices(topk=4, model=FakeModel(), device="h100")
-    triton = [c for c in finalize(handler, inputs, inductor_candidates(inputs)) if c.template.uid == "triton::mm"]
+    triton = triton_of(finalize(handler, inputs, inductor_candidates(inputs)))
     assert triton and not any(c.params.to_kwargs()["EVEN_K"] for c in triton)
 
 
@@ -204,7 +210,7 @@ def test_bmm_uses_the_batch_and_the_bmm_template():
 def test_default_topk_benchmarks_as_many_as_inductors_default_list():
     inputs = FakeInputs(560, 1280, 3420)
     handler = ks_inductor.KernelSelectChoices(topk="DEFAULT", model=FakeModel(), device="h100")
-    triton = [c for c in finalize(handler, inputs, inductor_candidates(inputs)) if c.template.uid == "triton::mm"]
+    triton = triton_of(finalize(handler, inputs, inductor_candidates(inputs)))
     assert len(triton) == len(for_problem(SEED, "h100", "default"))
 
 
@@ -218,7 +224,8 @@ def test_pass_through_cases(case: str):
     if case == "empty-triton":  # the template is listed but its heuristic yields nothing
         candidates["triton::mm"] = []
     model = FakeModel()
-    handler = ks_inductor.KernelSelectChoices(topk="SAME" if case == "same" else 2, model=model, device="h100")
+    topk = "SAME" if case == "same" else 2
+    handler = ks_inductor.KernelSelectChoices(topk=topk, model=model, device="h100")
     result = finalize(handler, inputs, candidates, op="mm-ah" if case == "op" else "mm")
     assert result == [c for items in candidates.values() for c in items]
     assert model.calls == 0
@@ -397,8 +404,8 @@ def test_install_rejects_bad_arguments_before_changing_anything():
 
 def run_python(code: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
-                          timeout=240)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True,
+                          text=True, timeout=240)
 
 
 def test_import_kernel_select_imports_neither_inductor_nor_triton():

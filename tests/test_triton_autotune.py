@@ -75,10 +75,11 @@ def test_unmappable_configs_are_kept_after_the_ranked_ones():
 
 
 def test_tutorial_spelling_of_meta_parameters_is_understood():
-    tutorial = [types.SimpleNamespace(kwargs={"BLOCK_SIZE_M": c.kwargs["BLOCK_M"], "BLOCK_SIZE_N": c.kwargs["BLOCK_N"],
-                                              "BLOCK_SIZE_K": c.kwargs["BLOCK_K"], "GROUP_SIZE_M": 8},
-                                      num_stages=c.num_stages, num_warps=c.num_warps) for c in CONFIGS]
-    assert [gemm_config_of(c) for c in prune(tutorial, top_k=2)] == [gemm_config_of(c) for c in by_score(CONFIGS)[:2]]
+    tutorial = [types.SimpleNamespace(kwargs={f"BLOCK_SIZE_{d}": c.kwargs[f"BLOCK_{d}"] for d in "MNK"}
+                                      | {"GROUP_SIZE_M": 8}, num_stages=c.num_stages, num_warps=c.num_warps)
+                for c in CONFIGS]
+    kept = [gemm_config_of(c) for c in prune(tutorial, top_k=2)]
+    assert kept == [gemm_config_of(c) for c in by_score(CONFIGS)[:2]]
 
 
 def test_argument_names_dtype_and_keyword_args():
@@ -92,7 +93,8 @@ def test_argument_names_dtype_and_keyword_args():
         return original(m, n, k, dtype, configs)
 
     model.estimate = spy
-    pruner = triton_pruner(top_k=2, m="rows", n="cols", k="depth", model=model, device="h100")["early_config_prune"]
+    pruner = triton_pruner(top_k=2, m="rows", n="cols", k="depth", model=model,
+                           device="h100")["early_config_prune"]
     pruner(CONFIGS, args, cols=256, depth=128)  # Triton passes keyword arguments separately
     assert seen == [(64, 256, 128, "float16")]
     triton_pruner(top_k=2, dtype="fp32", model=model, device="h100")["early_config_prune"](CONFIGS, ARGS)

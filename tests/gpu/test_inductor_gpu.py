@@ -31,12 +31,13 @@ def test_compiled_mm_benchmarks_exactly_k_triton_configs_plus_aten(route: str):
     a, b = _inputs(560, 1280, 3420)  # the seed problem: K = 3420 is not a multiple of any BLOCK_K
     torch._dynamo.reset()
     k = 4 if route == "install" else 2
-    with ks_inductor.enabled(topk=4) as handler, torch.compiler.config.patch(force_disable_caches=True), \
+    with ks_inductor.enabled(topk=4) as handler, torch._inductor.config.patch(force_disable_caches=True), \
             ks_inductor.record_autotuning() as records:
         if route == "install":
             compiled = torch.compile(lambda x, y: x @ y, mode="max-autotune-no-cudagraphs")
         else:  # the per-compile option overrides install(topk=4)
-            compiled = torch.compile(lambda x, y: x @ y, options=ks_inductor.max_autotune_options(gemm_topk=2))
+            options = ks_inductor.max_autotune_options(gemm_topk=2)
+            compiled = torch.compile(lambda x, y: x @ y, options=options)
         out = compiled(a, b)
         torch.cuda.synchronize()
 
@@ -58,7 +59,7 @@ def test_bmm_and_addmm_are_selected_too():
     b = torch.randn(4, 512, 384, device="cuda", dtype=torch.bfloat16)
     bias = torch.randn(384, device="cuda", dtype=torch.bfloat16)
     torch._dynamo.reset()
-    with ks_inductor.enabled(topk=3) as handler, torch.compiler.config.patch(force_disable_caches=True), \
+    with ks_inductor.enabled(topk=3) as handler, torch._inductor.config.patch(force_disable_caches=True), \
             ks_inductor.record_autotuning() as records:
         bmm = torch.compile(lambda x, y: torch.bmm(x, y), mode="max-autotune-no-cudagraphs")
         addmm = torch.compile(lambda x, w, c: torch.addmm(c, x, w), mode="max-autotune-no-cudagraphs")
@@ -69,5 +70,6 @@ def test_bmm_and_addmm_are_selected_too():
     assert by_op["bmm"].count("triton") == 3 and by_op["addmm"].count("triton") == 3
     assert {s.problem.op for s in handler.selections} >= {"bmm", "addmm"}
     torch.testing.assert_close(out_bmm.float(), a.float() @ b.float(), rtol=2e-2, atol=0.5)
-    torch.testing.assert_close(out_addmm.float(), a[0].float() @ b[0].float() + bias.float(), rtol=2e-2, atol=0.5)
+    expected = a[0].float() @ b[0].float() + bias.float()
+    torch.testing.assert_close(out_addmm.float(), expected, rtol=2e-2, atol=0.5)
     torch._dynamo.reset()

@@ -39,8 +39,8 @@ def _matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, strid
 CONFIGS = [
     triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8}, num_stages=s, num_warps=w)
     for bm, bn, bk, s, w in [(32, 32, 32, 2, 4), (64, 64, 32, 3, 4), (64, 128, 64, 3, 4), (128, 64, 32, 4, 8),
-                             (128, 128, 32, 3, 8), (128, 128, 64, 3, 8), (64, 64, 64, 4, 4), (128, 256, 64, 3, 8),
-                             (32, 64, 64, 5, 2), (256, 64, 32, 3, 8)]
+                             (128, 128, 32, 3, 8), (128, 128, 64, 3, 8), (64, 64, 64, 4, 4),
+                             (128, 256, 64, 3, 8), (32, 64, 64, 5, 2), (256, 64, 32, 3, 8)]
 ]
 
 
@@ -49,7 +49,8 @@ def _run(kernel, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:  # noqa: ANN
     n = b.shape[1]
     c = torch.empty(m, n, device=a.device, dtype=a.dtype)
     grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)  # noqa: E731
-    kernel[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
+    kernel[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                 c.stride(0), c.stride(1))
     return c
 
 
