@@ -13,6 +13,7 @@ from kernel_select.errors import (
     LUTError,
     ModelCardMismatchError,
     ModelError,
+    OptionError,
     ProblemError,
     UnsupportedProblemError,
 )
@@ -23,6 +24,16 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ConfigError", "DatasetError", "DeviceError", "DeviceSpec", "GemmConfig", "KernelSelectError",
-    "LUTError", "ModelCardMismatchError", "ModelError", "PerformanceModel", "Problem", "ProblemError",
-    "UnsupportedProblemError", "get_device", "get_model", "load_default", "register_model",
+    "LUTError", "ModelCardMismatchError", "ModelError", "OptionError", "PerformanceModel", "Problem",
+    "ProblemError", "UnsupportedProblemError", "get_device", "get_model", "load_default", "register_model",
+    "triton_pruner",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # Lazy exports, so that importing the package stays free of triton and torch._inductor.
+    if name == "triton_pruner":
+        from kernel_select.triton_autotune import triton_pruner
+
+        return triton_pruner
+    raise AttributeError(f"module 'kernel_select' has no attribute {name!r}")

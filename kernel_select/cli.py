@@ -482,8 +482,49 @@ def _lut_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- compare -------------------------------------------------------------------------------------
+
+def _compare_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "compare", help="time stock max-autotune against the top-k handler on real torch.compile (GPU)",
+        description="For every problem, compile torch.mm(a, b) in a fresh process with fresh caches: "
+                    "stock max-autotune (mode max-autotune-no-cudagraphs, DEFAULT search space), the "
+                    "kernel_select handler at each k, optionally stock EXHAUSTIVE, plus eager. Records "
+                    "the compile's wall time, the kernel time (CUDA graph, L2-cold inputs, median) and "
+                    "the winning kernel; writes OUT/compare_<device>.json and a trade-off plot "
+                    "OUT/compare_<device>.png, and prints a summary. Needs a CUDA GPU.")
+    p.add_argument("--shapes", default=None,
+                   help="JSON or CSV file of problems (m, n, k[, dtype][, label]); default: the bundled "
+                        "suite (seed MLP forward/backward, 32x28672x32, Llama-3-8B projections)")
+    p.add_argument("--topk", default="1,2,4,8", help="comma-separated k values (default: %(default)s)")
+    p.add_argument("--out", default="results", help="output directory (default: %(default)s)")
+    p.add_argument("--exhaustive", action="store_true",
+                   help="also time stock max-autotune with the EXHAUSTIVE search space (slow)")
+    p.add_argument("--device-index", type=int, default=0, help="CUDA device to use (default: %(default)s)")
+    p.add_argument("--lut", default=None,
+                   help="kernel lookup table for the top-k runs (default: $TORCHINDUCTOR_KERNEL_LUT_PATH)")
+    p.add_argument("--model", default=None, help="registered model name (default: the best shipped model)")
+    p.add_argument("--timeout", type=float, default=1800.0,
+                   help="seconds allowed per compile process (default: %(default)s)")
+    p.set_defaults(handler=_compare)
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from kernel_select import compare
+
+    topks = compare.parse_topks(args.topk)
+    cases = compare.load_cases(args.shapes)
+    results, json_path, png_path = compare.run_compare(
+        cases, out_dir=args.out, topks=topks, exhaustive=args.exhaustive, device_index=args.device_index,
+        lut=args.lut, model=args.model, timeout_s=args.timeout, shapes=args.shapes)
+    print(compare.format_summary(compare.summarize(results)))
+    plot = f" and {png_path}" if png_path else " (no plot: matplotlib is not installed)"
+    print(f"wrote {json_path}{plot}")
+    return 0
+
+
 _PARSERS: list[Callable[[argparse._SubParsersAction], None]] = [
-    _space_parser, _topk_parser, _demo_parser, _shapes_parser, _bench_parser, _lut_parser,
+    _space_parser, _topk_parser, _demo_parser, _shapes_parser, _bench_parser, _lut_parser, _compare_parser,
 ]
 
 

@@ -41,3 +41,8 @@ class UnsupportedProblemError(ModelError, ValueError):
 
 class DatasetError(KernelSelectError, ValueError):
     """A benchmark dataset is missing columns, has the wrong schema, or is empty."""
+
+
+class OptionError(KernelSelectError, ValueError):
+    """A kernel_select option (a `kernel_select.config` knob, its environment variable, or a
+    torch.compile option) has an invalid value."""

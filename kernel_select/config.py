@@ -1,0 +1,153 @@
+"""Knobs for the Inductor integration, in the style of `torch._inductor.config`.
+
+    import kernel_select.config as ks_config
+
+    ks_config.topk = 4                                   # validated on assignment
+    with ks_config.patch(kernel_lut_path="luts/h100.json", topk=8):
+        ...
+
+Knobs:
+  kernel_lut_path  path of a kernel lookup table (JSON) whose entries are always benchmarked, or
+                   None. Environment: TORCHINDUCTOR_KERNEL_LUT_PATH.
+  topk             how many Triton GEMM configs Inductor benchmarks per GEMM:
+                   a positive int; "DEFAULT" = as many as Inductor's own DEFAULT list has for the
+                   problem, but chosen by the model from the exhaustive space; "SAME" = off, the
+                   handler passes Inductor's candidates through unchanged.
+                   Environment: TORCHINDUCTOR_GEMM_TOPK.
+  model            name of a registered performance model, or None for `load_default(device)`.
+  device           device spec name ("h100", ...) to rank for, or None to detect the GPU that
+                   Inductor compiles for.
+
+Environment variables are read once, when this module is imported; the values live in this
+module. The knobs are process-wide (not thread-local), unlike Inductor's own config patches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import types
+from collections.abc import Callable, Iterator
+from typing import Any, Union
+
+from kernel_select.errors import KernelSelectError, OptionError
+
+SAME = "SAME"
+DEFAULT = "DEFAULT"
+ENV_KERNEL_LUT_PATH = "TORCHINDUCTOR_KERNEL_LUT_PATH"
+ENV_GEMM_TOPK = "TORCHINDUCTOR_GEMM_TOPK"
+
+TopK = Union[int, str]
+
+
+def parse_topk(value: object, *, source: str = "topk") -> TopK:
+    """A positive int, "DEFAULT" or "SAME" (case-insensitive; digits in a string are accepted)."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.upper() in (SAME, DEFAULT):
+            return text.upper()
+        if text.isdigit():
+            value = int(text)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    raise OptionError(
+        f"{source}: expected a positive integer, 'DEFAULT' (as many configs as Inductor's default "
+        f"list) or 'SAME' (pass Inductor's candidates through), got {value!r}"
+    )
+
+
+def parse_lut_path(value: object, *, source: str = "kernel_lut_path") -> str | None:
+    """None (no lookup table) or a path; "" counts as None, "~" is expanded. The file is read
+    (and checked) when a GEMM is compiled, so it may be created after this is set."""
+    if value is None:
+        return None
+    if isinstance(value, (str, os.PathLike)):
+        text = os.fspath(value)
+        if isinstance(text, str):
+            return os.path.expanduser(text) if text.strip() else None
+    raise OptionError(f"{source}: expected a file path (str) or None, got {value!r}")
+
+
+def parse_model(value: object, *, source: str = "model") -> str | None:
+    """None (the best shipped model) or the non-empty name of a registered model."""
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip():
+        return value.strip()
+    raise OptionError(f"{source}: expected a model name such as 'mlp' or None, got {value!r}")
+
+
+def parse_device(value: object, *, source: str = "device") -> str | None:
+    """None (detect) or a known device name, normalized to its key ("NVIDIA H100 80GB HBM3" -> "h100")."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise OptionError(f"{source}: expected a device name such as 'h100' or None, got {value!r}")
+    from kernel_select.device import get_device
+
+    try:
+        return get_device(value).key
+    except KernelSelectError as exc:
+        raise OptionError(f"{source}: {exc}") from None
+
+
+_PARSERS: dict[str, Callable[..., Any]] = {
+    "kernel_lut_path": parse_lut_path,
+    "topk": parse_topk,
+    "model": parse_model,
+    "device": parse_device,
+}
+
+
+def _from_env(name: str, parser: Callable[..., Any], default: object) -> Any:
+    raw = os.environ.get(name, "")
+    return parser(raw if raw.strip() else default, source=f"environment variable {name}")
+
+
+kernel_lut_path: str | None = _from_env(ENV_KERNEL_LUT_PATH, parse_lut_path, None)
+topk: TopK = _from_env(ENV_GEMM_TOPK, parse_topk, DEFAULT)
+model: str | None = None
+device: str | None = None
+
+
+def snapshot() -> dict[str, Any]:
+    """The current value of every knob."""
+    module = sys.modules[__name__]
+    return {name: getattr(module, name) for name in _PARSERS}
+
+
+@contextlib.contextmanager
+def patch(**changes: Any) -> Iterator[None]:
+    """Temporarily set knobs (validated before anything changes); restores them on exit.
+
+    Works as a context manager and as a decorator.
+    """
+    unknown = sorted(set(changes) - set(_PARSERS))
+    if unknown:
+        raise OptionError(f"kernel_select.config.patch: unknown knob(s) {', '.join(unknown)}; "
+                          f"known: {', '.join(_PARSERS)}")
+    parsed = {name: _PARSERS[name](value, source=f"kernel_select.config.{name}")
+              for name, value in changes.items()}
+    module = sys.modules[__name__]
+    prior = {name: getattr(module, name) for name in parsed}
+    for name, value in parsed.items():
+        setattr(module, name, value)
+    try:
+        yield
+    finally:
+        for name, value in prior.items():
+            setattr(module, name, value)
+
+
+class _ValidatedKnobs(types.ModuleType):
+    """Module type that validates `kernel_select.config.<knob> = value` like patch() does."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        parser = _PARSERS.get(name)
+        if parser is not None:
+            value = parser(value, source=f"kernel_select.config.{name}")
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _ValidatedKnobs

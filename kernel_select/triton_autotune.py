@@ -1,0 +1,226 @@
+"""`prune_configs_by` adapter: let a performance model pick which configs `@triton.autotune` times.
+
+    @triton.autotune(configs=CONFIGS, key=["M", "N", "K"],
+                     prune_configs_by=kernel_select.triton_pruner(top_k=4))
+    @triton.jit
+    def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, ..., BLOCK_M: tl.constexpr, ...):
+        ...
+
+Triton calls `early_config_prune(configs, named_args, **kwargs)` once per new autotuning key.
+We read M, N, K and the dtype, map each triton.Config to a GemmConfig, rank them with the model
+in one batched call (lookup-table entries first when they are among the configs), and keep the
+top k. Configs we cannot map (other meta-parameter names, missing BLOCK_K...) are kept after the
+ranked ones rather than dropped, so a pruner can never remove the only config that works.
+Nothing here imports triton: the configs come from the caller.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import types
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from kernel_select.configs import GemmConfig
+from kernel_select.device import DeviceSpec, detect, get_device
+from kernel_select.errors import ConfigError, KernelSelectError, OptionError
+from kernel_select.model import PerformanceModel
+from kernel_select.problem import Problem, dtype_name
+
+log = logging.getLogger(__name__)
+
+# Meta-parameter spellings seen in Triton matmul kernels (Inductor's, and the Triton tutorial's).
+_NAME_ALIASES = {
+    "BLOCK_M": ("BLOCK_M", "BLOCK_SIZE_M"),
+    "BLOCK_N": ("BLOCK_N", "BLOCK_SIZE_N"),
+    "BLOCK_K": ("BLOCK_K", "BLOCK_SIZE_K"),
+    "GROUP_M": ("GROUP_M", "GROUP_SIZE_M"),
+}
+
+
+def triton_pruner(top_k: int | float = 4, m: str = "M", n: str = "N", k: str = "K", dtype: Any = None,
+                  model: PerformanceModel | str | None = None, lut: Any = None,
+                  device: DeviceSpec | str | None = None) -> dict[str, Callable[..., list[Any]]]:
+    """A `prune_configs_by` dict whose `early_config_prune` keeps the model's top_k configs.
+
+    Args:
+        top_k: configs to keep: an int >= 1, or a fraction in (0, 1] of the mappable configs
+            (at least one is kept).
+        m, n, k: names of the kernel arguments holding M, N and K.
+        dtype: input dtype ("bf16", torch.bfloat16, ...); by default the dtype of the first
+            tensor argument.
+        model: a PerformanceModel, a registered model name, or None for `load_default(device)`.
+        lut: a KernelLUT, a path to one, or None.
+        device: device name or spec; by default the GPU of the first tensor argument.
+
+    Raises:
+        OptionError: for an invalid top_k or argument name (at decoration time, not at launch).
+    """
+    return {"early_config_prune": ModelPruner(top_k=top_k, m=m, n=n, k=k, dtype=dtype, model=model,
+                                              lut=lut, device=device)}
+
+
+class ModelPruner:
+    """The `early_config_prune` callable behind triton_pruner (see there)."""
+
+    def __init__(self, *, top_k: int | float, m: str, n: str, k: str, dtype: Any,
+                 model: PerformanceModel | str | None, lut: Any, device: DeviceSpec | str | None) -> None:
+        self.top_k = _check_top_k(top_k)
+        for label, name in (("m", m), ("n", n), ("k", k)):
+            if not isinstance(name, str) or not name:
+                raise OptionError(f"triton_pruner({label}=...): expected an argument name, got {name!r}")
+        self.arg_names = (m, n, k)
+        self.dtype = dtype_name(dtype) if dtype is not None else None
+        self.device = get_device(device) if device is not None else None
+        if not (model is None or isinstance(model, (str, PerformanceModel))):
+            raise OptionError(f"triton_pruner(model=...): expected a PerformanceModel, a model name "
+                              f"or None, got {model!r}")
+        self._model = model
+        self._models: dict[DeviceSpec, PerformanceModel] = {}
+        self._lut = lut
+        self._lock = threading.Lock()
+        self._warned: set[str] = set()
+
+    def __call__(self, configs: Sequence[Any], named_args: dict[str, Any], **kwargs: Any) -> list[Any]:
+        configs = list(configs)
+        try:
+            return self._prune(configs, {**named_args, **kwargs})
+        except Exception as exc:  # noqa: BLE001 -- a pruning problem must not stop the kernel
+            self._warn_once(exc)
+            return configs
+
+    def _prune(self, configs: list[Any], args: dict[str, Any]) -> list[Any]:
+        mapped: list[tuple[Any, GemmConfig]] = []
+        unmapped: list[Any] = []
+        for config in configs:
+            gemm = gemm_config_of(config)
+            if gemm is None:
+                unmapped.append(config)
+            else:
+                mapped.append((config, gemm))
+        if not mapped:
+            return configs
+        keep = _count(self.top_k, len(mapped))
+        if keep >= len(mapped):
+            return configs
+        problem, device = self._problem(args)
+        order = self._rank(problem, device, list(dict.fromkeys(g for _, g in mapped)))
+        position = {gemm: i for i, gemm in enumerate(order)}
+        ranked = sorted(mapped, key=lambda pair: position.get(pair[1], len(position)))  # stable
+        kept = [config for config, _ in ranked[:keep]] + unmapped
+        log.debug("kernel_select: %s: benchmarking %d of %d Triton configs", problem, len(kept), len(configs))
+        return kept
+
+    def _problem(self, args: dict[str, Any]) -> tuple[Problem, DeviceSpec]:
+        sizes = []
+        for name in self.arg_names:
+            if name not in args:
+                raise OptionError(f"triton_pruner: the kernel has no argument {name!r} (arguments: "
+                                  f"{', '.join(args)}); pass m=/n=/k= with the names it uses")
+            sizes.append(int(args[name]))
+        tensor = next((v for v in args.values() if hasattr(v, "dtype") and hasattr(v, "device")), None)
+        if self.dtype is not None:
+            dtype = self.dtype
+        elif tensor is not None:
+            dtype = dtype_name(tensor.dtype)
+        else:
+            raise OptionError("triton_pruner: no tensor argument to read the dtype from; pass dtype=")
+        if self.device is not None:
+            device = self.device
+        elif tensor is not None and getattr(tensor.device, "type", None) == "cuda":
+            device = _detected(tensor.device.index or 0)
+        else:
+            raise OptionError("triton_pruner: no CUDA tensor argument to detect the device from; "
+                              "pass device=")
+        return Problem(*sizes, dtype), device
+
+    def _rank(self, problem: Problem, device: DeviceSpec, configs: list[GemmConfig]) -> list[GemmConfig]:
+        """configs in benchmarking order: LUT entries first (in LUT order), then by prediction."""
+        from kernel_select.select import rank
+
+        candidates = set(configs)
+        lut = self._lut_for()
+        pinned = list(dict.fromkeys(c for c in lut.lookup(problem, device) if c in candidates)) if lut else []
+        rest = [c for c in configs if c not in set(pinned)]
+        ranked = [choice.config for choice in rank(problem, rest, self._model_for(device))] if rest else []
+        return pinned + ranked
+
+    def _model_for(self, device: DeviceSpec) -> PerformanceModel:
+        if isinstance(self._model, PerformanceModel):
+            return self._model
+        with self._lock:
+            model = self._models.get(device)
+            if model is None:
+                from kernel_select import model as models
+
+                model = (models.load_default(device) if self._model is None
+                         else models.get_model(self._model, device))
+                self._models[device] = model
+            return model
+
+    def _lut_for(self) -> Any:
+        if isinstance(self._lut, str):
+            from kernel_select.lut import load_lut
+
+            with self._lock:
+                if isinstance(self._lut, str):
+                    self._lut = load_lut(self._lut, strict=True)
+        return self._lut
+
+    def _warn_once(self, exc: BaseException) -> None:
+        cause = f"{type(exc).__name__}: {exc}"
+        with self._lock:
+            if cause in self._warned:
+                return
+            self._warned.add(cause)
+        log.warning("kernel_select: %s; benchmarking all Triton configs (shown once per cause)", cause,
+                    exc_info=not isinstance(exc, KernelSelectError))
+
+
+def gemm_config_of(config: Any) -> GemmConfig | None:
+    """The GemmConfig a triton.Config (anything with .kwargs/.num_stages/.num_warps) describes,
+    or None if it does not describe a Triton GEMM tile we can model."""
+    kwargs = getattr(config, "kwargs", None)
+    if not isinstance(kwargs, dict):
+        return None
+    normalized = {}
+    for canonical, spellings in _NAME_ALIASES.items():
+        for spelling in spellings:
+            if spelling in kwargs:
+                normalized[canonical] = kwargs[spelling]
+                break
+    try:
+        shim = types.SimpleNamespace(kwargs=normalized, num_stages=config.num_stages,
+                                     num_warps=config.num_warps)
+        return GemmConfig.from_triton(shim)
+    except (KeyError, AttributeError, TypeError, ValueError, ConfigError):
+        return None
+
+
+def _check_top_k(top_k: object) -> int | float:
+    if isinstance(top_k, bool):
+        pass
+    elif isinstance(top_k, int) and top_k >= 1:
+        return top_k
+    elif isinstance(top_k, float) and 0.0 < top_k <= 1.0:
+        return top_k
+    raise OptionError(f"triton_pruner(top_k=...): expected an int >= 1 or a fraction in (0, 1], "
+                      f"got {top_k!r}")
+
+
+def _count(top_k: int | float, available: int) -> int:
+    if isinstance(top_k, float):
+        return max(1, int(available * top_k))  # like Triton: a small fraction still keeps one
+    return top_k
+
+
+_detected_lock = threading.Lock()
+_detected_cache: dict[int, DeviceSpec] = {}
+
+
+def _detected(index: int) -> DeviceSpec:
+    with _detected_lock:
+        if index not in _detected_cache:
+            _detected_cache[index] = detect(index)
+        return _detected_cache[index]

@@ -1,0 +1,75 @@
+"""End to end on a CUDA GPU: torch.compile max-autotune with the handler benchmarks exactly k
+Triton configs plus cuBLAS, and the compiled matmul is right."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+
+def _inputs(m: int, n: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16, generator=gen)
+    return a, b
+
+
+def _check_close(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    reference = a.float() @ b.float()
+    # bf16 output of an fp32 accumulation: within a few bf16 ulps of |C| ~ sqrt(K).
+    torch.testing.assert_close(out.float(), reference, rtol=2e-2, atol=2e-2 * math.sqrt(a.shape[1]))
+
+
+@pytest.mark.parametrize("route", ["install", "options"])
+def test_compiled_mm_benchmarks_exactly_k_triton_configs_plus_aten(route: str):
+    import kernel_select.inductor as ks_inductor
+
+    a, b = _inputs(560, 1280, 3420)  # the seed problem: K = 3420 is not a multiple of any BLOCK_K
+    torch._dynamo.reset()
+    k = 4 if route == "install" else 2
+    with ks_inductor.enabled(topk=4) as handler, torch._inductor.config.patch(force_disable_caches=True), \
+            ks_inductor.record_autotuning() as records:
+        if route == "install":
+            compiled = torch.compile(lambda x, y: x @ y, mode="max-autotune-no-cudagraphs")
+        else:  # the per-compile option overrides install(topk=4)
+            options = ks_inductor.max_autotune_options(gemm_topk=2)
+            compiled = torch.compile(lambda x, y: x @ y, options=options)
+        out = compiled(a, b)
+        torch.cuda.synchronize()
+
+    mm = [record for record in records if record.op == "mm"]
+    assert len(mm) == 1, records
+    assert mm[0].count("triton") == k
+    assert mm[0].count("extern") == 1  # cuBLAS always competes
+    benchmarked = {t.config for t in mm[0].timings if t.kind == "triton"}
+    assert benchmarked == set(handler.selections[-1].configs)
+    assert mm[0].winner is not None
+    _check_close(out, a, b)
+    torch._dynamo.reset()
+
+
+def test_bmm_and_addmm_are_selected_too():
+    import kernel_select.inductor as ks_inductor
+
+    a = torch.randn(4, 256, 512, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(4, 512, 384, device="cuda", dtype=torch.bfloat16)
+    bias = torch.randn(384, device="cuda", dtype=torch.bfloat16)
+    torch._dynamo.reset()
+    with ks_inductor.enabled(topk=3) as handler, torch._inductor.config.patch(force_disable_caches=True), \
+            ks_inductor.record_autotuning() as records:
+        bmm = torch.compile(lambda x, y: torch.bmm(x, y), mode="max-autotune-no-cudagraphs")
+        addmm = torch.compile(lambda x, w, c: torch.addmm(c, x, w), mode="max-autotune-no-cudagraphs")
+        out_bmm = bmm(a, b)
+        out_addmm = addmm(a[0], b[0], bias)
+        torch.cuda.synchronize()
+    by_op = {record.op: record for record in records}
+    assert by_op["bmm"].count("triton") == 3 and by_op["addmm"].count("triton") == 3
+    assert {s.problem.op for s in handler.selections} >= {"bmm", "addmm"}
+    torch.testing.assert_close(out_bmm.float(), a.float() @ b.float(), rtol=2e-2, atol=0.5)
+    expected = a[0].float() @ b[0].float() + bias.float()
+    torch.testing.assert_close(out_addmm.float(), expected, rtol=2e-2, atol=0.5)
+    torch._dynamo.reset()

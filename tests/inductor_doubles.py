@@ -1,0 +1,105 @@
+"""Test doubles for the Inductor and Triton integration tests.
+
+`selection_api()` makes `kernel_select.select.top_k` / `rank` importable: the real module when it
+exists, otherwise a minimal stand-in that follows the same contract (LUT entries first, then the
+model's order, stable ties), so these tests exercise the integration code either way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import sys
+import types
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from kernel_select import space
+from kernel_select.configs import GemmConfig
+from kernel_select.errors import ModelError
+from kernel_select.model import PerformanceModel
+from kernel_select.problem import Problem
+
+
+class FakeModel(PerformanceModel):
+    """Deterministic, all-distinct predictions: prefers 128x128x64 tiles, few stages, few warps."""
+
+    name = "fake"
+
+    def __init__(self, device: str = "h100", tag: str = "v1") -> None:
+        super().__init__(device)
+        self.tag = tag
+        self.calls = 0
+
+    def estimate(self, m: int, n: int, k: int, dtype: str, configs: Sequence[GemmConfig]) -> np.ndarray:
+        self.calls += 1
+        return np.array([0.01 + score(c) for c in configs], dtype=np.float64)
+
+    def describe(self) -> str:
+        return f"fake model {self.tag} for {self.device.key}"
+
+
+def score(c: GemmConfig) -> float:
+    # Weighted so that no two configs of the exhaustive space tie.
+    return (abs(c.block_m - 128) * 10 + abs(c.block_n - 128) + abs(c.block_k - 64) * 0.1
+            + c.num_stages * 0.01 + c.num_warps * 0.001 + c.group_m * 1e-6)
+
+
+class BrokenModel(FakeModel):
+    def estimate(self, m, n, k, dtype, configs):  # noqa: ANN001, ANN201
+        raise ModelError("fake.pt: weights do not match the model card")
+
+
+class FakeLUT:
+    def __init__(self, entries: dict[tuple[int, int, int, str], list[GemmConfig]], tag: str = "") -> None:
+        self.entries = entries
+        self.tag = tag
+
+    def lookup(self, problem: Problem, device: object) -> list[GemmConfig]:
+        return list(self.entries.get((problem.m, problem.n, problem.k, problem.dtype), []))
+
+    def digest(self) -> str:
+        text = repr(sorted((key, [c.key for c in value]) for key, value in self.entries.items())) + self.tag
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Choice:
+    config: GemmConfig
+    predicted_ms: float
+    source: str
+
+
+def _top_k(problem, k, lut=None, model=None, device=None, candidates=None):  # noqa: ANN001, ANN202
+    pinned = list(dict.fromkeys(lut.lookup(problem, device))) if lut is not None else []
+    pool = list(candidates) if candidates is not None else space.for_problem(problem, device or "h100")
+    rest = [c for c in pool if c not in set(pinned)]
+    count = k if isinstance(k, int) else max(1, int(len(pool) * k))
+    ranked = _rank(problem, rest, model) if rest else []
+    return [_Choice(c, 0.0, "lut") for c in pinned] + ranked[:max(0, count - len(pinned))]
+
+
+def _rank(problem, configs, model):  # noqa: ANN001, ANN202
+    estimates = model.estimate(problem.m, problem.n, problem.k, problem.dtype, configs)
+    order = sorted(range(len(configs)), key=lambda i: estimates[i])
+    return [_Choice(configs[i], float(estimates[i]), model.name) for i in order]
+
+
+def selection_api(monkeypatch: pytest.MonkeyPatch) -> None:
+    try:
+        import kernel_select.select  # noqa: F401
+    except ImportError:
+        fake = types.ModuleType("kernel_select.select")
+        fake.top_k = _top_k
+        fake.rank = _rank
+        monkeypatch.setitem(sys.modules, "kernel_select.select", fake)
+
+
+def expected_top(problem: Problem, k: int, pinned: Sequence[GemmConfig] = (),
+                 device: str = "h100") -> list[GemmConfig]:
+    """What a correct top-k must return with FakeModel: pinned first, then lowest scores."""
+    pool = space.for_problem(problem, device, "exhaustive")
+    rest = sorted((c for c in pool if c not in set(pinned)), key=score)
+    return list(pinned) + rest[:k - len(pinned)]

@@ -1,0 +1,244 @@
+"""The pure parts of `kernel-select compare`: shapes files, methods, summary math, the JSON schema,
+plotting, and the driver's bookkeeping with a fake worker (the real worker needs a GPU)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from kernel_select import cli, compare
+from kernel_select.device import get_device
+from kernel_select.errors import DatasetError, OptionError, ProblemError
+from kernel_select.problem import Problem
+
+FIXTURE = Path(__file__).parent / "fixtures" / "compare_h100.json"
+
+
+# -- shapes files -----------------------------------------------------------------------------------
+
+def test_default_suite_has_the_seed_backward_and_llama_shapes():
+    cases = compare.load_cases()
+    problems = {c.problem for c in cases}
+    assert len(cases) == 34 and len({c.label for c in cases}) == 34
+    for m in (560, 1024, 2048):
+        assert {Problem(m, 1280, 3420), Problem(m, 3420, 1280), Problem(1280, 3420, m)} <= problems
+    assert Problem(32, 28672, 32) in problems
+    for k, n in ((4096, 4096), (4096, 1024), (4096, 14336), (14336, 4096)):
+        assert {Problem(m, n, k) for m in (1, 16, 128, 512, 2048, 8192)} <= problems
+    assert {c.problem.dtype for c in cases} == {"bfloat16"}
+
+
+def test_json_shapes_as_objects_lists_or_wrapped(tmp_path: Path):
+    path = tmp_path / "shapes.json"
+    entries = [[64, 128, 256], [8, 16, 32, "fp16"], {"m": 1, "n": 2, "k": 3, "label": "tiny"}]
+    path.write_text(json.dumps(entries))
+    cases = compare.load_cases(path)
+    assert [c.problem for c in cases] == [Problem(64, 128, 256), Problem(8, 16, 32, "float16"),
+                                          Problem(1, 2, 3)]
+    assert cases[0].label == "64x128x256-bfloat16" and cases[2].label == "tiny"
+    path.write_text(json.dumps({"problems": [{"m": 5, "n": 6, "k": 7}]}))
+    assert compare.load_cases(path)[0].problem == Problem(5, 6, 7)
+
+
+def test_csv_shapes_with_and_without_header(tmp_path: Path):
+    path = tmp_path / "shapes.csv"
+    path.write_text("# comment\nm,n,k,dtype,label\n560,1280,3420,bf16,seed\n\n32,64,128,,\n")
+    cases = compare.load_cases(path)
+    assert [c.problem for c in cases] == [Problem(560, 1280, 3420), Problem(32, 64, 128)]
+    assert cases[0].label == "seed"
+    path.write_text("560,1280,3420\n16,4096,4096,float16\n")
+    assert [c.problem for c in compare.load_cases(path)] == [Problem(560, 1280, 3420),
+                                                             Problem(16, 4096, 4096, "float16")]
+
+
+@pytest.mark.parametrize("name,text,message", [
+    ("a.json", "[[1, 2]]", "entry 0"),
+    ("a.json", '[{"m": 1, "n": 2, "k": 3, "dtyp": "bf16"}]', "unknown field"),
+    ("a.json", '[{"m": 1, "n": 2, "k": 3, "dtype": "int4"}]', "entry 0: dtype"),
+    ("a.json", '[{"m": 0, "n": 2, "k": 3}]', "entry 0: m"),
+    ("a.json", "{not json", "line 1"),
+    ("a.json", "[]", "no problems"),
+    ("a.csv", "m,n\n1,2\n", "lacks column"),
+    ("a.csv", "1,2,x\n", "line 1: k"),
+])
+def test_malformed_shapes_name_file_and_entry(tmp_path: Path, name: str, text: str, message: str):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ProblemError, match=message) as info:
+        compare.load_cases(path)
+    assert str(path) in str(info.value)
+
+
+def test_topks_and_methods():
+    assert compare.parse_topks("1, 2,4,8,4") == [1, 2, 4, 8]
+    assert compare.parse_topks("default") == ["DEFAULT"]
+    for bad in ("0", "SAME", "", "a,b"):
+        with pytest.raises(OptionError):
+            compare.parse_topks(bad)
+    names = [m.name for m in compare.methods_for([1, 4], exhaustive=True)]
+    assert names == ["eager", "stock", "stock-exhaustive", "topk-1", "topk-4"]
+    assert compare.methods_for([2])[2].topk == 2
+
+
+def test_input_copies_stream_twice_the_l2_between_reuses():
+    l2 = get_device("h100").l2_bytes
+    assert compare.input_copies(l2, l2) == 2
+    assert compare.input_copies(2 * l2, l2) == 2  # never fewer than two: consecutive calls differ
+    small = 3_700_000  # 32x28672x32 bf16 reads ~3.7 MB per call
+    copies = compare.input_copies(small, l2)
+    assert copies * small >= 2 * l2 and (copies - 1) * small < 2 * l2
+    assert compare.input_copies(1, l2) == compare.MAX_INPUT_COPIES
+    with pytest.raises(ValueError):
+        compare.input_copies(0, l2)
+
+
+# -- summary math -----------------------------------------------------------------------------------
+
+def result(ms: float | None, tuning: float = 0.0, error: str | None = None) -> dict:
+    return {"tuning_s": tuning, "kernel_ms": ms, "speedup": None, "choice": "aten mm", "n_triton": 0,
+            "n_choices": 1, "timing": "cuda_graph", "max_rel_error": 0.001, "error": error}
+
+
+def results_of(rows: list[dict[str, dict]]) -> dict:
+    methods = list(rows[0])
+    return {"schema_version": 1, "kind": "kernel_select.compare", "environment": {}, "settings": {},
+            "methods": methods,
+            "problems": [{"label": f"p{i}", "m": 1, "n": 1, "k": 1, "dtype": "bfloat16", "results": r}
+                         for i, r in enumerate(rows)]}
+
+
+def test_summary_ratios_geomeans_and_slower_than_eager():
+    results = results_of([
+        {"eager": result(1.0), "stock": result(0.5, 10.0), "topk-2": result(1.03, 2.0)},
+        {"eager": result(2.0), "stock": result(2.0, 30.0), "topk-2": result(1.0, 3.0)},
+    ])
+    summary = compare.summarize(results)
+    stock, topk = summary.rows
+    assert summary.problems_used == 2 and summary.problems_excluded == []
+    assert stock.method == "stock" and stock.kernel_ratio_vs_stock == pytest.approx(1.0)
+    assert stock.speedup_vs_eager == pytest.approx(math.sqrt(2 * 1))
+    assert topk.kernel_ratio_vs_stock == pytest.approx(math.sqrt((1.03 / 0.5) * (1.0 / 2.0)))
+    assert topk.tuning_ratio_vs_stock == pytest.approx(5.0 / 40.0)
+    assert topk.total_tuning_s == pytest.approx(5.0)
+    assert topk.speedup_vs_eager == pytest.approx(math.sqrt((1 / 1.03) * 2.0))
+    assert topk.slower_than_eager == 1 and stock.slower_than_eager == 0  # 1.03 > 1.02 x eager
+
+
+def test_problems_with_a_failed_measurement_are_excluded_everywhere():
+    results = results_of([
+        {"eager": result(1.0), "stock": result(1.0, 10.0), "topk-1": result(1.0, 1.0)},
+        {"eager": result(1.0), "stock": result(9.0, 99.0), "topk-1": result(None, error="timed out")},
+        {"eager": result(1.0), "stock": result(0.1, 99.0), "topk-1": result(0.1, 1.0, error="wrong result")},
+    ])
+    summary = compare.summarize(results)
+    assert summary.problems_used == 1 and summary.problems_excluded == ["p1", "p2"]
+    assert summary.rows[0].total_tuning_s == pytest.approx(10.0)
+    text = compare.format_summary(summary)
+    assert "2 excluded" in text and "p1" in text and "topk-1" in text
+
+
+# -- schema ---------------------------------------------------------------------------------------
+
+def test_fixture_validates_and_round_trips(tmp_path: Path):
+    results = compare.load_results(FIXTURE)
+    copy = tmp_path / "copy.json"
+    compare.write_results(results, copy)
+    assert compare.load_results(copy) == results
+
+
+@pytest.mark.parametrize("mutate,message", [
+    (lambda r: r.update(kind="other"), "not a version-1"),
+    (lambda r: r.pop("methods"), "missing 'methods'"),
+    (lambda r: r["problems"][0].pop("k"), "missing 'k'"),
+    (lambda r: r["problems"][0]["results"]["stock"].pop("choice"), "stock: missing choice"),
+    (lambda r: r["problems"][0]["results"]["stock"].update(kernel_ms=-1.0), "stock.kernel_ms"),
+    (lambda r: r["problems"][0]["results"].update(mystery=r["problems"][0]["results"]["stock"]),
+     "unknown method"),
+])
+def test_schema_violations_are_reported(tmp_path: Path, mutate, message: str):  # noqa: ANN001
+    results = json.loads(FIXTURE.read_text())
+    mutate(results)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(results))
+    with pytest.raises(DatasetError, match=message) as info:
+        compare.load_results(path)
+    assert str(path) in str(info.value)
+
+
+def test_worker_output_is_sanitized_to_strict_json():
+    raw = {"tuning_s": 1.5, "kernel_ms": float("nan"), "max_rel_error": float("inf"), "choice": "aten mm",
+           "unexpected": 1}
+    cleaned = compare._method_result(raw)
+    assert set(cleaned) == set(compare.METHOD_FIELDS)
+    assert cleaned["kernel_ms"] is None and cleaned["max_rel_error"] is None and cleaned["tuning_s"] == 1.5
+    json.dumps(cleaned, allow_nan=False)
+
+
+# -- plot, driver, CLI --------------------------------------------------------------------------------
+
+def test_plot_from_results_file(tmp_path: Path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "tradeoff.png"
+    figure = compare.plot_tradeoff(compare.load_results(FIXTURE), out)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    labels = [t.get_text() for t in figure.axes[0].get_legend().get_texts()]
+    assert "stock max-autotune (EXHAUSTIVE)" in labels and "kernel_select top-k" in labels
+
+
+def test_frames_for_the_notebook():
+    results = compare.load_results(FIXTURE)
+    summary = compare.summary_frame(results)
+    assert list(summary.index) == [m for m in results["methods"] if m != "eager"]
+    problems = compare.problem_frame(results)
+    assert len(problems) == len(results["problems"]) and "topk-4 choice" in problems.columns
+
+
+def test_driver_runs_every_method_per_problem_and_writes_valid_results(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch):
+    import torch
+
+    import kernel_select.device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(kernel_select.device, "detect", lambda index=0: get_device("h100"))
+    specs = []
+
+    def fake_worker(spec: dict, log_path: Path, timeout_s: float) -> dict:
+        specs.append(spec)
+        method = spec["method"]["name"]
+        if method == "topk-2" and spec["problem"]["m"] == 64:
+            return {"error": "worker exited with status 1"}
+        ms = {"eager": 2.0, "stock": 1.0}.get(method, 1.5)
+        return {"tuning_s": 0.0 if method == "eager" else 4.0, "kernel_ms": ms, "choice": "aten mm",
+                "n_triton": 0, "n_choices": 1, "timing": "cuda_graph", "max_rel_error": 0.001}
+
+    monkeypatch.setattr(compare, "_run_worker", fake_worker)
+    cases = [compare.Case(Problem(64, 64, 64), "a"), compare.Case(Problem(128, 64, 32), "b")]
+    results, json_path, png_path = compare.run_compare(cases, out_dir=tmp_path, topks=[1, 2], lut="lut.json",
+                                                       progress=False)
+    assert json_path == tmp_path / "compare_h100.json"
+    assert compare.load_results(json_path) == results
+    assert [s["method"]["name"] for s in specs] == ["eager", "stock", "topk-1", "topk-2"] * 2
+    assert {s["lut"] for s in specs} == {"lut.json"} and specs[0]["l2_bytes"] == get_device("h100").l2_bytes
+    first = results["problems"][0]["results"]
+    assert first["stock"]["speedup"] == pytest.approx(2.0)
+    assert first["topk-1"]["speedup"] == pytest.approx(2 / 1.5)
+    assert first["topk-2"]["error"] and first["topk-2"]["speedup"] is None
+    assert compare.summarize(results).problems_used == 1
+    if png_path is not None:
+        assert png_path.exists()
+
+
+def test_cli_compare_without_a_gpu_is_a_one_line_error(capsys: pytest.CaptureFixture[str],
+                                                       monkeypatch: pytest.MonkeyPatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit) as info:
+        cli.main(["compare", "--topk", "1,2"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "needs a CUDA GPU" in err
