@@ -106,12 +106,15 @@ def top_k(problem: Problem, k: int | float, lut: ConfigLookup | None = None,
     count = resolve_k(k, len(candidates))
 
     pinned = _lut_configs(lut, problem, spec)
+    # One batched model call scores the candidates and the LUT entries (shown with their
+    # prediction) together: inside torch.compile the model call is the whole cost.
+    all_scores = _scores(problem, [*candidates, *pinned], model)
+    scores = all_scores[: len(candidates)]
     chosen = [Choice(config, float(ms), LUT_SOURCE)
-              for config, ms in zip(pinned, _scores(problem, pinned, model))]
+              for config, ms in zip(pinned, all_scores[len(candidates):])]
     if len(chosen) >= count or not candidates:
         return chosen
 
-    scores = _scores(problem, candidates, model)
     seen = set(pinned)
     # Walk the ranking and stop at k: only the taken configs are hashed and wrapped, which
     # keeps selection over a full exhaustive space near the cost of the model itself.

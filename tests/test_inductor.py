@@ -23,7 +23,7 @@ from torch._inductor.virtualized import V  # noqa: E402
 
 import kernel_select.config as ks_config  # noqa: E402
 import kernel_select.inductor as ks_inductor  # noqa: E402
-from inductor_doubles import BrokenModel, FakeLUT, FakeModel, expected_top, selection_api  # noqa: E402
+from tests.inductor_doubles import BrokenModel, FakeLUT, FakeModel, expected_top, selection_api  # noqa: E402
 from kernel_select.configs import GemmConfig  # noqa: E402
 from kernel_select.errors import OptionError  # noqa: E402
 from kernel_select.problem import Problem  # noqa: E402

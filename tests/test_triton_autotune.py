@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from inductor_doubles import BrokenModel, FakeLUT, FakeModel, score, selection_api
+from tests.inductor_doubles import BrokenModel, FakeLUT, FakeModel, score, selection_api
 from kernel_select.configs import GemmConfig
 from kernel_select.errors import OptionError
 from kernel_select.triton_autotune import gemm_config_of, triton_pruner
