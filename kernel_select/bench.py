@@ -111,6 +111,10 @@ def _compile_keys(keys: list[CompileKey]) -> list[tuple[CompileKey, str | None, 
     return out
 
 
+def distinct_keys_of(runs: Sequence[PlannedRun]) -> list[CompileKey]:
+    return distinct_keys([list(runs)])
+
+
 def precompile(keys: Sequence[CompileKey], workers: int = 0, progress: bool = True,
                batch: int = 6) -> dict[CompileKey, tuple[str | None, str]]:
     """Compile every key in parallel; returns key -> (error status or None, error text)."""

@@ -105,6 +105,46 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- fidelity (GPU) ------------------------------------------------------------------------------
+
+def _fidelity_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("fidelity", help="compare the harness's timings with real Inductor's (GPU)",
+                       description="For each problem, time the same configs with real torch.compile "
+                                   "max-autotune (Inductor's own per-choice timings) and with the "
+                                   "benchmark harness; report the Spearman rank correlation and the "
+                                   "median time ratio per problem. Needs a CUDA GPU.")
+    p.add_argument("--shapes", required=True, help="JSON list of {m, n, k, dtype[, source]}")
+    p.add_argument("--data", default=None,
+                   help="dataset to pick configs from (spread over the measured ranking); "
+                        "default: a random sample of each problem's space")
+    p.add_argument("--configs", type=int, default=40, help="configs per problem (default: %(default)s)")
+    p.add_argument("--json", dest="json_out", default=None, help="write the results here")
+    p.set_defaults(handler=_fidelity)
+
+
+def _fidelity(args: argparse.Namespace) -> int:
+    import logging
+
+    from kernel_select import dataset, fidelity, shapes
+    from kernel_select.device import detect
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    problems = [s.problem() for s in shapes.load(args.shapes)]
+    data = dataset.read(args.data) if args.data else None
+    results = fidelity.check(problems, detect(), configs_per_problem=args.configs, data=data)
+    summary = fidelity.summarize(results)
+    print(f"{'problem':<34} {'n':>3} {'spearman':>8} {'(min)':>6} {'ratio':>6}  inductor best / harness best")
+    for r in results:
+        print(f"{r.problem:<34} {r.n_configs:>3} {r.spearman_median:>8.3f} {r.spearman_min:>6.3f} "
+              f"{r.median_ratio:>6.3f}  {r.inductor_best} / {r.harness_best}")
+    print(f"median Spearman {summary['median_spearman']:.3f} over {summary['problems']} problems "
+          f"(lowest {summary['min_spearman']:.3f}); median Inductor/harness time ratio "
+          f"{summary['median_time_ratio']:.3f}")
+    if args.json_out:
+        fidelity.write_json(summary, args.json_out)
+    return 0
+
+
 # -- shapes ----------------------------------------------------------------------------------------
 
 def _shapes_parser(sub: argparse._SubParsersAction) -> None:
@@ -524,7 +564,7 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 _PARSERS: list[Callable[[argparse._SubParsersAction], None]] = [
-    _space_parser, _topk_parser, _demo_parser, _shapes_parser, _bench_parser, _lut_parser, _compare_parser,
+    _space_parser, _topk_parser, _demo_parser, _shapes_parser, _bench_parser, _fidelity_parser, _lut_parser, _compare_parser,
 ]
 
 

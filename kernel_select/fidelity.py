@@ -1,0 +1,187 @@
+"""Fidelity check: does the standalone harness rank configs the way real Inductor does?
+
+For each problem, the same configs are timed twice on the GPU:
+  * by Inductor itself: `torch.compile(mode="max-autotune-no-cudagraphs")` of `a @ b` with
+    kernel_select's choices handler restricted to exactly these configs (a temporary LUT that pins
+    them, top-k = their number), Inductor's own per-choice timings read by a feedback saver;
+  * by kernel_select's harness (`bench.time_problem`), in the same process.
+Reported per problem: the Spearman rank correlation between the two and the median ratio of
+Inductor's time to the harness's. Inductor's benchmarker reports the minimum of L2-flushed runs
+that include the Python launch gap, so its times carry a small per-launch offset; ranks do not.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from kernel_select import dataset
+from kernel_select.configs import GemmConfig
+from kernel_select.device import DeviceSpec
+from kernel_select.problem import Problem
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class FidelityResult:
+    problem: str
+    n_configs: int
+    spearman_median: float  # Inductor vs harness median
+    spearman_min: float  # Inductor vs harness min (Inductor reports a min too)
+    median_ratio: float  # median over configs of inductor_ms / harness_ms
+    inductor_best: str
+    harness_best: str
+    compile_s: float
+
+
+def spearman(x: np.ndarray, y: np.ndarray) -> float:
+    """Spearman rank correlation with average ranks for ties; nan for fewer than 3 points."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    keep = np.isfinite(x) & np.isfinite(y)
+    if keep.sum() < 3:
+        return float("nan")
+    rx = pd.Series(x[keep]).rank().to_numpy()
+    ry = pd.Series(y[keep]).rank().to_numpy()
+    if rx.std() == 0 or ry.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def pick_configs(problem: Problem, device: DeviceSpec, count: int, data: pd.DataFrame | None,
+                 seed: int = 0) -> list[GemmConfig]:
+    """`count` configs of the problem's space spread over its measured ranking (the 8 fastest and
+    the rest evenly spaced), or a seeded random sample when the problem was never measured."""
+    from kernel_select.space import for_problem
+
+    space = for_problem(problem, device, "exhaustive")
+    rows = None
+    if data is not None:
+        pid = dataset.problem_id(problem.m, problem.n, problem.k, problem.dtype)
+        rows = data[(data["problem_id"] == pid) & (data["backend"] == "triton")
+                    & np.isfinite(data["runtime_ms"])]
+    if rows is None or rows.empty:
+        rng = np.random.default_rng(seed)
+        idx = rng.choice(len(space), size=min(count, len(space)), replace=False)
+        return [space[i] for i in sorted(idx)]
+    ordered = rows.sort_values("runtime_ms")
+    keys = [tuple(int(v) for v in r) for r in ordered[list(dataset.CONFIG_COLUMNS)].to_numpy()]
+    top = keys[:8]
+    rest = keys[8:]
+    step = max(1, len(rest) // max(count - len(top), 1))
+    chosen = top + rest[::step][: max(count - len(top), 0)]
+    return [GemmConfig.from_key(k) for k in chosen]
+
+
+def _pinning_lut(problem: Problem, device: DeviceSpec, configs: list[GemmConfig], path: Path) -> None:
+    from kernel_select.lut import parse_lut, save_lut
+
+    raw = {"schema_version": 1, "devices": {device.key: {problem.op: {problem.dtype: [
+        {"m": problem.m, "n": problem.n, "k": problem.k,
+         "configs": [c.model_dump() for c in configs], "note": "fidelity check"}]}}}}
+    save_lut(parse_lut(json.dumps(raw), source="<fidelity>"), path)
+
+
+def inductor_timings(problem: Problem, device: DeviceSpec, configs: list[GemmConfig],
+                     workdir: Path) -> tuple[dict[GemmConfig, float], float]:
+    """Inductor's own timing of each config (ms) and the compile's wall time."""
+    import torch
+
+    from kernel_select import inductor
+
+    lut_path = workdir / f"fidelity_{problem.m}x{problem.n}x{problem.k}.json"
+    _pinning_lut(problem, device, configs, lut_path)
+    dtype = getattr(torch, problem.dtype)
+    a = torch.randn(problem.m, problem.k, device="cuda", dtype=dtype)
+    b = torch.randn(problem.k, problem.n, device="cuda", dtype=dtype)
+    torch._dynamo.reset()
+    with inductor.enabled(topk=len(configs), kernel_lut_path=str(lut_path), device=device.key), \
+            inductor.record_autotuning() as records:
+        compiled = torch.compile(lambda x, y: x @ y, options=inductor.max_autotune_options(
+            max_autotune_gemm_backends="TRITON,ATEN"))
+        start = time.perf_counter()
+        compiled(a, b)
+        torch.cuda.synchronize()
+        elapsed = time.perf_counter() - start
+    timings: dict[GemmConfig, float] = {}
+    for record in records:
+        for t in record.timings:
+            if t.kind == "triton" and t.config is not None:
+                timings[t.config] = min(t.ms, timings.get(t.config, math.inf))
+    return timings, elapsed
+
+
+def _planned(problem: Problem, configs: list[GemmConfig]) -> list:
+    from kernel_select.bench_plan import PlannedRun, compile_key
+
+    return [PlannedRun(problem, c, compile_key(problem, c, False)) for c in configs]
+
+
+def harness_timings(problem: Problem, device: DeviceSpec, configs: list[GemmConfig], compiled: dict
+                    ) -> tuple[dict[GemmConfig, float], dict[GemmConfig, float]]:
+    """The harness's median and min per config (every config re-timed as a contender)."""
+    from kernel_select import bench
+
+    runs = _planned(problem, configs)
+    options = bench.BenchOptions(contender_factor=math.inf)
+    results, _ = bench.time_problem(runs, compiled, device, options)
+    med, low = {}, {}
+    for i, run in enumerate(runs):
+        samples = [s for s in results[i].samples if math.isfinite(s)]
+        if samples and results[i].status in ("ok", "capped"):
+            med[run.config] = float(np.median(samples))
+            low[run.config] = min(samples)
+    return med, low
+
+
+def check(problems: list[Problem], device: DeviceSpec, *, configs_per_problem: int = 40,
+          data: pd.DataFrame | None = None) -> list[FidelityResult]:
+    from tqdm import tqdm
+
+    from kernel_select import bench
+
+    picked = {p: pick_configs(p, device, configs_per_problem, data) for p in problems}
+    keys = bench.distinct_keys_of([r for p, cs in picked.items() for r in _planned(p, cs)])
+    compiled = bench.precompile(keys)  # all harness binaries at once, in parallel
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ.setdefault("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
+        for problem in tqdm(problems, desc="fidelity", unit="problem"):
+            configs = picked[problem]
+            ind, compile_s = inductor_timings(problem, device, configs, Path(tmp))
+            med, low = harness_timings(problem, device, configs, compiled)
+            common = [c for c in configs if c in ind and c in med and math.isfinite(ind[c])]
+            x = np.array([ind[c] for c in common])
+            result = FidelityResult(
+                problem=str(problem), n_configs=len(common),
+                spearman_median=spearman(x, np.array([med[c] for c in common])),
+                spearman_min=spearman(x, np.array([low[c] for c in common])),
+                median_ratio=float(np.median(x / np.array([med[c] for c in common]))) if common else math.nan,
+                inductor_best=min(common, key=ind.get).short() if common else "",
+                harness_best=min(common, key=med.get).short() if common else "",
+                compile_s=compile_s)
+            log.info("%s", result)
+            out.append(result)
+    return out
+
+
+def summarize(results: list[FidelityResult]) -> dict:
+    rho = [r.spearman_median for r in results if math.isfinite(r.spearman_median)]
+    return {"problems": len(results),
+            "median_spearman": float(np.median(rho)) if rho else math.nan,
+            "min_spearman": float(np.min(rho)) if rho else math.nan,
+            "median_time_ratio": float(np.median([r.median_ratio for r in results])),
+            "results": [asdict(r) for r in results]}
+
+
+def write_json(summary: dict, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(summary, indent=1) + "\n")

@@ -1,0 +1,115 @@
+"""Planning the benchmark: compile keys, shapes files and the dataset schema and resume logic."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from kernel_select import dataset, shapes
+from kernel_select.bench_plan import compile_key, distinct_keys, plan, pow2_divisor
+from kernel_select.configs import GemmConfig
+from kernel_select.device import get_device
+from kernel_select.errors import DatasetError, ProblemError
+from kernel_select.problem import Problem
+
+H100 = get_device("h100")
+
+
+def test_pow2_divisor_matches_what_a_literal_tells_the_compiler():
+    assert [pow2_divisor(x) for x in (3420, 1280, 4096, 7, 24)] == [4, 16, 16, 1, 8]
+
+
+def test_compile_key_carries_inductor_specializations():
+    cfg = GemmConfig(block_m=64, block_n=128, block_k=64, num_stages=3, num_warps=4)
+    key = compile_key(Problem(560, 1280, 3420), cfg, allow_tf32=True)
+    assert (key.even_k, key.k_div, key.n_div, key.a_hint, key.b_hint) == (False, 4, 16, True, True)
+    assert key.allow_tf32 is False  # only fp32 inputs take TF32
+    small = compile_key(Problem(1, 1280, 4096), GemmConfig(block_m=16, block_n=128, block_k=64,
+                                                           num_stages=3, num_warps=4), True)
+    assert small.even_k and not small.a_hint  # M < BLOCK_M: Inductor drops the contiguity hint
+
+
+def test_problems_with_one_alignment_share_binaries():
+    planned = plan([Problem(560, 1280, 3420), Problem(2048, 1280, 3420)], H100)
+    assert len(distinct_keys(planned)) == len(planned[0]) == len(planned[1])
+
+
+def test_shape_generators_respect_caps_and_roundtrip(tmp_path):
+    random_ = shapes.random_shapes(200, seed=3, max_flop=1e11)
+    assert len(random_) == 200
+    assert all(2 * s.m * s.n * s.k <= 1e11 for s in random_)
+    assert all(s.m >= 1 and s.n >= 16 and s.k >= 16 for s in random_)
+    # Sizes below 256 are powers of two; larger ones are multiples of 64 or 4 mod 8.
+    for s in random_:
+        for x in (s.m, s.n, s.k):
+            assert (x < 256 and x & (x - 1) == 0) or (x >= 256 and (x % 64 == 0 or x % 8 == 4))
+    assert shapes.random_shapes(50, seed=3) == shapes.random_shapes(50, seed=3)
+    seed = shapes.seed_shapes()
+    assert {(s.m, s.n, s.k) for s in seed} >= {(560, 1280, 3420), (560, 3420, 1280), (1280, 3420, 560)}
+    path = tmp_path / "shapes.json"
+    shapes.save(seed, path)
+    assert shapes.load(path) == seed
+
+
+def test_shapes_file_errors_name_the_entry(tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps([{"m": 1, "n": 2, "k": 3}, {"m": -1, "n": 2, "k": 3}]))
+    with pytest.raises(ProblemError, match=r"bad.json\[1\].*m"):
+        shapes.load(path)
+
+
+def _rows(pid: str, runtimes: list[float]) -> pd.DataFrame:
+    m, n, k = (int(x) for x in pid.split("/")[2].split("x")[1:])
+    base = dict(problem_id=pid, m=m, n=n, k=k, batch=1, dtype="bfloat16", op="mm", layout="nn",
+                backend="triton", group_m=8, even_k=False, allow_tf32=False, n_runs=1, status="ok",
+                error="", split=dataset.split_of(pid), device_name="NVIDIA H100 80GB HBM3", sm_count=132,
+                torch_version="2.11.0", triton_version="3.6.0", git_sha="abc", timestamp="t",
+                timing_method="events")
+    return pd.DataFrame([dict(base, block_m=16 * (i + 1), block_n=16, block_k=16, num_stages=1,
+                              num_warps=1, runtime_ms=ms, runtime_min_ms=ms)
+                         for i, ms in enumerate(runtimes)])
+
+
+def test_dataset_append_resumes_and_replaces_problems(tmp_path):
+    out = tmp_path / "d.parquet"
+    a, b = dataset.problem_id(16, 16, 16, "bfloat16"), dataset.problem_id(32, 16, 16, "bfloat16")
+    dataset.append(out, _rows(a, [1.0, 2.0]))
+    dataset.append(out, _rows(b, [3.0, math.inf]))
+    assert dataset.completed_problems(out) == {a, b}
+    dataset.append(out, _rows(a, [5.0]))  # a re-run of a problem replaces its rows
+    df = dataset.read(out)
+    assert sorted(df[df.problem_id == a].runtime_ms) == [5.0]
+    assert len(df) == 3
+    assert dataset.read(out, split=dataset.split_of(b))["problem_id"].str.contains(b).any()
+
+
+def test_dataset_schema_errors(tmp_path):
+    with pytest.raises(DatasetError, match="missing columns"):
+        dataset.conform(pd.DataFrame({"m": [1]}))
+    bad = _rows(dataset.problem_id(16, 16, 16, "bfloat16"), [1.0]).assign(status="weird")
+    with pytest.raises(DatasetError, match="status"):
+        dataset.conform(bad)
+    (tmp_path / "x.parquet").write_text("not parquet")
+    with pytest.raises(DatasetError, match="parquet"):
+        dataset.read(tmp_path / "x.parquet")
+
+
+def test_split_is_by_problem_and_fixed():
+    ids = [dataset.problem_id(m, 128, 256, "bfloat16") for m in range(1, 2000)]
+    splits = [dataset.split_of(p) for p in ids]
+    share = {s: splits.count(s) / len(splits) for s in dataset.SPLITS}
+    assert 0.65 < share["train"] < 0.75 and 0.1 < share["val"] < 0.2 and 0.1 < share["test"] < 0.2
+    assert dataset.split_of("bfloat16/mm/1x560x1280x3420") == dataset.split_of("bfloat16/mm/1x560x1280x3420")
+
+
+def test_committed_dataset_meets_its_datasheet():
+    df = dataset.read("data/h100.parquet")
+    assert df["problem_id"].nunique() >= 400
+    assert (df["runtime_ms"] < float("inf")).sum() >= 250_000
+    per_dtype = df.groupby("dtype")["problem_id"].nunique()
+    assert per_dtype["bfloat16"] > per_dtype.drop("bfloat16").sum()
+    assert {"float16", "float32"} <= set(per_dtype.index)
+    assert (df.groupby("problem_id")["backend"].apply(lambda b: (b == "aten").sum()) == 1).all()
