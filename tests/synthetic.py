@@ -80,3 +80,19 @@ def _problem_rows(m, n, k, pid, split, count, rng, noise) -> pd.DataFrame:
         sm_count=DEVICE.sm_count, torch_version="2.11.0", triton_version="3.6.0", git_sha="synthetic",
         timestamp="2026-01-01T00:00:00Z", timing_method="synthetic")
     return rows
+
+
+def untrained_mlp(hidden_widths=(16, 16), seed: int = 0, device: str = "h100"):
+    """An MLPModel with small random weights and identity standardization (for contract tests)."""
+    import torch
+
+    from kernel_select.features import FEATURE_NAMES, FEATURE_VERSION
+    from kernel_select.mlp import MLPModel, ModelCard, RuntimeNet
+
+    torch.manual_seed(seed)
+    net = RuntimeNet(len(FEATURE_NAMES), hidden_widths)
+    card = ModelCard(device=device, feature_version=FEATURE_VERSION, feature_names=list(FEATURE_NAMES),
+                     feature_mean=[0.0] * len(FEATURE_NAMES), feature_std=[1.0] * len(FEATURE_NAMES),
+                     hidden_widths=list(hidden_widths), kernel_overhead_ms=net.kernel_overhead_ms,
+                     dtypes=["bfloat16", "float16"], hyperparameters={"seed": seed})
+    return MLPModel(device, net, card)
