@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 WEIGHTS_FILE = "mlp.pt"
 CARD_FILE = "model_card.json"
 CARD_SCHEMA_VERSION = 1
+# fp16 and bf16 have the same size and tensor-core rate, so their features are identical: a model
+# trained on one scores the other the same way.
+_SAME_FEATURES = {"float16": "bfloat16", "bfloat16": "float16"}
 
 
 class DataProvenance(BaseModel):
@@ -134,7 +137,7 @@ class MLPModel(PerformanceModel):
             dtype = dtype_name(dtype)
         except ProblemError as exc:
             raise UnsupportedProblemError(str(exc)) from None
-        if dtype not in self.card.dtypes:
+        if dtype not in self.card.dtypes and _SAME_FEATURES.get(dtype) not in self.card.dtypes:
             raise UnsupportedProblemError(
                 f"mlp model for {self.device.key}: trained on {self.card.dtypes}, not {dtype}; "
                 f"collect {dtype} data and retrain, or use the analytical model")

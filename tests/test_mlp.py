@@ -55,6 +55,12 @@ def test_dtypes_outside_training_are_unsupported(model):
         _estimate(model, dtype="int8")
 
 
+def test_half_types_share_a_model(tmp_path):
+    model = untrained_mlp()
+    model.card = model.card.model_copy(update={"dtypes": ["bfloat16"]})
+    np.testing.assert_array_equal(_estimate(model, dtype="float16"), _estimate(model, dtype="bfloat16"))
+
+
 def test_save_load_round_trip(model, tmp_path):
     model.save(tmp_path)
     loaded = MLPModel.load(tmp_path, "h100")
