@@ -66,7 +66,7 @@ def _train_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="output directory, e.g. models/h100/")
     p.add_argument("--device", default="h100", help="device the data was measured on (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
-    p.add_argument("--epochs", type=int, default=None, help="training epochs (default: 40)")
+    p.add_argument("--epochs", type=int, default=None, help="training epochs (default: 80)")
     p.add_argument("--objective", choices=("mse", "rank", "both"), default="both",
                    help="loss: mse on log runtime, rank (mse + listwise within-problem), or both and keep "
                         "the better on validation (default: %(default)s)")
