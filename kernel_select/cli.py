@@ -563,8 +563,77 @@ def _compare(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- train / eval (the learned model) ------------------------------------------------------------
+
+def _train_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train", help="train the MLP performance model on a benchmark dataset",
+                       description="Fit the MLP on the dataset's 'train' problems, keep the epoch (and "
+                                   "objective) with the best top-k score on 'val', and write mlp.pt + "
+                                   "model_card.json to --out. The 'test' split is never read.")
+    p.add_argument("--data", required=True, help="benchmark dataset (parquet)")
+    p.add_argument("--out", required=True, help="output directory, e.g. models/h100/")
+    p.add_argument("--device", default="h100", help="device the data was measured on (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
+    p.add_argument("--epochs", type=int, default=None, help="training epochs (default: 80)")
+    p.add_argument("--objective", choices=("mse", "rank", "both"), default="both",
+                   help="loss: mse on log runtime, rank (mse + listwise within-problem), or both and keep "
+                        "the better on validation (default: %(default)s)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(handler=_train)
+
+
+def _train(args: argparse.Namespace) -> int:
+    from kernel_select.train import train
+
+    result = train(args.data, args.out, seed=args.seed, epochs=args.epochs, objective=args.objective,
+                   device=args.device, progress=not args.quiet)
+    for objective, metrics in result.metrics["val"].items():
+        topk = "  ".join(f"k={k}: {v:.4f}" for k, v in metrics["topk"].items())
+        print(f"val [{objective}] epoch {metrics['epoch']}: {topk}")
+    print(f"kept the {result.objective} model; trained in {result.seconds:.0f} s; wrote {result.out_dir}")
+    return 0
+
+
+def _eval_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("eval", help="score models and baselines against the measured oracle",
+                       description="For each problem of a split: score(k) = oracle_ms / best measured ms "
+                                   "among a method's top-k; prints the geometric mean over problems for "
+                                   "the models, random k, Inductor's DEFAULT list, nvMatmulHeuristics (if "
+                                   "installed) and cuBLAS.")
+    p.add_argument("--data", required=True, help="benchmark dataset (parquet)")
+    p.add_argument("--split", choices=("train", "val", "test"), default="test")
+    p.add_argument("--model", default="mlp,analytical",
+                   help="comma-separated registered models (default: %(default)s)")
+    p.add_argument("--mlp-dir", default=None,
+                   help="evaluate the MLP saved in this directory instead of the shipped one")
+    p.add_argument("--device", default=None, help="device key (default: from the dataset)")
+    p.add_argument("--json", default=None, metavar="OUT", help="also write the report as JSON to OUT")
+    p.set_defaults(handler=_eval)
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from kernel_select.evaluate import evaluate, format_report
+
+    models: list = [name.strip() for name in args.model.split(",") if name.strip()]
+    if args.mlp_dir is not None:
+        from kernel_select.mlp import MLPModel
+
+        device = args.device or "h100"
+        models = [MLPModel.load(args.mlp_dir, device) if name == "mlp" else name for name in models]
+    report = evaluate(args.data, args.split, models, device=args.device)
+    print(format_report(report))
+    if args.json:
+        out = Path(args.json)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"wrote {out}")
+    return 0
+
+
 _PARSERS: list[Callable[[argparse._SubParsersAction], None]] = [
-    _space_parser, _topk_parser, _demo_parser, _shapes_parser, _bench_parser, _fidelity_parser, _lut_parser, _compare_parser,
+    _space_parser, _topk_parser, _demo_parser, _shapes_parser, _bench_parser, _fidelity_parser, _lut_parser, _compare_parser, _train_parser, _eval_parser,
 ]
 
 

@@ -9,6 +9,7 @@ deterministic, and give the same answer whether configs are scored together or o
 from __future__ import annotations
 
 import abc
+import importlib
 import logging
 import os
 from collections.abc import Callable, Sequence
@@ -107,9 +108,8 @@ def load_default(device: DeviceSpec | str = "h100") -> PerformanceModel:
 def _ensure_builtin_models() -> None:
     # Importing the implementations registers them; done lazily so `import kernel_select` stays
     # light and a broken optional model cannot break the interface module.
-    import kernel_select.analytical  # noqa: F401
-
-    try:
-        import kernel_select.mlp  # noqa: F401
-    except ImportError as exc:  # torch missing: the analytical model still works
-        log.debug("MLP model unavailable: %s", exc)
+    for module in ("kernel_select.analytical", "kernel_select.mlp"):
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:  # e.g. torch missing: the other model still works
+            log.debug("%s unavailable: %s", module, exc)

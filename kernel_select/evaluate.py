@@ -1,0 +1,363 @@
+"""Offline evaluation: how close to the exhaustive oracle does benchmarking only the top-k get?
+
+For each problem of a split:
+  oracle_ms   = fastest measured Triton config of the problem (finite runtime, status ok/capped)
+  score(k)    = oracle_ms / (fastest measured runtime among the method's k best-ranked configs)
+A method ranks the problem's successfully measured configs (the pruned exhaustive space); the
+score is 1.0 when the oracle config is among its top-k. Reported per method: the geometric mean
+of score(k) over problems for k = 1, 2, 4, 8, 16.
+
+Baselines on the same problems: the analytical model, random k (mean over seeds), Inductor's
+DEFAULT list (best of its measured configs; its k is its size), nvMatmulHeuristics' Triton target
+when the package is installed, and cuBLAS (the problem's aten row) against the oracle.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from kernel_select import dataset
+from kernel_select.configs import GemmConfig
+from kernel_select.device import DeviceSpec, get_device
+from kernel_select.errors import DatasetError, KernelSelectError
+from kernel_select.model import PerformanceModel, get_model
+from kernel_select.problem import Problem
+
+log = logging.getLogger(__name__)
+
+DEFAULT_KS = (1, 2, 4, 8, 16)
+USABLE_STATUSES = ("ok", "capped")
+_CONFIG_COLS = list(dataset.CONFIG_COLUMNS)
+
+# -- metric kernels (pure numpy; shared with training's validation) ------------------------------
+
+
+def best_in_top_k(groups: np.ndarray, scores: np.ndarray, runtime_ms: np.ndarray,
+                  ks: Sequence[int]) -> np.ndarray:
+    """Per group, the fastest runtime among the k rows with the lowest score, for each k.
+
+    Args:
+        groups: int codes 0..G-1, every code present. Rows need not be sorted.
+        scores: the method's ranking key per row (lower = better; ties keep row order).
+        runtime_ms: measured runtime per row.
+    Returns:
+        float64 array (G, len(ks)).
+    """
+    order = np.lexsort((scores, groups))  # stable: ties keep the input order
+    g, r = groups[order], runtime_ms[order]
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    rank = np.arange(len(g)) - np.repeat(starts, np.diff(np.r_[starts, len(g)]))
+    return np.stack([np.minimum.reduceat(np.where(rank < k, r, np.inf), starts) for k in ks], axis=1)
+
+
+def oracle_ms(groups: np.ndarray, runtime_ms: np.ndarray) -> np.ndarray:
+    """Fastest runtime per group code."""
+    best = np.full(groups.max() + 1, np.inf)
+    np.minimum.at(best, groups, runtime_ms)
+    return best
+
+
+def topk_scores(groups: np.ndarray, scores: np.ndarray, runtime_ms: np.ndarray,
+                ks: Sequence[int] = DEFAULT_KS) -> np.ndarray:
+    """score(k) = oracle / best-in-top-k, per group and k: array (G, len(ks)) in (0, 1]."""
+    return oracle_ms(groups, runtime_ms)[:, None] / best_in_top_k(groups, scores, runtime_ms, ks)
+
+
+def geomean(x: np.ndarray, axis: int = 0) -> np.ndarray:
+    return np.exp(np.mean(np.log(x), axis=axis))
+
+
+def spearman_per_group(groups: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Spearman rank correlation of a and b within each group (NaN for groups of < 2 rows)."""
+    ra, rb = _rank_in_group(groups, a), _rank_in_group(groups, b)
+    count = np.bincount(groups).astype(np.float64)
+    mean = (count - 1) / 2  # ranks are 0..count-1 in every group
+    da, db = ra - mean[groups], rb - mean[groups]
+    cov = np.bincount(groups, da * db)
+    var = np.sqrt(np.bincount(groups, da * da) * np.bincount(groups, db * db))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(var > 0, cov / var, np.nan)
+
+
+def _rank_in_group(groups: np.ndarray, values: np.ndarray) -> np.ndarray:
+    order = np.lexsort((values, groups))
+    g = groups[order]
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    rank = np.empty(len(values), dtype=np.float64)
+    rank[order] = np.arange(len(g)) - np.repeat(starts, np.diff(np.r_[starts, len(g)]))
+    return rank
+
+
+# -- the evaluation ------------------------------------------------------------------------------
+
+
+def usable_triton_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """Triton rows that measured a finite, positive runtime (what both training and evaluation use)."""
+    keep = ((df["backend"] == "triton") & df["status"].isin(USABLE_STATUSES)
+            & np.isfinite(df["runtime_ms"]) & (df["runtime_ms"] > 0))
+    return df[keep]
+
+
+def evaluate(data_path: str | Path, split: str = "test",
+             models: Sequence[str | PerformanceModel] = ("mlp", "analytical"), *,
+             device: DeviceSpec | str | None = None, ks: Sequence[int] = DEFAULT_KS,
+             random_seeds: int = 20, default_torch_version: str = "2.11") -> dict[str, Any]:
+    """Score models and baselines on one split of a dataset. Returns JSON-serializable data.
+
+    `models` are registry names (resolved with `get_model(name, device)`) or model instances.
+    A model that cannot be loaded is reported as skipped with the reason, not raised.
+    """
+    df = dataset.read(data_path, split=split)
+    rows = usable_triton_rows(df).sort_values(["problem_id", *_CONFIG_COLS], kind="stable")
+    if rows.empty:
+        raise DatasetError(f"{data_path}: no usable Triton rows in split {split!r}")
+    spec = get_device(device) if device is not None else _dataset_device(rows, data_path)
+    rows = rows.reset_index(drop=True)
+    groups, problem_ids = pd.factorize(rows["problem_id"], sort=True)
+    runtime = rows["runtime_ms"].to_numpy(np.float64)
+    problems = rows.groupby("problem_id", sort=True)[["m", "n", "k", "dtype"]].first()
+
+    report: dict[str, Any] = {
+        "data": Path(data_path).name, "split": split, "device": spec.key, "ks": list(ks),
+        "problems": len(problem_ids), "rows": len(rows), "methods": {},
+    }
+    methods = report["methods"]
+    for entry in models:
+        name = entry if isinstance(entry, str) else entry.name
+        try:
+            model = get_model(entry, spec) if isinstance(entry, str) else entry
+            predicted = _predict(model, rows, problems)
+        except (KernelSelectError, ImportError) as exc:
+            log.warning("evaluate: skipping model %s: %s", name, exc)
+            methods[name] = {"skipped": str(exc)}
+            continue
+        methods[name] = _model_report(name, model, groups, problem_ids, rows, predicted, runtime, ks)
+    methods["random"] = _random_report(groups, runtime, ks, random_seeds)
+    methods["inductor_default"] = _default_report(rows, problems, groups, runtime, spec,
+                                                  default_torch_version)
+    methods["nvmatmulheuristics"] = _nvmmh_report(rows, problems, groups, runtime, spec, ks)
+    report["cublas"] = _cublas_report(df, groups, problem_ids, runtime)
+    return report
+
+
+def _dataset_device(rows: pd.DataFrame, data_path: str | Path) -> DeviceSpec:
+    names = rows["device_name"].dropna().unique()
+    if len(names) != 1:
+        raise DatasetError(f"{data_path}: rows come from devices {list(names)}; pass device=... explicitly")
+    return get_device(str(names[0]))
+
+
+def configs_of(frame: pd.DataFrame) -> list[GemmConfig]:
+    """GemmConfigs of dataset rows, in row order (dataset values are already validated)."""
+    return [GemmConfig.model_construct(block_m=bm, block_n=bn, block_k=bk, num_stages=s, num_warps=w,
+                                       group_m=g)
+            for bm, bn, bk, s, w, g in frame[_CONFIG_COLS].itertuples(index=False, name=None)]
+
+
+def _predict(model: PerformanceModel, rows: pd.DataFrame, problems: pd.DataFrame) -> np.ndarray:
+    predicted = np.empty(len(rows))
+    # rows are sorted by problem_id, the same order as `problems`
+    bounds = np.r_[0, np.cumsum(rows.groupby("problem_id", sort=True).size().to_numpy())]
+    for i, (m, n, k, dtype) in enumerate(problems.itertuples(index=False, name=None)):
+        lo, hi = bounds[i], bounds[i + 1]
+        predicted[lo:hi] = model.estimate(int(m), int(n), int(k), str(dtype), configs_of(rows.iloc[lo:hi]))
+    return predicted
+
+
+def _topk_dict(per_problem: np.ndarray, ks: Sequence[int]) -> dict[str, float]:
+    return {str(k): float(v) for k, v in zip(ks, geomean(per_problem))}
+
+
+def _model_report(name: str, model: PerformanceModel, groups: np.ndarray, problem_ids: pd.Index,
+                  rows: pd.DataFrame, predicted: np.ndarray, runtime: np.ndarray,
+                  ks: Sequence[int]) -> dict[str, Any]:
+    per_problem = topk_scores(groups, predicted, runtime, ks)
+    rho = spearman_per_group(groups, predicted, runtime)
+    q25, median, q75 = np.nanpercentile(rho, [25, 50, 75])
+    out: dict[str, Any] = {
+        "model": model.describe(), "topk": _topk_dict(per_problem, ks),
+        "spearman": {"median": float(median), "q25": float(q25), "q75": float(q75)},
+        "worst": {},
+    }
+    # Which config the model put first, and which one was fastest, for the worst problems.
+    first = rows.iloc[np.lexsort((predicted, groups))].groupby("problem_id", sort=True).head(1)
+    fastest = rows.iloc[np.lexsort((runtime, groups))].groupby("problem_id", sort=True).head(1)
+    for k in (1, 4):
+        if k not in ks:
+            continue
+        scores = per_problem[:, list(ks).index(k)]
+        out["worst"][str(k)] = [
+            {"problem_id": problem_ids[i], "score": float(scores[i]),
+             "top1": configs_of(first.iloc[[i]])[0].short(), "oracle": configs_of(fastest.iloc[[i]])[0].short(),
+             "oracle_ms": float(fastest["runtime_ms"].iloc[i])}
+            for i in np.argsort(scores, kind="stable")[:5]
+        ]
+    return out
+
+
+def _random_report(groups: np.ndarray, runtime: np.ndarray, ks: Sequence[int], seeds: int) -> dict[str, Any]:
+    per_seed = np.stack([
+        geomean(topk_scores(groups, np.random.default_rng(seed).random(len(runtime)), runtime, ks))
+        for seed in range(seeds)
+    ])
+    return {"topk": {str(k): float(v) for k, v in zip(ks, per_seed.mean(axis=0))},
+            "topk_std": {str(k): float(v) for k, v in zip(ks, per_seed.std(axis=0))}, "seeds": seeds}
+
+
+def _default_report(rows: pd.DataFrame, problems: pd.DataFrame, groups: np.ndarray, runtime: np.ndarray,
+                    spec: DeviceSpec, torch_version: str) -> dict[str, Any]:
+    """Inductor's DEFAULT list: the best of its configs that were measured (its k is its size)."""
+    from kernel_select.space import for_problem
+
+    oracle = oracle_ms(groups, runtime)
+    measured = _measured_lookup(rows, groups, runtime, _CONFIG_COLS)
+    scores, sizes, found = [], [], []
+    for i, (m, n, k, dtype) in enumerate(problems.itertuples(index=False, name=None)):
+        default = for_problem(Problem(int(m), int(n), int(k), str(dtype)), spec, "default", torch_version)
+        hits = [measured[(i, c.key)] for c in default if (i, c.key) in measured]
+        sizes.append(len(default))
+        found.append(len(hits))
+        scores.append(oracle[i] / min(hits) if hits else np.nan)
+    scores_arr = np.asarray(scores)
+    covered = np.isfinite(scores_arr)
+    return {
+        "score": float(geomean(scores_arr[covered])) if covered.any() else None,
+        "k": float(np.mean(sizes)), "k_max": int(max(sizes)), "torch_version": torch_version,
+        "measured_fraction": float(np.sum(found) / max(np.sum(sizes), 1)),
+        "problems": int(covered.sum()),
+    }
+
+
+def _cublas_report(df: pd.DataFrame, groups: np.ndarray, problem_ids: pd.Index,
+                   runtime: np.ndarray) -> dict[str, Any]:
+    aten = df[(df["backend"] == "aten") & np.isfinite(df["runtime_ms"])].groupby("problem_id")["runtime_ms"].min()
+    oracle = pd.Series(oracle_ms(groups, runtime), index=problem_ids)
+    both = pd.concat({"aten": aten, "oracle": oracle}, axis=1, join="inner")
+    if both.empty:
+        return {"problems": 0}
+    ratio = (both["aten"] / both["oracle"]).to_numpy()  # < 1: cuBLAS beats every Triton config
+    return {"problems": len(both), "cublas_wins_fraction": float(np.mean(ratio < 1.0)),
+            "geomean_cublas_over_oracle": float(geomean(ratio)),
+            "median_cublas_over_oracle": float(np.median(ratio))}
+
+
+def _measured_lookup(rows: pd.DataFrame, groups: np.ndarray, runtime: np.ndarray,
+                     columns: Sequence[str]) -> dict[tuple, float]:
+    """(group code, config key over `columns`) -> runtime; the fastest when a key repeats."""
+    lookup: dict[tuple, float] = {}
+    keys = rows[list(columns)].itertuples(index=False, name=None)
+    for g, key, t in zip(groups.tolist(), keys, runtime.tolist()):
+        if t < lookup.get((g, key), np.inf):
+            lookup[(g, key)] = t
+    return lookup
+
+
+# -- nvMatmulHeuristics (optional) ---------------------------------------------------------------
+
+_NVMMH_GPUS = {"h100": "H100_SXM", "h100-pcie": "H100_PCIE", "h200": "H200_SXM", "a100": "A100_SXM_80GB"}
+# input, accumulator, output: T = bf16, H = fp16, S = fp32
+_NVMMH_PRECISION = {"bfloat16": "TST", "float16": "HSH", "float32": "SSS"}
+_NVMMH_COLS = ["block_m", "block_n", "block_k", "num_stages", "num_warps"]  # no GROUP_M in its configs
+
+
+def _nvmmh_report(rows: pd.DataFrame, problems: pd.DataFrame, groups: np.ndarray, runtime: np.ndarray,
+                  spec: DeviceSpec, ks: Sequence[int]) -> dict[str, Any]:
+    """nvMatmulHeuristics' TRITON target: its top-k suggestions, mapped onto measured configs.
+
+    A suggestion maps to (cta_m, cta_n, cta_k, stages, (cta_m/warp_m) * (cta_n/warp_n) warps);
+    split-K suggestions and those outside the measured space are dropped, so its k counts the
+    suggestions that could be scored.
+    """
+    try:
+        import nvMatmulHeuristics as nv
+    except ImportError:
+        return {"skipped": "nvMatmulHeuristics is not installed (pip install nvidia-matmul-heuristics)"}
+    if spec.key not in _NVMMH_GPUS:
+        return {"skipped": f"nvMatmulHeuristics has no hardware descriptor mapped for {spec.key}"}
+    try:
+        heuristics = nv.NvMatmulHeuristicsInterfaceEx(
+            backend=nv.NvMatmulHeuristicsTarget.TRITON,
+            flags=nv.NvMatmulHeuristicsFlags.PERF_MODEL_BASED_AUTO_TUNING,
+            load_discovery_implicitly=True, gpu=getattr(nv.NvMatmulHeuristicsNvidiaGpu, _NVMMH_GPUS[spec.key]))
+    except Exception as exc:  # a foreign library: any failure means "no baseline", not a crash
+        return {"skipped": f"nvMatmulHeuristics could not be initialized: {exc}"}
+    oracle = oracle_ms(groups, runtime)
+    measured = _measured_lookup(rows, groups, runtime, _NVMMH_COLS)
+    per_problem = np.full((len(problems), len(ks)), np.nan)
+    suggested = mapped = failed = 0
+    for i, (m, n, k, dtype) in enumerate(problems.itertuples(index=False, name=None)):
+        try:
+            problem = heuristics.makeNvMatmulHeuristicsProblem(
+                int(m), int(n), int(k), nv.NvMatmulHeuristicsMatmulLayout.NN_ROW_MAJOR)
+            results = heuristics.get(problem, max(ks), precision=_NVMMH_PRECISION[str(dtype)])
+            keys = [_nvmmh_key(result["kernel"]) for result in results]
+        except Exception as exc:  # noqa: BLE001 - see above
+            log.debug("nvMatmulHeuristics failed on %sx%sx%s: %s", m, n, k, exc)
+            failed += 1
+            continue
+        times = [measured[(i, key)] for key in keys if key is not None and (i, key) in measured]
+        suggested, mapped = suggested + len(keys), mapped + len(times)
+        for j, top in enumerate(ks):
+            if times[:top]:
+                per_problem[i, j] = oracle[i] / min(times[:top])
+    covered = np.all(np.isfinite(per_problem), axis=1)
+    if not covered.any():
+        return {"skipped": f"no nvMatmulHeuristics suggestion matched a measured config "
+                           f"({suggested} suggestions, {failed} failed queries)"}
+    return {"topk": _topk_dict(per_problem[covered], ks), "problems": int(covered.sum()),
+            "mapped_fraction": mapped / max(suggested, 1), "failed_queries": failed}
+
+
+def _nvmmh_key(kernel: Any) -> tuple[int, ...] | None:
+    def field(*names: str) -> int:
+        for name in names:
+            value = kernel[name] if isinstance(kernel, dict) and name in kernel else getattr(kernel, name, None)
+            if value is not None:
+                return int(value)
+        raise KeyError(names[0])
+
+    if field("split_k") > 1:
+        return None  # Inductor's mm template has no split-K
+    cta_m, cta_n = field("cta_tile_m"), field("cta_tile_n")
+    warps = (cta_m // field("warp_tile_m")) * (cta_n // field("warp_tile_n"))
+    return (cta_m, cta_n, field("cta_tile_k"), field("stages", "load_stages"), warps)
+
+
+# -- report text ---------------------------------------------------------------------------------
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """A human-readable table of an `evaluate` report."""
+    ks = report["ks"]
+    lines = [f"{report['data']} [{report['split']}] on {report['device']}: {report['problems']} problems, "
+             f"{report['rows']} measured Triton configs",
+             "score(k) = oracle_ms / best measured ms among top-k, geometric mean over problems",
+             f"{'method':<22}" + "".join(f"{'k=' + str(k):>9}" for k in ks)]
+    for name, result in report["methods"].items():
+        if "skipped" in result:
+            lines.append(f"{name:<22}  skipped: {result['skipped']}")
+        elif "topk" in result:
+            lines.append(f"{name:<22}" + "".join(f"{result['topk'][str(k)]:>9.4f}" for k in ks))
+        elif result.get("score") is not None:
+            lines.append(f"{name:<22}  {result['score']:.4f} with k = {result['k']:.1f} "
+                         f"(its configs measured: {result['measured_fraction']:.0%})")
+    cublas = report["cublas"]
+    if cublas.get("problems"):
+        lines.append(f"cuBLAS beats the Triton oracle on {cublas['cublas_wins_fraction']:.0%} of "
+                     f"{cublas['problems']} problems; geomean cuBLAS/oracle time "
+                     f"{cublas['geomean_cublas_over_oracle']:.3f}")
+    for name, result in report["methods"].items():
+        if "spearman" in result:
+            rho = result["spearman"]
+            lines.append(f"{name}: Spearman per problem median {rho['median']:.3f} "
+                         f"(q25 {rho['q25']:.3f}, q75 {rho['q75']:.3f})")
+        for k, worst in result.get("worst", {}).items():
+            lines.append(f"{name}: worst problems at k={k}: " + ", ".join(
+                f"{w['problem_id']} {w['score']:.3f} ({w['top1']} vs {w['oracle']})" for w in worst))
+    return "\n".join(lines)

@@ -1,0 +1,271 @@
+"""Train the MLP performance model on a benchmark dataset.
+
+The dataset's fixed `split` column decides everything: the model fits the "train" problems, the
+epoch to keep (and, with objective "both", the objective) is chosen by the top-k score on "val",
+and "test" is never read here. Rows that failed to run, non-finite runtimes and the aten (cuBLAS)
+rows are not Triton configs with a runtime and are left out of the regression target.
+
+Objectives:
+  mse   mean squared error of log runtime over random minibatches of rows.
+  rank  batches of whole problems (a fixed number of configs sampled from each): the same MSE
+        plus a listwise softmax cross-entropy (ListNet) between the softmax of -log runtime / tau
+        of the measurements and of the predictions, so the ordering of the fast configs of a
+        problem weighs more than the absolute level of slow ones.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import datetime
+import hashlib
+import logging
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+import kernel_select
+from kernel_select import dataset
+from kernel_select.device import DeviceSpec, get_device
+from kernel_select.errors import DatasetError
+from kernel_select.evaluate import geomean, topk_scores, usable_triton_rows
+from kernel_select.features import FEATURE_NAMES, FEATURE_VERSION, featurize_frame
+from kernel_select.mlp import DataProvenance, MLPModel, ModelCard, RuntimeNet
+
+log = logging.getLogger(__name__)
+
+Objective = Literal["mse", "rank"]
+OBJECTIVES: tuple[str, ...] = ("mse", "rank")
+VAL_KS = (1, 2, 4, 8, 16)
+_SELECTION_KS = (1, 2, 4, 8)  # the validation score is the mean of the geomean top-k scores at these k
+
+
+@dataclass(frozen=True)
+class MLPHParams:
+    """Hyperparameters: chosen by hand, recorded in the model card, never learned."""
+
+    hidden_widths: tuple[int, ...] = (128, 64, 64)  # sized so estimate() over 1400 configs stays < 2 ms
+    epochs: int = 80
+    lr: float = 2e-3  # AdamW peak learning rate, cosine-annealed to lr/20 over all steps
+    weight_decay: float = 1e-4
+    batch_rows: int = 2048  # mse: rows per step
+    batch_problems: int = 32  # rank: problems per step
+    configs_per_problem: int = 128  # rank: configs sampled (with replacement) per problem and step
+    rank_weight: float = 1.0  # rank: weight of the listwise term next to the MSE term
+    rank_temperature: float = 0.1  # rank: softmax temperature in log-runtime units (0.1 = ~10%)
+    initial_overhead_ms: float = 0.005  # start of the learned launch overhead (PR #156851 used 0.00541)
+
+
+@dataclass
+class TrainResult:
+    """What `train` produced: the saved model, where, and how the objectives compared on "val"."""
+
+    model: MLPModel
+    out_dir: Path
+    objective: str  # the objective of the kept model
+    metrics: dict[str, Any]  # objective -> validation metrics
+    seconds: float
+
+
+@dataclass
+class _Split:
+    x: torch.Tensor  # standardized features (rows, n_features)
+    y: torch.Tensor  # log runtime_ms (rows,)
+    groups: np.ndarray  # problem codes 0..P-1, rows sorted by problem
+    starts: np.ndarray  # first row of each problem
+    counts: np.ndarray  # rows of each problem
+
+
+def train(data_path: str | Path, out_dir: str | Path, *, seed: int = 0, epochs: int | None = None,
+          objective: str = "both", device: DeviceSpec | str = "h100", hparams: MLPHParams | None = None,
+          progress: bool = True) -> TrainResult:
+    """Fit the MLP on the "train" problems of `data_path` and save it to `out_dir`.
+
+    Args:
+        objective: "mse", "rank", or "both" (train each, keep the better on validation).
+        epochs: overrides `hparams.epochs`.
+    Raises:
+        DatasetError: the file is unreadable, or a split has no usable rows for `device`.
+    """
+    started = time.perf_counter()
+    spec = get_device(device)
+    hparams = hparams or MLPHParams()
+    if epochs is not None:
+        hparams = dataclasses.replace(hparams, epochs=epochs)
+    if objective not in (*OBJECTIVES, "both"):
+        raise ValueError(f"objective: expected one of {OBJECTIVES + ('both',)}, got {objective!r}")
+    objectives = list(OBJECTIVES) if objective == "both" else [objective]
+
+    data_path = Path(data_path)
+    rows = _training_rows(dataset.read(data_path), spec, data_path)
+    features = featurize_frame(rows, spec)
+    train_mask = (rows["split"] == "train").to_numpy()
+    mean = features[train_mask].mean(axis=0, dtype=np.float64)
+    std = features[train_mask].std(axis=0, dtype=np.float64)
+    std = np.where(std > 1e-6, std, 1.0)  # a constant feature (e.g. one dtype) must not divide by 0
+    standardized = ((features - mean) / std).astype(np.float32)
+    splits = {name: _make_split(rows, standardized, name) for name in ("train", "val")}
+
+    runs: dict[str, tuple[RuntimeNet, dict[str, Any]]] = {}
+    for name in objectives:
+        runs[name] = _fit(name, splits["train"], splits["val"], hparams, seed, progress)
+    best = max(runs, key=lambda name: runs[name][1]["selection_score"])
+    net = runs[best][0]
+
+    seconds = time.perf_counter() - started
+    metrics = {"selected_objective": best, "val": {name: m for name, (_, m) in runs.items()},
+               "train_seconds": round(seconds, 1)}
+    card = ModelCard(
+        device=spec.key, feature_version=FEATURE_VERSION, feature_names=list(FEATURE_NAMES),
+        feature_mean=mean.tolist(), feature_std=std.tolist(), hidden_widths=list(hparams.hidden_widths),
+        kernel_overhead_ms=net.kernel_overhead_ms, dtypes=sorted(rows["dtype"].unique()),
+        hyperparameters={**dataclasses.asdict(hparams), "seed": seed, "objective": objective},
+        data=_provenance(data_path, rows), metrics=metrics,
+        trained_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        trainer={"kernel_select": kernel_select.__version__, "torch": torch.__version__,
+                 "numpy": np.__version__},
+    )
+    model = MLPModel(spec, net, card)
+    model.save(out_dir)
+    log.info("trained %s model (%s objective) in %.0f s -> %s", spec.key, best, seconds, out_dir)
+    return TrainResult(model=model, out_dir=Path(out_dir), objective=best, metrics=metrics, seconds=seconds)
+
+
+def _training_rows(df: pd.DataFrame, spec: DeviceSpec, data_path: Path) -> pd.DataFrame:
+    rows = usable_triton_rows(df)
+    # The test split stays unseen; the features describe a single (unbatched) GEMM.
+    rows = rows[(rows["split"] != "test") & (rows["batch"] == 1)]
+    on_device = rows["device_name"].map(lambda name: _device_key(name) == spec.key)
+    if not on_device.all():
+        log.warning("%s: ignoring %d rows measured on devices other than %s", data_path,
+                    int((~on_device).sum()), spec.key)
+        rows = rows[on_device]
+    for split in ("train", "val"):
+        if not (rows["split"] == split).any():
+            raise DatasetError(f"{data_path}: no usable Triton rows for {spec.key} in split {split!r}; "
+                               f"training needs both 'train' and 'val' problems")
+    return rows.sort_values(["problem_id", *dataset.CONFIG_COLUMNS], kind="stable").reset_index(drop=True)
+
+
+def _device_key(name: str) -> str | None:
+    try:
+        return get_device(name).key
+    except Exception:  # an unknown device name simply does not match
+        return None
+
+
+def _make_split(rows: pd.DataFrame, standardized: np.ndarray, split: str) -> _Split:
+    mask = (rows["split"] == split).to_numpy()
+    groups, _ = pd.factorize(rows.loc[mask, "problem_id"], sort=True)
+    counts = np.bincount(groups)
+    return _Split(x=torch.from_numpy(standardized[mask]),
+                  y=torch.from_numpy(np.log(rows.loc[mask, "runtime_ms"].to_numpy(np.float64)).astype(np.float32)),
+                  groups=groups, starts=np.r_[0, np.cumsum(counts)[:-1]], counts=counts)
+
+
+def _fit(objective: str, train_split: _Split, val: _Split, hp: MLPHParams, seed: int,
+         progress: bool) -> tuple[RuntimeNet, dict[str, Any]]:
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    net = RuntimeNet(train_split.x.shape[1], hp.hidden_widths, hp.initial_overhead_ms)
+    with torch.no_grad():  # start at the mean log runtime rather than at 0 = 1 ms
+        net.body[-1].bias.fill_(float(train_split.y.mean()))
+    optimizer = torch.optim.AdamW(net.parameters(), lr=hp.lr, weight_decay=hp.weight_decay)
+    steps_per_epoch = _steps_per_epoch(objective, train_split, hp)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(
+        optimizer, T_max=hp.epochs * steps_per_epoch, eta_min=hp.lr / 20)
+
+    best_state, best = copy.deepcopy(net.state_dict()), {"selection_score": -math.inf}
+    bar = tqdm(range(hp.epochs), desc=f"train[{objective}]", unit="epoch", disable=not progress)
+    for epoch in bar:
+        net.train()
+        losses = []
+        for batch in _batches(objective, train_split, hp, rng, steps_per_epoch):
+            loss = _loss(objective, net, train_split, batch, hp)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            losses.append(loss.item())
+        metrics = validate(net, val)
+        metrics.update(epoch=epoch + 1, train_loss=float(np.mean(losses)))
+        if metrics["selection_score"] > best["selection_score"]:
+            best, best_state = metrics, copy.deepcopy(net.state_dict())
+        bar.set_postfix(loss=f"{metrics['train_loss']:.4f}", val=f"{metrics['selection_score']:.4f}",
+                        best=f"{best['selection_score']:.4f}")
+    net.load_state_dict(best_state)
+    return net.eval(), best
+
+
+def _steps_per_epoch(objective: str, split: _Split, hp: MLPHParams) -> int:
+    rows_per_step = hp.batch_rows if objective == "mse" else hp.batch_problems * hp.configs_per_problem
+    return max(1, math.ceil(len(split.y) / rows_per_step))
+
+
+def _batches(objective: str, split: _Split, hp: MLPHParams, rng: np.random.Generator, steps: int):
+    """Row indices per step: a flat array (mse) or (problems, configs) (rank)."""
+    if objective == "mse":
+        order = rng.permutation(len(split.y))
+        for step in range(steps):
+            yield torch.from_numpy(order[step * hp.batch_rows:(step + 1) * hp.batch_rows])
+        return
+    n_problems = len(split.counts)
+    problems = np.concatenate([rng.permutation(n_problems)
+                               for _ in range(math.ceil(steps * hp.batch_problems / n_problems))])
+    for step in range(steps):
+        chosen = problems[step * hp.batch_problems:(step + 1) * hp.batch_problems]
+        offsets = np.floor(rng.random((len(chosen), hp.configs_per_problem))
+                           * split.counts[chosen, None]).astype(np.int64)
+        yield torch.from_numpy(split.starts[chosen, None] + offsets)
+
+
+def _loss(objective: str, net: RuntimeNet, split: _Split, index: torch.Tensor,
+          hp: MLPHParams) -> torch.Tensor:
+    pred = net(split.x[index])
+    target = split.y[index]
+    mse = torch.nn.functional.mse_loss(pred, target)
+    if objective == "mse":
+        return mse
+    # ListNet over each problem's sampled configs: cross-entropy between "which config is fastest"
+    # distributions; the target's entropy is subtracted (KL) so a perfect ranking scores 0.
+    tau = hp.rank_temperature
+    log_p_target = torch.log_softmax(-target / tau, dim=1)
+    log_p_pred = torch.log_softmax(-pred / tau, dim=1)
+    listwise = (log_p_target.exp() * (log_p_target - log_p_pred)).sum(dim=1).mean()
+    return mse + hp.rank_weight * listwise
+
+
+@torch.no_grad()
+def validate(net: RuntimeNet, split: _Split, ks: tuple[int, ...] = VAL_KS) -> dict[str, Any]:
+    """Top-k scores (geomean over problems) and log-runtime RMSE on a split."""
+    net.eval()
+    pred = torch.cat([net(chunk) for chunk in torch.split(split.x, 65536)]).numpy()
+    y = split.y.numpy()
+    runtime_ms = np.exp(y.astype(np.float64))
+    scores = geomean(topk_scores(split.groups, pred.astype(np.float64), runtime_ms, ks))
+    topk = {str(k): float(s) for k, s in zip(ks, scores)}
+    return {"topk": topk, "selection_score": float(np.mean([topk[str(k)] for k in _SELECTION_KS])),
+            "rmse_log": float(np.sqrt(np.mean((pred - y) ** 2)))}
+
+
+def _provenance(path: Path, rows: pd.DataFrame) -> DataProvenance:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    per_split = rows.groupby("split")["problem_id"].nunique()
+
+    def values(column: str) -> list[str]:
+        return sorted(str(v) for v in rows[column].dropna().unique())
+
+    return DataProvenance(file=path.name, sha256=digest.hexdigest(), rows=len(rows),
+                          problems={split: int(n) for split, n in per_split.items()},
+                          device_names=values("device_name"), torch_versions=values("torch_version"),
+                          triton_versions=values("triton_version"))

@@ -1,0 +1,54 @@
+"""Overhead budget: `estimate` over the full pruned EXHAUSTIVE space of the seed problem, one CPU thread.
+
+Run with `make bench`. The seed problem (bf16 560x1280x3420 on h100) has ~1206 configs; the MLP
+must score them in <= 2 ms median. Without a shipped MLP the benchmark times a randomly
+initialized one of the default architecture (the time does not depend on the weight values).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+
+from kernel_select.errors import ModelError
+from kernel_select.model import get_model, registered_models
+from kernel_select.problem import Problem
+from kernel_select.space import for_problem
+from kernel_select.train import MLPHParams
+from tests.synthetic import untrained_mlp
+
+SEED = Problem(560, 1280, 3420, "bfloat16")
+
+for _module in ("kernel_select.analytical", "kernel_select.mlp"):  # importing registers the model
+    try:
+        importlib.import_module(_module)
+    except ImportError:
+        pass
+
+
+def _model(name: str):
+    try:
+        return get_model(name, "h100")
+    except ModelError:
+        if name != "mlp":
+            raise
+        return untrained_mlp(MLPHParams().hidden_widths)
+
+
+@pytest.fixture
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("name", registered_models("h100"))
+def test_estimate_speed(benchmark, one_thread, name):
+    model = _model(name)
+    configs = for_problem(SEED, "h100")
+    assert len(configs) == 1206
+    out = benchmark(model.estimate, SEED.m, SEED.n, SEED.k, SEED.dtype, configs)
+    assert out.shape == (len(configs),)

@@ -1,0 +1,98 @@
+"""A synthetic benchmark dataset with a known, roofline-like runtime for fast CPU tests.
+
+The runtime of a config is the slower of a compute term (padded FLOPs over waves of CTAs, slowed
+by a mismatch between warps and tile size and by shallow pipelines) and a memory term (the bytes
+the tiling re-reads), plus a launch overhead and a little multiplicative noise. It is not a GPU,
+but it has the structure a model must learn: tile padding, wave quantization, and per-config
+efficiency that differs from problem to problem.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from kernel_select.dataset import problem_id, split_of
+from kernel_select.device import get_device
+from kernel_select.problem import Problem
+from kernel_select.space import for_problem
+
+DEVICE = get_device("h100")
+
+
+def synthetic_runtime_ms(m: int, n: int, k: int, bm, bn, bk, stages, warps, dtype_bytes: int = 2):
+    """Runtime in ms of configs (numpy arrays) on one problem."""
+    tiles = np.ceil(m / bm) * np.ceil(n / bn)
+    k_iters = np.ceil(k / bk)
+    waves = np.ceil(tiles / DEVICE.sm_count)
+    per_sm_flops = DEVICE.peak_flops_bf16 / DEVICE.sm_count
+    ideal_warps = np.clip(bm * bn / 2048, 2, 8)
+    inefficiency = (1 + 0.35 * np.abs(np.log2(warps / ideal_warps)) + 0.6 / stages
+                    + 0.3 * (32 / np.minimum(bk, 128)))
+    compute_ms = waves * 2 * bm * bn * bk * k_iters / per_sm_flops * inefficiency * 1e3
+    tiled_bytes = (m * k * np.ceil(n / bn) + k * n * np.ceil(m / bm) + m * n) * dtype_bytes
+    memory_ms = tiled_bytes / DEVICE.hbm_bytes_per_s * 1e3
+    return np.maximum(compute_ms, memory_ms) + 0.004
+
+
+def synthetic_frame(problems_per_split: dict[str, int] | None = None, configs_per_problem: int = 160,
+                    seed: int = 0, noise: float = 0.02) -> pd.DataFrame:
+    """A valid dataset frame: log-uniform problems until each split has its quota."""
+    quota = dict(problems_per_split or {"train": 16, "val": 4, "test": 4})
+    rng = np.random.default_rng(seed)
+    frames = []
+    while any(quota.values()):
+        m, n, k = (int(math.exp(rng.uniform(math.log(16), math.log(8192)))) for _ in range(3))
+        pid = problem_id(m, n, k, "bfloat16")
+        split = split_of(pid)
+        if quota.get(split, 0) == 0:
+            continue
+        quota[split] -= 1
+        frames.append(_problem_rows(m, n, k, pid, split, configs_per_problem, rng, noise))
+    return pd.concat(frames, ignore_index=True)
+
+
+def _problem_rows(m, n, k, pid, split, count, rng, noise) -> pd.DataFrame:
+    configs = for_problem(Problem(m, n, k, "bfloat16"), DEVICE)
+    chosen = sorted(rng.choice(len(configs), size=min(count, len(configs)), replace=False))
+    keys = np.array([configs[i].key for i in chosen])
+    runtime = synthetic_runtime_ms(m, n, k, *(keys[:, j].astype(np.float64) for j in range(5)))
+    runtime *= np.exp(rng.normal(0, noise, len(runtime)))
+    status = np.where(rng.random(len(runtime)) < 0.02, "out_of_resources", "ok")
+    runtime = np.where(status == "ok", runtime, np.inf)
+    triton = pd.DataFrame({
+        "backend": "triton", "block_m": keys[:, 0], "block_n": keys[:, 1], "block_k": keys[:, 2],
+        "num_stages": keys[:, 3], "num_warps": keys[:, 4], "group_m": keys[:, 5],
+        "even_k": k % keys[:, 2] == 0, "runtime_ms": runtime, "status": status,
+    })
+    # cuBLAS: about as fast as the best Triton config, sometimes faster
+    aten = pd.DataFrame({"backend": ["aten"], "block_m": [0], "block_n": [0], "block_k": [0],
+                         "num_stages": [0], "num_warps": [0], "group_m": [0], "even_k": [False],
+                         "runtime_ms": [float(np.min(runtime)) * rng.uniform(0.85, 1.15)],
+                         "status": ["ok"]})
+    rows = pd.concat([triton, aten], ignore_index=True)
+    rows["runtime_min_ms"] = rows["runtime_ms"] * 0.98
+    rows = rows.assign(
+        problem_id=pid, m=m, n=n, k=k, batch=1, dtype="bfloat16", op="mm", layout="nn",
+        allow_tf32=False, n_runs=10, error="", split=split, device_name=DEVICE.name,
+        sm_count=DEVICE.sm_count, torch_version="2.11.0", triton_version="3.6.0", git_sha="synthetic",
+        timestamp="2026-01-01T00:00:00Z", timing_method="synthetic")
+    return rows
+
+
+def untrained_mlp(hidden_widths=(16, 16), seed: int = 0, device: str = "h100"):
+    """An MLPModel with small random weights and identity standardization (for contract tests)."""
+    import torch
+
+    from kernel_select.features import FEATURE_NAMES, FEATURE_VERSION
+    from kernel_select.mlp import MLPModel, ModelCard, RuntimeNet
+
+    torch.manual_seed(seed)
+    net = RuntimeNet(len(FEATURE_NAMES), hidden_widths)
+    card = ModelCard(device=device, feature_version=FEATURE_VERSION, feature_names=list(FEATURE_NAMES),
+                     feature_mean=[0.0] * len(FEATURE_NAMES), feature_std=[1.0] * len(FEATURE_NAMES),
+                     hidden_widths=list(hidden_widths), kernel_overhead_ms=net.kernel_overhead_ms,
+                     dtypes=["bfloat16", "float16"], hyperparameters={"seed": seed})
+    return MLPModel(device, net, card)

@@ -1,0 +1,36 @@
+"""`kernel-select train` and `kernel-select eval` end to end on a synthetic dataset."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kernel_select import dataset
+from kernel_select.cli import main
+from tests.synthetic import synthetic_frame
+
+
+def test_train_then_eval_json(tmp_path, capsys):
+    data, out = tmp_path / "synthetic.parquet", tmp_path / "models" / "h100"
+    dataset.write(synthetic_frame(configs_per_problem=80), data)
+    assert main(["train", "--data", str(data), "--out", str(out), "--epochs", "3", "--quiet"]) == 0
+    assert (out / "mlp.pt").exists() and (out / "model_card.json").exists()
+    assert "kept the" in capsys.readouterr().out
+
+    report_path = tmp_path / "eval.json"
+    assert main(["eval", "--data", str(data), "--mlp-dir", str(out), "--model", "mlp",
+                 "--json", str(report_path)]) == 0
+    printed = capsys.readouterr().out
+    report = json.loads(report_path.read_text())
+    assert report["split"] == "test" and report["problems"] == 4
+    assert set(report["methods"]) >= {"mlp", "random", "inductor_default", "nvmatmulheuristics"}
+    assert 0 < report["methods"]["mlp"]["topk"]["1"] <= report["methods"]["mlp"]["topk"]["16"] <= 1
+    assert "mlp" in printed and "k=16" in printed
+
+
+def test_bad_input_is_a_one_line_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["eval", "--data", str(tmp_path / "missing.parquet")])
+    assert exc.value.code == 2
+    assert "no such dataset file" in capsys.readouterr().err

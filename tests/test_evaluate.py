@@ -1,0 +1,115 @@
+"""Evaluation metrics on tiny hand-made datasets whose answers are known."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from kernel_select import dataset
+from kernel_select.evaluate import best_in_top_k, evaluate, spearman_per_group, topk_scores
+from kernel_select.model import PerformanceModel
+from kernel_select.problem import Problem
+from kernel_select.space import for_problem
+from tests.synthetic import DEVICE
+
+PROBLEMS = [Problem(256, 256, 256), Problem(512, 128, 1024)]
+
+
+class TableModel(PerformanceModel):
+    """Looks predictions up in a {(m, n, k, config key): ms} table, optionally reversed."""
+
+    name = "table"
+
+    def __init__(self, table, reverse=False):
+        super().__init__("h100")
+        self.table, self.reverse = table, reverse
+
+    def estimate(self, m, n, k, dtype, configs):
+        ms = np.array([self.table[(m, n, k, c.key)] for c in configs])
+        return 1.0 / ms if self.reverse else ms
+
+
+def test_best_in_top_k_and_ties_keep_row_order():
+    groups = np.array([0, 0, 0, 1, 1])
+    scores = np.array([3.0, 1.0, 1.0, 0.5, 0.2])
+    runtime = np.array([1.0, 5.0, 2.0, 4.0, 8.0])
+    # group 0 ranks rows 1, 2 (tie: row order), 0; group 1 ranks rows 4, 3
+    np.testing.assert_array_equal(best_in_top_k(groups, scores, runtime, (1, 2, 3)),
+                                  [[5.0, 2.0, 1.0], [8.0, 4.0, 4.0]])
+    np.testing.assert_allclose(topk_scores(groups, scores, runtime, (1, 2)), [[0.2, 0.5], [0.5, 1.0]])
+
+
+def test_spearman_is_one_for_the_same_order_and_minus_one_reversed():
+    groups = np.repeat([0, 1], 5)
+    values = np.r_[np.arange(5.0), np.arange(5.0) ** 2]
+    np.testing.assert_allclose(spearman_per_group(groups, values, values * 3), [1.0, 1.0])
+    np.testing.assert_allclose(spearman_per_group(groups, -values, values), [-1.0, -1.0])
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """Two test-split problems, 12 configs each (its DEFAULT configs among them), one aten row each."""
+    rng = np.random.default_rng(3)
+    rows, table = [], {}
+    for p in PROBLEMS:
+        configs = for_problem(p, DEVICE)
+        default = {c.key for c in for_problem(p, DEVICE, "default", "2.11")}
+        chosen = [c for c in configs if c.key in default][:4] + [c for c in configs if c.key not in default][:8]
+        runtime = rng.permutation(np.arange(1, len(chosen) + 1, dtype=float))  # 1 .. 12 ms, oracle 1
+        runtime[:4] = [3.0, 4.0, 5.0, 6.0]  # the DEFAULT configs: best of them is 3 ms
+        runtime[4:] = rng.permutation([1.0, 2.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0])
+        pid = dataset.problem_id(p.m, p.n, p.k, p.dtype)
+        for c, t in zip(chosen, runtime):
+            table[(p.m, p.n, p.k, c.key)] = t
+            rows.append({**c.model_dump(), "backend": "triton", "runtime_ms": t, "status": "ok"})
+            rows[-1].update(problem_id=pid, m=p.m, n=p.n, k=p.k)
+        rows.append({"block_m": 0, "block_n": 0, "block_k": 0, "num_stages": 0, "num_warps": 0, "group_m": 0,
+                     "backend": "aten", "runtime_ms": 0.5 if p is PROBLEMS[0] else 2.0, "status": "ok",
+                     "problem_id": pid, "m": p.m, "n": p.n, "k": p.k})
+        # a failed config is not part of the ranked space
+        rows.append({**chosen[0].model_dump(), "block_k": 16, "backend": "triton", "runtime_ms": np.inf,
+                     "status": "compile_error", "problem_id": pid, "m": p.m, "n": p.n, "k": p.k})
+    frame = pd.DataFrame(rows).assign(
+        batch=1, dtype="bfloat16", op="mm", layout="nn", even_k=True, allow_tf32=False, n_runs=1,
+        runtime_min_ms=lambda d: d["runtime_ms"], error="", split="test", device_name=DEVICE.name,
+        sm_count=132, torch_version="2.11.0", triton_version="3.6.0", git_sha="x", timestamp="t",
+        timing_method="synthetic")
+    path = tmp_path_factory.mktemp("tiny") / "tiny.parquet"
+    dataset.write(frame, path)
+    return path, table
+
+
+def test_perfect_model_scores_one_and_reversed_model_the_worst(tiny):
+    path, table = tiny
+    report = evaluate(path, "test", [TableModel(table)])
+    assert report["problems"] == 2 and report["rows"] == 24
+    assert report["methods"]["table"]["topk"] == {str(k): 1.0 for k in (1, 2, 4, 8, 16)}
+    assert report["methods"]["table"]["spearman"]["median"] == pytest.approx(1.0)
+
+    worst = evaluate(path, "test", [TableModel(table, reverse=True)])["methods"]["table"]
+    # the reversed model ranks 12, 11, 10, ... ms first in both problems: score(k) = 1 / (13 - k)
+    for k in (1, 2, 4, 8):
+        assert worst["topk"][str(k)] == pytest.approx(1 / (13 - k))
+    assert worst["topk"]["16"] == pytest.approx(1.0)
+    assert worst["spearman"]["median"] == pytest.approx(-1.0)
+    assert [w["score"] for w in worst["worst"]["1"]] == pytest.approx([1 / 12, 1 / 12])
+
+
+def test_baselines(tiny):
+    path, _ = tiny
+    report = evaluate(path, "test", [], random_seeds=25)
+    default = report["methods"]["inductor_default"]
+    assert default["score"] == pytest.approx(1 / 3)  # best DEFAULT config is 3 ms, the oracle 1 ms
+    random = report["methods"]["random"]["topk"]
+    assert 1 / 12 < random["1"] < random["4"] < random["8"] < 1.0 and random["16"] == 1.0
+    assert report["cublas"] == {"problems": 2, "cublas_wins_fraction": 0.5,
+                                "geomean_cublas_over_oracle": pytest.approx(1.0),
+                                "median_cublas_over_oracle": pytest.approx(1.25)}
+    assert "skipped" in report["methods"]["nvmatmulheuristics"] or "topk" in report["methods"]["nvmatmulheuristics"]
+
+
+def test_an_unavailable_model_is_reported_as_skipped(tiny, tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNEL_SELECT_MODELS_DIR", str(tmp_path))  # nothing shipped here
+    report = evaluate(tiny[0], "test", ["mlp"])
+    assert "no trained mlp model" in report["methods"]["mlp"]["skipped"]

@@ -1,0 +1,130 @@
+"""The MLP model: the PerformanceModel contract, persistence, and refusing mismatched files."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from kernel_select.errors import ModelCardMismatchError, ModelError, UnsupportedProblemError
+from kernel_select.mlp import CARD_FILE, WEIGHTS_FILE, MLPModel
+from kernel_select.model import MODELS_DIR_ENV, get_model
+from kernel_select.problem import Problem
+from kernel_select.space import for_problem
+from tests.synthetic import untrained_mlp
+
+SEED = Problem(560, 1280, 3420, "bfloat16")
+CONFIGS = for_problem(SEED, "h100")
+
+
+@pytest.fixture(scope="module")
+def model() -> MLPModel:
+    return untrained_mlp()
+
+
+def _estimate(model, configs=CONFIGS, dtype="bfloat16"):
+    return model.estimate(SEED.m, SEED.n, SEED.k, dtype, configs)
+
+
+def test_shape_dtype_finite_and_above_overhead(model):
+    out = _estimate(model)
+    assert out.shape == (len(CONFIGS),) and out.dtype == np.float64
+    assert np.isfinite(out).all()
+    assert (out >= model.net.kernel_overhead_ms * (1 - 1e-6)).all()
+
+
+def test_input_order_is_output_order(model):
+    out = _estimate(model)
+    perm = np.random.default_rng(0).permutation(len(CONFIGS))
+    np.testing.assert_array_equal(_estimate(model, [CONFIGS[i] for i in perm]), out[perm])
+
+
+def test_deterministic_and_batch_invariant(model):
+    together = _estimate(model)
+    np.testing.assert_array_equal(_estimate(model), together)
+    alone = np.array([_estimate(model, [c])[0] for c in CONFIGS[::97]])
+    np.testing.assert_allclose(alone, together[::97], rtol=1e-5)
+
+
+def test_dtypes_outside_training_are_unsupported(model):
+    with pytest.raises(UnsupportedProblemError, match="float32"):
+        _estimate(model, dtype="float32")
+    with pytest.raises(UnsupportedProblemError):
+        _estimate(model, dtype="int8")
+
+
+def test_half_types_share_a_model(tmp_path):
+    model = untrained_mlp()
+    model.card = model.card.model_copy(update={"dtypes": ["bfloat16"]})
+    np.testing.assert_array_equal(_estimate(model, dtype="float16"), _estimate(model, dtype="bfloat16"))
+
+
+def test_save_load_round_trip(model, tmp_path):
+    model.save(tmp_path)
+    loaded = MLPModel.load(tmp_path, "h100")
+    np.testing.assert_array_equal(_estimate(loaded), _estimate(model))
+    assert loaded.card == model.card
+
+
+def _saved(tmp_path):
+    untrained_mlp().save(tmp_path)
+    return tmp_path
+
+
+def _edit_card(path, **changes):
+    card = json.loads((path / CARD_FILE).read_text())
+    card.update(changes)
+    (path / CARD_FILE).write_text(json.dumps(card))
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"feature_version": 0}, "feature_version 0"),
+    ({"feature_names": ["a", "b"]}, "feature version"),
+    ({"device": "a100"}, "trained for device 'a100'"),
+    ({"hidden_widths": [32, 16]}, "do not fit"),
+    ({"schema_version": 2}, "schema_version"),
+    ({"unknown_field": 1}, "unknown_field"),
+])
+def test_mismatched_card_is_refused_with_the_retrain_command(tmp_path, changes, message):
+    _edit_card(_saved(tmp_path), **changes)
+    with pytest.raises(ModelCardMismatchError, match=message) as info:
+        MLPModel.load(tmp_path, "h100")
+    assert f"kernel-select train --data <dataset.parquet> --out {tmp_path} --device h100" in str(info.value)
+
+
+def test_loading_for_another_device_is_refused(tmp_path):
+    with pytest.raises(ModelCardMismatchError, match="not 'h200'"):
+        MLPModel.load(_saved(tmp_path), "h200")
+
+
+@pytest.mark.parametrize("missing", [WEIGHTS_FILE, CARD_FILE])
+def test_a_missing_file_is_refused(tmp_path, missing):
+    (_saved(tmp_path) / missing).unlink()
+    with pytest.raises(ModelCardMismatchError, match=missing):
+        MLPModel.load(tmp_path, "h100")
+
+
+def test_weights_are_loaded_without_unpickling_objects(tmp_path):
+    _saved(tmp_path)
+    torch.save({"payload": _NotATensor()}, tmp_path / WEIGHTS_FILE)
+    with pytest.raises(ModelCardMismatchError, match="cannot be loaded"):
+        MLPModel.load(tmp_path, "h100")
+    assert not _NotATensor.unpickled
+
+
+class _NotATensor:
+    unpickled = False
+
+    def __setstate__(self, state):
+        type(self).unpickled = True
+
+
+def test_registry_loads_the_shipped_model_or_raises_model_error(tmp_path, monkeypatch):
+    monkeypatch.setenv(MODELS_DIR_ENV, str(tmp_path))
+    with pytest.raises(ModelError, match="no trained mlp model"):
+        get_model("mlp", "h100")
+    model = untrained_mlp()
+    model.save(tmp_path / "h100")
+    np.testing.assert_array_equal(_estimate(get_model("mlp", "h100")), _estimate(model))
