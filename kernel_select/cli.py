@@ -527,7 +527,7 @@ def _lut_schema(args: argparse.Namespace) -> int:
 def _compare_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "compare", help="time stock max-autotune against the top-k handler on real torch.compile (GPU)",
-        description="For every problem, compile torch.mm(a, b) in a fresh process with fresh caches: "
+        description="For every problem, compile torch.mm(a, b) with fresh caches (one process per method): "
                     "stock max-autotune (mode max-autotune-no-cudagraphs, DEFAULT search space), the "
                     "kernel_select handler at each k, optionally stock EXHAUSTIVE, plus eager. Records "
                     "the compile's wall time, the kernel time (CUDA graph, L2-cold inputs, median) and "
@@ -545,7 +545,9 @@ def _compare_parser(sub: argparse._SubParsersAction) -> None:
                    help="kernel lookup table for the top-k runs (default: $TORCHINDUCTOR_KERNEL_LUT_PATH)")
     p.add_argument("--model", default=None, help="registered model name (default: the best shipped model)")
     p.add_argument("--timeout", type=float, default=1800.0,
-                   help="seconds allowed per compile process (default: %(default)s)")
+                   help="seconds allowed per method's worker process (default: %(default)s)")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the measurements in an existing OUT/compare_<device>.json, add the missing")
     p.set_defaults(handler=_compare)
 
 
@@ -556,7 +558,7 @@ def _compare(args: argparse.Namespace) -> int:
     cases = compare.load_cases(args.shapes)
     results, json_path, png_path = compare.run_compare(
         cases, out_dir=args.out, topks=topks, exhaustive=args.exhaustive, device_index=args.device_index,
-        lut=args.lut, model=args.model, timeout_s=args.timeout, shapes=args.shapes)
+        lut=args.lut, model=args.model, timeout_s=args.timeout, shapes=args.shapes, resume=args.resume)
     print(compare.format_summary(compare.summarize(results)))
     plot = f" and {png_path}" if png_path else " (no plot: matplotlib is not installed)"
     print(f"wrote {json_path}{plot}")

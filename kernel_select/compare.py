@@ -9,13 +9,15 @@ search space), the kernel_select handler at each k, and optionally stock EXHAUST
              so no call finds its operands in L2 (memory-bound problems are not flattered)
   choice     which kernel Inductor's autotuner found fastest (a Triton config or "aten mm" = cuBLAS)
 
-Every compile runs in its own Python process with fresh, empty TORCHINDUCTOR_CACHE_DIR and
-TRITON_CACHE_DIR and TORCHINDUCTOR_FORCE_DISABLE_CACHES=1. In one process, a compile would reuse
-what earlier ones left behind: Triton binaries of configs both methods benchmark, Inductor's
-in-memory autotuning and codegen caches, the thread-local choices handler. That would bill the
-first method for work the later ones get for free. Each worker first compiles an unrelated
-elementwise kernel so that one-time start-up (imports, CUDA context, the compile-worker pool) is
-not counted in any method's tuning time.
+Every method runs in its own Python process with fresh, empty TORCHINDUCTOR_CACHE_DIR and
+TRITON_CACHE_DIR, and compiles the suite's problems one after another (torch._dynamo.reset()
+between them), as a user's process compiling a model would. Two methods never share a process:
+a compile would reuse what an earlier one left behind (Triton binaries of configs both methods
+benchmark, Inductor's in-memory autotuning and codegen caches, the thread-local handler) and bill
+the first method for work the later ones get for free. Within a method every problem has a
+distinct shape, so nothing is reused. Each worker first compiles an unrelated elementwise kernel
+so that one-time start-up (imports, CUDA context, the compile-worker pool) is not counted in any
+problem's tuning time. `--resume` keeps the measurements of an earlier run and adds the rest.
 
 Results go to <out>/compare_<device>.json (schema below) and a trade-off plot
 <out>/compare_<device>.png (needs matplotlib); `summarize`/`format_summary` make the table the
@@ -190,11 +192,13 @@ def methods_for(topks: Sequence[int | str], exhaustive: bool = False) -> list[Me
 def run_compare(cases: Sequence[Case], *, out_dir: str | Path, topks: Sequence[int | str] = DEFAULT_TOPKS,
                 exhaustive: bool = False, device_index: int = 0, lut: str | None = None,
                 model: str | None = None, timeout_s: float = 1800.0, shapes: str | None = None,
-                progress: bool = True) -> tuple[dict[str, Any], Path, Path | None]:
-    """Measure every (case, method) in a fresh process; returns (results, json_path, png_path).
+                progress: bool = True, resume: bool = False) -> tuple[dict[str, Any], Path, Path | None]:
+    """Measure every (case, method), one worker process per method; returns
+    (results, json_path, png_path).
 
-    The JSON is rewritten after every measurement, so an interrupted run keeps what it measured.
-    png_path is None when matplotlib is not installed.
+    The JSON is rewritten after every method, so an interrupted run keeps what it measured, and
+    `resume=True` starts from an existing JSON and measures only the missing (case, method) pairs.
+    `timeout_s` bounds each method's worker. png_path is None when matplotlib is not installed.
 
     Raises:
         DeviceError: without a CUDA GPU.
@@ -214,26 +218,39 @@ def run_compare(cases: Sequence[Case], *, out_dir: str | Path, topks: Sequence[i
     lut = lut if lut is not None else ks_config.kernel_lut_path
     model = model if model is not None else ks_config.model
     methods = methods_for(topks, exhaustive)
-    results = new_results(device_name=device.name, device_key=device.key, l2_bytes=device.l2_bytes,
-                          methods=[m.name for m in methods],
-                          settings={"shapes": shapes or str(default_suite_path()), "topk": list(topks),
-                                    "exhaustive": exhaustive, "lut": lut, "model": model,
-                                    "timeout_s": timeout_s})
-    tasks = [(case, method) for case in cases for method in methods]
-    bar = tqdm(tasks, desc="compare", unit="compile", disable=not progress)
-    entries: dict[str, dict[str, Any]] = {}
-    for case, method in bar:
-        bar.set_postfix_str(f"{case.label} {method.name}")
-        entry = entries.get(case.label)
-        if entry is None:
-            entry = entries[case.label] = {"label": case.label, "m": case.problem.m, "n": case.problem.n,
-                                           "k": case.problem.k, "dtype": case.problem.dtype, "results": {}}
-            results["problems"].append(entry)
-        spec = {"problem": dataclasses.asdict(case.problem), "method": dataclasses.asdict(method),
-                "device_index": device_index, "l2_bytes": device.l2_bytes, "lut": lut, "model": model}
-        log_path = out_dir / "logs" / f"{_safe(case.label)}__{method.name}.log"
-        entry["results"][method.name] = _method_result(_run_worker(spec, log_path, timeout_s))
-        _fill_speedups(entry)
+    settings = {"shapes": shapes or str(default_suite_path()), "topk": list(topks),
+                "exhaustive": exhaustive, "lut": lut, "model": model, "timeout_s": timeout_s}
+    if resume and json_path.exists():
+        results = load_results(json_path)
+        known = list(results["methods"])
+        results["methods"] = known + [m.name for m in methods if m.name not in known]
+        results["settings"]["topk"] = sorted({*results["settings"]["topk"], *topks}, key=str)
+    else:
+        results = new_results(device_name=device.name, device_key=device.key, l2_bytes=device.l2_bytes,
+                              methods=[m.name for m in methods], settings=settings)
+    entries = {entry["label"]: entry for entry in results["problems"]}
+    for case in cases:
+        if case.label not in entries:
+            entries[case.label] = {"label": case.label, "m": case.problem.m, "n": case.problem.n,
+                                   "k": case.problem.k, "dtype": case.problem.dtype, "results": {}}
+            results["problems"].append(entries[case.label])
+
+    bar = tqdm(methods, desc="compare", unit="method", disable=not progress)
+    for method in bar:
+        todo = [case for case in cases
+                if not _succeeded(entries[case.label]["results"].get(method.name))]
+        if not todo:
+            continue
+        bar.set_postfix_str(f"{method.name}: {len(todo)} problems")
+        specs = [{"label": case.label, "problem": dataclasses.asdict(case.problem),
+                  "method": dataclasses.asdict(method), "device_index": device_index,
+                  "l2_bytes": device.l2_bytes, "lut": lut, "model": model} for case in todo]
+        log_path = out_dir / "logs" / f"{_safe(method.name)}.log"
+        measured = _run_worker(specs, log_path, timeout_s)
+        for case in todo:
+            raw = measured.get(case.label, {"error": f"not measured (worker stopped); see {log_path}"})
+            entries[case.label]["results"][method.name] = _method_result(raw)
+            _fill_speedups(entries[case.label])
         write_results(results, json_path)
     png_path = out_dir / f"compare_{device.key}.png"
     try:
@@ -248,27 +265,31 @@ def _safe(label: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in label)
 
 
-def _run_worker(spec: dict[str, Any], log_path: Path, timeout_s: float) -> dict[str, Any]:
+def _run_worker(specs: list[dict[str, Any]], log_path: Path, timeout_s: float) -> dict[str, dict[str, Any]]:
+    """Run one worker process over `specs`; returns label -> raw result for what it finished."""
     package_root = str(Path(__file__).resolve().parent.parent)
     with tempfile.TemporaryDirectory(prefix="kernel-select-compare-") as tmp:
-        spec_path, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
-        spec_path.write_text(json.dumps(spec))
+        spec_path, result_path = Path(tmp) / "specs.json", Path(tmp) / "results.jsonl"
+        spec_path.write_text(json.dumps(specs))
         env = {**os.environ,
                "TORCHINDUCTOR_CACHE_DIR": str(Path(tmp) / "inductor"),
                "TRITON_CACHE_DIR": str(Path(tmp) / "triton"),
-               "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1",
                "PYTHONPATH": os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)}
         command = [sys.executable, "-m", "kernel_select.compare", "--worker", str(spec_path),
                    str(result_path)]
         try:
             with open(log_path, "w") as log_file:
-                proc = subprocess.run(command, env=env, stdout=log_file, stderr=subprocess.STDOUT,
-                                      timeout=timeout_s, check=False)
+                subprocess.run(command, env=env, stdout=log_file, stderr=subprocess.STDOUT,
+                               timeout=timeout_s, check=False)
         except subprocess.TimeoutExpired:
-            return {"error": f"timed out after {timeout_s:.0f} s; see {log_path}"}
-        if proc.returncode != 0 or not result_path.exists():
-            return {"error": f"worker exited with status {proc.returncode}; see {log_path}"}
-        return json.loads(result_path.read_text())
+            log.warning("compare worker timed out after %.0f s; see %s", timeout_s, log_path)
+        measured: dict[str, dict[str, Any]] = {}
+        if result_path.exists():
+            for line in result_path.read_text().splitlines():
+                if line.strip():
+                    label, raw = json.loads(line)
+                    measured[label] = raw
+        return measured
 
 
 def _method_result(raw: dict[str, Any]) -> dict[str, Any]:
@@ -350,7 +371,15 @@ def _measure(spec: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+_warmed_up = False
+
+
 def _warm_up_compiler(device: Any) -> None:
+    """Once per worker process: pay imports, CUDA context and compile-pool start-up up front."""
+    global _warmed_up
+    if _warmed_up:
+        return
+    _warmed_up = True
     import torch
 
     x = torch.randn(4096, device=device)
@@ -411,16 +440,26 @@ def _capture(fn: Callable[..., Any], inputs: list[tuple[Any, Any]]) -> Callable[
 
 def _worker_main(argv: Sequence[str]) -> int:
     if len(argv) != 3 or argv[0] != "--worker":
-        print("usage: python -m kernel_select.compare --worker SPEC.json RESULT.json", file=sys.stderr)
+        print("usage: python -m kernel_select.compare --worker SPECS.json RESULTS.jsonl", file=sys.stderr)
         return 2
+    import torch
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    spec = json.loads(Path(argv[1]).read_text())
-    try:
-        result = _measure(spec)
-    except Exception as exc:  # noqa: BLE001 -- report it in the results, keep the run going
-        log.exception("measurement failed")
-        result = {"error": f"{type(exc).__name__}: {exc}"}
-    Path(argv[2]).write_text(json.dumps(result))
+    specs = json.loads(Path(argv[1]).read_text())
+    for spec in specs:
+        try:
+            result = _measure(spec)
+        except Exception as exc:  # noqa: BLE001 -- report it in the results, keep the run going
+            log.exception("measurement of %s failed", spec["label"])
+            result = {"error": f"{type(exc).__name__}: {exc}"}
+        finally:
+            if spec["method"]["kind"] == "topk":
+                import kernel_select.inductor as ks_inductor
+
+                ks_inductor.uninstall()
+            torch._dynamo.reset()
+        with open(argv[2], "a") as out:  # one line per problem: a killed worker keeps what it did
+            out.write(json.dumps([spec["label"], result]) + "\n")
     return 0
 
 

@@ -106,8 +106,9 @@ def inductor_timings(problem: Problem, device: DeviceSpec, configs: list[GemmCon
     torch._dynamo.reset()
     with inductor.enabled(topk=len(configs), kernel_lut_path=str(lut_path), device=device.key), \
             inductor.record_autotuning() as records:
+        # No padding: Inductor would otherwise time a padded problem (e.g. N 3420 -> 3424).
         compiled = torch.compile(lambda x, y: x @ y, options=inductor.max_autotune_options(
-            max_autotune_gemm_backends="TRITON,ATEN"))
+            max_autotune_gemm_backends="TRITON,ATEN", shape_padding=False, comprehensive_padding=False))
         start = time.perf_counter()
         compiled(a, b)
         torch.cuda.synchronize()
@@ -154,7 +155,9 @@ def check(problems: list[Problem], device: DeviceSpec, *, configs_per_problem: i
     compiled = bench.precompile(keys)  # all harness binaries at once, in parallel
     out = []
     with tempfile.TemporaryDirectory() as tmp:
-        os.environ.setdefault("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
+        # Every problem has its own shape, so no cache can serve one problem's timings to another;
+        # a fresh cache directory keeps earlier runs on this machine out as well.
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(Path(tmp) / "inductor")
         for problem in tqdm(problems, desc="fidelity", unit="problem"):
             configs = picked[problem]
             ind, compile_s = inductor_timings(problem, device, configs, Path(tmp))

@@ -206,14 +206,18 @@ def test_driver_runs_every_method_per_problem_and_writes_valid_results(tmp_path:
     monkeypatch.setattr(kernel_select.device, "detect", lambda index=0: get_device("h100"))
     specs = []
 
-    def fake_worker(spec: dict, log_path: Path, timeout_s: float) -> dict:
-        specs.append(spec)
-        method = spec["method"]["name"]
-        if method == "topk-2" and spec["problem"]["m"] == 64:
-            return {"error": "worker exited with status 1"}
-        ms = {"eager": 2.0, "stock": 1.0}.get(method, 1.5)
-        return {"tuning_s": 0.0 if method == "eager" else 4.0, "kernel_ms": ms, "choice": "aten mm",
-                "n_triton": 0, "n_choices": 1, "timing": "cuda_graph", "max_rel_error": 0.001}
+    def fake_worker(batch: list[dict], log_path: Path, timeout_s: float) -> dict:
+        out = {}
+        for spec in batch:
+            specs.append(spec)
+            method = spec["method"]["name"]
+            if method == "topk-2" and spec["problem"]["m"] == 64:
+                continue  # the worker died before finishing this problem
+            ms = {"eager": 2.0, "stock": 1.0}.get(method, 1.5)
+            out[spec["label"]] = {"tuning_s": 0.0 if method == "eager" else 4.0, "kernel_ms": ms,
+                                  "choice": "aten mm", "n_triton": 0, "n_choices": 1, "timing": "cuda_graph",
+                                  "max_rel_error": 0.001}
+        return out
 
     monkeypatch.setattr(compare, "_run_worker", fake_worker)
     cases = [compare.Case(Problem(64, 64, 64), "a"), compare.Case(Problem(128, 64, 32), "b")]
@@ -221,13 +225,19 @@ def test_driver_runs_every_method_per_problem_and_writes_valid_results(tmp_path:
                                                        progress=False)
     assert json_path == tmp_path / "compare_h100.json"
     assert compare.load_results(json_path) == results
-    assert [s["method"]["name"] for s in specs] == ["eager", "stock", "topk-1", "topk-2"] * 2
+    # One worker per method, each over every problem.
+    assert [(s["method"]["name"], s["label"]) for s in specs] == [
+        (m, label) for m in ("eager", "stock", "topk-1", "topk-2") for label in ("a", "b")]
     assert {s["lut"] for s in specs} == {"lut.json"} and specs[0]["l2_bytes"] == get_device("h100").l2_bytes
     first = results["problems"][0]["results"]
     assert first["stock"]["speedup"] == pytest.approx(2.0)
     assert first["topk-1"]["speedup"] == pytest.approx(2 / 1.5)
     assert first["topk-2"]["error"] and first["topk-2"]["speedup"] is None
     assert compare.summarize(results).problems_used == 1
+    # --resume measures only what is missing: the failed (a, topk-2) pair.
+    specs.clear()
+    compare.run_compare(cases, out_dir=tmp_path, topks=[1, 2], lut="lut.json", progress=False, resume=True)
+    assert [(s["method"]["name"], s["label"]) for s in specs] == [("topk-2", "a")]
     if png_path is not None:
         assert png_path.exists()
 
