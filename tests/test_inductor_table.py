@@ -191,7 +191,9 @@ def test_exported_seed_table_drives_inductor_lookup_table_choices():
     finally:
         clear_feedback_savers()
         torch._dynamo.reset()
-    torch.testing.assert_close(out, a @ b, rtol=2e-2, atol=2e-1)
+    # Normwise: elementwise bounds trip on bf16 rounding of large sums (K = 3420).
+    ref = a.float() @ b.float()
+    assert float((out.float() - ref).norm() / ref.norm()) < 1e-2
     triton = [d for d in seen if "BLOCK_M" in d]
     assert len(triton) == 1, seen
     assert "BLOCK_K=128" in triton[0] and "BLOCK_M=64" in triton[0] and "num_stages=4" in triton[0]

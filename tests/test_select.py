@@ -17,6 +17,7 @@ from kernel_select.configs import GemmConfig
 from kernel_select.errors import ConfigError, DeviceError, LUTError, ModelError, ProblemError
 from kernel_select.model import PerformanceModel
 from kernel_select.problem import Problem
+from kernel_select.model import load_default
 from kernel_select.select import Choice, rank, resolve_k, top_k
 from kernel_select.space import for_problem
 
@@ -144,7 +145,7 @@ def test_rank_orders_everything_ascending_and_stably():
 def test_defaults_rank_the_exhaustive_space_with_the_default_model():
     choices = top_k(SEED, 8, device="h100")
     assert len(choices) == 8
-    assert {c.source for c in choices} == {"analytical"}
+    assert {c.source for c in choices} == {load_default("h100").name}
     assert all(c.config in set(for_problem(SEED, "h100")) for c in choices)
     times = [c.predicted_ms for c in choices]
     assert times == sorted(times)
