@@ -67,7 +67,7 @@ def test_show_prints_a_table_or_json(capsys):
     assert main(["lut", "show", str(SEED)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split()[:7] == ["device", "op", "dtype", "m", "n", "k", "batch"]
-    assert lines[1].split()[:9] == ["h100", "mm", "bfloat16", "560", "1280", "3420", "-", "64x128x128", "s4"]
+    assert lines[1].split()[:9] == ["h100", "mm", "bfloat16", "560", "1280", "3420", "-", "64x128x64", "s5"]
     assert len(lines) == 4
     assert main(["lut", "show", str(SEED), "--json"]) == 0
     assert capsys.readouterr().out == SEED.read_text()

@@ -36,14 +36,15 @@ def all_ops_lut() -> KernelLUT:
 def test_seed_exports_torch_keys_with_every_template_kwarg():
     table = to_inductor_table(load_lut(SEED))
     assert SEED_KEY in table
-    triton, aten = table[SEED_KEY]
-    assert triton == {"template_id": "triton::mm", "BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8,
-                      "num_stages": 4, "num_warps": 4, "EVEN_K": False, "ACC_TYPE": "tl.float32",
-                      "USE_FAST_ACCUM": False}
+    first, second, aten = table[SEED_KEY]
+    assert first == {"template_id": "triton::mm", "BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8,
+                     "num_stages": 5, "num_warps": 8, "EVEN_K": False, "ACC_TYPE": "tl.float32",
+                     "USE_FAST_ACCUM": False}
+    assert second["template_id"] == "triton::mm" and second["num_stages"] == 4
     assert aten == {"template_id": "aten::mm"}
     assert len(table) == 3
     named = to_inductor_table(load_lut(SEED), "NVIDIA H100 80GB HBM3", keep_aten=False)
-    assert named["NVIDIA H100 80GB HBM3+" + SEED_KEY] == [triton]
+    assert named["NVIDIA H100 80GB HBM3+" + SEED_KEY] == [first, second]
 
 
 def test_keys_match_str_of_inductors_node_tuples():
@@ -195,5 +196,5 @@ def test_exported_seed_table_drives_inductor_lookup_table_choices():
     ref = a.float() @ b.float()
     assert float((out.float() - ref).norm() / ref.norm()) < 1e-2
     triton = [d for d in seen if "BLOCK_M" in d]
-    assert len(triton) == 1, seen
-    assert "BLOCK_K=128" in triton[0] and "BLOCK_M=64" in triton[0] and "num_stages=4" in triton[0]
+    assert len(triton) == 2, seen  # the seed entry's two measured-best configs, nothing else
+    assert "BLOCK_K=64" in triton[0] and "BLOCK_M=64" in triton[0] and "num_stages=5" in triton[0]
