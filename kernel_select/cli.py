@@ -659,6 +659,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.exit(2, f"kernel-select: error: {exc}\n")
     except KeyboardInterrupt:
         parser.exit(130, "kernel-select: interrupted\n")
+    except BrokenPipeError:
+        # `kernel-select demo | head`: the reader left; stop quietly, as Unix tools do.
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 -- keeps the interpreter's final flush silent
+        return 141
     return 0
 
 

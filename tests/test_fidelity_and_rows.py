@@ -1,0 +1,69 @@
+"""CPU-testable parts of the GPU harness: rank correlation, config picking, row building."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from kernel_select import bench, dataset
+from kernel_select.bench_plan import plan
+from kernel_select.device import get_device
+from kernel_select.fidelity import pick_configs, spearman
+from kernel_select.problem import Problem
+
+H100 = get_device("h100")
+
+
+def test_spearman_matches_the_definition():
+    x = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
+    assert spearman(x, x ** 3) == pytest.approx(1.0)
+    assert spearman(x, -x) == pytest.approx(-1.0)
+    # d = rank differences (1, -1, 0, 0, 0): rho = 1 - 6 * 2 / (5 * 24) = 0.9
+    assert spearman(x, np.array([2.0, 1.0, 3.0, 4.0, 5.0])) == pytest.approx(0.9)
+    assert math.isnan(spearman([1.0, 2.0], [1.0, 2.0]))  # too few points
+    assert spearman([1, 2, 3, math.inf], [1, 2, 3, 0]) == pytest.approx(1.0)  # non-finite dropped
+
+
+def test_pick_configs_spreads_over_the_measured_ranking():
+    problem = Problem(560, 1280, 3420)
+    space = plan([problem], H100)[0]
+    runtimes = np.linspace(1.0, 5.0, len(space))
+    rows = pd.DataFrame([dict(problem_id=dataset.problem_id(560, 1280, 3420, "bfloat16"), backend="triton",
+                              runtime_ms=ms, **dict(zip(dataset.CONFIG_COLUMNS, run.config.key)))
+                         for run, ms in zip(space, runtimes)])
+    picked = pick_configs(problem, H100, 40, rows)
+    assert len(picked) == 40 == len(set(picked))
+    assert picked[:8] == [run.config for run in space[:8]]  # the fastest eight first
+    assert picked[-1] in {run.config for run in space[-len(space) // 3:]}  # reaches the slow end
+    sampled = pick_configs(problem, H100, 40, None)  # never measured: a seeded sample
+    assert sampled == pick_configs(problem, H100, 40, None) and len(set(sampled)) == 40
+
+
+def test_rows_record_medians_failures_and_cublas():
+    problem = Problem(100, 272, 3420)
+    runs = plan([problem], H100)[0][:3]
+    results = {0: bench._Timed(samples=[3.0, 1.0, 2.0]), 1: bench._Timed(samples=[5.0], status="capped"),
+               2: bench._Timed(status="out_of_resources", error="OutOfResources: smem")}
+    cublas = bench._Timed(samples=[4.0, 6.0])
+    prov = dict(device_name="NVIDIA H100 80GB HBM3", sm_count=132, torch_version="2.11.0",
+                triton_version="3.6.0", git_sha="abc")
+    df = dataset.conform(pd.DataFrame(bench.rows_for(runs, results, cublas, prov, bench.BenchOptions())))
+    assert list(df["runtime_ms"][:2]) == [2.0, 5.0] and math.isinf(df["runtime_ms"][2])
+    assert list(df["runtime_min_ms"][:2]) == [1.0, 5.0] and list(df["n_runs"]) == [3, 1, 0, 2]
+    assert list(df["status"]) == ["ok", "capped", "out_of_resources", "ok"]
+    assert list(df["backend"]) == ["triton"] * 3 + ["aten"] and df["runtime_ms"].iloc[-1] == 5.0
+    assert (df["split"] == dataset.split_of(df["problem_id"][0])).all()
+
+
+@pytest.mark.parametrize("name,text,status", [
+    ("OutOfResources", "out of resource: shared memory, Required: 262144", "out_of_resources"),
+    ("CompilationError", "at 10:4: oops", "compile_error"),
+    ("PTXASError", "ptxas fatal", "compile_error"),
+    ("RuntimeError", "CUDA error: an illegal memory access", "runtime_error"),
+])
+def test_failures_are_classified(name, text, status):
+    exc = type(name, (Exception,), {})(text)
+    assert bench.error_class(exc) == status
