@@ -15,6 +15,8 @@ On disk, `models/<device>/` holds `mlp.pt` (a state_dict, loaded with `weights_o
 
 from __future__ import annotations
 
+import hashlib
+
 import logging
 import math
 from collections.abc import Sequence
@@ -131,6 +133,7 @@ class MLPModel(PerformanceModel):
         self.card = card
         self._mean = np.asarray(card.feature_mean, dtype=np.float32)
         self._inv_std = (1.0 / np.asarray(card.feature_std, dtype=np.float64)).astype(np.float32)
+        self._digest: str | None = None
 
     def estimate(self, m: int, n: int, k: int, dtype: str, configs: Sequence[GemmConfig]) -> np.ndarray:
         try:
@@ -147,6 +150,17 @@ class MLPModel(PerformanceModel):
         with torch.inference_mode():
             log_ms = self.net(torch.from_numpy(features))
         return np.exp(log_ms.numpy().astype(np.float64))
+
+    def digest(self) -> str:
+        """sha256 of the weights and the model card. Inductor's cache keys include it (through the
+        choices handler's uuid), so a retrained model never reuses choices made by the old one."""
+        if self._digest is None:
+            h = hashlib.sha256(self.card.model_dump_json().encode())
+            for name, tensor in sorted(self.net.state_dict().items()):
+                h.update(name.encode())
+                h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+            self._digest = h.hexdigest()
+        return self._digest
 
     def describe(self) -> str:
         data = self.card.data

@@ -128,3 +128,18 @@ def test_registry_loads_the_shipped_model_or_raises_model_error(tmp_path, monkey
     model = untrained_mlp()
     model.save(tmp_path / "h100")
     np.testing.assert_array_equal(_estimate(get_model("mlp", "h100")), _estimate(model))
+
+
+def test_digest_identifies_the_weights():
+    import torch
+
+    from kernel_select.model import models_dir
+    from kernel_select.mlp import MLPModel
+
+    shipped = MLPModel.load(models_dir() / "h100", "h100")
+    again = MLPModel.load(models_dir() / "h100", "h100")
+    assert shipped.digest() == again.digest() and len(shipped.digest()) == 64
+    with torch.no_grad():
+        next(again.net.parameters()).add_(1e-3)
+    again._digest = None  # the cached digest belongs to the old weights
+    assert again.digest() != shipped.digest()
