@@ -218,7 +218,7 @@ def run_compare(cases: Sequence[Case], *, out_dir: str | Path, topks: Sequence[i
     lut = lut if lut is not None else ks_config.kernel_lut_path
     model = model if model is not None else ks_config.model
     methods = methods_for(topks, exhaustive)
-    settings = {"shapes": shapes or str(default_suite_path()), "topk": list(topks),
+    settings = {"shapes": shapes or "kernel_select/data/compare_suite.json", "topk": list(topks),
                 "exhaustive": exhaustive, "lut": lut, "model": model, "timeout_s": timeout_s}
     if resume and json_path.exists():
         results = load_results(json_path)
