@@ -82,6 +82,16 @@ def _bench_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=_bench)
 
 
+def _require_gpu(command: str) -> None:
+    import torch
+
+    from kernel_select.errors import DeviceError
+
+    if not torch.cuda.is_available():
+        raise DeviceError(f"{command}: needs a CUDA GPU (torch.cuda.is_available() is False); it times "
+                          "kernels on the device")
+
+
 def _bench(args: argparse.Namespace) -> int:
     import logging
 
@@ -89,8 +99,9 @@ def _bench(args: argparse.Namespace) -> int:
     from kernel_select.device import detect
     from kernel_select.problem import dtype_name
 
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
     chosen = shapes.load(args.shapes)
+    _require_gpu("bench")
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
     if args.dtype:
         wanted = {dtype_name(d) for d in args.dtype.split(",")}
         chosen = [s for s in chosen if s.dtype in wanted]
@@ -128,8 +139,9 @@ def _fidelity(args: argparse.Namespace) -> int:
     from kernel_select import dataset, fidelity, shapes
     from kernel_select.device import detect
 
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
     problems = [s.problem() for s in shapes.load(args.shapes)]
+    _require_gpu("fidelity")
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
     data = dataset.read(args.data) if args.data else None
     results = fidelity.check(problems, detect(), configs_per_problem=args.configs, data=data)
     summary = fidelity.summarize(results)

@@ -113,3 +113,19 @@ def test_committed_dataset_meets_its_datasheet():
     assert per_dtype["bfloat16"] > per_dtype.drop("bfloat16").sum()
     assert {"float16", "float32"} <= set(per_dtype.index)
     assert (df.groupby("problem_id")["backend"].apply(lambda b: (b == "aten").sum()) == 1).all()
+
+
+@pytest.mark.parametrize("command", ["bench", "fidelity"])
+def test_gpu_commands_fail_cleanly_without_a_gpu(command, capsys, tmp_path, monkeypatch):
+    import torch
+
+    from kernel_select.cli import main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    shapes_file = tmp_path / "s.json"
+    shapes.save(shapes.seed_shapes()[:1], shapes_file)
+    extra = ["--out", str(tmp_path / "o.parquet")] if command == "bench" else []
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--shapes", str(shapes_file), *extra])
+    assert exit_info.value.code == 2
+    assert f"{command}: needs a CUDA GPU" in capsys.readouterr().err
