@@ -25,7 +25,7 @@ import os
 import subprocess
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -185,7 +185,7 @@ class ProblemTimer:
     def launch_cublas(self) -> None:
         self.torch.mm(self.a, self.b, out=self.c)
 
-    def time_pass(self, items: list[tuple[object, callable]], *, check: set | None = None,
+    def time_pass(self, items: list[tuple[object, Callable[[], None]]], *, check: set | None = None,
                   gpu_ms: dict | None = None) -> dict[object, tuple[float, object]]:
         """One timed run of each item; returns id -> (ms, relative error, nan, or the exception).
 
