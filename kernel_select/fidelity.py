@@ -45,16 +45,14 @@ class FidelityResult:
 
 
 def spearman(x: np.ndarray, y: np.ndarray) -> float:
-    """Spearman rank correlation with average ranks for ties; nan for fewer than 3 points."""
+    """Spearman rank correlation over the finite pairs; nan for fewer than 3 of them."""
+    from kernel_select.evaluate import spearman_per_group
+
     x, y = np.asarray(x, float), np.asarray(y, float)
     keep = np.isfinite(x) & np.isfinite(y)
     if keep.sum() < 3:
         return float("nan")
-    rx = pd.Series(x[keep]).rank().to_numpy()
-    ry = pd.Series(y[keep]).rank().to_numpy()
-    if rx.std() == 0 or ry.std() == 0:
-        return float("nan")
-    return float(np.corrcoef(rx, ry)[0, 1])
+    return float(spearman_per_group(np.zeros(int(keep.sum()), dtype=np.int64), x[keep], y[keep])[0])
 
 
 def pick_configs(problem: Problem, device: DeviceSpec, count: int, data: pd.DataFrame | None,
