@@ -10,9 +10,10 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kernel_select.errors import KernelSelectError
+from kernel_select.errors import KernelSelectError, OptionError
 
 if TYPE_CHECKING:
     from kernel_select.problem import Problem
@@ -129,7 +130,10 @@ def _fidelity_parser(sub: argparse._SubParsersAction) -> None:
                    help="dataset to pick configs from (spread over the measured ranking); "
                         "default: a random sample of each problem's space")
     p.add_argument("--configs", type=int, default=40, help="configs per problem (default: %(default)s)")
-    p.add_argument("--json", dest="json_out", default=None, help="write the results here")
+    p.add_argument("--json", dest="json_out", default=None,
+                   help="write the results here (rewritten after every problem)")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the problems already in --json and measure only the others")
     p.set_defaults(handler=_fidelity)
 
 
@@ -140,10 +144,24 @@ def _fidelity(args: argparse.Namespace) -> int:
     from kernel_select.device import detect
 
     problems = [s.problem() for s in shapes.load(args.shapes)]
+    if args.resume and not args.json_out:
+        raise OptionError("fidelity: --resume needs --json (the file to resume)")
+    results = []
+    if args.resume and Path(args.json_out).exists():
+        results = fidelity.read_json(args.json_out)
+        done = {r.problem for r in results}
+        problems = [p for p in problems if str(p) not in done]
+        print(f"resuming {args.json_out}: {len(results)} problems measured, {len(problems)} to go")
     _require_gpu("fidelity")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     data = dataset.read(args.data) if args.data else None
-    results = fidelity.check(problems, detect(), configs_per_problem=args.configs, data=data)
+
+    def keep(result: fidelity.FidelityResult) -> None:
+        results.append(result)
+        if args.json_out:
+            fidelity.write_json(fidelity.summarize(results), args.json_out)
+
+    fidelity.check(problems, detect(), configs_per_problem=args.configs, data=data, on_result=keep)
     summary = fidelity.summarize(results)
     print(f"{'problem':<34} {'n':>3} {'spearman':>8} {'(min)':>6} {'ratio':>6}  inductor best / harness best")
     for r in results:
@@ -152,8 +170,6 @@ def _fidelity(args: argparse.Namespace) -> int:
     print(f"median Spearman {summary['median_spearman']:.3f} over {summary['problems']} problems "
           f"(lowest {summary['min_spearman']:.3f}); median Inductor/harness time ratio "
           f"{summary['median_time_ratio']:.3f}")
-    if args.json_out:
-        fidelity.write_json(summary, args.json_out)
     return 0
 
 
@@ -246,7 +262,6 @@ def _parse_k(text: str) -> int | float:
 
 
 def _load_lut(path: str) -> object:
-    from pathlib import Path
 
     from kernel_select.errors import LUTError
 
@@ -271,6 +286,7 @@ def _topk(args: argparse.Namespace) -> int:
     lut = _load_lut(args.lut) if args.lut else None
     candidates = for_problem(problem, model.device, args.search_space)
     choices = top_k(problem, k, lut=lut, model=model, candidates=candidates)
+    decision = _gate_decision(problem, model.device)
     if args.json:
         print(json.dumps({
             "problem": {"m": problem.m, "n": problem.n, "k": problem.k, "dtype": problem.dtype,
@@ -280,16 +296,32 @@ def _topk(args: argparse.Namespace) -> int:
             "choices": [{"rank": rank, "config": choice.config.model_dump(),
                          "predicted_ms": choice.predicted_ms, "source": choice.source}
                         for rank, choice in enumerate(choices, 1)],
+            "cublas_gate": None if decision is None else {
+                "predicted_cublas_over_triton": decision.predicted_ratio, "margin": decision.margin,
+                "skips_triton": decision.prefers_cublas},
         }))
         return 0
     print(f"{problem} on {model.device.key}: {len(choices)} of {len(candidates)} {args.search_space} configs")
     print(f"ranked by: {model.describe()}")
     _print_choices(choices)
+    if decision is not None:
+        print(decision.describe())
     return 0
 
 
+def _gate_decision(problem: Problem, device: object) -> object:
+    """The shipped cuBLAS gate's verdict at the configured margin; None when there is no gate or
+    the gate is off (kernel_select.config.cublas_margin / TORCHINDUCTOR_GEMM_CUBLAS_MARGIN)."""
+    from kernel_select import config as ks_config
+    from kernel_select.cublas_gate import load_default_gate
+
+    if ks_config.cublas_margin is None:
+        return None
+    gate = load_default_gate(device)
+    return gate.decide(problem, ks_config.cublas_margin) if gate is not None else None
+
+
 def _demo(args: argparse.Namespace) -> int:
-    from pathlib import Path
 
     from kernel_select.model import load_default
     from kernel_select.select import top_k
@@ -313,6 +345,9 @@ def _demo(args: argparse.Namespace) -> int:
         choices = top_k(problem, k, lut=lut, model=model, candidates=candidates)
         print(f"\n{label:<14} {problem}  ({len(candidates)} candidates)")
         _print_choices(choices)
+        decision = _gate_decision(problem, model.device)
+        if decision is not None:
+            print(decision.describe())
     return 0
 
 
@@ -406,7 +441,6 @@ def _emit_text(text: str, out: str | None) -> None:
     if out is None:
         sys.stdout.write(text)
         return
-    from pathlib import Path
 
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(text, encoding="utf-8")
@@ -429,7 +463,6 @@ def _lut_validate(args: argparse.Namespace) -> int:
 
 
 def _lut_fmt(args: argparse.Namespace) -> int:
-    from pathlib import Path
 
     from kernel_select.lut import dump_lut, load_lut
 
@@ -477,7 +510,6 @@ def _lut_show(args: argparse.Namespace) -> int:
 
 
 def _lut_from_log(args: argparse.Namespace) -> int:
-    from pathlib import Path
 
     from kernel_select.autotune_log import lut_from_autotune_log, parse_autotune_log
     from kernel_select.errors import LUTError
@@ -497,7 +529,6 @@ def _lut_from_log(args: argparse.Namespace) -> int:
 
 
 def _read_json(path: str) -> object:
-    from pathlib import Path
 
     from kernel_select.errors import LUTError
 
@@ -549,6 +580,9 @@ def _compare_parser(sub: argparse._SubParsersAction) -> None:
                    help="JSON or CSV file of problems (m, n, k[, dtype][, label]); default: the bundled "
                         "suite (seed MLP forward/backward, 32x28672x32, Llama-3-8B projections)")
     p.add_argument("--topk", default="1,2,4,8", help="comma-separated k values (default: %(default)s)")
+    p.add_argument("--nogate-topk", default="",
+                   help="comma-separated k values to time again with the cuBLAS gate off (methods "
+                        "topk-K-nogate); default: none")
     p.add_argument("--out", default="results", help="output directory (default: %(default)s)")
     p.add_argument("--exhaustive", action="store_true",
                    help="also time stock max-autotune with the EXHAUSTIVE search space (slow)")
@@ -560,6 +594,9 @@ def _compare_parser(sub: argparse._SubParsersAction) -> None:
                    help="seconds allowed per method's worker process (default: %(default)s)")
     p.add_argument("--resume", action="store_true",
                    help="keep the measurements in an existing OUT/compare_<device>.json, add the missing")
+    p.add_argument("--only", default=None, metavar="METHODS",
+                   help="comma-separated methods to measure in this run, e.g. eager,stock (the others "
+                        "keep earlier measurements; use with --resume)")
     p.set_defaults(handler=_compare)
 
 
@@ -567,10 +604,13 @@ def _compare(args: argparse.Namespace) -> int:
     from kernel_select import compare
 
     topks = compare.parse_topks(args.topk)
+    nogate_topks = compare.parse_topks(args.nogate_topk) if args.nogate_topk.strip() else []
     cases = compare.load_cases(args.shapes)
     results, json_path, png_path = compare.run_compare(
-        cases, out_dir=args.out, topks=topks, exhaustive=args.exhaustive, device_index=args.device_index,
-        lut=args.lut, model=args.model, timeout_s=args.timeout, shapes=args.shapes, resume=args.resume)
+        cases, out_dir=args.out, topks=topks, exhaustive=args.exhaustive, nogate_topks=nogate_topks,
+        device_index=args.device_index,
+        lut=args.lut, model=args.model, timeout_s=args.timeout, shapes=args.shapes, resume=args.resume,
+        only=[name.strip() for name in args.only.split(",") if name.strip()] if args.only else None)
     print(compare.format_summary(compare.summarize(results)))
     plot = f" and {png_path}" if png_path else " (no plot: matplotlib is not installed)"
     print(f"wrote {json_path}{plot}")
@@ -608,6 +648,36 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _train_gate_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train-gate", help="train only the cuBLAS gate (train trains it too)",
+                       description="Fit the cuBLAS gate (does cuBLAS beat every Triton config of a "
+                                   "problem?) on the dataset's 'train' problems, select on 'val', and "
+                                   "write cublas_gate.pt to --out, leaving the MLP there untouched.")
+    p.add_argument("--data", required=True, help="benchmark dataset (parquet)")
+    p.add_argument("--out", required=True, help="output directory, e.g. models/h100/")
+    p.add_argument("--device", default="h100", help="device the data was measured on (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
+    p.set_defaults(handler=_train_gate)
+
+
+def _train_gate(args: argparse.Namespace) -> int:
+    from kernel_select import dataset
+    from kernel_select.device import get_device
+    from kernel_select.train import train_gate
+
+    data_path = Path(args.data)
+    gate = train_gate(dataset.read(data_path), get_device(args.device), args.out, seed=args.seed,
+                      data_path=data_path)
+    validation = gate.card["validation"]
+    print(f"validation: {validation['problems']} problems, sign accuracy {validation['sign_accuracy']:.3f}, "
+          f"RMSE of log(cuBLAS/Triton) {validation['rmse_log_ratio']:.3f}")
+    for margin, m in validation["margins"].items():
+        print(f"  margin {margin}: Triton skipped on {m['gated']:.0%}, wrongly {m['wrongly_gated']}, "
+              f"time lost there geomean {m['loss_geomean']:.3f} (worst {m['loss_worst']:.3f})")
+    print(f"wrote {Path(args.out) / 'cublas_gate.pt'}")
+    return 0
+
+
 def _eval_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("eval", help="score models and baselines against the measured oracle",
                        description="For each problem of a split: score(k) = oracle_ms / best measured ms "
@@ -626,7 +696,6 @@ def _eval_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from pathlib import Path
 
     from kernel_select.evaluate import evaluate, format_report
 
@@ -647,7 +716,8 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 _PARSERS: list[Callable[[argparse._SubParsersAction], None]] = [
-    _space_parser, _topk_parser, _demo_parser, _shapes_parser, _bench_parser, _fidelity_parser, _lut_parser, _compare_parser, _train_parser, _eval_parser,
+    _space_parser, _topk_parser, _demo_parser, _shapes_parser, _bench_parser, _fidelity_parser, _lut_parser, _compare_parser, _train_parser, _train_gate_parser,
+    _eval_parser,
 ]
 
 

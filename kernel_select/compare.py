@@ -7,6 +7,9 @@ search space), the kernel_select handler at each k, and optionally stock EXHAUST
   kernel_ms  median time of the compiled function per call, captured in a CUDA graph and replayed
              back to back while rotating over enough input copies to exceed twice the L2 cache,
              so no call finds its operands in L2 (memory-bound problems are not flattered)
+  eager_ms   eager `torch.mm` (cuBLAS) timed the same way in the same process, its samples
+             interleaved with kernel_ms's: speedups and "slower than eager" compare these two, so
+             clock and thermal drift between worker processes cannot masquerade as a speedup
   choice     which kernel Inductor's autotuner found fastest (a Triton config or "aten mm" = cuBLAS)
 
 Every method runs in its own Python process with fresh, empty TORCHINDUCTOR_CACHE_DIR and
@@ -23,15 +26,16 @@ Results go to <out>/compare_<device>.json (schema below) and a trade-off plot
 <out>/compare_<device>.png (needs matplotlib); `summarize`/`format_summary` make the table the
 CLI prints. Only `run_compare` and the worker need a GPU; everything else is plain Python.
 
-Results schema (version 1):
+Results schema (version 2; version 1 had no eager_ms):
   {"schema_version": 1, "kind": "kernel_select.compare", "created": ISO time,
    "environment": {"device", "device_key", "torch", "triton", "python", "kernel_select", "l2_bytes"},
    "settings": {"shapes", "topk": [...], "exhaustive", "lut", "model", "timeout_s"},
    "methods": ["eager", "stock", "topk-1", ...],
    "problems": [{"label", "m", "n", "k", "dtype",
-                 "results": {method: {"tuning_s", "kernel_ms", "speedup", "choice", "n_triton",
-                                      "n_choices", "timing", "max_rel_error", "error"}}}]}
-Missing numbers are null; `error` is null on success.
+                 "results": {method: {"tuning_s", "kernel_ms", "eager_ms", "speedup", "choice",
+                                      "n_triton", "n_choices", "timing", "max_rel_error", "error"}}}]}
+Missing numbers are null; `error` is null on success. speedup = eager_ms / kernel_ms (the eager
+method's own kernel_ms where a result has no eager_ms).
 """
 
 from __future__ import annotations
@@ -59,7 +63,7 @@ from kernel_select.problem import Problem
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 RESULTS_KIND = "kernel_select.compare"
 #: A method counts as slower than eager when its kernel takes more than this much longer.
 SLOWER_THAN_EAGER = 0.02
@@ -69,7 +73,7 @@ MAX_INPUT_COPIES = 1024
 DEFAULT_TOPKS = (1, 2, 4, 8)
 #: Largest accepted max |C - A@B| / max |A@B| (bf16 output rounding alone is ~0.004).
 MAX_REL_ERROR = 0.02
-METHOD_FIELDS = ("tuning_s", "kernel_ms", "speedup", "choice", "n_triton", "n_choices", "timing",
+METHOD_FIELDS = ("tuning_s", "kernel_ms", "eager_ms", "speedup", "choice", "n_triton", "n_choices", "timing",
                  "max_rel_error", "error")
 
 
@@ -169,6 +173,7 @@ class Method:
     kind: str  # "eager", "stock" or "topk"
     search_space: str = "DEFAULT"
     topk: int | str | None = None
+    cublas_margin: str | None = None  # "off" turns the cuBLAS gate off; None keeps the knob's value
 
 
 def parse_topks(text: str) -> list[int | str]:
@@ -179,26 +184,33 @@ def parse_topks(text: str) -> list[int | str]:
     return list(dict.fromkeys(values))
 
 
-def methods_for(topks: Sequence[int | str], exhaustive: bool = False) -> list[Method]:
+def methods_for(topks: Sequence[int | str], exhaustive: bool = False,
+                nogate_topks: Sequence[int | str] = ()) -> list[Method]:
+    """eager, stock[, stock-exhaustive], topk-K per k, and topk-K-nogate (cuBLAS gate off) per k
+    of `nogate_topks`."""
     methods = [Method("eager", "eager"), Method("stock", "stock")]
     if exhaustive:
         methods.append(Method("stock-exhaustive", "stock", search_space="EXHAUSTIVE"))
     methods += [Method(f"topk-{k}", "topk", topk=k) for k in topks]
+    methods += [Method(f"topk-{k}-nogate", "topk", topk=k, cublas_margin="off") for k in nogate_topks]
     return methods
 
 
 # -- driver ---------------------------------------------------------------------------------------
 
 def run_compare(cases: Sequence[Case], *, out_dir: str | Path, topks: Sequence[int | str] = DEFAULT_TOPKS,
-                exhaustive: bool = False, device_index: int = 0, lut: str | None = None,
+                exhaustive: bool = False, nogate_topks: Sequence[int | str] = (), device_index: int = 0,
+                lut: str | None = None,
                 model: str | None = None, timeout_s: float = 1800.0, shapes: str | None = None,
-                progress: bool = True, resume: bool = False) -> tuple[dict[str, Any], Path, Path | None]:
+                progress: bool = True, resume: bool = False,
+                only: Sequence[str] | None = None) -> tuple[dict[str, Any], Path, Path | None]:
     """Measure every (case, method), one worker process per method; returns
     (results, json_path, png_path).
 
     The JSON is rewritten after every method, so an interrupted run keeps what it measured, and
     `resume=True` starts from an existing JSON and measures only the missing (case, method) pairs.
-    `timeout_s` bounds each method's worker. png_path is None when matplotlib is not installed.
+    `timeout_s` bounds each method's worker. `only` restricts this run to the named methods (the
+    others keep what an earlier run measured). png_path is None when matplotlib is not installed.
 
     Raises:
         DeviceError: without a CUDA GPU.
@@ -217,14 +229,22 @@ def run_compare(cases: Sequence[Case], *, out_dir: str | Path, topks: Sequence[i
     json_path = out_dir / f"compare_{device.key}.json"
     lut = lut if lut is not None else ks_config.kernel_lut_path
     model = model if model is not None else ks_config.model
-    methods = methods_for(topks, exhaustive)
+    methods = methods_for(topks, exhaustive, nogate_topks)
+    if only is not None:
+        unknown = sorted(set(only) - {m.name for m in methods})
+        if unknown:
+            raise OptionError(f"--only: unknown method(s) {', '.join(unknown)}; this run has "
+                              f"{', '.join(m.name for m in methods)}")
     settings = {"shapes": shapes or "kernel_select/data/compare_suite.json", "topk": list(topks),
+                "nogate_topk": list(nogate_topks), "cublas_margin": ks_config.cublas_margin,
                 "exhaustive": exhaustive, "lut": lut, "model": model, "timeout_s": timeout_s}
     if resume and json_path.exists():
         results = load_results(json_path)
         known = list(results["methods"])
         results["methods"] = known + [m.name for m in methods if m.name not in known]
         results["settings"]["topk"] = sorted({*results["settings"]["topk"], *topks}, key=str)
+        results["settings"]["nogate_topk"] = sorted({*results["settings"].get("nogate_topk", []), *nogate_topks},
+                                                    key=str)
     else:
         results = new_results(device_name=device.name, device_key=device.key, l2_bytes=device.l2_bytes,
                               methods=[m.name for m in methods], settings=settings)
@@ -235,7 +255,8 @@ def run_compare(cases: Sequence[Case], *, out_dir: str | Path, topks: Sequence[i
                                    "k": case.problem.k, "dtype": case.problem.dtype, "results": {}}
             results["problems"].append(entries[case.label])
 
-    bar = tqdm(methods, desc="compare", unit="method", disable=not progress)
+    to_run = [m for m in methods if only is None or m.name in only]
+    bar = tqdm(to_run, desc="compare", unit="method", disable=not progress)
     for method in bar:
         todo = [case for case in cases
                 if not _succeeded(entries[case.label]["results"].get(method.name))]
@@ -302,10 +323,16 @@ def _method_result(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def _fill_speedups(entry: dict[str, Any]) -> None:
-    eager = entry["results"].get("eager", {}).get("kernel_ms")
-    for result in entry["results"].values():
-        ms = result.get("kernel_ms")
-        result["speedup"] = eager / ms if _positive(eager) and _positive(ms) else None
+    for method in entry["results"]:
+        ms, eager = entry["results"][method].get("kernel_ms"), _eager_ms(entry, method)
+        entry["results"][method]["speedup"] = eager / ms if _positive(eager) and _positive(ms) else None
+
+
+def _eager_ms(entry: dict[str, Any], method: str) -> float | None:
+    """The eager time to compare `method` with: measured side by side in its own process, else
+    the eager method's (a separate process: drift between the two is not cancelled)."""
+    own = entry["results"][method].get("eager_ms")
+    return own if _positive(own) else entry["results"].get("eager", {}).get("kernel_ms")
 
 
 def _positive(value: Any) -> bool:
@@ -346,7 +373,8 @@ def _measure(spec: dict[str, Any]) -> dict[str, Any]:
 
         _warm_up_compiler(device)
         if method.kind == "topk":
-            ks_inductor.install(topk=method.topk, kernel_lut_path=spec.get("lut"), model=spec.get("model"))
+            ks_inductor.install(topk=method.topk, kernel_lut_path=spec.get("lut"), model=spec.get("model"),
+                                cublas_margin=method.cublas_margin)
         fn = torch.compile(mm, options=ks_inductor.max_autotune_options(method.search_space), dynamic=False)
         with ks_inductor.record_autotuning() as records:
             torch.cuda.synchronize()
@@ -367,7 +395,13 @@ def _measure(spec: dict[str, Any]) -> dict[str, Any]:
         result["error"] = f"wrong result: max |C - A@B| / max |A@B| = {error:.3g} > {MAX_REL_ERROR}"
     bytes_per_call = (problem.m * problem.k + problem.k * problem.n) * problem.dtype_bytes
     copies = input_copies(bytes_per_call, int(spec["l2_bytes"]))
-    result["kernel_ms"], result["timing"] = _kernel_ms(fn, [make_inputs() for _ in range(copies)])
+    inputs = [make_inputs() for _ in range(copies)]
+    if method.kind == "eager":
+        times, result["timing"] = _kernel_ms({"kernel": fn}, inputs)
+        times["eager"] = times["kernel"]
+    else:
+        times, result["timing"] = _kernel_ms({"kernel": fn, "eager": torch.mm}, inputs)
+    result["kernel_ms"], result["eager_ms"] = times["kernel"], times["eager"]
     return result
 
 
@@ -388,38 +422,50 @@ def _warm_up_compiler(device: Any) -> None:
     torch._dynamo.reset()
 
 
-def _kernel_ms(fn: Callable[..., Any], inputs: list[tuple[Any, Any]], *, samples: int = 30,
-               min_sample_ms: float = 2.0) -> tuple[float, str]:
-    """Median per-call time of fn over back-to-back calls that rotate through `inputs`."""
+def _kernel_ms(fns: dict[str, Callable[..., Any]], inputs: list[tuple[Any, Any]], *, samples: int = 30,
+               min_sample_ms: float = 2.0) -> tuple[dict[str, float], str]:
+    """Median per-call time of each fn over back-to-back calls that rotate through `inputs`.
+
+    The functions' samples are interleaved (a sample of each, then the next round), so slow drift
+    in clocks or temperature affects them alike and their ratio stays honest.
+    """
     import torch
 
-    try:
-        replay, timing = _capture(fn, inputs), "cuda_graph"
-    except Exception as exc:  # noqa: BLE001 -- fall back to plain launches (includes launch overhead)
-        log.warning("CUDA graph capture failed (%s); timing eager launches", exc)
-
-        def replay() -> None:
-            for a, b in inputs:
-                fn(a, b)
-
-        timing = "events"
+    replays, timing = {}, "cuda_graph"
+    for name, fn in fns.items():
+        try:
+            replays[name] = _capture(fn, inputs)
+        except Exception as exc:  # noqa: BLE001 -- fall back to plain launches (includes launch overhead)
+            log.warning("CUDA graph capture of %s failed (%s); timing eager launches", name, exc)
+            replays[name], timing = _launches(fn, inputs), "events"
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    replay()
-    torch.cuda.synchronize()
-    start.record()
-    replay()
-    end.record()
-    end.synchronize()
-    repeats = max(1, math.ceil(min_sample_ms / max(start.elapsed_time(end), 1e-3)))
-    per_call = []
-    for _ in range(samples):
+
+    def sample(replay: Callable[[], None], repeats: int) -> float:
         start.record()
         for _ in range(repeats):
             replay()
         end.record()
         end.synchronize()
-        per_call.append(start.elapsed_time(end) / (repeats * len(inputs)))
-    return statistics.median(per_call), timing
+        return start.elapsed_time(end)
+
+    repeats = {}
+    for name, replay in replays.items():
+        replay()  # warm-up
+        torch.cuda.synchronize()
+        repeats[name] = max(1, math.ceil(min_sample_ms / max(sample(replay, 1), 1e-3)))
+    per_call: dict[str, list[float]] = {name: [] for name in replays}
+    for _ in range(samples):
+        for name, replay in replays.items():
+            per_call[name].append(sample(replay, repeats[name]) / (repeats[name] * len(inputs)))
+    return {name: statistics.median(values) for name, values in per_call.items()}, timing
+
+
+def _launches(fn: Callable[..., Any], inputs: list[tuple[Any, Any]]) -> Callable[[], None]:
+    def replay() -> None:
+        for a, b in inputs:
+            fn(a, b)
+
+    return replay
 
 
 def _capture(fn: Callable[..., Any], inputs: list[tuple[Any, Any]]) -> Callable[[], None]:
@@ -542,7 +588,7 @@ def validate_results(results: Any, where: str = "results") -> None:
             missing = [f for f in METHOD_FIELDS if f not in result]
             if missing:
                 fail(f"problems[{i}] ({problem['label']}).{name}: missing {', '.join(missing)}")
-            for number in ("tuning_s", "kernel_ms", "speedup"):
+            for number in ("tuning_s", "kernel_ms", "eager_ms", "speedup"):
                 value = result[number]
                 if value is not None and not _positive(value) and not (number == "tuning_s" and value == 0):
                     fail(f"problems[{i}] ({problem['label']}).{name}.{number}: expected a positive "
@@ -581,24 +627,26 @@ def summarize(results: dict[str, Any]) -> Summary:
     rows = []
     if used:
         stock_tuning = sum(p["results"]["stock"]["tuning_s"] or 0.0 for p in used)
+        # Kernel times relative to the eager time measured beside them: ratios between methods
+        # (measured in different processes) are ratios of these.
+        stock_rel = [p["results"]["stock"]["kernel_ms"] / _eager_ms(p, "stock") for p in used]
         for method in methods:
-            kernel = [p["results"][method]["kernel_ms"] for p in used]
-            stock = [p["results"]["stock"]["kernel_ms"] for p in used]
-            eager = [p["results"]["eager"]["kernel_ms"] for p in used]
+            rel = [p["results"][method]["kernel_ms"] / _eager_ms(p, method) for p in used]
             tuning = sum(p["results"][method]["tuning_s"] or 0.0 for p in used)
             rows.append(MethodSummary(
                 method=method, problems=len(used),
-                kernel_ratio_vs_stock=_geomean([k / s for k, s in zip(kernel, stock)]),
+                kernel_ratio_vs_stock=_geomean([r / s for r, s in zip(rel, stock_rel)]),
                 tuning_ratio_vs_stock=tuning / stock_tuning if stock_tuning > 0 else math.nan,
                 total_tuning_s=tuning,
-                speedup_vs_eager=_geomean([e / k for e, k in zip(eager, kernel)]),
-                slower_than_eager=sum(k > (1 + SLOWER_THAN_EAGER) * e for k, e in zip(kernel, eager)),
+                speedup_vs_eager=_geomean([1 / r for r in rel]),
+                slower_than_eager=sum(r > 1 + SLOWER_THAN_EAGER for r in rel),
             ))
     return Summary(rows=rows, problems_used=len(used), problems_excluded=[p["label"] for p in excluded])
 
 
 def _succeeded(result: dict[str, Any] | None) -> bool:
     return bool(result) and result.get("error") is None and _positive(result.get("kernel_ms"))
+
 
 
 def _geomean(values: Sequence[float]) -> float:
@@ -654,13 +702,18 @@ def plot_tradeoff(results: dict[str, Any], path: str | Path | None = None) -> An
     rows = {row.method: row for row in summary.rows}
     fig = Figure(figsize=(7.5, 4.8), layout="constrained")
     ax = fig.add_subplot()
-    topk = [rows[m] for m in results["methods"] if m.startswith("topk-") and m in rows]
-    if topk:
-        ax.plot([r.total_tuning_s for r in topk], [r.speedup_vs_eager for r in topk], "o-", color="tab:blue",
-                label="kernel_select top-k")
+    for suffix, style, label in (("", ("o-", "tab:blue"), "kernel_select top-k"),
+                                 ("-nogate", ("^:", "tab:green"), "kernel_select top-k, cuBLAS gate off")):
+        topk = [rows[m] for m in results["methods"]
+                if m in rows and m.startswith("topk-") and m.endswith(suffix) and ("-nogate" in m) == bool(suffix)]
+        if not topk:
+            continue
+        ax.plot([r.total_tuning_s for r in topk], [r.speedup_vs_eager for r in topk], style[0], color=style[1],
+                label=label)
         for row in topk:
-            ax.annotate(f"k={row.method.removeprefix('topk-')}", (row.total_tuning_s, row.speedup_vs_eager),
-                        textcoords="offset points", xytext=(6, 4), fontsize=9)
+            k = row.method.removeprefix("topk-").removesuffix(suffix)
+            ax.annotate(f"k={k}", (row.total_tuning_s, row.speedup_vs_eager), textcoords="offset points",
+                        xytext=(6, 4), fontsize=9)
     for name, style, label in (("stock", ("s", "tab:orange"), "stock max-autotune (DEFAULT)"),
                                ("stock-exhaustive", ("D", "tab:red"), "stock max-autotune (EXHAUSTIVE)")):
         if name in rows:

@@ -17,6 +17,11 @@ Knobs:
   model            name of a registered performance model, or None for `load_default(device)`.
   device           device spec name ("h100", ...) to rank for, or None to detect the GPU that
                    Inductor compiles for.
+  cublas_margin    the cuBLAS gate: when the shipped gate predicts cuBLAS at least this fraction
+                   faster than every Triton config of a GEMM, Inductor gets no model-ranked Triton
+                   configs for it (LUT entries still), so it takes ATen without compiling or
+                   benchmarking Triton. A float in [0, 1); None (or "off") disables the gate.
+                   Default 0.05. Environment: TORCHINDUCTOR_GEMM_CUBLAS_MARGIN.
 
 Environment variables are read once, when this module is imported; the values live in this
 module. The knobs are process-wide (not thread-local), unlike Inductor's own config patches.
@@ -37,6 +42,8 @@ SAME = "SAME"
 DEFAULT = "DEFAULT"
 ENV_KERNEL_LUT_PATH = "TORCHINDUCTOR_KERNEL_LUT_PATH"
 ENV_GEMM_TOPK = "TORCHINDUCTOR_GEMM_TOPK"
+ENV_CUBLAS_MARGIN = "TORCHINDUCTOR_GEMM_CUBLAS_MARGIN"
+DEFAULT_CUBLAS_MARGIN = 0.05  # see kernel_select.cublas_gate for how it was chosen
 
 TopK = Union[int, str]
 
@@ -92,11 +99,30 @@ def parse_device(value: object, *, source: str = "device") -> str | None:
         raise OptionError(f"{source}: {exc}") from None
 
 
+def parse_cublas_margin(value: object, *, source: str = "cublas_margin") -> float | None:
+    """None / "off" / "none" (gate disabled) or a fraction in [0, 1); numeric strings are accepted."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        text = value.strip()
+        if text.lower() in ("off", "none"):
+            return None
+        try:
+            value = float(text)
+        except ValueError:
+            pass
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value < 1.0:
+        return float(value)
+    raise OptionError(f"{source}: expected a fraction in [0, 1) such as 0.05, or None / 'off' to disable "
+                      f"the cuBLAS gate, got {value!r}")
+
+
 _PARSERS: dict[str, Callable[..., Any]] = {
     "kernel_lut_path": parse_lut_path,
     "topk": parse_topk,
     "model": parse_model,
     "device": parse_device,
+    "cublas_margin": parse_cublas_margin,
 }
 
 
@@ -109,6 +135,7 @@ kernel_lut_path: str | None = _from_env(ENV_KERNEL_LUT_PATH, parse_lut_path, Non
 topk: TopK = _from_env(ENV_GEMM_TOPK, parse_topk, DEFAULT)
 model: str | None = None
 device: str | None = None
+cublas_margin: float | None = _from_env(ENV_CUBLAS_MARGIN, parse_cublas_margin, DEFAULT_CUBLAS_MARGIN)
 
 
 def snapshot() -> dict[str, Any]:

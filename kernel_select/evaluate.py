@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +129,7 @@ def evaluate(data_path: str | Path, split: str = "test",
         "problems": len(problem_ids), "rows": len(rows), "methods": {},
     }
     methods = report["methods"]
+    topk_best: dict[str, np.ndarray] = {}  # model name -> best measured ms in its top-k, per problem
     for entry in models:
         name = entry if isinstance(entry, str) else entry.name
         try:
@@ -138,11 +140,14 @@ def evaluate(data_path: str | Path, split: str = "test",
             methods[name] = {"skipped": str(exc)}
             continue
         methods[name] = _model_report(name, model, groups, problem_ids, rows, predicted, runtime, ks)
+        topk_best[name] = best_in_top_k(groups, predicted, runtime, ks)
     methods["random"] = _random_report(groups, runtime, ks, random_seeds)
-    methods["inductor_default"] = _default_report(rows, problems, groups, runtime, spec,
-                                                  default_torch_version)
+    default_best = _default_best(rows, problems, groups, runtime, spec, default_torch_version)
+    methods["inductor_default"] = _default_report(default_best, groups, runtime, default_torch_version)
     methods["nvmatmulheuristics"] = _nvmmh_report(rows, problems, groups, runtime, spec, ks)
     report["cublas"] = _cublas_report(df, groups, problem_ids, runtime)
+    report["with_cublas"] = _with_cublas_report(df, split, problem_ids, groups, runtime, topk_best,
+                                                default_best, spec, ks)
     return report
 
 
@@ -210,28 +215,81 @@ def _random_report(groups: np.ndarray, runtime: np.ndarray, ks: Sequence[int], s
             "topk_std": {str(k): float(v) for k, v in zip(ks, per_seed.std(axis=0))}, "seeds": seeds}
 
 
-def _default_report(rows: pd.DataFrame, problems: pd.DataFrame, groups: np.ndarray, runtime: np.ndarray,
-                    spec: DeviceSpec, torch_version: str) -> dict[str, Any]:
-    """Inductor's DEFAULT list: the best of its configs that were measured (its k is its size)."""
+@dataclass(frozen=True)
+class _DefaultBest:
+    """Inductor's DEFAULT list per problem: the fastest of its measured configs (inf if none)."""
+
+    best_ms: np.ndarray
+    sizes: np.ndarray  # configs in the list
+    found: np.ndarray  # of those, measured
+
+
+def _default_best(rows: pd.DataFrame, problems: pd.DataFrame, groups: np.ndarray, runtime: np.ndarray,
+                  spec: DeviceSpec, torch_version: str) -> _DefaultBest:
     from kernel_select.space import for_problem
 
-    oracle = oracle_ms(groups, runtime)
     measured = _measured_lookup(rows, groups, runtime, _CONFIG_COLS)
-    scores, sizes, found = [], [], []
+    best, sizes, found = [], [], []
     for i, (m, n, k, dtype) in enumerate(problems.itertuples(index=False, name=None)):
         default = for_problem(Problem(int(m), int(n), int(k), str(dtype)), spec, "default", torch_version)
         hits = [measured[(i, c.key)] for c in default if (i, c.key) in measured]
         sizes.append(len(default))
         found.append(len(hits))
-        scores.append(oracle[i] / min(hits) if hits else np.nan)
-    scores_arr = np.asarray(scores)
-    covered = np.isfinite(scores_arr)
+        best.append(min(hits) if hits else np.inf)
+    return _DefaultBest(np.asarray(best), np.asarray(sizes), np.asarray(found))
+
+
+def _default_report(default: _DefaultBest, groups: np.ndarray, runtime: np.ndarray,
+                    torch_version: str) -> dict[str, Any]:
+    """Inductor's DEFAULT list: the best of its configs that were measured (its k is its size)."""
+    covered = np.isfinite(default.best_ms)
+    scores = oracle_ms(groups, runtime)[covered] / default.best_ms[covered]
     return {
-        "score": float(geomean(scores_arr[covered])) if covered.any() else None,
-        "k": float(np.mean(sizes)), "k_max": int(max(sizes)), "torch_version": torch_version,
-        "measured_fraction": float(np.sum(found) / max(np.sum(sizes), 1)),
+        "score": float(geomean(scores)) if covered.any() else None,
+        "k": float(np.mean(default.sizes)), "k_max": int(default.sizes.max()), "torch_version": torch_version,
+        "measured_fraction": float(default.found.sum() / max(default.sizes.sum(), 1)),
         "problems": int(covered.sum()),
     }
+
+
+def _with_cublas_report(df: pd.DataFrame, split: str, problem_ids: pd.Index, groups: np.ndarray,
+                        runtime: np.ndarray, topk_best: dict[str, np.ndarray], default: _DefaultBest,
+                        spec: DeviceSpec, ks: Sequence[int]) -> dict[str, Any]:
+    """What Inductor would get, where cuBLAS is always a candidate too: score = fastest of
+    (cuBLAS, every Triton config) / fastest of (cuBLAS, the method's configs). With the shipped
+    cuBLAS gate, problems it gates get cuBLAS alone (their Triton candidates are skipped)."""
+    from kernel_select.cublas_gate import DEFAULT_MARGIN, gate_metrics, load_default_gate, problem_ratios
+
+    aten = (df[(df["backend"] == "aten") & np.isfinite(df["runtime_ms"])]
+            .groupby("problem_id")["runtime_ms"].min().reindex(problem_ids).to_numpy())
+    have = np.isfinite(aten)
+    if not have.any():
+        return {"problems": 0}
+    best_all = np.minimum(aten, oracle_ms(groups, runtime))[have]
+    out: dict[str, Any] = {"problems": int(have.sum()), "methods": {}}
+
+    def scores(best: np.ndarray) -> np.ndarray:  # best: (problems,) or (problems, len(ks))
+        achieved = np.minimum(aten[have].reshape(-1, *[1] * (best.ndim - 1)), best[have])
+        return best_all.reshape(-1, *[1] * (best.ndim - 1)) / achieved
+
+    out["methods"]["cublas"] = float(geomean(best_all / aten[have]))
+    out["methods"]["inductor_default"] = float(geomean(scores(default.best_ms)))
+    for name, best in topk_best.items():
+        out["methods"][name] = _topk_dict(scores(best), ks)
+    gate = load_default_gate(spec)
+    if gate is None:
+        return out
+    table = problem_ratios(df).reindex(problem_ids[have]).dropna(subset=["log_ratio"])
+    out["gate"] = {"margin": DEFAULT_MARGIN, **gate_metrics(gate, table)}
+    problems = [Problem(int(m), int(n), int(k), str(d))
+                for m, n, k, d in table[["m", "n", "k", "dtype"]].itertuples(index=False, name=None)]
+    gated = np.zeros(len(problem_ids), dtype=bool)
+    gated[problem_ids.get_indexer(table.index)] = (gate.predict_log_ratio(problems)
+                                                   <= np.log(1.0 - DEFAULT_MARGIN))
+    for name, best in topk_best.items():
+        out["methods"][f"{name}+gate"] = _topk_dict(scores(np.where(gated[:, None], np.inf, best)), ks)
+    out["gate"]["split"] = split
+    return out
 
 
 def _cublas_report(df: pd.DataFrame, groups: np.ndarray, problem_ids: pd.Index,
@@ -352,6 +410,21 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(f"cuBLAS beats the Triton oracle on {cublas['cublas_wins_fraction']:.0%} of "
                      f"{cublas['problems']} problems; geomean cuBLAS/oracle time "
                      f"{cublas['geomean_cublas_over_oracle']:.3f}")
+    with_cublas = report.get("with_cublas", {})
+    if with_cublas.get("problems"):
+        lines.append(f"with cuBLAS always a candidate (as in Inductor), {with_cublas['problems']} problems: "
+                     "fastest of (cuBLAS, all Triton) / fastest of (cuBLAS, the method's configs)")
+        for name, value in with_cublas["methods"].items():
+            if isinstance(value, dict):
+                lines.append(f"  {name:<20}" + "".join(f"{value[str(k)]:>9.4f}" for k in ks))
+            else:
+                lines.append(f"  {name:<20}  {value:.4f}")
+        gate = with_cublas.get("gate")
+        if gate:
+            chosen = gate["margins"].get(f"{gate['margin']:g}", {})
+            lines.append(f"  cuBLAS gate (margin {gate['margin']:g}): Triton skipped on {chosen.get('gated', 0):.0%} "
+                         f"of problems, wrongly on {chosen.get('wrongly_gated', 0)}; sign accuracy "
+                         f"{gate['sign_accuracy']:.3f}")
     for name, result in report["methods"].items():
         if "spearman" in result:
             rho = result["spearman"]

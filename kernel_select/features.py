@@ -92,7 +92,7 @@ def featurize_frame(df: pd.DataFrame, device: DeviceSpec | str = "h100") -> np.n
                            get_device(device))
 
 
-def _log2_alignment(x: np.ndarray) -> np.ndarray:
+def log2_alignment(x: np.ndarray) -> np.ndarray:
     """log2 of the largest power of two dividing x, capped (x > 0, integral)."""
     xi = np.asarray(x).astype(np.int64)
     lowest_bit = xi & -xi
@@ -135,8 +135,8 @@ def _feature_matrix(m, n, k, dtype_bytes, bm, bn, bk, stages, warps, group_m,
         np.log(ctas), np.log(waves), last_wave_fill, np.log(np.ceil(ctas / (sms * ctas_per_sm))),
         np.log(ctas_per_sm),
         m / (tiles_m * bm), n / (tiles_n * bn), k / (k_iters * bk), flops / padded_flops,
-        (np.mod(k, bk) == 0).astype(np.float64), np.log(k_iters), _log2_alignment(k),
-        _log2_alignment(n), _log2_alignment(m),
+        (np.mod(k, bk) == 0).astype(np.float64), np.log(k_iters), log2_alignment(k),
+        log2_alignment(n), log2_alignment(m),
         smem / device.smem_per_block_optin, np.log(bm * bn / (warps * 32)), np.log(bm * bn / (bm + bn)),
         np.log(group_m),
         np.log(padded_flops / peak * ms), np.log(min_bytes / device.hbm_bytes_per_s * ms),

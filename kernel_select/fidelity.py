@@ -18,6 +18,7 @@ import math
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -27,6 +28,7 @@ import pandas as pd
 from kernel_select import dataset
 from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec
+from kernel_select.errors import DatasetError
 from kernel_select.problem import Problem
 
 log = logging.getLogger(__name__)
@@ -143,7 +145,10 @@ def harness_timings(problem: Problem, device: DeviceSpec, configs: list[GemmConf
 
 
 def check(problems: list[Problem], device: DeviceSpec, *, configs_per_problem: int = 40,
-          data: pd.DataFrame | None = None) -> list[FidelityResult]:
+          data: pd.DataFrame | None = None,
+          on_result: Callable[[FidelityResult], None] | None = None) -> list[FidelityResult]:
+    """Fidelity of every problem; `on_result` sees each result as soon as it is measured (the CLI
+    writes the JSON there, so a run stopped part-way keeps what it finished)."""
     from tqdm import tqdm
 
     from kernel_select import bench
@@ -172,6 +177,8 @@ def check(problems: list[Problem], device: DeviceSpec, *, configs_per_problem: i
                 compile_s=compile_s)
             log.info("%s", result)
             out.append(result)
+            if on_result is not None:
+                on_result(result)
     return out
 
 
@@ -185,4 +192,24 @@ def summarize(results: list[FidelityResult]) -> dict:
 
 
 def write_json(summary: dict, path: str | Path) -> None:
-    Path(path).write_text(json.dumps(summary, indent=1) + "\n")
+    """Write atomically, so a reader (or a resumed run) never sees half a file."""
+    path = Path(path)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(summary, indent=1) + "\n")
+    tmp.replace(path)
+
+
+def read_json(path: str | Path) -> list[FidelityResult]:
+    """The per-problem results of a JSON written by `write_json`.
+
+    Raises:
+        DatasetError: naming the file when it cannot be read or is not a fidelity summary.
+    """
+    path = Path(path)
+    try:
+        raw = json.loads(path.read_text())
+        return [FidelityResult(**entry) for entry in raw["results"]]
+    except OSError as exc:
+        raise DatasetError(f"{path}: cannot read the fidelity results ({exc.strerror})") from None
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise DatasetError(f"{path}: not a fidelity results file ({type(exc).__name__}: {exc})") from None

@@ -79,11 +79,13 @@ class Settings:
     kernel_lut_path: str | None
     model: str | PerformanceModel | None
     device: str | None
+    cublas_margin: float | None = None  # None: the cuBLAS gate is off
 
 
 def _validated_overrides(topk: object = None, kernel_lut_path: object = None, model: object = None,
-                         device: object = None) -> dict[str, Any]:
-    """Check install()/constructor arguments; None means "not given, use kernel_select.config"."""
+                         device: object = None, cublas_margin: object = None) -> dict[str, Any]:
+    """Check install()/constructor arguments; None means "not given, use kernel_select.config"
+    (to turn the cuBLAS gate off for one handler, pass cublas_margin="off")."""
     overrides: dict[str, Any] = {}
     if topk is not None:
         overrides["topk"] = ks_config.parse_topk(topk)
@@ -93,6 +95,8 @@ def _validated_overrides(topk: object = None, kernel_lut_path: object = None, mo
         overrides["model"] = model if isinstance(model, PerformanceModel) else ks_config.parse_model(model)
     if device is not None:
         overrides["device"] = ks_config.parse_device(device)
+    if cublas_margin is not None:
+        overrides["cublas_margin"] = ks_config.parse_cublas_margin(cublas_margin)
     return overrides
 
 
@@ -118,7 +122,8 @@ def resolve_settings(overrides: dict[str, Any] | None = None) -> Settings:
                                             source=f"torch._inductor.config.{OPTION_KERNEL_LUT_PATH}")
     return Settings(topk=topk, kernel_lut_path=lut_path,
                     model=overrides.get("model", ks_config.model),
-                    device=overrides.get("device", ks_config.device))
+                    device=overrides.get("device", ks_config.device),
+                    cublas_margin=overrides.get("cublas_margin", ks_config.cublas_margin))
 
 
 # -- lazily loaded, process-wide LUTs and models ------------------------------------------------
@@ -127,6 +132,7 @@ def resolve_settings(overrides: dict[str, Any] | None = None) -> Settings:
 
 _lut_cache: dict[str, tuple[tuple[int, int], Any]] = {}
 _model_cache: dict[tuple[str | None, DeviceSpec], PerformanceModel] = {}
+_gate_cache: dict[DeviceSpec, Any] = {}
 
 
 def _read_lut(path: str) -> Any:
@@ -173,6 +179,19 @@ def model_for(model: str | PerformanceModel | None, device: DeviceSpec) -> Perfo
     return cached
 
 
+def gate_for(device: DeviceSpec) -> Any:
+    """The shipped cuBLAS gate for `device` (a CublasGate), or None when none is shipped."""
+    from kernel_select.cublas_gate import load_default_gate
+
+    with _lock:
+        if device in _gate_cache:
+            return _gate_cache[device]
+    gate = load_default_gate(device)
+    with _lock:
+        _gate_cache[device] = gate
+    return gate
+
+
 @functools.lru_cache(maxsize=16)
 def _detected_device(index: int) -> DeviceSpec:
     return detect(index)
@@ -217,6 +236,7 @@ class Selection:
     configs: tuple[GemmConfig, ...]
     sources: tuple[str, ...]  # "lut" or the model name, per config
     space_size: int
+    gate: Any = None  # the cuBLAS gate's GateDecision, when the gate was consulted
 
 
 def _symbolic_k(kernel_inputs: Any) -> Any:
@@ -258,10 +278,11 @@ class KernelSelectChoices(InductorChoices):
     """
 
     def __init__(self, *, topk: int | str | None = None, kernel_lut_path: str | None = None,
-                 model: str | PerformanceModel | None = None, device: str | None = None) -> None:
+                 model: str | PerformanceModel | None = None, device: str | None = None,
+                 cublas_margin: float | str | None = None) -> None:
         super().__init__()
         # Cheap on purpose: torch 2.13 instantiates the factory at every cache-key computation.
-        self._overrides = _validated_overrides(topk, kernel_lut_path, model, device)
+        self._overrides = _validated_overrides(topk, kernel_lut_path, model, device, cublas_margin)
         self.selections: deque[Selection] = deque(maxlen=256)
 
     def __repr__(self) -> str:
@@ -289,6 +310,7 @@ class KernelSelectChoices(InductorChoices):
             parts.append(f"device={device.key if device else 'none'}")
             parts.append(f"lut={_lut_fingerprint(settings.kernel_lut_path)}")
             parts.append(f"model={_model_fingerprint(settings.model, device)}")
+            parts.append(f"cublas_gate={_gate_fingerprint(settings.cublas_margin, device)}")
         return _hash_parts(parts)
 
     # -- the hook ---------------------------------------------------------------------------
@@ -356,9 +378,11 @@ class KernelSelectChoices(InductorChoices):
                                              inputs=base.inputs))
             replaced[uid] = synthesized
         self.selections.append(selection)
-        log.info("kernel_select: %s on %s: benchmarking %d of %d Triton configs (%d from the LUT)",
+        gated = selection.gate is not None and selection.gate.prefers_cublas
+        log.info("kernel_select: %s on %s: benchmarking %d of %d Triton configs (%d from the LUT)%s",
                  problem, device.key, len(selection.configs), selection.space_size,
-                 selection.sources.count("lut"))
+                 selection.sources.count("lut"),
+                 f"; cuBLAS predicted {1 / selection.gate.predicted_ratio:.2f}x faster than Triton" if gated else "")
         return replaced
 
     def _select(self, problem: Problem, device: DeviceSpec, settings: Settings) -> Selection:
@@ -371,12 +395,20 @@ class KernelSelectChoices(InductorChoices):
         candidates = space.for_problem(problem, device, "exhaustive")
         lut = load_lut_cached(settings.kernel_lut_path) if settings.kernel_lut_path else None
         model = model_for(settings.model, device)
-        chosen = top_k(problem, k, lut=lut, model=model, device=device, candidates=candidates)
-        if not chosen:
+        gate = gate_for(device) if settings.cublas_margin is not None else None
+        decision = gate.decide(problem, settings.cublas_margin) if gate is not None else None
+        if decision is not None and decision.prefers_cublas:
+            # cuBLAS is predicted to win: offer only what the LUT pins (often nothing), so Inductor
+            # compiles and benchmarks no Triton kernel it would not pick anyway.
+            candidates_to_rank: list[GemmConfig] = []
+        else:
+            candidates_to_rank = candidates
+        chosen = top_k(problem, k, lut=lut, model=model, device=device, candidates=candidates_to_rank)
+        if not chosen and not (decision is not None and decision.prefers_cublas):
             raise KernelSelectError(f"{problem}: the selection returned no configs")
         return Selection(problem=problem, device=device.key,
                          configs=tuple(c.config for c in chosen),
-                         sources=tuple(c.source for c in chosen), space_size=len(candidates))
+                         sources=tuple(c.source for c in chosen), space_size=len(candidates), gate=decision)
 
 
 def _device_index(kernel_inputs: Any) -> int:
@@ -425,6 +457,16 @@ def _lut_fingerprint(path: str | None) -> str:
                 return f"{path}:unloadable:{hashlib.sha256(handle.read()).hexdigest()}"
         except OSError:
             return f"{path}:missing"
+
+
+def _gate_fingerprint(margin: float | None, device: DeviceSpec | None) -> str:
+    if margin is None:
+        return "off"
+    try:
+        gate = gate_for(device) if device is not None else None
+    except Exception as exc:  # noqa: BLE001 -- a broken gate file must not break cache keys
+        return f"{margin}:unloadable:{type(exc).__name__}"
+    return f"{margin}:{gate.digest() if gate is not None else 'none'}"
 
 
 def _model_fingerprint(model: str | PerformanceModel | None, device: DeviceSpec | None) -> str:
@@ -502,7 +544,7 @@ def _install_stack() -> list[_Installed]:
 
 
 def install(*, topk: int | str | None = None, kernel_lut_path: str | None = None, model: str | None = None,
-            device: str | None = None) -> KernelSelectChoices:
+            device: str | None = None, cublas_margin: float | str | None = None) -> KernelSelectChoices:
     """Make torch.compile's max-autotune benchmark only the top-k Triton GEMM configs.
 
     Arguments override the kernel_select.config knobs (None = use the knob). Call it in the
@@ -510,7 +552,8 @@ def install(*, topk: int | str | None = None, kernel_lut_path: str | None = None
     torch 2.13. Undo with uninstall(). Also registers the `kernel_lut_path` / `gemm_topk`
     torch.compile options (see register_options). Returns the installed handler.
     """
-    factory = ChoicesFactory(topk=topk, kernel_lut_path=kernel_lut_path, model=model, device=device)
+    factory = ChoicesFactory(topk=topk, kernel_lut_path=kernel_lut_path, model=model, device=device,
+                             cublas_margin=cublas_margin)
     handler = factory()
     register_options()
     previous_class = inductor_config.inductor_choices_class
@@ -547,9 +590,10 @@ def uninstall() -> bool:
 
 @contextlib.contextmanager
 def enabled(*, topk: int | str | None = None, kernel_lut_path: str | None = None, model: str | None = None,
-            device: str | None = None) -> Iterator[KernelSelectChoices]:
+            device: str | None = None, cublas_margin: float | str | None = None) -> Iterator[KernelSelectChoices]:
     """install() for the duration of a with-block, then uninstall()."""
-    handler = install(topk=topk, kernel_lut_path=kernel_lut_path, model=model, device=device)
+    handler = install(topk=topk, kernel_lut_path=kernel_lut_path, model=model, device=device,
+                      cublas_margin=cublas_margin)
     try:
         yield handler
     finally:

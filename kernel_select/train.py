@@ -33,8 +33,9 @@ from tqdm.auto import tqdm
 
 import kernel_select
 from kernel_select import dataset
+from kernel_select.cublas_gate import GATE_FILE, CublasGate, fit_gate
 from kernel_select.device import DeviceSpec, get_device
-from kernel_select.errors import DatasetError
+from kernel_select.errors import DatasetError, ModelError
 from kernel_select.evaluate import geomean, topk_scores, usable_triton_rows
 from kernel_select.features import FEATURE_NAMES, FEATURE_VERSION, featurize_frame
 from kernel_select.mlp import DataProvenance, MLPModel, ModelCard, RuntimeNet
@@ -104,7 +105,8 @@ def train(data_path: str | Path, out_dir: str | Path, *, seed: int = 0, epochs: 
     objectives = list(OBJECTIVES) if objective == "both" else [objective]
 
     data_path = Path(data_path)
-    rows = _training_rows(dataset.read(data_path), spec, data_path)
+    frame = dataset.read(data_path)
+    rows = _training_rows(frame, spec, data_path)
     features = featurize_frame(rows, spec)
     train_mask = (rows["split"] == "train").to_numpy()
     mean = features[train_mask].mean(axis=0, dtype=np.float64)
@@ -122,6 +124,13 @@ def train(data_path: str | Path, out_dir: str | Path, *, seed: int = 0, epochs: 
     seconds = time.perf_counter() - started
     metrics = {"selected_objective": best, "val": {name: m for name, (_, m) in runs.items()},
                "train_seconds": round(seconds, 1)}
+    try:
+        metrics["cublas_gate"] = train_gate(frame, spec, out_dir, seed=seed, data_path=data_path).card["validation"]
+    except ModelError as exc:  # too few problems with a cuBLAS row: the MLP is still worth keeping
+        stale = Path(out_dir) / GATE_FILE
+        log.warning("no cuBLAS gate trained (%s)%s", exc, f"; removed the old {stale}" if stale.exists() else "")
+        stale.unlink(missing_ok=True)
+        metrics["cublas_gate"] = {"skipped": str(exc)}
     card = ModelCard(
         device=spec.key, feature_version=FEATURE_VERSION, feature_names=list(FEATURE_NAMES),
         feature_mean=mean.tolist(), feature_std=std.tolist(), hidden_widths=list(hparams.hidden_widths),
@@ -136,6 +145,17 @@ def train(data_path: str | Path, out_dir: str | Path, *, seed: int = 0, epochs: 
     model.save(out_dir)
     log.info("trained %s model (%s objective) in %.0f s -> %s", spec.key, best, seconds, out_dir)
     return TrainResult(model=model, out_dir=Path(out_dir), objective=best, metrics=metrics, seconds=seconds)
+
+
+def train_gate(frame: pd.DataFrame, spec: DeviceSpec, out_dir: str | Path, *, seed: int = 0,
+               data_path: Path | None = None) -> CublasGate:
+    """Fit the cuBLAS gate on the dataset's train/val problems of `spec` and save it to `out_dir`."""
+    on_device = frame["device_name"].map(lambda name: _device_key(name) == spec.key)
+    gate = fit_gate(frame[on_device & (frame["split"] != "test") & (frame["batch"] == 1)], spec, seed=seed)
+    gate.card["data"] = str(data_path.name) if data_path is not None else None
+    gate.save(out_dir)
+    log.info("trained the %s cuBLAS gate (validation: %s) -> %s", spec.key, gate.card["validation"], out_dir)
+    return gate
 
 
 def _training_rows(df: pd.DataFrame, spec: DeviceSpec, data_path: Path) -> pd.DataFrame:

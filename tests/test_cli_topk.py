@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.subprocess_env import package_env
+import kernel_select.config as ks_config
 from kernel_select.cli import main
 from kernel_select.configs import GemmConfig
 from kernel_select.problem import Problem
@@ -35,11 +36,24 @@ def test_topk_table_names_the_model_and_lists_k_rows(capsys):
     assert lines[0].startswith("mm 560x1280x3420 bfloat16 on h100: 4 of ")
     assert lines[1].startswith("ranked by: analytical roofline model for h100")
     assert lines[2].split() == ["rank", "config", "predicted", "ms", "source"]
-    rows = [line.split() for line in lines[3:]]
+    rows = [line.split() for line in lines[3:7]]
     assert [row[0] for row in rows] == ["1", "2", "3", "4"]
     assert all(row[-1] == "analytical" for row in rows)
     times = [float(row[-2]) for row in rows]
     assert times == sorted(times) and times[0] > 0
+    # The seed problem is one where Triton wins: the shipped cuBLAS gate says so, and nothing follows.
+    assert lines[7].startswith("cuBLAS gate: predicted cuBLAS / best Triton time ")
+    assert lines[7].endswith("benchmark Triton configs") and len(lines) == 8
+
+
+def test_topk_reports_when_the_cublas_gate_would_skip_triton(capsys):
+    code, out, _ = run(capsys, "topk", "--m", "16", "--n", "1024", "--k", "4096", "--json")
+    gate = json.loads(out)["cublas_gate"]
+    assert code == 0 and gate["margin"] == 0.05
+    assert gate["skips_triton"] == (gate["predicted_cublas_over_triton"] <= 0.95)
+    with ks_config.patch(cublas_margin=None):
+        code, out, _ = run(capsys, "topk", "--m", "16", "--n", "1024", "--k", "4096")
+    assert "cuBLAS gate" not in out
 
 
 def test_topk_json_matches_the_library(capsys):
@@ -107,7 +121,7 @@ def test_demo_with_a_missing_explicit_lut_is_an_error(capsys, tmp_path):
 
 
 def test_demo_runs_as_a_module_in_a_subprocess():
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    env = package_env()
     result = subprocess.run([sys.executable, "-m", "kernel_select.cli", "demo", "-k", "3"],
                             cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr

@@ -97,14 +97,15 @@ def test_input_copies_stream_twice_the_l2_between_reuses():
 
 # -- summary math -----------------------------------------------------------------------------------
 
-def result(ms: float | None, tuning: float = 0.0, error: str | None = None) -> dict:
-    return {"tuning_s": tuning, "kernel_ms": ms, "speedup": None, "choice": "aten mm", "n_triton": 0,
-            "n_choices": 1, "timing": "cuda_graph", "max_rel_error": 0.001, "error": error}
+def result(ms: float | None, tuning: float = 0.0, error: str | None = None, eager_ms: float | None = None) -> dict:
+    return {"tuning_s": tuning, "kernel_ms": ms, "eager_ms": eager_ms, "speedup": None, "choice": "aten mm",
+            "n_triton": 0, "n_choices": 1, "timing": "cuda_graph", "max_rel_error": 0.001, "error": error}
 
 
 def results_of(rows: list[dict[str, dict]]) -> dict:
     methods = list(rows[0])
-    return {"schema_version": 1, "kind": "kernel_select.compare", "environment": {}, "settings": {},
+    return {"schema_version": compare.SCHEMA_VERSION, "kind": "kernel_select.compare", "environment": {},
+            "settings": {},
             "methods": methods,
             "problems": [{"label": f"p{i}", "m": 1, "n": 1, "k": 1, "dtype": "bfloat16", "results": r}
                          for i, r in enumerate(rows)]}
@@ -125,6 +126,20 @@ def test_summary_ratios_geomeans_and_slower_than_eager():
     assert topk.total_tuning_s == pytest.approx(5.0)
     assert topk.speedup_vs_eager == pytest.approx(math.sqrt((1 / 1.03) * 2.0))
     assert topk.slower_than_eager == 1 and stock.slower_than_eager == 0  # 1.03 > 1.02 x eager
+
+
+def test_side_by_side_eager_times_take_precedence_over_the_eager_process():
+    # The GPU ran 10% faster while stock's worker ran: its eager time, measured beside it, says so.
+    results = results_of([
+        {"eager": result(1.0), "stock": result(0.45, 10.0, eager_ms=0.9), "topk-2": result(0.5, 2.0, eager_ms=1.0)},
+    ])
+    stock, topk = compare.summarize(results).rows
+    assert stock.speedup_vs_eager == pytest.approx(2.0) and topk.speedup_vs_eager == pytest.approx(2.0)
+    assert topk.kernel_ratio_vs_stock == pytest.approx(1.0)  # not 0.5 / 0.45
+    entry = results["problems"][0]
+    compare._fill_speedups(entry)
+    assert entry["results"]["stock"]["speedup"] == pytest.approx(2.0)
+    assert entry["results"]["eager"]["speedup"] == pytest.approx(1.0)
 
 
 def test_problems_with_a_failed_measurement_are_excluded_everywhere():
@@ -150,7 +165,7 @@ def test_fixture_validates_and_round_trips(tmp_path: Path):
 
 
 @pytest.mark.parametrize("mutate,message", [
-    (lambda r: r.update(kind="other"), "not a version-1"),
+    (lambda r: r.update(kind="other"), "not a version-2"),
     (lambda r: r.pop("methods"), "missing 'methods'"),
     (lambda r: r["problems"][0].pop("k"), "missing 'k'"),
     (lambda r: r["problems"][0]["results"]["stock"].pop("choice"), "stock: missing choice"),
@@ -238,6 +253,14 @@ def test_driver_runs_every_method_per_problem_and_writes_valid_results(tmp_path:
     specs.clear()
     compare.run_compare(cases, out_dir=tmp_path, topks=[1, 2], lut="lut.json", progress=False, resume=True)
     assert [(s["method"]["name"], s["label"]) for s in specs] == [("topk-2", "a")]
+    # --only measures just the named methods, and names a typo.
+    specs.clear()
+    compare.run_compare(cases, out_dir=tmp_path, topks=[1, 2], nogate_topks=[1], progress=False, resume=True,
+                        only=["topk-1-nogate"])
+    assert [(s["method"]["name"], s["label"]) for s in specs] == [("topk-1-nogate", "a"), ("topk-1-nogate", "b")]
+    assert specs[0]["method"]["cublas_margin"] == "off"
+    with pytest.raises(OptionError, match="stok"):
+        compare.run_compare(cases, out_dir=tmp_path, topks=[1], progress=False, resume=True, only=["stok"])
     if png_path is not None:
         assert png_path.exists()
 

@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 import torch
 
 pytest.importorskip("torch._inductor.kernel_template_choice")
@@ -23,6 +24,7 @@ from torch._inductor.virtualized import V  # noqa: E402
 
 import kernel_select.config as ks_config  # noqa: E402
 import kernel_select.inductor as ks_inductor  # noqa: E402
+from tests.subprocess_env import package_env  # noqa: E402
 from tests.inductor_doubles import BrokenModel, FakeLUT, FakeModel, expected_top, selection_api  # noqa: E402
 from kernel_select.configs import GemmConfig  # noqa: E402
 from kernel_select.errors import OptionError  # noqa: E402
@@ -100,8 +102,11 @@ def clean_state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     ks_inductor.reset_warnings()
     monkeypatch.setattr(ks_inductor, "_lut_cache", {})
     monkeypatch.setattr(ks_inductor, "_model_cache", {})
+    monkeypatch.setattr(ks_inductor, "_gate_cache", {})
     monkeypatch.chdir(tmp_path)
-    with ks_config.patch(topk="DEFAULT", kernel_lut_path=None, model=None, device=None):
+    # The cuBLAS gate is off here (the tests below that are about it turn it on): these tests pin
+    # exact selections, which must not depend on whether the shipped gate skips a problem.
+    with ks_config.patch(topk="DEFAULT", kernel_lut_path=None, model=None, device=None, cublas_margin=None):
         yield
     while ks_inductor.uninstall():
         pass
@@ -301,8 +306,7 @@ def test_knobs_validate_on_assignment_and_patch():
 
 def test_environment_variables_are_read_and_validated():
     code = "import kernel_select.config as c; print(c.topk, c.kernel_lut_path)"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "TORCHINDUCTOR_GEMM_TOPK": "same",
-           "TORCHINDUCTOR_KERNEL_LUT_PATH": "/x/lut.json"}
+    env = package_env(TORCHINDUCTOR_GEMM_TOPK="same", TORCHINDUCTOR_KERNEL_LUT_PATH="/x/lut.json")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["SAME", "/x/lut.json"]
     env["TORCHINDUCTOR_GEMM_TOPK"] = "-3"
@@ -403,7 +407,7 @@ def test_install_rejects_bad_arguments_before_changing_anything():
 
 
 def run_python(code: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = package_env()
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True,
                           text=True, timeout=240)
 
@@ -459,3 +463,104 @@ def test_real_cpu_compile_with_handler_installed(monkeypatch: pytest.MonkeyPatch
         compiled = torch.compile(lambda x, y: x @ y, options={"gemm_topk": 4})
         torch.testing.assert_close(compiled(a, b), a @ b)
     assert calls and calls[0][:2] == ("mm", "cpu") and "aten::mm" in calls[0][2]
+
+
+# -- the cuBLAS gate ------------------------------------------------------------------------------
+
+class FakeGate:
+    """Predicts a fixed cuBLAS / best-Triton time ratio for every problem."""
+
+    def __init__(self, ratio: float, tag: str = "g1") -> None:
+        self.ratio, self.tag, self.calls = ratio, tag, 0
+
+    def decide(self, problem: Problem, margin: float):  # noqa: ANN201
+        from kernel_select.cublas_gate import GateDecision
+
+        self.calls += 1
+        return GateDecision(problem=problem, predicted_ratio=self.ratio, margin=margin)
+
+    def digest(self) -> str:
+        return self.tag
+
+
+def use_gate(monkeypatch: pytest.MonkeyPatch, gate: object) -> None:
+    monkeypatch.setattr(ks_inductor, "gate_for", lambda device: gate)
+
+
+def test_gate_that_prefers_cublas_leaves_only_aten_and_other_templates(monkeypatch: pytest.MonkeyPatch):
+    use_gate(monkeypatch, FakeGate(ratio=0.8))
+    inputs = FakeInputs(16, 1024, 4096)
+    candidates = inductor_candidates(inputs)
+    handler = ks_inductor.KernelSelectChoices(topk=4, model=FakeModel(), device="h100", cublas_margin=0.05)
+    result = finalize(handler, inputs, candidates)
+    assert [c.template.uid for c in result] == ["aten::mm", "decompose_k"]
+    selection = handler.selections[-1]
+    assert selection.configs == () and selection.gate.prefers_cublas
+
+
+def test_gate_keeps_lut_entries_when_it_skips_the_model_ranking(monkeypatch: pytest.MonkeyPatch,
+                                                                lut_file: Path):
+    use_gate(monkeypatch, FakeGate(ratio=0.5))
+    inputs = FakeInputs(560, 1280, 3420)
+    handler = ks_inductor.KernelSelectChoices(topk=4, kernel_lut_path=str(lut_file), model=FakeModel(),
+                                              device="h100", cublas_margin=0.05)
+    triton = triton_of(finalize(handler, inputs, inductor_candidates(inputs)))
+    assert [params_config(c) for c in triton] == [LUT_A, LUT_B]
+
+
+@pytest.mark.parametrize("ratio, margin", [(0.96, 0.05), (1.3, 0.0)])
+def test_gate_within_its_margin_changes_nothing(monkeypatch: pytest.MonkeyPatch, ratio: float, margin: float):
+    use_gate(monkeypatch, FakeGate(ratio=ratio))
+    inputs = FakeInputs(560, 1280, 3420)
+    handler = ks_inductor.KernelSelectChoices(topk=4, model=FakeModel(), device="h100", cublas_margin=margin)
+    triton = triton_of(finalize(handler, inputs, inductor_candidates(inputs)))
+    assert [params_config(c) for c in triton] == expected_top(SEED, 4)
+    assert not handler.selections[-1].gate.prefers_cublas
+
+
+def test_gate_off_is_never_consulted(monkeypatch: pytest.MonkeyPatch):
+    gate = FakeGate(ratio=0.1)
+    use_gate(monkeypatch, gate)
+    inputs = FakeInputs(560, 1280, 3420)
+    handler = ks_inductor.KernelSelectChoices(topk=4, model=FakeModel(), device="h100", cublas_margin="off")
+    assert len(triton_of(finalize(handler, inputs, inductor_candidates(inputs)))) == 4
+    assert gate.calls == 0 and handler.selections[-1].gate is None
+
+
+def test_uuid_follows_the_gate_margin_and_weights(monkeypatch: pytest.MonkeyPatch):
+    use_gate(monkeypatch, FakeGate(ratio=1.0, tag="weights-1"))
+    keys = {margin: ks_inductor.KernelSelectChoices(topk=4, device="h100", cublas_margin=margin).uuid()
+            for margin in ("off", 0.05, 0.1)}
+    assert len(set(keys.values())) == 3
+    use_gate(monkeypatch, FakeGate(ratio=1.0, tag="weights-2"))
+    assert ks_inductor.KernelSelectChoices(topk=4, device="h100", cublas_margin=0.05).uuid() != keys[0.05]
+
+
+def test_broken_gate_file_falls_back_to_inductors_candidates(monkeypatch: pytest.MonkeyPatch,
+                                                             caplog: pytest.LogCaptureFixture):
+    from kernel_select.errors import ModelError
+
+    def broken(device: object) -> None:
+        raise ModelError("models/h100/cublas_gate.pt: cannot load the cuBLAS gate (truncated)")
+
+    monkeypatch.setattr(ks_inductor, "gate_for", broken)
+    inputs = FakeInputs(560, 1280, 3420)
+    candidates = inductor_candidates(inputs)
+    handler = ks_inductor.KernelSelectChoices(topk=4, model=FakeModel(), device="h100", cublas_margin=0.05)
+    with caplog.at_level(logging.WARNING):
+        result = finalize(handler, inputs, candidates)
+    assert triton_of(result) == candidates["triton::mm"]
+    assert len(warnings_of(caplog)) == 1 and "cublas_gate.pt" in warnings_of(caplog)[0].getMessage()
+    handler.uuid()  # a broken gate never breaks the cache key
+
+
+def test_cublas_margin_knob_is_validated_and_read_from_the_environment():
+    with pytest.raises(OptionError, match="cublas_margin"):
+        ks_config.cublas_margin = 1.5
+    with pytest.raises(OptionError):
+        ks_inductor.install(cublas_margin="sometimes")
+    code = "import kernel_select.config as c; print(c.cublas_margin)"
+    for raw, expected in (("0.1", "0.1"), ("off", "None"), ("", "0.05")):
+        out = subprocess.run([sys.executable, "-c", code], env=package_env(TORCHINDUCTOR_GEMM_CUBLAS_MARGIN=raw),
+                             capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == expected

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,10 +10,11 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "examples" / "seed_mlp.py"
+from tests.subprocess_env import package_env
 
 
 def run(*args: str, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO), **(env_extra or {})}
+    env = package_env(**(env_extra or {}))
     return subprocess.run([sys.executable, str(EXAMPLE), *args], env=env, capture_output=True, text=True,
                           timeout=600, cwd=REPO)
 

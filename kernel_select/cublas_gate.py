@@ -1,0 +1,267 @@
+"""The cuBLAS gate: skip Triton autotuning where cuBLAS is predicted to win anyway.
+
+Inductor always benchmarks ATen (cuBLAS) next to the Triton candidates. On 63% of the dataset's
+problems cuBLAS beats even the fastest Triton config, yet Inductor still compiles and benchmarks
+every Triton candidate there, and its launch-inclusive timing sometimes picks a Triton kernel
+that then runs slower than cuBLAS (the issue's "slower than eager" cases). The gate predicts,
+per problem, log(cuBLAS time / fastest Triton time); when cuBLAS is predicted to be faster by at
+least `margin`, the handler offers Inductor no model-ranked Triton configs (LUT entries are
+still offered), so Inductor takes ATen without compiling or benchmarking anything.
+
+The prediction is a small MLP over problem-level features (sizes, alignment, roofline terms),
+trained on the dataset's per-problem ratio of the measured cuBLAS row to the measured oracle.
+Comparing against the oracle is conservative: the top-k's best Triton config is never faster.
+
+Files: models/<device>/cublas_gate.pt (weights, feature standardization, card) next to the MLP.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kernel_select.config import DEFAULT_CUBLAS_MARGIN
+from kernel_select.device import DeviceSpec, get_device
+from kernel_select.errors import ModelError
+from kernel_select.features import log2_alignment
+from kernel_select.problem import DTYPE_BYTES, Problem, dtype_name
+
+log = logging.getLogger(__name__)
+
+GATE_FILE = "cublas_gate.pt"
+GATE_FEATURE_VERSION = 1
+GATE_FEATURE_NAMES: tuple[str, ...] = (
+    "log_m", "log_n", "log_k", "log_dtype_bytes", "log_gflop", "log_gb", "log_flops_per_byte",
+    "log2_m_align", "log2_n_align", "log2_k_align", "log_roofline_compute_ms", "log_roofline_memory_ms",
+    "log_waves_128x128", "tile_eff_m_128", "tile_eff_n_128", "log_min_mn", "log_k_over_max_mn",
+)
+#: Default margin (the `cublas_margin` knob's default): skip Triton when cuBLAS is predicted >= 5%
+#: faster. Chosen on the validation split, where no problem gated at 0.05 had a faster Triton config.
+DEFAULT_MARGIN = DEFAULT_CUBLAS_MARGIN
+_HIDDEN = 32
+
+
+def gate_features(m: Any, n: Any, k: Any, dtype_bytes: Any, device: DeviceSpec) -> np.ndarray:
+    """Problem-level features, one row per problem (arguments are scalars or 1-D arrays)."""
+    m, n, k, db = (np.atleast_1d(np.asarray(x, dtype=np.float64)) for x in (m, n, k, dtype_bytes))
+    flops = 2.0 * m * n * k
+    nbytes = (m * k + k * n + m * n) * db
+    peak = np.where(db == 2, device.peak_flops("bfloat16"), device.peak_flops("float32"))
+    tiles_m, tiles_n = np.ceil(m / 128), np.ceil(n / 128)
+    columns = (
+        np.log(m), np.log(n), np.log(k), np.log(db), np.log(flops / 1e9), np.log(nbytes / 1e9),
+        np.log(flops / nbytes), log2_alignment(m), log2_alignment(n), log2_alignment(k),
+        np.log(flops / peak * 1e3), np.log(nbytes / device.hbm_bytes_per_s * 1e3),
+        np.log(tiles_m * tiles_n / device.sm_count), m / (tiles_m * 128), n / (tiles_n * 128),
+        np.log(np.minimum(m, n)), np.log(k / np.maximum(m, n)),
+    )
+    return np.stack(columns, axis=1).astype(np.float32)
+
+
+def _net(n_features: int) -> Any:
+    from torch import nn
+
+    return nn.Sequential(nn.Linear(n_features, _HIDDEN), nn.SiLU(), nn.Linear(_HIDDEN, _HIDDEN), nn.SiLU(),
+                         nn.Linear(_HIDDEN, 1))
+
+
+@dataclass(frozen=True)
+class GateDecision:
+    """The gate's verdict for one problem."""
+
+    problem: Problem
+    predicted_ratio: float  # predicted cuBLAS time / fastest Triton time (< 1: cuBLAS faster)
+    margin: float
+
+    @property
+    def prefers_cublas(self) -> bool:
+        return self.predicted_ratio <= 1.0 - self.margin
+
+    def describe(self) -> str:
+        verdict = "skip Triton, benchmark ATen only" if self.prefers_cublas else "benchmark Triton configs"
+        return (f"cuBLAS gate: predicted cuBLAS / best Triton time {self.predicted_ratio:.2f} "
+                f"(margin {self.margin:.2f}): {verdict}")
+
+
+class CublasGate:
+    """Predicts whether cuBLAS beats every Triton config of a problem (see the module docstring)."""
+
+    def __init__(self, device: DeviceSpec | str, net: Any, mean: np.ndarray, std: np.ndarray,
+                 card: dict[str, Any]) -> None:
+        self.device = get_device(device)
+        self.net = net.eval()
+        self.mean = np.asarray(mean, dtype=np.float32)
+        self.std = np.asarray(std, dtype=np.float32)
+        self.card = card
+
+    def predict_log_ratio(self, problems: Sequence[Problem]) -> np.ndarray:
+        """log(cuBLAS time / fastest Triton time) per problem."""
+        import torch
+
+        if not problems:
+            return np.zeros(0)
+        x = gate_features([p.m for p in problems], [p.n for p in problems], [p.k for p in problems],
+                          [DTYPE_BYTES[dtype_name(p.dtype)] for p in problems], self.device)
+        with torch.no_grad():
+            out = self.net(torch.from_numpy((x - self.mean) / self.std)).squeeze(1).double().numpy()
+        if not np.all(np.isfinite(out)):
+            raise ModelError(f"cuBLAS gate for {self.device.key} returned non-finite predictions")
+        return out
+
+    def decide(self, problem: Problem, margin: float = DEFAULT_MARGIN) -> GateDecision:
+        ratio = float(np.exp(self.predict_log_ratio([problem])[0]))
+        return GateDecision(problem=problem, predicted_ratio=ratio, margin=margin)
+
+    def digest(self) -> str:
+        """Identifies the weights (for Inductor cache keys)."""
+        h = hashlib.sha256()
+        for tensor in self.net.state_dict().values():
+            h.update(tensor.detach().cpu().numpy().tobytes())
+        h.update(self.mean.tobytes() + self.std.tobytes())
+        return h.hexdigest()[:16]
+
+    def save(self, model_dir: str | Path) -> Path:
+        import torch
+
+        path = Path(model_dir) / GATE_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        buffer = io.BytesIO()
+        torch.save({"state_dict": self.net.state_dict(), "mean": self.mean.tolist(), "std": self.std.tolist(),
+                    "feature_version": GATE_FEATURE_VERSION, "feature_names": list(GATE_FEATURE_NAMES),
+                    "device": self.device.key, "card": self.card}, buffer)
+        path.write_bytes(buffer.getvalue())
+        return path
+
+    @classmethod
+    def load(cls, model_dir: str | Path, device: DeviceSpec | str = "h100") -> CublasGate:
+        """Raises ModelError naming the file when it is missing, unreadable or for another device."""
+        import torch
+
+        spec = get_device(device)
+        path = Path(model_dir) / GATE_FILE
+        try:
+            raw = torch.load(path, map_location="cpu", weights_only=True)
+            if raw["feature_version"] != GATE_FEATURE_VERSION or raw["feature_names"] != list(GATE_FEATURE_NAMES):
+                raise ModelError(f"{path}: trained with gate features v{raw['feature_version']}, this "
+                                 f"kernel_select computes v{GATE_FEATURE_VERSION}; retrain with `kernel-select train`")
+            if raw["device"] != spec.key:
+                raise ModelError(f"{path}: a cuBLAS gate for {raw['device']!r}, not {spec.key!r}")
+            net = _net(len(GATE_FEATURE_NAMES))
+            net.load_state_dict(raw["state_dict"])
+        except FileNotFoundError:
+            raise ModelError(f"{path}: no cuBLAS gate here; train one with `kernel-select train`") from None
+        except ModelError:
+            raise
+        except Exception as exc:  # noqa: BLE001 -- a corrupt file of any kind gets one clear message
+            raise ModelError(f"{path}: cannot load the cuBLAS gate ({type(exc).__name__}: {exc})") from None
+        return cls(spec, net, np.asarray(raw["mean"]), np.asarray(raw["std"]), raw["card"])
+
+
+def load_default_gate(device: DeviceSpec | str = "h100") -> CublasGate | None:
+    """The shipped gate for `device`, or None when models/<device>/ has none."""
+    from kernel_select.model import models_dir
+
+    spec = get_device(device)
+    if not (models_dir() / spec.key / GATE_FILE).is_file():
+        return None
+    return CublasGate.load(models_dir() / spec.key, spec)
+
+
+# -- training ------------------------------------------------------------------------------------
+
+def problem_ratios(df: Any) -> Any:
+    """Per problem of a dataset frame: m, n, k, dtype, split and log(cuBLAS ms / Triton oracle ms).
+
+    Problems without a finite cuBLAS row or without a finite Triton row are left out.
+    """
+    import pandas as pd
+
+    finite = df[np.isfinite(df["runtime_ms"]) & (df["runtime_ms"] > 0)]
+    aten = finite[finite["backend"] == "aten"].groupby("problem_id")["runtime_ms"].min()
+    triton = finite[finite["backend"] == "triton"].groupby("problem_id")["runtime_ms"].min()
+    meta = df.groupby("problem_id")[["m", "n", "k", "dtype", "split"]].first()
+    both = pd.concat({"aten": aten, "triton": triton}, axis=1, join="inner")
+    out = meta.join(both, how="inner")
+    out["log_ratio"] = np.log(out["aten"] / out["triton"])
+    return out.drop(columns=["aten", "triton"])
+
+
+def fit_gate(df: Any, device: DeviceSpec | str, *, seed: int = 0, epochs: int = 1500,
+             check_every: int = 10) -> CublasGate:
+    """Train the gate on the 'train' split's problems; keep the weights with the lowest validation
+    RMSE (checked every `check_every` epochs). Full-batch AdamW: a few hundred problems."""
+    import torch
+
+    spec = get_device(device)
+    table = problem_ratios(df)
+    train, val = table[table["split"] == "train"], table[table["split"] == "val"]
+    if len(train) < 10 or len(val) < 5:
+        raise ModelError(f"cuBLAS gate: need >= 10 train and >= 5 validation problems with a cuBLAS row, "
+                         f"got {len(train)} and {len(val)}")
+
+    def features(frame: Any) -> np.ndarray:
+        return gate_features(frame["m"], frame["n"], frame["k"],
+                             frame["dtype"].map(lambda d: DTYPE_BYTES[dtype_name(d)]), spec)
+
+    x_train, x_val = features(train), features(val)
+    mean, std = x_train.mean(axis=0), x_train.std(axis=0) + 1e-6
+    to_tensor = lambda a: torch.tensor((a - mean) / std, dtype=torch.float32)  # noqa: E731
+    xt, xv = to_tensor(x_train), to_tensor(x_val)
+    yt = torch.tensor(train["log_ratio"].to_numpy(), dtype=torch.float32)
+    yv = val["log_ratio"].to_numpy()
+    torch.manual_seed(seed)
+    net = _net(xt.shape[1])
+    optimizer = torch.optim.AdamW(net.parameters(), lr=1e-2, weight_decay=1e-2)
+    best_rmse, best_epoch, best_state = math.inf, 0, None
+    for epoch in range(1, epochs + 1):
+        optimizer.zero_grad()
+        loss = ((net(xt).squeeze(1) - yt) ** 2).mean()
+        loss.backward()
+        optimizer.step()
+        if epoch % check_every == 0:
+            with torch.no_grad():
+                rmse = float(np.sqrt(np.mean((net(xv).squeeze(1).numpy() - yv) ** 2)))
+            if rmse < best_rmse:
+                best_rmse, best_epoch = rmse, epoch
+                best_state = {name: t.clone() for name, t in net.state_dict().items()}
+    assert best_state is not None
+    net.load_state_dict(best_state)
+    card = {"trained_on": {"train_problems": len(train), "val_problems": len(val), "seed": seed},
+            "best_epoch": best_epoch, "val_rmse_log_ratio": best_rmse}
+    gate = CublasGate(spec, net, mean, std, card)
+    card["validation"] = gate_metrics(gate, val)
+    return gate
+
+
+def gate_metrics(gate: CublasGate, table: Any, margins: Sequence[float] = (0.0, 0.05, 0.1)) -> dict[str, Any]:
+    """How the gate decides on the problems of `table` (rows from `problem_ratios`), per margin.
+
+    gated: fraction of problems where Triton is skipped; wrongly_gated: of those, how many had a
+    Triton config faster than cuBLAS; loss_*: measured cuBLAS / best-of-(cuBLAS, Triton oracle)
+    over the gated problems (1.0 = nothing lost).
+    """
+    problems = [Problem(int(m), int(n), int(k), str(d))
+                for m, n, k, d in table[["m", "n", "k", "dtype"]].itertuples(index=False, name=None)]
+    predicted = gate.predict_log_ratio(problems)
+    truth = table["log_ratio"].to_numpy()
+    out: dict[str, Any] = {"problems": len(problems),
+                           "sign_accuracy": float(np.mean((predicted < 0) == (truth < 0))),
+                           "rmse_log_ratio": float(np.sqrt(np.mean((predicted - truth) ** 2))),
+                           "margins": {}}
+    for margin in margins:
+        gated = predicted <= math.log(1.0 - margin)
+        loss = np.exp(np.maximum(truth[gated], 0.0))
+        out["margins"][f"{margin:g}"] = {
+            "gated": float(gated.mean()), "wrongly_gated": int((truth[gated] > 0).sum()),
+            "loss_geomean": float(np.exp(np.mean(np.log(loss)))) if gated.any() else 1.0,
+            "loss_worst": float(loss.max()) if gated.any() else 1.0,
+        }
+    return out

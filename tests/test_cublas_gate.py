@@ -1,0 +1,102 @@
+"""The cuBLAS gate: features, training, saving and loading, and the shipped gate's card."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kernel_select.cublas_gate import (
+    GATE_FEATURE_NAMES,
+    GATE_FILE,
+    CublasGate,
+    fit_gate,
+    gate_features,
+    gate_metrics,
+    load_default_gate,
+    problem_ratios,
+)
+from kernel_select.dataset import read as read_dataset
+from kernel_select.device import get_device
+from kernel_select.errors import ModelError
+from kernel_select.problem import Problem
+from tests.synthetic import synthetic_frame
+
+REPO = Path(__file__).resolve().parent.parent
+H100 = get_device("h100")
+
+
+@pytest.fixture(scope="module")
+def frame():
+    return synthetic_frame({"train": 24, "val": 8, "test": 2}, configs_per_problem=24, seed=3)
+
+
+@pytest.fixture(scope="module")
+def gate(frame):
+    return fit_gate(frame, H100, epochs=60)
+
+
+def test_features_are_finite_for_extreme_problems():
+    x = gate_features([1, 16384, 7], [16, 32768, 3420], [16, 32768, 28672], [2, 4, 2], H100)
+    assert x.shape == (3, len(GATE_FEATURE_NAMES)) and np.all(np.isfinite(x))
+
+
+def test_problem_ratios_need_both_a_cublas_and_a_triton_row(frame):
+    without_aten = frame[~((frame["problem_id"] == frame["problem_id"].iloc[0]) & (frame["backend"] == "aten"))]
+    table = problem_ratios(without_aten)
+    assert frame["problem_id"].iloc[0] not in table.index
+    assert len(table) == frame["problem_id"].nunique() - 1 and np.all(np.isfinite(table["log_ratio"]))
+
+
+def test_training_keeps_the_best_validation_epoch_and_reports_it(gate):
+    card = gate.card
+    assert card["trained_on"] == {"train_problems": 24, "val_problems": 8, "seed": 0}
+    assert 10 <= card["best_epoch"] <= 60 and card["best_epoch"] % 10 == 0
+    assert card["validation"]["problems"] == 8
+    assert set(card["validation"]["margins"]) == {"0", "0.05", "0.1"}
+
+
+def test_save_and_load_round_trip(gate, tmp_path: Path):
+    gate.save(tmp_path)
+    loaded = CublasGate.load(tmp_path, "h100")
+    problems = [Problem(560, 1280, 3420, "bfloat16"), Problem(16, 1024, 4096, "float32")]
+    np.testing.assert_array_equal(loaded.predict_log_ratio(problems), gate.predict_log_ratio(problems))
+    assert loaded.digest() == gate.digest() and loaded.card == gate.card
+
+
+def test_decisions_follow_the_margin(gate):
+    problem = Problem(560, 1280, 3420, "bfloat16")
+    ratio = gate.decide(problem).predicted_ratio
+    assert gate.decide(problem, margin=0.0).prefers_cublas == (ratio <= 1.0)
+    assert not gate.decide(problem, margin=max(0.0, 1.0 - ratio) + 0.01).prefers_cublas
+    assert "cuBLAS gate" in gate.decide(problem).describe()
+
+
+def test_load_errors_name_the_file(gate, tmp_path: Path):
+    with pytest.raises(ModelError, match="no cuBLAS gate"):
+        CublasGate.load(tmp_path, "h100")
+    gate.save(tmp_path)
+    with pytest.raises(ModelError, match="not 'a100'"):
+        CublasGate.load(tmp_path, "a100")
+    (tmp_path / GATE_FILE).write_bytes(b"not a checkpoint")
+    with pytest.raises(ModelError, match=GATE_FILE):
+        CublasGate.load(tmp_path, "h100")
+
+
+def test_shipped_gate_reproduces_its_validation_figures():
+    """The card's numbers are what the shipped weights do on the dataset's validation problems."""
+    shipped = load_default_gate("h100")
+    assert shipped is not None
+    table = problem_ratios(read_dataset(REPO / "data" / "h100.parquet", split="val"))
+    recomputed = gate_metrics(shipped, table)
+    card = shipped.card["validation"]
+    assert recomputed["problems"] == card["problems"]
+    assert recomputed["sign_accuracy"] == pytest.approx(card["sign_accuracy"])
+    for margin, figures in card["margins"].items():
+        assert recomputed["margins"][margin]["gated"] == pytest.approx(figures["gated"])
+        assert recomputed["margins"][margin]["wrongly_gated"] == figures["wrongly_gated"]
+
+
+def test_no_gate_for_a_device_without_one():
+    assert load_default_gate("a100") is None
