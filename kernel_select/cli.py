@@ -167,9 +167,12 @@ def _fidelity(args: argparse.Namespace) -> int:
     for r in results:
         print(f"{r.problem:<34} {r.n_configs:>3} {r.spearman_median:>8.3f} {r.spearman_min:>6.3f} "
               f"{r.median_ratio:>6.3f}  {r.inductor_best} / {r.harness_best}")
-    print(f"median Spearman {summary['median_spearman']:.3f} over {summary['problems']} problems "
-          f"(lowest {summary['min_spearman']:.3f}); median Inductor/harness time ratio "
-          f"{summary['median_time_ratio']:.3f}")
+    if summary["problems"]:
+        print(f"median Spearman {summary['median_spearman']:.3f} over {summary['problems']} problems "
+              f"(lowest {summary['min_spearman']:.3f}); median Inductor/harness time ratio "
+              f"{summary['median_time_ratio']:.3f}")
+    if summary["without_triton_choices"]:
+        print(f"no Triton choices from Inductor (not counted): {', '.join(summary['without_triton_choices'])}")
     return 0
 
 
@@ -619,15 +622,20 @@ def _compare(args: argparse.Namespace) -> int:
 
 # -- train / eval (the learned model) ------------------------------------------------------------
 
-def _train_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("train", help="train the MLP performance model on a benchmark dataset",
-                       description="Fit the MLP on the dataset's 'train' problems, keep the epoch (and "
-                                   "objective) with the best top-k score on 'val', and write mlp.pt + "
-                                   "model_card.json to --out. The 'test' split is never read.")
+def _add_training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", required=True, help="benchmark dataset (parquet)")
     p.add_argument("--out", required=True, help="output directory, e.g. models/h100/")
     p.add_argument("--device", default="h100", help="device the data was measured on (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
+
+
+def _train_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train", help="train the MLP performance model (and the cuBLAS gate) on a dataset",
+                       description="Fit the MLP on the dataset's 'train' problems, keep the epoch (and "
+                                   "objective) with the best top-k score on 'val', and write mlp.pt + "
+                                   "model_card.json to --out; then fit the cuBLAS gate the same way and "
+                                   "write cublas_gate.pt. The 'test' split is never read.")
+    _add_training_args(p)
     p.add_argument("--epochs", type=int, default=None, help="training epochs (default: 80)")
     p.add_argument("--objective", choices=("mse", "rank", "both"), default="both",
                    help="loss: mse on log runtime, rank (mse + listwise within-problem), or both and keep "
@@ -645,6 +653,11 @@ def _train(args: argparse.Namespace) -> int:
         topk = "  ".join(f"k={k}: {v:.4f}" for k, v in metrics["topk"].items())
         print(f"val [{objective}] epoch {metrics['epoch']}: {topk}")
     print(f"kept the {result.objective} model; trained in {result.seconds:.0f} s; wrote {result.out_dir}")
+    gate = result.metrics.get("cublas_gate", {})
+    if "skipped" in gate:
+        print(f"no cuBLAS gate: {gate['skipped']}")
+    else:
+        _print_gate_validation(gate)
     return 0
 
 
@@ -653,10 +666,7 @@ def _train_gate_parser(sub: argparse._SubParsersAction) -> None:
                        description="Fit the cuBLAS gate (does cuBLAS beat every Triton config of a "
                                    "problem?) on the dataset's 'train' problems, select on 'val', and "
                                    "write cublas_gate.pt to --out, leaving the MLP there untouched.")
-    p.add_argument("--data", required=True, help="benchmark dataset (parquet)")
-    p.add_argument("--out", required=True, help="output directory, e.g. models/h100/")
-    p.add_argument("--device", default="h100", help="device the data was measured on (default: %(default)s)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
+    _add_training_args(p)
     p.set_defaults(handler=_train_gate)
 
 
@@ -668,14 +678,17 @@ def _train_gate(args: argparse.Namespace) -> int:
     data_path = Path(args.data)
     gate = train_gate(dataset.read(data_path), get_device(args.device), args.out, seed=args.seed,
                       data_path=data_path)
-    validation = gate.card["validation"]
-    print(f"validation: {validation['problems']} problems, sign accuracy {validation['sign_accuracy']:.3f}, "
-          f"RMSE of log(cuBLAS/Triton) {validation['rmse_log_ratio']:.3f}")
+    _print_gate_validation(gate.card["validation"])
+    print(f"wrote {Path(args.out) / 'cublas_gate.pt'}")
+    return 0
+
+
+def _print_gate_validation(validation: dict) -> None:
+    print(f"cuBLAS gate, validation: {validation['problems']} problems, sign accuracy "
+          f"{validation['sign_accuracy']:.3f}, RMSE of log(cuBLAS/Triton) {validation['rmse_log_ratio']:.3f}")
     for margin, m in validation["margins"].items():
         print(f"  margin {margin}: Triton skipped on {m['gated']:.0%}, wrongly {m['wrongly_gated']}, "
               f"time lost there geomean {m['loss_geomean']:.3f} (worst {m['loss_worst']:.3f})")
-    print(f"wrote {Path(args.out) / 'cublas_gate.pt'}")
-    return 0
 
 
 def _eval_parser(sub: argparse._SubParsersAction) -> None:

@@ -48,6 +48,7 @@ import json
 import logging
 import math
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -702,16 +703,16 @@ def plot_tradeoff(results: dict[str, Any], path: str | Path | None = None) -> An
     rows = {row.method: row for row in summary.rows}
     fig = Figure(figsize=(7.5, 4.8), layout="constrained")
     ax = fig.add_subplot()
-    for suffix, style, label in (("", ("o-", "tab:blue"), "kernel_select top-k"),
-                                 ("-nogate", ("^:", "tab:green"), "kernel_select top-k, cuBLAS gate off")):
-        topk = [rows[m] for m in results["methods"]
-                if m in rows and m.startswith("topk-") and m.endswith(suffix) and ("-nogate" in m) == bool(suffix)]
-        if not topk:
+    for pattern, style, label in ((r"topk-(\w+)", ("o-", "tab:blue"), "kernel_select top-k"),
+                                  (r"topk-(\w+)-nogate", ("^:", "tab:green"), "kernel_select top-k, cuBLAS gate off"),
+                                  (r"topk-(\w+)-repeat", ("x", "tab:purple"), "kernel_select top-k, repeated run")):
+        points = [(re.fullmatch(pattern, m).group(1), rows[m]) for m in results["methods"]
+                  if m in rows and re.fullmatch(pattern, m)]
+        if not points:
             continue
-        ax.plot([r.total_tuning_s for r in topk], [r.speedup_vs_eager for r in topk], style[0], color=style[1],
-                label=label)
-        for row in topk:
-            k = row.method.removeprefix("topk-").removesuffix(suffix)
+        ax.plot([r.total_tuning_s for _, r in points], [r.speedup_vs_eager for _, r in points], style[0],
+                color=style[1], label=label)
+        for k, row in points:
             ax.annotate(f"k={k}", (row.total_tuning_s, row.speedup_vs_eager), textcoords="offset points",
                         xytext=(6, 4), fontsize=9)
     for name, style, label in (("stock", ("s", "tab:orange"), "stock max-autotune (DEFAULT)"),

@@ -183,19 +183,24 @@ def check(problems: list[Problem], device: DeviceSpec, *, configs_per_problem: i
 
 
 def summarize(results: list[FidelityResult]) -> dict:
-    rho = [r.spearman_median for r in results if math.isfinite(r.spearman_median)]
-    return {"problems": len(results),
-            "median_spearman": float(np.median(rho)) if rho else math.nan,
-            "min_spearman": float(np.min(rho)) if rho else math.nan,
-            "median_time_ratio": float(np.median([r.median_ratio for r in results])),
-            "results": [asdict(r) for r in results]}
+    """Medians over the problems where Inductor timed Triton choices; the others (M = 1, which
+    Inductor does not lower to the mm template) are listed under `without_triton_choices`."""
+    timed = [r for r in results if r.n_configs >= 3 and math.isfinite(r.spearman_median)]
+    rho = [r.spearman_median for r in timed]
+    return {"problems": len(timed),
+            "median_spearman": float(np.median(rho)) if rho else None,
+            "min_spearman": float(np.min(rho)) if rho else None,
+            "median_time_ratio": float(np.median([r.median_ratio for r in timed])) if timed else None,
+            "without_triton_choices": [r.problem for r in results if r not in timed],
+            "results": [{k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                         for k, v in asdict(r).items()} for r in results]}
 
 
 def write_json(summary: dict, path: str | Path) -> None:
     """Write atomically, so a reader (or a resumed run) never sees half a file."""
     path = Path(path)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(summary, indent=1) + "\n")
+    tmp.write_text(json.dumps(summary, indent=1, allow_nan=False) + "\n")
     tmp.replace(path)
 
 
@@ -208,7 +213,8 @@ def read_json(path: str | Path) -> list[FidelityResult]:
     path = Path(path)
     try:
         raw = json.loads(path.read_text())
-        return [FidelityResult(**entry) for entry in raw["results"]]
+        return [FidelityResult(**{k: math.nan if v is None else v for k, v in entry.items()})
+                for entry in raw["results"]]
     except OSError as exc:
         raise DatasetError(f"{path}: cannot read the fidelity results ({exc.strerror})") from None
     except (json.JSONDecodeError, KeyError, TypeError) as exc:

@@ -28,6 +28,7 @@ import importlib
 import itertools
 import logging
 import os
+import sys
 import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -58,6 +59,7 @@ GEMM_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm"})
 OPTION_KERNEL_LUT_PATH = "kernel_lut_path"
 OPTION_GEMM_TOPK = "gemm_topk"
 OPTION_NAMES = (OPTION_KERNEL_LUT_PATH, OPTION_GEMM_TOPK)
+GATE_OFF = "off"  # install(cublas_margin="off"): the cuBLAS gate is off for this handler
 
 # Template kwargs that differ between configs. Everything else in a candidate's params (ACC_TYPE,
 # USE_FAST_ACCUM and whatever a newer torch adds) is a property of the problem, so it is copied
@@ -96,7 +98,9 @@ def _validated_overrides(topk: object = None, kernel_lut_path: object = None, mo
     if device is not None:
         overrides["device"] = ks_config.parse_device(device)
     if cublas_margin is not None:
-        overrides["cublas_margin"] = ks_config.parse_cublas_margin(cublas_margin)
+        # "off" stays a string here: None would read as "not given" when the factory re-validates.
+        margin = ks_config.parse_cublas_margin(cublas_margin)
+        overrides["cublas_margin"] = GATE_OFF if margin is None else margin
     return overrides
 
 
@@ -123,7 +127,11 @@ def resolve_settings(overrides: dict[str, Any] | None = None) -> Settings:
     return Settings(topk=topk, kernel_lut_path=lut_path,
                     model=overrides.get("model", ks_config.model),
                     device=overrides.get("device", ks_config.device),
-                    cublas_margin=overrides.get("cublas_margin", ks_config.cublas_margin))
+                    cublas_margin=_margin(overrides.get("cublas_margin", ks_config.cublas_margin)))
+
+
+def _margin(value: float | str | None) -> float | None:
+    return None if value == GATE_OFF else value  # type: ignore[return-value]
 
 
 # -- lazily loaded, process-wide LUTs and models ------------------------------------------------
@@ -358,7 +366,8 @@ class KernelSelectChoices(InductorChoices):
             return None
         device = (get_device(settings.device) if settings.device
                   else _detected_device(_device_index(kernel_inputs)))
-        selection = self._select(problem, device, settings)
+        with _stack_headroom():
+            selection = self._select(problem, device, settings)
         ktc_class, params_class = _ktc_api()
         k_symbolic = _symbolic_k(kernel_inputs)
 
@@ -385,6 +394,25 @@ class KernelSelectChoices(InductorChoices):
                  f"; cuBLAS predicted {1 / selection.gate.predicted_ratio:.2f}x faster than Triton" if gated else "")
         return replaced
 
+    def preload(self) -> None:
+        """Load the LUT, the model and the cuBLAS gate now, outside any compile.
+
+        Loading inside Inductor's lowering runs at the bottom of a very deep stack; on the H100 with
+        torch 2.11 load_state_dict failed there with RecursionError. Loaded here, the compile only
+        reads the caches. Needs the device: the `device` knob, or the current CUDA device.
+        """
+        settings = self.settings()
+        if settings.topk == ks_config.SAME:
+            return
+        device = get_device(settings.device) if settings.device else _current_device()
+        if device is None:
+            return  # no GPU to compile for yet: the first compile loads them
+        if settings.kernel_lut_path:
+            load_lut_cached(settings.kernel_lut_path)
+        model_for(settings.model, device)
+        if settings.cublas_margin is not None:
+            gate_for(device)
+
     def _select(self, problem: Problem, device: DeviceSpec, settings: Settings) -> Selection:
         from kernel_select.select import top_k
 
@@ -409,6 +437,18 @@ class KernelSelectChoices(InductorChoices):
         return Selection(problem=problem, device=device.key,
                          configs=tuple(c.config for c in chosen),
                          sources=tuple(c.source for c in chosen), space_size=len(candidates), gate=decision)
+
+
+@contextlib.contextmanager
+def _stack_headroom(extra_frames: int = 4000) -> Iterator[None]:
+    """Raise Python's recursion limit while selecting: the hook runs deep inside Dynamo and
+    Inductor, and torch/pickle calls from there can otherwise exceed the default limit."""
+    previous = sys.getrecursionlimit()
+    sys.setrecursionlimit(previous + extra_frames)
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(previous)
 
 
 def _device_index(kernel_inputs: Any) -> int:
@@ -555,6 +595,10 @@ def install(*, topk: int | str | None = None, kernel_lut_path: str | None = None
     factory = ChoicesFactory(topk=topk, kernel_lut_path=kernel_lut_path, model=model, device=device,
                              cublas_margin=cublas_margin)
     handler = factory()
+    try:
+        handler.preload()
+    except Exception as exc:  # noqa: BLE001 -- the compile will fall back with the same warning
+        _warn_once(exc)
     register_options()
     previous_class = inductor_config.inductor_choices_class
     # Both are needed. V.choices caches the first handler it creates in a thread-local, so once

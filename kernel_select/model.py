@@ -101,7 +101,11 @@ def load_default(device: DeviceSpec | str = "h100") -> PerformanceModel:
     try:
         return get_model("mlp", spec)
     except ModelError as exc:
-        log.info("no trained model for %s (%s); using the analytical model", spec.key, exc)
+        # A missing model is normal (a device without measurements); a shipped one that fails to
+        # load is a problem worth seeing.
+        shipped = (models_dir() / spec.key / "mlp.pt").exists()
+        (log.warning if shipped else log.info)(
+            "no usable trained model for %s (%s); using the analytical model", spec.key, exc)
     return get_model("analytical", spec)
 
 

@@ -16,7 +16,9 @@ def test_train_then_eval_json(tmp_path, capsys):
     dataset.write(synthetic_frame(configs_per_problem=80), data)
     assert main(["train", "--data", str(data), "--out", str(out), "--epochs", "3", "--quiet"]) == 0
     assert (out / "mlp.pt").exists() and (out / "model_card.json").exists()
-    assert "kept the" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    # 4 validation problems are too few for the cuBLAS gate: the MLP is kept, the gate is not made.
+    assert "kept the" in printed and "no cuBLAS gate: " in printed and not (out / "cublas_gate.pt").exists()
 
     report_path = tmp_path / "eval.json"
     assert main(["eval", "--data", str(data), "--mlp-dir", str(out), "--model", "mlp",
@@ -34,3 +36,12 @@ def test_bad_input_is_a_one_line_error(tmp_path, capsys):
         main(["eval", "--data", str(tmp_path / "missing.parquet")])
     assert exc.value.code == 2
     assert "no such dataset file" in capsys.readouterr().err
+
+
+def test_train_gate_writes_only_the_gate(tmp_path, capsys):
+    data, out = tmp_path / "synthetic.parquet", tmp_path / "models" / "h100"
+    dataset.write(synthetic_frame({"train": 24, "val": 8, "test": 2}, configs_per_problem=16), data)
+    assert main(["train-gate", "--data", str(data), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "cuBLAS gate, validation: 8 problems" in printed and "margin 0.05:" in printed
+    assert sorted(p.name for p in out.iterdir()) == ["cublas_gate.pt"]

@@ -67,3 +67,32 @@ def test_rows_record_medians_failures_and_cublas():
 def test_failures_are_classified(name, text, status):
     exc = type(name, (Exception,), {})(text)
     assert bench.error_class(exc) == status
+
+
+def test_fidelity_summary_leaves_out_problems_without_triton_choices_and_round_trips(tmp_path):
+    import math
+
+    from kernel_select import fidelity
+
+    def result(name: str, rho: float, n: int = 40) -> fidelity.FidelityResult:
+        return fidelity.FidelityResult(problem=name, n_configs=n, spearman_median=rho, spearman_min=rho,
+                                       median_ratio=0.98 if n else math.nan, inductor_best="", harness_best="",
+                                       compile_s=1.0)
+
+    results = [result("mm 560x1280x3420 bfloat16", 0.9), result("mm 1x4096x4096 bfloat16", math.nan, n=0),
+               result("mm 16x4096x4096 bfloat16", 0.8), result("mm 64x64x64 bfloat16", 1.0)]
+    summary = fidelity.summarize(results)
+    assert summary["problems"] == 3 and summary["median_spearman"] == 0.9 and summary["min_spearman"] == 0.8
+    assert summary["without_triton_choices"] == ["mm 1x4096x4096 bfloat16"]
+    path = tmp_path / "fidelity.json"
+    fidelity.write_json(summary, path)  # strict JSON: the NaNs are written as null
+    back = fidelity.read_json(path)
+    assert [r.problem for r in back] == [r.problem for r in results] and math.isnan(back[1].spearman_median)
+
+
+def test_fidelity_resume_needs_a_json_path(capsys):
+    from kernel_select.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fidelity", "--shapes", "data/fidelity_shapes.json", "--resume"])
+    assert exit_info.value.code == 2 and "--resume needs --json" in capsys.readouterr().err

@@ -527,6 +527,18 @@ def test_gate_off_is_never_consulted(monkeypatch: pytest.MonkeyPatch):
     assert gate.calls == 0 and handler.selections[-1].gate is None
 
 
+def test_gate_off_survives_install_and_the_factory(monkeypatch: pytest.MonkeyPatch):
+    gate = FakeGate(ratio=0.1)
+    use_gate(monkeypatch, gate)
+    with ks_config.patch(cublas_margin=0.05):  # the knob says "on"; the install() argument wins
+        handler = ks_inductor.install(topk=4, model="analytical", device="h100", cublas_margin="off")
+        rebuilt = inductor_config.inductor_choices_class()  # what Inductor instantiates per compile
+        unpickled = pickle.loads(pickle.dumps(inductor_config.inductor_choices_class))()
+        assert [h.settings().cublas_margin for h in (handler, rebuilt, unpickled)] == [None, None, None]
+        inputs = FakeInputs(560, 1280, 3420)
+        assert len(triton_of(finalize(rebuilt, inputs, inductor_candidates(inputs)))) == 4 and gate.calls == 0
+
+
 def test_uuid_follows_the_gate_margin_and_weights(monkeypatch: pytest.MonkeyPatch):
     use_gate(monkeypatch, FakeGate(ratio=1.0, tag="weights-1"))
     keys = {margin: ks_inductor.KernelSelectChoices(topk=4, device="h100", cublas_margin=margin).uuid()

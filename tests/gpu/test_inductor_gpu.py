@@ -47,6 +47,7 @@ def test_compiled_mm_benchmarks_exactly_k_triton_configs_plus_aten(route: str):
     assert mm[0].count("extern") == 1  # cuBLAS always competes
     benchmarked = {t.config for t in mm[0].timings if t.kind == "triton"}
     assert benchmarked == set(handler.selections[-1].configs)
+    assert handler.selections[-1].sources[-1] == "mlp"  # the shipped model ranked them, not a fallback
     assert mm[0].winner is not None
     _check_close(out, a, b)
     torch._dynamo.reset()
