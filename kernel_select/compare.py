@@ -27,9 +27,10 @@ Results go to <out>/compare_<device>.json (schema below) and a trade-off plot
 CLI prints. Only `run_compare` and the worker need a GPU; everything else is plain Python.
 
 Results schema (version 2; version 1 had no eager_ms):
-  {"schema_version": 1, "kind": "kernel_select.compare", "created": ISO time,
+  {"schema_version": 2, "kind": "kernel_select.compare", "created": ISO time,
    "environment": {"device", "device_key", "torch", "triton", "python", "kernel_select", "l2_bytes"},
-   "settings": {"shapes", "topk": [...], "exhaustive", "lut", "model", "timeout_s"},
+   "settings": {"shapes", "topk": [...], "nogate_topk": [...], "cublas_margin", "exhaustive", "lut",
+                "model", "timeout_s"[, "note"]},
    "methods": ["eager", "stock", "topk-1", ...],
    "problems": [{"label", "m", "n", "k", "dtype",
                  "results": {method: {"tuning_s", "kernel_ms", "eager_ms", "speedup", "choice",
@@ -647,7 +648,6 @@ def summarize(results: dict[str, Any]) -> Summary:
 
 def _succeeded(result: dict[str, Any] | None) -> bool:
     return bool(result) and result.get("error") is None and _positive(result.get("kernel_ms"))
-
 
 
 def _geomean(values: Sequence[float]) -> float:

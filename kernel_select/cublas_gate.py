@@ -116,6 +116,10 @@ class CublasGate:
             raise ModelError(f"cuBLAS gate for {self.device.key} returned non-finite predictions")
         return out
 
+    def skips_triton(self, problems: Sequence[Problem], margin: float = DEFAULT_MARGIN) -> np.ndarray:
+        """Per problem, whether cuBLAS is predicted faster by at least `margin` (Triton skipped)."""
+        return self.predict_log_ratio(problems) <= math.log(1.0 - margin)
+
     def decide(self, problem: Problem, margin: float = DEFAULT_MARGIN) -> GateDecision:
         ratio = float(np.exp(self.predict_log_ratio([problem])[0]))
         return GateDecision(problem=problem, predicted_ratio=ratio, margin=margin)
@@ -194,6 +198,12 @@ def problem_ratios(df: Any) -> Any:
     return out.drop(columns=["aten", "triton"])
 
 
+def problems_of(table: Any) -> list[Problem]:
+    """The Problems of a frame with m, n, k and dtype columns, in row order."""
+    return [Problem(int(m), int(n), int(k), str(d))
+            for m, n, k, d in table[["m", "n", "k", "dtype"]].itertuples(index=False, name=None)]
+
+
 def fit_gate(df: Any, device: DeviceSpec | str, *, seed: int = 0, epochs: int = 1500,
              check_every: int = 10) -> CublasGate:
     """Train the gate on the 'train' split's problems; keep the weights with the lowest validation
@@ -248,8 +258,7 @@ def gate_metrics(gate: CublasGate, table: Any, margins: Sequence[float] = (0.0, 
     Triton config faster than cuBLAS; loss_*: measured cuBLAS / best-of-(cuBLAS, Triton oracle)
     over the gated problems (1.0 = nothing lost).
     """
-    problems = [Problem(int(m), int(n), int(k), str(d))
-                for m, n, k, d in table[["m", "n", "k", "dtype"]].itertuples(index=False, name=None)]
+    problems = problems_of(table)
     predicted = gate.predict_log_ratio(problems)
     truth = table["log_ratio"].to_numpy()
     out: dict[str, Any] = {"problems": len(problems),
@@ -257,7 +266,7 @@ def gate_metrics(gate: CublasGate, table: Any, margins: Sequence[float] = (0.0, 
                            "rmse_log_ratio": float(np.sqrt(np.mean((predicted - truth) ** 2))),
                            "margins": {}}
     for margin in margins:
-        gated = predicted <= math.log(1.0 - margin)
+        gated = gate.skips_triton(problems, margin)
         loss = np.exp(np.maximum(truth[gated], 0.0))
         out["margins"][f"{margin:g}"] = {
             "gated": float(gated.mean()), "wrongly_gated": int((truth[gated] > 0).sum()),

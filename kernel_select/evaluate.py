@@ -258,43 +258,45 @@ def _with_cublas_report(df: pd.DataFrame, split: str, problem_ids: pd.Index, gro
     """What Inductor would get, where cuBLAS is always a candidate too: score = fastest of
     (cuBLAS, every Triton config) / fastest of (cuBLAS, the method's configs). With the shipped
     cuBLAS gate, problems it gates get cuBLAS alone (their Triton candidates are skipped)."""
-    from kernel_select.cublas_gate import DEFAULT_MARGIN, gate_metrics, load_default_gate, problem_ratios
+    from kernel_select.cublas_gate import DEFAULT_MARGIN, gate_metrics, load_default_gate, problem_ratios, problems_of
 
-    aten = (df[(df["backend"] == "aten") & np.isfinite(df["runtime_ms"])]
-            .groupby("problem_id")["runtime_ms"].min().reindex(problem_ids).to_numpy())
+    aten = _aten_ms(df).reindex(problem_ids).to_numpy()
     have = np.isfinite(aten)
     if not have.any():
         return {"problems": 0}
-    best_all = np.minimum(aten, oracle_ms(groups, runtime))[have]
-    out: dict[str, Any] = {"problems": int(have.sum()), "methods": {}}
+    aten = aten[have, None]  # (problems, 1): broadcasts over the k columns
+    best_all = np.minimum(aten, oracle_ms(groups, runtime)[have, None])
 
-    def scores(best: np.ndarray) -> np.ndarray:  # best: (problems,) or (problems, len(ks))
-        achieved = np.minimum(aten[have].reshape(-1, *[1] * (best.ndim - 1)), best[have])
-        return best_all.reshape(-1, *[1] * (best.ndim - 1)) / achieved
+    def scores(best: np.ndarray) -> np.ndarray:
+        """best: the method's fastest measured ms per problem, (problems,) or (problems, len(ks))."""
+        best = best[have].reshape(len(aten), -1)
+        return best_all / np.minimum(aten, best)
 
-    out["methods"]["cublas"] = float(geomean(best_all / aten[have]))
-    out["methods"]["inductor_default"] = float(geomean(scores(default.best_ms)))
-    for name, best in topk_best.items():
-        out["methods"][name] = _topk_dict(scores(best), ks)
+    out: dict[str, Any] = {"problems": int(have.sum()), "methods": {
+        "cublas": float(geomean(best_all / aten)[0]),
+        "inductor_default": float(geomean(scores(default.best_ms))[0]),
+        **{name: _topk_dict(scores(best), ks) for name, best in topk_best.items()},
+    }}
     gate = load_default_gate(spec)
     if gate is None:
         return out
     table = problem_ratios(df).reindex(problem_ids[have]).dropna(subset=["log_ratio"])
-    out["gate"] = {"margin": DEFAULT_MARGIN, **gate_metrics(gate, table)}
-    problems = [Problem(int(m), int(n), int(k), str(d))
-                for m, n, k, d in table[["m", "n", "k", "dtype"]].itertuples(index=False, name=None)]
+    out["gate"] = {"margin": DEFAULT_MARGIN, "split": split, **gate_metrics(gate, table)}
     gated = np.zeros(len(problem_ids), dtype=bool)
-    gated[problem_ids.get_indexer(table.index)] = (gate.predict_log_ratio(problems)
-                                                   <= np.log(1.0 - DEFAULT_MARGIN))
-    for name, best in topk_best.items():
+    gated[problem_ids.get_indexer(table.index)] = gate.skips_triton(problems_of(table), DEFAULT_MARGIN)
+    for name, best in topk_best.items():  # a skipped problem gets cuBLAS alone
         out["methods"][f"{name}+gate"] = _topk_dict(scores(np.where(gated[:, None], np.inf, best)), ks)
-    out["gate"]["split"] = split
     return out
+
+
+def _aten_ms(df: pd.DataFrame) -> pd.Series:
+    """The fastest finite cuBLAS (aten) time per problem_id."""
+    return df[(df["backend"] == "aten") & np.isfinite(df["runtime_ms"])].groupby("problem_id")["runtime_ms"].min()
 
 
 def _cublas_report(df: pd.DataFrame, groups: np.ndarray, problem_ids: pd.Index,
                    runtime: np.ndarray) -> dict[str, Any]:
-    aten = df[(df["backend"] == "aten") & np.isfinite(df["runtime_ms"])].groupby("problem_id")["runtime_ms"].min()
+    aten = _aten_ms(df)
     oracle = pd.Series(oracle_ms(groups, runtime), index=problem_ids)
     both = pd.concat({"aten": aten, "oracle": oracle}, axis=1, join="inner")
     if both.empty:

@@ -31,7 +31,7 @@ import os
 import sys
 import threading
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -173,31 +173,29 @@ def _load_model(name: str | None, device: DeviceSpec) -> PerformanceModel:
     return models.load_default(device) if name is None else models.get_model(name, device)
 
 
+def _cached(cache: dict[Any, Any], key: Any, load: Callable[[], Any]) -> Any:
+    """cache[key], loaded once (outside the lock: loading may be slow, and a rare double load is
+    harmless)."""
+    with _lock:
+        if key in cache:
+            return cache[key]
+    value = load()
+    with _lock:
+        return cache.setdefault(key, value)
+
+
 def model_for(model: str | PerformanceModel | None, device: DeviceSpec) -> PerformanceModel:
     """The model instance for a knob value (an instance is used as is)."""
     if isinstance(model, PerformanceModel):
         return model
-    key = (model, device)
-    with _lock:
-        cached = _model_cache.get(key)
-    if cached is None:
-        cached = _load_model(model, device)
-        with _lock:
-            _model_cache[key] = cached
-    return cached
+    return _cached(_model_cache, (model, device), lambda: _load_model(model, device))
 
 
 def gate_for(device: DeviceSpec) -> Any:
     """The shipped cuBLAS gate for `device` (a CublasGate), or None when none is shipped."""
     from kernel_select.cublas_gate import load_default_gate
 
-    with _lock:
-        if device in _gate_cache:
-            return _gate_cache[device]
-    gate = load_default_gate(device)
-    with _lock:
-        _gate_cache[device] = gate
-    return gate
+    return _cached(_gate_cache, device, lambda: load_default_gate(device))
 
 
 @functools.lru_cache(maxsize=16)
@@ -425,14 +423,11 @@ class KernelSelectChoices(InductorChoices):
         model = model_for(settings.model, device)
         gate = gate_for(device) if settings.cublas_margin is not None else None
         decision = gate.decide(problem, settings.cublas_margin) if gate is not None else None
-        if decision is not None and decision.prefers_cublas:
-            # cuBLAS is predicted to win: offer only what the LUT pins (often nothing), so Inductor
-            # compiles and benchmarks no Triton kernel it would not pick anyway.
-            candidates_to_rank: list[GemmConfig] = []
-        else:
-            candidates_to_rank = candidates
-        chosen = top_k(problem, k, lut=lut, model=model, device=device, candidates=candidates_to_rank)
-        if not chosen and not (decision is not None and decision.prefers_cublas):
+        # Where cuBLAS is predicted to win, offer only what the LUT pins (often nothing): Inductor
+        # then compiles and benchmarks no Triton kernel it would not pick anyway.
+        skip_triton = decision is not None and decision.prefers_cublas
+        chosen = top_k(problem, k, lut=lut, model=model, device=device, candidates=[] if skip_triton else candidates)
+        if not chosen and not skip_triton:
             raise KernelSelectError(f"{problem}: the selection returned no configs")
         return Selection(problem=problem, device=device.key,
                          configs=tuple(c.config for c in chosen),

@@ -25,7 +25,7 @@ import json
 import logging
 import os
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal, NamedTuple, Union
 
@@ -59,6 +59,27 @@ Size = Annotated[int, Field(ge=1, le=MAX_DIM)]
 
 
 # -- schema --------------------------------------------------------------------------------------
+
+
+def _first_repeat(items: Iterable[tuple[Hashable, Any]]) -> tuple[Hashable, Any, Any] | None:
+    """The first key that repeats in (key, label) pairs, with the labels of both places."""
+    seen: dict[Hashable, Any] = {}
+    for key, label in items:
+        if key in seen:
+            return key, seen[key], label
+        seen[key] = label
+    return None
+
+
+def _device_key_or_none(name: object) -> str | None:
+    """The device key a devices-table key names; None when it names none (the key validator
+    reports those with their location)."""
+    if not isinstance(name, str):
+        return None
+    try:
+        return get_device(name).key
+    except DeviceError:
+        return None
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -101,12 +122,10 @@ class LUTEntry(_Strict):
     @field_validator("configs")
     @classmethod
     def _unique_configs(cls, configs: list[GemmConfig]) -> list[GemmConfig]:
-        seen: dict[GemmConfig, int] = {}
-        for index, config in enumerate(configs):
-            if config in seen:
-                raise ValueError(f"configs [{seen[config]}] and [{index}] are the same ({config}); "
-                                 "remove one")
-            seen[config] = index
+        repeat = _first_repeat((config, index) for index, config in enumerate(configs))
+        if repeat is not None:
+            config, first, second = repeat
+            raise ValueError(f"configs [{first}] and [{second}] are the same ({config}); remove one")
         return configs
 
     @field_validator("note")
@@ -249,16 +268,12 @@ class KernelLUT(_Strict):
     def _one_key_per_device(cls, data: Any) -> Any:
         devices = data.get("devices") if isinstance(data, dict) else None
         if isinstance(devices, dict):
-            seen: dict[str, str] = {}
-            for name in devices:
-                try:
-                    key = get_device(name).key if isinstance(name, str) else None
-                except DeviceError:
-                    continue  # reported with its location by the key validator
-                if key in seen:
-                    raise ValueError(f"devices: {seen[key]!r} and {name!r} both name device {key!r}; "
-                                     "move all entries under one key")
-                seen[key] = name
+            repeat = _first_repeat((key, name) for name in devices
+                                   if (key := _device_key_or_none(name)) is not None)
+            if repeat is not None:
+                key, first, second = repeat
+                raise ValueError(f"devices: {first!r} and {second!r} both name device {key!r}; "
+                                 "move all entries under one key")
         return data
 
     @field_validator("devices")
