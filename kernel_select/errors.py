@@ -44,5 +44,5 @@ class DatasetError(KernelSelectError, ValueError):
 
 
 class OptionError(KernelSelectError, ValueError):
-    """A kernel_select option (a `kernel_select.config` knob, its environment variable, or a
+    """A kernel_select option (a `kernel_select.knobs` knob, its environment variable, or a
     torch.compile option) has an invalid value."""

@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from kernel_select.dataset import problem_id, split_of
+from kernel_select.offline.dataset import problem_id, split_of
 from kernel_select.device import get_device
 from kernel_select.problem import Problem
 from kernel_select.space import for_problem
@@ -86,8 +86,8 @@ def untrained_mlp(hidden_widths=(16, 16), seed: int = 0, device: str = "h100"):
     """An MLPModel with small random weights and identity standardization (for contract tests)."""
     import torch
 
-    from kernel_select.features import FEATURE_NAMES, FEATURE_VERSION
-    from kernel_select.mlp import MLPModel, ModelCard, RuntimeNet
+    from kernel_select.model.features import FEATURE_NAMES, FEATURE_VERSION
+    from kernel_select.model.mlp import MLPModel, ModelCard, RuntimeNet
 
     torch.manual_seed(seed)
     net = RuntimeNet(len(FEATURE_NAMES), hidden_widths)

@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from kernel_select.analytical import AnalyticalModel
+from kernel_select.model.analytical import AnalyticalModel
 from kernel_select.configs import GemmConfig
 from kernel_select.device import get_device
 from kernel_select.errors import ProblemError, UnsupportedProblemError

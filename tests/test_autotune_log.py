@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_select.autotune_log import lut_from_autotune_log, parse_autotune_log
+from kernel_select.lut.autotune_log import lut_from_autotune_log, parse_autotune_log
 from kernel_select.configs import GemmConfig
 from kernel_select.errors import LUTError
 from kernel_select.problem import Problem

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.subprocess_env import package_env
-import kernel_select.config as ks_config
+import kernel_select.knobs as ks_config
 from kernel_select.cli import main
 from kernel_select.configs import GemmConfig
 from kernel_select.problem import Problem

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kernel_select import cli, compare
+from kernel_select import cli
+from kernel_select.offline import compare
 from kernel_select.device import get_device
 from kernel_select.errors import DatasetError, OptionError, ProblemError
 from kernel_select.problem import Problem
@@ -104,7 +105,7 @@ def result(ms: float | None, tuning: float = 0.0, error: str | None = None, eage
 
 def results_of(rows: list[dict[str, dict]]) -> dict:
     methods = list(rows[0])
-    return {"schema_version": compare.SCHEMA_VERSION, "kind": "kernel_select.compare", "environment": {},
+    return {"schema_version": compare.SCHEMA_VERSION, "kind": "kernel_select.offline.compare", "environment": {},
             "settings": {},
             "methods": methods,
             "problems": [{"label": f"p{i}", "m": 1, "n": 1, "k": 1, "dtype": "bfloat16", "results": r}

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kernel_select.cublas_gate import (
+from kernel_select.model.gate import (
     GATE_FEATURE_NAMES,
     GATE_FILE,
     CublasGate,
@@ -17,7 +17,7 @@ from kernel_select.cublas_gate import (
     load_default_gate,
     problem_ratios,
 )
-from kernel_select.dataset import read as read_dataset
+from kernel_select.offline.dataset import read as read_dataset
 from kernel_select.device import get_device
 from kernel_select.errors import ModelError
 from kernel_select.problem import Problem

@@ -8,7 +8,7 @@ import pytest
 
 from kernel_select.configs import GemmConfig
 from kernel_select.errors import ProblemError
-from kernel_select.features import FEATURE_NAMES, featurize, featurize_frame
+from kernel_select.model.features import FEATURE_NAMES, featurize, featurize_frame
 from kernel_select.problem import Problem
 from kernel_select.space import for_problem
 

@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kernel_select import bench, dataset
-from kernel_select.bench_plan import plan
+from kernel_select.offline import bench, dataset
+from kernel_select.offline.bench_plan import plan
 from kernel_select.device import get_device
-from kernel_select.fidelity import pick_configs, spearman
+from kernel_select.offline.fidelity import pick_configs, spearman
 from kernel_select.problem import Problem
 
 H100 = get_device("h100")
@@ -72,7 +72,7 @@ def test_failures_are_classified(name, text, status):
 def test_fidelity_summary_leaves_out_problems_without_triton_choices_and_round_trips(tmp_path):
     import math
 
-    from kernel_select import fidelity
+    from kernel_select.offline import fidelity
 
     def result(name: str, rho: float, n: int = 40) -> fidelity.FidelityResult:
         return fidelity.FidelityResult(problem=name, n_configs=n, spearman_median=rho, spearman_min=rho,

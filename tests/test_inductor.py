@@ -22,8 +22,8 @@ from torch._inductor.kernel_template_choice import KernelTemplateChoice  # noqa:
 from torch._inductor.template_heuristics.params import DictKernelTemplateParams  # noqa: E402
 from torch._inductor.virtualized import V  # noqa: E402
 
-import kernel_select.config as ks_config  # noqa: E402
-import kernel_select.inductor as ks_inductor  # noqa: E402
+import kernel_select.knobs as ks_config  # noqa: E402
+import kernel_select.inductor.handler as ks_inductor  # noqa: E402
 from tests.subprocess_env import package_env  # noqa: E402
 from tests.inductor_doubles import BrokenModel, FakeLUT, FakeModel, expected_top, selection_api  # noqa: E402
 from kernel_select.configs import GemmConfig  # noqa: E402
@@ -131,7 +131,7 @@ def lut_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def warnings_of(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
-    return [r for r in caplog.records if r.name == "kernel_select.inductor" and r.levelno == logging.WARNING]
+    return [r for r in caplog.records if r.name.startswith("kernel_select.inductor") and r.levelno == logging.WARNING]
 
 
 # -- selection ------------------------------------------------------------------------------------
@@ -305,7 +305,7 @@ def test_knobs_validate_on_assignment_and_patch():
 
 
 def test_environment_variables_are_read_and_validated():
-    code = "import kernel_select.config as c; print(c.topk, c.kernel_lut_path)"
+    code = "import kernel_select.knobs as c; print(c.topk, c.kernel_lut_path)"
     env = package_env(TORCHINDUCTOR_GEMM_TOPK="same", TORCHINDUCTOR_KERNEL_LUT_PATH="/x/lut.json")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["SAME", "/x/lut.json"]
@@ -435,7 +435,7 @@ def test_torch_compile_accepts_the_options_only_after_install():
             assert "Unexpected optimization option" in str(exc)
         else:
             raise AssertionError("torch knew gemm_topk before install()")
-        import kernel_select.inductor as ks
+        import kernel_select.inductor.handler as ks
         ks.install(topk=2, device="h100")
         torch.compile(lambda x: x + 1, options=options)
         ks.uninstall()
@@ -474,7 +474,7 @@ class FakeGate:
         self.ratio, self.tag, self.calls = ratio, tag, 0
 
     def decide(self, problem: Problem, margin: float):  # noqa: ANN201
-        from kernel_select.cublas_gate import GateDecision
+        from kernel_select.model.gate import GateDecision
 
         self.calls += 1
         return GateDecision(problem=problem, predicted_ratio=self.ratio, margin=margin)
@@ -571,7 +571,7 @@ def test_cublas_margin_knob_is_validated_and_read_from_the_environment():
         ks_config.cublas_margin = 1.5
     with pytest.raises(OptionError):
         ks_inductor.install(cublas_margin="sometimes")
-    code = "import kernel_select.config as c; print(c.cublas_margin)"
+    code = "import kernel_select.knobs as c; print(c.cublas_margin)"
     for raw, expected in (("0.1", "0.1"), ("off", "None"), ("", "0.05")):
         out = subprocess.run([sys.executable, "-c", code], env=package_env(TORCHINDUCTOR_GEMM_CUBLAS_MARGIN=raw),
                              capture_output=True, text=True, check=True)

@@ -10,7 +10,7 @@ import pytest
 
 from kernel_select.configs import GemmConfig
 from kernel_select.errors import LUTError
-from kernel_select.inductor_table import from_inductor_table, to_inductor_table
+from kernel_select.lut.torch_table import from_inductor_table, to_inductor_table
 from kernel_select.lut import BatchedLUTEntry, KernelLUT, LUTEntry, LUTRow, MRange, load_lut
 
 SEED = Path(__file__).resolve().parent.parent / "luts" / "h100_seed.json"
@@ -105,7 +105,7 @@ def test_ranges_and_batchless_bmm_entries_are_skipped_with_one_warning_each(capl
         LUTRow("h100", "bmm", "bfloat16", BatchedLUTEntry(m=4, n=8, k=8, configs=[cfg(16, 16, 16, 1, 1)])),
         LUTRow("h100", "mm", "bfloat16", LUTEntry(m=560, n=8, k=8, configs=[cfg(16, 16, 16, 1, 1)])),
     ])
-    with caplog.at_level(logging.WARNING, logger="kernel_select.inductor_table"):
+    with caplog.at_level(logging.WARNING, logger="kernel_select.lut.torch_table"):
         exported = to_inductor_table(table)
     assert len(exported) == 1
     messages = [r.getMessage() for r in caplog.records]
@@ -147,7 +147,7 @@ def test_import_skips_what_a_lut_cannot_express(caplog):
         "((torch.int8, [8, 8], [8, 1]), (torch.int8, [8, 8], [8, 1]))+mm": [triton],
         "((torch.bfloat16, [8, 8], [8, 1]), (torch.bfloat16, [8, 8], [8, 1]))+int_mm": [triton],
     }
-    with caplog.at_level(logging.WARNING, logger="kernel_select.inductor_table"):
+    with caplog.at_level(logging.WARNING, logger="kernel_select.lut.torch_table"):
         lut = from_inductor_table(table, "h100")
     rows = list(lut.entries())
     assert len(rows) == 1

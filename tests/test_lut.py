@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_select import lut as lut_module
+from kernel_select.lut import io as lut_module
 from kernel_select.configs import GemmConfig
 from kernel_select.device import get_device
 from kernel_select.errors import DeviceError, LUTError
@@ -51,7 +51,7 @@ def entry(m: object = 560, n: int = 1280, k: int = 3420, **extra: object) -> dic
 # -- the seed table ------------------------------------------------------------------------------
 
 def test_seed_lut_holds_the_measured_best_and_is_canonical():
-    from kernel_select import dataset
+    from kernel_select.offline import dataset
 
     seed = load_lut(SEED)
     assert SEED.read_text() == dump_lut(seed)
@@ -304,7 +304,7 @@ def test_migrations_run_one_version_at_a_time(monkeypatch):
 
 
 def test_importing_the_lut_modules_stays_away_from_triton_and_inductor():
-    code = ("import sys, kernel_select.lut, kernel_select.inductor_table, kernel_select.autotune_log; "
+    code = ("import sys, kernel_select.lut, kernel_select.lut.torch_table, kernel_select.lut.autotune_log; "
             "bad = [m for m in sys.modules if m == 'triton' or m.startswith('torch._inductor')]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

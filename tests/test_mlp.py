@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from kernel_select.errors import ModelCardMismatchError, ModelError, UnsupportedProblemError
-from kernel_select.mlp import CARD_FILE, WEIGHTS_FILE, MLPModel
+from kernel_select.model.mlp import CARD_FILE, WEIGHTS_FILE, MLPModel
 from kernel_select.model import MODELS_DIR_ENV, get_model
 from kernel_select.problem import Problem
 from kernel_select.space import for_problem
@@ -134,7 +134,7 @@ def test_digest_identifies_the_weights():
     import torch
 
     from kernel_select.model import models_dir
-    from kernel_select.mlp import MLPModel
+    from kernel_select.model.mlp import MLPModel
 
     shipped = MLPModel.load(models_dir() / "h100", "h100")
     again = MLPModel.load(models_dir() / "h100", "h100")

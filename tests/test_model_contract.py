@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from tests.model_contract import MODEL_CHECKS, assert_model_contract
 
-from kernel_select.analytical import AnalyticalModel
+from kernel_select.model.analytical import AnalyticalModel
 from kernel_select.errors import ModelError
 from kernel_select.model import PerformanceModel, get_model, load_default, registered_models
 

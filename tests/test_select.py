@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kernel_select import device as device_module
-from kernel_select.analytical import AnalyticalModel
+from kernel_select.model.analytical import AnalyticalModel
 from kernel_select.configs import GemmConfig
 from kernel_select.errors import ConfigError, DeviceError, LUTError, ModelError, ProblemError
 from kernel_select.model import PerformanceModel

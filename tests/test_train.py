@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from kernel_select import dataset
+from kernel_select.offline import dataset
 from kernel_select.errors import DatasetError
-from kernel_select.features import FEATURE_VERSION
-from kernel_select.mlp import CARD_FILE, MLPModel
-from kernel_select.train import MLPHParams, _make_split, _training_rows, train, validate
+from kernel_select.model.features import FEATURE_VERSION
+from kernel_select.model.mlp import CARD_FILE, MLPModel
+from kernel_select.offline.train import MLPHParams, _make_split, _training_rows, train, validate
 from tests.synthetic import synthetic_frame
 
 SMALL = MLPHParams(hidden_widths=(32, 32), epochs=8, batch_rows=256, batch_problems=8, configs_per_problem=64)
@@ -41,13 +41,13 @@ def test_both_objectives_are_compared_and_the_better_is_kept(trained):
 
 def test_the_kept_model_is_better_than_its_initialization(data, trained):
     rows = _training_rows(dataset.read(data), trained.model.device, data)
-    from kernel_select.features import featurize_frame
+    from kernel_select.model.features import featurize_frame
 
     mean = np.asarray(trained.model.card.feature_mean)
     std = np.asarray(trained.model.card.feature_std)
     val = _make_split(rows, ((featurize_frame(rows) - mean) / std).astype(np.float32), "val")
     torch.manual_seed(0)
-    from kernel_select.mlp import RuntimeNet
+    from kernel_select.model.mlp import RuntimeNet
 
     untrained = validate(RuntimeNet(val.x.shape[1], SMALL.hidden_widths), val)
     kept = validate(trained.model.net, val)

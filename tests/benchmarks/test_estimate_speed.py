@@ -16,12 +16,12 @@ from kernel_select.errors import ModelError
 from kernel_select.model import get_model, registered_models
 from kernel_select.problem import Problem
 from kernel_select.space import for_problem
-from kernel_select.train import MLPHParams
+from kernel_select.offline.train import MLPHParams
 from tests.synthetic import untrained_mlp
 
 SEED = Problem(560, 1280, 3420, "bfloat16")
 
-for _module in ("kernel_select.analytical", "kernel_select.mlp"):  # importing registers the model
+for _module in ("kernel_select.model.analytical", "kernel_select.model.mlp"):  # importing registers the model
     try:
         importlib.import_module(_module)
     except ImportError:

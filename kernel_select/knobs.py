@@ -1,6 +1,6 @@
 """Knobs for the Inductor integration, in the style of `torch._inductor.config`.
 
-    import kernel_select.config as ks_config
+    import kernel_select.knobs as ks_config
 
     ks_config.topk = 4                                   # validated on assignment
     with ks_config.patch(kernel_lut_path="luts/h100.json", topk=8):
@@ -43,7 +43,7 @@ DEFAULT = "DEFAULT"
 ENV_KERNEL_LUT_PATH = "TORCHINDUCTOR_KERNEL_LUT_PATH"
 ENV_GEMM_TOPK = "TORCHINDUCTOR_GEMM_TOPK"
 ENV_CUBLAS_MARGIN = "TORCHINDUCTOR_GEMM_CUBLAS_MARGIN"
-DEFAULT_CUBLAS_MARGIN = 0.05  # see kernel_select.cublas_gate for how it was chosen
+DEFAULT_CUBLAS_MARGIN = 0.05  # see kernel_select.model.gate for how it was chosen
 
 TopK = Union[int, str]
 
@@ -152,9 +152,9 @@ def patch(**changes: Any) -> Iterator[None]:
     """
     unknown = sorted(set(changes) - set(_PARSERS))
     if unknown:
-        raise OptionError(f"kernel_select.config.patch: unknown knob(s) {', '.join(unknown)}; "
+        raise OptionError(f"kernel_select.knobs.patch: unknown knob(s) {', '.join(unknown)}; "
                           f"known: {', '.join(_PARSERS)}")
-    parsed = {name: _PARSERS[name](value, source=f"kernel_select.config.{name}")
+    parsed = {name: _PARSERS[name](value, source=f"kernel_select.knobs.{name}")
               for name, value in changes.items()}
     module = sys.modules[__name__]
     prior = {name: getattr(module, name) for name in parsed}
@@ -168,12 +168,12 @@ def patch(**changes: Any) -> Iterator[None]:
 
 
 class _ValidatedKnobs(types.ModuleType):
-    """Module type that validates `kernel_select.config.<knob> = value` like patch() does."""
+    """Module type that validates `kernel_select.knobs.<knob> = value` like patch() does."""
 
     def __setattr__(self, name: str, value: Any) -> None:
         parser = _PARSERS.get(name)
         if parser is not None:
-            value = parser(value, source=f"kernel_select.config.{name}")
+            value = parser(value, source=f"kernel_select.knobs.{name}")
         super().__setattr__(name, value)
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from kernel_select import dataset
+from kernel_select.offline import dataset
 from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import DatasetError, KernelSelectError
@@ -258,7 +258,7 @@ def _with_cublas_report(df: pd.DataFrame, split: str, problem_ids: pd.Index, gro
     """What Inductor would get, where cuBLAS is always a candidate too: score = fastest of
     (cuBLAS, every Triton config) / fastest of (cuBLAS, the method's configs). With the shipped
     cuBLAS gate, problems it gates get cuBLAS alone (their Triton candidates are skipped)."""
-    from kernel_select.cublas_gate import DEFAULT_MARGIN, gate_metrics, load_default_gate, problem_ratios, problems_of
+    from kernel_select.model.gate import DEFAULT_MARGIN, gate_metrics, load_default_gate, problem_ratios, problems_of
 
     aten = _aten_ms(df).reindex(problem_ids).to_numpy()
     have = np.isfinite(aten)

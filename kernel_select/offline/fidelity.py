@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kernel_select import dataset
+from kernel_select.offline import dataset
 from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec
 from kernel_select.errors import DatasetError
@@ -48,7 +48,7 @@ class FidelityResult:
 
 def spearman(x: np.ndarray, y: np.ndarray) -> float:
     """Spearman rank correlation over the finite pairs; nan for fewer than 3 of them."""
-    from kernel_select.evaluate import spearman_per_group
+    from kernel_select.offline.evaluate import spearman_per_group
 
     x, y = np.asarray(x, float), np.asarray(y, float)
     keep = np.isfinite(x) & np.isfinite(y)
@@ -122,7 +122,7 @@ def inductor_timings(problem: Problem, device: DeviceSpec, configs: list[GemmCon
 
 
 def _planned(problem: Problem, configs: list[GemmConfig]) -> list:
-    from kernel_select.bench_plan import PlannedRun, compile_key
+    from kernel_select.offline.bench_plan import PlannedRun, compile_key
 
     return [PlannedRun(problem, c, compile_key(problem, c, False)) for c in configs]
 
@@ -130,7 +130,7 @@ def _planned(problem: Problem, configs: list[GemmConfig]) -> list:
 def harness_timings(problem: Problem, device: DeviceSpec, configs: list[GemmConfig], compiled: dict
                     ) -> tuple[dict[GemmConfig, float], dict[GemmConfig, float]]:
     """The harness's median and min per config (every config re-timed as a contender)."""
-    from kernel_select import bench
+    from kernel_select.offline import bench
 
     runs = _planned(problem, configs)
     options = bench.BenchOptions(contender_factor=math.inf)
@@ -151,7 +151,7 @@ def check(problems: list[Problem], device: DeviceSpec, *, configs_per_problem: i
     writes the JSON there, so a run stopped part-way keeps what it finished)."""
     from tqdm import tqdm
 
-    from kernel_select import bench
+    from kernel_select.offline import bench
 
     picked = {p: pick_configs(p, device, configs_per_problem, data) for p in problems}
     keys = bench.distinct_keys_of([r for p, cs in picked.items() for r in _planned(p, cs)])

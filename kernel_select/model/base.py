@@ -30,7 +30,7 @@ MODELS_DIR_ENV = "KERNEL_SELECT_MODELS_DIR"
 
 def models_dir() -> Path:
     override = os.environ.get(MODELS_DIR_ENV)
-    return Path(override) if override else Path(__file__).resolve().parent.parent / "models"
+    return Path(override) if override else Path(__file__).resolve().parent.parent.parent / "models"
 
 
 class PerformanceModel(abc.ABC):
@@ -112,7 +112,7 @@ def load_default(device: DeviceSpec | str = "h100") -> PerformanceModel:
 def _ensure_builtin_models() -> None:
     # Importing the implementations registers them; done lazily so `import kernel_select` stays
     # light and a broken optional model cannot break the interface module.
-    for module in ("kernel_select.analytical", "kernel_select.mlp"):
+    for module in ("kernel_select.model.analytical", "kernel_select.model.mlp"):
         try:
             importlib.import_module(module)
         except ImportError as exc:  # e.g. torch missing: the other model still works

@@ -33,8 +33,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from kernel_select import dataset
-from kernel_select.bench_plan import CompileKey, PlannedRun, distinct_keys, plan
+from kernel_select.offline import dataset
+from kernel_select.offline.bench_plan import CompileKey, PlannedRun, distinct_keys, plan
 from kernel_select.device import DeviceSpec
 from kernel_select.problem import Problem
 
@@ -96,7 +96,7 @@ def error_class(exc: BaseException) -> str:
 
 def _compile_keys(keys: list[CompileKey]) -> list[tuple[CompileKey, str | None, str]]:
     """Worker: compile each key into Triton's disk cache. Runs in a spawned process."""
-    from kernel_select.mm_kernel import mm_kernel
+    from kernel_select.offline.mm_kernel import mm_kernel
 
     out = []
     for key in keys:
@@ -175,7 +175,7 @@ class ProblemTimer:
                        for _ in range(CHUNK)]
 
     def launch(self, run: PlannedRun) -> None:
-        from kernel_select.mm_kernel import mm_kernel
+        from kernel_select.offline.mm_kernel import mm_kernel
 
         key, cfg, p = run.key, run.config, self.problem
         grid = (math.ceil(p.m / cfg.block_m) * math.ceil(p.n / cfg.block_n),)

@@ -39,7 +39,7 @@ from torch._inductor import config as inductor_config
 from torch._inductor.choices import InductorChoices
 from torch._inductor.virtualized import V
 
-from kernel_select import config as ks_config
+from kernel_select import knobs as ks_config
 from kernel_select import space
 from kernel_select.configs import GemmConfig, config_from_description
 from kernel_select.device import DeviceSpec, detect, get_device
@@ -86,7 +86,7 @@ class Settings:
 
 def _validated_overrides(topk: object = None, kernel_lut_path: object = None, model: object = None,
                          device: object = None, cublas_margin: object = None) -> dict[str, Any]:
-    """Check install()/constructor arguments; None means "not given, use kernel_select.config"
+    """Check install()/constructor arguments; None means "not given, use kernel_select.knobs"
     (to turn the cuBLAS gate off for one handler, pass cublas_margin="off")."""
     overrides: dict[str, Any] = {}
     if topk is not None:
@@ -113,7 +113,7 @@ def _torch_option(name: str) -> Any:
 
 def resolve_settings(overrides: dict[str, Any] | None = None) -> Settings:
     """Effective knobs. Precedence: torch.compile options / torch._inductor.config (per compile),
-    then install() or constructor arguments, then kernel_select.config (patch > env > default)."""
+    then install() or constructor arguments, then kernel_select.knobs (patch > env > default)."""
     overrides = overrides or {}
     topk = overrides.get("topk", ks_config.topk)
     lut_path = overrides.get("kernel_lut_path", ks_config.kernel_lut_path)
@@ -193,7 +193,7 @@ def model_for(model: str | PerformanceModel | None, device: DeviceSpec) -> Perfo
 
 def gate_for(device: DeviceSpec) -> Any:
     """The shipped cuBLAS gate for `device` (a CublasGate), or None when none is shipped."""
-    from kernel_select.cublas_gate import load_default_gate
+    from kernel_select.model.gate import load_default_gate
 
     return _cached(_gate_cache, device, lambda: load_default_gate(device))
 
@@ -279,7 +279,7 @@ class KernelSelectChoices(InductorChoices):
     """Inductor choices handler that benchmarks only the top-k Triton GEMM configs.
 
     Args:
-        topk, kernel_lut_path, model, device: override the kernel_select.config knobs for this
+        topk, kernel_lut_path, model, device: override the kernel_select.knobs knobs for this
             handler (None = use the knob). `model` may also be a PerformanceModel instance.
     """
 
@@ -582,7 +582,7 @@ def install(*, topk: int | str | None = None, kernel_lut_path: str | None = None
             device: str | None = None, cublas_margin: float | str | None = None) -> KernelSelectChoices:
     """Make torch.compile's max-autotune benchmark only the top-k Triton GEMM configs.
 
-    Arguments override the kernel_select.config knobs (None = use the knob). Call it in the
+    Arguments override the kernel_select.knobs knobs (None = use the knob). Call it in the
     thread that compiles: the handler is per thread, and so are Inductor's config overrides on
     torch 2.13. Undo with uninstall(). Also registers the `kernel_lut_path` / `gemm_topk`
     torch.compile options (see register_options). Returns the installed handler.
@@ -653,7 +653,7 @@ def register_options() -> bool:
     by torch's own `install_config_module`, so they have whatever shape the installed torch
     expects, and the result is checked (read, patch, copy, save) before it is kept. Returns
     False, after one warning, if this torch's config module cannot be extended; install() and
-    kernel_select.config keep working either way.
+    kernel_select.knobs keep working either way.
     """
     global _options_registered
     with _lock:
@@ -662,7 +662,7 @@ def register_options() -> bool:
             _options_registered = reason is None
             if reason is not None:
                 log.warning("kernel_select: cannot add %s to torch._inductor.config (%s); use "
-                            "install(...) or kernel_select.config instead", " and ".join(OPTION_NAMES),
+                            "install(...) or kernel_select.knobs instead", " and ".join(OPTION_NAMES),
                             reason)
         return _options_registered
 
@@ -677,7 +677,7 @@ def _register_options() -> str | None:
     try:
         from torch.utils._config_module import install_config_module
 
-        declarations = importlib.import_module("kernel_select._inductor_options")
+        declarations = importlib.import_module("kernel_select.inductor.torch_options")
         if not isinstance(getattr(declarations, "_config", None), dict):
             install_config_module(declarations)
         for name in OPTION_NAMES:

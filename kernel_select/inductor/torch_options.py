@@ -4,13 +4,13 @@
 # torch's own install_config_module() (so the entries are built by whichever torch is installed)
 # and copies the entries into torch._inductor.config._config. The annotations must be real
 # typing objects, not strings: torch.compile(options=...) reads them to type-check values, and
-# skips the check for Optional/Union types, leaving validation to kernel_select.config.
+# skips the check for Optional/Union types, leaving validation to kernel_select.knobs.
 #
 # No `from __future__ import annotations` here, on purpose (it would turn them into strings).
 from typing import Optional, Union
 
-# Path of a kernel lookup table whose entries are always benchmarked; None = kernel_select.config.
+# Path of a kernel lookup table whose entries are always benchmarked; None = kernel_select.knobs.
 kernel_lut_path: Optional[str] = None
 
-# Triton GEMM configs to benchmark: int, "DEFAULT" or "SAME"; None = kernel_select.config.
+# Triton GEMM configs to benchmark: int, "DEFAULT" or "SAME"; None = kernel_select.knobs.
 gemm_topk: Optional[Union[int, str]] = None

@@ -32,13 +32,13 @@ import torch
 from tqdm.auto import tqdm
 
 import kernel_select
-from kernel_select import dataset
-from kernel_select.cublas_gate import GATE_FILE, CublasGate, fit_gate
+from kernel_select.offline import dataset
+from kernel_select.model.gate import GATE_FILE, CublasGate, fit_gate
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import DatasetError, ModelError
-from kernel_select.evaluate import geomean, topk_scores, usable_triton_rows
-from kernel_select.features import FEATURE_NAMES, FEATURE_VERSION, featurize_frame
-from kernel_select.mlp import DataProvenance, MLPModel, ModelCard, RuntimeNet
+from kernel_select.offline.evaluate import geomean, topk_scores, usable_triton_rows
+from kernel_select.model.features import FEATURE_NAMES, FEATURE_VERSION, featurize_frame
+from kernel_select.model.mlp import DataProvenance, MLPModel, ModelCard, RuntimeNet
 
 log = logging.getLogger(__name__)
 

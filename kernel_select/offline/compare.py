@@ -59,7 +59,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from kernel_select import config as ks_config
+from kernel_select import knobs as ks_config
 from kernel_select.errors import DatasetError, DeviceError, OptionError, ProblemError
 from kernel_select.problem import Problem
 
@@ -90,7 +90,7 @@ class Case:
 
 
 def default_suite_path() -> Path:
-    return Path(__file__).resolve().parent / "data" / "compare_suite.json"
+    return Path(__file__).resolve().parent.parent / "data" / "compare_suite.json"
 
 
 def load_cases(path: str | Path | None = None) -> list[Case]:
@@ -290,7 +290,7 @@ def _safe(label: str) -> str:
 
 def _run_worker(specs: list[dict[str, Any]], log_path: Path, timeout_s: float) -> dict[str, dict[str, Any]]:
     """Run one worker process over `specs`; returns label -> raw result for what it finished."""
-    package_root = str(Path(__file__).resolve().parent.parent)
+    package_root = str(Path(__file__).resolve().parent.parent.parent)
     with tempfile.TemporaryDirectory(prefix="kernel-select-compare-") as tmp:
         spec_path, result_path = Path(tmp) / "specs.json", Path(tmp) / "results.jsonl"
         spec_path.write_text(json.dumps(specs))
@@ -298,7 +298,7 @@ def _run_worker(specs: list[dict[str, Any]], log_path: Path, timeout_s: float) -
                "TORCHINDUCTOR_CACHE_DIR": str(Path(tmp) / "inductor"),
                "TRITON_CACHE_DIR": str(Path(tmp) / "triton"),
                "PYTHONPATH": os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)}
-        command = [sys.executable, "-m", "kernel_select.compare", "--worker", str(spec_path),
+        command = [sys.executable, "-m", "kernel_select.offline.compare", "--worker", str(spec_path),
                    str(result_path)]
         try:
             with open(log_path, "w") as log_file:
@@ -488,7 +488,7 @@ def _capture(fn: Callable[..., Any], inputs: list[tuple[Any, Any]]) -> Callable[
 
 def _worker_main(argv: Sequence[str]) -> int:
     if len(argv) != 3 or argv[0] != "--worker":
-        print("usage: python -m kernel_select.compare --worker SPECS.json RESULTS.jsonl", file=sys.stderr)
+        print("usage: python -m kernel_select.offline.compare --worker SPECS.json RESULTS.jsonl", file=sys.stderr)
         return 2
     import torch
 

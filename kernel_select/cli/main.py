@@ -96,7 +96,7 @@ def _require_gpu(command: str) -> None:
 def _bench(args: argparse.Namespace) -> int:
     import logging
 
-    from kernel_select import bench, shapes
+    from kernel_select.offline import bench, shapes
     from kernel_select.device import detect
     from kernel_select.problem import dtype_name
 
@@ -140,7 +140,7 @@ def _fidelity_parser(sub: argparse._SubParsersAction) -> None:
 def _fidelity(args: argparse.Namespace) -> int:
     import logging
 
-    from kernel_select import dataset, fidelity, shapes
+    from kernel_select.offline import dataset, fidelity, shapes
     from kernel_select.device import detect
 
     problems = [s.problem() for s in shapes.load(args.shapes)]
@@ -193,7 +193,7 @@ def _shapes_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _shapes(args: argparse.Namespace) -> int:
-    from kernel_select import shapes
+    from kernel_select.offline import shapes
     from kernel_select.problem import dtype_name
 
     dtype = dtype_name(args.dtype)
@@ -314,9 +314,9 @@ def _topk(args: argparse.Namespace) -> int:
 
 def _gate_decision(problem: Problem, device: object) -> object:
     """The shipped cuBLAS gate's verdict at the configured margin; None when there is no gate or
-    the gate is off (kernel_select.config.cublas_margin / TORCHINDUCTOR_GEMM_CUBLAS_MARGIN)."""
-    from kernel_select import config as ks_config
-    from kernel_select.cublas_gate import load_default_gate
+    the gate is off (kernel_select.knobs.cublas_margin / TORCHINDUCTOR_GEMM_CUBLAS_MARGIN)."""
+    from kernel_select import knobs as ks_config
+    from kernel_select.model.gate import load_default_gate
 
     if ks_config.cublas_margin is None:
         return None
@@ -332,7 +332,7 @@ def _demo(args: argparse.Namespace) -> int:
 
     k = _parse_k(args.top_k)
     model = load_default(args.device)
-    repo_root = Path(__file__).resolve().parent.parent
+    repo_root = Path(__file__).resolve().parent.parent.parent
     lut_path = Path(args.lut) if args.lut else repo_root / DEFAULT_DEMO_LUT
     # An explicit --lut must exist; the shipped default is optional.
     lut = _load_lut(str(lut_path)) if args.lut or lut_path.is_file() else None
@@ -514,7 +514,7 @@ def _lut_show(args: argparse.Namespace) -> int:
 
 def _lut_from_log(args: argparse.Namespace) -> int:
 
-    from kernel_select.autotune_log import lut_from_autotune_log, parse_autotune_log
+    from kernel_select.lut.autotune_log import lut_from_autotune_log, parse_autotune_log
     from kernel_select.errors import LUTError
     from kernel_select.lut import dump_lut
 
@@ -544,7 +544,7 @@ def _read_json(path: str) -> object:
 
 
 def _lut_to_inductor(args: argparse.Namespace) -> int:
-    from kernel_select.inductor_table import to_inductor_table
+    from kernel_select.lut.torch_table import to_inductor_table
     from kernel_select.lut import load_lut
 
     table = to_inductor_table(load_lut(args.path), args.device_name, keep_aten=not args.no_aten)
@@ -553,7 +553,7 @@ def _lut_to_inductor(args: argparse.Namespace) -> int:
 
 
 def _lut_from_inductor(args: argparse.Namespace) -> int:
-    from kernel_select.inductor_table import from_inductor_table
+    from kernel_select.lut.torch_table import from_inductor_table
     from kernel_select.lut import dump_lut
 
     lut = from_inductor_table(_read_json(args.path), args.device)  # type: ignore[arg-type]
@@ -604,7 +604,7 @@ def _compare_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from kernel_select import compare
+    from kernel_select.offline import compare
 
     topks = compare.parse_topks(args.topk)
     nogate_topks = compare.parse_topks(args.nogate_topk) if args.nogate_topk.strip() else []
@@ -645,7 +645,7 @@ def _train_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from kernel_select.train import train
+    from kernel_select.offline.train import train
 
     result = train(args.data, args.out, seed=args.seed, epochs=args.epochs, objective=args.objective,
                    device=args.device, progress=not args.quiet)
@@ -671,9 +671,9 @@ def _train_gate_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _train_gate(args: argparse.Namespace) -> int:
-    from kernel_select import dataset
+    from kernel_select.offline import dataset
     from kernel_select.device import get_device
-    from kernel_select.train import train_gate
+    from kernel_select.offline.train import train_gate
 
     data_path = Path(args.data)
     gate = train_gate(dataset.read(data_path), get_device(args.device), args.out, seed=args.seed,
@@ -710,11 +710,11 @@ def _eval_parser(sub: argparse._SubParsersAction) -> None:
 
 def _eval(args: argparse.Namespace) -> int:
 
-    from kernel_select.evaluate import evaluate, format_report
+    from kernel_select.offline.evaluate import evaluate, format_report
 
     models: list = [name.strip() for name in args.model.split(",") if name.strip()]
     if args.mlp_dir is not None:
-        from kernel_select.mlp import MLPModel
+        from kernel_select.model.mlp import MLPModel
 
         device = args.device or "h100"
         models = [MLPModel.load(args.mlp_dir, device) if name == "mlp" else name for name in models]
@@ -761,5 +761,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())

@@ -28,10 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from kernel_select.config import DEFAULT_CUBLAS_MARGIN
+from kernel_select.knobs import DEFAULT_CUBLAS_MARGIN
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import ModelError
-from kernel_select.features import log2_alignment
+from kernel_select.model.features import log2_alignment
 from kernel_select.problem import DTYPE_BYTES, Problem, dtype_name
 
 log = logging.getLogger(__name__)

@@ -31,7 +31,7 @@ from torch import nn
 from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import ModelCardMismatchError, ModelError, ProblemError, UnsupportedProblemError
-from kernel_select.features import FEATURE_NAMES, FEATURE_VERSION, featurize
+from kernel_select.model.features import FEATURE_NAMES, FEATURE_VERSION, featurize
 from kernel_select.model import PerformanceModel, models_dir, register_model
 from kernel_select.problem import dtype_name
 

@@ -1,0 +1,4 @@
+"""Offline tools: shapes, the GPU harness, datasets, training, evaluation and comparisons.
+
+Nothing here runs inside torch.compile.
+"""
