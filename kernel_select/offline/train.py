@@ -35,8 +35,9 @@ import kernel_select
 from kernel_select.offline import dataset
 from kernel_select.model.gate import GATE_FILE, CublasGate, fit_gate
 from kernel_select.device import DeviceSpec, get_device
-from kernel_select.errors import DatasetError, ModelError
-from kernel_select.offline.evaluate import geomean, topk_scores, usable_triton_rows
+from kernel_select.errors import DatasetError, ModelError, OptionError
+from kernel_select.offline.evaluate import usable_triton_rows
+from kernel_select.offline.metrics import geomean, topk_scores
 from kernel_select.model.features import FEATURE_NAMES, FEATURE_VERSION, featurize_frame
 from kernel_select.model.mlp import DataProvenance, MLPModel, ModelCard, RuntimeNet
 
@@ -100,8 +101,11 @@ def train(data_path: str | Path, out_dir: str | Path, *, seed: int = 0, epochs: 
     hparams = hparams or MLPHParams()
     if epochs is not None:
         hparams = dataclasses.replace(hparams, epochs=epochs)
+    # Refused before anything is read or written: zero epochs would save an untrained model.
+    if isinstance(hparams.epochs, bool) or not isinstance(hparams.epochs, int) or hparams.epochs < 1:
+        raise OptionError(f"epochs: expected a whole number >= 1, got {hparams.epochs!r}")
     if objective not in (*OBJECTIVES, "both"):
-        raise ValueError(f"objective: expected one of {OBJECTIVES + ('both',)}, got {objective!r}")
+        raise OptionError(f"objective: expected one of {OBJECTIVES + ('both',)}, got {objective!r}")
     objectives = list(OBJECTIVES) if objective == "both" else [objective]
 
     data_path = Path(data_path)

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from kernel_select.offline import dataset
-from kernel_select.errors import DatasetError
+from kernel_select.cli import main
+from kernel_select.errors import DatasetError, OptionError
 from kernel_select.model.features import FEATURE_VERSION
 from kernel_select.model.mlp import CARD_FILE, MLPModel
 from kernel_select.offline.train import MLPHParams, _make_split, _training_rows, train, validate
@@ -84,3 +85,20 @@ def test_training_needs_validation_problems(tmp_path):
     dataset.write(synthetic_frame({"train": 3}, configs_per_problem=20), path)
     with pytest.raises(DatasetError, match="split 'val'"):
         train(path, tmp_path / "out", hparams=SMALL, progress=False)
+
+
+@pytest.mark.parametrize("epochs", [0, -1])
+def test_non_positive_epochs_are_refused_before_anything_is_written(data, tmp_path, epochs):
+    out = tmp_path / "never"
+    with pytest.raises(OptionError, match="epochs: expected a whole number >= 1"):
+        train(data, out, epochs=epochs, hparams=SMALL, progress=False)
+    assert not out.exists()
+
+
+def test_cli_train_with_zero_epochs_exits_2_with_one_line(data, tmp_path, capsys):
+    out = tmp_path / "never"
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "--data", str(data), "--out", str(out), "--epochs", "0", "--quiet"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1 and "epochs" in err
+    assert not out.exists()

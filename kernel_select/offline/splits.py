@@ -1,0 +1,120 @@
+"""Frozen evaluation splits: which problems a model may train on, and the two held-out test sets.
+
+Two test sets, both never trained on, both frozen (adding problems never moves an existing one):
+
+  test    the dataset's hash split, unchanged: sha256(problem_id) mod 100 >= 85
+          (`dataset.split_of`). It measures a new M, N or K near shapes the model has seen.
+  family  every problem of a held-out architecture family (HELD_OUT_FAMILIES: a large LLM, a small
+          LLM and both ViTs), plus every problem whose N is odd (one alignment class: unaligned rows
+          turn off vectorized loads and the pipelined prologue). It measures generalization to
+          layer shapes and alignments unlike anything in training, which is what a new user brings.
+
+A problem can belong to both (a ViT shape that hashes into `test`); it is then scored in both
+reports. Training uses only problems in neither: `train` and `val` are the hash split's train and
+val problems minus the family holdout.
+
+A problem's family comes from the dataset's `family` column when it has one; older datasets have
+only problem ids, mapped here through the shapes files' `source` field (its first word, e.g.
+"llama3-70b q_proj" -> "llama3-70b"). Problems found nowhere are family "unknown" (trainable).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from kernel_select.errors import DatasetError
+from kernel_select.offline.dataset import problem_id
+
+#: Families held out whole. Chosen from the H100 shapes' `source` fields to cover one large LLM
+#: (8192-wide), one small LLM (3072-wide, fused qkv / gate_up), and the ViTs (768/1024-wide, M a
+#: multiple of 197 or 257 tokens): together ~26% of today's problems.
+HELD_OUT_FAMILIES: frozenset[str] = frozenset({"llama3-70b", "phi3-mini", "vit-b16", "vit-l14"})
+
+#: Names of the evaluation splits; each maps to a boolean mask over problems.
+EVAL_SPLITS = ("test", "family")
+TRAINING_SPLITS = ("train", "val")
+UNKNOWN_FAMILY = "unknown"
+_DATA_DIR = Path(__file__).resolve().parent.parent.parent / "data"
+
+
+def default_shapes_files() -> list[Path]:
+    """The shapes files next to the datasets (data/shapes_*.json)."""
+    return sorted(_DATA_DIR.glob("shapes_*.json"))
+
+
+def family_of_source(source: str) -> str:
+    """'llama3-70b q_proj' -> 'llama3-70b'; 'random seed=1' -> 'random'."""
+    words = str(source).strip().lower().split()
+    return words[0] if words else UNKNOWN_FAMILY
+
+
+def families_from_shapes(paths: Iterable[str | Path]) -> dict[str, str]:
+    """problem_id -> family for every problem listed in the shapes files.
+
+    A problem listed under two families keeps the held-out one, so a shape shared with a held-out
+    architecture is never trained on.
+    """
+    out: dict[str, str] = {}
+    for path in paths:
+        try:
+            entries = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            raise DatasetError(f"{path}: cannot read shapes file ({exc})") from None
+        for entry in entries:
+            pid = problem_id(int(entry["m"]), int(entry["n"]), int(entry["k"]), str(entry["dtype"]),
+                             str(entry.get("op", "mm")), int(entry.get("batch", 1)))
+            family = family_of_source(entry.get("family") or entry.get("source", ""))
+            if out.get(pid) not in HELD_OUT_FAMILIES:
+                out[pid] = family
+    return out
+
+
+def problem_families(frame: pd.DataFrame, shapes_files: Iterable[str | Path] | None = None) -> pd.Series:
+    """Family per row of a dataset frame: its `family` column where set, else from the shapes files."""
+    mapped = families_from_shapes(default_shapes_files() if shapes_files is None else shapes_files)
+    from_ids = frame["problem_id"].astype(str).map(mapped).fillna(UNKNOWN_FAMILY)
+    if "family" not in frame.columns:
+        return from_ids.rename("family")
+    own = frame["family"].astype("string").str.strip().str.lower()
+    own = own.str.split().str[0]
+    return own.where(own.notna() & (own != ""), from_ids).astype(str).rename("family")
+
+
+def split_masks(frame: pd.DataFrame, shapes_files: Iterable[str | Path] | None = None) -> dict[str, np.ndarray]:
+    """Boolean row masks: `train`, `val` (trainable), `test` and `family` (held out; may overlap).
+
+    Raises:
+        DatasetError: the frame lacks the `split` column or the hash split is not the frozen one.
+    """
+    if "split" not in frame.columns:
+        raise DatasetError("dataset has no 'split' column; it is needed for the frozen hash split")
+    hashed = frame["split"].astype(str).to_numpy()
+    family = problem_families(frame, shapes_files).to_numpy()
+    family_out = np.isin(family, list(HELD_OUT_FAMILIES)) | (frame["n"].to_numpy() % 2 == 1)
+    return {
+        "train": (hashed == "train") & ~family_out,
+        "val": (hashed == "val") & ~family_out,
+        "test": hashed == "test",
+        "family": family_out,
+    }
+
+
+def split_rows(frame: pd.DataFrame, split: str,
+               shapes_files: Iterable[str | Path] | None = None) -> pd.DataFrame:
+    """The rows of one split (`train`, `val`, `test` or `family`)."""
+    masks = split_masks(frame, shapes_files)
+    if split not in masks:
+        raise DatasetError(f"split: expected one of {tuple(masks)}, got {split!r}")
+    return frame[masks[split]].reset_index(drop=True)
+
+
+def split_summary(frame: pd.DataFrame, shapes_files: Iterable[str | Path] | None = None) -> dict[str, int]:
+    """Problems per split (a problem in both `test` and `family` counts in each)."""
+    masks = split_masks(frame, shapes_files)
+    ids = frame["problem_id"].to_numpy()
+    return {name: int(pd.unique(ids[mask]).size) for name, mask in masks.items()}
