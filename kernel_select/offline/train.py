@@ -195,10 +195,14 @@ def _make_split(rows: pd.DataFrame, standardized: np.ndarray, split: str) -> _Sp
 
 
 def _fit(objective: str, train_split: _Split, val: _Split, hp: MLPHParams, seed: int,
-         progress: bool) -> tuple[RuntimeNet, dict[str, Any]]:
+         progress: bool, make_net: Any = None) -> tuple[RuntimeNet, dict[str, Any]]:
+    """Fit a net (default: RuntimeNet of `hp.hidden_widths`; `make_net(n_features)` builds another
+    architecture with the same `body[-1]` output layer) and keep its best epoch on `val`."""
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
-    net = RuntimeNet(train_split.x.shape[1], hp.hidden_widths, hp.initial_overhead_ms)
+    n_features = train_split.x.shape[1]
+    net = (make_net(n_features) if make_net is not None
+           else RuntimeNet(n_features, hp.hidden_widths, hp.initial_overhead_ms))
     with torch.no_grad():  # start at the mean log runtime rather than at 0 = 1 ms
         net.body[-1].bias.fill_(float(train_split.y.mean()))
     optimizer = torch.optim.AdamW(net.parameters(), lr=hp.lr, weight_decay=hp.weight_decay)

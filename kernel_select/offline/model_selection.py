@@ -1,0 +1,201 @@
+"""Side-by-side model selection on the frozen `test` and `family` splits (see splits.py).
+
+One command (`run_selection`) fits every candidate of train_candidates.py on the trainable
+problems (hash train/val minus the family holdout; configs per problem capped so the recipe scales
+to millions of rows), then scores each on both held-out splits:
+
+  topk            oracle / best measured among the top-k, Triton configs only (k = 1..16)
+  with_cublas     the same where cuBLAS is always a candidate: min(cuBLAS, oracle) / min(cuBLAS, top-k)
+  strata          top-4 per dtype and per N alignment class, next to Inductor's DEFAULT list
+  calibration     median |log(predicted / measured)| over each problem's 16 fastest configs
+  latency_ms      median wall time of featurize + predict for ~1,400 configs on one CPU thread
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from kernel_select.device import DeviceSpec, get_device
+from kernel_select.model import features as v1
+from kernel_select.model import features_v2 as v2
+from kernel_select.offline import dataset, splits
+from kernel_select.offline.evaluate import _default_best, usable_triton_rows
+from kernel_select.offline.metrics import DEFAULT_KS, best_in_top_k, geomean, oracle_ms, topk_scores
+from kernel_select.offline.train import MLPHParams
+from kernel_select.offline.train_candidates import (
+    FAST_AUTOTUNE_FEATURES, Candidate, GBMParams, TrainData, ensemble, fit_fast_autotune, fit_gbm_rank,
+    fit_gbm_reg, fit_mlp_v1,
+)
+from kernel_select.problem import Problem
+from kernel_select.space import for_problem
+
+log = logging.getLogger(__name__)
+
+SHORTLIST = 64  # configs per problem the tree model re-scores (keeps estimate() within 2 ms)
+CALIBRATION_TOP = 16  # calibration is measured where it matters: each problem's fastest configs
+
+
+def prepare_rows(frame: pd.DataFrame, spec: DeviceSpec) -> tuple[pd.DataFrame, pd.Series]:
+    """Usable single-GEMM Triton rows of `spec`, sorted by problem, and cuBLAS ms per problem."""
+    rows = usable_triton_rows(frame)
+    rows = rows[(rows["batch"] == 1) & (rows["sm_count"] == spec.sm_count)]
+    rows = rows.sort_values(["problem_id", *dataset.CONFIG_COLUMNS], kind="stable").reset_index(drop=True)
+    aten = frame[(frame["backend"] == "aten") & np.isfinite(frame["runtime_ms"])]
+    return rows, aten.groupby("problem_id")["runtime_ms"].min()
+
+
+def cap_rows_per_problem(rows: pd.DataFrame, cap: int, seed: int) -> np.ndarray:
+    """Row mask keeping every config within 1.5x of its problem's oracle (the contenders, which the
+    ranking must order) plus a random sample of the rest, at most `cap` rows per problem."""
+    log_ms = np.log(rows["runtime_ms"].to_numpy(np.float64))
+    groups = pd.factorize(rows["problem_id"])[0]
+    gap = log_ms - pd.Series(log_ms).groupby(groups).transform("min").to_numpy()
+    key = np.where(gap <= np.log(1.5), -1.0, np.random.default_rng(seed).random(len(rows)))
+    order = np.lexsort((key, groups))
+    rank = np.empty(len(rows), dtype=np.int64)
+    rank[order] = np.arange(len(rows)) - np.searchsorted(groups[order], groups[order])
+    return rank < cap
+
+
+def build_train_data(rows: pd.DataFrame, x: np.ndarray, masks: dict[str, np.ndarray], cap: int,
+                     seed: int) -> TrainData:
+    keep = (masks["train"] | masks["val"]) & cap_rows_per_problem(rows, cap, seed)
+    return TrainData(x=x[keep], log_ms=np.log(rows["runtime_ms"].to_numpy(np.float64)[keep]),
+                     groups=pd.factorize(rows.loc[keep, "problem_id"])[0], is_val=masks["val"][keep])
+
+
+def fit_candidates(data: TrainData, hp: MLPHParams, gbm: GBMParams, seed: int,
+                   progress: bool = True) -> list[Candidate]:
+    fitted = []
+    for fit in tqdm((fit_mlp_v1, fit_fast_autotune, fit_gbm_reg, fit_gbm_rank), desc="candidates",
+                    disable=not progress):
+        started = time.perf_counter()
+        candidate = (fit(data, hp, seed, progress=False) if fit in (fit_mlp_v1, fit_fast_autotune)
+                     else fit(data, gbm, seed))
+        candidate.info["train_seconds"] = round(time.perf_counter() - started, 1)
+        fitted.append(candidate)
+    by_name = {c.name: c for c in fitted}
+    pair = [by_name["mlp_v1"], by_name["gbm_reg"]]
+    fitted.append(ensemble("ensemble", pair))
+    fitted.append(ensemble("ensemble_shortlist", pair, shortlist=SHORTLIST))
+    return fitted
+
+
+class HeldOut:
+    """One held-out split's rows, grouped by problem, with everything scores need precomputed."""
+
+    def __init__(self, rows: pd.DataFrame, x: np.ndarray, mask: np.ndarray, aten: pd.Series,
+                 spec: DeviceSpec, torch_version: str) -> None:
+        self.rows, self.x = rows[mask].reset_index(drop=True), x[mask]
+        self.groups, self.problem_ids = pd.factorize(self.rows["problem_id"], sort=True)
+        self.runtime = self.rows["runtime_ms"].to_numpy(np.float64)
+        self.problems = self.rows.groupby("problem_id", sort=True)[["m", "n", "k", "dtype"]].first()
+        self.aten = aten.reindex(self.problem_ids).to_numpy(np.float64)
+        self.default_ms = _default_best(self.rows, self.problems, self.groups, self.runtime, spec,
+                                        torch_version).best_ms
+        self.strata = {
+            "dtype": self.problems["dtype"].astype(str).to_numpy(),
+            "n_align": np.where(self.problems["n"].to_numpy() % 8 == 0, "n%8==0", "n%8!=0"),
+        }
+
+    def report(self, scores: np.ndarray, calibrated: bool, ks=DEFAULT_KS) -> dict[str, Any]:
+        per_problem = topk_scores(self.groups, scores, self.runtime, ks)
+        best = best_in_top_k(self.groups, scores, self.runtime, ks)
+        out: dict[str, Any] = {"topk": _by_k(geomean(per_problem), ks)}
+        have = np.isfinite(self.aten)
+        if have.any():
+            best_all = np.minimum(self.aten, oracle_ms(self.groups, self.runtime))[have, None]
+            out["with_cublas"] = _by_k(geomean(best_all / np.minimum(self.aten[have, None], best[have])), ks)
+        k4 = list(ks).index(4)
+        out["strata_top4"] = {f"{kind}={value}": float(geomean(per_problem[labels == value, k4]))
+                              for kind, labels in self.strata.items() for value in np.unique(labels)}
+        if calibrated:
+            out["calibration_median_abs_log"] = self.calibration(scores)
+        out["per_problem"] = per_problem
+        return out
+
+    def calibration(self, log_pred: np.ndarray) -> float:
+        """median |log(pred/measured)| over the CALIBRATION_TOP fastest measured configs per problem."""
+        order = np.lexsort((self.runtime, self.groups))
+        g = self.groups[order]
+        rank = np.arange(len(g)) - np.searchsorted(g, g)
+        top = order[rank < CALIBRATION_TOP]
+        return float(np.median(np.abs(log_pred[top] - np.log(self.runtime[top]))))
+
+    def default_report(self) -> dict[str, Any]:
+        covered = np.isfinite(self.default_ms)
+        ratio = np.where(covered, oracle_ms(self.groups, self.runtime) / self.default_ms, np.nan)
+        out = {"score": float(geomean(ratio[covered])),
+               "strata": {f"{kind}={value}": float(geomean(ratio[(labels == value) & covered]))
+                          for kind, labels in self.strata.items() for value in np.unique(labels)}}
+        have = np.isfinite(self.aten) & covered
+        if have.any():
+            best_all = np.minimum(self.aten, oracle_ms(self.groups, self.runtime))[have]
+            out["with_cublas"] = float(geomean(best_all / np.minimum(self.aten[have], self.default_ms[have])))
+        return out
+
+
+def _by_k(values: np.ndarray, ks) -> dict[str, float]:
+    return {str(k): float(v) for k, v in zip(ks, values)}
+
+
+def estimate_latency_ms(candidate: Candidate, spec: DeviceSpec, repeats: int = 30) -> float:
+    """Median ms of featurize + score for one problem's exhaustive space (~1,400 configs), 1 thread."""
+    problem = Problem(2048, 4096, 4096, "bfloat16")
+    configs = for_problem(problem, spec, "exhaustive")
+    columns = candidate.info.get("features", len(v2.FEATURE_NAMES))
+    featurize = v2.featurize if columns > len(v1.FEATURE_NAMES) or "booster" in candidate.info \
+        or "members" in candidate.info else v1.featurize
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        times = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            x = featurize(problem.m, problem.n, problem.k, problem.dtype, configs, spec)
+            if x.shape[1] < len(v2.FEATURE_NAMES):  # v1 features: pad so prefix slicing is uniform
+                x = np.pad(x, ((0, 0), (0, len(v2.FEATURE_NAMES) - x.shape[1])))
+            candidate.score(x, None)
+            times.append((time.perf_counter() - started) * 1e3)
+    finally:
+        torch.set_num_threads(threads)
+    return statistics.median(times)
+
+
+def run_selection(data_path: str | Path, device: DeviceSpec | str, *, cap: int = 384, seed: int = 0,
+                  hp: MLPHParams | None = None, gbm: GBMParams | None = None,
+                  torch_version: str = "2.11", progress: bool = True) -> tuple[dict[str, Any], list[Candidate]]:
+    """Fit every candidate and score it on `test` and `family`; returns a JSON-ready report."""
+    spec = get_device(device)
+    hp = hp or MLPHParams(epochs=30)
+    frame = dataset.read(data_path)
+    rows, aten = prepare_rows(frame, spec)
+    x = v2.featurize_frame(rows, spec)
+    masks = splits.split_masks(rows)
+    data = build_train_data(rows, x, masks, cap, seed)
+    candidates = fit_candidates(data, hp, gbm or GBMParams(), seed, progress)
+    report: dict[str, Any] = {"data": Path(data_path).name, "device": spec.key, "cap_rows_per_problem": cap,
+                              "train_rows": int(len(data.log_ms)), "split_problems": splits.split_summary(rows),
+                              "splits": {}, "candidates": {}}
+    for c in candidates:
+        report["candidates"][c.name] = {
+            "calibrated": c.calibrated, "latency_ms": round(estimate_latency_ms(c, spec), 3),
+            **{k: v for k, v in c.info.items() if k not in ("net", "booster", "mean", "std")}}
+    for name in splits.EVAL_SPLITS:
+        held = HeldOut(rows, x, masks[name], aten, spec, torch_version)
+        split_report: dict[str, Any] = {"problems": len(held.problem_ids), "methods": {},
+                                        "inductor_default": held.default_report()}
+        for c in candidates:
+            split_report["methods"][c.name] = held.report(c.score(held.x, held.groups), c.calibrated)
+            split_report["methods"][c.name].pop("per_problem")
+        report["splits"][name] = split_report
+    return report, candidates
