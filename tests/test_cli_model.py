@@ -21,7 +21,7 @@ def test_train_then_eval_json(tmp_path, capsys):
     assert "kept the" in printed and "no cuBLAS gate: " in printed and not (out / "cublas_gate.pt").exists()
 
     report_path = tmp_path / "eval.json"
-    assert main(["eval", "--data", str(data), "--mlp-dir", str(out), "--model", "mlp",
+    assert main(["eval", "--data", str(data), "--split", "test", "--mlp-dir", str(out), "--model", "mlp",
                  "--json", str(report_path)]) == 0
     printed = capsys.readouterr().out
     report = json.loads(report_path.read_text())

@@ -698,7 +698,9 @@ def _eval_parser(sub: argparse._SubParsersAction) -> None:
                                    "the models, random k, Inductor's DEFAULT list, nvMatmulHeuristics (if "
                                    "installed) and cuBLAS.")
     p.add_argument("--data", required=True, help="benchmark dataset (parquet)")
-    p.add_argument("--split", choices=("train", "val", "test"), default="test")
+    p.add_argument("--split", choices=("held-out", "test", "family", "train", "val"), default="held-out",
+                   help="held-out (default): both frozen test splits, 'test' (hash) and 'family' (held-out "
+                        "architectures and odd N), in one report with the shipped method named")
     p.add_argument("--model", default="mlp,analytical",
                    help="comma-separated registered models (default: %(default)s)")
     p.add_argument("--mlp-dir", default=None,
@@ -710,7 +712,7 @@ def _eval_parser(sub: argparse._SubParsersAction) -> None:
 
 def _eval(args: argparse.Namespace) -> int:
 
-    from kernel_select.offline.evaluate import evaluate, format_report
+    from kernel_select.offline.evaluate import evaluate, evaluate_splits, format_report
 
     models: list = [name.strip() for name in args.model.split(",") if name.strip()]
     if args.mlp_dir is not None:
@@ -718,8 +720,13 @@ def _eval(args: argparse.Namespace) -> int:
 
         device = args.device or "h100"
         models = [MLPModel.load(args.mlp_dir, device) if name == "mlp" else name for name in models]
-    report = evaluate(args.data, args.split, models, device=args.device)
-    print(format_report(report))
+    if args.split == "held-out":
+        report = evaluate_splits(args.data, models, device=args.device)
+        print("\n\n".join(format_report(r) for r in report["splits"].values()))
+        print(f"shipped: {report['shipped_model']}")
+    else:
+        report = evaluate(args.data, args.split, models, device=args.device)
+        print(format_report(report))
     if args.json:
         out = Path(args.json)
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from kernel_select.offline import dataset
+from kernel_select.offline import dataset, splits
 from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import DatasetError, KernelSelectError
@@ -33,14 +33,19 @@ from kernel_select.offline.metrics import (  # noqa: F401 - re-exported for call
     best_in_top_k,
     geomean,
     oracle_ms,
+    measured_lookup,
     spearman_per_group,
+    topk_dict,
     topk_scores,
 )
+from kernel_select.offline.nvmmh import nvmmh_report
+from kernel_select.offline.report import format_report  # noqa: F401 - re-exported for the CLI
 from kernel_select.problem import Problem
 
 log = logging.getLogger(__name__)
 
 USABLE_STATUSES = ("ok", "capped")
+WORST_REPORTED = 10  # problems listed per k in a model's "worst" report
 _CONFIG_COLS = list(dataset.CONFIG_COLUMNS)
 
 # -- the evaluation ------------------------------------------------------------------------------
@@ -56,13 +61,17 @@ def usable_triton_rows(df: pd.DataFrame) -> pd.DataFrame:
 def evaluate(data_path: str | Path, split: str = "test",
              models: Sequence[str | PerformanceModel] = ("mlp", "analytical"), *,
              device: DeviceSpec | str | None = None, ks: Sequence[int] = DEFAULT_KS,
-             random_seeds: int = 20, default_torch_version: str = "2.11") -> dict[str, Any]:
+             random_seeds: int = 20, default_torch_version: str = "2.11",
+             frame: pd.DataFrame | None = None) -> dict[str, Any]:
     """Score models and baselines on one split of a dataset. Returns JSON-serializable data.
 
-    `models` are registry names (resolved with `get_model(name, device)`) or model instances.
-    A model that cannot be loaded is reported as skipped with the reason, not raised.
+    `split` is one of `splits.py`'s: train, val, test (the hash split) or family (held-out
+    architecture families and odd N). `models` are registry names (resolved with
+    `get_model(name, device)`) or model instances. A model that cannot be loaded is reported as
+    skipped with the reason, not raised. `frame`: the dataset, already read from `data_path`.
     """
-    df = dataset.read(data_path, split=split)
+    frame = dataset.read(data_path) if frame is None else frame
+    df = splits.split_rows(frame, split)
     rows = usable_triton_rows(df).sort_values(["problem_id", *_CONFIG_COLS], kind="stable")
     if rows.empty:
         raise DatasetError(f"{data_path}: no usable Triton rows in split {split!r}")
@@ -92,11 +101,31 @@ def evaluate(data_path: str | Path, split: str = "test",
     methods["random"] = _random_report(groups, runtime, ks, random_seeds)
     default_best = _default_best(rows, problems, groups, runtime, spec, default_torch_version)
     methods["inductor_default"] = _default_report(default_best, groups, runtime, default_torch_version)
-    methods["nvmatmulheuristics"] = _nvmmh_report(rows, problems, groups, runtime, spec, ks)
+    methods["nvmatmulheuristics"] = nvmmh_report(rows, problems, groups, runtime, spec, ks)
     report["cublas"] = _cublas_report(df, groups, problem_ids, runtime)
     report["with_cublas"] = _with_cublas_report(df, split, problem_ids, groups, runtime, topk_best,
                                                 default_best, spec, ks)
     return report
+
+
+def evaluate_splits(data_path: str | Path, models: Sequence[str | PerformanceModel] = ("mlp", "analytical"),
+                    *, device: DeviceSpec | str | None = None, ks: Sequence[int] = DEFAULT_KS,
+                    **options: Any) -> dict[str, Any]:
+    """`evaluate` on both frozen held-out splits, plus `shipped`: what `load_default` returns for the
+    device (the method users get). The shape of models/<device>/eval.json."""
+    from kernel_select.model import load_default
+
+    frame = dataset.read(data_path)
+    spec = get_device(device) if device is not None else _dataset_device(frame, data_path)
+    reports: dict[str, Any] = {}
+    for name in splits.EVAL_SPLITS:
+        if not splits.split_masks(frame)[name].any():  # e.g. no held-out family measured yet
+            reports[name] = {"split": name, "problems": 0, "skipped": f"no problems in split {name!r}"}
+            continue
+        reports[name] = evaluate(data_path, name, models, device=spec, ks=ks, frame=frame, **options)
+    shipped = load_default(spec)
+    return {"data": Path(data_path).name, "device": spec.key, "shipped": shipped.name,
+            "shipped_model": shipped.describe(), "splits": reports}
 
 
 def _dataset_device(rows: pd.DataFrame, data_path: str | Path) -> DeviceSpec:
@@ -123,10 +152,6 @@ def _predict(model: PerformanceModel, rows: pd.DataFrame, problems: pd.DataFrame
     return predicted
 
 
-def _topk_dict(per_problem: np.ndarray, ks: Sequence[int]) -> dict[str, float]:
-    return {str(k): float(v) for k, v in zip(ks, geomean(per_problem))}
-
-
 def _model_report(name: str, model: PerformanceModel, groups: np.ndarray, problem_ids: pd.Index,
                   rows: pd.DataFrame, predicted: np.ndarray, runtime: np.ndarray,
                   ks: Sequence[int]) -> dict[str, Any]:
@@ -134,7 +159,7 @@ def _model_report(name: str, model: PerformanceModel, groups: np.ndarray, proble
     rho = spearman_per_group(groups, predicted, runtime)
     q25, median, q75 = np.nanpercentile(rho, [25, 50, 75])
     out: dict[str, Any] = {
-        "model": model.describe(), "topk": _topk_dict(per_problem, ks),
+        "model": model.describe(), "topk": topk_dict(per_problem, ks),
         "spearman": {"median": float(median), "q25": float(q25), "q75": float(q75)},
         "worst": {},
     }
@@ -149,7 +174,7 @@ def _model_report(name: str, model: PerformanceModel, groups: np.ndarray, proble
             {"problem_id": problem_ids[i], "score": float(scores[i]),
              "top1": configs_of(first.iloc[[i]])[0].short(), "oracle": configs_of(fastest.iloc[[i]])[0].short(),
              "oracle_ms": float(fastest["runtime_ms"].iloc[i])}
-            for i in np.argsort(scores, kind="stable")[:5]
+            for i in np.argsort(scores, kind="stable")[:WORST_REPORTED]
         ]
     return out
 
@@ -176,7 +201,7 @@ def _default_best(rows: pd.DataFrame, problems: pd.DataFrame, groups: np.ndarray
                   spec: DeviceSpec, torch_version: str) -> _DefaultBest:
     from kernel_select.space import for_problem
 
-    measured = _measured_lookup(rows, groups, runtime, _CONFIG_COLS)
+    measured = measured_lookup(groups, rows[_CONFIG_COLS].itertuples(index=False, name=None), runtime)
     best, sizes, found = [], [], []
     for i, (m, n, k, dtype) in enumerate(problems.itertuples(index=False, name=None)):
         default = for_problem(Problem(int(m), int(n), int(k), str(dtype)), spec, "default", torch_version)
@@ -223,7 +248,7 @@ def _with_cublas_report(df: pd.DataFrame, split: str, problem_ids: pd.Index, gro
     out: dict[str, Any] = {"problems": int(have.sum()), "methods": {
         "cublas": float(geomean(best_all / aten)[0]),
         "inductor_default": float(geomean(scores(default.best_ms))[0]),
-        **{name: _topk_dict(scores(best), ks) for name, best in topk_best.items()},
+        **{name: topk_dict(scores(best), ks) for name, best in topk_best.items()},
     }}
     gate = load_default_gate(spec)
     if gate is None:
@@ -233,7 +258,7 @@ def _with_cublas_report(df: pd.DataFrame, split: str, problem_ids: pd.Index, gro
     gated = np.zeros(len(problem_ids), dtype=bool)
     gated[problem_ids.get_indexer(table.index)] = gate.skips_triton(problems_of(table), DEFAULT_MARGIN)
     for name, best in topk_best.items():  # a skipped problem gets cuBLAS alone
-        out["methods"][f"{name}+gate"] = _topk_dict(scores(np.where(gated[:, None], np.inf, best)), ks)
+        out["methods"][f"{name}+gate"] = topk_dict(scores(np.where(gated[:, None], np.inf, best)), ks)
     return out
 
 
@@ -253,134 +278,3 @@ def _cublas_report(df: pd.DataFrame, groups: np.ndarray, problem_ids: pd.Index,
     return {"problems": len(both), "cublas_wins_fraction": float(np.mean(ratio < 1.0)),
             "geomean_cublas_over_oracle": float(geomean(ratio)),
             "median_cublas_over_oracle": float(np.median(ratio))}
-
-
-def _measured_lookup(rows: pd.DataFrame, groups: np.ndarray, runtime: np.ndarray,
-                     columns: Sequence[str]) -> dict[tuple, float]:
-    """(group code, config key over `columns`) -> runtime; the fastest when a key repeats."""
-    lookup: dict[tuple, float] = {}
-    keys = rows[list(columns)].itertuples(index=False, name=None)
-    for g, key, t in zip(groups.tolist(), keys, runtime.tolist()):
-        if t < lookup.get((g, key), np.inf):
-            lookup[(g, key)] = t
-    return lookup
-
-
-# -- nvMatmulHeuristics (optional) ---------------------------------------------------------------
-
-_NVMMH_GPUS = {"h100": "H100_SXM", "h100-pcie": "H100_PCIE", "h200": "H200_SXM", "a100": "A100_SXM_80GB"}
-# input, accumulator, output: T = bf16, H = fp16, S = fp32
-_NVMMH_PRECISION = {"bfloat16": "TST", "float16": "HSH", "float32": "SSS"}
-_NVMMH_COLS = ["block_m", "block_n", "block_k", "num_stages", "num_warps"]  # no GROUP_M in its configs
-
-
-def _nvmmh_report(rows: pd.DataFrame, problems: pd.DataFrame, groups: np.ndarray, runtime: np.ndarray,
-                  spec: DeviceSpec, ks: Sequence[int]) -> dict[str, Any]:
-    """nvMatmulHeuristics' TRITON target: its top-k suggestions, mapped onto measured configs.
-
-    A suggestion maps to (cta_m, cta_n, cta_k, stages, (cta_m/warp_m) * (cta_n/warp_n) warps);
-    split-K suggestions and those outside the measured space are dropped, so its k counts the
-    suggestions that could be scored.
-    """
-    try:
-        import nvMatmulHeuristics as nv
-    except ImportError:
-        return {"skipped": "nvMatmulHeuristics is not installed (pip install nvidia-matmul-heuristics)"}
-    if spec.key not in _NVMMH_GPUS:
-        return {"skipped": f"nvMatmulHeuristics has no hardware descriptor mapped for {spec.key}"}
-    try:
-        heuristics = nv.NvMatmulHeuristicsInterfaceEx(
-            backend=nv.NvMatmulHeuristicsTarget.TRITON,
-            flags=nv.NvMatmulHeuristicsFlags.PERF_MODEL_BASED_AUTO_TUNING,
-            load_discovery_implicitly=True, gpu=getattr(nv.NvMatmulHeuristicsNvidiaGpu, _NVMMH_GPUS[spec.key]))
-    except Exception as exc:  # a foreign library: any failure means "no baseline", not a crash
-        return {"skipped": f"nvMatmulHeuristics could not be initialized: {exc}"}
-    oracle = oracle_ms(groups, runtime)
-    measured = _measured_lookup(rows, groups, runtime, _NVMMH_COLS)
-    per_problem = np.full((len(problems), len(ks)), np.nan)
-    suggested = mapped = failed = 0
-    for i, (m, n, k, dtype) in enumerate(problems.itertuples(index=False, name=None)):
-        try:
-            problem = heuristics.makeNvMatmulHeuristicsProblem(
-                int(m), int(n), int(k), nv.NvMatmulHeuristicsMatmulLayout.NN_ROW_MAJOR)
-            results = heuristics.get(problem, max(ks), precision=_NVMMH_PRECISION[str(dtype)])
-            keys = [_nvmmh_key(result["kernel"]) for result in results]
-        except Exception as exc:  # noqa: BLE001 - see above
-            log.debug("nvMatmulHeuristics failed on %sx%sx%s: %s", m, n, k, exc)
-            failed += 1
-            continue
-        times = [measured[(i, key)] for key in keys if key is not None and (i, key) in measured]
-        suggested, mapped = suggested + len(keys), mapped + len(times)
-        for j, top in enumerate(ks):
-            if times[:top]:
-                per_problem[i, j] = oracle[i] / min(times[:top])
-    covered = np.all(np.isfinite(per_problem), axis=1)
-    if not covered.any():
-        return {"skipped": f"no nvMatmulHeuristics suggestion matched a measured config "
-                           f"({suggested} suggestions, {failed} failed queries)"}
-    return {"topk": _topk_dict(per_problem[covered], ks), "problems": int(covered.sum()),
-            "mapped_fraction": mapped / max(suggested, 1), "failed_queries": failed}
-
-
-def _nvmmh_key(kernel: Any) -> tuple[int, ...] | None:
-    def field(*names: str) -> int:
-        for name in names:
-            value = kernel[name] if isinstance(kernel, dict) and name in kernel else getattr(kernel, name, None)
-            if value is not None:
-                return int(value)
-        raise KeyError(names[0])
-
-    if field("split_k") > 1:
-        return None  # Inductor's mm template has no split-K
-    cta_m, cta_n = field("cta_tile_m"), field("cta_tile_n")
-    warps = (cta_m // field("warp_tile_m")) * (cta_n // field("warp_tile_n"))
-    return (cta_m, cta_n, field("cta_tile_k"), field("stages", "load_stages"), warps)
-
-
-# -- report text ---------------------------------------------------------------------------------
-
-
-def format_report(report: dict[str, Any]) -> str:
-    """A human-readable table of an `evaluate` report."""
-    ks = report["ks"]
-    lines = [f"{report['data']} [{report['split']}] on {report['device']}: {report['problems']} problems, "
-             f"{report['rows']} measured Triton configs",
-             "score(k) = oracle_ms / best measured ms among top-k, geometric mean over problems",
-             f"{'method':<22}" + "".join(f"{'k=' + str(k):>9}" for k in ks)]
-    for name, result in report["methods"].items():
-        if "skipped" in result:
-            lines.append(f"{name:<22}  skipped: {result['skipped']}")
-        elif "topk" in result:
-            lines.append(f"{name:<22}" + "".join(f"{result['topk'][str(k)]:>9.4f}" for k in ks))
-        elif result.get("score") is not None:
-            lines.append(f"{name:<22}  {result['score']:.4f} with k = {result['k']:.1f} "
-                         f"(its configs measured: {result['measured_fraction']:.0%})")
-    cublas = report["cublas"]
-    if cublas.get("problems"):
-        lines.append(f"cuBLAS beats the Triton oracle on {cublas['cublas_wins_fraction']:.0%} of "
-                     f"{cublas['problems']} problems; geomean cuBLAS/oracle time "
-                     f"{cublas['geomean_cublas_over_oracle']:.3f}")
-    with_cublas = report.get("with_cublas", {})
-    if with_cublas.get("problems"):
-        lines.append(f"with cuBLAS always a candidate (as in Inductor), {with_cublas['problems']} problems: "
-                     "fastest of (cuBLAS, all Triton) / fastest of (cuBLAS, the method's configs)")
-        for name, value in with_cublas["methods"].items():
-            if isinstance(value, dict):
-                lines.append(f"  {name:<20}" + "".join(f"{value[str(k)]:>9.4f}" for k in ks))
-            else:
-                lines.append(f"  {name:<20}  {value:.4f}")
-        gate = with_cublas.get("gate")
-        if gate:
-            chosen = gate["margins"].get(f"{gate['margin']:g}", {})
-            lines.append(f"  cuBLAS gate (margin {gate['margin']:g}): Triton skipped on {chosen.get('gated', 0):.0%} "
-                         f"of problems, wrongly on {chosen.get('wrongly_gated', 0)}; sign accuracy "
-                         f"{gate['sign_accuracy']:.3f}")
-    for name, result in report["methods"].items():
-        if "spearman" in result:
-            rho = result["spearman"]
-            lines.append(f"{name}: Spearman per problem median {rho['median']:.3f} "
-                         f"(q25 {rho['q25']:.3f}, q75 {rho['q75']:.3f})")
-        for k, worst in result.get("worst", {}).items():
-            lines.append(f"{name}: worst problems at k={k}: " + ", ".join(
-                f"{w['problem_id']} {w['score']:.3f} ({w['top1']} vs {w['oracle']})" for w in worst))
-    return "\n".join(lines)

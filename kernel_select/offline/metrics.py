@@ -11,7 +11,7 @@ row's problem (every code present). A method's ranking key is `scores` (lower = 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -73,3 +73,17 @@ def _rank_in_group(groups: np.ndarray, values: np.ndarray) -> np.ndarray:
     rank = np.empty(len(values), dtype=np.float64)
     rank[order] = np.arange(len(g)) - np.repeat(starts, np.diff(np.r_[starts, len(g)]))
     return rank
+
+
+def topk_dict(per_problem: np.ndarray, ks: Sequence[int]) -> dict[str, float]:
+    """{"k": geometric mean over problems} of a (problems, len(ks)) score array."""
+    return {str(k): float(v) for k, v in zip(ks, geomean(per_problem))}
+
+
+def measured_lookup(groups: np.ndarray, keys: Iterable[tuple], runtime_ms: np.ndarray) -> dict[tuple, float]:
+    """(group code, config key) -> runtime, one key per row; the fastest when a key repeats."""
+    lookup: dict[tuple, float] = {}
+    for g, key, t in zip(groups.tolist(), keys, runtime_ms.tolist()):
+        if t < lookup.get((g, key), np.inf):
+            lookup[(g, key)] = t
+    return lookup

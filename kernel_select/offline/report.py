@@ -1,0 +1,52 @@
+"""Human-readable text of `evaluate` reports."""
+
+from __future__ import annotations
+
+from typing import Any
+
+def format_report(report: dict[str, Any]) -> str:
+    """A human-readable table of an `evaluate` report."""
+    if "skipped" in report:
+        return f"[{report['split']}] skipped: {report['skipped']}"
+    ks = report["ks"]
+    lines = [f"{report['data']} [{report['split']}] on {report['device']}: {report['problems']} problems, "
+             f"{report['rows']} measured Triton configs",
+             "score(k) = oracle_ms / best measured ms among top-k, geometric mean over problems",
+             f"{'method':<22}" + "".join(f"{'k=' + str(k):>9}" for k in ks)]
+    for name, result in report["methods"].items():
+        if "skipped" in result:
+            lines.append(f"{name:<22}  skipped: {result['skipped']}")
+        elif "topk" in result:
+            lines.append(f"{name:<22}" + "".join(f"{result['topk'][str(k)]:>9.4f}" for k in ks))
+        elif result.get("score") is not None:
+            lines.append(f"{name:<22}  {result['score']:.4f} with k = {result['k']:.1f} "
+                         f"(its configs measured: {result['measured_fraction']:.0%})")
+    cublas = report["cublas"]
+    if cublas.get("problems"):
+        lines.append(f"cuBLAS beats the Triton oracle on {cublas['cublas_wins_fraction']:.0%} of "
+                     f"{cublas['problems']} problems; geomean cuBLAS/oracle time "
+                     f"{cublas['geomean_cublas_over_oracle']:.3f}")
+    with_cublas = report.get("with_cublas", {})
+    if with_cublas.get("problems"):
+        lines.append(f"with cuBLAS always a candidate (as in Inductor), {with_cublas['problems']} problems: "
+                     "fastest of (cuBLAS, all Triton) / fastest of (cuBLAS, the method's configs)")
+        for name, value in with_cublas["methods"].items():
+            if isinstance(value, dict):
+                lines.append(f"  {name:<20}" + "".join(f"{value[str(k)]:>9.4f}" for k in ks))
+            else:
+                lines.append(f"  {name:<20}  {value:.4f}")
+        gate = with_cublas.get("gate")
+        if gate:
+            chosen = gate["margins"].get(f"{gate['margin']:g}", {})
+            lines.append(f"  cuBLAS gate (margin {gate['margin']:g}): Triton skipped on {chosen.get('gated', 0):.0%} "
+                         f"of problems, wrongly on {chosen.get('wrongly_gated', 0)}; sign accuracy "
+                         f"{gate['sign_accuracy']:.3f}")
+    for name, result in report["methods"].items():
+        if "spearman" in result:
+            rho = result["spearman"]
+            lines.append(f"{name}: Spearman per problem median {rho['median']:.3f} "
+                         f"(q25 {rho['q25']:.3f}, q75 {rho['q75']:.3f})")
+        for k, worst in result.get("worst", {}).items():
+            lines.append(f"{name}: worst problems at k={k}: " + ", ".join(
+                f"{w['problem_id']} {w['score']:.3f} ({w['top1']} vs {w['oracle']})" for w in worst))
+    return "\n".join(lines)
