@@ -27,9 +27,11 @@ from tqdm.auto import tqdm
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.model import features as v1
 from kernel_select.model import features_v2 as v2
-from kernel_select.offline import dataset, splits
+from kernel_select.offline import dataset, splits, uncertainty
 from kernel_select.offline.evaluate import _default_best, usable_triton_rows
-from kernel_select.offline.metrics import DEFAULT_KS, best_in_top_k, geomean, oracle_ms, topk_scores
+from kernel_select.offline.metrics import (
+    DEFAULT_KS, best_in_top_k, geomean, oracle_ms, spearman_per_group, topk_scores,
+)
 from kernel_select.offline.train import MLPHParams
 from kernel_select.offline.train_candidates import (
     FAST_AUTOTUNE_FEATURES, Candidate, GBMParams, TrainData, ensemble, fit_fast_autotune, fit_gbm_rank,
@@ -144,6 +146,31 @@ class HeldOut:
         return out
 
 
+AUTO_METHOD = "ensemble_shortlist"
+
+
+def _auto_inputs(by_name: dict[str, Candidate], held: HeldOut) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(ensemble scores, runtimes, per-problem spread of the ensemble's members) on a split."""
+    ensemble_scores = by_name[AUTO_METHOD].score(held.x, held.groups)
+    members = [by_name[m].score(held.x, held.groups) for m in by_name[AUTO_METHOD].info["members"]]
+    spread = uncertainty.problem_spread(held.groups, *members, ensemble_scores)
+    return ensemble_scores, held.runtime, spread
+
+
+def auto_report(held: HeldOut, by_name: dict[str, Candidate], s0: float) -> dict[str, Any]:
+    """`topk="auto"` on a split: its score and mean k, next to fixed top-4."""
+    scores, runtime, spread = _auto_inputs(by_name, held)
+    k = uncertainty.auto_k(spread, s0)
+    per_problem = uncertainty.auto_scores(held.groups, scores, runtime, k)
+    top4 = topk_scores(held.groups, scores, runtime, (4,))[:, 0]
+    return {"score": float(geomean(per_problem)), "mean_k": float(k.mean()),
+            "k_counts": {str(v): int((k == v).sum()) for v in np.unique(k)}, "top4_score": float(geomean(top4)),
+            # does a larger spread go with a larger top-1 loss? (the premise of the rule)
+            "spread_vs_top1_loss_spearman": float(spearman_per_group(
+                np.zeros(len(spread), dtype=np.int64), spread,
+                -np.log(topk_scores(held.groups, scores, runtime, (1,))[:, 0]))[0])}
+
+
 def _by_k(values: np.ndarray, ks) -> dict[str, float]:
     return {str(k): float(v) for k, v in zip(ks, values)}
 
@@ -190,8 +217,13 @@ def run_selection(data_path: str | Path, device: DeviceSpec | str, *, cap: int =
         report["candidates"][c.name] = {
             "calibrated": c.calibrated, "latency_ms": round(estimate_latency_ms(c, spec), 3),
             **{k: v for k, v in c.info.items() if k not in ("net", "booster", "mean", "std")}}
+    by_name = {c.name: c for c in candidates}
+    val = HeldOut(rows, x, masks["val"], aten, spec, torch_version)
+    s0 = uncertainty.choose_threshold(val.groups, *_auto_inputs(by_name, val))
+    report["auto"] = {"threshold": s0, "cap": uncertainty.AUTO_CAP, "method": AUTO_METHOD}
     for name in splits.EVAL_SPLITS:
         held = HeldOut(rows, x, masks[name], aten, spec, torch_version)
+        report["auto"][name] = auto_report(held, by_name, s0)
         split_report: dict[str, Any] = {"problems": len(held.problem_ids), "methods": {},
                                         "inductor_default": held.default_report()}
         for c in candidates:

@@ -1,0 +1,181 @@
+"""The shortlist ensemble: an MLP ranks every config, gradient-boosted trees re-score its best few.
+
+    log_ms(config) = mean(mlp(config), trees(config))   for the MLP's `shortlist` best configs
+                   = max(mlp(config), slowest of those)  for the rest
+
+Trees generalize better to unseen shapes than the MLP (they split on alignment and tile counts
+instead of interpolating smooth curves), but LightGBM costs ~30 us a row: 1,400 configs would take
+~45 ms, 64 take ~2 ms. The MLP is cheap and good enough to put the winner in its top 64. Both
+predict log milliseconds, so the result is a runtime, and the two members' disagreement on the
+shortlist (`spread`) measures how unsure the model is about a problem.
+
+On disk, models/<device>/ holds `ensemble_mlp.pt` (a state_dict, loaded with `weights_only=True`),
+`ensemble_trees.txt` (LightGBM's own text format: no pickle) and `ensemble_card.json`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from kernel_select.configs import GemmConfig
+from kernel_select.device import DeviceSpec, get_device
+from kernel_select.errors import ModelCardMismatchError, ModelError, ProblemError, UnsupportedProblemError
+from kernel_select.model import features_v2 as v2
+from kernel_select.model import PerformanceModel, models_dir, register_model
+from kernel_select.problem import dtype_name
+
+MLP_FILE = "ensemble_mlp.pt"
+TREES_FILE = "ensemble_trees.txt"
+CARD_FILE = "ensemble_card.json"
+_SAME_FEATURES = {"float16": "bfloat16", "bfloat16": "float16"}
+
+
+class EnsembleCard(BaseModel):
+    """Everything besides the weights needed to rebuild and check the ensemble."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: Literal[1] = 1
+    model: Literal["ensemble"] = "ensemble"
+    device: str
+    feature_version: int
+    feature_names: list[str]  # v2; the MLP reads the first `mlp_features` of them
+    mlp_features: int
+    feature_mean: list[float]  # MLP standardization (training rows)
+    feature_std: list[float]
+    hidden_widths: list[int]
+    shortlist: int
+    dtypes: list[str]
+    hyperparameters: dict[str, Any] = {}
+    data: dict[str, Any] = {}
+    metrics: dict[str, Any] = {}
+    trained_at: str = ""
+    trainer: dict[str, str] = {}
+
+
+class EnsembleModel(PerformanceModel):
+    """MLP + LightGBM shortlist ensemble for one device (see the module docstring)."""
+
+    name = "ensemble"
+
+    def __init__(self, device: DeviceSpec | str, net: Any, booster: Any, card: EnsembleCard) -> None:
+        super().__init__(device)
+        self.net, self.booster, self.card = net.eval(), booster, card
+        self._mean = np.asarray(card.feature_mean, dtype=np.float32)
+        self._inv_std = (1.0 / np.asarray(card.feature_std, dtype=np.float64)).astype(np.float32)
+
+    def members_log_ms(self, m: int, n: int, k: int, dtype: str,
+                       configs: Sequence[GemmConfig]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(mlp log ms of every config, shortlist indices, trees' log ms of the shortlist)."""
+        import torch
+
+        dtype = self._check_dtype(dtype)
+        x = v2.featurize(m, n, k, dtype, configs, self.device)
+        z = (x[:, :self.card.mlp_features] - self._mean) * self._inv_std
+        with torch.inference_mode():
+            mlp = self.net(torch.from_numpy(z)).numpy().astype(np.float64)
+        short = np.argsort(mlp, kind="stable")[:self.card.shortlist]
+        trees = self.booster.predict(x[short], num_threads=1).astype(np.float64)
+        return mlp, short, trees
+
+    def estimate(self, m: int, n: int, k: int, dtype: str, configs: Sequence[GemmConfig]) -> np.ndarray:
+        if len(configs) == 0:
+            return np.zeros(0)
+        mlp, short, trees = self.members_log_ms(m, n, k, dtype, configs)
+        out = mlp.copy()
+        out[short] = (mlp[short] + trees) / 2
+        rest = np.ones(len(out), dtype=bool)
+        rest[short] = False
+        out[rest] = np.maximum(out[rest], out[short].max())
+        return np.exp(out)
+
+    def spread(self, m: int, n: int, k: int, dtype: str, configs: Sequence[GemmConfig]) -> float:
+        """How much the members disagree about this problem's best configs: the mean absolute
+        difference of their log-ms predictions over the 4 best shortlisted configs."""
+        mlp, short, trees = self.members_log_ms(m, n, k, dtype, configs)
+        best = np.argsort(mlp[short] + trees, kind="stable")[:4]
+        return float(np.mean(np.abs(mlp[short][best] - trees[best])))
+
+    def _check_dtype(self, dtype: str) -> str:
+        try:
+            dtype = dtype_name(dtype)
+        except ProblemError as exc:
+            raise UnsupportedProblemError(str(exc)) from None
+        if dtype not in self.card.dtypes and _SAME_FEATURES.get(dtype) not in self.card.dtypes:
+            raise UnsupportedProblemError(f"ensemble model for {self.device.key}: trained on "
+                                          f"{self.card.dtypes}, not {dtype}")
+        return dtype
+
+    def digest(self) -> str:
+        h = hashlib.sha256(self.card.model_dump_json().encode())
+        for name, tensor in sorted(self.net.state_dict().items()):
+            h.update(name.encode() + tensor.detach().cpu().contiguous().numpy().tobytes())
+        h.update(self.booster.model_to_string().encode())
+        return h.hexdigest()
+
+    def describe(self) -> str:
+        rows = self.card.data.get("rows", "?")
+        return (f"ensemble model for {self.device.key} (MLP {self.card.hidden_widths} + LightGBM on its "
+                f"best {self.card.shortlist}), features v{self.card.feature_version}, trained on "
+                f"{self.card.data.get('file', 'unrecorded data')} ({rows} rows)")
+
+    def save(self, model_dir: str | Path) -> Path:
+        import torch
+
+        model_dir = Path(model_dir)
+        model_dir.mkdir(parents=True, exist_ok=True)
+        torch.save(self.net.state_dict(), model_dir / MLP_FILE)
+        (model_dir / TREES_FILE).write_text(self.booster.model_to_string())
+        (model_dir / CARD_FILE).write_text(self.card.model_dump_json(indent=2) + "\n")
+        return model_dir
+
+    @classmethod
+    def load(cls, model_dir: str | Path, device: DeviceSpec | str) -> EnsembleModel:
+        """Raises ModelError when nothing is there, ModelCardMismatchError for a broken or foreign one."""
+        import lightgbm as lgb
+        import torch
+
+        from kernel_select.model.mlp import RuntimeNet
+
+        model_dir, spec = Path(model_dir), get_device(device)
+        paths = [model_dir / name for name in (MLP_FILE, TREES_FILE, CARD_FILE)]
+        if not any(p.exists() for p in paths):
+            raise ModelError(f"no ensemble model in {model_dir} for {spec.key}")
+        try:
+            card = EnsembleCard.model_validate_json(paths[2].read_text())
+            _check_card(card, spec)
+            net = RuntimeNet(card.mlp_features, card.hidden_widths)
+            net.load_state_dict(torch.load(paths[0], map_location="cpu", weights_only=True), strict=True)
+            booster = lgb.Booster(model_str=paths[1].read_text())
+        except ModelCardMismatchError:
+            raise
+        except (OSError, ValidationError, RuntimeError, ValueError, lgb.basic.LightGBMError) as exc:
+            raise ModelCardMismatchError(f"{model_dir}: cannot load the ensemble model "
+                                         f"({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
+        return cls(spec, net, booster, card)
+
+
+def _check_card(card: EnsembleCard, spec: DeviceSpec) -> None:
+    if card.device != spec.key:
+        raise ModelCardMismatchError(f"ensemble card: trained for {card.device!r}, not {spec.key!r}")
+    if card.feature_version != v2.FEATURE_VERSION or tuple(card.feature_names) != v2.FEATURE_NAMES:
+        raise ModelCardMismatchError(f"ensemble card: feature version {card.feature_version}, this code "
+                                     f"computes {v2.FEATURE_VERSION}; retrain")
+    n = card.mlp_features
+    if len(card.feature_mean) != n or len(card.feature_std) != n or not all(
+            math.isfinite(s) and s > 0 for s in card.feature_std):
+        raise ModelCardMismatchError(f"ensemble card: standardization needs {n} finite, positive entries")
+
+
+def _load_shipped(device: DeviceSpec) -> EnsembleModel:
+    return EnsembleModel.load(models_dir() / device.key, device)
+
+
+register_model("ensemble", _load_shipped)

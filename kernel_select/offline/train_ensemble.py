@@ -1,0 +1,103 @@
+"""Train the shortlist ensemble (model/ensemble.py) with one call, and score it on the frozen splits.
+
+Recipe: the trainable problems (hash train/val minus the family holdout, splits.py), at most
+`cap` configs per problem (every contender within 1.5x of the oracle, then a random sample), an
+MLP on features v1 with the listwise+MSE objective (best validation epoch), a LightGBM regressor
+of log runtime on features v2 (early-stopped on validation). The card records the data hash, the
+hyperparameters and the held-out scores.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+import kernel_select
+from kernel_select.device import DeviceSpec, get_device
+from kernel_select.errors import OptionError
+from kernel_select.model import features_v2 as v2
+from kernel_select.model.ensemble import EnsembleCard, EnsembleModel
+from kernel_select.offline import dataset, splits
+from kernel_select.offline.model_selection import SHORTLIST, HeldOut, build_train_data, prepare_rows
+from kernel_select.offline.train import MLPHParams
+from kernel_select.offline.train_candidates import N_V1, GBMParams, fit_gbm_reg, fit_mlp_v1
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CAP = 384  # configs per problem: ~1M-row datasets train in minutes on 2 cores
+
+
+def train_ensemble(data_path: str | Path, out_dir: str | Path, device: DeviceSpec | str, *, seed: int = 0,
+                   epochs: int = 30, cap: int = DEFAULT_CAP, shortlist: int = SHORTLIST,
+                   gbm: GBMParams | None = None, progress: bool = True) -> EnsembleModel:
+    """Fit and save the ensemble; returns it with held-out metrics in its card."""
+    if epochs < 1 or cap < 1 or shortlist < 1:
+        raise OptionError(f"epochs, cap and shortlist must be >= 1, got {epochs}, {cap}, {shortlist}")
+    started = time.perf_counter()
+    spec = get_device(device)
+    gbm = gbm or GBMParams()
+    hp = MLPHParams(epochs=epochs)
+    frame = dataset.read(data_path)
+    rows, aten = prepare_rows(frame, spec)
+    x = v2.featurize_frame(rows, spec)
+    masks = splits.split_masks(rows)
+    data = build_train_data(rows, x, masks, cap, seed)
+    mlp = fit_mlp_v1(data, hp, seed, progress=progress)
+    trees = fit_gbm_reg(data, gbm, seed)
+    card = EnsembleCard(
+        device=spec.key, feature_version=v2.FEATURE_VERSION, feature_names=list(v2.FEATURE_NAMES),
+        mlp_features=N_V1, feature_mean=mlp.info["mean"].tolist(), feature_std=mlp.info["std"].tolist(),
+        hidden_widths=list(hp.hidden_widths), shortlist=shortlist,
+        dtypes=sorted(rows["dtype"].astype(str).unique()),
+        hyperparameters={"mlp": dataclasses.asdict(hp), "gbm": dataclasses.asdict(gbm), "seed": seed,
+                         "cap_rows_per_problem": cap, "trees": trees.info["trees"]},
+        data=_provenance(Path(data_path), rows, masks),
+        trained_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        trainer={"kernel_select": kernel_select.__version__, "torch": torch.__version__,
+                 "lightgbm": _lightgbm_version()})
+    model = EnsembleModel(spec, mlp.info["net"], trees.info["booster"], card)
+    card.metrics = held_out_metrics(model, rows, x, masks, aten, spec)
+    card.metrics["train_seconds"] = round(time.perf_counter() - started, 1)
+    model.save(out_dir)
+    log.info("trained the %s ensemble in %.0f s -> %s", spec.key, card.metrics["train_seconds"], out_dir)
+    return model
+
+
+def held_out_metrics(model: EnsembleModel, rows, x: np.ndarray, masks: dict[str, np.ndarray], aten,
+                     spec: DeviceSpec) -> dict[str, Any]:
+    """Top-k, with-cuBLAS, strata and calibration of the saved model on `test` and `family`,
+    computed through `estimate` itself (one problem at a time, exactly as Inductor calls it)."""
+    from kernel_select.offline.evaluate import _predict
+
+    out: dict[str, Any] = {}
+    for name in splits.EVAL_SPLITS:
+        if not masks[name].any():
+            continue
+        held = HeldOut(rows, x, masks[name], aten, spec, "2.11")
+        predicted = _predict(model, held.rows, held.problems)
+        report = held.report(np.log(predicted), calibrated=True)
+        report.pop("per_problem")
+        out[name] = {"problems": len(held.problem_ids), **report}
+    return out
+
+
+def _provenance(path: Path, rows, masks: dict[str, np.ndarray]) -> dict[str, Any]:
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    ids = rows["problem_id"].to_numpy()
+    return {"file": path.name, "sha256": digest, "rows": int((masks["train"] | masks["val"]).sum()),
+            "problems": {name: int(len(set(ids[mask]))) for name, mask in masks.items()},
+            "held_out_families": sorted(splits.HELD_OUT_FAMILIES)}
+
+
+def _lightgbm_version() -> str:
+    import lightgbm
+
+    return lightgbm.__version__
