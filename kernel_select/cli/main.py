@@ -640,6 +640,9 @@ def _train_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--objective", choices=("mse", "rank", "both"), default="both",
                    help="loss: mse on log runtime, rank (mse + listwise within-problem), or both and keep "
                         "the better on validation (default: %(default)s)")
+    p.add_argument("--method", choices=("mlp", "ensemble"), default="mlp",
+                   help="mlp: the MLP and the cuBLAS gate; ensemble: MLP + LightGBM shortlist ensemble "
+                        "trained without the frozen test and family splits (default: %(default)s)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(handler=_train)
 
@@ -647,6 +650,8 @@ def _train_parser(sub: argparse._SubParsersAction) -> None:
 def _train(args: argparse.Namespace) -> int:
     from kernel_select.offline.train import train
 
+    if args.method == "ensemble":
+        return _train_ensemble(args)
     result = train(args.data, args.out, seed=args.seed, epochs=args.epochs, objective=args.objective,
                    device=args.device, progress=not args.quiet)
     for objective, metrics in result.metrics["val"].items():
@@ -658,6 +663,22 @@ def _train(args: argparse.Namespace) -> int:
         print(f"no cuBLAS gate: {gate['skipped']}")
     else:
         _print_gate_validation(gate)
+    return 0
+
+
+def _train_ensemble(args: argparse.Namespace) -> int:
+    from kernel_select.offline.train_ensemble import train_ensemble
+
+    epochs = 30 if args.epochs is None else args.epochs
+    if epochs < 1:
+        raise OptionError(f"--epochs: expected a whole number >= 1, got {epochs}")
+    model = train_ensemble(args.data, args.out, args.device, seed=args.seed, epochs=epochs,
+                           progress=not args.quiet)
+    for split, m in model.card.metrics.items():
+        if isinstance(m, dict) and "topk" in m:
+            topk = "  ".join(f"k={k}: {v:.4f}" for k, v in m["topk"].items())
+            print(f"{split} ({m['problems']} problems): {topk}")
+    print(f"trained in {model.card.metrics['train_seconds']:.0f} s; wrote {args.out}")
     return 0
 
 
