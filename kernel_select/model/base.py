@@ -112,7 +112,8 @@ def load_default(device: DeviceSpec | str = "h100") -> PerformanceModel:
 def _ensure_builtin_models() -> None:
     # Importing the implementations registers them; done lazily so `import kernel_select` stays
     # light and a broken optional model cannot break the interface module.
-    for module in ("kernel_select.model.analytical", "kernel_select.model.mlp"):
+    for module in ("kernel_select.model.analytical", "kernel_select.model.mlp",
+                   "kernel_select.model.ensemble"):
         try:
             importlib.import_module(module)
         except ImportError as exc:  # e.g. torch missing: the other model still works
