@@ -23,15 +23,15 @@ from torch._inductor.template_heuristics.params import DictKernelTemplateParams 
 from torch._inductor.virtualized import V  # noqa: E402
 
 import kernel_select.knobs as ks_config  # noqa: E402
-import kernel_select.inductor.handler as ks_inductor  # noqa: E402
+import kernel_select.inductor as ks_inductor  # noqa: E402
+from kernel_select import runtime  # noqa: E402
 from tests.subprocess_env import package_env  # noqa: E402
-from tests.inductor_doubles import BrokenModel, FakeLUT, FakeModel, expected_top, selection_api  # noqa: E402
+from tests.inductor_doubles import BrokenModel, FakeLUT, FakeModel, expected_top  # noqa: E402
 from kernel_select.configs import GemmConfig  # noqa: E402
 from kernel_select.errors import OptionError  # noqa: E402
 from kernel_select.problem import Problem  # noqa: E402
 from kernel_select.space import for_problem  # noqa: E402
 
-REPO = Path(__file__).resolve().parent.parent
 SEED = Problem(560, 1280, 3420, "bfloat16")
 LUT_A = GemmConfig(block_m=64, block_n=128, block_k=64, num_stages=3, num_warps=4)
 LUT_B = GemmConfig(block_m=128, block_n=64, block_k=32, num_stages=4, num_warps=8)
@@ -98,11 +98,6 @@ def params_config(choice: KernelTemplateChoice) -> GemmConfig:
 
 @pytest.fixture(autouse=True)
 def clean_state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
-    selection_api(monkeypatch)
-    ks_inductor.reset_warnings()
-    monkeypatch.setattr(ks_inductor, "_lut_cache", {})
-    monkeypatch.setattr(ks_inductor, "_model_cache", {})
-    monkeypatch.setattr(ks_inductor, "_gate_cache", {})
     monkeypatch.chdir(tmp_path)
     # The cuBLAS gate is off here (the tests below that are about it turn it on): these tests pin
     # exact selections, which must not depend on whether the shipped gate skips a problem.
@@ -126,7 +121,7 @@ def lut_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
             raise LUTError(f"{p}: not a kernel lookup table")
         return FakeLUT({(560, 1280, 3420, "bfloat16"): [LUT_A, LUT_B]}, tag=text)
 
-    monkeypatch.setattr(ks_inductor, "_read_lut", read)
+    monkeypatch.setattr(runtime, "_read_lut", read)
     return path
 
 
@@ -435,7 +430,7 @@ def test_torch_compile_accepts_the_options_only_after_install():
             assert "Unexpected optimization option" in str(exc)
         else:
             raise AssertionError("torch knew gemm_topk before install()")
-        import kernel_select.inductor.handler as ks
+        import kernel_select.inductor as ks
         ks.install(topk=2, device="h100")
         torch.compile(lambda x: x + 1, options=options)
         ks.uninstall()
@@ -484,7 +479,7 @@ class FakeGate:
 
 
 def use_gate(monkeypatch: pytest.MonkeyPatch, gate: object) -> None:
-    monkeypatch.setattr(ks_inductor, "gate_for", lambda device: gate)
+    monkeypatch.setattr(runtime, "gate", lambda device: gate)
 
 
 def test_gate_that_prefers_cublas_leaves_only_aten_and_other_templates(monkeypatch: pytest.MonkeyPatch):
@@ -555,7 +550,7 @@ def test_broken_gate_file_falls_back_to_inductors_candidates(monkeypatch: pytest
     def broken(device: object) -> None:
         raise ModelError("models/h100/cublas_gate.pt: cannot load the cuBLAS gate (truncated)")
 
-    monkeypatch.setattr(ks_inductor, "gate_for", broken)
+    monkeypatch.setattr(runtime, "gate", broken)
     inputs = FakeInputs(560, 1280, 3420)
     candidates = inductor_candidates(inputs)
     handler = ks_inductor.KernelSelectChoices(topk=4, model=FakeModel(), device="h100", cublas_margin=0.05)
