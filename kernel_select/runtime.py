@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from kernel_select.device import DeviceSpec, detect
+from kernel_select import device as device_module
+from kernel_select.device import DeviceSpec
 from kernel_select.errors import LUTError, ModelError
 from kernel_select.model import PerformanceModel
 
@@ -216,7 +217,7 @@ def detected_device(index: int) -> DeviceSpec:
     with _lock:
         spec = _devices.get(index)
     if spec is None:
-        spec = detect(index)
+        spec = device_module.detect(index)  # looked up at call time, so tests can replace it
         with _lock:
             _devices[index] = spec
     return spec
