@@ -93,3 +93,17 @@ def test_cublas_margin_knob_is_validated_and_read_from_the_environment():
         out = subprocess.run([sys.executable, "-c", code], env=package_env(TORCHINDUCTOR_GEMM_CUBLAS_MARGIN=raw),
                              capture_output=True, text=True, check=True)
         assert out.stdout.strip() == expected
+
+
+@pytest.mark.parametrize("value", ["²", "٣", "１２", "+4", "4.0"])
+def test_topk_accepts_only_ascii_digits(value: str):
+    with pytest.raises(OptionError, match="expected a positive integer"):
+        ks_config.parse_topk(value)
+
+
+def test_a_non_ascii_digit_in_the_environment_is_an_option_error_not_a_value_error():
+    env = package_env(TORCHINDUCTOR_GEMM_TOPK="²")
+    code = "import kernel_select.knobs"
+    bad = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert bad.returncode != 0 and "OptionError: environment variable TORCHINDUCTOR_GEMM_TOPK" in bad.stderr
+    assert "ValueError" not in bad.stderr
