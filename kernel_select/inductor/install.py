@@ -99,6 +99,18 @@ def _install_stack() -> list[_Installed]:
     return stack
 
 
+def _handler_to_wrap(factory: ChoicesFactory) -> InductorChoices | None:
+    """The handler this thread's new handler wraps: the one in effect here (set with
+    V.set_choices_handler, or built from inductor_choices_class), unless that is only Inductor's
+    default, cached before inductor_choices_class was set; then one built from that class."""
+    current = V.choices
+    if isinstance(current, KernelSelectChoices):
+        return current.inner
+    if type(current) is InductorChoices and factory.wraps is not None:
+        return factory.wraps()
+    return current
+
+
 def install(*, topk: int | str | None = None, kernel_lut_path: str | None = None, model: str | None = None,
             device: str | None = None, cublas_margin: float | str | None = None) -> KernelSelectChoices:
     """Make torch.compile's max-autotune benchmark only the top-k Triton GEMM configs.
@@ -112,9 +124,7 @@ def install(*, topk: int | str | None = None, kernel_lut_path: str | None = None
     previous_class = inductor_config.inductor_choices_class
     factory = ChoicesFactory(wraps=previous_class, topk=topk, kernel_lut_path=kernel_lut_path, model=model,
                              device=device, cublas_margin=cublas_margin)
-    current = V.choices  # this thread's handler, built from previous_class if it has none yet
-    inner = current.inner if isinstance(current, KernelSelectChoices) else current
-    handler = KernelSelectChoices(**factory.overrides, inner=inner)
+    handler = KernelSelectChoices(**factory.overrides, inner=_handler_to_wrap(factory))
     try:
         handler.preload()
     except Exception as exc:  # noqa: BLE001 -- the compile will fall back with the same warning

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import logging
 import pickle
 import sys
 from pathlib import Path
@@ -13,11 +14,12 @@ import torch
 pytest.importorskip("torch._inductor.kernel_template_choice")
 
 from torch._inductor import config as inductor_config  # noqa: E402
+from torch._inductor.choices import InductorChoices  # noqa: E402
 from torch._inductor.virtualized import V  # noqa: E402
 
 import kernel_select.inductor as ks_inductor  # noqa: E402
 from kernel_select.errors import OptionError  # noqa: E402
-from tests.inductor.kit import run_python  # noqa: E402
+from tests.inductor.kit import FakeInputs, finalize, inductor_candidates, run_python  # noqa: E402
 from tests.inductor_doubles import FakeModel  # noqa: E402
 
 
@@ -133,3 +135,62 @@ def test_real_cpu_compile_with_handler_installed(monkeypatch: pytest.MonkeyPatch
     assert calls and calls[0][:2] == ("mm", "cpu") and "aten::mm" in calls[0][2]
 
 
+
+
+# -- composing with a handler already in place ----------------------------------------------------
+
+class RecordingChoices(InductorChoices):
+    """A custom handler: records what it finalizes and customizes one other heuristic."""
+
+    seen: list[list[str]] = []
+
+    def _finalize_template_configs(self, template_choices, kernel_inputs, templates, op_name,  # noqa: ANN001, ANN201
+                                   kwarg_overrides=None):
+        flat = super()._finalize_template_configs(template_choices, kernel_inputs, templates, op_name,
+                                                  kwarg_overrides)
+        RecordingChoices.seen.append([c.template.uid for c in flat])
+        return flat
+
+    def should_use_persistent_reduction(self, *args, **kwargs) -> bool:  # noqa: ANN002, ANN003
+        return True
+
+
+def test_install_wraps_torchs_lookup_table_choices_and_uninstall_restores_it(caplog: pytest.LogCaptureFixture):
+    from torch._inductor.lookup_table.choices import LookupTableChoices
+
+    with inductor_config.patch(inductor_choices_class=LookupTableChoices):
+        previous_handler = V.choices
+        with caplog.at_level(logging.INFO, logger="kernel_select.inductor"):
+            handler = ks_inductor.install(topk=4, device="h100")
+        assert isinstance(handler.inner, LookupTableChoices)
+        assert isinstance(inductor_config.inductor_choices_class().inner, LookupTableChoices)
+        assert isinstance(pickle.loads(pickle.dumps(inductor_config.inductor_choices_class))().inner,
+                          LookupTableChoices)
+        infos = [r.getMessage() for r in caplog.records if "installed" in r.getMessage()]
+        assert len(infos) == 1 and "wrapping the choices handler already in place (LookupTableChoices)" in infos[0]
+        assert ks_inductor.uninstall()
+        assert V.choices is previous_handler
+        assert inductor_config.inductor_choices_class is LookupTableChoices
+
+
+def test_the_wrapped_handler_finalizes_our_candidates_and_keeps_its_heuristics():
+    RecordingChoices.seen.clear()
+    inner = RecordingChoices()
+    handler = ks_inductor.KernelSelectChoices(topk=2, model=FakeModel(), device="h100", inner=inner)
+    inputs = FakeInputs(560, 1280, 3420)
+    finalize(handler, inputs, inductor_candidates(inputs))
+    assert RecordingChoices.seen == [["aten::mm", "triton::mm", "triton::mm", "decompose_k"]]
+    assert handler.should_use_persistent_reduction() is True  # the inner handler's customization
+    plain = ks_inductor.KernelSelectChoices(topk=2, device="h100")
+    assert handler.uuid() != plain.uuid()
+
+
+def test_nested_installs_wrap_the_original_handler_not_each_other():
+    with inductor_config.patch(inductor_choices_class=RecordingChoices):
+        outer = ks_inductor.install(topk=4, device="h100")
+        inner = ks_inductor.install(topk=2, device="h100")
+        assert isinstance(outer.inner, RecordingChoices) and isinstance(inner.inner, RecordingChoices)
+        assert inductor_config.inductor_choices_class.wraps is RecordingChoices
+        ks_inductor.uninstall()
+        assert V.choices is outer
+        ks_inductor.uninstall()
