@@ -15,7 +15,7 @@ from kernel_select.device import get_device
 from kernel_select.errors import DatasetError, OptionError, ProblemError
 from kernel_select.problem import Problem
 
-FIXTURE = Path(__file__).parent / "fixtures" / "compare_h100.json"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "compare_h100.json"
 
 
 # -- shapes files -----------------------------------------------------------------------------------
