@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from kernel_select.offline import dataset
+from kernel_select.offline.json_files import read_json_file, write_json_atomic
 from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec
 from kernel_select.errors import DatasetError
@@ -198,10 +199,7 @@ def summarize(results: list[FidelityResult]) -> dict:
 
 def write_json(summary: dict, path: str | Path) -> None:
     """Write atomically, so a reader (or a resumed run) never sees half a file."""
-    path = Path(path)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(summary, indent=1, allow_nan=False) + "\n")
-    tmp.replace(path)
+    write_json_atomic(summary, path)
 
 
 def read_json(path: str | Path) -> list[FidelityResult]:
@@ -210,12 +208,9 @@ def read_json(path: str | Path) -> list[FidelityResult]:
     Raises:
         DatasetError: naming the file when it cannot be read or is not a fidelity summary.
     """
-    path = Path(path)
+    raw = read_json_file(path, "fidelity results")
     try:
-        raw = json.loads(path.read_text())
         return [FidelityResult(**{k: math.nan if v is None else v for k, v in entry.items()})
                 for entry in raw["results"]]
-    except OSError as exc:
-        raise DatasetError(f"{path}: cannot read the fidelity results ({exc.strerror})") from None
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+    except (KeyError, TypeError, AttributeError) as exc:
         raise DatasetError(f"{path}: not a fidelity results file ({type(exc).__name__}: {exc})") from None
