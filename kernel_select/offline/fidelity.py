@@ -12,13 +12,14 @@ that include the Python launch gap, so its times carry a small per-launch offset
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import os
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -158,29 +159,48 @@ def check(problems: list[Problem], device: DeviceSpec, *, configs_per_problem: i
     keys = bench.distinct_keys_of([r for p, cs in picked.items() for r in _planned(p, cs)])
     compiled = bench.precompile(keys)  # all harness binaries at once, in parallel
     out = []
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, _environ("TORCHINDUCTOR_CACHE_DIR", str(Path(tmp) / "inductor")):
         # Every problem has its own shape, so no cache can serve one problem's timings to another;
         # a fresh cache directory keeps earlier runs on this machine out as well.
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(Path(tmp) / "inductor")
         for problem in tqdm(problems, desc="fidelity", unit="problem"):
             configs = picked[problem]
             ind, compile_s = inductor_timings(problem, device, configs, Path(tmp))
             med, low = harness_timings(problem, device, configs, compiled)
-            common = [c for c in configs if c in ind and c in med and math.isfinite(ind[c])]
-            x = np.array([ind[c] for c in common])
-            result = FidelityResult(
-                problem=str(problem), n_configs=len(common),
-                spearman_median=spearman(x, np.array([med[c] for c in common])),
-                spearman_min=spearman(x, np.array([low[c] for c in common])),
-                median_ratio=float(np.median(x / np.array([med[c] for c in common]))) if common else math.nan,
-                inductor_best=min(common, key=ind.get).short() if common else "",
-                harness_best=min(common, key=med.get).short() if common else "",
-                compile_s=compile_s)
+            result = _result(problem, configs, ind, med, low, compile_s)
             log.info("%s", result)
             out.append(result)
             if on_result is not None:
                 on_result(result)
     return out
+
+
+@contextlib.contextmanager
+def _environ(name: str, value: str) -> Iterator[None]:
+    """Set an environment variable for the block, then restore it (the caller's process goes on)."""
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
+
+
+def _result(problem: Problem, configs: list[GemmConfig], ind: dict[GemmConfig, float],
+            med: dict[GemmConfig, float], low: dict[GemmConfig, float], compile_s: float) -> FidelityResult:
+    """Inductor's timings against the harness's, over the configs both timed."""
+    common = [c for c in configs if c in ind and c in med and math.isfinite(ind[c])]
+    x = np.array([ind[c] for c in common])
+    return FidelityResult(
+        problem=str(problem), n_configs=len(common),
+        spearman_median=spearman(x, np.array([med[c] for c in common])),
+        spearman_min=spearman(x, np.array([low[c] for c in common])),
+        median_ratio=float(np.median(x / np.array([med[c] for c in common]))) if common else math.nan,
+        inductor_best=min(common, key=ind.get).short() if common else "",
+        harness_best=min(common, key=med.get).short() if common else "",
+        compile_s=compile_s)
 
 
 def summarize(results: list[FidelityResult]) -> dict:
