@@ -60,6 +60,16 @@ def _transformers() -> Any:
     return transformers
 
 
+def require_transformers(names: list[str]) -> None:
+    """Fail early, with the install hint, when a workload of `names` needs transformers.
+
+    Raises:
+        OptionError: when transformers is missing and needed.
+    """
+    if any(ARCHITECTURES[name.split("/")[0]].kind != "recsys" for name in names):
+        _transformers()
+
+
 # -- architectures -------------------------------------------------------------------------------
 
 def gpt2_small(tiny: bool = False) -> Any:
