@@ -7,6 +7,7 @@ Built in, in this order:
                `cudagraphs=False`, "max-autotune-no-cudagraphs")
   topk-1/4     the same, with kernel_select's handler at k = 1 and 4
   topk-auto    the handler with topk="auto", offered only when `kernel_select.knobs` accepts it
+  topk-4-parity  the handler at k = 4 with `eager_parity_patches()` (GEMVs stay on cuBLAS)
   lut          the handler at k = 1 with a pinned lookup table (offered only when one is given):
                the LUT's entry for a GEMM is the one Triton config benchmarked beside cuBLAS
 
@@ -36,6 +37,7 @@ class ModelMethod:
     lut: str | None = None  # kernel_lut_path for the handler
     cudagraphs: bool = True  # max-autotune only: Inductor's CUDA graphs, as mode="max-autotune" has
     backend: str = "inductor"  # "eager" = Dynamo without Inductor (CPU tests of the plumbing)
+    eager_parity: bool = False  # keep GEMVs on cuBLAS (kernel_select.inductor.eager_parity)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -52,7 +54,12 @@ class ModelMethod:
         import torch._inductor as torch_inductor
 
         mode = "max-autotune" if self.cudagraphs else "max-autotune-no-cudagraphs"
-        return dict(torch_inductor.list_mode_options(mode))
+        options = dict(torch_inductor.list_mode_options(mode))
+        if self.eager_parity:
+            from kernel_select.inductor.eager_parity import eager_parity_patches
+
+            options.update(eager_parity_patches())
+        return options
 
     def compile(self, module: Any) -> Any:
         """`module` as this method runs it; installs the handler first when the method has one."""
@@ -106,6 +113,8 @@ register_method("stock", lambda ctx: ModelMethod("stock", "max-autotune", cudagr
 register_method("topk-1", _handler("topk-1", 1))
 register_method("topk-4", _handler("topk-4", 4))
 register_method("topk-auto", lambda ctx: _handler("topk-auto", "auto")(ctx) if supports_topk("auto") else None)
+register_method("topk-4-parity", lambda ctx: dataclasses.replace(_handler("topk-4-parity", 4)(ctx),
+                                                                  eager_parity=True))
 register_method("lut", lambda ctx: _handler("lut", 1)(ctx) if ctx.lut else None)
 
 

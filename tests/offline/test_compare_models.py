@@ -144,6 +144,8 @@ def test_stock_options_are_inductors_max_autotune_mode() -> None:
         torch_inductor.list_mode_options("max-autotune-no-cudagraphs")
     assert torch_inductor.list_mode_options("max-autotune")["triton.cudagraphs"] is True
     assert ModelMethod("d", "default").compile_options() is None
+    parity = select_methods("topk-4-parity")[0]
+    assert parity.topk == 4 and parity.compile_options()["coordinate_descent_tuning"] is False
 
 
 @pytest.mark.slow
