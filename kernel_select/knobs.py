@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import types
 from collections.abc import Callable, Iterator
@@ -46,15 +47,17 @@ ENV_CUBLAS_MARGIN = "TORCHINDUCTOR_GEMM_CUBLAS_MARGIN"
 DEFAULT_CUBLAS_MARGIN = 0.05  # see kernel_select.model.gate for how it was chosen
 
 TopK = Union[int, str]
+_ASCII_DIGITS = re.compile(r"[0-9]+")
 
 
 def parse_topk(value: object, *, source: str = "topk") -> TopK:
-    """A positive int, "DEFAULT" or "SAME" (case-insensitive; digits in a string are accepted)."""
+    """A positive int, "DEFAULT" or "SAME" (case-insensitive; a string of ASCII digits is accepted)."""
     if isinstance(value, str):
         text = value.strip()
         if text.upper() in (SAME, DEFAULT):
             return text.upper()
-        if text.isdigit():
+        # Not str.isdigit(): it is true for "²" and other digits that int() refuses.
+        if _ASCII_DIGITS.fullmatch(text):
             value = int(text)
     if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
         return value

@@ -15,6 +15,7 @@ from typing import Protocol
 import numpy as np
 
 from kernel_select import device as device_module
+from kernel_select import runtime
 from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import ConfigError, DeviceError, LUTError, ModelError, ProblemError
@@ -149,11 +150,14 @@ def _resolve_device(device: DeviceSpec | str | None) -> DeviceSpec:
     if device is not None:
         return get_device(device)
     try:
-        return device_module.resolve(None)
+        detected = runtime.current_device()
     except (DeviceError, ImportError) as exc:
         log.debug("device detection failed: %s", exc)
+        detected = None
+    if detected is None:
         raise DeviceError("device: none given and no CUDA device detected; pass device=\"h100\" "
-                          f"(or another of {', '.join(device_module.KNOWN_DEVICES)})") from None
+                          f"(or another of {', '.join(device_module.KNOWN_DEVICES)})")
+    return detected
 
 
 def _lut_configs(lut: ConfigLookup | None, problem: Problem, spec: DeviceSpec) -> list[GemmConfig]:

@@ -7,9 +7,10 @@
         ...
 
 Triton calls `early_config_prune(configs, named_args, **kwargs)` once per new autotuning key.
-We read M, N, K and the dtype, map each triton.Config to a GemmConfig, rank them with the model
-in one batched call (lookup-table entries first when they are among the configs), and keep the
-top k. Configs we cannot map (other meta-parameter names, missing BLOCK_K...) are kept after the
+We read M, N, K and the dtype, map each triton.Config to a GemmConfig and let
+`kernel_select.select.top_k` choose k of them (lookup-table entries among the configs first, then
+the model's order, in one batched call). Models, LUTs, detected devices and warn-once come from
+`kernel_select.runtime`, shared with the Inductor handler. Configs we cannot map (other meta-parameter names, missing BLOCK_K...) are kept after the
 ranked ones rather than dropped, so a pruner can never remove the only config that works.
 Nothing here imports triton: the configs come from the caller.
 """
@@ -17,16 +18,17 @@ Nothing here imports triton: the configs come from the caller.
 from __future__ import annotations
 
 import logging
-import threading
 import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from kernel_select import runtime
 from kernel_select.configs import GemmConfig
-from kernel_select.device import DeviceSpec, detect, get_device
-from kernel_select.errors import ConfigError, KernelSelectError, OptionError
+from kernel_select.device import DeviceSpec, get_device
+from kernel_select.errors import ConfigError, OptionError
 from kernel_select.model import PerformanceModel
 from kernel_select.problem import Problem, dtype_name
+from kernel_select.select import resolve_k, top_k
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +48,12 @@ def triton_pruner(top_k: int | float = 4, m: str = "M", n: str = "N", k: str = "
 
     Args:
         top_k: configs to keep: an int >= 1, or a fraction in (0, 1] of the mappable configs
-            (at least one is kept).
+            (at least one is kept). Lookup-table entries among the configs are always kept.
         m, n, k: names of the kernel arguments holding M, N and K.
         dtype: input dtype ("bf16", torch.bfloat16, ...); by default the dtype of the first
             tensor argument.
-        model: a PerformanceModel, a registered model name, or None for `load_default(device)`.
+        model: a PerformanceModel, a registered model name, or None for the model shipped for the
+            device (a shipped model that does not load means a warning and no pruning).
         lut: a KernelLUT, a path to one, or None.
         device: device name or spec; by default the GPU of the first tensor argument.
 
@@ -66,7 +69,11 @@ class ModelPruner:
 
     def __init__(self, *, top_k: int | float, m: str, n: str, k: str, dtype: Any,
                  model: PerformanceModel | str | None, lut: Any, device: DeviceSpec | str | None) -> None:
-        self.top_k = _check_top_k(top_k)
+        try:
+            resolve_k(top_k, 1)
+        except ConfigError as exc:
+            raise OptionError(f"triton_pruner(top_k=...): {exc}") from None
+        self.top_k = top_k
         for label, name in (("m", m), ("n", n), ("k", k)):
             if not isinstance(name, str) or not name:
                 raise OptionError(f"triton_pruner({label}=...): expected an argument name, got {name!r}")
@@ -77,17 +84,14 @@ class ModelPruner:
             raise OptionError(f"triton_pruner(model=...): expected a PerformanceModel, a model name "
                               f"or None, got {model!r}")
         self._model = model
-        self._models: dict[DeviceSpec, PerformanceModel] = {}
         self._lut = lut
-        self._lock = threading.Lock()
-        self._warned: set[str] = set()
 
     def __call__(self, configs: Sequence[Any], named_args: dict[str, Any], **kwargs: Any) -> list[Any]:
         configs = list(configs)
         try:
             return self._prune(configs, {**named_args, **kwargs})
         except Exception as exc:  # noqa: BLE001 -- a pruning problem must not stop the kernel
-            self._warn_once(exc)
+            runtime.warn_fallback(exc, log, "benchmarking all Triton configs")
             return configs
 
     def _prune(self, configs: list[Any], args: dict[str, Any]) -> list[Any]:
@@ -101,14 +105,17 @@ class ModelPruner:
                 mapped.append((config, gemm))
         if not mapped:
             return configs
-        keep = _count(self.top_k, len(mapped))
+        keep = resolve_k(self.top_k, len(mapped))
         if keep >= len(mapped):
             return configs
         problem, device = self._problem(args)
-        order = self._rank(problem, device, list(dict.fromkeys(g for _, g in mapped)))
-        position = {gemm: i for i, gemm in enumerate(order)}
-        ranked = sorted(mapped, key=lambda pair: position.get(pair[1], len(position)))  # stable
-        kept = [config for config, _ in ranked[:keep]] + unmapped
+        candidates = list(dict.fromkeys(g for _, g in mapped))
+        lut = _Among(self._lut_table(), candidates)
+        chosen = top_k(problem, keep, lut=lut, model=runtime.model(self._model, device), device=device,
+                       candidates=candidates)
+        position = {choice.config: i for i, choice in enumerate(chosen)}
+        ranked = sorted((pair for pair in mapped if pair[1] in position), key=lambda pair: position[pair[1]])
+        kept = [config for config, _ in ranked] + unmapped
         log.debug("kernel_select: %s: benchmarking %d of %d Triton configs", problem, len(kept), len(configs))
         return kept
 
@@ -129,53 +136,27 @@ class ModelPruner:
         if self.device is not None:
             device = self.device
         elif tensor is not None and getattr(tensor.device, "type", None) == "cuda":
-            device = _detected(tensor.device.index or 0)
+            device = runtime.detected_device(tensor.device.index or 0)
         else:
             raise OptionError("triton_pruner: no CUDA tensor argument to detect the device from; "
                               "pass device=")
         return Problem(*sizes, dtype), device
 
-    def _rank(self, problem: Problem, device: DeviceSpec, configs: list[GemmConfig]) -> list[GemmConfig]:
-        """configs in benchmarking order: LUT entries first (in LUT order), then by prediction."""
-        from kernel_select.select import rank
+    def _lut_table(self) -> Any:
+        return runtime.load_lut(self._lut) if isinstance(self._lut, str) else self._lut
 
-        candidates = set(configs)
-        lut = self._lut_for()
-        pinned = list(dict.fromkeys(c for c in lut.lookup(problem, device) if c in candidates)) if lut else []
-        rest = [c for c in configs if c not in set(pinned)]
-        ranked = [choice.config for choice in rank(problem, rest, self._model_for(device))] if rest else []
-        return pinned + ranked
 
-    def _model_for(self, device: DeviceSpec) -> PerformanceModel:
-        if isinstance(self._model, PerformanceModel):
-            return self._model
-        with self._lock:
-            model = self._models.get(device)
-            if model is None:
-                from kernel_select import model as models
+class _Among:
+    """A LUT seen through the kernel's own configs: a pruner can only keep configs it was given,
+    so LUT entries outside them are left out (select.top_k still puts the rest first)."""
 
-                model = (models.load_default(device) if self._model is None
-                         else models.get_model(self._model, device))
-                self._models[device] = model
-            return model
+    def __init__(self, lut: Any, candidates: list[GemmConfig]) -> None:
+        self.lut, self.candidates = lut, set(candidates)
 
-    def _lut_for(self) -> Any:
-        if isinstance(self._lut, str):
-            from kernel_select.lut import load_lut
-
-            with self._lock:
-                if isinstance(self._lut, str):
-                    self._lut = load_lut(self._lut, strict=True)
-        return self._lut
-
-    def _warn_once(self, exc: BaseException) -> None:
-        cause = f"{type(exc).__name__}: {exc}"
-        with self._lock:
-            if cause in self._warned:
-                return
-            self._warned.add(cause)
-        log.warning("kernel_select: %s; benchmarking all Triton configs (shown once per cause)", cause,
-                    exc_info=not isinstance(exc, KernelSelectError))
+    def lookup(self, problem: Problem, device: str) -> list[GemmConfig]:
+        if self.lut is None:
+            return []
+        return [c for c in self.lut.lookup(problem, device) if c in self.candidates]
 
 
 def gemm_config_of(config: Any) -> GemmConfig | None:
@@ -196,31 +177,3 @@ def gemm_config_of(config: Any) -> GemmConfig | None:
         return GemmConfig.from_triton(shim)
     except (KeyError, AttributeError, TypeError, ValueError, ConfigError):
         return None
-
-
-def _check_top_k(top_k: object) -> int | float:
-    if isinstance(top_k, bool):
-        pass
-    elif isinstance(top_k, int) and top_k >= 1:
-        return top_k
-    elif isinstance(top_k, float) and 0.0 < top_k <= 1.0:
-        return top_k
-    raise OptionError(f"triton_pruner(top_k=...): expected an int >= 1 or a fraction in (0, 1], "
-                      f"got {top_k!r}")
-
-
-def _count(top_k: int | float, available: int) -> int:
-    if isinstance(top_k, float):
-        return max(1, int(available * top_k))  # like Triton: a small fraction still keeps one
-    return top_k
-
-
-_detected_lock = threading.Lock()
-_detected_cache: dict[int, DeviceSpec] = {}
-
-
-def _detected(index: int) -> DeviceSpec:
-    with _detected_lock:
-        if index not in _detected_cache:
-            _detected_cache[index] = detect(index)
-        return _detected_cache[index]

@@ -16,6 +16,17 @@ settings.register_profile("thorough", deadline=None, max_examples=5000,
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
+@pytest.fixture(autouse=True)
+def fresh_runtime():
+    """Every test starts with empty process caches and no warnings shown yet, and leaves none behind:
+    a LUT, model or warning cached by one test must not decide what another one sees."""
+    from kernel_select import runtime
+
+    runtime.reset()
+    yield
+    runtime.reset()
+
+
 def _cuda_available() -> bool:
     try:
         import torch

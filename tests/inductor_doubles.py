@@ -1,20 +1,12 @@
-"""Test doubles for the Inductor and Triton integration tests.
-
-`selection_api()` makes `kernel_select.select.top_k` / `rank` importable: the real module when it
-exists, otherwise a minimal stand-in that follows the same contract (LUT entries first, then the
-model's order, stable ties), so these tests exercise the integration code either way.
-"""
+"""Test doubles for the Inductor and Triton integration tests: a deterministic model, a broken
+one, a LUT stand-in, and what a correct top-k must return with them."""
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-import sys
-import types
 from collections.abc import Sequence
 
 import numpy as np
-import pytest
 
 from kernel_select import space
 from kernel_select.configs import GemmConfig
@@ -63,38 +55,6 @@ class FakeLUT:
     def digest(self) -> str:
         text = repr(sorted((key, [c.key for c in value]) for key, value in self.entries.items())) + self.tag
         return hashlib.sha256(text.encode()).hexdigest()
-
-
-@dataclasses.dataclass(frozen=True)
-class _Choice:
-    config: GemmConfig
-    predicted_ms: float
-    source: str
-
-
-def _top_k(problem, k, lut=None, model=None, device=None, candidates=None):  # noqa: ANN001, ANN202
-    pinned = list(dict.fromkeys(lut.lookup(problem, device))) if lut is not None else []
-    pool = list(candidates) if candidates is not None else space.for_problem(problem, device or "h100")
-    rest = [c for c in pool if c not in set(pinned)]
-    count = k if isinstance(k, int) else max(1, int(len(pool) * k))
-    ranked = _rank(problem, rest, model) if rest else []
-    return [_Choice(c, 0.0, "lut") for c in pinned] + ranked[:max(0, count - len(pinned))]
-
-
-def _rank(problem, configs, model):  # noqa: ANN001, ANN202
-    estimates = model.estimate(problem.m, problem.n, problem.k, problem.dtype, configs)
-    order = sorted(range(len(configs)), key=lambda i: estimates[i])
-    return [_Choice(configs[i], float(estimates[i]), model.name) for i in order]
-
-
-def selection_api(monkeypatch: pytest.MonkeyPatch) -> None:
-    try:
-        import kernel_select.select  # noqa: F401
-    except ImportError:
-        fake = types.ModuleType("kernel_select.select")
-        fake.top_k = _top_k
-        fake.rank = _rank
-        monkeypatch.setitem(sys.modules, "kernel_select.select", fake)
 
 
 def expected_top(problem: Problem, k: int, pinned: Sequence[GemmConfig] = (),

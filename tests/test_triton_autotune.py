@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from tests.inductor_doubles import BrokenModel, FakeLUT, FakeModel, score, selection_api
+from tests.inductor_doubles import BrokenModel, FakeLUT, FakeModel, score
 from kernel_select.configs import GemmConfig
 from kernel_select.errors import OptionError
 from kernel_select.triton_autotune import gemm_config_of, triton_pruner
@@ -31,11 +31,6 @@ ARGS = {"a_ptr": Tensor(), "b_ptr": Tensor(), "c_ptr": Tensor(), "M": 512, "N": 
 
 def by_score(configs):  # noqa: ANN001, ANN201
     return sorted(configs, key=lambda c: score(gemm_config_of(c)))
-
-
-@pytest.fixture(autouse=True)
-def api(monkeypatch: pytest.MonkeyPatch) -> None:
-    selection_api(monkeypatch)
 
 
 def prune(configs=CONFIGS, args=ARGS, **kw):  # noqa: ANN001, ANN003, ANN201

@@ -1,15 +1,21 @@
-"""The Inductor integration: the only part of kernel_select that imports torch._inductor."""
+"""The Inductor integration: the only part of kernel_select that imports torch._inductor.
 
-from kernel_select.inductor.handler import (
-    ChoicesFactory,
-    KernelSelectChoices,
-    enabled,
-    install,
-    max_autotune_options,
-    record_autotuning,
-    register_options,
-    uninstall,
-)
+    import kernel_select.inductor as ks_inductor
 
-__all__ = ["ChoicesFactory", "KernelSelectChoices", "enabled", "install", "max_autotune_options",
-           "record_autotuning", "register_options", "uninstall"]
+    ks_inductor.install(topk=4, kernel_lut_path="luts/h100.json")
+    model = torch.compile(model, mode="max-autotune-no-cudagraphs")
+
+choices   the handler that replaces Triton GEMM candidates, and its cache-key uuid
+settings  knob precedence and the `gemm_topk` / `kernel_lut_path` torch.compile options
+install   the picklable factory, install / uninstall / enabled
+probe     experiment helpers (offline compare and fidelity): compile options, autotuning records
+"""
+
+from kernel_select.inductor.choices import KernelSelectChoices, Selection
+from kernel_select.inductor.install import ChoicesFactory, enabled, install, uninstall
+from kernel_select.inductor.probe import AutotuneRecord, ChoiceTiming, max_autotune_options, record_autotuning
+from kernel_select.inductor.settings import Settings, register_options, resolve_settings
+
+__all__ = ["AutotuneRecord", "ChoiceTiming", "ChoicesFactory", "KernelSelectChoices", "Selection", "Settings",
+           "enabled", "install", "max_autotune_options", "record_autotuning", "register_options",
+           "resolve_settings", "uninstall"]

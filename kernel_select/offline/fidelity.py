@@ -12,13 +12,14 @@ that include the Python launch gap, so its times carry a small per-launch offset
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import os
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -26,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from kernel_select.offline import dataset
+from kernel_select.offline.json_files import read_json_file, write_json_atomic
 from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec
 from kernel_select.errors import DatasetError
@@ -157,29 +159,48 @@ def check(problems: list[Problem], device: DeviceSpec, *, configs_per_problem: i
     keys = bench.distinct_keys_of([r for p, cs in picked.items() for r in _planned(p, cs)])
     compiled = bench.precompile(keys)  # all harness binaries at once, in parallel
     out = []
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, _environ("TORCHINDUCTOR_CACHE_DIR", str(Path(tmp) / "inductor")):
         # Every problem has its own shape, so no cache can serve one problem's timings to another;
         # a fresh cache directory keeps earlier runs on this machine out as well.
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(Path(tmp) / "inductor")
         for problem in tqdm(problems, desc="fidelity", unit="problem"):
             configs = picked[problem]
             ind, compile_s = inductor_timings(problem, device, configs, Path(tmp))
             med, low = harness_timings(problem, device, configs, compiled)
-            common = [c for c in configs if c in ind and c in med and math.isfinite(ind[c])]
-            x = np.array([ind[c] for c in common])
-            result = FidelityResult(
-                problem=str(problem), n_configs=len(common),
-                spearman_median=spearman(x, np.array([med[c] for c in common])),
-                spearman_min=spearman(x, np.array([low[c] for c in common])),
-                median_ratio=float(np.median(x / np.array([med[c] for c in common]))) if common else math.nan,
-                inductor_best=min(common, key=ind.get).short() if common else "",
-                harness_best=min(common, key=med.get).short() if common else "",
-                compile_s=compile_s)
+            result = _result(problem, configs, ind, med, low, compile_s)
             log.info("%s", result)
             out.append(result)
             if on_result is not None:
                 on_result(result)
     return out
+
+
+@contextlib.contextmanager
+def _environ(name: str, value: str) -> Iterator[None]:
+    """Set an environment variable for the block, then restore it (the caller's process goes on)."""
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
+
+
+def _result(problem: Problem, configs: list[GemmConfig], ind: dict[GemmConfig, float],
+            med: dict[GemmConfig, float], low: dict[GemmConfig, float], compile_s: float) -> FidelityResult:
+    """Inductor's timings against the harness's, over the configs both timed."""
+    common = [c for c in configs if c in ind and c in med and math.isfinite(ind[c])]
+    x = np.array([ind[c] for c in common])
+    return FidelityResult(
+        problem=str(problem), n_configs=len(common),
+        spearman_median=spearman(x, np.array([med[c] for c in common])),
+        spearman_min=spearman(x, np.array([low[c] for c in common])),
+        median_ratio=float(np.median(x / np.array([med[c] for c in common]))) if common else math.nan,
+        inductor_best=min(common, key=ind.get).short() if common else "",
+        harness_best=min(common, key=med.get).short() if common else "",
+        compile_s=compile_s)
 
 
 def summarize(results: list[FidelityResult]) -> dict:
@@ -198,10 +219,7 @@ def summarize(results: list[FidelityResult]) -> dict:
 
 def write_json(summary: dict, path: str | Path) -> None:
     """Write atomically, so a reader (or a resumed run) never sees half a file."""
-    path = Path(path)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(summary, indent=1, allow_nan=False) + "\n")
-    tmp.replace(path)
+    write_json_atomic(summary, path)
 
 
 def read_json(path: str | Path) -> list[FidelityResult]:
@@ -210,12 +228,9 @@ def read_json(path: str | Path) -> list[FidelityResult]:
     Raises:
         DatasetError: naming the file when it cannot be read or is not a fidelity summary.
     """
-    path = Path(path)
+    raw = read_json_file(path, "fidelity results")
     try:
-        raw = json.loads(path.read_text())
         return [FidelityResult(**{k: math.nan if v is None else v for k, v in entry.items()})
                 for entry in raw["results"]]
-    except OSError as exc:
-        raise DatasetError(f"{path}: cannot read the fidelity results ({exc.strerror})") from None
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+    except (KeyError, TypeError, AttributeError) as exc:
         raise DatasetError(f"{path}: not a fidelity results file ({type(exc).__name__}: {exc})") from None

@@ -26,7 +26,7 @@ def _check_close(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
 
 @pytest.mark.parametrize("route", ["install", "options"])
 def test_compiled_mm_benchmarks_exactly_k_triton_configs_plus_aten(route: str):
-    import kernel_select.inductor.handler as ks_inductor
+    import kernel_select.inductor as ks_inductor
 
     a, b = _inputs(560, 1280, 3420)  # the seed problem: K = 3420 is not a multiple of any BLOCK_K
     torch._dynamo.reset()
@@ -54,7 +54,7 @@ def test_compiled_mm_benchmarks_exactly_k_triton_configs_plus_aten(route: str):
 
 
 def test_bmm_and_addmm_are_selected_too():
-    import kernel_select.inductor.handler as ks_inductor
+    import kernel_select.inductor as ks_inductor
 
     a = torch.randn(4, 256, 512, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(4, 512, 384, device="cuda", dtype=torch.bfloat16)

@@ -13,9 +13,9 @@ import pytest
 from kernel_select.cli import main
 from kernel_select.lut import dump_lut, json_schema, load_lut, parse_lut
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SEED = ROOT / "luts" / "h100_seed.json"
-LOG = Path(__file__).resolve().parent / "data" / "autotune_h100.log"
+LOG = Path(__file__).resolve().parents[1] / "data" / "autotune_h100.log"
 
 
 @pytest.fixture

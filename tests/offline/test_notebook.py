@@ -10,9 +10,9 @@ nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("matplotlib")
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 NOTEBOOK = REPO / "notebooks" / "tradeoff.ipynb"
-FIXTURE = Path(__file__).parent / "fixtures" / "compare_h100.json"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "compare_h100.json"
 
 
 def test_tradeoff_notebook_executes_and_renders_plot_and_tables():

@@ -96,3 +96,19 @@ def test_fidelity_resume_needs_a_json_path(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["fidelity", "--shapes", "data/fidelity_shapes.json", "--resume"])
     assert exit_info.value.code == 2 and "--resume needs --json" in capsys.readouterr().err
+
+
+def test_fidelity_result_uses_only_the_configs_both_sides_timed():
+    from kernel_select.configs import GemmConfig
+    from kernel_select.offline import fidelity
+
+    configs = [GemmConfig.from_key((bm, 64, 32, 3, 4, 8)) for bm in (16, 32, 64, 128, 256)]
+    inductor = {c: float(i + 1) for i, c in enumerate(configs[:4])}  # Inductor skipped the last one
+    inductor[configs[3]] = math.inf  # ... and failed to time this one
+    harness = {c: 2.0 * (len(configs) - i) for i, c in enumerate(configs)}  # the reverse order
+    result = fidelity._result(Problem(64, 64, 64), configs, inductor, harness, harness, compile_s=1.5)
+    assert result.n_configs == 3
+    assert result.spearman_median == pytest.approx(-1.0) and result.spearman_min == pytest.approx(-1.0)
+    # Ratios 1/10, 2/8, 3/6: the median is 0.25.
+    assert result.median_ratio == pytest.approx(0.25)
+    assert result.inductor_best == configs[0].short() and result.harness_best == configs[2].short()

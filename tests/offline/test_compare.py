@@ -11,11 +11,16 @@ import pytest
 
 from kernel_select import cli
 from kernel_select.offline import compare
+from kernel_select.offline.compare import driver as compare_driver
+from kernel_select.offline.compare import results as compare_results
 from kernel_select.device import get_device
 from kernel_select.errors import DatasetError, OptionError, ProblemError
 from kernel_select.problem import Problem
 
-FIXTURE = Path(__file__).parent / "fixtures" / "compare_h100.json"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURE = FIXTURES / "compare_h100.json"
+#: A version-1 file as an H100 run wrote it (before side-by-side eager timing and the cuBLAS gate).
+FIXTURE_V1 = FIXTURES / "compare_h100_v1.json"
 
 
 # -- shapes files -----------------------------------------------------------------------------------
@@ -105,7 +110,7 @@ def result(ms: float | None, tuning: float = 0.0, error: str | None = None, eage
 
 def results_of(rows: list[dict[str, dict]]) -> dict:
     methods = list(rows[0])
-    return {"schema_version": compare.SCHEMA_VERSION, "kind": "kernel_select.offline.compare", "environment": {},
+    return {"schema_version": compare.SCHEMA_VERSION, "kind": compare.RESULTS_KIND, "environment": {},
             "settings": {},
             "methods": methods,
             "problems": [{"label": f"p{i}", "m": 1, "n": 1, "k": 1, "dtype": "bfloat16", "results": r}
@@ -138,7 +143,7 @@ def test_side_by_side_eager_times_take_precedence_over_the_eager_process():
     assert stock.speedup_vs_eager == pytest.approx(2.0) and topk.speedup_vs_eager == pytest.approx(2.0)
     assert topk.kernel_ratio_vs_stock == pytest.approx(1.0)  # not 0.5 / 0.45
     entry = results["problems"][0]
-    compare._fill_speedups(entry)
+    compare_results.fill_speedups(entry)
     assert entry["results"]["stock"]["speedup"] == pytest.approx(2.0)
     assert entry["results"]["eager"]["speedup"] == pytest.approx(1.0)
 
@@ -184,10 +189,43 @@ def test_schema_violations_are_reported(tmp_path: Path, mutate, message: str):  
     assert str(path) in str(info.value)
 
 
+def test_a_version_1_file_is_migrated_not_rejected(tmp_path: Path):
+    original = json.loads(FIXTURE_V1.read_text())
+    assert original["schema_version"] == 1
+    results = compare.load_results(FIXTURE_V1)
+    assert results["schema_version"] == compare.SCHEMA_VERSION and results["migrated_from"] == 1
+    assert results["settings"]["nogate_topk"] == [] and results["settings"]["cublas_margin"] is None
+    for before, after in zip(original["problems"], results["problems"]):
+        for method, result in after["results"].items():
+            assert result["eager_ms"] is None  # v1 timed eager only in its own process
+            assert result["speedup"] == before["results"][method]["speedup"]
+    # With no side-by-side eager time the summary falls back to the eager process: the speedups
+    # it reports are the ones version 1 recorded.
+    summary = compare.summarize(results)
+    used = [p for p in results["problems"] if p["label"] not in summary.problems_excluded]
+    stock = next(row for row in summary.rows if row.method == "stock")
+    recorded = [p["results"]["stock"]["speedup"] for p in used]
+    assert stock.speedup_vs_eager == pytest.approx(math.exp(sum(map(math.log, recorded)) / len(recorded)))
+    # Written back, it is a version-2 file that loads unchanged.
+    copy = tmp_path / "migrated.json"
+    compare.write_results(results, copy)
+    assert json.loads(copy.read_text())["schema_version"] == compare.SCHEMA_VERSION
+    assert compare.load_results(copy) == results
+
+
+def test_a_file_from_a_newer_version_names_the_upgrade(tmp_path: Path):
+    results = json.loads(FIXTURE.read_text())
+    results["schema_version"] = compare.SCHEMA_VERSION + 1
+    path = tmp_path / "future.json"
+    path.write_text(json.dumps(results))
+    with pytest.raises(DatasetError, match="newer kernel_select"):
+        compare.load_results(path)
+
+
 def test_worker_output_is_sanitized_to_strict_json():
     raw = {"tuning_s": 1.5, "kernel_ms": float("nan"), "max_rel_error": float("inf"), "choice": "aten mm",
            "unexpected": 1}
-    cleaned = compare._method_result(raw)
+    cleaned = compare_results.method_result(raw)
     assert set(cleaned) == set(compare.METHOD_FIELDS)
     assert cleaned["kernel_ms"] is None and cleaned["max_rel_error"] is None and cleaned["tuning_s"] == 1.5
     json.dumps(cleaned, allow_nan=False)
@@ -235,7 +273,7 @@ def test_driver_runs_every_method_per_problem_and_writes_valid_results(tmp_path:
                                   "max_rel_error": 0.001}
         return out
 
-    monkeypatch.setattr(compare, "_run_worker", fake_worker)
+    monkeypatch.setattr(compare_driver, "run_worker", fake_worker)
     cases = [compare.Case(Problem(64, 64, 64), "a"), compare.Case(Problem(128, 64, 32), "b")]
     results, json_path, png_path = compare.run_compare(cases, out_dir=tmp_path, topks=[1, 2], lut="lut.json",
                                                        progress=False)

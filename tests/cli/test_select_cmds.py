@@ -16,7 +16,7 @@ from kernel_select.configs import GemmConfig
 from kernel_select.problem import Problem
 from kernel_select.space import for_problem
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 SEED_ARGS = ["--m", "560", "--n", "1280", "--k", "3420", "--dtype", "bf16", "--device", "h100"]
 
 

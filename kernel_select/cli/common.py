@@ -1,0 +1,173 @@
+"""Argument helpers shared by the command groups: argparse types that reject bad values at parse
+time (so every command reports them the same way), and the few I/O helpers commands share."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+#: Largest GEMM dimension the CLI accepts: Inductor's mm templates index with int32 by default,
+#: and the model's features are computed in int64, where larger products would overflow.
+MAX_DIMENSION = 2**31 - 1
+
+Subparsers = Any  # argparse._SubParsersAction is private; its type carries nothing we check
+Handler = Callable[[argparse.Namespace], int]
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line, like every other kernel-select error.
+
+    argparse prints the whole usage block before the error; on a command with a dozen options
+    that buries the one line that matters, and scripts that read stderr get a different shape of
+    error for a bad flag than for a bad file.
+    """
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def int_at_least(low: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= `low`."""
+
+    def parse(text: str) -> int:
+        value = _integer(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {value}")
+        return value
+
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """An argparse type: a finite number >= 0 (0 usually means "no limit")."""
+    return 0.0 if text.strip() in ("0", "0.0") else positive_float(text)
+
+
+def dimension(text: str) -> int:
+    """An argparse type: a GEMM size from 1 to MAX_DIMENSION."""
+    value = _integer(text)
+    if not 1 <= value <= MAX_DIMENSION:
+        raise argparse.ArgumentTypeError(
+            f"expected a positive integer no larger than {MAX_DIMENSION}, got {value}")
+    return value
+
+
+def torch_version(text: str) -> str:
+    """An argparse type: a torch version such as 2.11 or 2.13.0.dev20250101."""
+    if not re.match(r"\d+\.\d+", text):
+        raise argparse.ArgumentTypeError(f"expected a torch version such as 2.11, got {text!r}")
+    return text
+
+
+def output_file(text: str) -> str:
+    """An argparse type: a path to write a file to, which must not be a directory."""
+    if Path(text).is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a directory; give the path of a file to write")
+    return text
+
+
+def add_problem_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--m", type=dimension, required=True, help="rows of A and C")
+    parser.add_argument("--n", type=dimension, required=True, help="columns of B and C")
+    parser.add_argument("--k", type=dimension, required=True, help="columns of A, rows of B")
+    parser.add_argument("--dtype", default="bfloat16", help="float16 | bfloat16 | float32 (default: %(default)s)")
+    parser.add_argument("--device", default="h100",
+                        help="device spec: h100, h100-pcie, h200, a100 (default: %(default)s)")
+
+
+def add_k_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-k", dest="top_k", default="4", metavar="COUNT",
+                        help="how many configs: a count (4) or a fraction of the candidates (0.01) "
+                             "(default: %(default)s)")
+
+
+def parse_k(text: str) -> int | float:
+    """-k's value: an int count or a float fraction; `select` checks the range."""
+    from kernel_select.errors import ConfigError
+
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigError(
+            f"-k: expected a count such as 4 or a fraction such as 0.01, got {text!r}") from None
+
+
+def require_gpu(command: str) -> None:
+    import torch
+
+    from kernel_select.errors import DeviceError
+
+    if not torch.cuda.is_available():
+        raise DeviceError(f"{command}: needs a CUDA GPU (torch.cuda.is_available() is False); it times "
+                          "kernels on the device")
+
+
+def emit_text(text: str, out: str | None) -> None:
+    """Print `text`, or write it to the file `out` (creating its folder) atomically: an
+    interrupted write leaves the old file, never a truncated one."""
+    if out is None:
+        sys.stdout.write(text)
+        return
+    target = Path(out)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+            handle.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_json(path: str) -> object:
+    """A JSON file's content; a LUTError naming the file when it cannot be read or parsed."""
+    from kernel_select.errors import LUTError
+
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise LUTError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise LUTError(f"{path}: not valid JSON: {exc}") from None
+
+
+def load_lut_file(path: str) -> object:
+    """A LUT loaded strictly; a missing file is named as such rather than as a parse error."""
+    from kernel_select.errors import LUTError
+
+    if not Path(path).is_file():
+        raise LUTError(f"{path}: no such lookup table file")
+    from kernel_select.lut import load_lut
+
+    return load_lut(path)

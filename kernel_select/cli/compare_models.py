@@ -1,0 +1,72 @@
+"""`kernel-select compare-models`: whole networks under eager, mode="default", stock max-autotune
+and kernel_select; compile time and step time. Needs the optional `transformers` (extra `models`)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "compare-models", help="compile whole networks with each method: compile time and step time (GPU)",
+        description="For every model (GPT-2 small, a 2-layer Llama-3-8B-width decoder, ViT-B/16, a "
+                    "recommendation MLP tower; prefill, decode and a training step) and every method "
+                    "(eager, default, stock max-autotune, kernel_select top-k, a pinned LUT), one "
+                    "process with fresh caches compiles the model and times its step beside eager. "
+                    "Writes OUT/models_<device>.json (resumable) and OUT/models_<device>.png, and "
+                    "prints a summary. Needs the transformers package (pip install 'kernel_select[models]').")
+    p.add_argument("--models", default=None,
+                   help="comma-separated models (gpt2-small/prefill) or architectures (gpt2-small); "
+                        "default: all")
+    p.add_argument("--methods", default=None,
+                   help="comma-separated methods among eager, default, stock, topk-1, topk-4, topk-auto, "
+                        "topk-4-parity, lut; default: all that apply")
+    p.add_argument("--lut", default=None, help="lookup table for the 'lut' method (pinned, k = 1)")
+    p.add_argument("--no-cudagraphs", action="store_true",
+                   help="max-autotune methods without Inductor's CUDA graphs (mode max-autotune-no-cudagraphs)")
+    p.add_argument("--repeat", type=_positive_int, default=1,
+                   help="measure every (model, method) this many times, for the run-to-run spread "
+                        "(default: %(default)s)")
+    p.add_argument("--samples", type=_positive_int, default=30,
+                   help="timed samples per step, interleaved with eager's (default: %(default)s)")
+    p.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu (default: %(default)s)")
+    p.add_argument("--tiny", action="store_true", help="narrow, shallow versions of the models (smoke test)")
+    p.add_argument("--out", default="results", help="output directory (default: %(default)s)")
+    p.add_argument("--timeout", type=float, default=1800.0,
+                   help="seconds allowed per worker process (default: %(default)s)")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the runs in an existing OUT/models_<device>.json and add the missing ones")
+    p.set_defaults(handler=run_compare_models)
+    return p
+
+
+def run_compare_models(args: argparse.Namespace) -> int:
+    from kernel_select.offline import compare_models, model_report
+    from kernel_select.offline.model_methods import MethodContext, select_methods
+    from kernel_select.offline.model_zoo import parse_workloads, require_transformers
+
+    models = parse_workloads(args.models)
+    require_transformers(models)
+    methods = select_methods(args.methods, MethodContext(lut=args.lut, cudagraphs=not args.no_cudagraphs))
+    results, json_path, png_path = compare_models.run_compare_models(
+        models, methods, out_dir=args.out, device=args.device, tiny=args.tiny, repeat=args.repeat,
+        samples=args.samples, timeout_s=args.timeout, resume=args.resume,
+        settings={"lut": args.lut, "cudagraphs": not args.no_cudagraphs})
+    print(model_report.format_summary(model_report.summarize(results)))
+    plot = f" and {png_path}" if png_path else " (no plot: matplotlib is not installed)"
+    print(f"wrote {json_path}{plot}")
+    return 0
+
+
+register = add_parser  # the name the other command modules use

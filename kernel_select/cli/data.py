@@ -1,0 +1,149 @@
+"""`kernel-select shapes`, `bench` and `fidelity`: the problems to measure and the GPU harness."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import Any
+
+from kernel_select.cli.common import (
+    Subparsers,
+    int_at_least,
+    non_negative_float,
+    output_file,
+    positive_float,
+    require_gpu,
+)
+from kernel_select.errors import OptionError
+
+
+def register_shapes(sub: Subparsers) -> None:
+    p = sub.add_parser("shapes", help="write a shapes file of training problems",
+                       description="Write the training problems: the seed layer (forward and backward), "
+                                   "layer shapes of widely used open models, and log-uniform random "
+                                   "problems, each capped at --max-flop.")
+    p.add_argument("--out", type=output_file, required=True, help="JSON file to write")
+    p.add_argument("--dtype", default="bfloat16", help="dtype of every problem (default: %(default)s)")
+    p.add_argument("--random", type=int_at_least(0), default=150,
+                   help="how many random problems (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
+    p.add_argument("--no-models", action="store_true", help="leave out the model layer shapes")
+    p.add_argument("--max-flop", type=positive_float, default=1e12,
+                   help="work cap per problem (default: %(default)g)")
+    p.set_defaults(handler=run_shapes)
+
+
+def register_bench(sub: Subparsers) -> None:
+    p = sub.add_parser("bench", help="time every config of the pruned space on this GPU (parquet out)",
+                       description="Benchmark every (problem, config) pair of Inductor's pruned config "
+                                   "space with kernel_select's Inductor-equivalent Triton kernel, plus "
+                                   "cuBLAS, and append rows to a parquet dataset. Re-running skips "
+                                   "problems already in the output. Needs a CUDA GPU.")
+    p.add_argument("--shapes", required=True, help="JSON list of {m, n, k, dtype[, source]}")
+    p.add_argument("--out", type=output_file, required=True, help="parquet file to create or extend")
+    p.add_argument("--dtype", default=None,
+                   help="only benchmark shapes of these dtypes (comma-separated; default: all)")
+    p.add_argument("--search-space", choices=("default", "exhaustive"), default="exhaustive")
+    p.add_argument("--gpus", type=int_at_least(1), default=1, help="shard problems over this many GPUs")
+    p.add_argument("--workers", type=int_at_least(0), default=0,
+                   help="compile processes (default: one per core)")
+    p.add_argument("--limit", type=int_at_least(0), default=0, help="benchmark at most this many problems")
+    p.add_argument("--max-seconds", type=non_negative_float, default=0.0,
+                   help="stop timing after this many seconds (finish the current problem, write, exit)")
+    p.set_defaults(handler=run_bench)
+
+
+def register_fidelity(sub: Subparsers) -> None:
+    p = sub.add_parser("fidelity", help="compare the harness's timings with real Inductor's (GPU)",
+                       description="For each problem, time the same configs with real torch.compile "
+                                   "max-autotune (Inductor's own per-choice timings) and with the "
+                                   "benchmark harness; report the Spearman rank correlation and the "
+                                   "median time ratio per problem. Needs a CUDA GPU.")
+    p.add_argument("--shapes", required=True, help="JSON list of {m, n, k, dtype[, source]}")
+    p.add_argument("--data", default=None,
+                   help="dataset to pick configs from (spread over the measured ranking); "
+                        "default: a random sample of each problem's space")
+    p.add_argument("--configs", type=int_at_least(3), default=40,
+                   help="configs per problem (default: %(default)s)")
+    p.add_argument("--json", dest="json_out", type=output_file, default=None,
+                   help="write the results here (rewritten after every problem)")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the problems already in --json and measure only the others")
+    p.set_defaults(handler=run_fidelity)
+
+
+def run_shapes(args: argparse.Namespace) -> int:
+    from kernel_select.offline import shapes
+    from kernel_select.problem import dtype_name
+
+    dtype = dtype_name(args.dtype)
+    chosen = shapes.seed_shapes(dtype)
+    if not args.no_models:
+        chosen += shapes.model_shapes(dtype, args.max_flop)
+    chosen += shapes.random_shapes(args.random, dtype, args.seed, args.max_flop)
+    chosen = shapes.dedupe(chosen)
+    shapes.save(chosen, args.out)
+    print(f"{args.out}: {len(chosen)} {dtype} problems")
+    return 0
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    from kernel_select.device import detect
+    from kernel_select.offline import bench, shapes
+    from kernel_select.problem import dtype_name
+
+    chosen = shapes.load(args.shapes)
+    require_gpu("bench")
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.dtype:
+        wanted = {dtype_name(d) for d in args.dtype.split(",")}
+        chosen = [s for s in chosen if s.dtype in wanted]
+    if args.limit:
+        chosen = chosen[: args.limit]
+    options = bench.BenchOptions(search_space=args.search_space, workers=args.workers,
+                                 max_seconds=args.max_seconds)
+    df = bench.run_sharded([s.problem() for s in chosen], args.out, detect(), args.gpus, options)
+    print(f"{args.out}: {df['problem_id'].nunique()} problems, {len(df)} rows "
+          f"({int((df['runtime_ms'] < float('inf')).sum())} finite)")
+    return 0
+
+
+def run_fidelity(args: argparse.Namespace) -> int:
+    from kernel_select.device import detect
+    from kernel_select.offline import dataset, fidelity, shapes
+
+    problems = [s.problem() for s in shapes.load(args.shapes)]
+    if args.resume and not args.json_out:
+        raise OptionError("fidelity: --resume needs --json (the file to resume)")
+    results = []
+    if args.resume and Path(args.json_out).exists():
+        results = fidelity.read_json(args.json_out)
+        done = {r.problem for r in results}
+        problems = [p for p in problems if str(p) not in done]
+        print(f"resuming {args.json_out}: {len(results)} problems measured, {len(problems)} to go")
+    require_gpu("fidelity")
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    data = dataset.read(args.data) if args.data else None
+
+    def keep(result: fidelity.FidelityResult) -> None:
+        results.append(result)
+        if args.json_out:
+            fidelity.write_json(fidelity.summarize(results), args.json_out)
+
+    fidelity.check(problems, detect(), configs_per_problem=args.configs, data=data, on_result=keep)
+    _print_fidelity(results, fidelity.summarize(results))
+    return 0
+
+
+def _print_fidelity(results: list[Any], summary: dict[str, Any]) -> None:
+    print(f"{'problem':<34} {'n':>3} {'spearman':>8} {'(min)':>6} {'ratio':>6}  inductor best / harness best")
+    for r in results:
+        print(f"{r.problem:<34} {r.n_configs:>3} {r.spearman_median:>8.3f} {r.spearman_min:>6.3f} "
+              f"{r.median_ratio:>6.3f}  {r.inductor_best} / {r.harness_best}")
+    if summary["problems"]:
+        print(f"median Spearman {summary['median_spearman']:.3f} over {summary['problems']} problems "
+              f"(lowest {summary['min_spearman']:.3f}); median Inductor/harness time ratio "
+              f"{summary['median_time_ratio']:.3f}")
+    if summary["without_triton_choices"]:
+        print(f"no Triton choices from Inductor (not counted): {', '.join(summary['without_triton_choices'])}")

@@ -1,0 +1,190 @@
+"""`kernel-select lut ...`: validate, format, show and convert kernel lookup tables."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from kernel_select.cli.common import Subparsers, emit_text, int_at_least, output_file, read_json
+from kernel_select.errors import KernelSelectError
+
+
+def register(sub: Subparsers) -> None:
+    p = sub.add_parser("lut", help="validate, format, show and convert kernel lookup tables",
+                       description="Work with kernel lookup tables (LUTs): JSON files of hand-picked "
+                                   "configs per device, op, dtype and problem that are always "
+                                   "benchmarked.")
+    lut_sub = p.add_subparsers(dest="lut_command", metavar="LUT_COMMAND", required=True)
+    _register_checks(lut_sub)
+    _register_converters(lut_sub)
+
+
+def _register_checks(lut_sub: Subparsers) -> None:
+    q = lut_sub.add_parser("validate", help="check LUT files strictly",
+                           description="Load each LUT strictly; print one line per file. Exits 2 if "
+                                       "any file is invalid.")
+    q.add_argument("paths", nargs="+", metavar="PATH")
+    q.set_defaults(handler=run_validate)
+
+    q = lut_sub.add_parser("fmt", help="rewrite LUT files in the canonical layout",
+                           description="Rewrite each LUT in place in the canonical layout (sorted, "
+                                       "2-space indent, one config per line, trailing newline).")
+    q.add_argument("paths", nargs="+", metavar="PATH")
+    q.add_argument("--check", action="store_true",
+                   help="change nothing; exit 1 if a file is not in canonical layout")
+    q.set_defaults(handler=run_fmt)
+
+    q = lut_sub.add_parser("show", help="print a LUT as a table",
+                           description="Print the entries of a LUT, one line per entry.")
+    q.add_argument("path", metavar="PATH")
+    q.add_argument("--device", default=None, help="only this device (h100, 'NVIDIA H100 80GB HBM3', ...)")
+    q.add_argument("--json", action="store_true", help="print canonical JSON instead of a table")
+    q.set_defaults(handler=run_show)
+
+
+def _register_converters(lut_sub: Subparsers) -> None:
+    q = lut_sub.add_parser("from-log", help="build a LUT from Inductor AUTOTUNE log output",
+                           description="Read the AUTOTUNE blocks max-autotune prints to stderr and keep "
+                                       "the fastest Triton configs of every mm/addmm/bmm/baddbmm.")
+    q.add_argument("log", metavar="LOG", help="log file, or - for stdin")
+    q.add_argument("--top", type=int_at_least(1), default=1,
+                   help="Triton configs to keep per problem, fastest first (default: %(default)s)")
+    q.add_argument("--device", default="h100", help="device the log was taken on (default: %(default)s)")
+    q.add_argument("--out", type=output_file, default=None, help="write the LUT here instead of printing it")
+    q.set_defaults(handler=run_from_log)
+
+    q = lut_sub.add_parser("to-inductor", help="convert a LUT to torch._inductor.lookup_table's format",
+                           description="Print the LUT as a dict for torch._inductor.config.lookup_table."
+                                       "table. Entries with an m range (and bmm entries without a "
+                                       "batch) cannot be expressed there and are skipped with a warning.")
+    q.add_argument("path", metavar="PATH")
+    q.add_argument("--device-name", default=None,
+                   help="device name as torch.cuda.get_device_name() reports it, for device-specific "
+                        "keys (default: device-agnostic keys; the LUT must hold one device)")
+    q.add_argument("--no-aten", action="store_true",
+                   help="do not list the ATen choice, so a hit benchmarks only the LUT configs")
+    q.add_argument("--out", type=output_file, default=None, help="write the JSON here instead of printing it")
+    q.set_defaults(handler=run_to_inductor)
+
+    q = lut_sub.add_parser("from-inductor", help="convert a torch._inductor.lookup_table JSON file to a LUT",
+                           description="Read a JSON dict in torch._inductor.lookup_table's format. Only "
+                                       "triton::mm/triton::bmm entries on contiguous operands are kept.")
+    q.add_argument("path", metavar="PATH")
+    q.add_argument("--device", required=True, help="device the LUT entries are for, e.g. h100")
+    q.add_argument("--out", type=output_file, default=None, help="write the LUT here instead of printing it")
+    q.set_defaults(handler=run_from_inductor)
+
+    q = lut_sub.add_parser("schema", help="print the JSON schema of the LUT format",
+                           description="Print the JSON schema generated from the LUT models; it is "
+                                       "committed as luts/schema/lut.v1.schema.json.")
+    q.add_argument("--out", type=output_file, default=None,
+                   help="write the schema here instead of printing it")
+    q.set_defaults(handler=run_schema)
+
+
+def run_validate(args: argparse.Namespace) -> int:
+    from kernel_select.lut import load_lut
+
+    failed = 0
+    for path in args.paths:
+        try:
+            lut = load_lut(path)
+        except KernelSelectError as exc:
+            # One bad file must not hide the verdict on the others: report it and go on.
+            print(f"kernel-select: error: {exc}", file=sys.stderr)
+            failed += 1
+            continue
+        devices = ", ".join(sorted(lut.devices)) or "no devices"
+        print(f"{path}: ok, {lut.num_entries} entries ({devices})")
+    return 2 if failed else 0
+
+
+def run_fmt(args: argparse.Namespace) -> int:
+    from kernel_select.lut import dump_lut, load_lut, save_lut
+
+    unformatted = 0
+    for path in args.paths:
+        lut = load_lut(path)
+        if Path(path).read_bytes() == dump_lut(lut).encode("utf-8"):
+            continue
+        unformatted += 1
+        if args.check:
+            print(f"would reformat {path}")
+        else:
+            save_lut(lut, path)  # atomic: a killed rewrite leaves the original, not a 0-byte file
+            print(f"reformatted {path}")
+    return 1 if args.check and unformatted else 0
+
+
+def run_show(args: argparse.Namespace) -> int:
+    from kernel_select.device import get_device
+    from kernel_select.lut import BATCHED_OPS, KernelLUT, dump_lut, load_lut
+
+    lut = load_lut(args.path)
+    rows = list(lut.entries())
+    if args.device is not None:
+        wanted = get_device(args.device).key
+        rows = [row for row in rows if row.device == wanted]
+    if args.json:
+        print(dump_lut(KernelLUT.from_rows(rows)), end="")
+        return 0
+    if not rows:
+        print(f"{args.path}: no entries")
+        return 0
+    table = [("device", "op", "dtype", "m", "n", "k", "batch", "configs (in order)", "note")]
+    for row in rows:
+        low, high = row.entry.m_bounds
+        batch = row.entry.batch_key
+        table.append((row.device, row.op, row.dtype, str(low) if low == high else f"{low}..{high}",
+                      str(row.entry.n), str(row.entry.k),
+                      "-" if row.op not in BATCHED_OPS else "any" if batch is None else str(batch),
+                      ", ".join(c.short() for c in row.entry.configs), row.entry.note or ""))
+    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]) - 1)]
+    for line in table:
+        print("  ".join(cell.ljust(width) for cell, width in zip(line, widths)) + "  " + line[-1])
+    return 0
+
+
+def run_from_log(args: argparse.Namespace) -> int:
+    from kernel_select.errors import LUTError
+    from kernel_select.lut import dump_lut
+    from kernel_select.lut.autotune_log import lut_from_autotune_log, parse_autotune_log
+
+    try:
+        text = sys.stdin.read() if args.log == "-" else Path(args.log).read_text(encoding="utf-8",
+                                                                                  errors="replace")
+    except OSError as exc:
+        raise LUTError(f"{args.log}: cannot read: {exc.strerror or exc}") from None
+    source = "<stdin>" if args.log == "-" else args.log
+    lut = lut_from_autotune_log(text, args.device, top=args.top, source=source)
+    emit_text(dump_lut(lut), args.out)
+    print(f"{source}: {lut.num_entries} LUT entries from {len(parse_autotune_log(text))} AUTOTUNE "
+          f"blocks" + (f", written to {args.out}" if args.out else ""), file=sys.stderr)
+    return 0
+
+
+def run_to_inductor(args: argparse.Namespace) -> int:
+    from kernel_select.lut import load_lut
+    from kernel_select.lut.torch_table import to_inductor_table
+
+    table = to_inductor_table(load_lut(args.path), args.device_name, keep_aten=not args.no_aten)
+    emit_text(json.dumps(table, indent=2) + "\n", args.out)
+    return 0
+
+
+def run_from_inductor(args: argparse.Namespace) -> int:
+    from kernel_select.lut import dump_lut
+    from kernel_select.lut.torch_table import from_inductor_table
+
+    lut = from_inductor_table(read_json(args.path), args.device)  # type: ignore[arg-type]
+    emit_text(dump_lut(lut), args.out)
+    return 0
+
+
+def run_schema(args: argparse.Namespace) -> int:
+    from kernel_select.lut import json_schema
+
+    emit_text(json_schema(), args.out)
+    return 0

@@ -1,0 +1,154 @@
+"""`kernel-select train`, `train-gate` and `eval`: fit the learned models and score them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from kernel_select.cli.common import Subparsers, emit_text, int_at_least, output_file
+from kernel_select.errors import OptionError
+
+
+def _add_training_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", required=True, help="benchmark dataset (parquet)")
+    p.add_argument("--out", required=True, help="output directory, e.g. models/h100/")
+    p.add_argument("--device", default="h100", help="device the data was measured on (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
+
+
+def register_train(sub: Subparsers) -> None:
+    p = sub.add_parser("train", help="train the MLP performance model (and the cuBLAS gate) on a dataset",
+                       description="Fit the MLP on the dataset's 'train' problems, keep the epoch (and "
+                                   "objective) with the best top-k score on 'val', and write mlp.pt + "
+                                   "model_card.json to --out; then fit the cuBLAS gate the same way and "
+                                   "write cublas_gate.pt. The 'test' split is never read.")
+    _add_training_args(p)
+    p.add_argument("--epochs", type=int_at_least(1), default=None, help="training epochs (default: 80)")
+    p.add_argument("--objective", choices=("mse", "rank", "both"), default="both",
+                   help="loss: mse on log runtime, rank (mse + listwise within-problem), or both and keep "
+                        "the better on validation (default: %(default)s)")
+    p.add_argument("--method", choices=("mlp", "ensemble"), default="mlp",
+                   help="mlp: the MLP and the cuBLAS gate; ensemble: MLP + LightGBM shortlist ensemble "
+                        "trained without the frozen test and family splits (default: %(default)s)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(handler=run_train)
+
+
+def register_train_gate(sub: Subparsers) -> None:
+    p = sub.add_parser("train-gate", help="train only the cuBLAS gate (train trains it too)",
+                       description="Fit the cuBLAS gate (does cuBLAS beat every Triton config of a "
+                                   "problem?) on the dataset's 'train' problems, select on 'val', and "
+                                   "write cublas_gate.pt to --out, leaving the MLP there untouched.")
+    _add_training_args(p)
+    p.set_defaults(handler=run_train_gate)
+
+
+def register_eval(sub: Subparsers) -> None:
+    p = sub.add_parser("eval", help="score models and baselines against the measured oracle",
+                       description="For each problem of a split: score(k) = oracle_ms / best measured ms "
+                                   "among a method's top-k; prints the geometric mean over problems for "
+                                   "the models, random k, Inductor's DEFAULT list, nvMatmulHeuristics (if "
+                                   "installed) and cuBLAS.")
+    p.add_argument("--data", required=True, help="benchmark dataset (parquet)")
+    p.add_argument("--split", choices=("held-out", "test", "family", "train", "val"), default="held-out",
+                   help="held-out (default): both frozen test splits, 'test' (hash) and 'family' (held-out "
+                        "architectures and odd N), in one report that names the shipped method")
+    p.add_argument("--model", default="mlp,analytical",
+                   help="comma-separated registered models (default: %(default)s)")
+    p.add_argument("--mlp-dir", default=None,
+                   help="evaluate the MLP saved in this directory instead of the shipped one")
+    p.add_argument("--device", default=None, help="device key (default: from the dataset)")
+    p.add_argument("--json", type=output_file, default=None, metavar="OUT",
+                   help="also write the report as JSON to OUT")
+    p.set_defaults(handler=run_eval)
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from kernel_select.offline.train import train
+
+    if args.method == "ensemble":
+        return _run_train_ensemble(args)
+    result = train(args.data, args.out, seed=args.seed, epochs=args.epochs, objective=args.objective,
+                   device=args.device, progress=not args.quiet)
+    for objective, metrics in result.metrics["val"].items():
+        topk = "  ".join(f"k={k}: {v:.4f}" for k, v in metrics["topk"].items())
+        print(f"val [{objective}] epoch {metrics['epoch']}: {topk}")
+    print(f"kept the {result.objective} model; trained in {result.seconds:.0f} s; wrote {result.out_dir}")
+    gate = result.metrics.get("cublas_gate", {})
+    if "skipped" in gate:
+        print(f"no cuBLAS gate: {gate['skipped']}")
+    else:
+        _print_gate_validation(gate)
+    return 0
+
+
+def _run_train_ensemble(args: argparse.Namespace) -> int:
+    from kernel_select.offline.train_ensemble import train_ensemble
+
+    model = train_ensemble(args.data, args.out, args.device, seed=args.seed,
+                           epochs=30 if args.epochs is None else args.epochs, progress=not args.quiet)
+    for split, m in model.card.metrics.items():
+        if isinstance(m, dict) and "topk" in m:
+            topk = "  ".join(f"k={k}: {v:.4f}" for k, v in m["topk"].items())
+            print(f"{split} ({m['problems']} problems): {topk}")
+    print(f"trained in {model.card.metrics['train_seconds']:.0f} s; wrote {args.out}")
+    return 0
+
+
+def run_train_gate(args: argparse.Namespace) -> int:
+    from kernel_select.device import get_device
+    from kernel_select.offline import dataset
+    from kernel_select.offline.train import train_gate
+
+    data_path = Path(args.data)
+    gate = train_gate(dataset.read(data_path), get_device(args.device), args.out, seed=args.seed,
+                      data_path=data_path)
+    _print_gate_validation(gate.card["validation"])
+    print(f"wrote {Path(args.out) / 'cublas_gate.pt'}")
+    return 0
+
+
+def _print_gate_validation(validation: dict) -> None:
+    print(f"cuBLAS gate, validation: {validation['problems']} problems, sign accuracy "
+          f"{validation['sign_accuracy']:.3f}, RMSE of log(cuBLAS/Triton) {validation['rmse_log_ratio']:.3f}")
+    for margin, m in validation["margins"].items():
+        print(f"  margin {margin}: Triton skipped on {m['gated']:.0%}, wrongly {m['wrongly_gated']}, "
+              f"time lost there geomean {m['loss_geomean']:.3f} (worst {m['loss_worst']:.3f})")
+
+
+def _model_names(text: str, device: str | None) -> list[str]:
+    """The --model list, each name checked against the registry: `evaluate` reports a model it
+    cannot load as skipped, which is right for a broken file but hides a typo behind exit 0."""
+    from kernel_select.device import get_device
+    from kernel_select.model import registered_models
+
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    known = registered_models(get_device(device).key if device is not None else None)
+    unknown = [name for name in names if name not in known]
+    if not names or unknown:
+        raise OptionError(f"eval: --model: no model {', '.join(map(repr, unknown)) or 'given'}; "
+                          f"available: {', '.join(known)}")
+    return names
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    from kernel_select.offline.evaluate import evaluate, evaluate_splits, format_report
+
+    models: list = _model_names(args.model, args.device)
+    if args.mlp_dir is not None:
+        from kernel_select.model.mlp import MLPModel
+
+        device = args.device or "h100"
+        models = [MLPModel.load(args.mlp_dir, device) if name == "mlp" else name for name in models]
+    if args.split == "held-out":
+        report = evaluate_splits(args.data, models, device=args.device)
+        print("\n\n".join(format_report(r) for r in report["splits"].values()))
+        print(f"shipped: {report['shipped_model']}")
+    else:
+        report = evaluate(args.data, args.split, models, device=args.device)
+        print(format_report(report))
+    if args.json:
+        emit_text(json.dumps(report, indent=2) + "\n", args.json)
+        print(f"wrote {args.json}")
+    return 0

@@ -1,0 +1,103 @@
+"""The comparison's summary: per-method ratios against stock max-autotune and eager, as a table
+for the CLI and as DataFrames for the notebook."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from kernel_select.offline.compare.results import eager_ms_for, succeeded
+
+#: A method counts as slower than eager when its kernel takes more than this much longer.
+SLOWER_THAN_EAGER = 0.02
+
+
+@dataclasses.dataclass(frozen=True)
+class MethodSummary:
+    """One method over the problems every method measured successfully."""
+
+    method: str
+    problems: int
+    kernel_ratio_vs_stock: float  # geomean of kernel_ms / stock kernel_ms (< 1: faster kernels)
+    tuning_ratio_vs_stock: float  # total tuning_s / stock total tuning_s (< 1: cheaper tuning)
+    total_tuning_s: float
+    speedup_vs_eager: float  # geomean of eager kernel_ms / kernel_ms
+    slower_than_eager: int  # problems whose kernel is > SLOWER_THAN_EAGER slower than eager
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary:
+    rows: list[MethodSummary]
+    problems_used: int
+    problems_excluded: list[str]  # labels with a failed or missing measurement
+
+
+def summarize(results: dict[str, Any]) -> Summary:
+    """Per-method aggregates over the problems where eager, stock and every method succeeded."""
+    methods = [m for m in results["methods"] if m != "eager"]
+    used, excluded = [], []
+    for problem in results["problems"]:
+        ok = all(succeeded(problem["results"].get(m)) for m in ["eager", *methods])
+        (used if ok else excluded).append(problem)
+    rows = []
+    if used:
+        stock_tuning = sum(p["results"]["stock"]["tuning_s"] or 0.0 for p in used)
+        # Kernel times relative to the eager time measured beside them: ratios between methods
+        # (measured in different processes) are ratios of these.
+        stock_rel = [p["results"]["stock"]["kernel_ms"] / eager_ms_for(p, "stock") for p in used]
+        for method in methods:
+            rel = [p["results"][method]["kernel_ms"] / eager_ms_for(p, method) for p in used]
+            tuning = sum(p["results"][method]["tuning_s"] or 0.0 for p in used)
+            rows.append(MethodSummary(
+                method=method, problems=len(used),
+                kernel_ratio_vs_stock=_geomean([r / s for r, s in zip(rel, stock_rel)]),
+                tuning_ratio_vs_stock=tuning / stock_tuning if stock_tuning > 0 else math.nan,
+                total_tuning_s=tuning,
+                speedup_vs_eager=_geomean([1 / r for r in rel]),
+                slower_than_eager=sum(r > 1 + SLOWER_THAN_EAGER for r in rel),
+            ))
+    return Summary(rows=rows, problems_used=len(used), problems_excluded=[p["label"] for p in excluded])
+
+
+def _geomean(values: Sequence[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def format_summary(summary: Summary) -> str:
+    """A plain-text table of `summary` (ratios < 1 are better)."""
+    header = (f"{'method':<18}{'kernel/stock':>14}{'tuning/stock':>14}{'tuning [s]':>12}"
+              f"{'vs eager':>10}{'slower than eager':>19}")
+    lines = [f"{summary.problems_used} problems"
+             + (f" ({len(summary.problems_excluded)} excluded, a measurement failed: "
+                f"{', '.join(summary.problems_excluded)})" if summary.problems_excluded else ""),
+             header, "-" * len(header)]
+    for row in summary.rows:
+        lines.append(f"{row.method:<18}{row.kernel_ratio_vs_stock:>14.3f}{row.tuning_ratio_vs_stock:>14.3f}"
+                     f"{row.total_tuning_s:>12.1f}{row.speedup_vs_eager:>9.3f}x{row.slower_than_eager:>19d}")
+    return "\n".join(lines)
+
+
+def summary_frame(results: dict[str, Any]) -> Any:
+    """The summary as a pandas DataFrame indexed by method (for notebooks)."""
+    import pandas as pd
+
+    rows = [dataclasses.asdict(row) for row in summarize(results).rows]
+    return pd.DataFrame(rows).set_index("method") if rows else pd.DataFrame()
+
+
+def problem_frame(results: dict[str, Any]) -> Any:
+    """One row per problem: sizes, eager ms, and each method's kernel ms, speedup and choice."""
+    import pandas as pd
+
+    rows = []
+    for problem in results["problems"]:
+        row: dict[str, Any] = {key: problem[key] for key in ("label", "m", "n", "k")}
+        for method, result in problem["results"].items():
+            row[f"{method} ms"] = result["kernel_ms"]
+            if method != "eager":
+                row[f"{method} tuning s"] = result["tuning_s"]
+                row[f"{method} choice"] = result["choice"]
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("label")

@@ -1,0 +1,147 @@
+"""How `compare-models` compiles a network: the methods, as plain data a worker process can rebuild.
+
+Built in, in this order:
+  eager        no compile
+  default      torch.compile(mode="default")
+  stock        stock max-autotune: Inductor's mode "max-autotune" (CUDA graphs on; with
+               `cudagraphs=False`, "max-autotune-no-cudagraphs")
+  topk-1/4     the same, with kernel_select's handler at k = 1 and 4
+  topk-auto    the handler with topk="auto", offered only when `kernel_select.knobs` accepts it
+  topk-4-parity  the handler at k = 4 with `eager_parity_patches()` (GEMVs stay on cuBLAS)
+  lut          the handler at k = 1 with a pinned lookup table (offered only when one is given):
+               the LUT's entry for a GEMM is the one Triton config benchmarked beside cuBLAS
+
+More can be added with `register_method(name, factory)`: a factory gets the `MethodContext` of
+the run and returns a `ModelMethod`, or None where the method does not apply.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from kernel_select import knobs as ks_config
+from kernel_select.errors import OptionError
+
+MODES = ("eager", "default", "max-autotune")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelMethod:
+    """One way to run a network. Plain data: it travels to the worker process as JSON."""
+
+    name: str
+    mode: str  # one of MODES
+    topk: int | str | None = None  # kernel_select's handler at this k; None: Inductor alone
+    lut: str | None = None  # kernel_lut_path for the handler
+    cudagraphs: bool = True  # max-autotune only: Inductor's CUDA graphs, as mode="max-autotune" has
+    backend: str = "inductor"  # "eager" = Dynamo without Inductor (CPU tests of the plumbing)
+    eager_parity: bool = False  # keep GEMVs on cuBLAS (kernel_select.inductor.eager_parity)
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise OptionError(f"method {self.name}: mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+
+    @property
+    def uses_handler(self) -> bool:
+        return self.topk is not None
+
+    def compile_options(self) -> dict[str, Any] | None:
+        """torch.compile options for Inductor (None: compile with the default mode)."""
+        if self.mode != "max-autotune":
+            return None
+        import torch._inductor as torch_inductor
+
+        mode = "max-autotune" if self.cudagraphs else "max-autotune-no-cudagraphs"
+        options = dict(torch_inductor.list_mode_options(mode))
+        if self.eager_parity:
+            from kernel_select.inductor.eager_parity import eager_parity_patches
+
+            options.update(eager_parity_patches())
+        return options
+
+    def compile(self, module: Any) -> Any:
+        """`module` as this method runs it; installs the handler first when the method has one."""
+        import torch
+
+        if self.mode == "eager":
+            return module
+        if self.uses_handler:
+            import kernel_select.inductor as ks_inductor
+
+            ks_inductor.install(topk=self.topk, kernel_lut_path=self.lut)
+        if self.backend != "inductor":
+            return torch.compile(module, backend=self.backend)
+        options = self.compile_options()
+        return torch.compile(module, options=options) if options else torch.compile(module)
+
+
+@dataclasses.dataclass(frozen=True)
+class MethodContext:
+    """What the factories may depend on."""
+
+    lut: str | None = None
+    cudagraphs: bool = True
+
+
+MethodFactory = Callable[[MethodContext], "ModelMethod | None"]
+_FACTORIES: dict[str, MethodFactory] = {}
+
+
+def register_method(name: str, factory: MethodFactory) -> None:
+    """Add (or replace) a method; it is offered after the ones registered before it."""
+    _FACTORIES[name] = factory
+
+
+def supports_topk(value: str) -> bool:
+    """Whether this version of `kernel_select.knobs` accepts `value` as a topk."""
+    try:
+        ks_config.parse_topk(value)
+    except OptionError:
+        return False
+    return True
+
+
+def _handler(name: str, topk: int | str) -> MethodFactory:
+    return lambda ctx: ModelMethod(name, "max-autotune", topk=topk, lut=ctx.lut, cudagraphs=ctx.cudagraphs)
+
+
+register_method("eager", lambda ctx: ModelMethod("eager", "eager"))
+register_method("default", lambda ctx: ModelMethod("default", "default"))
+register_method("stock", lambda ctx: ModelMethod("stock", "max-autotune", cudagraphs=ctx.cudagraphs))
+register_method("topk-1", _handler("topk-1", 1))
+register_method("topk-4", _handler("topk-4", 4))
+register_method("topk-auto", lambda ctx: _handler("topk-auto", "auto")(ctx) if supports_topk("auto") else None)
+register_method("topk-4-parity", lambda ctx: dataclasses.replace(_handler("topk-4-parity", 4)(ctx),
+                                                                  eager_parity=True))
+register_method("lut", lambda ctx: _handler("lut", 1)(ctx) if ctx.lut else None)
+
+
+#: Why a built-in method can be missing from a run.
+_CONDITIONS = {"lut": " (needs --lut)", "topk-auto": " (needs topk='auto' support in kernel_select.knobs)"}
+
+
+def available_methods(context: MethodContext | None = None) -> list[ModelMethod]:
+    """Every registered method that applies to `context`, in registration order."""
+    context = context or MethodContext()
+    return [m for m in (factory(context) for factory in _FACTORIES.values()) if m is not None]
+
+
+def select_methods(names: str | None, context: MethodContext | None = None) -> list[ModelMethod]:
+    """The methods named in "eager,stock,topk-4" (all available ones when `names` is empty).
+
+    Raises:
+        OptionError: for a name that is unknown or does not apply (e.g. `lut` without a LUT).
+    """
+    available = {m.name: m for m in available_methods(context)}
+    if not names:
+        return list(available.values())
+    chosen = []
+    for name in (n.strip() for n in names.split(",") if n.strip()):
+        if name not in available:
+            why = _CONDITIONS.get(name, "")
+            raise OptionError(f"--methods: {name!r} is not available{why}; choose from {', '.join(available)}")
+        if available[name] not in chosen:
+            chosen.append(available[name])
+    return chosen

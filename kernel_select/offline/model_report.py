@@ -1,0 +1,217 @@
+"""Reading a `compare-models` results file: per-run aggregation, the summary table, frames for
+notebooks and the compile-time vs step-time plot. Plain Python; pandas and matplotlib are
+imported only by the functions that need them.
+
+    from kernel_select.offline import model_report
+    results = model_report.load("results/models_h100.json")
+    print(model_report.format_summary(model_report.summarize(results)))
+    model_report.plot_models(results)          # a matplotlib Figure
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+#: A step counts as slower than eager (or than another method) beyond this fraction.
+SLOWER_BY = 0.02
+RESULT_FIELDS = ("compile_s", "step_ms", "eager_step_ms", "speedup_vs_eager", "compile_spread", "step_spread",
+                 "ratio_spread", "choices_stable", "gemms", "error", "runs")
+
+
+def load(path: str | Path) -> dict[str, Any]:
+    from kernel_select.offline.compare_models import load_results
+
+    return load_results(path)
+
+
+def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One (model, method)'s entry from its runs: medians of the good runs, their spread, and
+    the last error when no run succeeded."""
+    good = [r for r in runs if r.get("error") is None]
+    result: dict[str, Any] = dict.fromkeys(RESULT_FIELDS)
+    result["runs"] = runs
+    if not good:
+        result["error"] = runs[-1].get("error", "no run") if runs else "not measured"
+        result["gemms"] = []
+        return result
+    for key in ("compile_s", "step_ms", "eager_step_ms"):
+        result[key] = statistics.median(r[key] for r in good)
+    result["speedup_vs_eager"] = statistics.median(r["eager_step_ms"] / r["step_ms"] for r in good)
+    result["gemms"] = good[0].get("gemms", [])
+    if len(good) > 1:
+        result["compile_spread"] = _spread([r["compile_s"] for r in good])
+        result["step_spread"] = _spread([r["step_ms"] for r in good])
+        result["ratio_spread"] = _spread([r["step_ms"] / r["eager_step_ms"] for r in good])
+        result["choices_stable"] = all(_choices(r) == _choices(good[0]) for r in good)
+    return result
+
+
+def _spread(values: Sequence[float]) -> float | None:
+    median = statistics.median(values)
+    return (max(values) - min(values)) / median if median > 0 else None
+
+
+def _choices(run: dict[str, Any]) -> list[Any]:
+    return [(g.get("op"), g.get("shapes"), g.get("choice")) for g in run.get("gemms", [])]
+
+
+def succeeded(result: dict[str, Any] | None) -> bool:
+    return bool(result) and result.get("error") is None and (result.get("step_ms") or 0) > 0
+
+
+# -- summary -------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class MethodRow:
+    """One method over the models every compared method measured."""
+
+    method: str
+    models: int
+    compile_s: float  # total over the models
+    compile_vs_stock: float | None  # geomean over models of compile_s / stock's
+    worst_compile_vs_stock: float | None  # the largest per-model ratio
+    step_vs_stock: float | None  # geomean of (step / eager) / (stock step / stock eager)
+    step_vs_default: float | None  # the same against mode="default"
+    speedup_vs_eager: float  # geomean of eager / step
+    slower_than_eager: int  # models whose step is more than SLOWER_BY slower than eager
+    max_step_spread: float | None  # the largest run-to-run spread of step/eager (repeated runs)
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary:
+    rows: list[MethodRow]
+    models_used: list[str]
+    models_excluded: list[str]  # a method failed or is missing there
+
+
+def summarize(results: dict[str, Any]) -> Summary:
+    methods = [m for m in results["methods"] if m != "eager"]
+    used, excluded = [], []
+    for entry in results["models"]:
+        ok = all(succeeded(entry["results"].get(m)) for m in methods)
+        (used if ok else excluded).append(entry)
+    rows = [_row(method, used) for method in methods] if used else []
+    return Summary(rows, [e["name"] for e in used], [e["name"] for e in excluded])
+
+
+def _row(method: str, used: list[dict[str, Any]]) -> MethodRow:
+    def rel(entry: dict[str, Any], name: str) -> float:
+        result = entry["results"][name]
+        return result["step_ms"] / result["eager_step_ms"]
+
+    def versus(other: str) -> float | None:
+        if not all(succeeded(e["results"].get(other)) for e in used):
+            return None
+        return geomean([rel(e, method) / rel(e, other) for e in used])
+
+    compile_ratios = [_ratio(e["results"][method]["compile_s"], e["results"].get("stock", {}).get("compile_s"))
+                      for e in used]
+    known = None not in compile_ratios
+    spreads = [e["results"][method].get("ratio_spread") for e in used]
+    return MethodRow(
+        method=method, models=len(used),
+        compile_s=sum(e["results"][method]["compile_s"] for e in used),
+        compile_vs_stock=geomean(compile_ratios) if known else None,
+        worst_compile_vs_stock=max(compile_ratios) if known else None,
+        step_vs_stock=versus("stock"), step_vs_default=versus("default"),
+        speedup_vs_eager=geomean([1 / rel(e, method) for e in used]),
+        slower_than_eager=sum(rel(e, method) > 1 + SLOWER_BY for e in used),
+        max_step_spread=max((s for s in spreads if s is not None), default=None))
+
+
+def _ratio(value: float | None, reference: float | None) -> float | None:
+    return value / reference if value and reference else None
+
+
+def geomean(values: Sequence[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def format_summary(summary: Summary) -> str:
+    """A plain-text table (ratios < 1 are better, except speedups)."""
+    def num(value: float | None, width: int, fmt: str = ".3f") -> str:
+        return f"{'-':>{width}}" if value is None else f"{value:>{width}{fmt}}"
+
+    header = (f"{'method':<12}{'compile [s]':>12}{'compile/stock':>15}{'worst':>8}{'step/stock':>12}"
+              f"{'step/default':>14}{'vs eager':>10}{'slower':>8}{'spread':>8}")
+    lines = [f"{len(summary.models_used)} models"
+             + (f" ({len(summary.models_excluded)} excluded, a method failed: "
+                f"{', '.join(summary.models_excluded)})" if summary.models_excluded else ""),
+             header, "-" * len(header)]
+    for row in summary.rows:
+        lines.append(f"{row.method:<12}{row.compile_s:>12.1f}{num(row.compile_vs_stock, 15)}"
+                     f"{num(row.worst_compile_vs_stock, 8, '.2f')}{num(row.step_vs_stock, 12)}"
+                     f"{num(row.step_vs_default, 14)}{row.speedup_vs_eager:>9.3f}x{row.slower_than_eager:>8d}"
+                     f"{num(row.max_step_spread, 8, '.1%')}")
+    return "\n".join(lines)
+
+
+# -- notebooks -----------------------------------------------------------------------------------
+
+def model_frame(results: dict[str, Any]) -> Any:
+    """One row per (model, method): compile_s, step_ms, eager_step_ms, speedup, spreads, GEMMs."""
+    import pandas as pd
+
+    rows = []
+    for entry in results["models"]:
+        for method, result in entry["results"].items():
+            rows.append({"model": entry["name"], "method": method,
+                         **{k: result.get(k) for k in ("compile_s", "step_ms", "eager_step_ms",
+                                                       "speedup_vs_eager", "step_spread", "ratio_spread")},
+                         "gemms": len(result.get("gemms") or []), "error": result.get("error")})
+    return pd.DataFrame(rows).set_index(["model", "method"]) if rows else pd.DataFrame()
+
+
+def gemm_frame(results: dict[str, Any], model: str) -> Any:
+    """Each autotuned GEMM of `model`: op and shapes, and each method's winner."""
+    import pandas as pd
+
+    entry = next(e for e in results["models"] if e["name"] == model)
+    table: dict[tuple[str, str], dict[str, Any]] = {}
+    for method, result in entry["results"].items():
+        for gemm in result.get("gemms") or []:
+            key = (gemm["op"], str(gemm["shapes"]))
+            table.setdefault(key, {"op": key[0], "shapes": key[1]})[method] = gemm["choice"]
+    return pd.DataFrame(list(table.values()))
+
+
+def plot_models(results: dict[str, Any], path: str | Path | None = None) -> Any:
+    """Compile time (x, log) against step time relative to eager (y): a small point per model and
+    method, a large one per method at its total compile time and geomean. Needs matplotlib."""
+    from matplotlib.figure import Figure  # no pyplot: no global state, works headless
+
+    summary = summarize(results)
+    fig = Figure(figsize=(8, 5), layout="constrained")
+    ax = fig.add_subplot()
+    colors = dict(zip([r.method for r in summary.rows], _palette()))
+    for entry in results["models"]:
+        for method, color in colors.items():
+            result = entry["results"].get(method)
+            if succeeded(result) and result["compile_s"] > 0:
+                ax.plot(result["compile_s"], 1 / result["speedup_vs_eager"], ".", color=color, alpha=0.4)
+    for row in summary.rows:
+        if row.compile_s > 0:
+            ax.plot(row.compile_s, 1 / row.speedup_vs_eager, "o", color=colors[row.method], markersize=9,
+                    label=f"{row.method} (total over {row.models} models)")
+    ax.axhline(1.0, color="gray", linestyle="--", linewidth=1, label="eager")
+    ax.set_xscale("log")
+    env = results.get("environment", {})
+    ax.set_xlabel("compile time [s] (cold caches; totals for the large markers)")
+    ax.set_ylabel("step time / eager step time (geomean for the large markers)")
+    ax.set_title(f"Compile time vs step time -- {env.get('device', '?')}, torch {env.get('torch', '?')}",
+                 fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    if path is not None:
+        fig.savefig(path, dpi=150)
+    return fig
+
+
+def _palette() -> list[str]:
+    return ["tab:green", "tab:orange", "tab:blue", "tab:purple", "tab:red", "tab:brown", "tab:pink",
+            "tab:olive", "tab:cyan"]

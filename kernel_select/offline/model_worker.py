@@ -1,0 +1,214 @@
+"""One (model, method) measurement of `compare-models`, in a process of its own.
+
+    python -m kernel_select.offline.model_worker SPEC.json RESULT.json
+
+The parent gives every worker empty Inductor and Triton cache directories, so `compile_s` is
+a cold compile. The worker
+  1. compiles an unrelated elementwise function first, so imports, the CUDA context and the
+     compile-worker pool are not billed to the model;
+  2. builds the workload and times the compiled step's first call (`compile_s`: Dynamo,
+     Inductor, autotuning, and for training the backward graph too), recording every GEMM
+     Inductor autotuned (op, input shapes, the winner, how many choices it timed);
+  3. times the step and the eager step side by side, samples interleaved (`step_ms`,
+     `eager_step_ms`: medians per step), so drift hits both alike and their ratio stays honest.
+
+Timing uses CUDA events on a GPU (a mode with CUDA graphs replays them inside the step) and
+the wall clock on a CPU; tests pass a fake `Timer`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Protocol
+
+from kernel_select.offline.model_methods import ModelMethod
+from kernel_select.offline.model_zoo import build_workload
+
+log = logging.getLogger(__name__)
+
+WARMUP_STEPS = 3
+
+
+class Timer(Protocol):
+    def __call__(self, step: Callable[[], Any], repeats: int) -> float:
+        """Milliseconds that `repeats` back-to-back calls of `step` take."""
+
+
+class CudaEventTimer:
+    def __init__(self) -> None:
+        import torch
+
+        self._start = torch.cuda.Event(enable_timing=True)
+        self._end = torch.cuda.Event(enable_timing=True)
+
+    def __call__(self, step: Callable[[], Any], repeats: int) -> float:
+        self._start.record()
+        for _ in range(repeats):
+            step()
+        self._end.record()
+        self._end.synchronize()
+        return float(self._start.elapsed_time(self._end))
+
+
+def wall_clock_timer(step: Callable[[], Any], repeats: int) -> float:
+    start = time.perf_counter()
+    for _ in range(repeats):
+        step()
+    return (time.perf_counter() - start) * 1e3
+
+
+def interleaved_ms(steps: dict[str, Callable[[], Any]], timer: Timer, *, samples: int,
+                   min_sample_ms: float) -> dict[str, list[float]]:
+    """Per-step milliseconds of each step, `samples` samples each, taken in rounds (one sample of
+    every step per round). A sample runs enough steps to last about `min_sample_ms`."""
+    repeats = {}
+    for name, step in steps.items():
+        for _ in range(WARMUP_STEPS):
+            step()
+        once = timer(step, 1)
+        repeats[name] = max(1, math.ceil(min_sample_ms / max(once, 1e-3)))
+    per_step: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(samples):
+        for name, step in steps.items():
+            per_step[name].append(timer(step, repeats[name]) / repeats[name])
+    return per_step
+
+
+def relative_iqr(values: Sequence[float]) -> float | None:
+    """Interquartile range over median: the within-run spread of a step's samples."""
+    if len(values) < 4:
+        return None
+    q1, median, q3 = statistics.quantiles(values, n=4)
+    return (q3 - q1) / median if median > 0 else None
+
+
+@contextmanager
+def recording_gemms() -> Iterator[list[dict[str, Any]]]:
+    """Every op Inductor autotunes inside the block: op, input shapes, winner, choices timed."""
+    from torch._inductor import select_algorithm
+
+    import kernel_select.inductor as ks_inductor
+
+    shapes: list[Any] = []
+
+    def shape_saver(timings: Any, name: str, input_nodes: Any = (), *_: Any) -> None:
+        try:
+            shapes.append([[_dim(d) for d in node.get_size()] for node in input_nodes])
+        except Exception:  # noqa: BLE001 -- an exception here would abort the compile
+            shapes.append(None)
+
+    gemms: list[dict[str, Any]] = []
+    with ks_inductor.record_autotuning() as records:
+        select_algorithm.add_feedback_saver(shape_saver)
+        try:
+            yield gemms
+        finally:
+            savers = select_algorithm.get_algorithm_selector_cache().feedback_saver_fns
+            if shape_saver in savers:
+                savers.remove(shape_saver)
+            for i, record in enumerate(records):
+                winner = record.winner
+                gemms.append({"op": record.op, "shapes": shapes[i] if i < len(shapes) else None,
+                              "choice": winner.label() if winner else None,
+                              "n_triton": record.count("triton"), "n_choices": len(record.timings)})
+
+
+def _dim(size: Any) -> int | str:
+    try:
+        return int(size)
+    except TypeError:  # a symbolic size
+        return str(size)
+
+
+def _warm_up(device: Any, method: ModelMethod) -> None:
+    """Pay one-time start-up (imports, CUDA context, Inductor's compile pool) before timing."""
+    import torch
+
+    if method.mode == "eager":
+        return
+    x = torch.randn(4096, device=device)
+    torch.compile(lambda t: torch.sigmoid(t) * 3.0, backend=method.backend)(x)
+    _synchronize(device)
+    torch._dynamo.reset()
+
+
+def _synchronize(device: Any) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _marking_steps(step: Callable[[], Any]) -> Callable[[], Any]:
+    """`step`, telling Inductor's CUDA graphs that a new step begins (their outputs of the last
+    step may be overwritten; without it a training step's replay can refuse to run)."""
+    import torch
+
+    def marked() -> Any:
+        torch.compiler.cudagraph_mark_step_begin()
+        return step()
+
+    return marked
+
+
+def measure(spec: dict[str, Any], timer: Timer | None = None) -> dict[str, Any]:
+    """Run one (model, method) measurement described by `spec` (keys: model, method, device,
+    tiny, samples, min_sample_ms); returns the raw result the driver stores as a run."""
+    import torch
+
+    device = torch.device(spec["device"])
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    method = ModelMethod(**spec["method"])
+    _warm_up(device, method)
+    workload = build_workload(spec["model"], device=device, tiny=bool(spec.get("tiny")))
+    eager_step = workload.make_step(workload.module)
+    result: dict[str, Any] = {"compile_s": 0.0, "gemms": [], "sizes": workload.sizes}
+    step = eager_step
+    if method.mode != "eager":
+        step = _marking_steps(workload.make_step(method.compile(workload.module)))
+        with recording_gemms() as gemms:
+            _synchronize(device)
+            start = time.perf_counter()
+            step()
+            _synchronize(device)
+            result["compile_s"] = time.perf_counter() - start
+        result["gemms"] = gemms
+    if timer is None:
+        timer = CudaEventTimer() if device.type == "cuda" else wall_clock_timer
+    steps = {"step": step} if method.mode == "eager" else {"step": step, "eager": eager_step}
+    samples = interleaved_ms(steps, timer, samples=int(spec.get("samples", 30)),
+                             min_sample_ms=float(spec.get("min_sample_ms", 20.0)))
+    samples.setdefault("eager", samples["step"])
+    result["step_ms"] = statistics.median(samples["step"])
+    result["eager_step_ms"] = statistics.median(samples["eager"])
+    result["step_iqr"] = relative_iqr(samples["step"])
+    result["timing"] = "cuda_events" if device.type == "cuda" else "wall_clock"
+    return result
+
+
+def main(argv: Sequence[str]) -> int:
+    if len(argv) != 2:
+        print("usage: python -m kernel_select.offline.model_worker SPEC.json RESULT.json", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    spec = json.loads(Path(argv[0]).read_text())
+    try:
+        result = measure(spec)
+    except Exception as exc:  # noqa: BLE001 -- report it in the results; the driver goes on
+        log.exception("measurement of %s with %s failed", spec["model"], spec["method"]["name"])
+        result = {"error": f"{type(exc).__name__}: {exc}"}
+    Path(argv[1]).write_text(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,304 @@
+"""Whole networks to compile: real architectures with random weights, built from `transformers`
+config objects (nothing is downloaded) plus a recommendation-style MLP tower in plain torch.
+
+Each architecture is built at full size for the GPU comparison or `tiny` (narrow and shallow,
+through the same builder and the same code paths) for CPU tests. A *workload* is one
+architecture in one phase:
+
+  prefill  inference over a batch of full inputs: B sequences of S tokens (language models),
+           B images (ViT), B examples (the recommendation tower)
+  decode   inference at the smallest useful batch: one new token per sequence against a static
+           KV cache of S tokens (language models; the GEMMs have M = B), one image, one example
+  train    forward + loss + backward + AdamW step (GPT-2 and the Llama-shaped decoder)
+
+`build_workload(name, device=..., tiny=...)` returns a `Workload` whose `make_step(fn)` gives a
+zero-argument callable running one step through `fn`, the module itself or a compiled wrapper
+of it; the worker times that callable. `transformers` is imported only when a transformers
+architecture is built (it is the optional `models` extra).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from kernel_select.errors import OptionError
+
+PHASES = ("prefill", "decode", "train")
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    """Batch and sequence sizes of one architecture's phases."""
+
+    prefill_batch: int
+    prefill_seq: int  # tokens per sequence (language models); unused elsewhere
+    decode_batch: int
+    train_batch: int
+    train_seq: int
+
+
+@dataclasses.dataclass
+class Workload:
+    """One architecture in one phase, built and ready to run."""
+
+    name: str  # "<architecture>/<phase>"
+    architecture: str
+    phase: str
+    module: Any  # the torch.nn.Module to compile
+    sizes: dict[str, int]  # what the step runs on, for the results file
+    make_step: Callable[[Callable[..., Any]], Callable[[], Any]]
+
+
+def _transformers() -> Any:
+    try:
+        import transformers
+    except ImportError:
+        raise OptionError("compare-models: the transformers package is needed for this model "
+                          "(pip install 'kernel_select[models]')") from None
+    return transformers
+
+
+def require_transformers(names: list[str]) -> None:
+    """Fail early, with the install hint, when a workload of `names` needs transformers.
+
+    Raises:
+        OptionError: when transformers is missing and needed.
+    """
+    if any(ARCHITECTURES[name.split("/")[0]].kind != "recsys" for name in names):
+        _transformers()
+
+
+# -- architectures -------------------------------------------------------------------------------
+
+def gpt2_small(tiny: bool = False) -> Any:
+    """GPT-2 small (124M): 12 layers, width 768, 12 heads, vocabulary 50257."""
+    t = _transformers()
+    if tiny:
+        return t.GPT2LMHeadModel(t.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=512, n_positions=128,
+                                                        bos_token_id=0, eos_token_id=0))
+    return t.GPT2LMHeadModel(t.GPT2Config(n_embd=768, n_layer=12, n_head=12, vocab_size=50257, n_positions=1024))
+
+
+def llama3_8b_2layer(tiny: bool = False) -> Any:
+    """Llama-3-8B at full width (hidden 4096, MLP 14336, 32 heads, 8 KV heads, vocabulary 128256)
+    but only 2 of its 32 layers: every GEMM shape of the real model, at 1/16 of the layers."""
+    t = _transformers()
+    if tiny:
+        config = t.LlamaConfig(hidden_size=64, intermediate_size=224, num_attention_heads=4,
+                               num_key_value_heads=2, num_hidden_layers=2, vocab_size=512,
+                               max_position_embeddings=256)
+    else:
+        config = t.LlamaConfig(hidden_size=4096, intermediate_size=14336, num_attention_heads=32,
+                               num_key_value_heads=8, num_hidden_layers=2, vocab_size=128256,
+                               max_position_embeddings=8192, rope_theta=500000.0)
+    return t.LlamaForCausalLM(config)
+
+
+def vit_b16(tiny: bool = False) -> Any:
+    """ViT-B/16 at 224x224: 12 layers, width 768, MLP 3072, 196 patches + the class token."""
+    t = _transformers()
+    if tiny:
+        config = t.ViTConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                             image_size=32, patch_size=16)
+    else:
+        config = t.ViTConfig(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                             intermediate_size=3072, image_size=224, patch_size=16)
+    return t.ViTForImageClassification(config)
+
+
+def recsys_tower(tiny: bool = False) -> Any:
+    """A DLRM-style recommendation model: 26 embedding tables and a bottom MLP over 13 dense
+    features feed a top MLP (1024-1024-512-256-1) through a concatenation."""
+    import torch
+    from torch import nn
+
+    scale = 16 if tiny else 1
+    dim, rows, tables = 128 // scale, (1000 if tiny else 100_000), 26
+
+    def mlp(widths: list[int]) -> nn.Sequential:
+        layers: list[nn.Module] = []
+        for i, (a, b) in enumerate(zip(widths, widths[1:])):
+            layers += [nn.Linear(a, b)] + ([nn.ReLU()] if i < len(widths) - 2 else [])
+        return nn.Sequential(*layers)
+
+    class Recsys(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.tables = nn.ModuleList(nn.Embedding(rows, dim) for _ in range(tables))
+            self.bottom = mlp([13, 512 // scale, 256 // scale, dim])
+            self.top = mlp([dim * (tables + 1)] + [w // scale for w in (1024, 1024, 512, 256)] + [1])
+
+        def forward(self, dense: torch.Tensor, sparse: torch.Tensor) -> torch.Tensor:
+            embedded = [table(sparse[:, i]) for i, table in enumerate(self.tables)]
+            return self.top(torch.cat([self.bottom(dense), *embedded], dim=1))
+
+    model = Recsys()
+    model.sizes = {"dense": 13, "tables": tables, "rows": rows}
+    return model
+
+
+@dataclasses.dataclass(frozen=True)
+class Architecture:
+    name: str
+    build: Callable[[bool], Any]
+    kind: str  # "lm", "vision" or "recsys": how inputs are made
+    sizes: Sizes
+    tiny_sizes: Sizes
+    trains: bool
+
+
+ARCHITECTURES = {arch.name: arch for arch in (
+    Architecture("gpt2-small", gpt2_small, "lm", Sizes(8, 1024, 8, 8, 1024), Sizes(2, 16, 2, 2, 16), True),
+    Architecture("llama3-8b-2layer", llama3_8b_2layer, "lm", Sizes(1, 2048, 8, 1, 2048), Sizes(2, 16, 2, 2, 16),
+                 True),
+    Architecture("vit-b16", vit_b16, "vision", Sizes(64, 0, 1, 0, 0), Sizes(2, 0, 1, 0, 0), False),
+    Architecture("recsys-mlp", recsys_tower, "recsys", Sizes(2048, 0, 1, 0, 0), Sizes(8, 0, 1, 0, 0), False),
+)}
+
+
+def workload_names() -> list[str]:
+    """Every architecture/phase pair, in a stable order."""
+    return [f"{arch.name}/{phase}" for arch in ARCHITECTURES.values() for phase in PHASES
+            if phase != "train" or arch.trains]
+
+
+def parse_workloads(text: str | None) -> list[str]:
+    """"gpt2-small,vit-b16/prefill" -> the named workloads (an architecture alone = all its phases).
+
+    Raises:
+        OptionError: naming what is unknown and listing what exists.
+    """
+    names = workload_names()
+    if not text:
+        return names
+    chosen: list[str] = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        matches = [n for n in names if n == part or n.split("/")[0] == part]
+        if not matches:
+            raise OptionError(f"--models: unknown model {part!r}; choose from {', '.join(names)} "
+                              f"(or an architecture: {', '.join(ARCHITECTURES)})")
+        chosen += [m for m in matches if m not in chosen]
+    return chosen
+
+
+# -- workloads ------------------------------------------------------------------------------------
+
+def build_workload(name: str, *, device: Any, dtype: Any = None, tiny: bool = False, seed: int = 0) -> Workload:
+    """Build `name` ("<architecture>/<phase>") with random weights on `device` (default dtype bf16).
+
+    Raises:
+        OptionError: for an unknown workload.
+    """
+    import torch
+
+    if name not in workload_names():
+        raise OptionError(f"unknown model workload {name!r}; choose from {', '.join(workload_names())}")
+    arch_name, phase = name.split("/")
+    arch = ARCHITECTURES[arch_name]
+    torch.manual_seed(seed)
+    module = arch.build(tiny).to(device=device, dtype=dtype or torch.bfloat16)
+    module.train(phase == "train")
+    sizes = arch.tiny_sizes if tiny else arch.sizes
+    builder = {"lm": _lm_step, "vision": _vision_step, "recsys": _recsys_step}[arch.kind]
+    used, make_step = builder(module, phase, sizes, device)
+    return Workload(name, arch_name, phase, module, used, make_step)
+
+
+def _inference(run: Callable[[Callable[..., Any]], Any]) -> Callable[[Callable[..., Any]], Callable[[], Any]]:
+    import torch
+
+    def make_step(fn: Callable[..., Any]) -> Callable[[], Any]:
+        def step() -> Any:
+            with torch.no_grad():
+                return run(fn)
+
+        return step
+
+    return make_step
+
+
+def _training(module: Any, loss_of: Callable[[Callable[..., Any]], Any]) -> Callable[..., Callable[[], Any]]:
+    import torch
+
+    # A tiny learning rate keeps random weights from diverging over hundreds of timed steps;
+    # foreach=False keeps the optimizer's kernels the same whatever the compiled part does.
+    optimizer = torch.optim.AdamW(module.parameters(), lr=1e-6, foreach=False)
+
+    def make_step(fn: Callable[..., Any]) -> Callable[[], Any]:
+        def step() -> Any:
+            loss = loss_of(fn)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            return loss
+
+        return step
+
+    return make_step
+
+
+def _lm_step(module: Any, phase: str, sizes: Sizes, device: Any) -> tuple[dict[str, int], Callable[..., Any]]:
+    import torch
+
+    vocab = module.config.vocab_size
+    if phase == "train":
+        ids = torch.randint(0, vocab, (sizes.train_batch, sizes.train_seq), device=device)
+        return ({"batch": sizes.train_batch, "seq": sizes.train_seq},
+                _training(module, lambda fn: fn(input_ids=ids, labels=ids).loss))
+    if phase == "prefill":
+        ids = torch.randint(0, vocab, (sizes.prefill_batch, sizes.prefill_seq), device=device)
+        return ({"batch": sizes.prefill_batch, "seq": sizes.prefill_seq},
+                _inference(lambda fn: fn(input_ids=ids, use_cache=False).logits))
+    return _decode_step(module, sizes, device)
+
+
+def _decode_step(module: Any, sizes: Sizes, device: Any) -> tuple[dict[str, int], Callable[..., Any]]:
+    """One token per sequence after a prefill of `prefill_seq` tokens, into a static KV cache
+    (fixed shapes, so the step compiles once and CUDA graphs can replay it)."""
+    import torch
+
+    t = _transformers()
+    batch, context = sizes.decode_batch, sizes.prefill_seq
+    cache = t.StaticCache(config=module.config, max_cache_len=context + 1)
+    vocab = module.config.vocab_size
+    prompt = torch.randint(0, vocab, (batch, context), device=device)
+    token = torch.randint(0, vocab, (batch, 1), device=device)
+    position = torch.tensor([context], device=device)
+    with torch.no_grad():
+        module(input_ids=prompt, past_key_values=cache, use_cache=True,
+               cache_position=torch.arange(context, device=device))
+
+    def run(fn: Callable[..., Any]) -> Any:
+        _rewind(cache, context)
+        return fn(input_ids=token, past_key_values=cache, use_cache=True, cache_position=position).logits
+
+    return {"batch": batch, "context": context}, _inference(run)
+
+
+def _rewind(cache: Any, length: int) -> None:
+    """Make the cache hold `length` tokens again, so every timed step decodes the same position.
+    transformers 5 keeps a per-layer length counter; 4.x writes where `cache_position` says."""
+    for layer in getattr(cache, "layers", ()):
+        counter = getattr(layer, "cumulative_length", None)
+        if counter is not None and hasattr(counter, "fill_"):
+            counter.fill_(length)
+
+
+def _vision_step(module: Any, phase: str, sizes: Sizes, device: Any) -> tuple[dict[str, int], Callable[..., Any]]:
+    import torch
+
+    batch = sizes.prefill_batch if phase == "prefill" else sizes.decode_batch
+    side = module.config.image_size
+    pixels = torch.randn(batch, 3, side, side, device=device, dtype=next(module.parameters()).dtype)
+    return {"batch": batch, "image": side}, _inference(lambda fn: fn(pixel_values=pixels).logits)
+
+
+def _recsys_step(module: Any, phase: str, sizes: Sizes, device: Any) -> tuple[dict[str, int], Callable[..., Any]]:
+    import torch
+
+    batch = sizes.prefill_batch if phase == "prefill" else sizes.decode_batch
+    dense = torch.randn(batch, module.sizes["dense"], device=device, dtype=next(module.parameters()).dtype)
+    sparse = torch.randint(0, module.sizes["rows"], (batch, module.sizes["tables"]), device=device)
+    return {"batch": batch}, _inference(lambda fn: fn(dense, sparse))

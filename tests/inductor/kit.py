@@ -1,0 +1,116 @@
+"""Shared pieces of the Inductor tests: stand-ins for what the handler reads from Inductor (with
+torch's real KernelTemplateChoice classes), a fixed-ratio cuBLAS gate, and small helpers."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from torch._inductor.kernel_template_choice import KernelTemplateChoice
+from torch._inductor.template_heuristics.params import DictKernelTemplateParams
+
+from kernel_select import runtime
+from kernel_select.configs import GemmConfig
+from kernel_select.problem import Problem
+from tests.subprocess_env import package_env
+
+
+SEED = Problem(560, 1280, 3420, "bfloat16")
+LUT_A = GemmConfig(block_m=64, block_n=128, block_k=64, num_stages=3, num_warps=4)
+LUT_B = GemmConfig(block_m=128, block_n=64, block_k=32, num_stages=4, num_warps=8)
+INDUCTOR_FIRST = {"EVEN_K": False, "USE_FAST_ACCUM": False, "ACC_TYPE": "tl.float32", "num_stages": 1,
+                  "num_warps": 2, "BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "hint_override": None,
+                  "GROUP_M": 8}
+
+
+class FakeTemplate:
+    def __init__(self, uid: str) -> None:
+        self.uid = uid
+
+
+class FakeInputs:
+    """What the handler reads from Inductor's MMKernelInputs."""
+
+    def __init__(self, m: int, n: int, k: int, dtype: torch.dtype = torch.bfloat16, device_type: str = "cuda",
+                 batch: int = 1, k_symbolic: object = None) -> None:
+        self.m, self.n, self.k, self.batch = m, n, k, batch
+        self._dtype, self.device_type = dtype, device_type
+        self.k_symbolic = k if k_symbolic is None else k_symbolic
+
+    def mnk_hinted(self) -> tuple[int, int, int]:
+        return self.m, self.n, self.k
+
+    def mnk_symbolic(self) -> tuple[object, object, object]:
+        return self.m, self.n, self.k_symbolic
+
+    def batch_hinted(self) -> int:
+        return self.batch
+
+    def dtype(self, idx: int = 0) -> torch.dtype:
+        return self._dtype
+
+    def device(self) -> torch.device:
+        return torch.device(self.device_type, 0)
+
+
+def ktc(uid: str, inputs: FakeInputs, **params: object) -> KernelTemplateChoice:
+    return KernelTemplateChoice(template=FakeTemplate(uid), params=DictKernelTemplateParams(dict(params)),
+                                extra_kwargs={"ALLOW_TF32": False}, layout="layout", inputs=inputs)
+
+
+def inductor_candidates(inputs: FakeInputs, triton_uid: str = "triton::mm") -> dict[str, list]:
+    """Inductor-like template choices: one ATen, 20 Triton, one decompose_k."""
+    triton = [ktc(triton_uid, inputs, **{**INDUCTOR_FIRST, "num_stages": 1 + i % 5}) for i in range(20)]
+    return {"aten::mm": [ktc("aten::mm", inputs)], triton_uid: triton,
+            "decompose_k": [ktc("decompose_k", inputs, k_split=4)]}
+
+
+def finalize(handler, inputs, candidates, op="mm", overrides=None):  # noqa: ANN001, ANN201
+    generators = {uid: iter(items) for uid, items in candidates.items()}
+    return handler._finalize_template_configs(generators, inputs, [FakeTemplate(u) for u in candidates], op,
+                                              overrides)
+
+
+def triton_of(result: list, uid: str = "triton::mm") -> list:  # noqa: ANN001
+    return [c for c in result if c.template.uid == uid]
+
+
+def params_config(choice: KernelTemplateChoice) -> GemmConfig:
+    return GemmConfig.from_inductor_kwargs(choice.params.to_kwargs())
+
+
+
+def warnings_of(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name.startswith("kernel_select.inductor") and r.levelno == logging.WARNING]
+
+
+class FakeGate:
+    """Predicts a fixed cuBLAS / best-Triton time ratio for every problem."""
+
+    def __init__(self, ratio: float, tag: str = "g1") -> None:
+        self.ratio, self.tag, self.calls = ratio, tag, 0
+
+    def decide(self, problem: Problem, margin: float):  # noqa: ANN201
+        from kernel_select.model.gate import GateDecision
+
+        self.calls += 1
+        return GateDecision(problem=problem, predicted_ratio=self.ratio, margin=margin)
+
+    def digest(self) -> str:
+        return self.tag
+
+
+def use_gate(monkeypatch: pytest.MonkeyPatch, gate: object) -> None:
+    monkeypatch.setattr(runtime, "gate", lambda device: gate)
+
+
+def run_python(code: str) -> subprocess.CompletedProcess[str]:
+    env = package_env()
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True,
+                          text=True, timeout=240)
+
+

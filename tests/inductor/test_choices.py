@@ -1,0 +1,261 @@
+"""The choices handler on the CPU: which candidates it hands Inductor, and its fallbacks."""
+
+from __future__ import annotations
+
+import logging
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("torch._inductor.kernel_template_choice")
+
+from torch._inductor.template_heuristics.params import DictKernelTemplateParams  # noqa: E402
+
+from torch._inductor import config as inductor_config  # noqa: E402
+
+import kernel_select.inductor as ks_inductor  # noqa: E402
+import kernel_select.knobs as ks_config  # noqa: E402
+from kernel_select import runtime  # noqa: E402
+from kernel_select.problem import Problem  # noqa: E402
+from kernel_select.space import for_problem  # noqa: E402
+from tests.inductor.kit import (  # noqa: E402
+    FakeGate, FakeInputs, INDUCTOR_FIRST, LUT_A, LUT_B, SEED, finalize, inductor_candidates, params_config, triton_of, use_gate, warnings_of)
+from tests.inductor_doubles import BrokenModel, FakeModel, expected_top  # noqa: E402
+
+
+# -- selection ------------------------------------------------------------------------------------
+
+def test_triton_candidates_become_topk_with_lut_entries_first(lut_file: Path):
+    inputs = FakeInputs(560, 1280, 3420)
+    candidates = inductor_candidates(inputs)
+    model = FakeModel()
+    handler = ks_inductor.KernelSelectChoices(topk=4, kernel_lut_path=str(lut_file), model=model,
+                                              device="h100")
+
+    result = finalize(handler, inputs, candidates)
+
+    triton = [c for c in result if c.template.uid == "triton::mm"]
+    assert [params_config(c) for c in triton] == expected_top(SEED, 4, pinned=[LUT_A, LUT_B])
+    assert model.calls == 1  # one batched estimate over the whole space
+    selection = handler.selections[-1]
+    assert selection.sources[:2] == ("lut", "lut") and selection.space_size == len(for_problem(SEED, "h100"))
+
+
+def test_configs_come_from_the_exhaustive_space_not_inductors_list():
+    inputs = FakeInputs(560, 1280, 3420)
+    handler = ks_inductor.KernelSelectChoices(topk=8, model=FakeModel(), device="h100")
+    triton = triton_of(finalize(handler, inputs, inductor_candidates(inputs)))
+    chosen = [params_config(c) for c in triton]
+    assert chosen == expected_top(SEED, 8)
+    assert len(set(chosen)) == 8
+    inductor_defaults = {params_config(c) for c in inductor_candidates(inputs)["triton::mm"]}
+    assert not set(chosen) & inductor_defaults  # none of them came from Inductor's 20
+
+
+def test_aten_and_other_templates_pass_through_in_order():
+    inputs = FakeInputs(560, 1280, 3420)
+    candidates = inductor_candidates(inputs)
+    handler = ks_inductor.KernelSelectChoices(topk=2, model=FakeModel(), device="h100")
+    result = finalize(handler, inputs, candidates)
+    assert result[0] is candidates["aten::mm"][0]
+    assert result[-1] is candidates["decompose_k"][0]
+    assert [c.template.uid for c in result] == ["aten::mm", "triton::mm", "triton::mm", "decompose_k"]
+
+
+def test_synthesized_candidates_keep_inductors_problem_kwargs_and_extras():
+    inputs = FakeInputs(512, 1024, 4096)
+    candidates = inductor_candidates(inputs)
+    base = candidates["triton::mm"][0]
+    base.params = DictKernelTemplateParams({**INDUCTOR_FIRST, "ACC_TYPE": "tl.float16", "FUTURE_KNOB": 7})
+    handler = ks_inductor.KernelSelectChoices(topk=3, model=FakeModel(), device="h100")
+
+    overrides = {"triton::mm": {"USE_FAST_ACCUM": True}}
+    triton = triton_of(finalize(handler, inputs, candidates, overrides=overrides))
+
+    for choice in triton:
+        kwargs = choice.params.to_kwargs()
+        assert kwargs["EVEN_K"] == (4096 % kwargs["BLOCK_K"] == 0)
+        assert kwargs["ACC_TYPE"] == "tl.float16" and kwargs["FUTURE_KNOB"] == 7  # from Inductor's base
+        assert kwargs["USE_FAST_ACCUM"] is True  # kwarg_overrides win, as in make_ktc_generator
+        assert kwargs["hint_override"] is None and "ALLOW_TF32" not in kwargs
+        assert choice.extra_kwargs is base.extra_kwargs
+        assert choice.layout is base.layout and choice.inputs is base.inputs
+        assert choice.template is base.template
+
+
+def test_even_k_is_false_when_k_is_symbolic():
+    import sympy
+
+    inputs = FakeInputs(256, 256, 4096, k_symbolic=sympy.Symbol("s0", positive=True, integer=True))
+    handler = ks_inductor.KernelSelectChoices(topk=4, model=FakeModel(), device="h100")
+    triton = triton_of(finalize(handler, inputs, inductor_candidates(inputs)))
+    assert triton and not any(c.params.to_kwargs()["EVEN_K"] for c in triton)
+
+
+def test_bmm_uses_the_batch_and_the_bmm_template():
+    inputs = FakeInputs(128, 256, 512, batch=6)
+    candidates = inductor_candidates(inputs, triton_uid="triton::bmm")
+    handler = ks_inductor.KernelSelectChoices(topk=2, model=FakeModel(), device="h100")
+    triton = [c for c in finalize(handler, inputs, candidates, op="bmm") if c.template.uid == "triton::bmm"]
+    assert len(triton) == 2
+    assert handler.selections[-1].problem == Problem(128, 256, 512, "bfloat16", batch=6, op="bmm")
+
+
+def test_default_topk_benchmarks_as_many_as_inductors_default_list():
+    inputs = FakeInputs(560, 1280, 3420)
+    handler = ks_inductor.KernelSelectChoices(topk="DEFAULT", model=FakeModel(), device="h100")
+    triton = triton_of(finalize(handler, inputs, inductor_candidates(inputs)))
+    assert len(triton) == len(for_problem(SEED, "h100", "default"))
+
+
+@pytest.mark.parametrize("case", ["same", "cpu", "op", "dtype", "no-triton", "empty-triton"])
+def test_pass_through_cases(case: str):
+    inputs = FakeInputs(560, 1280, 3420, dtype=torch.int8 if case == "dtype" else torch.bfloat16,
+                        device_type="cpu" if case == "cpu" else "cuda")
+    candidates = inductor_candidates(inputs)
+    if case == "no-triton":
+        del candidates["triton::mm"]
+    if case == "empty-triton":  # the template is listed but its heuristic yields nothing
+        candidates["triton::mm"] = []
+    model = FakeModel()
+    topk = "SAME" if case == "same" else 2
+    handler = ks_inductor.KernelSelectChoices(topk=topk, model=model, device="h100")
+    result = finalize(handler, inputs, candidates, op="mm-ah" if case == "op" else "mm")
+    assert result == [c for items in candidates.values() for c in items]
+    assert model.calls == 0
+
+
+# -- failures fall back to Inductor's own candidates -------------------------------------------------
+
+def run_two_gemms(handler, caplog):  # noqa: ANN001, ANN201
+    results = []
+    for m in (560, 1024):
+        inputs = FakeInputs(m, 1280, 3420)
+        candidates = inductor_candidates(inputs)
+        with caplog.at_level(logging.WARNING, logger="kernel_select.inductor"):
+            results.append((finalize(handler, inputs, candidates), candidates))
+    return results
+
+
+@pytest.mark.parametrize("broken", ["lut-garbage", "lut-missing", "model-estimate", "model-name", "inputs"])
+def test_failures_fall_back_with_exactly_one_warning(broken: str, lut_file: Path, tmp_path: Path,
+                                                     caplog: pytest.LogCaptureFixture):
+    kwargs: dict[str, object] = {"topk": 4, "device": "h100", "model": FakeModel()}
+    if broken == "lut-garbage":
+        lut_file.write_text("{ this is not a LUT")
+        kwargs["kernel_lut_path"] = str(lut_file)
+    elif broken == "lut-missing":
+        kwargs["kernel_lut_path"] = str(tmp_path / "nope.json")
+    elif broken == "model-estimate":
+        kwargs["model"] = BrokenModel()
+    elif broken == "model-name":
+        kwargs["model"] = "no-such-model"
+    handler = ks_inductor.KernelSelectChoices(**kwargs)
+
+    if broken == "inputs":
+        for m in (560, 1024):
+            inputs = FakeInputs(m, 1280, 3420)
+            candidates = inductor_candidates(inputs)
+            with caplog.at_level(logging.WARNING, logger="kernel_select.inductor"):
+                result = finalize(handler, object(), candidates)  # not a KernelInputs at all
+            assert result == [c for items in candidates.values() for c in items]
+    else:
+        for result, candidates in run_two_gemms(handler, caplog):
+            assert result == [c for items in candidates.values() for c in items]  # all 22, same objects
+    assert len(warnings_of(caplog)) == 1
+
+
+def test_invalid_torch_option_value_falls_back(caplog: pytest.LogCaptureFixture):
+    assert ks_inductor.register_options()
+    handler = ks_inductor.KernelSelectChoices(topk=2, model=FakeModel(), device="h100")
+    inputs = FakeInputs(560, 1280, 3420)
+    candidates = inductor_candidates(inputs)
+    with inductor_config.patch(gemm_topk="lots"), caplog.at_level(logging.WARNING):
+        result = finalize(handler, inputs, candidates)
+    assert len(result) == 22
+    assert "gemm_topk" in warnings_of(caplog)[0].getMessage()
+
+
+# -- the cuBLAS gate ------------------------------------------------------------------------------
+
+def test_gate_that_prefers_cublas_leaves_only_aten_and_other_templates(monkeypatch: pytest.MonkeyPatch):
+    use_gate(monkeypatch, FakeGate(ratio=0.8))
+    inputs = FakeInputs(16, 1024, 4096)
+    candidates = inductor_candidates(inputs)
+    handler = ks_inductor.KernelSelectChoices(topk=4, model=FakeModel(), device="h100", cublas_margin=0.05)
+    result = finalize(handler, inputs, candidates)
+    assert [c.template.uid for c in result] == ["aten::mm", "decompose_k"]
+    selection = handler.selections[-1]
+    assert selection.configs == () and selection.gate.prefers_cublas
+
+
+def test_gate_keeps_lut_entries_when_it_skips_the_model_ranking(monkeypatch: pytest.MonkeyPatch,
+                                                                lut_file: Path):
+    use_gate(monkeypatch, FakeGate(ratio=0.5))
+    inputs = FakeInputs(560, 1280, 3420)
+    handler = ks_inductor.KernelSelectChoices(topk=4, kernel_lut_path=str(lut_file), model=FakeModel(),
+                                              device="h100", cublas_margin=0.05)
+    triton = triton_of(finalize(handler, inputs, inductor_candidates(inputs)))
+    assert [params_config(c) for c in triton] == [LUT_A, LUT_B]
+
+
+@pytest.mark.parametrize("ratio, margin", [(0.96, 0.05), (1.3, 0.0)])
+def test_gate_within_its_margin_changes_nothing(monkeypatch: pytest.MonkeyPatch, ratio: float, margin: float):
+    use_gate(monkeypatch, FakeGate(ratio=ratio))
+    inputs = FakeInputs(560, 1280, 3420)
+    handler = ks_inductor.KernelSelectChoices(topk=4, model=FakeModel(), device="h100", cublas_margin=margin)
+    triton = triton_of(finalize(handler, inputs, inductor_candidates(inputs)))
+    assert [params_config(c) for c in triton] == expected_top(SEED, 4)
+    assert not handler.selections[-1].gate.prefers_cublas
+
+
+def test_gate_off_is_never_consulted(monkeypatch: pytest.MonkeyPatch):
+    gate = FakeGate(ratio=0.1)
+    use_gate(monkeypatch, gate)
+    inputs = FakeInputs(560, 1280, 3420)
+    handler = ks_inductor.KernelSelectChoices(topk=4, model=FakeModel(), device="h100", cublas_margin="off")
+    assert len(triton_of(finalize(handler, inputs, inductor_candidates(inputs)))) == 4
+    assert gate.calls == 0 and handler.selections[-1].gate is None
+
+
+def test_gate_off_survives_install_and_the_factory(monkeypatch: pytest.MonkeyPatch):
+    gate = FakeGate(ratio=0.1)
+    use_gate(monkeypatch, gate)
+    with ks_config.patch(cublas_margin=0.05):  # the knob says "on"; the install() argument wins
+        handler = ks_inductor.install(topk=4, model="analytical", device="h100", cublas_margin="off")
+        rebuilt = inductor_config.inductor_choices_class()  # what Inductor instantiates per compile
+        unpickled = pickle.loads(pickle.dumps(inductor_config.inductor_choices_class))()
+        assert [h.settings().cublas_margin for h in (handler, rebuilt, unpickled)] == [None, None, None]
+        inputs = FakeInputs(560, 1280, 3420)
+        assert len(triton_of(finalize(rebuilt, inputs, inductor_candidates(inputs)))) == 4 and gate.calls == 0
+
+
+def test_uuid_follows_the_gate_margin_and_weights(monkeypatch: pytest.MonkeyPatch):
+    use_gate(monkeypatch, FakeGate(ratio=1.0, tag="weights-1"))
+    keys = {margin: ks_inductor.KernelSelectChoices(topk=4, device="h100", cublas_margin=margin).uuid()
+            for margin in ("off", 0.05, 0.1)}
+    assert len(set(keys.values())) == 3
+    use_gate(monkeypatch, FakeGate(ratio=1.0, tag="weights-2"))
+    assert ks_inductor.KernelSelectChoices(topk=4, device="h100", cublas_margin=0.05).uuid() != keys[0.05]
+
+
+def test_broken_gate_file_falls_back_to_inductors_candidates(monkeypatch: pytest.MonkeyPatch,
+                                                             caplog: pytest.LogCaptureFixture):
+    from kernel_select.errors import ModelError
+
+    def broken(device: object) -> None:
+        raise ModelError("models/h100/cublas_gate.pt: cannot load the cuBLAS gate (truncated)")
+
+    monkeypatch.setattr(runtime, "gate", broken)
+    inputs = FakeInputs(560, 1280, 3420)
+    candidates = inductor_candidates(inputs)
+    handler = ks_inductor.KernelSelectChoices(topk=4, model=FakeModel(), device="h100", cublas_margin=0.05)
+    with caplog.at_level(logging.WARNING):
+        result = finalize(handler, inputs, candidates)
+    assert triton_of(result) == candidates["triton::mm"]
+    assert len(warnings_of(caplog)) == 1 and "cublas_gate.pt" in warnings_of(caplog)[0].getMessage()
+    handler.uuid()  # a broken gate never breaks the cache key
+
+

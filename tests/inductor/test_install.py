@@ -1,0 +1,196 @@
+"""install()/uninstall(), the factory Inductor instantiates, and the cache identity it carries."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import pickle
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("torch._inductor.kernel_template_choice")
+
+from torch._inductor import config as inductor_config  # noqa: E402
+from torch._inductor.choices import InductorChoices  # noqa: E402
+from torch._inductor.virtualized import V  # noqa: E402
+
+import kernel_select.inductor as ks_inductor  # noqa: E402
+from kernel_select.errors import OptionError  # noqa: E402
+from tests.inductor.kit import FakeInputs, finalize, inductor_candidates, run_python  # noqa: E402
+from tests.inductor_doubles import FakeModel  # noqa: E402
+
+
+# -- cache identity -----------------------------------------------------------------------------
+
+def test_uuid_changes_with_k_lut_contents_model_and_device(lut_file: Path):
+    model = FakeModel()
+
+    def uuid(**kw: object) -> str:
+        args = {"topk": 4, "kernel_lut_path": str(lut_file), "model": model, "device": "h100", **kw}
+        return ks_inductor.KernelSelectChoices(**args).uuid()
+
+    base = uuid()
+    assert base == uuid()  # stable
+    assert uuid(topk=8) != base
+    assert uuid(device="a100") != base
+    assert uuid(model=FakeModel(tag="v2")) != base
+    assert uuid(kernel_lut_path=None) != base
+    lut_file.write_text("seed-v2, edited")
+    edited = uuid()
+    assert edited != base
+    lut_file.write_text("{ broken")  # a broken LUT still yields a key, and a different one
+    assert uuid() not in (base, edited)
+    assert ks_inductor.KernelSelectChoices(topk="SAME").uuid() != base
+
+
+def test_factory_pickle_carries_the_uuid_and_copies_are_identity(lut_file: Path):
+    factory = ks_inductor.ChoicesFactory(topk=4, kernel_lut_path=str(lut_file), device="h100")
+    assert copy.deepcopy(factory) is factory
+    first = pickle.dumps(factory)
+    lut_file.write_text("seed-v2, edited")
+    assert pickle.dumps(factory) != first  # 2.11 hashes this pickle into the FX-graph cache key
+    clone = pickle.loads(first)
+    assert clone == factory and isinstance(clone(), ks_inductor.KernelSelectChoices)
+    with pytest.raises(OptionError, match="model name"):
+        ks_inductor.ChoicesFactory(model=FakeModel())
+
+
+def test_cache_key_config_contains_the_handler_uuid():
+    handler = ks_inductor.install(topk=4, device="h100")
+    portable = inductor_config.save_config_portable()
+    if portable.get("inductor_choices_class") != handler.uuid():  # torch 2.11 pickles the factory
+        assert isinstance(portable["inductor_choices_class"], ks_inductor.ChoicesFactory)
+    assert portable["gemm_topk"] is None and portable["kernel_lut_path"] is None
+
+
+# -- install / uninstall ------------------------------------------------------------------------
+
+def test_install_and_uninstall_restore_the_previous_handler_and_config():
+    previous_handler = V.choices
+    previous_class = inductor_config.inductor_choices_class
+    handler = ks_inductor.install(topk=4, device="h100")
+    assert V.choices is handler
+    assert isinstance(inductor_config.inductor_choices_class, ks_inductor.ChoicesFactory)
+    assert inductor_config.inductor_choices_class().settings().topk == 4
+    inner = ks_inductor.install(topk=2, device="h100")
+    assert V.choices is inner
+    assert ks_inductor.uninstall()
+    assert V.choices is handler
+    assert ks_inductor.uninstall()
+    assert V.choices is previous_handler
+    assert inductor_config.inductor_choices_class is previous_class
+    assert not ks_inductor.uninstall()
+
+
+def test_enabled_context_manager_restores_on_error():
+    previous_handler = V.choices
+    with pytest.raises(RuntimeError, match="boom"):
+        with ks_inductor.enabled(topk=3, device="h100") as handler:
+            assert V.choices is handler and handler.settings().topk == 3
+            raise RuntimeError("boom")
+    assert V.choices is previous_handler
+
+
+def test_install_rejects_bad_arguments_before_changing_anything():
+    previous_handler = V.choices
+    with pytest.raises(OptionError):
+        ks_inductor.install(topk=-1)
+    with pytest.raises(OptionError):
+        ks_inductor.install(kernel_lut_path=42)
+    assert V.choices is previous_handler
+
+
+def test_import_kernel_select_imports_neither_inductor_nor_triton():
+    result = run_python("""
+        import sys
+        import kernel_select
+        assert kernel_select.triton_pruner is not None
+        bad = [m for m in sys.modules if m.startswith(("torch._inductor", "triton"))]
+        assert not bad, bad
+        print("ok")
+    """)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+
+
+def test_real_cpu_compile_with_handler_installed(monkeypatch: pytest.MonkeyPatch):
+    # Through real Inductor lowering (on the CPU every candidate passes through) with the handler
+    # installed, the options set per compile and the uuid in the cache key: the result must be right.
+    calls = []
+    original = ks_inductor.KernelSelectChoices._replace_triton_candidates
+
+    def spy(self, choices, kernel_inputs, op_name, overrides):  # noqa: ANN001, ANN202
+        calls.append((op_name, kernel_inputs.device_type, tuple(choices)))
+        return original(self, choices, kernel_inputs, op_name, overrides)
+
+    monkeypatch.setattr(ks_inductor.KernelSelectChoices, "_replace_triton_candidates", spy)
+    a, b = torch.randn(64, 32), torch.randn(32, 48)
+    with ks_inductor.enabled(topk=2, device="h100"), torch.compiler.config.patch(force_disable_caches=True):
+        torch._dynamo.reset()
+        compiled = torch.compile(lambda x, y: x @ y, options={"gemm_topk": 4})
+        torch.testing.assert_close(compiled(a, b), a @ b)
+    assert calls and calls[0][:2] == ("mm", "cpu") and "aten::mm" in calls[0][2]
+
+
+
+
+# -- composing with a handler already in place ----------------------------------------------------
+
+class RecordingChoices(InductorChoices):
+    """A custom handler: records what it finalizes and customizes one other heuristic."""
+
+    seen: list[list[str]] = []
+
+    def _finalize_template_configs(self, template_choices, kernel_inputs, templates, op_name,  # noqa: ANN001, ANN201
+                                   kwarg_overrides=None):
+        flat = super()._finalize_template_configs(template_choices, kernel_inputs, templates, op_name,
+                                                  kwarg_overrides)
+        RecordingChoices.seen.append([c.template.uid for c in flat])
+        return flat
+
+    def should_use_persistent_reduction(self, *args, **kwargs) -> bool:  # noqa: ANN002, ANN003
+        return True
+
+
+def test_install_wraps_torchs_lookup_table_choices_and_uninstall_restores_it(caplog: pytest.LogCaptureFixture):
+    from torch._inductor.lookup_table.choices import LookupTableChoices
+
+    with inductor_config.patch(inductor_choices_class=LookupTableChoices):
+        previous_handler = V.choices
+        with caplog.at_level(logging.INFO, logger="kernel_select.inductor"):
+            handler = ks_inductor.install(topk=4, device="h100")
+        assert isinstance(handler.inner, LookupTableChoices)
+        assert isinstance(inductor_config.inductor_choices_class().inner, LookupTableChoices)
+        assert isinstance(pickle.loads(pickle.dumps(inductor_config.inductor_choices_class))().inner,
+                          LookupTableChoices)
+        infos = [r.getMessage() for r in caplog.records if "installed" in r.getMessage()]
+        assert len(infos) == 1 and "wrapping the choices handler already in place (LookupTableChoices)" in infos[0]
+        assert ks_inductor.uninstall()
+        assert V.choices is previous_handler
+        assert inductor_config.inductor_choices_class is LookupTableChoices
+
+
+def test_the_wrapped_handler_finalizes_our_candidates_and_keeps_its_heuristics():
+    RecordingChoices.seen.clear()
+    inner = RecordingChoices()
+    handler = ks_inductor.KernelSelectChoices(topk=2, model=FakeModel(), device="h100", inner=inner)
+    inputs = FakeInputs(560, 1280, 3420)
+    finalize(handler, inputs, inductor_candidates(inputs))
+    assert RecordingChoices.seen == [["aten::mm", "triton::mm", "triton::mm", "decompose_k"]]
+    assert handler.should_use_persistent_reduction() is True  # the inner handler's customization
+    plain = ks_inductor.KernelSelectChoices(topk=2, device="h100")
+    assert handler.uuid() != plain.uuid()
+
+
+def test_nested_installs_wrap_the_original_handler_not_each_other():
+    with inductor_config.patch(inductor_choices_class=RecordingChoices):
+        outer = ks_inductor.install(topk=4, device="h100")
+        inner = ks_inductor.install(topk=2, device="h100")
+        assert isinstance(outer.inner, RecordingChoices) and isinstance(inner.inner, RecordingChoices)
+        assert inductor_config.inductor_choices_class.wraps is RecordingChoices
+        ks_inductor.uninstall()
+        assert V.choices is outer
+        ks_inductor.uninstall()

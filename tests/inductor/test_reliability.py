@@ -1,0 +1,89 @@
+"""Inside torch.compile nothing raises and nothing blocks: hostile paths, values and model files."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch._inductor.kernel_template_choice")
+
+from torch._inductor import config as inductor_config  # noqa: E402
+
+import kernel_select.inductor as ks_inductor  # noqa: E402
+from kernel_select.configs import GemmConfig  # noqa: E402
+from kernel_select.model import MODELS_DIR_ENV  # noqa: E402
+from tests.inductor.kit import FakeInputs, finalize, inductor_candidates, warnings_of  # noqa: E402
+from tests.inductor_doubles import FakeModel  # noqa: E402
+from tests.test_runtime import REPO, within  # noqa: E402
+
+
+def stock(candidates: dict[str, list]) -> list:
+    """What Inductor would have benchmarked without kernel_select: every candidate, in order."""
+    return [c for items in candidates.values() for c in items]
+
+
+def compile_gemms(handler: ks_inductor.KernelSelectChoices, shapes: Sequence[int],
+                  caplog: pytest.LogCaptureFixture) -> None:
+    """Lower one GEMM per M through the handler, as Inductor would, and check each fell back."""
+    with caplog.at_level(logging.WARNING, logger="kernel_select.inductor"):
+        for m in shapes:
+            inputs = FakeInputs(m, 1280, 3420)
+            candidates = inductor_candidates(inputs)
+            assert finalize(handler, inputs, candidates) == stock(candidates)
+            handler.uuid()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+def test_a_fifo_or_dev_zero_lut_returns_within_two_seconds_with_one_warning(
+        kind: str, tmp_path: Path, caplog: pytest.LogCaptureFixture):
+    if kind == "fifo":
+        path = str(tmp_path / "lut.fifo")
+        os.mkfifo(path)
+    else:
+        path = "/dev/zero"
+    handler = ks_inductor.KernelSelectChoices(topk=4, kernel_lut_path=path, model=FakeModel(), device="h100")
+    within(2, lambda: compile_gemms(handler, (560, 1024), caplog))
+    assert len(warnings_of(caplog)) == 1 and "regular file" in warnings_of(caplog)[0].getMessage()
+
+
+@pytest.mark.parametrize("value", ["²", "٣", "1e3", "4.0"])
+def test_a_non_ascii_or_non_integer_gemm_topk_option_falls_back_cleanly(value: str,
+                                                                         caplog: pytest.LogCaptureFixture):
+    assert ks_inductor.register_options()
+    handler = ks_inductor.KernelSelectChoices(topk=2, model=FakeModel(), device="h100")
+    with inductor_config.patch(gemm_topk=value):  # per thread on torch 2.13: no worker thread here
+        compile_gemms(handler, (560, 1024), caplog)
+    messages = [r.getMessage() for r in warnings_of(caplog)]
+    assert len(messages) == 1 and "OptionError" in messages[0] and "gemm_topk" in messages[0]
+    assert not any(r.exc_info for r in warnings_of(caplog))  # a clean message, not a traceback
+
+
+class NaNModel(FakeModel):
+    def estimate(self, m: int, n: int, k: int, dtype: str, configs: Sequence[GemmConfig]) -> np.ndarray:
+        return np.full(len(configs), np.nan)
+
+
+def test_a_model_with_nan_outputs_warns_once_over_fifty_shapes(caplog: pytest.LogCaptureFixture):
+    handler = ks_inductor.KernelSelectChoices(topk=4, model=NaNModel(), device="h100")
+    compile_gemms(handler, range(64, 64 + 50 * 16, 16), caplog)
+    assert len(warnings_of(caplog)) == 1
+
+
+def test_a_broken_shipped_model_leaves_inductor_its_own_candidates(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch,
+                                                                   caplog: pytest.LogCaptureFixture):
+    shutil.copytree(REPO / "models" / "h100", tmp_path / "h100")
+    weights = tmp_path / "h100" / "mlp.pt"
+    weights.write_bytes(weights.read_bytes()[:100])
+    monkeypatch.setenv(MODELS_DIR_ENV, str(tmp_path))
+    handler = ks_inductor.KernelSelectChoices(topk=4, device="h100")  # model=None: the shipped one
+    compile_gemms(handler, (560, 1024, 2048), caplog)
+    messages = [r.getMessage() for r in warnings_of(caplog)]
+    assert len(messages) == 1 and str(weights) in messages[0] and "retrain" in messages[0]
+    assert not handler.selections  # nothing was ranked, by the analytical model or any other

@@ -1,0 +1,168 @@
+"""compare-models on the CPU: the timing loop with a fake timer, aggregation and spread, the
+resumable driver with a fake runner, the method registry, and one real worker process."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kernel_select.errors import DatasetError, OptionError
+from kernel_select.offline import compare_models, model_methods, model_report
+from kernel_select.offline.model_methods import MethodContext, ModelMethod, select_methods
+from kernel_select.offline.model_worker import interleaved_ms, relative_iqr
+
+
+class FakeTimer:
+    """Each step 'takes' a fixed time; records the order in which samples were taken."""
+
+    def __init__(self, ms: dict[str, float]) -> None:
+        self.ms, self.order = ms, []
+
+    def __call__(self, step: Any, repeats: int) -> float:
+        name = step()
+        self.order.append((name, repeats))
+        return self.ms[name] * repeats
+
+
+def test_interleaved_samples_alternate_and_divide_by_repeats() -> None:
+    timer = FakeTimer({"step": 4.0, "eager": 8.0})
+    samples = interleaved_ms({"step": lambda: "step", "eager": lambda: "eager"}, timer, samples=3,
+                             min_sample_ms=20.0)
+    assert samples == {"step": [4.0] * 3, "eager": [8.0] * 3}
+    timed = timer.order[2:]  # after one calibration call per step
+    assert [name for name, _ in timed] == ["step", "eager"] * 3
+    assert dict(timed) == {"step": 5, "eager": 3}  # enough repeats to last 20 ms
+
+
+def test_relative_iqr() -> None:
+    assert relative_iqr([1.0, 1.0, 1.0, 1.0]) == 0.0
+    assert relative_iqr([1.0, 2.0]) is None
+    assert relative_iqr([1.0, 2.0, 3.0, 4.0, 5.0]) > 0
+
+
+def _run(step_ms: float, eager_ms: float = 10.0, compile_s: float = 5.0, choice: str = "aten mm") -> dict:
+    return {"compile_s": compile_s, "step_ms": step_ms, "eager_step_ms": eager_ms, "sizes": {"batch": 1},
+            "gemms": [{"op": "mm", "shapes": [[8, 8], [8, 8]], "choice": choice, "n_triton": 0, "n_choices": 1}]}
+
+
+def test_aggregate_takes_medians_and_spread_of_good_runs() -> None:
+    result = model_report.aggregate([_run(9.0), {"error": "boom"}, _run(11.0, choice="triton x")])
+    assert result["step_ms"] == 10.0 and result["speedup_vs_eager"] == pytest.approx(1.0101, rel=1e-3)
+    assert result["step_spread"] == pytest.approx(0.2)
+    assert result["choices_stable"] is False
+    assert result["error"] is None and len(result["runs"]) == 3
+    failed = model_report.aggregate([{"error": "boom"}])
+    assert failed["error"] == "boom" and not model_report.succeeded(failed)
+
+
+METHODS = [ModelMethod("eager", "eager"), ModelMethod("default", "default"),
+           ModelMethod("stock", "max-autotune"), ModelMethod("topk-4", "max-autotune", topk=4)]
+FAKE = {"eager": (0.0, 10.0), "default": (10.0, 8.0), "stock": (100.0, 7.0), "topk-4": (20.0, 6.5)}
+
+
+def fake_runner(calls: list) -> Any:
+    def run(spec: dict, log_path: Path, timeout_s: float) -> dict:
+        calls.append((spec["model"], spec["method"]["name"]))
+        compile_s, step_ms = FAKE[spec["method"]["name"]]
+        return _run(step_ms, compile_s=compile_s)
+
+    return run
+
+
+def test_driver_writes_resumable_results_and_summary(tmp_path: Path) -> None:
+    calls: list = []
+    models = ["recsys-mlp/prefill", "recsys-mlp/decode"]
+    results, path, png = compare_models.run_compare_models(
+        models, METHODS, out_dir=tmp_path, device="cpu", repeat=2, progress=False, runner=fake_runner(calls))
+    assert path == tmp_path / "models_cpu.json" and len(calls) == 2 * 2 * 4
+    assert calls[:4] == [("recsys-mlp/prefill", m.name) for m in METHODS]  # repeats come last
+    saved = compare_models.load_results(path)
+    entry = saved["models"][0]
+    assert entry["name"] == "recsys-mlp/prefill" and entry["sizes"] == {"batch": 1}
+    assert entry["results"]["topk-4"]["compile_s"] == 20.0 and entry["results"]["topk-4"]["step_spread"] == 0.0
+    rows = {row.method: row for row in model_report.summarize(saved).rows}
+    assert rows["topk-4"].compile_vs_stock == pytest.approx(0.2)
+    assert rows["topk-4"].step_vs_stock == pytest.approx(6.5 / 7.0)
+    assert rows["stock"].step_vs_default == pytest.approx(7.0 / 8.0)
+    assert rows["default"].speedup_vs_eager == pytest.approx(10.0 / 8.0)
+    assert "topk-4" in model_report.format_summary(model_report.summarize(saved))
+    assert png is not None and png.exists()
+
+    calls.clear()  # resume: nothing left to run; a third repeat runs only the new pass
+    compare_models.run_compare_models(models, METHODS, out_dir=tmp_path, device="cpu", repeat=2, resume=True,
+                                      progress=False, runner=fake_runner(calls))
+    assert calls == []
+    compare_models.run_compare_models(models[:1], METHODS[:2], out_dir=tmp_path, device="cpu", repeat=3,
+                                      resume=True, progress=False, runner=fake_runner(calls))
+    assert calls == [("recsys-mlp/prefill", "eager"), ("recsys-mlp/prefill", "default")]
+    assert len(compare_models.load_results(path)["models"][0]["results"]["default"]["runs"]) == 3
+
+
+def test_failed_run_is_retried_on_resume(tmp_path: Path) -> None:
+    def failing(spec: dict, log_path: Path, timeout_s: float) -> dict:
+        return {"error": "worker died"}
+
+    results, path, _ = compare_models.run_compare_models(["recsys-mlp/decode"], METHODS[:1], out_dir=tmp_path,
+                                                         device="cpu", progress=False, runner=failing)
+    assert results["models"][0]["results"]["eager"]["error"] == "worker died"
+    calls: list = []
+    compare_models.run_compare_models(["recsys-mlp/decode"], METHODS[:1], out_dir=tmp_path, device="cpu",
+                                      resume=True, progress=False, runner=fake_runner(calls))
+    assert calls == [("recsys-mlp/decode", "eager")]
+    assert compare_models.load_results(path)["models"][0]["results"]["eager"]["error"] is None
+
+
+def test_load_results_rejects_other_files(tmp_path: Path) -> None:
+    bad = tmp_path / "x.json"
+    bad.write_text(json.dumps({"kind": "kernel_select.compare", "schema_version": 2}))
+    with pytest.raises(DatasetError, match="not a version-1"):
+        compare_models.load_results(bad)
+
+
+def test_methods_registry() -> None:
+    names = [m.name for m in model_methods.available_methods()]
+    assert names[:5] == ["eager", "default", "stock", "topk-1", "topk-4"] and "lut" not in names
+    assert ("topk-auto" in names) == model_methods.supports_topk("auto")
+    lut = select_methods("lut,stock", MethodContext(lut="luts/h100_seed.json", cudagraphs=False))
+    assert [(m.name, m.topk, m.lut, m.cudagraphs) for m in lut] == [
+        ("lut", 1, "luts/h100_seed.json", False), ("stock", None, None, False)]
+    with pytest.raises(OptionError, match="needs --lut"):
+        select_methods("lut")
+    with pytest.raises(OptionError, match="mode must be"):
+        ModelMethod("x", "fast")
+
+
+def test_stock_options_are_inductors_max_autotune_mode() -> None:
+    import torch._inductor as torch_inductor
+
+    assert ModelMethod("s", "max-autotune").compile_options() == torch_inductor.list_mode_options("max-autotune")
+    assert ModelMethod("s", "max-autotune", cudagraphs=False).compile_options() == \
+        torch_inductor.list_mode_options("max-autotune-no-cudagraphs")
+    assert torch_inductor.list_mode_options("max-autotune")["triton.cudagraphs"] is True
+    assert ModelMethod("d", "default").compile_options() is None
+    parity = select_methods("topk-4-parity")[0]
+    assert parity.topk == 4 and parity.compile_options()["coordinate_descent_tuning"] is False
+
+
+@pytest.mark.slow
+def test_one_real_worker_process_on_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The subprocess path end to end: the recommendation tower needs no transformers; Dynamo
+    without Inductor stands in for a compile (no C++ toolchain needed)."""
+    from tests.subprocess_env import package_env
+
+    monkeypatch.setattr("os.environ", package_env())
+    methods = [ModelMethod("eager", "eager"), ModelMethod("dynamo", "default", backend="eager")]
+    results, path, _ = compare_models.run_compare_models(
+        ["recsys-mlp/decode"], methods, out_dir=tmp_path, device="cpu", tiny=True, samples=3,
+        min_sample_ms=1.0, timeout_s=300, progress=False)
+    for name in ("eager", "dynamo"):
+        result = results["models"][0]["results"][name]
+        assert result["error"] is None, (tmp_path / "logs").glob("*")
+        assert result["step_ms"] > 0 and result["eager_step_ms"] > 0
+    assert results["models"][0]["results"]["dynamo"]["compile_s"] > 0
+    assert results["models"][0]["sizes"] == {"batch": 1}
+    assert dataclasses.asdict(methods[1])["backend"] == "eager"

@@ -1,0 +1,53 @@
+"""Every workload of the model zoo builds tiny (same builders, narrow widths) and runs a step on
+the CPU, eagerly and through Dynamo; transformers architectures skip without transformers."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from kernel_select.errors import OptionError
+from kernel_select.offline import model_zoo
+from kernel_select.offline.model_methods import ModelMethod
+from kernel_select.offline.model_worker import measure
+
+
+def _needs_transformers(name: str) -> None:
+    if model_zoo.ARCHITECTURES[name.split("/")[0]].kind != "recsys":
+        pytest.importorskip("transformers")
+
+
+@pytest.mark.parametrize("name", model_zoo.workload_names())
+def test_tiny_workload_runs_a_step(name: str) -> None:
+    _needs_transformers(name)
+    workload = model_zoo.build_workload(name, device="cpu", tiny=True)
+    before = [p.detach().clone() for p in workload.module.parameters()][:2]
+    out = workload.make_step(workload.module)()
+    assert torch.isfinite(out.float()).all()
+    if workload.phase == "train":
+        assert out.dim() == 0  # the loss
+        assert any(not torch.equal(a, b) for a, b in zip(before, list(workload.module.parameters())[:2]))
+    elif workload.architecture != "recsys-mlp":
+        assert out.shape[0] == workload.sizes["batch"]
+
+
+def test_workload_selection() -> None:
+    assert model_zoo.parse_workloads("gpt2-small") == ["gpt2-small/prefill", "gpt2-small/decode", "gpt2-small/train"]
+    assert model_zoo.parse_workloads("vit-b16/decode,vit-b16") == ["vit-b16/decode", "vit-b16/prefill"]
+    assert "vit-b16/train" not in model_zoo.workload_names()
+    with pytest.raises(OptionError, match="unknown model"):
+        model_zoo.parse_workloads("resnet")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["llama3-8b-2layer/decode", "gpt2-small/train"])
+def test_measure_through_dynamo_with_a_fake_timer(name: str) -> None:
+    """The worker's path in-process: compile (Dynamo only), record, time step and eager."""
+    _needs_transformers(name)
+    method = ModelMethod("dynamo", "default", backend="eager")
+    result = measure({"model": name, "method": dataclasses.asdict(method), "device": "cpu", "tiny": True,
+                      "samples": 2, "min_sample_ms": 1.0}, timer=lambda step, repeats: (step(), 3.0 * repeats)[1])
+    assert result["compile_s"] > 0 and result["step_ms"] == 3.0 and result["eager_step_ms"] == 3.0
+    assert result["gemms"] == []  # Dynamo alone autotunes nothing

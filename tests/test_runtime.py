@@ -1,0 +1,172 @@
+"""Process caches and warn-once: bad LUT paths never block, failures are cached, one warning per cause."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kernel_select import runtime
+from kernel_select.device import get_device
+from kernel_select.errors import LUTError, ModelError
+from kernel_select.model import MODELS_DIR_ENV
+
+REPO = Path(__file__).resolve().parent.parent
+H100 = get_device("h100")
+SEED_LUT = REPO / "luts" / "h100_seed.json"
+
+
+def within(seconds: float, call: Callable[[], Any]) -> Any:
+    """call() in a thread; fails (instead of hanging the suite) if it takes longer than `seconds`."""
+    result: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            result["value"] = call()
+        except BaseException as exc:  # noqa: BLE001 -- handed to the test
+            result["error"] = exc
+
+    worker = threading.Thread(target=run, daemon=True)
+    start = time.monotonic()
+    worker.start()
+    worker.join(seconds)
+    assert not worker.is_alive(), f"still running after {seconds} s"
+    assert time.monotonic() - start < seconds
+    if "error" in result:
+        raise result["error"]
+    return result.get("value")
+
+
+@pytest.fixture
+def fifo(tmp_path: Path) -> str:
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("no FIFOs on this platform")
+    path = tmp_path / "lut.fifo"
+    os.mkfifo(path)
+    return str(path)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "directory", "missing"])
+def test_unsafe_lut_paths_are_refused_fast_and_still_get_a_cache_key(kind: str, fifo: str, tmp_path: Path):
+    path = {"fifo": fifo, "dev-zero": "/dev/zero", "directory": str(tmp_path), "missing": str(tmp_path / "x")}[kind]
+    if kind == "dev-zero" and not os.path.exists(path):
+        pytest.skip("no /dev/zero")
+    with pytest.raises(LUTError, match="regular file|cannot read"):
+        within(2, lambda: runtime.load_lut(path))
+    fingerprint = within(2, lambda: runtime.lut_fingerprint(path))
+    assert fingerprint.startswith(f"{path}:unloadable:")
+
+
+def test_a_lut_over_the_size_cap_is_refused_before_it_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    path = tmp_path / "big.json"
+    path.write_bytes(b" " * 2048)
+    monkeypatch.setattr(runtime, "MAX_LUT_BYTES", 1024)
+    monkeypatch.setattr(runtime, "_read_lut", lambda p: pytest.fail("an oversized LUT was read"))
+    with pytest.raises(LUTError, match="2048 bytes, more than the 1024 bytes.*MAX_LUT_BYTES"):
+        runtime.load_lut(str(path))
+    assert runtime.lut_fingerprint(str(path)) != runtime.lut_fingerprint(str(tmp_path / "other.json"))
+
+
+def test_an_invalid_lut_is_parsed_once_per_file_identity(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    path = tmp_path / "lut.json"
+    path.write_text('{"schema_version": 1, "bad": ')
+    reads = []
+
+    def read(p: str) -> Any:
+        reads.append(p)
+        raise LUTError(f"{p}: invalid")
+
+    monkeypatch.setattr(runtime, "_read_lut", read)
+    for _ in range(5):
+        with pytest.raises(LUTError, match="invalid"):
+            runtime.load_lut(str(path))
+        runtime.lut_fingerprint(str(path))
+    assert len(reads) == 1
+    path.write_text('{"schema_version": 1, "bad": 2}')  # edited: a new identity, read again
+    with pytest.raises(LUTError):
+        runtime.load_lut(str(path))
+    assert len(reads) == 2
+
+
+def test_a_valid_lut_is_cached_and_reloaded_when_it_changes(tmp_path: Path):
+    path = tmp_path / "lut.json"
+    shutil.copy(SEED_LUT, path)
+    first = runtime.load_lut(str(path))
+    assert runtime.load_lut(str(path)) is first
+    key = runtime.lut_fingerprint(str(path))
+    path.write_text(SEED_LUT.read_text() + "\n")
+    assert runtime.load_lut(str(path)) is not first
+    assert runtime.lut_fingerprint(str(path)) == key  # same table, same digest, whatever the bytes
+
+
+def test_warn_once_is_keyed_by_cause_not_by_message(caplog: pytest.LogCaptureFixture):
+    logger = logging.getLogger("kernel_select.test")
+
+    def failure(problem: int) -> ModelError:
+        try:
+            raise ModelError(f"NaN runtimes for problem {problem}")  # one raise site: one cause
+        except ModelError as exc:
+            return exc
+
+    with caplog.at_level(logging.WARNING, logger="kernel_select.test"):
+        shown = [runtime.warn_fallback(failure(i), logger, "falling back") for i in range(50)]
+        tagged = failure(0)
+        tagged.cause_id = "lut:/some/file.json"  # type: ignore[attr-defined]
+        shown.append(runtime.warn_fallback(tagged, logger, "falling back"))
+    assert shown.count(True) == 2 and len(caplog.records) == 2
+    runtime.reset()
+    assert runtime.warn_fallback(failure(1), logger, "falling back")
+
+
+def shipped_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: Callable[[Path], None]) -> Path:
+    """A copy of the shipped h100 models with one file damaged, made the models directory."""
+    root = tmp_path / "models"
+    shutil.copytree(REPO / "models" / "h100", root / "h100")
+    damage(root / "h100")
+    monkeypatch.setenv(MODELS_DIR_ENV, str(root))
+    return root
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage-card"])
+def test_a_broken_shipped_model_is_an_error_naming_the_file_never_the_analytical_model(
+        damage: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    def truncate(folder: Path) -> None:
+        weights = folder / "mlp.pt"
+        weights.write_bytes(weights.read_bytes()[:100])
+
+    def garble(folder: Path) -> None:
+        (folder / "model_card.json").write_text("{not json")
+
+    shipped_copy(tmp_path, monkeypatch, truncate if damage == "truncated" else garble)
+    with pytest.raises(ModelError, match=r"mlp\.pt: the model shipped for h100 does not load.*retrain"):
+        runtime.model(None, H100)
+    # Cached: the next GEMM gets the same error without touching the file again.
+    (tmp_path / "models" / "h100" / "mlp.pt").unlink()
+    with pytest.raises(ModelError, match="does not load"):
+        runtime.model(None, H100)
+
+
+def test_without_a_shipped_model_the_analytical_model_is_the_default(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv(MODELS_DIR_ENV, str(tmp_path))
+    assert runtime.model(None, H100).name == "analytical"
+    assert runtime.model(None, H100) is runtime.model(None, H100)
+
+
+def test_reset_forgets_cached_models_and_devices(monkeypatch: pytest.MonkeyPatch):
+    calls = []
+    monkeypatch.setattr("kernel_select.device.detect", lambda index: calls.append(index) or H100)
+    assert runtime.detected_device(0) is H100 and runtime.detected_device(0) is H100
+    assert calls == [0]
+    analytical = runtime.model("analytical", H100)
+    runtime.reset()
+    assert runtime.model("analytical", H100) is not analytical
+    runtime.detected_device(0)
+    assert calls == [0, 0]
