@@ -3,6 +3,11 @@
     log_ms(config) = mean(mlp(config), trees(config))   for the MLP's `shortlist` best configs
                    = max(mlp(config), slowest of those)  for the rest
 
+With a ranker (LightGBM lambdarank, trained to order each problem's configs rather than to predict
+their time), the shortlist's order is the ranker's: its i-th best config gets the i-th smallest of
+the shortlist's predicted times. The set of predicted times stays the calibrated one, and the
+order comes from the model that ranks best on held-out families (docs/model.md has the table).
+
 Trees generalize better to unseen shapes than the MLP (they split on alignment and tile counts
 instead of interpolating smooth curves), but LightGBM costs ~30 us a row: 1,400 configs would take
 ~45 ms, 64 take ~2 ms. The MLP is cheap and good enough to put the winner in its top 64. Both
@@ -10,7 +15,8 @@ predict log milliseconds, so the result is a runtime, and the two members' disag
 shortlist (`spread`) measures how unsure the model is about a problem.
 
 On disk, models/<device>/ holds `ensemble_mlp.pt` (a state_dict, loaded with `weights_only=True`),
-`ensemble_trees.txt` (LightGBM's own text format: no pickle) and `ensemble_card.json`.
+`ensemble_trees.txt` and `ensemble_ranker.txt` (LightGBM's own text format: no pickle) and
+`ensemble_card.json`.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from kernel_select.problem import dtype_name
 
 MLP_FILE = "ensemble_mlp.pt"
 TREES_FILE = "ensemble_trees.txt"
+RANKER_FILE = "ensemble_ranker.txt"
 CARD_FILE = "ensemble_card.json"
 _SAME_FEATURES = {"float16": "bfloat16", "bfloat16": "float16"}
 
@@ -52,6 +59,7 @@ class EnsembleCard(BaseModel):
     feature_std: list[float]
     hidden_widths: list[int]
     shortlist: int
+    ranker: bool = False  # the shortlist is ordered by RANKER_FILE
     dtypes: list[str]
     hyperparameters: dict[str, Any] = {}
     data: dict[str, Any] = {}
@@ -65,15 +73,20 @@ class EnsembleModel(PerformanceModel):
 
     name = "ensemble"
 
-    def __init__(self, device: DeviceSpec | str, net: Any, booster: Any, card: EnsembleCard) -> None:
+    def __init__(self, device: DeviceSpec | str, net: Any, booster: Any, card: EnsembleCard,
+                 ranker: Any = None) -> None:
         super().__init__(device)
-        self.net, self.booster, self.card = net.eval(), booster, card
+        if card.ranker != (ranker is not None):
+            raise ModelCardMismatchError(f"ensemble card: ranker={card.ranker}, but the ranker is "
+                                         f"{'missing' if ranker is None else 'present'}")
+        self.net, self.booster, self.ranker, self.card = net.eval(), booster, ranker, card
         self._mean = np.asarray(card.feature_mean, dtype=np.float32)
         self._inv_std = (1.0 / np.asarray(card.feature_std, dtype=np.float64)).astype(np.float32)
 
-    def members_log_ms(self, m: int, n: int, k: int, dtype: str,
-                       configs: Sequence[GemmConfig]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(mlp log ms of every config, shortlist indices, trees' log ms of the shortlist)."""
+    def members_log_ms(self, m: int, n: int, k: int, dtype: str, configs: Sequence[GemmConfig]
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+        """(mlp log ms of every config, shortlist indices, trees' log ms of the shortlist, the
+        ranker's order of the shortlist or None)."""
         import torch
 
         dtype = self._check_dtype(dtype)
@@ -83,14 +96,20 @@ class EnsembleModel(PerformanceModel):
             mlp = self.net(torch.from_numpy(z)).numpy().astype(np.float64)
         short = np.argsort(mlp, kind="stable")[:self.card.shortlist]
         trees = self.booster.predict(x[short], num_threads=1).astype(np.float64)
-        return mlp, short, trees
+        if self.ranker is None:
+            return mlp, short, trees, None
+        # LightGBM ranks high scores first
+        order = np.argsort(-self.ranker.predict(x[short], num_threads=1), kind="stable")
+        return mlp, short, trees, order
 
     def estimate(self, m: int, n: int, k: int, dtype: str, configs: Sequence[GemmConfig]) -> np.ndarray:
         if len(configs) == 0:
             return np.zeros(0)
-        mlp, short, trees = self.members_log_ms(m, n, k, dtype, configs)
+        mlp, short, trees, order = self.members_log_ms(m, n, k, dtype, configs)
         out = mlp.copy()
         out[short] = (mlp[short] + trees) / 2
+        if order is not None:  # the ranker's i-th best gets the i-th smallest predicted time
+            out[short[order]] = np.sort(out[short])
         rest = np.ones(len(out), dtype=bool)
         rest[short] = False
         out[rest] = np.maximum(out[rest], out[short].max())
@@ -99,8 +118,8 @@ class EnsembleModel(PerformanceModel):
     def spread(self, m: int, n: int, k: int, dtype: str, configs: Sequence[GemmConfig]) -> float:
         """How much the members disagree about this problem's best configs: the mean absolute
         difference of their log-ms predictions over the 4 best shortlisted configs."""
-        mlp, short, trees = self.members_log_ms(m, n, k, dtype, configs)
-        best = np.argsort(mlp[short] + trees, kind="stable")[:4]
+        mlp, short, trees, order = self.members_log_ms(m, n, k, dtype, configs)
+        best = order[:4] if order is not None else np.argsort(mlp[short] + trees, kind="stable")[:4]
         return float(np.mean(np.abs(mlp[short][best] - trees[best])))
 
     def _check_dtype(self, dtype: str) -> str:
@@ -117,13 +136,16 @@ class EnsembleModel(PerformanceModel):
         h = hashlib.sha256(self.card.model_dump_json().encode())
         for name, tensor in sorted(self.net.state_dict().items()):
             h.update(name.encode() + tensor.detach().cpu().contiguous().numpy().tobytes())
-        h.update(self.booster.model_to_string().encode())
+        for booster in (self.booster, self.ranker):
+            if booster is not None:
+                h.update(booster.model_to_string().encode())
         return h.hexdigest()
 
     def describe(self) -> str:
         rows = self.card.data.get("rows", "?")
+        ranked = ", lambdarank order" if self.card.ranker else ""
         return (f"ensemble model for {self.device.key} (MLP {self.card.hidden_widths} + LightGBM on its "
-                f"best {self.card.shortlist}), features v{self.card.feature_version}, trained on "
+                f"best {self.card.shortlist}{ranked}), features v{self.card.feature_version}, trained on "
                 f"{self.card.data.get('file', 'unrecorded data')} ({rows} rows)")
 
     def save(self, model_dir: str | Path) -> Path:
@@ -133,6 +155,10 @@ class EnsembleModel(PerformanceModel):
         model_dir.mkdir(parents=True, exist_ok=True)
         torch.save(self.net.state_dict(), model_dir / MLP_FILE)
         (model_dir / TREES_FILE).write_text(self.booster.model_to_string())
+        if self.ranker is not None:
+            (model_dir / RANKER_FILE).write_text(self.ranker.model_to_string())
+        else:
+            (model_dir / RANKER_FILE).unlink(missing_ok=True)  # a stale one would not match the card
         (model_dir / CARD_FILE).write_text(self.card.model_dump_json(indent=2) + "\n")
         return model_dir
 
@@ -154,12 +180,13 @@ class EnsembleModel(PerformanceModel):
             net = RuntimeNet(card.mlp_features, card.hidden_widths)
             net.load_state_dict(torch.load(paths[0], map_location="cpu", weights_only=True), strict=True)
             booster = lgb.Booster(model_str=paths[1].read_text())
+            ranker = lgb.Booster(model_str=(model_dir / RANKER_FILE).read_text()) if card.ranker else None
         except ModelCardMismatchError:
             raise
         except (OSError, ValidationError, RuntimeError, ValueError, lgb.basic.LightGBMError) as exc:
             raise ModelCardMismatchError(f"{model_dir}: cannot load the ensemble model "
                                          f"({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
-        return cls(spec, net, booster, card)
+        return cls(spec, net, booster, card, ranker)
 
 
 def _check_card(card: EnsembleCard, spec: DeviceSpec) -> None:

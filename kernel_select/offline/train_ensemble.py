@@ -3,7 +3,7 @@
 Recipe: the trainable problems (hash train/val minus the family holdout, splits.py), at most
 `cap` configs per problem (every contender within 1.5x of the oracle, then a random sample), an
 MLP on features v1 with the listwise+MSE objective (best validation epoch), a LightGBM regressor
-of log runtime on features v2 (early-stopped on validation). The card records the data hash, the
+of log runtime and a LightGBM lambdarank ranker on features v2 (both early-stopped on validation). The card records the data hash, the
 hyperparameters and the held-out scores.
 """
 
@@ -28,7 +28,7 @@ from kernel_select.model.ensemble import EnsembleCard, EnsembleModel
 from kernel_select.offline import dataset, splits
 from kernel_select.offline.model_selection import SHORTLIST, HeldOut, build_train_data, prepare_rows
 from kernel_select.offline.train import MLPHParams
-from kernel_select.offline.train_candidates import N_V1, GBMParams, fit_gbm_reg, fit_mlp_v1
+from kernel_select.offline.train_candidates import N_V1, GBMParams, fit_gbm_rank, fit_gbm_reg, fit_mlp_v1
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ DEFAULT_CAP = 384  # configs per problem: ~1M-row datasets train in minutes on 2
 
 def train_ensemble(data_path: str | Path, out_dir: str | Path, device: DeviceSpec | str, *, seed: int = 0,
                    epochs: int = 30, cap: int = DEFAULT_CAP, shortlist: int = SHORTLIST,
-                   gbm: GBMParams | None = None, progress: bool = True) -> EnsembleModel:
+                   gbm: GBMParams | None = None, ranker: bool = True, progress: bool = True) -> EnsembleModel:
     """Fit and save the ensemble; returns it with held-out metrics in its card."""
     if epochs < 1 or cap < 1 or shortlist < 1:
         raise OptionError(f"epochs, cap and shortlist must be >= 1, got {epochs}, {cap}, {shortlist}")
@@ -52,18 +52,21 @@ def train_ensemble(data_path: str | Path, out_dir: str | Path, device: DeviceSpe
     data = build_train_data(rows, x, masks, cap, seed)
     mlp = fit_mlp_v1(data, hp, seed, progress=progress)
     trees = fit_gbm_reg(data, gbm, seed)
+    ranking = fit_gbm_rank(data, gbm, seed) if ranker else None
     card = EnsembleCard(
         device=spec.key, feature_version=v2.FEATURE_VERSION, feature_names=list(v2.FEATURE_NAMES),
         mlp_features=N_V1, feature_mean=mlp.info["mean"].tolist(), feature_std=mlp.info["std"].tolist(),
-        hidden_widths=list(hp.hidden_widths), shortlist=shortlist,
+        hidden_widths=list(hp.hidden_widths), shortlist=shortlist, ranker=ranker,
         dtypes=sorted(rows["dtype"].astype(str).unique()),
         hyperparameters={"mlp": dataclasses.asdict(hp), "gbm": dataclasses.asdict(gbm), "seed": seed,
-                         "cap_rows_per_problem": cap, "trees": trees.info["trees"]},
+                         "cap_rows_per_problem": cap, "trees": trees.info["trees"],
+                         "ranker_trees": ranking.info["trees"] if ranking else 0},
         data=_provenance(Path(data_path), rows, masks),
         trained_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         trainer={"kernel_select": kernel_select.__version__, "torch": torch.__version__,
                  "lightgbm": _lightgbm_version()})
-    model = EnsembleModel(spec, mlp.info["net"], trees.info["booster"], card)
+    model = EnsembleModel(spec, mlp.info["net"], trees.info["booster"], card,
+                          ranking.info["booster"] if ranking else None)
     card.metrics = held_out_metrics(model, rows, x, masks, aten, spec)
     card.metrics["train_seconds"] = round(time.perf_counter() - started, 1)
     model.save(out_dir)

@@ -14,7 +14,7 @@ from tests.synthetic import synthetic_frame
 
 pytest.importorskip("lightgbm")
 
-from kernel_select.model.ensemble import CARD_FILE, TREES_FILE, EnsembleModel  # noqa: E402
+from kernel_select.model.ensemble import CARD_FILE, RANKER_FILE, TREES_FILE, EnsembleModel  # noqa: E402
 from kernel_select.offline.train_candidates import GBMParams  # noqa: E402
 from kernel_select.offline.train_ensemble import train_ensemble  # noqa: E402
 
@@ -40,6 +40,7 @@ def test_saved_model_loads_and_scores_the_same(trained):
     short = np.argsort(a)[:16]
     assert np.max(a[short]) <= np.min(np.delete(a, short)) + 1e-12
     assert loaded.spread(300, 1000, 700, "bfloat16", configs) >= 0
+    assert loaded.card.ranker and (out / RANKER_FILE).is_file() and loaded.ranker is not None
 
 
 def test_card_records_held_out_scores_and_provenance(trained):
