@@ -42,6 +42,14 @@ TREES_FILE = "ensemble_trees.txt"
 RANKER_FILE = "ensemble_ranker.txt"
 CARD_FILE = "ensemble_card.json"
 _SAME_FEATURES = {"float16": "bfloat16", "bfloat16": "float16"}
+AUTO_CAP = 8  # topk="auto" never asks for more configs than this per GEMM
+
+
+def auto_k(spread: Any, s0: float, cap: int = AUTO_CAP) -> np.ndarray:
+    """topk="auto": k = 1 while the spread is at most s0, doubling with every doubling of the
+    spread beyond it, at most `cap` (offline/uncertainty.py chooses s0 and measures the rule)."""
+    doublings = np.ceil(np.log2(np.maximum(np.asarray(spread, dtype=np.float64) / s0, 1.0)))
+    return np.minimum(2 ** doublings, cap).astype(np.int64)
 
 
 class EnsembleCard(BaseModel):
@@ -60,6 +68,7 @@ class EnsembleCard(BaseModel):
     hidden_widths: list[int]
     shortlist: int
     ranker: bool = False  # the shortlist is ordered by RANKER_FILE
+    auto_threshold: float | None = None  # s0 of `auto_k`, chosen on the validation problems
     dtypes: list[str]
     hyperparameters: dict[str, Any] = {}
     data: dict[str, Any] = {}
@@ -121,6 +130,12 @@ class EnsembleModel(PerformanceModel):
         mlp, short, trees, order = self.members_log_ms(m, n, k, dtype, configs)
         best = order[:4] if order is not None else np.argsort(mlp[short] + trees, kind="stable")[:4]
         return float(np.mean(np.abs(mlp[short][best] - trees[best])))
+
+    def auto_topk(self, m: int, n: int, k: int, dtype: str, configs: Sequence[GemmConfig]) -> int:
+        """How many configs to benchmark for this problem under topk="auto"."""
+        if self.card.auto_threshold is None:
+            raise ModelError(f"{self.describe()}: no auto threshold in its card; retrain")
+        return int(auto_k(self.spread(m, n, k, dtype, configs), self.card.auto_threshold)[()])
 
     def _check_dtype(self, dtype: str) -> str:
         try:

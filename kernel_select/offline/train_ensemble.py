@@ -25,7 +25,8 @@ from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import OptionError
 from kernel_select.model import features_v2 as v2
 from kernel_select.model.ensemble import EnsembleCard, EnsembleModel
-from kernel_select.offline import dataset, splits
+from kernel_select.offline import dataset, splits, uncertainty
+from kernel_select.offline.metrics import DEFAULT_KS, geomean
 from kernel_select.offline.model_selection import SHORTLIST, HeldOut, build_train_data, prepare_rows
 from kernel_select.offline.train import MLPHParams
 from kernel_select.offline.train_candidates import N_V1, GBMParams, fit_gbm_rank, fit_gbm_reg, fit_mlp_v1
@@ -67,7 +68,7 @@ def train_ensemble(data_path: str | Path, out_dir: str | Path, device: DeviceSpe
                  "lightgbm": _lightgbm_version()})
     model = EnsembleModel(spec, mlp.info["net"], trees.info["booster"], card,
                           ranking.info["booster"] if ranking else None)
-    card.metrics = held_out_metrics(model, rows, x, masks, aten, spec)
+    card.metrics = held_out_metrics(model, rows, x, masks, aten, spec)  # sets card.auto_threshold
     card.metrics["train_seconds"] = round(time.perf_counter() - started, 1)
     model.save(out_dir)
     log.info("trained the %s ensemble in %.0f s -> %s", spec.key, card.metrics["train_seconds"], out_dir)
@@ -76,20 +77,52 @@ def train_ensemble(data_path: str | Path, out_dir: str | Path, device: DeviceSpe
 
 def held_out_metrics(model: EnsembleModel, rows, x: np.ndarray, masks: dict[str, np.ndarray], aten,
                      spec: DeviceSpec) -> dict[str, Any]:
-    """Top-k, with-cuBLAS, strata and calibration of the saved model on `test` and `family`,
-    computed through `estimate` itself (one problem at a time, exactly as Inductor calls it)."""
-    from kernel_select.offline.evaluate import _predict
-
+    """Top-k, with-cuBLAS, strata, calibration and topk="auto" of the model on `test` and `family`,
+    computed through `estimate` and `spread` themselves (one problem at a time, as Inductor calls
+    them). Sets the card's auto threshold, chosen on the validation problems."""
+    scored = {name: _score_split(model, HeldOut(rows, x, masks[name], aten, spec, "2.11"))
+              for name in ("val", *splits.EVAL_SPLITS) if masks[name].any()}
+    if "val" in scored:
+        held, log_pred, spread = scored["val"]
+        model.card.auto_threshold = uncertainty.choose_threshold(held.groups, log_pred, held.runtime, spread)
     out: dict[str, Any] = {}
-    for name in splits.EVAL_SPLITS:
-        if not masks[name].any():
+    for name, (held, log_pred, spread) in scored.items():
+        if name == "val":
             continue
-        held = HeldOut(rows, x, masks[name], aten, spec, "2.11")
-        predicted = _predict(model, held.rows, held.problems)
-        report = held.report(np.log(predicted), calibrated=True)
-        report.pop("per_problem")
+        report = held.report(log_pred, calibrated=True)
+        if model.card.auto_threshold is not None:
+            k = uncertainty.auto_k(spread, model.card.auto_threshold)
+            auto = uncertainty.auto_scores(held.groups, log_pred, held.runtime, k)
+            report["auto"] = {"score": float(geomean(auto)), "mean_k": float(k.mean()),
+                              "k_counts": {str(v): int((k == v).sum()) for v in np.unique(k)}}
+        report["worst"] = _worst(held, report.pop("per_problem"), log_pred)
         out[name] = {"problems": len(held.problem_ids), **report}
     return out
+
+
+def _score_split(model: EnsembleModel, held: HeldOut) -> tuple[HeldOut, np.ndarray, np.ndarray]:
+    """(the split, log of the model's predicted ms per row, the model's spread per problem)."""
+    from kernel_select.offline.evaluate import _predict, configs_of
+
+    log_pred = np.log(_predict(model, held.rows, held.problems))
+    bounds = np.r_[0, np.cumsum(np.bincount(held.groups))]
+    spread = np.array([model.spread(int(m), int(n), int(k), str(dtype), configs_of(held.rows.iloc[lo:hi]))
+                       for (m, n, k, dtype), lo, hi in zip(held.problems.itertuples(index=False, name=None),
+                                                           bounds[:-1], bounds[1:])])
+    return held, log_pred, spread
+
+
+def _worst(held: HeldOut, per_problem: np.ndarray, log_pred: np.ndarray, count: int = 10) -> list[dict]:
+    """The `count` problems with the lowest top-4 score: what the model put first, what won."""
+    from kernel_select.offline.evaluate import configs_of
+
+    first = held.rows.iloc[np.lexsort((log_pred, held.groups))].groupby("problem_id", sort=True).head(1)
+    fastest = held.rows.iloc[np.lexsort((held.runtime, held.groups))].groupby("problem_id", sort=True).head(1)
+    column = list(DEFAULT_KS).index(4)
+    return [{"problem_id": held.problem_ids[i], "top1_score": float(per_problem[i, 0]),
+             "top4_score": float(per_problem[i, column]), "picked": configs_of(first.iloc[[i]])[0].short(),
+             "oracle": configs_of(fastest.iloc[[i]])[0].short()}
+            for i in np.argsort(per_problem[:, column], kind="stable")[:count]]
 
 
 def _provenance(path: Path, rows, masks: dict[str, np.ndarray]) -> dict[str, Any]:
