@@ -1,18 +1,18 @@
 """The shortlist ensemble: an MLP ranks every config, gradient-boosted trees re-score its best few.
 
-    log_ms(config) = mean(mlp(config), trees(config))   for the MLP's `shortlist` best configs
-                   = max(mlp(config), slowest of those)  for the rest
+The MLP scores every config and keeps its `shortlist` best. A LightGBM ranker (lambdarank, trained
+to order each problem's configs rather than to time them) orders the shortlist; the first
+`calibrated_top` get the mean of the MLP's and a LightGBM regressor's log-ms, the rest the MLP's,
+raised to at least the slowest of those; everything outside the shortlist is raised to at least the
+slowest shortlisted time. Within each group the i-th config in the ranker's order gets the group's
+i-th smallest time, so sorting by time reproduces the ranker's order while the times stay the
+calibrated ones (docs/model.md has the measurements behind each choice).
 
-With a ranker (LightGBM lambdarank, trained to order each problem's configs rather than to predict
-their time), the shortlist's order is the ranker's: its i-th best config gets the i-th smallest of
-the shortlist's predicted times. The set of predicted times stays the calibrated one, and the
-order comes from the model that ranks best on held-out families (docs/model.md has the table).
-
-Trees generalize better to unseen shapes than the MLP (they split on alignment and tile counts
-instead of interpolating smooth curves), but LightGBM costs ~30 us a row: 1,400 configs would take
-~45 ms, 64 take ~2 ms. The MLP is cheap and good enough to put the winner in its top 64. Both
-predict log milliseconds, so the result is a runtime, and the two members' disagreement on the
-shortlist (`spread`) measures how unsure the model is about a problem.
+Trees rank unseen shapes better than the MLP (they split on alignment and tile counts instead of
+interpolating smooth curves), but cost ~17 us a row for the 400-tree regressor: 1,400 configs would
+take ~25 ms, 16 take 0.3 ms. The MLP is cheap and puts the winner in its top 64 (its top-16 already
+reach 0.999 of the oracle on held-out problems). The MLP and the regressor both predict log
+milliseconds; their disagreement at the top (`spread`) measures how unsure the model is.
 
 On disk, models/<device>/ holds `ensemble_mlp.pt` (a state_dict, loaded with `weights_only=True`),
 `ensemble_trees.txt` and `ensemble_ranker.txt` (LightGBM's own text format: no pickle) and
@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import ModelCardMismatchError, ModelError, ProblemError, UnsupportedProblemError
+from kernel_select.model import features as v1
 from kernel_select.model import features_v2 as v2
 from kernel_select.model import PerformanceModel, models_dir, register_model
 from kernel_select.problem import dtype_name
@@ -68,6 +69,7 @@ class EnsembleCard(BaseModel):
     hidden_widths: list[int]
     shortlist: int
     ranker: bool = False  # the shortlist is ordered by RANKER_FILE
+    calibrated_top: int = 16  # shortlisted configs whose time the regression trees refine
     auto_threshold: float | None = None  # s0 of `auto_k`, chosen on the validation problems
     dtypes: list[str]
     hyperparameters: dict[str, Any] = {}
@@ -92,33 +94,40 @@ class EnsembleModel(PerformanceModel):
         self._mean = np.asarray(card.feature_mean, dtype=np.float32)
         self._inv_std = (1.0 / np.asarray(card.feature_std, dtype=np.float64)).astype(np.float32)
 
-    def members_log_ms(self, m: int, n: int, k: int, dtype: str, configs: Sequence[GemmConfig]
-                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
-        """(mlp log ms of every config, shortlist indices, trees' log ms of the shortlist, the
-        ranker's order of the shortlist or None)."""
+    def members_log_ms(self, m: int, n: int, k: int, dtype: str,
+                       configs: Sequence[GemmConfig]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(the MLP's log ms of every config, the shortlist's config indices best first, the
+        regression trees' log ms of the first `calibrated_top` of them).
+
+        Cost control (estimate() must stay near 2 ms for 1,400 configs): v1 features for all
+        configs, v2 features only for the shortlist, the regression trees only for its head.
+        """
         import torch
 
         dtype = self._check_dtype(dtype)
-        x = v2.featurize(m, n, k, dtype, configs, self.device)
-        z = (x[:, :self.card.mlp_features] - self._mean) * self._inv_std
+        z = (v1.featurize(m, n, k, dtype, configs, self.device) - self._mean) * self._inv_std
         with torch.inference_mode():
             mlp = self.net(torch.from_numpy(z)).numpy().astype(np.float64)
         short = np.argsort(mlp, kind="stable")[:self.card.shortlist]
-        trees = self.booster.predict(x[short], num_threads=1).astype(np.float64)
-        if self.ranker is None:
-            return mlp, short, trees, None
-        # LightGBM ranks high scores first
-        order = np.argsort(-self.ranker.predict(x[short], num_threads=1), kind="stable")
-        return mlp, short, trees, order
+        x = v2.featurize(m, n, k, dtype, [configs[i] for i in short], self.device)
+        if self.ranker is not None:  # LightGBM ranks high scores first
+            order = np.argsort(-self.ranker.predict(x, num_threads=1), kind="stable")
+            short, x = short[order], x[order]
+        head = min(self.card.calibrated_top, len(short))
+        trees = self.booster.predict(x[:head], num_threads=1).astype(np.float64)
+        return mlp, short, trees
 
     def estimate(self, m: int, n: int, k: int, dtype: str, configs: Sequence[GemmConfig]) -> np.ndarray:
         if len(configs) == 0:
             return np.zeros(0)
-        mlp, short, trees, order = self.members_log_ms(m, n, k, dtype, configs)
+        mlp, short, trees = self.members_log_ms(m, n, k, dtype, configs)
+        head, tail = short[:len(trees)], short[len(trees):]
         out = mlp.copy()
-        out[short] = (mlp[short] + trees) / 2
-        if order is not None:  # the ranker's i-th best gets the i-th smallest predicted time
-            out[short[order]] = np.sort(out[short])
+        # calibrated times for the head; each group keeps the shortlist's order (the ranker's, or
+        # the MLP's): its i-th config gets the group's i-th smallest time, so "lower = better" holds
+        out[head] = np.sort((mlp[head] + trees) / 2)
+        floor = out[head].max()
+        out[tail] = np.sort(np.maximum(mlp[tail], floor))
         rest = np.ones(len(out), dtype=bool)
         rest[short] = False
         out[rest] = np.maximum(out[rest], out[short].max())
@@ -126,10 +135,10 @@ class EnsembleModel(PerformanceModel):
 
     def spread(self, m: int, n: int, k: int, dtype: str, configs: Sequence[GemmConfig]) -> float:
         """How much the members disagree about this problem's best configs: the mean absolute
-        difference of their log-ms predictions over the 4 best shortlisted configs."""
-        mlp, short, trees, order = self.members_log_ms(m, n, k, dtype, configs)
-        best = order[:4] if order is not None else np.argsort(mlp[short] + trees, kind="stable")[:4]
-        return float(np.mean(np.abs(mlp[short][best] - trees[best])))
+        difference of the MLP's and the trees' log-ms predictions over the 4 best shortlisted."""
+        mlp, short, trees = self.members_log_ms(m, n, k, dtype, configs)
+        best = min(4, len(trees))
+        return float(np.mean(np.abs(mlp[short[:best]] - trees[:best])))
 
     def auto_topk(self, m: int, n: int, k: int, dtype: str, configs: Sequence[GemmConfig]) -> int:
         """How many configs to benchmark for this problem under topk="auto"."""
