@@ -34,7 +34,7 @@ from kernel_select.offline.metrics import (
 )
 from kernel_select.offline.train import MLPHParams
 from kernel_select.offline.train_candidates import (
-    FAST_AUTOTUNE_FEATURES, Candidate, GBMParams, TrainData, ensemble, fit_fast_autotune, fit_gbm_rank,
+    Candidate, GBMParams, TrainData, ensemble, fit_fast_autotune, fit_gbm_rank,
     fit_gbm_reg, fit_mlp_v1,
 )
 from kernel_select.problem import Problem

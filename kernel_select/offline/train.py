@@ -101,11 +101,7 @@ def train(data_path: str | Path, out_dir: str | Path, *, seed: int = 0, epochs: 
     hparams = hparams or MLPHParams()
     if epochs is not None:
         hparams = dataclasses.replace(hparams, epochs=epochs)
-    # Refused before anything is read or written: zero epochs would save an untrained model.
-    if isinstance(hparams.epochs, bool) or not isinstance(hparams.epochs, int) or hparams.epochs < 1:
-        raise OptionError(f"epochs: expected a whole number >= 1, got {hparams.epochs!r}")
-    if objective not in (*OBJECTIVES, "both"):
-        raise OptionError(f"objective: expected one of {OBJECTIVES + ('both',)}, got {objective!r}")
+    _check_options(hparams, objective)
     objectives = list(OBJECTIVES) if objective == "both" else [objective]
 
     data_path = Path(data_path)
@@ -149,6 +145,14 @@ def train(data_path: str | Path, out_dir: str | Path, *, seed: int = 0, epochs: 
     model.save(out_dir)
     log.info("trained %s model (%s objective) in %.0f s -> %s", spec.key, best, seconds, out_dir)
     return TrainResult(model=model, out_dir=Path(out_dir), objective=best, metrics=metrics, seconds=seconds)
+
+
+def _check_options(hparams: MLPHParams, objective: str) -> None:
+    """Refuse bad options before anything is read or written: zero epochs would save an untrained model."""
+    if isinstance(hparams.epochs, bool) or not isinstance(hparams.epochs, int) or hparams.epochs < 1:
+        raise OptionError(f"epochs: expected a whole number >= 1, got {hparams.epochs!r}")
+    if objective not in (*OBJECTIVES, "both"):
+        raise OptionError(f"objective: expected one of {OBJECTIVES + ('both',)}, got {objective!r}")
 
 
 def train_gate(frame: pd.DataFrame, spec: DeviceSpec, out_dir: str | Path, *, seed: int = 0,
