@@ -13,6 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kernel_select.configs import GemmConfig
+from kernel_select.device import KNOWN_DEVICES, DeviceSpec
 from kernel_select.errors import LUTError
 from kernel_select.lut import KernelLUT, dump_lut, empty_lut, load_lut, parse_lut
 from kernel_select.problem import Problem
@@ -114,7 +116,18 @@ def _reference_lookup(lut: KernelLUT, problem: Problem, device: str) -> list:
                and row.entry.m_bounds[0] <= problem.m <= row.entry.m_bounds[1]
                and row.entry.batch_key in (None, problem.batch)]
     assert len(matches) <= 1, "validation must have rejected overlapping entries"
-    return list(matches[0]) if matches else []
+    spec = KNOWN_DEVICES[device]
+    return [config for config in (matches[0] if matches else []) if _runs_on(config, problem.dtype_bytes, spec)]
+
+
+def _runs_on(config: GemmConfig, dtype_bytes: int, spec: DeviceSpec) -> bool:
+    # Written out independently of kernel_select.lut.hardware: A and B tiles per stage plus 128 B
+    # of barriers; the fp32 accumulator within 255 registers a thread and the SM's register file.
+    smem = dtype_bytes * config.block_k * (config.block_m + config.block_n) * config.num_stages + 128
+    accumulator = config.block_m * config.block_n
+    threads = 32 * config.num_warps
+    return (smem <= spec.smem_per_block_optin and -(-accumulator // threads) <= 255
+            and accumulator <= spec.registers_per_sm)
 
 
 @examples(ci=1500)
