@@ -385,6 +385,9 @@ def _lut_parser(sub: argparse._SubParsersAction) -> None:
                            description="Load each LUT strictly; print one line per file. Exits 2 if "
                                        "any file is invalid.")
     q.add_argument("paths", nargs="+", metavar="PATH")
+    q.add_argument("--device", default=None,
+                   help="also check that every config of this device's tables can run on it "
+                        "(shared memory, registers, threads)")
     q.set_defaults(handler=_lut_validate)
 
     q = lut_sub.add_parser("fmt", help="rewrite LUT files in the canonical layout",
@@ -450,12 +453,16 @@ def _emit_text(text: str, out: str | None) -> None:
 
 
 def _lut_validate(args: argparse.Namespace) -> int:
-    from kernel_select.lut import load_lut
+    from kernel_select.device import get_device
+    from kernel_select.lut import check_fits, load_lut
 
+    device = get_device(args.device) if args.device else None
     failed = 0
     for path in args.paths:
         try:
             lut = load_lut(path)
+            if device is not None and not check_fits(lut, device, source=path):
+                print(f"kernel-select: warning: {path}: no entries for {device.key}", file=sys.stderr)
         except KernelSelectError as exc:
             print(f"kernel-select: error: {exc}", file=sys.stderr)
             failed += 1
@@ -467,18 +474,18 @@ def _lut_validate(args: argparse.Namespace) -> int:
 
 def _lut_fmt(args: argparse.Namespace) -> int:
 
-    from kernel_select.lut import dump_lut, load_lut
+    from kernel_select.lut import dump_lut, load_lut, read_lut_bytes, save_lut
 
     unformatted = 0
     for path in args.paths:
-        canonical = dump_lut(load_lut(path)).encode("utf-8")
-        if Path(path).read_bytes() == canonical:
+        lut = load_lut(path)
+        if read_lut_bytes(path) == dump_lut(lut).encode("utf-8"):
             continue
         unformatted += 1
         if args.check:
             print(f"would reformat {path}")
         else:
-            Path(path).write_bytes(canonical)
+            save_lut(lut, path)  # atomic: a kill mid-write leaves the old file
             print(f"reformatted {path}")
     return 1 if args.check and unformatted else 0
 

@@ -91,19 +91,31 @@ def read_lut_bytes(path: str | os.PathLike[str], *, limit: int = MAX_LUT_BYTES) 
     except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
         raise lut_error(source, f"cannot open: {getattr(exc, 'strerror', None) or exc}") from None
     try:
-        with os.fdopen(fd, "rb") as handle:
-            info = os.fstat(handle.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                raise lut_error(source, f"is {_file_kind(info.st_mode)}, not a regular file; "
-                                        "pass the path of a LUT JSON file")
-            if info.st_size > limit:
-                raise _too_large(source, info.st_size, limit)
-            data = handle.read(limit + 1)  # +1: a file that grew since fstat is caught too
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise lut_error(source, f"is {_file_kind(info.st_mode)}, not a regular file; "
+                                    "pass the path of a LUT JSON file")
+        if info.st_size > limit:
+            raise _too_large(source, info.st_size, limit)
+        data = _read_at_most(fd, limit + 1)  # +1: a file that grew since fstat is caught too
     except OSError as exc:
         raise lut_error(source, f"cannot read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
     if len(data) > limit:
         raise _too_large(source, len(data), limit)
     return data
+
+
+def _read_at_most(fd: int, size: int) -> bytes:
+    chunks: list[bytes] = []
+    while size > 0:
+        chunk = os.read(fd, min(size, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
 
 
 def _too_large(source: str, size: int, limit: int) -> LUTError:
