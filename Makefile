@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH_PIN := torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench install clean
+.PHONY: demo test bench fuzz install clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m pytest -q tests/benchmarks --benchmark-only --benchmark-columns=min,median,max,rounds
+
+# The LUT property suite with 10x the ci examples, randomized (each run tries new inputs).
+fuzz: $(STAMP)
+	KERNEL_SELECT_FUZZ=10 $(BIN)/python -m pytest -q -p no:cacheprovider tests/lut/test_properties.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
