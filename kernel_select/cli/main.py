@@ -209,8 +209,8 @@ def _shapes(args: argparse.Namespace) -> int:
 
 # -- topk / demo ---------------------------------------------------------------------------------
 
-#: The shipped lookup table for the demo, relative to the repository root.
-DEFAULT_DEMO_LUT = "luts/h100_seed.json"
+#: The shipped lookup table for the demo, in luts/ (the repository's, or the installed package's copy).
+DEFAULT_DEMO_LUT = "h100_seed.json"
 
 
 def _topk_parser(sub: argparse._SubParsersAction) -> None:
@@ -239,7 +239,7 @@ def _demo_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="h100", help="device spec (default: %(default)s)")
     _add_k_arg(p)
     p.add_argument("--lut", default=None, metavar="PATH",
-                   help=f"lookup table JSON (default: {DEFAULT_DEMO_LUT} in the repository; "
+                   help=f"lookup table JSON (default: the shipped luts/{DEFAULT_DEMO_LUT}; "
                         "the demo runs without it when it is absent)")
     p.set_defaults(handler=_demo)
 
@@ -332,8 +332,9 @@ def _demo(args: argparse.Namespace) -> int:
 
     k = _parse_k(args.top_k)
     model = load_default(args.device)
-    repo_root = Path(__file__).resolve().parent.parent.parent
-    lut_path = Path(args.lut) if args.lut else repo_root / DEFAULT_DEMO_LUT
+    from kernel_select.resources import shipped_lut
+
+    lut_path = Path(args.lut) if args.lut else shipped_lut(DEFAULT_DEMO_LUT)
     # An explicit --lut must exist; the shipped default is optional.
     lut = _load_lut(str(lut_path)) if args.lut or lut_path.is_file() else None
 
