@@ -374,9 +374,7 @@ class KernelSelectChoices(InductorChoices):
             problem_kwargs = {k: v for k, v in base.params.to_kwargs().items() if k not in _PER_CONFIG_KWARGS}
             synthesized = []
             for config in selection.configs:
-                kwargs = config.inductor_kwargs(problem, allow_tf32=False)
-                del kwargs["ALLOW_TF32"]  # a template-wide extra kwarg, taken from the base below
-                kwargs["EVEN_K"] = _even_k(k_symbolic, config.block_k)
+                kwargs = config.inductor_kwargs(problem, even_k=_even_k(k_symbolic, config.block_k))
                 kwargs["hint_override"] = None
                 kwargs.update(problem_kwargs)
                 kwargs.update(kwarg_overrides.get(uid, {}))  # Inductor applies overrides last, too

@@ -130,6 +130,7 @@ def train(data_path: str | Path, out_dir: str | Path, *, seed: int = 0, epochs: 
         stale = Path(out_dir) / GATE_FILE
         log.warning("no cuBLAS gate trained (%s)%s", exc, f"; removed the old {stale}" if stale.exists() else "")
         stale.unlink(missing_ok=True)
+        stale.with_suffix(".json").unlink(missing_ok=True)
         metrics["cublas_gate"] = {"skipped": str(exc)}
     card = ModelCard(
         model="mlp", device=spec.key, feature_version=FEATURE_VERSION, feature_names=list(FEATURE_NAMES),
