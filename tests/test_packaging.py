@@ -17,8 +17,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 #: What a build needs from the repository (a source checkout or an sdist has all of it).
-BUILD_INPUTS = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "LICENSE", "kernel_select", "models",
-                "luts")
+BUILD_INPUTS = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "LICENSE",
+                "kernel_select", "models", "luts")
 
 
 def _run(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
@@ -65,10 +65,9 @@ def installed(tmp_path_factory) -> Path:
 
 @pytest.mark.slow
 def test_the_installed_package_is_the_wheel_with_its_data(installed, tmp_path):
-    out = _run([str(installed / "python"), "-c",
-                "import kernel_select, kernel_select.resources as r; "
-                "print(kernel_select.__file__); print(r.models_dir()); print(r.shipped_lut('h100_seed.json'))"],
-               cwd=tmp_path, env=_clean_env())
+    script = ("import kernel_select, kernel_select.resources as r; print(kernel_select.__file__); "
+              "print(r.models_dir()); print(r.shipped_lut('h100_seed.json'))")
+    out = _run([str(installed / "python"), "-c", script], cwd=tmp_path, env=_clean_env())
     package, models, lut = (Path(line) for line in out.splitlines())
     venv_root = installed.parent
     for path in (package, models, lut):
@@ -94,8 +93,11 @@ def test_installed_demo_resolves_the_seed_lut(installed, tmp_path):
     # The installed demo ranks exactly as the repository's (the header's LUT path aside).
     reference = _run([sys.executable, "-m", "kernel_select.cli", "demo"], cwd=REPO,
                      env={**_clean_env(), "PYTHONPATH": str(REPO)})
-    strip = lambda text: [line for line in text.splitlines() if not line.startswith("lookup table:")]  # noqa: E731
-    assert strip(out) == strip(reference)
+    assert _without_lut_line(out) == _without_lut_line(reference)
+
+
+def _without_lut_line(text: str) -> list[str]:
+    return [line for line in text.splitlines() if not line.startswith("lookup table:")]
 
 
 def test_packaging_metadata_has_one_version_source_and_a_tested_torch_range():

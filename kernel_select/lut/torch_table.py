@@ -94,7 +94,8 @@ def _exact_problem(row: LUTRow) -> Problem | None:
 
 def _template_entry(config: GemmConfig, problem: Problem) -> dict[str, Any]:
     # ALLOW_TF32 is left out: Inductor derives it from the backend settings for each compile.
-    return {"template_id": template_id(problem.op), **config.inductor_kwargs(problem), **mm_template_kwargs(problem)}
+    return {"template_id": template_id(problem.op), **config.inductor_kwargs(problem),
+            **mm_template_kwargs(problem)}
 
 
 def _contiguous(shape: list[int]) -> list[int]:

@@ -50,7 +50,8 @@ class PerformanceModel(abc.ABC):
     def estimate(self, problem: Problem, configs: Sequence[GemmConfig], /) -> np.ndarray: ...
 
     @overload
-    def estimate(self, m: int, n: int, k: int, dtype: str, configs: Sequence[GemmConfig], /) -> np.ndarray: ...
+    def estimate(self, m: int, n: int, k: int, dtype: str, configs: Sequence[GemmConfig], /
+                 ) -> np.ndarray: ...
 
     def estimate(self, *args: Any) -> np.ndarray:
         """Runtime in ms, float64, shape (len(configs),), in the order of `configs`.
@@ -64,9 +65,10 @@ class PerformanceModel(abc.ABC):
         if len(configs) == 0:
             return np.zeros(0, dtype=np.float64)
         runtime_ms = np.asarray(self.predict(problem, self.device, configs), dtype=np.float64)
-        if runtime_ms.shape != (len(configs),) or not np.all(np.isfinite(runtime_ms)) or np.any(runtime_ms <= 0):
-            raise ModelError(f"model: {self.describe()} returned malformed runtimes for {problem} "
-                             f"(shape {runtime_ms.shape} for {len(configs)} configs, expected finite positive ms)")
+        well_formed = runtime_ms.shape == (len(configs),) and np.all(np.isfinite(runtime_ms))
+        if not well_formed or np.any(runtime_ms <= 0):
+            raise ModelError(f"model: {self.describe()} returned malformed runtimes for {problem} (shape "
+                             f"{runtime_ms.shape} for {len(configs)} configs, expected finite positive ms)")
         return runtime_ms
 
     @abc.abstractmethod

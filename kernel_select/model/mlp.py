@@ -45,7 +45,8 @@ from kernel_select.problem import Problem
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CARD_FILE", "WEIGHTS_FILE", "DataProvenance", "MLPModel", "ModelCard", "RuntimeNet", "retrain_hint"]
+__all__ = ["CARD_FILE", "WEIGHTS_FILE", "DataProvenance", "MLPModel", "ModelCard", "RuntimeNet",
+           "architecture", "retrain_hint"]
 
 STEM = "mlp"
 WEIGHTS_FILE = f"{STEM}.pt"

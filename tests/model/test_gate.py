@@ -51,7 +51,8 @@ def test_problem_ratios_need_both_a_cublas_and_a_triton_row(frame):
 
 def test_training_keeps_the_best_validation_epoch_and_reports_it(gate):
     metrics = gate.card.metrics
-    assert (metrics["train_problems"], metrics["val_problems"], gate.card.hyperparameters["seed"]) == (24, 8, 0)
+    assert (metrics["train_problems"], metrics["val_problems"]) == (24, 8)
+    assert gate.card.hyperparameters["seed"] == 0
     assert 10 <= metrics["best_epoch"] <= 60 and metrics["best_epoch"] % 10 == 0
     assert metrics["validation"]["problems"] == 8
     assert set(metrics["validation"]["margins"]) == {"0", "0.05", "0.1"}
