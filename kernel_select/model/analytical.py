@@ -174,6 +174,16 @@ def _runtime_s(problem: Problem, tiles: np.ndarray, device: DeviceSpec,
                   + (k_iters - 1.0) * np.maximum(shared, steady))
     compute = rounds * round_time
 
+    return LAUNCH_S + np.maximum(compute, _memory_s(problem, tiles_m, tiles_n, ctas, device))
+
+
+def _memory_s(problem: Problem, tiles_m: np.ndarray, tiles_n: np.ndarray, ctas: np.ndarray,
+              device: DeviceSpec) -> np.ndarray:
+    """Seconds the busier of DRAM and L2 needs for the traffic the tiling implies, per config."""
+    m, n, k, batch = float(problem.m), float(problem.n), float(problem.k), float(problem.batch)
+    elem = float(problem.dtype_bytes)
+    sms = float(device.sm_count)
+
     # Memory traffic: A is read once per column of tiles and B once per row of tiles. Only the
     # first read of each element must come from DRAM; later re-reads hit L2 at a rate that
     # depends on whether both operands fit there.
@@ -194,7 +204,7 @@ def _runtime_s(problem: Problem, tiles: np.ndarray, device: DeviceSpec,
     dram = dram_bytes / bandwidth
     l2 = l2_bytes / (L2_BANDWIDTH_RATIO * bandwidth)
 
-    return LAUNCH_S + np.maximum(compute, np.maximum(dram, l2))
+    return np.maximum(dram, l2)
 
 
 def _factory(device: DeviceSpec) -> AnalyticalModel:
