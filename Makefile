@@ -7,9 +7,9 @@ BIN := $(VENV)/bin
 TORCH_PIN := torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench install clean
+.PHONY: demo test bench fuzz install wheel clean
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml setup.py Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet $(TORCH_PIN)
@@ -27,5 +27,14 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m pytest -q tests/benchmarks --benchmark-only --benchmark-columns=min,median,max,rounds
 
+# The LUT property suite with 10x the ci examples, randomized (each run tries new inputs).
+fuzz: $(STAMP)
+	KERNEL_SELECT_FUZZ=10 $(BIN)/python -m pytest -q -p no:cacheprovider tests/lut/test_properties.py
+
+# A wheel and an sdist in dist/, carrying models/ and luts/ (see setup.py).
+wheel: $(STAMP)
+	$(BIN)/pip wheel --no-deps --no-build-isolation --quiet -w dist .
+	$(BIN)/python -c "from setuptools import build_meta; build_meta.build_sdist('dist')"
+
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis build dist

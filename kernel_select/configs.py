@@ -97,18 +97,19 @@ class GemmConfig(BaseModel):
                           group_m=kwargs.get("GROUP_M", 8), num_stages=config.num_stages,
                           num_warps=config.num_warps)
 
-    def inductor_kwargs(self, problem: Problem, *, allow_tf32: bool | None = None) -> dict[str, Any]:
-        """The kwargs Inductor renders `triton::mm` with for `problem` (its template params plus
-        ALLOW_TF32). `allow_tf32` defaults to the running torch's rule (see `allow_tf32`)."""
-        if allow_tf32 is None:
-            allow_tf32 = inductor_allow_tf32(problem)
+    def inductor_kwargs(self, problem: Problem, *, even_k: bool | None = None) -> dict[str, Any]:
+        """The per-config kwargs of Inductor's `triton::mm` template: the tile, GROUP_M,
+        num_stages, num_warps and EVEN_K.
+
+        `even_k` defaults to `problem.k % block_k == 0`, right for a static K; with a dynamic K
+        the caller must decide it for every K the graph accepts. The template-wide kwargs
+        (ACC_TYPE, ALLOW_TF32, USE_FAST_ACCUM, ...) are not the config's: inside a compile they
+        come from Inductor's own choice, elsewhere from `mm_template_kwargs`.
+        """
         return {
             "BLOCK_M": self.block_m, "BLOCK_N": self.block_n, "BLOCK_K": self.block_k,
             "GROUP_M": self.group_m, "num_stages": self.num_stages, "num_warps": self.num_warps,
-            "EVEN_K": problem.k % self.block_k == 0,
-            "ACC_TYPE": acc_type(problem.dtype),
-            "USE_FAST_ACCUM": False,  # only scaled_mm uses fast accumulation
-            "ALLOW_TF32": allow_tf32,
+            "EVEN_K": problem.k % self.block_k == 0 if even_k is None else even_k,
         }
 
     @classmethod
@@ -122,6 +123,13 @@ class GemmConfig(BaseModel):
             raise ConfigError(f"{exc.args[0]}: missing from Inductor kwargs {kwargs}") from None
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"Inductor kwargs {kwargs}: {exc}") from None
+
+
+def mm_template_kwargs(problem: Problem) -> dict[str, Any]:
+    """The template-wide kwargs Inductor renders `triton::mm` with for `problem`, besides
+    ALLOW_TF32 (which Inductor derives from the backend settings for each compile)."""
+    return {"ACC_TYPE": acc_type(problem.dtype),
+            "USE_FAST_ACCUM": False}  # only scaled_mm uses fast accumulation
 
 
 def acc_type(dtype: str) -> str:

@@ -3,10 +3,16 @@
 Figures are dense (no 2:4 sparsity) peak rates from NVIDIA's datasheets; each row cites
 its source. `detect()` reads the running GPU through torch.cuda when one is present; on a
 CPU-only machine pass the name explicitly (`--device h100`).
+
+This is the one place that turns a device name into a key (`device_key`): a key ("h100"), an
+alias ("h100-sxm") or the name torch.cuda reports ("NVIDIA H100 80GB HBM3"). Matching is by
+whole name tokens, never by substring, so "not-an-h100-at-all" is refused rather than read as
+an H100.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 from kernel_select.errors import DeviceError
@@ -28,6 +34,12 @@ class DeviceSpec:
     peak_flops_fp32: float  # CUDA-core (non-tensor) FP32 FLOP/s, used when TF32 is off
     hbm_bytes_per_s: float
     capability: tuple[int, int]
+
+    @property
+    def architecture(self) -> str:
+        """The SM architecture ("sm_90"): devices that share it run the same Triton kernels the
+        same way, so a model trained on one ranks configs sensibly on another until retrained."""
+        return f"sm_{self.capability[0]}{self.capability[1]}"
 
     def peak_flops(self, dtype: str, allow_tf32: bool = False) -> float:
         if dtype in ("bfloat16", "float16"):
@@ -74,11 +86,25 @@ KNOWN_DEVICES: dict[str, DeviceSpec] = {
 _ALIASES = {"h100-sxm": "h100", "h100_sxm": "h100", "h100_pcie": "h100-pcie", "h200-sxm": "h200",
             "a100-sxm": "a100", "a100_sxm": "a100"}
 
+# Names torch.cuda.get_device_name() reports: "NVIDIA" then the part as a whole word, then
+# optional form-factor words ("NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA A100-SXM4-80GB").
+_MARKETING_NAME = re.compile(r"^nvidia\s+(?P<part>[ahb]\d{3})(?![0-9a-z])(?P<rest>.*)$")
+
+
+def device_key(name: str | DeviceSpec) -> str:
+    """The key of a known device ("h100") for a key, an alias or a torch.cuda device name.
+
+    Raises DeviceError naming the known devices for anything else.
+    """
+    return get_device(name).key
+
 
 def get_device(name: str | DeviceSpec) -> DeviceSpec:
     """Look a device up by key ("h100"), alias, or marketing name ("NVIDIA H100 80GB HBM3")."""
     if isinstance(name, DeviceSpec):
         return name
+    if not isinstance(name, str):
+        raise DeviceError(f"device: expected a device name, got {type(name).__name__}")
     key = name.strip().lower()
     key = _ALIASES.get(key, key)
     if key in KNOWN_DEVICES:
@@ -89,15 +115,20 @@ def get_device(name: str | DeviceSpec) -> DeviceSpec:
     raise DeviceError(f"device: unknown device {name!r}; use one of {', '.join(KNOWN_DEVICES)}")
 
 
+def same_architecture(spec: DeviceSpec) -> list[DeviceSpec]:
+    """The other known devices with `spec`'s SM architecture, in KNOWN_DEVICES order."""
+    return [other for other in KNOWN_DEVICES.values()
+            if other.architecture == spec.architecture and other.key != spec.key]
+
+
 def _match_marketing_name(name: str) -> DeviceSpec | None:
-    text = name.lower()
-    if "h100" in text:
-        return KNOWN_DEVICES["h100-pcie" if "pcie" in text else "h100"]
-    if "h200" in text:
-        return KNOWN_DEVICES["h200"]
-    if "a100" in text:
-        return KNOWN_DEVICES["a100"]
-    return None
+    match = _MARKETING_NAME.match(name.strip().lower())
+    if match is None:
+        return None
+    part, rest = match["part"], match["rest"]
+    if part == "h100":
+        return KNOWN_DEVICES["h100-pcie" if "pcie" in rest else "h100"]
+    return KNOWN_DEVICES.get(part)
 
 
 def detect(index: int = 0) -> DeviceSpec:

@@ -38,13 +38,14 @@ from collections.abc import Callable, Iterator
 from typing import Any, Union
 
 from kernel_select.errors import KernelSelectError, OptionError
+from kernel_select.model.gate import DEFAULT_MARGIN
 
 SAME = "SAME"
 DEFAULT = "DEFAULT"
 ENV_KERNEL_LUT_PATH = "TORCHINDUCTOR_KERNEL_LUT_PATH"
 ENV_GEMM_TOPK = "TORCHINDUCTOR_GEMM_TOPK"
 ENV_CUBLAS_MARGIN = "TORCHINDUCTOR_GEMM_CUBLAS_MARGIN"
-DEFAULT_CUBLAS_MARGIN = 0.05  # see kernel_select.model.gate for how it was chosen
+DEFAULT_CUBLAS_MARGIN = DEFAULT_MARGIN  # the gate owns it: see kernel_select.model.gate for how it was chosen
 
 TopK = Union[int, str]
 _ASCII_DIGITS = re.compile(r"[0-9]+")

@@ -19,7 +19,6 @@ long-lived sessions that want to start over).
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import stat
@@ -33,14 +32,10 @@ from typing import Any
 from kernel_select import device as device_module
 from kernel_select.device import DeviceSpec
 from kernel_select.errors import LUTError, ModelError
+from kernel_select.lut.io import MAX_LUT_BYTES, lut_digest
 from kernel_select.model import PerformanceModel
 
 log = logging.getLogger(__name__)
-
-#: Largest LUT file read inside a compile. The seed tables are a few KB and a pretuned table for a
-#: whole serving deployment a few MB; 64 MiB leaves room for that while keeping a wrong path (a
-#: disk image, /dev/zero) from exhausting memory or stalling a compile.
-MAX_LUT_BYTES = 64 * 1024 * 1024
 
 FileIdentity = tuple[int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns
 
@@ -108,7 +103,7 @@ def lut_identity(path: str) -> FileIdentity:
         raise _lut_error(path, "not a regular file (a FIFO, device or directory cannot be a kernel lookup table)")
     if info.st_size > MAX_LUT_BYTES:
         raise _lut_error(path, f"{info.st_size} bytes, more than the {MAX_LUT_BYTES} bytes a kernel lookup "
-                               f"table may have (kernel_select.runtime.MAX_LUT_BYTES)")
+                               f"table may have (kernel_select.lut.MAX_LUT_BYTES)")
     return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
 
 
@@ -153,23 +148,7 @@ def lut_fingerprint(path: str | None) -> str:
     try:
         return f"{path}:{load_lut(path).digest()}"
     except Exception:  # noqa: BLE001 -- a broken LUT still gets a key: its bytes, or why it has none
-        return f"{path}:unloadable:{_bounded_digest(path)}"
-
-
-def _bounded_digest(path: str) -> str:
-    try:
-        lut_identity(path)
-        # O_NONBLOCK and an fstat of the open descriptor: if the path became a FIFO since the
-        # stat above, open() does not wait for a writer and the read is refused.
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-        with os.fdopen(fd, "rb") as handle:
-            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-                return "not-a-regular-file"
-            return hashlib.sha256(handle.read(MAX_LUT_BYTES + 1)).hexdigest()
-    except LUTError as exc:
-        return hashlib.sha256(str(exc).encode()).hexdigest()[:16]
-    except OSError as exc:
-        return f"unreadable:{exc.errno}"
+        return f"{path}:unloadable:{lut_digest(path)}"
 
 
 # -- models, gates, devices -------------------------------------------------------------------------

@@ -175,7 +175,7 @@ def _lut_configs(lut: ConfigLookup | None, problem: Problem, spec: DeviceSpec) -
 def _scores(problem: Problem, configs: Sequence[GemmConfig], model: PerformanceModel) -> np.ndarray:
     if not configs:
         return np.zeros(0, dtype=np.float64)
-    scores = np.asarray(model.estimate_problem(problem, configs), dtype=np.float64)
+    scores = np.asarray(model.estimate(problem, configs), dtype=np.float64)
     if scores.shape != (len(configs),) or not np.all(np.isfinite(scores)) or np.any(scores <= 0):
         raise ModelError(f"model: {model.describe()} returned malformed runtimes for {problem} "
                          f"(shape {scores.shape} for {len(configs)} configs, expected finite positive ms)")

@@ -117,7 +117,7 @@ def inductor_configs(problem: Problem, search_space: SearchSpace = "exhaustive",
     return finalize(scaled)
 
 
-def for_problem(problem: Problem, device: DeviceSpec | str = "h100",
+def for_problem(problem: Problem, device: DeviceSpec | str,
                 search_space: SearchSpace = "exhaustive",
                 torch_version: str | None = None) -> list[GemmConfig]:
     """Inductor's configs for `problem`, minus those that cannot fit the device's shared memory."""

@@ -25,7 +25,7 @@ class FakeModel(PerformanceModel):
         self.tag = tag
         self.calls = 0
 
-    def estimate(self, m: int, n: int, k: int, dtype: str, configs: Sequence[GemmConfig]) -> np.ndarray:
+    def predict(self, problem: Problem, device: object, configs: Sequence[GemmConfig]) -> np.ndarray:
         self.calls += 1
         return np.array([0.01 + score(c) for c in configs], dtype=np.float64)
 
@@ -40,7 +40,7 @@ def score(c: GemmConfig) -> float:
 
 
 class BrokenModel(FakeModel):
-    def estimate(self, m, n, k, dtype, configs):  # noqa: ANN001, ANN201
+    def predict(self, problem, device, configs):  # noqa: ANN001, ANN201
         raise ModelError("fake.pt: weights do not match the model card")
 
 

@@ -142,7 +142,7 @@ def test_a_broken_shipped_model_is_an_error_naming_the_file_never_the_analytical
         weights.write_bytes(weights.read_bytes()[:100])
 
     def garble(folder: Path) -> None:
-        (folder / "model_card.json").write_text("{not json")
+        (folder / "mlp.json").write_text("{not json")
 
     shipped_copy(tmp_path, monkeypatch, truncate if damage == "truncated" else garble)
     with pytest.raises(ModelError, match=r"mlp\.pt: the model shipped for h100 does not load.*retrain"):

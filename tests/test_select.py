@@ -38,7 +38,7 @@ class TableModel(PerformanceModel):
         self.runtimes = runtimes
         self.calls = 0
 
-    def estimate(self, m, n, k, dtype, configs: Sequence[GemmConfig]) -> np.ndarray:
+    def predict(self, problem, device, configs: Sequence[GemmConfig]) -> np.ndarray:
         self.calls += 1
         return np.array([self.runtimes.get(c, 100.0) for c in configs], dtype=np.float64)
 
@@ -179,7 +179,7 @@ def test_rejects_a_problem_that_is_not_a_problem():
 
 def test_malformed_model_output_is_a_model_error():
     class Broken(TableModel):
-        def estimate(self, m, n, k, dtype, configs):
+        def predict(self, problem, device, configs):
             return np.full(len(configs), np.nan)
 
     with pytest.raises(ModelError, match="malformed"):

@@ -81,13 +81,13 @@ def test_argument_names_dtype_and_keyword_args():
     args = {"a": Tensor("torch.float16"), "b": Tensor("torch.float16"), "rows": 64}
     model = FakeModel()
     seen = []
-    original = model.estimate
+    original = model.predict
 
-    def spy(m, n, k, dtype, configs):  # noqa: ANN001, ANN202
-        seen.append((m, n, k, dtype))
-        return original(m, n, k, dtype, configs)
+    def spy(problem, device, configs):  # noqa: ANN001, ANN202
+        seen.append((problem.m, problem.n, problem.k, problem.dtype))
+        return original(problem, device, configs)
 
-    model.estimate = spy
+    model.predict = spy
     pruner = triton_pruner(top_k=2, m="rows", n="cols", k="depth", model=model,
                            device="h100")["early_config_prune"]
     pruner(CONFIGS, args, cols=256, depth=128)  # Triton passes keyword arguments separately

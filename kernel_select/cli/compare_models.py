@@ -6,15 +6,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from kernel_select.cli.common import int_at_least
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
+_positive_int = int_at_least(1)
+
+
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:

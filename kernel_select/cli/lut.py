@@ -26,6 +26,9 @@ def _register_checks(lut_sub: Subparsers) -> None:
                            description="Load each LUT strictly; print one line per file. Exits 2 if "
                                        "any file is invalid.")
     q.add_argument("paths", nargs="+", metavar="PATH")
+    q.add_argument("--device", default=None,
+                   help="also check that every config of this device's tables can run on it "
+                        "(shared memory, registers, threads)")
     q.set_defaults(handler=run_validate)
 
     q = lut_sub.add_parser("fmt", help="rewrite LUT files in the canonical layout",
@@ -85,12 +88,16 @@ def _register_converters(lut_sub: Subparsers) -> None:
 
 
 def run_validate(args: argparse.Namespace) -> int:
-    from kernel_select.lut import load_lut
+    from kernel_select.device import get_device
+    from kernel_select.lut import check_fits, load_lut
 
+    device = get_device(args.device) if args.device else None
     failed = 0
     for path in args.paths:
         try:
             lut = load_lut(path)
+            if device is not None and not check_fits(lut, device, source=path):
+                print(f"kernel-select: warning: {path}: no entries for {device.key}", file=sys.stderr)
         except KernelSelectError as exc:
             # One bad file must not hide the verdict on the others: report it and go on.
             print(f"kernel-select: error: {exc}", file=sys.stderr)
@@ -102,12 +109,12 @@ def run_validate(args: argparse.Namespace) -> int:
 
 
 def run_fmt(args: argparse.Namespace) -> int:
-    from kernel_select.lut import dump_lut, load_lut, save_lut
+    from kernel_select.lut import dump_lut, load_lut, read_lut_bytes, save_lut
 
     unformatted = 0
     for path in args.paths:
         lut = load_lut(path)
-        if Path(path).read_bytes() == dump_lut(lut).encode("utf-8"):
+        if read_lut_bytes(path) == dump_lut(lut).encode("utf-8"):
             continue
         unformatted += 1
         if args.check:

@@ -21,8 +21,8 @@ def register_train(sub: Subparsers) -> None:
     p = sub.add_parser("train", help="train the MLP performance model (and the cuBLAS gate) on a dataset",
                        description="Fit the MLP on the dataset's 'train' problems, keep the epoch (and "
                                    "objective) with the best top-k score on 'val', and write mlp.pt + "
-                                   "model_card.json to --out; then fit the cuBLAS gate the same way and "
-                                   "write cublas_gate.pt. The 'test' split is never read.")
+                                   "mlp.json to --out; then fit the cuBLAS gate the same way and "
+                                   "write cublas_gate.pt + cublas_gate.json. The 'test' split is never read.")
     _add_training_args(p)
     p.add_argument("--epochs", type=int_at_least(1), default=None, help="training epochs (default: 80)")
     p.add_argument("--objective", choices=("mse", "rank", "both"), default="both",
@@ -39,7 +39,7 @@ def register_train_gate(sub: Subparsers) -> None:
     p = sub.add_parser("train-gate", help="train only the cuBLAS gate (train trains it too)",
                        description="Fit the cuBLAS gate (does cuBLAS beat every Triton config of a "
                                    "problem?) on the dataset's 'train' problems, select on 'val', and "
-                                   "write cublas_gate.pt to --out, leaving the MLP there untouched.")
+                                   "write cublas_gate.pt + cublas_gate.json to --out, leaving the MLP there untouched.")
     _add_training_args(p)
     p.set_defaults(handler=run_train_gate)
 
@@ -104,7 +104,7 @@ def run_train_gate(args: argparse.Namespace) -> int:
     data_path = Path(args.data)
     gate = train_gate(dataset.read(data_path), get_device(args.device), args.out, seed=args.seed,
                       data_path=data_path)
-    _print_gate_validation(gate.card["validation"])
+    _print_gate_validation(gate.card.metrics["validation"])
     print(f"wrote {Path(args.out) / 'cublas_gate.pt'}")
     return 0
 

@@ -15,8 +15,8 @@ if TYPE_CHECKING:
     from kernel_select.problem import Problem
     from kernel_select.select import Choice
 
-#: The shipped lookup table for the demo, relative to the repository root.
-DEFAULT_DEMO_LUT = "luts/h100_seed.json"
+#: The shipped lookup table for the demo, in luts/ (the repository's, or the installed package's copy).
+DEFAULT_DEMO_LUT = "h100_seed.json"
 
 
 def register_topk(sub: Subparsers) -> None:
@@ -45,7 +45,7 @@ def register_demo(sub: Subparsers) -> None:
     p.add_argument("--device", default="h100", help="device spec (default: %(default)s)")
     add_k_arg(p)
     p.add_argument("--lut", default=None, metavar="PATH",
-                   help=f"lookup table JSON (default: {DEFAULT_DEMO_LUT} in the repository; "
+                   help=f"lookup table JSON (default: the shipped luts/{DEFAULT_DEMO_LUT}; "
                         "the demo runs without it when it is absent)")
     p.set_defaults(handler=run_demo)
 
@@ -109,8 +109,9 @@ def run_demo(args: argparse.Namespace) -> int:
 
     k = parse_k(args.top_k)
     model = load_default(args.device)
-    repo_root = Path(__file__).resolve().parent.parent.parent
-    lut_path = Path(args.lut) if args.lut else repo_root / DEFAULT_DEMO_LUT
+    from kernel_select.resources import shipped_lut
+
+    lut_path = Path(args.lut) if args.lut else shipped_lut(DEFAULT_DEMO_LUT)
     # An explicit --lut must exist; the shipped default is optional.
     lut = load_lut_file(str(lut_path)) if args.lut or lut_path.is_file() else None
 

@@ -9,13 +9,15 @@ choices   the handler that replaces Triton GEMM candidates, and its cache-key uu
 settings  knob precedence and the `gemm_topk` / `kernel_lut_path` torch.compile options
 install   the picklable factory, install / uninstall / enabled
 probe     experiment helpers (offline compare and fidelity): compile options, autotuning records
+eager_parity  config patches that keep GEMVs on cuBLAS as eager does
 """
 
 from kernel_select.inductor.choices import KernelSelectChoices, Selection
+from kernel_select.inductor.eager_parity import eager_parity_patches
 from kernel_select.inductor.install import ChoicesFactory, enabled, install, uninstall
 from kernel_select.inductor.probe import AutotuneRecord, ChoiceTiming, max_autotune_options, record_autotuning
 from kernel_select.inductor.settings import Settings, register_options, resolve_settings
 
 __all__ = ["AutotuneRecord", "ChoiceTiming", "ChoicesFactory", "KernelSelectChoices", "Selection", "Settings",
-           "enabled", "install", "max_autotune_options", "record_autotuning", "register_options",
+           "eager_parity_patches", "enabled", "install", "max_autotune_options", "record_autotuning", "register_options",
            "resolve_settings", "uninstall"]

@@ -291,9 +291,8 @@ def _synthesize(selection: Selection, base: Any, k_symbolic: Any, overrides: dic
     problem_kwargs = {k: v for k, v in base.params.to_kwargs().items() if k not in _PER_CONFIG_KWARGS}
     synthesized = []
     for config in selection.configs:
-        kwargs = config.inductor_kwargs(selection.problem, allow_tf32=False)
-        del kwargs["ALLOW_TF32"]  # a template-wide extra kwarg, taken from the base below
-        kwargs["EVEN_K"] = _even_k(k_symbolic, config.block_k)
+        # Template-wide kwargs (ACC_TYPE, ALLOW_TF32, ...) come from Inductor's own `base` below.
+        kwargs = config.inductor_kwargs(selection.problem, even_k=_even_k(k_symbolic, config.block_k))
         kwargs["hint_override"] = None
         kwargs.update(problem_kwargs)
         kwargs.update(overrides)  # Inductor applies overrides last, too

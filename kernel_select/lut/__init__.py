@@ -1,25 +1,29 @@
-"""The kernel lookup table: a versioned, hand-editable JSON file of configs pinned per problem."""
+"""The kernel lookup table: a versioned, hand-editable JSON file of configs pinned per problem.
 
+    schema      the document's models, schema version, lookup and merge
+    entries     one entry (a problem key and its configs) and the no-overlap rule
+    validation  raw document -> KernelLUT, with one-line errors that name the JSON location
+    io          bounded reads, parse, migrate, canonical dump, atomic save, file digest
+    hardware    whether a config can run on a device (shared memory, registers, threads)
+    autotune_log, torch_table   converters from Inductor's AUTOTUNE log and lookup_table format
+"""
+
+from kernel_select.lut.entries import BATCHED_OPS, MAX_DIM, BatchedLUTEntry, LUTEntry, MRange
+from kernel_select.lut.hardware import check_fits, unfit_reason
 from kernel_select.lut.io import (
-    BATCHED_OPS,
-    MAX_DIM,
-    SCHEMA_VERSION,
-    BatchedLUTEntry,
-    KernelLUT,
-    LUTEntry,
-    LUTRow,
-    MRange,
-    OpTables,
+    MAX_LUT_BYTES,
     dump_lut,
-    empty_lut,
-    json_schema,
     load_lut,
+    lut_digest,
     migrate,
     parse_lut,
+    read_lut_bytes,
     save_lut,
 )
+from kernel_select.lut.schema import SCHEMA_VERSION, KernelLUT, LUTRow, OpTables, empty_lut, json_schema
 
 __all__ = [
-    "BATCHED_OPS", "MAX_DIM", "SCHEMA_VERSION", "BatchedLUTEntry", "KernelLUT", "LUTEntry", "LUTRow", "MRange",
-    "OpTables", "dump_lut", "empty_lut", "json_schema", "load_lut", "migrate", "parse_lut", "save_lut",
+    "BATCHED_OPS", "MAX_DIM", "MAX_LUT_BYTES", "SCHEMA_VERSION", "BatchedLUTEntry", "KernelLUT", "LUTEntry",
+    "LUTRow", "MRange", "OpTables", "check_fits", "dump_lut", "empty_lut", "json_schema", "load_lut",
+    "lut_digest", "migrate", "parse_lut", "read_lut_bytes", "save_lut", "unfit_reason",
 ]

@@ -21,7 +21,7 @@ import logging
 import re
 from typing import Any
 
-from kernel_select.configs import GemmConfig
+from kernel_select.configs import GemmConfig, mm_template_kwargs
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import KernelSelectError, LUTError
 from kernel_select.lut import BATCHED_OPS, BatchedLUTEntry, KernelLUT, LUTEntry, LUTRow, MRange
@@ -94,9 +94,8 @@ def _exact_problem(row: LUTRow) -> Problem | None:
 
 def _template_entry(config: GemmConfig, problem: Problem) -> dict[str, Any]:
     # ALLOW_TF32 is left out: Inductor derives it from the backend settings for each compile.
-    kwargs = config.inductor_kwargs(problem, allow_tf32=False)
-    del kwargs["ALLOW_TF32"]
-    return {"template_id": template_id(problem.op), **kwargs}
+    return {"template_id": template_id(problem.op), **config.inductor_kwargs(problem),
+            **mm_template_kwargs(problem)}
 
 
 def _contiguous(shape: list[int]) -> list[int]:

@@ -25,9 +25,8 @@ import numpy as np
 
 from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec
-from kernel_select.errors import ProblemError, UnsupportedProblemError
-from kernel_select.model import PerformanceModel, register_model
-from kernel_select.problem import DTYPE_BYTES, SUPPORTED_OPS, Problem, dtype_name
+from kernel_select.model.base import PerformanceModel, register_model
+from kernel_select.problem import Problem
 
 log = logging.getLogger(__name__)
 
@@ -108,43 +107,14 @@ class AnalyticalModel(PerformanceModel):
         tf32 = ", float32 as TF32" if self.allow_tf32 else ""
         return f"analytical roofline model for {self.device.key} (datasheet peaks, untrained{tf32})"
 
-    def estimate(self, m: int, n: int, k: int, dtype: str, configs: Sequence[GemmConfig], *,
-                 op: str = "mm", batch: int = 1) -> np.ndarray:
-        """Predicted runtime in ms of each config for C[batch, m, n] = A[batch, m, k] @ B.
-
-        `op` is the Inductor lowering (addmm and baddbmm read a bias in the epilogue);
-        `batch` > 1 (bmm, baddbmm) multiplies the CTAs of the one launch.
-
-        Raises:
-            UnsupportedProblemError: for a dtype or op this model has no rates for.
-            ProblemError: for non-positive sizes.
-        """
-        dtype = _supported_dtype(dtype)
-        if op not in SUPPORTED_OPS:
-            raise UnsupportedProblemError(
-                f"op: the analytical model cannot score {op!r}; it supports {', '.join(SUPPORTED_OPS)}")
-        problem = Problem(m, n, k, dtype, batch=batch, op=op)
-        if len(configs) == 0:
-            return np.zeros(0, dtype=np.float64)
+    def predict(self, problem: Problem, device: DeviceSpec, configs: Sequence[GemmConfig]) -> np.ndarray:
+        """Predicted runtime in ms of each config for C[batch, m, n] = A[batch, m, k] @ B: addmm
+        and baddbmm read a bias in the epilogue; batch > 1 multiplies the CTAs of the one launch."""
         # One flat pass over the attributes is the fastest way from pydantic objects to numpy.
         fields = map(_TILE_FIELDS, configs)
         tiles = np.fromiter(itertools.chain.from_iterable(fields), dtype=np.float64,
                             count=5 * len(configs)).reshape(len(configs), 5)
-        return _runtime_s(problem, tiles, self.device, self.allow_tf32) * 1e3
-
-    def estimate_problem(self, problem: Problem, configs: Sequence[GemmConfig]) -> np.ndarray:
-        return self.estimate(problem.m, problem.n, problem.k, problem.dtype, configs,
-                             op=problem.op, batch=problem.batch)
-
-
-def _supported_dtype(dtype: object) -> str:
-    try:
-        name = dtype_name(dtype)
-    except ProblemError:
-        raise UnsupportedProblemError(
-            f"dtype: the analytical model cannot score {dtype!r}; it supports {', '.join(DTYPE_BYTES)}"
-        ) from None
-    return name
+        return _runtime_s(problem, tiles, device, self.allow_tf32) * 1e3
 
 
 def _runtime_s(problem: Problem, tiles: np.ndarray, device: DeviceSpec,
@@ -204,6 +174,16 @@ def _runtime_s(problem: Problem, tiles: np.ndarray, device: DeviceSpec,
                   + (k_iters - 1.0) * np.maximum(shared, steady))
     compute = rounds * round_time
 
+    return LAUNCH_S + np.maximum(compute, _memory_s(problem, tiles_m, tiles_n, ctas, device))
+
+
+def _memory_s(problem: Problem, tiles_m: np.ndarray, tiles_n: np.ndarray, ctas: np.ndarray,
+              device: DeviceSpec) -> np.ndarray:
+    """Seconds the busier of DRAM and L2 needs for the traffic the tiling implies, per config."""
+    m, n, k, batch = float(problem.m), float(problem.n), float(problem.k), float(problem.batch)
+    elem = float(problem.dtype_bytes)
+    sms = float(device.sm_count)
+
     # Memory traffic: A is read once per column of tiles and B once per row of tiles. Only the
     # first read of each element must come from DRAM; later re-reads hit L2 at a rate that
     # depends on whether both operands fit there.
@@ -224,7 +204,7 @@ def _runtime_s(problem: Problem, tiles: np.ndarray, device: DeviceSpec,
     dram = dram_bytes / bandwidth
     l2 = l2_bytes / (L2_BANDWIDTH_RATIO * bandwidth)
 
-    return LAUNCH_S + np.maximum(compute, np.maximum(dram, l2))
+    return np.maximum(dram, l2)
 
 
 def _factory(device: DeviceSpec) -> AnalyticalModel:

@@ -1,9 +1,17 @@
 """The performance-model interface, the model registry, and `load_default`.
 
-A PerformanceModel predicts the runtime of each candidate config for one GEMM problem:
-`estimate(m, n, k, dtype, configs)` returns float64 milliseconds, one per config, in input
-order, lower is better, finite and positive. Models run on the CPU in eval mode, are
+A PerformanceModel predicts the runtime of each candidate config for one GEMM problem. Callers
+use `estimate`, in either form:
+
+    model.estimate(problem, configs)              # a validated Problem (any op, any batch)
+    model.estimate(m, n, k, dtype, configs)       # plain mm, validated into a Problem here
+
+It validates once, then calls the one method a model implements, `predict(problem, device,
+configs)`, with the Problem and the model's resolved DeviceSpec, and returns float64 milliseconds,
+one per config, in input order, lower is better. Models run on the CPU in eval mode, are
 deterministic, and give the same answer whether configs are scored together or one at a time.
+
+No function here assumes a device: `device=None` means the GPU this process runs on.
 """
 
 from __future__ import annotations
@@ -11,26 +19,22 @@ from __future__ import annotations
 import abc
 import importlib
 import logging
-import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any, overload
 
 import numpy as np
 
 from kernel_select.configs import GemmConfig
-from kernel_select.device import DeviceSpec, get_device
-from kernel_select.errors import ModelError
-from kernel_select.problem import Problem
+from kernel_select.device import DeviceSpec, get_device, resolve, same_architecture
+from kernel_select.errors import ModelError, ProblemError, UnsupportedProblemError
+from kernel_select.problem import Problem, dtype_name
+from kernel_select.resources import MODELS_DIR_ENV, models_dir
 
 log = logging.getLogger(__name__)
 
-#: Where trained models live: models/<device key>/ next to the package, unless overridden.
-MODELS_DIR_ENV = "KERNEL_SELECT_MODELS_DIR"
-
-
-def models_dir() -> Path:
-    override = os.environ.get(MODELS_DIR_ENV)
-    return Path(override) if override else Path(__file__).resolve().parent.parent.parent / "models"
+__all__ = ["MODELS_DIR_ENV", "ModelFactory", "PerformanceModel", "get_model", "load_default", "models_dir",
+           "register_model", "registered_models"]
 
 
 class PerformanceModel(abc.ABC):
@@ -42,20 +46,40 @@ class PerformanceModel(abc.ABC):
     def __init__(self, device: DeviceSpec | str) -> None:
         self.device = get_device(device)
 
-    @abc.abstractmethod
-    def estimate(self, m: int, n: int, k: int, dtype: str, configs: Sequence[GemmConfig]) -> np.ndarray:
+    @overload
+    def estimate(self, problem: Problem, configs: Sequence[GemmConfig], /) -> np.ndarray: ...
+
+    @overload
+    def estimate(self, m: int, n: int, k: int, dtype: str, configs: Sequence[GemmConfig], /
+                 ) -> np.ndarray: ...
+
+    def estimate(self, *args: Any) -> np.ndarray:
         """Runtime in ms, float64, shape (len(configs),), in the order of `configs`.
 
         Raises:
-            UnsupportedProblemError: if this model cannot score `dtype` or the shape.
+            ProblemError: for invalid sizes.
+            UnsupportedProblemError: for a dtype, op or shape this model cannot score.
+            ModelError: the model returned something other than one finite positive runtime per config.
         """
+        problem, configs = _problem_and_configs(args)
+        if len(configs) == 0:
+            return np.zeros(0, dtype=np.float64)
+        runtime_ms = np.asarray(self.predict(problem, self.device, configs), dtype=np.float64)
+        well_formed = runtime_ms.shape == (len(configs),) and np.all(np.isfinite(runtime_ms))
+        if not well_formed or np.any(runtime_ms <= 0):
+            raise ModelError(f"model: {self.describe()} returned malformed runtimes for {problem} (shape "
+                             f"{runtime_ms.shape} for {len(configs)} configs, expected finite positive ms)")
+        return runtime_ms
 
-    def estimate_problem(self, problem: Problem, configs: Sequence[GemmConfig]) -> np.ndarray:
-        """`estimate` for a whole Problem. Models that know about `op` and `batch` override this;
-        the default scores one batch element and scales by the batch count, since batch
-        elements are more CTAs of the same kernel."""
-        runtime_ms = self.estimate(problem.m, problem.n, problem.k, problem.dtype, configs)
-        return runtime_ms * problem.batch if problem.batch != 1 else runtime_ms
+    @abc.abstractmethod
+    def predict(self, problem: Problem, device: DeviceSpec, configs: Sequence[GemmConfig]) -> np.ndarray:
+        """Runtime in ms of each of the (non-empty) `configs` for `problem` on `device`.
+
+        Called by `estimate` only, with validated arguments; `device` is `self.device`.
+
+        Raises:
+            UnsupportedProblemError: if this model cannot score the problem's dtype, op or shape.
+        """
 
     def describe(self) -> str:
         """One line for humans: which model, for which device, trained on what."""
@@ -65,12 +89,28 @@ class PerformanceModel(abc.ABC):
         return f"{type(self).__name__}({self.describe()!r})"
 
 
+def _problem_and_configs(args: tuple[Any, ...]) -> tuple[Problem, Sequence[GemmConfig]]:
+    if len(args) == 2 and isinstance(args[0], Problem):
+        return args[0], args[1]
+    if len(args) != 5:
+        raise TypeError("estimate() takes (problem, configs) or (m, n, k, dtype, configs), "
+                        f"got {len(args)} arguments")
+    m, n, k, dtype, configs = args
+    try:
+        dtype = dtype_name(dtype)
+    except ProblemError as exc:  # a dtype outside the vocabulary is one no model can score
+        raise UnsupportedProblemError(str(exc)) from None
+    return Problem(m, n, k, dtype), configs
+
+
 ModelFactory = Callable[[DeviceSpec], PerformanceModel]
 _REGISTRY: dict[tuple[str, str], ModelFactory] = {}
 
 
 def register_model(name: str, factory: ModelFactory, device: str = "*") -> None:
     """Register `factory(device_spec) -> model` under `name`, for one device key or all ("*")."""
+    if device != "*":
+        device = get_device(device).key
     _REGISTRY[(device, name)] = factory
 
 
@@ -80,10 +120,11 @@ def registered_models(device: str | None = None) -> list[str]:
     return sorted({name for dev, name in _REGISTRY if device is None or dev in ("*", device)})
 
 
-def get_model(name: str, device: DeviceSpec | str = "h100") -> PerformanceModel:
-    """Instantiate the model `name` for `device`; a device-specific registration wins over '*'."""
+def get_model(name: str, device: DeviceSpec | str | None = None) -> PerformanceModel:
+    """Instantiate the model `name` for `device` (None: the local GPU); a device-specific
+    registration wins over '*'."""
     _ensure_builtin_models()
-    spec = get_device(device)
+    spec = resolve(device)
     factory = _REGISTRY.get((spec.key, name)) or _REGISTRY.get(("*", name))
     if factory is None:
         raise ModelError(
@@ -93,20 +134,52 @@ def get_model(name: str, device: DeviceSpec | str = "h100") -> PerformanceModel:
     return factory(spec)
 
 
-def load_default(device: DeviceSpec | str = "h100") -> PerformanceModel:
-    """The best model shipped for `device`: the trained MLP when models/<device>/ has one,
-    otherwise the analytical roofline model. `model.describe()` says which was chosen."""
+def load_default(device: DeviceSpec | str | None = None) -> PerformanceModel:
+    """The best model shipped for `device` (None: the local GPU): the trained MLP when
+    models/<device>/ (or a same-architecture device's folder) has one, otherwise the analytical
+    roofline model. `model.describe()` says which was chosen.
+
+    A device with no trained model falls back quietly (INFO); one whose shipped model cannot be
+    loaded falls back with a WARNING naming the file and the fix.
+    """
     _ensure_builtin_models()
-    spec = get_device(device)
+    spec = resolve(device)
     try:
         return get_model("mlp", spec)
     except ModelError as exc:
-        # A missing model is normal (a device without measurements); a shipped one that fails to
-        # load is a problem worth seeing.
-        shipped = (models_dir() / spec.key / "mlp.pt").exists()
-        (log.warning if shipped else log.info)(
-            "no usable trained model for %s (%s); using the analytical model", spec.key, exc)
+        if shipped_model_dir(spec, "mlp") is not None:
+            log.warning("kernel_select: the trained model for %s cannot be used, ranking with the "
+                        "untrained analytical model instead: %s", spec.key, exc)
+        else:
+            log.info("no trained model for %s (%s); using the analytical model", spec.key, exc)
     return get_model("analytical", spec)
+
+
+def shipped_model_dir(spec: DeviceSpec, stem: str) -> tuple[Path, DeviceSpec] | None:
+    """The folder holding checkpoint `stem` for `spec`, and the device it was trained for.
+
+    models/<spec.key>/ comes first. Until a device has its own, a checkpoint of a device with
+    the same SM architecture (an H100 model for an H200 or an H100 PCIe) is used, with one warning
+    per process: the kernels and their relative speeds carry over, absolute times shift a little.
+    None when neither exists.
+    """
+    root = models_dir()
+    if (root / spec.key / f"{stem}.pt").exists():
+        return root / spec.key, spec
+    for other in same_architecture(spec):
+        folder = root / other.key
+        if (folder / f"{stem}.pt").exists():
+            if (spec.key, stem) not in _WARNED_SUBSTITUTES:
+                _WARNED_SUBSTITUTES.add((spec.key, stem))
+                log.warning("kernel_select: no %s model trained on %s yet; using %s (trained on %s, same "
+                            "architecture %s). Train one for this GPU with `kernel-select train --device "
+                            "%s --out %s`", stem, spec.key, folder / f"{stem}.pt", other.key,
+                            spec.architecture, spec.key, root / spec.key)
+            return folder, other
+    return None
+
+
+_WARNED_SUBSTITUTES: set[tuple[str, str]] = set()
 
 
 def _ensure_builtin_models() -> None:

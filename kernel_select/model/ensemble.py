@@ -36,7 +36,7 @@ from kernel_select.errors import ModelCardMismatchError, ModelError, ProblemErro
 from kernel_select.model import features as v1
 from kernel_select.model import features_v2 as v2
 from kernel_select.model import PerformanceModel, models_dir, register_model
-from kernel_select.problem import dtype_name
+from kernel_select.problem import Problem, dtype_name
 
 MLP_FILE = "ensemble_mlp.pt"
 TREES_FILE = "ensemble_trees.txt"
@@ -117,10 +117,8 @@ class EnsembleModel(PerformanceModel):
         trees = self.booster.predict(x[:head], num_threads=1).astype(np.float64)
         return mlp, short, trees
 
-    def estimate(self, m: int, n: int, k: int, dtype: str, configs: Sequence[GemmConfig]) -> np.ndarray:
-        if len(configs) == 0:
-            return np.zeros(0)
-        mlp, short, trees = self.members_log_ms(m, n, k, dtype, configs)
+    def predict(self, problem: Problem, device: DeviceSpec, configs: Sequence[GemmConfig]) -> np.ndarray:
+        mlp, short, trees = self.members_log_ms(problem.m, problem.n, problem.k, problem.dtype, configs)
         head, tail = short[:len(trees)], short[len(trees):]
         out = mlp.copy()
         # calibrated times for the head; each group keeps the shortlist's order (the ranker's, or
@@ -131,7 +129,8 @@ class EnsembleModel(PerformanceModel):
         rest = np.ones(len(out), dtype=bool)
         rest[short] = False
         out[rest] = np.maximum(out[rest], out[short].max())
-        return np.exp(out)
+        # trained on single GEMMs: batch elements are more CTAs of the same kernel (as the MLP)
+        return np.exp(out) * problem.batch
 
     def spread(self, m: int, n: int, k: int, dtype: str, configs: Sequence[GemmConfig]) -> float:
         """How much the members disagree about this problem's best configs: the mean absolute

@@ -56,7 +56,7 @@ _SMEM_RESERVED_PER_CTA = 1024
 
 
 def featurize(m: int, n: int, k: int, dtype: str, configs: Sequence[GemmConfig],
-              device: DeviceSpec | str = "h100") -> np.ndarray:
+              device: DeviceSpec | str) -> np.ndarray:
     """Features of every config for one problem.
 
     Returns:
@@ -80,7 +80,7 @@ def config_columns(configs: Sequence[GemmConfig]) -> list[np.ndarray]:
             for field in _CONFIG_FIELDS]
 
 
-def featurize_frame(df: pd.DataFrame, device: DeviceSpec | str = "h100") -> np.ndarray:
+def featurize_frame(df: pd.DataFrame, device: DeviceSpec | str) -> np.ndarray:
     """Features of every row of a dataset frame (columns as in `kernel_select.offline.dataset.COLUMNS`)."""
     dtype_bytes = df["dtype"].map(lambda d: DTYPE_BYTES[dtype_name(d)]).to_numpy(np.float64)
 

@@ -12,13 +12,13 @@ The prediction is a small MLP over problem-level features (sizes, alignment, roo
 trained on the dataset's per-problem ratio of the measured cuBLAS row to the measured oracle.
 Comparing against the oracle is conservative: the top-k's best Triton config is never faster.
 
-Files: models/<device>/cublas_gate.pt (weights, feature standardization, card) next to the MLP.
+Files: the checkpoint `cublas_gate` of `card.py` (cublas_gate.pt weights, cublas_gate.json card with
+the architecture and feature standardization) in models/<device>/, next to the MLP.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import logging
 import math
 from collections.abc import Sequence
@@ -28,15 +28,26 @@ from typing import Any
 
 import numpy as np
 
-from kernel_select.knobs import DEFAULT_CUBLAS_MARGIN
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import ModelError
+from kernel_select.model.card import (
+    Architecture,
+    ModelCard,
+    build_body,
+    load_checkpoint,
+    load_state,
+    save_checkpoint,
+    training_versions,
+    utc_now,
+)
 from kernel_select.model.features import log2_alignment
 from kernel_select.problem import DTYPE_BYTES, Problem, dtype_name
 
 log = logging.getLogger(__name__)
 
-GATE_FILE = "cublas_gate.pt"
+STEM = "cublas_gate"
+GATE_FILE = f"{STEM}.pt"
+GATE_CARD_FILE = f"{STEM}.json"
 GATE_FEATURE_VERSION = 1
 GATE_FEATURE_NAMES: tuple[str, ...] = (
     "log_m", "log_n", "log_k", "log_dtype_bytes", "log_gflop", "log_gb", "log_flops_per_byte",
@@ -45,8 +56,9 @@ GATE_FEATURE_NAMES: tuple[str, ...] = (
 )
 #: Default margin (the `cublas_margin` knob's default): skip Triton when cuBLAS is predicted >= 5%
 #: faster. Chosen on the validation split, where no problem gated at 0.05 had a faster Triton config.
-DEFAULT_MARGIN = DEFAULT_CUBLAS_MARGIN
-_HIDDEN = 32
+DEFAULT_MARGIN = 0.05
+#: The network a new gate is trained with; a saved gate rebuilds the one its card describes.
+DEFAULT_ARCHITECTURE = Architecture(inputs=len(GATE_FEATURE_NAMES), hidden_widths=[32, 32], activation="silu")
 
 
 def gate_features(m: Any, n: Any, k: Any, dtype_bytes: Any, device: DeviceSpec) -> np.ndarray:
@@ -64,13 +76,6 @@ def gate_features(m: Any, n: Any, k: Any, dtype_bytes: Any, device: DeviceSpec) 
         np.log(np.minimum(m, n)), np.log(k / np.maximum(m, n)),
     )
     return np.stack(columns, axis=1).astype(np.float32)
-
-
-def _net(n_features: int) -> Any:
-    from torch import nn
-
-    return nn.Sequential(nn.Linear(n_features, _HIDDEN), nn.SiLU(), nn.Linear(_HIDDEN, _HIDDEN), nn.SiLU(),
-                         nn.Linear(_HIDDEN, 1))
 
 
 @dataclass(frozen=True)
@@ -94,13 +99,12 @@ class GateDecision:
 class CublasGate:
     """Predicts whether cuBLAS beats every Triton config of a problem (see the module docstring)."""
 
-    def __init__(self, device: DeviceSpec | str, net: Any, mean: np.ndarray, std: np.ndarray,
-                 card: dict[str, Any]) -> None:
+    def __init__(self, device: DeviceSpec | str, net: Any, card: ModelCard) -> None:
         self.device = get_device(device)
         self.net = net.eval()
-        self.mean = np.asarray(mean, dtype=np.float32)
-        self.std = np.asarray(std, dtype=np.float32)
         self.card = card
+        self.mean = np.asarray(card.feature_mean, dtype=np.float32)
+        self.std = np.asarray(card.feature_std, dtype=np.float32)
 
     def predict_log_ratio(self, problems: Sequence[Problem]) -> np.ndarray:
         """log(cuBLAS time / fastest Triton time) per problem."""
@@ -133,50 +137,36 @@ class CublasGate:
         return h.hexdigest()[:16]
 
     def save(self, model_dir: str | Path) -> Path:
-        import torch
-
-        path = Path(model_dir) / GATE_FILE
-        path.parent.mkdir(parents=True, exist_ok=True)
-        buffer = io.BytesIO()
-        torch.save({"state_dict": self.net.state_dict(), "mean": self.mean.tolist(), "std": self.std.tolist(),
-                    "feature_version": GATE_FEATURE_VERSION, "feature_names": list(GATE_FEATURE_NAMES),
-                    "device": self.device.key, "card": self.card}, buffer)
-        path.write_bytes(buffer.getvalue())
-        return path
+        """Write the checkpoint (`cublas_gate.pt`, `cublas_gate.json`) into `model_dir`."""
+        return save_checkpoint(model_dir, STEM, self.net.state_dict(), self.card)
 
     @classmethod
-    def load(cls, model_dir: str | Path, device: DeviceSpec | str = "h100") -> CublasGate:
+    def load(cls, model_dir: str | Path, device: DeviceSpec | str, *,
+             allow_same_architecture: bool = False) -> CublasGate:
         """Raises ModelError naming the file when it is missing, unreadable or for another device."""
-        import torch
+        from kernel_select.model.card import retrain_hint
 
         spec = get_device(device)
-        path = Path(model_dir) / GATE_FILE
-        try:
-            raw = torch.load(path, map_location="cpu", weights_only=True)
-            if raw["feature_version"] != GATE_FEATURE_VERSION or raw["feature_names"] != list(GATE_FEATURE_NAMES):
-                raise ModelError(f"{path}: trained with gate features v{raw['feature_version']}, this "
-                                 f"kernel_select computes v{GATE_FEATURE_VERSION}; retrain with `kernel-select train`")
-            if raw["device"] != spec.key:
-                raise ModelError(f"{path}: a cuBLAS gate for {raw['device']!r}, not {spec.key!r}")
-            net = _net(len(GATE_FEATURE_NAMES))
-            net.load_state_dict(raw["state_dict"])
-        except FileNotFoundError:
-            raise ModelError(f"{path}: no cuBLAS gate here; train one with `kernel-select train`") from None
-        except ModelError:
-            raise
-        except Exception as exc:  # noqa: BLE001 -- a corrupt file of any kind gets one clear message
-            raise ModelError(f"{path}: cannot load the cuBLAS gate ({type(exc).__name__}: {exc})") from None
-        return cls(spec, net, np.asarray(raw["mean"]), np.asarray(raw["std"]), raw["card"])
+        model_dir = Path(model_dir)
+        state, card = load_checkpoint(model_dir, STEM, spec, model=STEM, feature_version=GATE_FEATURE_VERSION,
+                                      feature_names=GATE_FEATURE_NAMES,
+                                      allow_same_architecture=allow_same_architecture)
+        net = load_state(build_body(card.architecture), state, model_dir / GATE_FILE, card,
+                         retrain_hint(model_dir, spec.key))
+        return cls(spec, net, card)
 
 
-def load_default_gate(device: DeviceSpec | str = "h100") -> CublasGate | None:
-    """The shipped gate for `device`, or None when models/<device>/ has none."""
-    from kernel_select.model import models_dir
+def load_default_gate(device: DeviceSpec | str | None = None) -> CublasGate | None:
+    """The shipped gate for `device` (None: the local GPU), or None when models/<device>/ (or a
+    same-architecture device's folder) has none."""
+    from kernel_select.device import resolve
+    from kernel_select.model.base import shipped_model_dir
 
-    spec = get_device(device)
-    if not (models_dir() / spec.key / GATE_FILE).is_file():
+    spec = resolve(device)
+    found = shipped_model_dir(spec, STEM)
+    if found is None:
         return None
-    return CublasGate.load(models_dir() / spec.key, spec)
+    return CublasGate.load(found[0], spec, allow_same_architecture=True)
 
 
 # -- training ------------------------------------------------------------------------------------
@@ -228,7 +218,7 @@ def fit_gate(df: Any, device: DeviceSpec | str, *, seed: int = 0, epochs: int = 
     yt = torch.tensor(train["log_ratio"].to_numpy(), dtype=torch.float32)
     yv = val["log_ratio"].to_numpy()
     torch.manual_seed(seed)
-    net = _net(xt.shape[1])
+    net = build_body(DEFAULT_ARCHITECTURE)
     optimizer = torch.optim.AdamW(net.parameters(), lr=1e-2, weight_decay=1e-2)
     best_rmse, best_epoch, best_state = math.inf, 0, None
     for epoch in range(1, epochs + 1):
@@ -244,11 +234,19 @@ def fit_gate(df: Any, device: DeviceSpec | str, *, seed: int = 0, epochs: int = 
                 best_state = {name: t.clone() for name, t in net.state_dict().items()}
     assert best_state is not None
     net.load_state_dict(best_state)
-    card = {"trained_on": {"train_problems": len(train), "val_problems": len(val), "seed": seed},
-            "best_epoch": best_epoch, "val_rmse_log_ratio": best_rmse}
-    gate = CublasGate(spec, net, mean, std, card)
-    card["validation"] = gate_metrics(gate, val)
+    card = ModelCard(
+        model=STEM, device=spec.key, architecture=DEFAULT_ARCHITECTURE, feature_version=GATE_FEATURE_VERSION,
+        feature_names=list(GATE_FEATURE_NAMES), feature_mean=mean.tolist(), feature_std=std.tolist(),
+        dtypes=sorted({dtype_name(d) for d in table["dtype"]}),
+        hyperparameters={"seed": seed, "epochs": epochs, "check_every": check_every, "lr": 1e-2,
+                         "weight_decay": 1e-2},
+        metrics={"train_problems": len(train), "val_problems": len(val), "best_epoch": best_epoch,
+                 "val_rmse_log_ratio": best_rmse},
+        trained_at=utc_now(), versions=training_versions())
+    gate = CublasGate(spec, net, card)
+    card.metrics["validation"] = gate_metrics(gate, val)
     return gate
+
 
 
 def gate_metrics(gate: CublasGate, table: Any, margins: Sequence[float] = (0.0, 0.05, 0.1)) -> dict[str, Any]:

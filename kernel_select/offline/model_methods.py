@@ -56,7 +56,7 @@ class ModelMethod:
         mode = "max-autotune" if self.cudagraphs else "max-autotune-no-cudagraphs"
         options = dict(torch_inductor.list_mode_options(mode))
         if self.eager_parity:
-            from kernel_select.inductor.eager_parity import eager_parity_patches
+            from kernel_select.inductor import eager_parity_patches
 
             options.update(eager_parity_patches())
         return options

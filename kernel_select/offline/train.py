@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import datetime
 import hashlib
 import logging
 import math
@@ -31,7 +30,6 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-import kernel_select
 from kernel_select.offline import dataset
 from kernel_select.model.gate import GATE_FILE, CublasGate, fit_gate
 from kernel_select.device import DeviceSpec, get_device
@@ -39,7 +37,8 @@ from kernel_select.errors import DatasetError, ModelError, OptionError
 from kernel_select.offline.evaluate import usable_triton_rows
 from kernel_select.offline.metrics import geomean, topk_scores
 from kernel_select.model.features import FEATURE_NAMES, FEATURE_VERSION, featurize_frame
-from kernel_select.model.mlp import DataProvenance, MLPModel, ModelCard, RuntimeNet
+from kernel_select.model.card import training_versions, utc_now
+from kernel_select.model.mlp import DataProvenance, MLPModel, ModelCard, RuntimeNet, architecture
 
 log = logging.getLogger(__name__)
 
@@ -125,21 +124,22 @@ def train(data_path: str | Path, out_dir: str | Path, *, seed: int = 0, epochs: 
     metrics = {"selected_objective": best, "val": {name: m for name, (_, m) in runs.items()},
                "train_seconds": round(seconds, 1)}
     try:
-        metrics["cublas_gate"] = train_gate(frame, spec, out_dir, seed=seed, data_path=data_path).card["validation"]
+        gate = train_gate(frame, spec, out_dir, seed=seed, data_path=data_path)
+        metrics["cublas_gate"] = gate.card.metrics["validation"]
     except ModelError as exc:  # too few problems with a cuBLAS row: the MLP is still worth keeping
         stale = Path(out_dir) / GATE_FILE
         log.warning("no cuBLAS gate trained (%s)%s", exc, f"; removed the old {stale}" if stale.exists() else "")
         stale.unlink(missing_ok=True)
+        stale.with_suffix(".json").unlink(missing_ok=True)
         metrics["cublas_gate"] = {"skipped": str(exc)}
     card = ModelCard(
-        device=spec.key, feature_version=FEATURE_VERSION, feature_names=list(FEATURE_NAMES),
-        feature_mean=mean.tolist(), feature_std=std.tolist(), hidden_widths=list(hparams.hidden_widths),
+        model="mlp", device=spec.key, feature_version=FEATURE_VERSION, feature_names=list(FEATURE_NAMES),
+        feature_mean=mean.tolist(), feature_std=std.tolist(),
+        architecture=architecture(len(FEATURE_NAMES), hparams.hidden_widths),
         kernel_overhead_ms=net.kernel_overhead_ms, dtypes=sorted(rows["dtype"].unique()),
         hyperparameters={**dataclasses.asdict(hparams), "seed": seed, "objective": objective},
         data=_provenance(data_path, rows), metrics=metrics,
-        trained_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        trainer={"kernel_select": kernel_select.__version__, "torch": torch.__version__,
-                 "numpy": np.__version__},
+        trained_at=utc_now(), versions=training_versions(),
     )
     model = MLPModel(spec, net, card)
     model.save(out_dir)
@@ -160,9 +160,11 @@ def train_gate(frame: pd.DataFrame, spec: DeviceSpec, out_dir: str | Path, *, se
     """Fit the cuBLAS gate on the dataset's train/val problems of `spec` and save it to `out_dir`."""
     on_device = frame["device_name"].map(lambda name: _device_key(name) == spec.key)
     gate = fit_gate(frame[on_device & (frame["split"] != "test") & (frame["batch"] == 1)], spec, seed=seed)
-    gate.card["data"] = str(data_path.name) if data_path is not None else None
+    if data_path is not None:
+        gate.card.hyperparameters["data_file"] = data_path.name
     gate.save(out_dir)
-    log.info("trained the %s cuBLAS gate (validation: %s) -> %s", spec.key, gate.card["validation"], out_dir)
+    log.info("trained the %s cuBLAS gate (validation: %s) -> %s", spec.key, gate.card.metrics["validation"],
+             out_dir)
     return gate
 
 

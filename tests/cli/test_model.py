@@ -15,7 +15,7 @@ def test_train_then_eval_json(tmp_path, capsys):
     data, out = tmp_path / "synthetic.parquet", tmp_path / "models" / "h100"
     dataset.write(synthetic_frame(configs_per_problem=80), data)
     assert main(["train", "--data", str(data), "--out", str(out), "--epochs", "3", "--quiet"]) == 0
-    assert (out / "mlp.pt").exists() and (out / "model_card.json").exists()
+    assert (out / "mlp.pt").exists() and (out / "mlp.json").exists()
     printed = capsys.readouterr().out
     # 4 validation problems are too few for the cuBLAS gate: the MLP is kept, the gate is not made.
     assert "kept the" in printed and "no cuBLAS gate: " in printed and not (out / "cublas_gate.pt").exists()
@@ -44,4 +44,4 @@ def test_train_gate_writes_only_the_gate(tmp_path, capsys):
     assert main(["train-gate", "--data", str(data), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "cuBLAS gate, validation: 8 problems" in printed and "margin 0.05:" in printed
-    assert sorted(p.name for p in out.iterdir()) == ["cublas_gate.pt"]
+    assert sorted(p.name for p in out.iterdir()) == ["cublas_gate.json", "cublas_gate.pt"]

@@ -17,7 +17,9 @@ from torch._inductor import config as inductor_config  # noqa: E402
 
 import kernel_select.inductor as ks_inductor  # noqa: E402
 from kernel_select.configs import GemmConfig  # noqa: E402
+from kernel_select.device import DeviceSpec  # noqa: E402
 from kernel_select.model import MODELS_DIR_ENV  # noqa: E402
+from kernel_select.problem import Problem  # noqa: E402
 from tests.inductor.kit import FakeInputs, finalize, inductor_candidates, warnings_of  # noqa: E402
 from tests.inductor_doubles import FakeModel  # noqa: E402
 from tests.test_runtime import REPO, within  # noqa: E402
@@ -65,7 +67,7 @@ def test_a_non_ascii_or_non_integer_gemm_topk_option_falls_back_cleanly(value: s
 
 
 class NaNModel(FakeModel):
-    def estimate(self, m: int, n: int, k: int, dtype: str, configs: Sequence[GemmConfig]) -> np.ndarray:
+    def predict(self, problem: Problem, device: DeviceSpec, configs: Sequence[GemmConfig]) -> np.ndarray:
         return np.full(len(configs), np.nan)
 
 

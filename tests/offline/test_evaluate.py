@@ -25,8 +25,8 @@ class TableModel(PerformanceModel):
         super().__init__("h100")
         self.table, self.reverse = table, reverse
 
-    def estimate(self, m, n, k, dtype, configs):
-        ms = np.array([self.table[(m, n, k, c.key)] for c in configs])
+    def predict(self, problem, device, configs):
+        ms = np.array([self.table[(problem.m, problem.n, problem.k, c.key)] for c in configs])
         return 1.0 / ms if self.reverse else ms
 
 

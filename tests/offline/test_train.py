@@ -46,7 +46,7 @@ def test_the_kept_model_is_better_than_its_initialization(data, trained):
 
     mean = np.asarray(trained.model.card.feature_mean)
     std = np.asarray(trained.model.card.feature_std)
-    val = _make_split(rows, ((featurize_frame(rows) - mean) / std).astype(np.float32), "val")
+    val = _make_split(rows, ((featurize_frame(rows, "h100") - mean) / std).astype(np.float32), "val")
     torch.manual_seed(0)
     from kernel_select.model.mlp import RuntimeNet
 

@@ -23,7 +23,7 @@ from kernel_select.errors import ModelError
 from kernel_select.problem import Problem
 from tests.synthetic import synthetic_frame
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 H100 = get_device("h100")
 
 
@@ -50,11 +50,12 @@ def test_problem_ratios_need_both_a_cublas_and_a_triton_row(frame):
 
 
 def test_training_keeps_the_best_validation_epoch_and_reports_it(gate):
-    card = gate.card
-    assert card["trained_on"] == {"train_problems": 24, "val_problems": 8, "seed": 0}
-    assert 10 <= card["best_epoch"] <= 60 and card["best_epoch"] % 10 == 0
-    assert card["validation"]["problems"] == 8
-    assert set(card["validation"]["margins"]) == {"0", "0.05", "0.1"}
+    metrics = gate.card.metrics
+    assert (metrics["train_problems"], metrics["val_problems"]) == (24, 8)
+    assert gate.card.hyperparameters["seed"] == 0
+    assert 10 <= metrics["best_epoch"] <= 60 and metrics["best_epoch"] % 10 == 0
+    assert metrics["validation"]["problems"] == 8
+    assert set(metrics["validation"]["margins"]) == {"0", "0.05", "0.1"}
 
 
 def test_save_and_load_round_trip(gate, tmp_path: Path):
@@ -74,7 +75,7 @@ def test_decisions_follow_the_margin(gate):
 
 
 def test_load_errors_name_the_file(gate, tmp_path: Path):
-    with pytest.raises(ModelError, match="no cuBLAS gate"):
+    with pytest.raises(ModelError, match="no trained cublas_gate model"):
         CublasGate.load(tmp_path, "h100")
     gate.save(tmp_path)
     with pytest.raises(ModelError, match="not 'a100'"):
@@ -90,7 +91,7 @@ def test_shipped_gate_reproduces_its_validation_figures():
     assert shipped is not None
     table = problem_ratios(read_dataset(REPO / "data" / "h100.parquet", split="val"))
     recomputed = gate_metrics(shipped, table)
-    card = shipped.card["validation"]
+    card = shipped.card.metrics["validation"]
     assert recomputed["problems"] == card["problems"]
     assert recomputed["sign_accuracy"] == pytest.approx(card["sign_accuracy"])
     for margin, figures in card["margins"].items():

@@ -21,7 +21,7 @@ def _column(name: str) -> int:
 
 def test_shape_dtype_and_finite_over_the_seed_space():
     configs = for_problem(SEED, "h100")
-    x = featurize(SEED.m, SEED.n, SEED.k, "bf16", configs)
+    x = featurize(SEED.m, SEED.n, SEED.k, "bf16", configs, "h100")
     assert x.shape == (len(configs), len(FEATURE_NAMES))
     assert x.dtype == np.float32
     assert np.isfinite(x).all()
@@ -33,14 +33,14 @@ def test_frame_path_equals_config_path():
     problems = [SEED] * 50 + [Problem(17, 4096, 100, "float32")] * 50
     frame = pd.DataFrame([{"m": p.m, "n": p.n, "k": p.k, "dtype": p.dtype, **c.model_dump()}
                           for p, c in zip(problems, configs)])
-    expected = np.concatenate([featurize(SEED.m, SEED.n, SEED.k, "bfloat16", configs[:50]),
-                               featurize(17, 4096, 100, "float32", configs[50:])])
-    np.testing.assert_array_equal(featurize_frame(frame), expected)
+    expected = np.concatenate([featurize(SEED.m, SEED.n, SEED.k, "bfloat16", configs[:50], "h100"),
+                               featurize(17, 4096, 100, "float32", configs[50:], "h100")])
+    np.testing.assert_array_equal(featurize_frame(frame, "h100"), expected)
 
 
 def test_geometry_features_have_their_meaning():
     config = GemmConfig(block_m=64, block_n=128, block_k=64, num_stages=3, num_warps=4)
-    row = featurize(100, 256, 96, "bfloat16", [config])[0]
+    row = featurize(100, 256, 96, "bfloat16", [config], "h100")[0]
     assert row[_column("tile_eff_m")] == pytest.approx(100 / 128)  # two 64-row tiles
     assert row[_column("tile_eff_n")] == pytest.approx(1.0)
     assert row[_column("tile_eff_k")] == pytest.approx(96 / 128)
@@ -55,8 +55,8 @@ def test_geometry_features_have_their_meaning():
 
 def test_unknown_dtype_is_a_problem_error():
     with pytest.raises(ProblemError, match="dtype"):
-        featurize(64, 64, 64, "int8", for_problem(Problem(64, 64, 64), "h100"))
+        featurize(64, 64, 64, "int8", for_problem(Problem(64, 64, 64), "h100"), "h100")
 
 
 def test_empty_config_list():
-    assert featurize(64, 64, 64, "bfloat16", []).shape == (0, len(FEATURE_NAMES))
+    assert featurize(64, 64, 64, "bfloat16", [], "h100").shape == (0, len(FEATURE_NAMES))

@@ -13,7 +13,7 @@ from kernel_select.errors import LUTError
 from kernel_select.lut.torch_table import from_inductor_table, to_inductor_table
 from kernel_select.lut import BatchedLUTEntry, KernelLUT, LUTEntry, LUTRow, MRange, load_lut
 
-SEED = Path(__file__).resolve().parent.parent / "luts" / "h100_seed.json"
+SEED = Path(__file__).resolve().parents[2] / "luts" / "h100_seed.json"
 SEED_KEY = "((torch.bfloat16, [560, 3420], [3420, 1]), (torch.bfloat16, [3420, 1280], [1280, 1]))+mm"
 TEMPLATE_KWARGS_2_11 = {"BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_stages", "num_warps", "EVEN_K",
                         "ACC_TYPE", "USE_FAST_ACCUM"}

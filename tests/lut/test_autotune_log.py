@@ -12,7 +12,7 @@ from kernel_select.configs import GemmConfig
 from kernel_select.errors import LUTError
 from kernel_select.problem import Problem
 
-LOG = (Path(__file__).resolve().parent / "data" / "autotune_h100.log").read_text()
+LOG = (Path(__file__).resolve().parents[1] / "data" / "autotune_h100.log").read_text()
 
 
 def cfg(bm: int, bn: int, bk: int, stages: int, warps: int) -> GemmConfig:

@@ -83,8 +83,9 @@ def _edit_card(path, **changes):
     ({"feature_version": 0}, "feature_version 0"),
     ({"feature_names": ["a", "b"]}, "feature version"),
     ({"device": "a100"}, "trained for device 'a100'"),
-    ({"hidden_widths": [32, 16]}, "do not fit"),
-    ({"schema_version": 2}, "schema_version"),
+    ({"architecture": {"inputs": 33, "hidden_widths": [32, 16], "activation": "relu"}}, "do not fit"),
+    ({"schema_version": 3}, "schema_version"),
+    ({"model": "cublas_gate"}, "not 'mlp'"),
     ({"unknown_field": 1}, "unknown_field"),
 ])
 def test_mismatched_card_is_refused_with_the_retrain_command(tmp_path, changes, message):

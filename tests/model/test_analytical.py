@@ -20,7 +20,7 @@ TILE = GemmConfig(block_m=128, block_n=128, block_k=64, num_stages=3, num_warps=
 
 
 def _score(problem: Problem, configs, model: AnalyticalModel = MODEL) -> np.ndarray:
-    return model.estimate_problem(problem, configs)
+    return model.estimate(problem, configs)
 
 
 def test_bigger_problems_take_longer():
@@ -132,8 +132,8 @@ def test_fewer_stages_cannot_hide_latency_on_a_compute_bound_loop():
 def test_rejects_what_it_cannot_score():
     with pytest.raises(UnsupportedProblemError, match="dtype"):
         MODEL.estimate(16, 16, 16, "int8", [TILE])
-    with pytest.raises(UnsupportedProblemError, match="op"):
-        MODEL.estimate(16, 16, 16, "bfloat16", [TILE], op="conv")
+    with pytest.raises(ProblemError, match="op"):
+        MODEL.estimate(Problem(16, 16, 16, "bfloat16", op="conv"), [TILE])
     with pytest.raises(ProblemError):
         MODEL.estimate(0, 16, 16, "bfloat16", [TILE])
 
@@ -141,11 +141,11 @@ def test_rejects_what_it_cannot_score():
 def test_scores_a_full_exhaustive_space_in_about_a_millisecond():
     problem = Problem(560, 1280, 3420)
     configs = for_problem(problem, H100)
-    MODEL.estimate_problem(problem, configs)
+    MODEL.estimate(problem, configs)
     timings = []
     for _ in range(30):
         start = time.perf_counter()
-        MODEL.estimate_problem(problem, configs)
+        MODEL.estimate(problem, configs)
         timings.append(time.perf_counter() - start)
     # Typically ~0.6 ms; the bound leaves room for a slow shared CI core.
     assert np.median(timings) < 5e-3

@@ -1,0 +1,166 @@
+"""One LUT entry (a problem key and its configs) and the rule that entries may not overlap."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable
+from typing import Annotated, Any, Union
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
+
+from kernel_select.configs import GemmConfig
+
+#: Largest matrix dimension an entry may name. Inductor indexes with int32 by default, and a
+#: bound keeps a typo such as an extra digit from silently producing a useless entry.
+MAX_DIM = 2**31 - 1
+BATCHED_OPS = ("bmm", "baddbmm")
+
+Size = Annotated[int, Field(ge=1, le=MAX_DIM)]
+
+
+def first_repeat(items: Iterable[tuple[Hashable, Any]]) -> tuple[Hashable, Any, Any] | None:
+    """The first key that repeats in (key, label) pairs, with the labels of both places."""
+    seen: dict[Hashable, Any] = {}
+    for key, label in items:
+        if key in seen:
+            return key, seen[key], label
+        seen[key] = label
+    return None
+
+class Strict(BaseModel):
+    """Unknown fields are errors, and validated objects are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class MRange(Strict):
+    """An inclusive range of m, for entries that serve a dynamic (sequence-length) dimension."""
+
+    min: Size = Field(description="smallest m this entry serves (inclusive)")
+    max: Size = Field(description="largest m this entry serves (inclusive)")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> MRange:
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) is larger than max ({self.max}); swap them")
+        return self
+
+
+def _m_kind(value: Any) -> str:
+    return "range" if isinstance(value, (dict, MRange)) else "exact"
+
+
+MSpec = Annotated[
+    Union[Annotated[Size, Tag("exact")], Annotated[MRange, Tag("range")]],
+    Discriminator(_m_kind),
+]
+# Union tags appear in pydantic error locations; they are not part of the JSON path.
+UNION_TAGS = ("exact", "range")
+
+
+class LUTEntry(Strict):
+    """One problem key (m or an m range, n, k) and the configs to try for it, best first."""
+
+    m: MSpec = Field(description='rows of A and C: an integer, or {"min": A, "max": B} (inclusive)')
+    n: Size = Field(description="columns of B and C")
+    k: Size = Field(description="columns of A, rows of B (the reduction dimension)")
+    configs: list[GemmConfig] = Field(min_length=1, description="configs to benchmark, best first")
+    note: str | None = Field(default=None, description="free text: where these configs came from")
+
+    @field_validator("configs")
+    @classmethod
+    def _unique_configs(cls, configs: list[GemmConfig]) -> list[GemmConfig]:
+        repeat = first_repeat((config, index) for index, config in enumerate(configs))
+        if repeat is not None:
+            config, first, second = repeat
+            raise ValueError(f"configs [{first}] and [{second}] are the same ({config}); remove one")
+        return configs
+
+    @field_validator("note")
+    @classmethod
+    def _encodable_note(cls, note: str | None) -> str | None:
+        if note is not None:
+            try:
+                note.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError("contains an unpaired surrogate escape; remove it") from None
+        return note
+
+    @property
+    def m_bounds(self) -> tuple[int, int]:
+        """(lowest, highest) m this entry serves, inclusive."""
+        return (self.m.min, self.m.max) if isinstance(self.m, MRange) else (self.m, self.m)
+
+    @property
+    def batch_key(self) -> int | None:
+        return None
+
+    def describe_key(self) -> str:
+        low, high = self.m_bounds
+        m = str(low) if low == high else f"{low}..{high}"
+        batch = "" if self.batch_key is None else f" batch={self.batch_key}"
+        return f"m={m} n={self.n} k={self.k}{batch}"
+
+
+class BatchedLUTEntry(LUTEntry):
+    """An entry of bmm/baddbmm; `batch` narrows it to one batch size (omit it to serve all)."""
+
+    batch: Size | None = Field(default=None, description="batch size this entry serves; omit for any")
+
+    @property
+    def batch_key(self) -> int | None:
+        return self.batch
+
+
+def _sort_key(entry: LUTEntry) -> tuple[int, int, int, int, int]:
+    low, high = entry.m_bounds
+    return (entry.n, entry.k, low, high, entry.batch_key or 0)
+
+
+def _check_disjoint(entries: list[LUTEntry]) -> list[LUTEntry]:
+    """Reject entries whose keys intersect (same n and k, overlapping m and batch); sort the rest.
+
+    Indices in messages are positions in the file. The returned list is in canonical order, so that
+    a table compares equal to itself after a dump/load round trip.
+    """
+    groups: dict[tuple[int, int], list[int]] = {}
+    for index, entry in enumerate(entries):
+        groups.setdefault((entry.n, entry.k), []).append(index)
+    for members in groups.values():
+        if len(members) > 1:
+            _check_group_disjoint(entries, members)
+    return sorted(entries, key=_sort_key)
+
+
+def _check_group_disjoint(entries: list[LUTEntry], members: list[int]) -> None:
+    # An entry without batch serves every batch, so it is compared with all others; entries with
+    # a batch only with entries of the same batch. Each comparison set is a sweep over m.
+    batches = {entries[i].batch_key for i in members} - {None}
+    for batch in batches or {None}:
+        chosen = [i for i in members if entries[i].batch_key in (None, batch)]
+        chosen.sort(key=lambda i: entries[i].m_bounds)
+        widest = chosen[0]
+        for index in chosen[1:]:
+            if entries[index].m_bounds[0] <= entries[widest].m_bounds[1]:
+                first, second = sorted((widest, index))
+                raise ValueError(
+                    f"entries [{first}] ({entries[first].describe_key()}) and [{second}] "
+                    f"({entries[second].describe_key()}) overlap; make their m ranges disjoint "
+                    "or merge them into one entry")
+            if entries[index].m_bounds[1] > entries[widest].m_bounds[1]:
+                widest = index
+
+
+EntryList = Annotated[list[LUTEntry], AfterValidator(_check_disjoint)]
+BatchedEntryList = Annotated[list[BatchedLUTEntry], AfterValidator(_check_disjoint)]
+
+
+def entry_dict(entry: LUTEntry) -> dict[str, Any]:
+    """The canonical JSON object of an entry: m, n, k, [batch], configs, [note], in that order."""
+    out: dict[str, Any] = {"m": entry.m.model_dump() if isinstance(entry.m, MRange) else entry.m,
+                           "n": entry.n, "k": entry.k}
+    if entry.batch_key is not None:
+        out["batch"] = entry.batch_key
+    out["configs"] = [config.model_dump() for config in entry.configs]
+    if entry.note is not None:
+        out["note"] = entry.note
+    return out

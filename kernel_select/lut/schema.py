@@ -1,0 +1,250 @@
+"""The LUT schema: pydantic models of the JSON document, its version, and lookup.
+
+A LUT is a versioned JSON document keyed device -> op -> dtype -> a flat list of entries:
+
+    {"schema_version": 1,
+     "devices": {"h100": {"mm": {"bfloat16": [
+         {"m": 560, "n": 1280, "k": 3420,
+          "configs": [{"block_m": 64, "block_n": 128, "block_k": 128, "num_stages": 4, "num_warps": 4,
+                       "group_m": 8}],
+          "note": "where this came from"},
+         {"m": {"min": 1, "max": 512}, "n": 1280, "k": 3420, "configs": [...]}]}}}}
+
+An entry matches exactly one (n, k) and either one m or an inclusive m range, so one entry can serve
+a dynamic sequence length. Entries of one device/op/dtype may not overlap; configs are tried in
+the order written. Reading and writing files is `kernel_select.lut.io`'s job.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+from collections.abc import Hashable, Iterable, Iterator
+from typing import Annotated, Any, Literal, NamedTuple
+
+from pydantic import AfterValidator, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+
+from kernel_select.configs import GemmConfig
+from kernel_select.device import KNOWN_DEVICES, DeviceSpec, get_device
+from kernel_select.lut.entries import BatchedEntryList, EntryList, LUTEntry, Strict, entry_dict, first_repeat
+from kernel_select.lut.hardware import unfit_reason
+from kernel_select.problem import Problem
+
+log = logging.getLogger("kernel_select.lut")
+
+SCHEMA_VERSION = 1
+
+
+def _exact_device_key(name: str) -> str | None:
+    """The device key a LUT names with `name`, or None. Case, surrounding space and `_` versus
+    `-` are forgiven; nothing else: a key is a device key ("h100") or the exact name torch reports
+    ("NVIDIA H100 80GB HBM3"), never a name that merely contains one ("not-an-h100-at-all")."""
+    return _DEVICE_NAMES.get(name.strip().lower().replace("_", "-"))
+
+
+_DEVICE_NAMES = {name.lower().replace("_", "-"): spec.key for spec in KNOWN_DEVICES.values()
+                 for name in (spec.key, spec.name)}
+
+
+def _device_key_or_none(name: object) -> str | None:
+    """The device key a devices-table key names; None when it names none (the key validator
+    reports those with their location)."""
+    return _exact_device_key(name) if isinstance(name, str) else None
+
+DTypeName = Literal["float16", "bfloat16", "float32"]
+
+
+class OpTables(Strict):
+    """The entries of one device, per op and dtype."""
+
+    mm: dict[DTypeName, EntryList] = Field(default_factory=dict)
+    addmm: dict[DTypeName, EntryList] = Field(default_factory=dict)
+    bmm: dict[DTypeName, BatchedEntryList] = Field(default_factory=dict)
+    baddbmm: dict[DTypeName, BatchedEntryList] = Field(default_factory=dict)
+
+    @field_validator("mm", "addmm", "bmm", "baddbmm")
+    @classmethod
+    def _drop_empty(cls, per_dtype: dict[str, list[LUTEntry]]) -> dict[str, list[LUTEntry]]:
+        # An empty list means the same as a missing one; normalizing keeps equality and digests
+        # independent of how a table was written.
+        return {dtype: entries for dtype, entries in per_dtype.items() if entries}
+
+    def is_empty(self) -> bool:
+        return not any(getattr(self, op) for op in OpTables.model_fields)
+
+
+def _device_key_of(name: str) -> str:
+    key = _exact_device_key(name)
+    if key is None:
+        raise ValueError(f"unknown device {name!r}; use one of {', '.join(KNOWN_DEVICES)} "
+                         "(or the exact name torch reports)")
+    return key
+
+
+DeviceKey = Annotated[str, AfterValidator(_device_key_of)]
+
+
+class LUTRow(NamedTuple):
+    """One entry with its place in the table, as `KernelLUT.entries()` yields it."""
+
+    device: str
+    op: str
+    dtype: str
+    entry: LUTEntry
+
+
+_IndexValue = tuple[tuple[int, int, "int | None", tuple[GemmConfig, ...]], ...]
+
+
+class KernelLUT(Strict):
+    """A kernel lookup table. Immutable; build new tables with `from_rows` or `merge`."""
+
+    model_config = ConfigDict(title="kernel_select kernel lookup table")
+
+    schema_version: Literal[1] = Field(default=SCHEMA_VERSION, description="format version of this file")
+    devices: dict[DeviceKey, OpTables] = Field(
+        default_factory=dict,
+        description="per device key (" + ", ".join(KNOWN_DEVICES) + ", or the name torch reports)")
+
+    # (device, op, dtype, n, k) -> ((m_low, m_high, batch, configs), ...): lookup runs inside
+    # every GEMM lowering of torch.compile, so it must not scan the table.
+    _index: dict[tuple[str, str, str, int, int], _IndexValue] = PrivateAttr(default_factory=dict)
+    _warned: set[Hashable] = PrivateAttr(default_factory=set)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_key_per_device(cls, data: Any) -> Any:
+        devices = data.get("devices") if isinstance(data, dict) else None
+        if isinstance(devices, dict):
+            repeat = first_repeat((key, name) for name in devices
+                                   if (key := _device_key_or_none(name)) is not None)
+            if repeat is not None:
+                key, first, second = repeat
+                raise ValueError(f"devices: {first!r} and {second!r} both name device {key!r}; "
+                                 "move all entries under one key")
+        return data
+
+    @field_validator("devices")
+    @classmethod
+    def _drop_empty_devices(cls, devices: dict[str, OpTables]) -> dict[str, OpTables]:
+        return {key: tables for key, tables in devices.items() if not tables.is_empty()}
+
+    def model_post_init(self, context: Any, /) -> None:
+        index: dict[tuple[str, str, str, int, int], list] = {}
+        for row in self.entries():
+            low, high = row.entry.m_bounds
+            key = (row.device, row.op, row.dtype, row.entry.n, row.entry.k)
+            index.setdefault(key, []).append((low, high, row.entry.batch_key, tuple(row.entry.configs)))
+        self._index = {key: tuple(value) for key, value in index.items()}
+
+    # -- queries ---------------------------------------------------------------------------------
+
+    def lookup(self, problem: Problem, device: str | DeviceSpec) -> list[GemmConfig]:
+        """The configs stored for `problem` on `device`, in order; [] when no entry matches.
+
+        Configs that cannot run on `device` (shared memory, registers, threads) are left out with
+        one warning each; a table with entries only for other devices warns once per device.
+
+        Raises:
+            DeviceError: if `device` is not a known device name.
+        """
+        spec = _device_spec(device)
+        key = (spec.key, problem.op, problem.dtype, problem.n, problem.k)
+        for low, high, batch, configs in self._index.get(key, ()):
+            if low <= problem.m <= high and (batch is None or batch == problem.batch):
+                return [config for config in configs if self._runs_on(config, problem.dtype, spec)]
+        if self.devices and spec.key not in self.devices:
+            self._warn_once(("other device", spec.key),
+                            f"kernel lookup table has entries for {', '.join(sorted(self.devices))} "
+                            f"only, none for {spec.key}; no LUT config is used on this device")
+        return []
+
+    def _runs_on(self, config: GemmConfig, dtype: str, spec: DeviceSpec) -> bool:
+        reason = unfit_reason(config, dtype, spec)
+        if reason is not None:
+            self._warn_once(("unfit", config, dtype, spec), f"kernel lookup table: skipping a config "
+                                                            f"that cannot run: {reason}")
+        return reason is None
+
+    def _warn_once(self, cause: Hashable, message: str) -> None:
+        # Keyed by cause, not text: lookup runs once per GEMM, and one cause is one warning.
+        if cause not in self._warned:
+            self._warned.add(cause)
+            log.warning("%s", message)
+
+    def entries(self) -> Iterator[LUTRow]:
+        """Every entry with its device, op and dtype, in canonical order."""
+        for device in sorted(self.devices):
+            tables = self.devices[device]
+            for op in OpTables.model_fields:
+                per_dtype: dict[str, list[LUTEntry]] = getattr(tables, op)
+                for dtype in sorted(per_dtype):
+                    for entry in per_dtype[dtype]:
+                        yield LUTRow(device, op, dtype, entry)
+
+    @property
+    def num_entries(self) -> int:
+        return sum(len(value) for value in self._index.values())
+
+    def digest(self) -> str:
+        """sha256 of the canonical JSON; equal tables have equal digests (use it in cache keys)."""
+        from kernel_select.lut.io import dump_lut  # io builds on this module
+
+        return hashlib.sha256(dump_lut(self).encode("utf-8")).hexdigest()
+
+    # -- building --------------------------------------------------------------------------------
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[LUTRow | tuple[str, str, str, LUTEntry]], *,
+                  source: str = "<rows>") -> KernelLUT:
+        """A validated table from (device, op, dtype, entry) rows; device names are normalized.
+
+        Raises:
+            LUTError: for unknown devices/ops/dtypes, overlapping keys, or `batch` on mm/addmm.
+        """
+        from kernel_select.lut.validation import validate_document  # it builds on this module
+
+        tree: dict[str, dict[str, dict[str, list[dict[str, Any]]]]] = {}
+        for device, op, dtype, entry in rows:
+            # Names are normalized (or reported with their location) by validation.
+            device = device.key if isinstance(device, DeviceSpec) else device
+            tree.setdefault(device, {}).setdefault(op, {}).setdefault(dtype, []).append(entry_dict(entry))
+        return validate_document({"schema_version": SCHEMA_VERSION, "devices": tree}, source)
+
+    def merge(self, other: KernelLUT) -> KernelLUT:
+        """A new table with the entries of both; `other` wins where both have the same key.
+
+        Raises:
+            LUTError: if an entry of `other` overlaps an entry of this table without having the
+                same key (for example an m range covering an exact m); resolve it by hand.
+        """
+        def ident(row: LUTRow) -> tuple[Any, ...]:
+            return (row.device, row.op, row.dtype, row.entry.n, row.entry.k, row.entry.m_bounds,
+                    row.entry.batch_key)
+
+        merged = {ident(row): row for row in self.entries()}
+        merged.update((ident(row), row) for row in other.entries())
+        return KernelLUT.from_rows(merged.values(), source="<merged table>")
+
+
+def empty_lut() -> KernelLUT:
+    """A table without entries: every lookup returns []."""
+    return KernelLUT()
+
+
+@functools.lru_cache(maxsize=64)
+def _spec_named(name: str) -> DeviceSpec:
+    return get_device(name)
+
+
+def _device_spec(device: str | DeviceSpec) -> DeviceSpec:
+    """The spec of a lookup's device (the running GPU, so any name device.py knows will do)."""
+    return device if isinstance(device, DeviceSpec) else _spec_named(device)
+
+
+def json_schema() -> str:
+    """The JSON schema of the current format, as committed in luts/schema/lut.v1.schema.json."""
+    schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", **KernelLUT.model_json_schema()}
+    return json.dumps(schema, indent=2) + "\n"

@@ -1,0 +1,134 @@
+"""Turning a raw document into a KernelLUT, and pydantic's errors into one line a person can act on.
+
+Every message names the file, the JSON location (`devices.h100.mm.bfloat16[2].configs[0].block_m`)
+and the fix. Keys and values come from the file, so control characters in them are escaped before
+they reach a terminal.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from typing import Any
+
+from pydantic import ValidationError
+
+from kernel_select.configs import GemmConfig
+from kernel_select.errors import LUTError
+from kernel_select.lut.entries import BATCHED_OPS, UNION_TAGS, BatchedLUTEntry, LUTEntry, MRange
+from kernel_select.lut.schema import KernelLUT, OpTables
+
+#: Unicode categories that are not safe to print raw: control (Cc, e.g. ESC), format (Cf, e.g.
+#: right-to-left overrides), surrogates (Cs) and line/paragraph separators.
+_UNPRINTABLE = frozenset(("Cc", "Cf", "Cs", "Zl", "Zp"))
+
+
+def escape_controls(text: str) -> str:
+    """`text` with every unprintable character written as a Python escape (\\x1b, \\u202e)."""
+    if text.isprintable():
+        return text
+    return "".join(repr(char)[1:-1] if unicodedata.category(char) in _UNPRINTABLE else char
+                   for char in text)
+
+
+def lut_error(source: str, detail: str) -> LUTError:
+    """The LUTError for `detail` in `source`, safe to print."""
+    return LUTError(escape_controls(f"{source}: {detail}"))
+
+
+def short(value: Any) -> str:
+    """repr(value), cut to 40 characters."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def validate_document(raw: Any, source: str) -> KernelLUT:
+    """A KernelLUT from a raw (json.load-ed, migrated) document.
+
+    Raises:
+        LUTError: naming `source`, the JSON location of the first problem and the fix.
+    """
+    try:
+        return KernelLUT.model_validate(raw, strict=True)
+    except ValidationError as exc:
+        raise lut_error(source, _describe(exc)) from None
+    except RecursionError:
+        raise lut_error(source, "the document is nested too deeply to be a LUT") from None
+
+
+def _describe(exc: ValidationError) -> str:
+    errors = exc.errors(include_url=False)
+    first = errors[0]
+    where, is_key = _json_path(first["loc"])
+    message = first["msg"].removeprefix("Value error, ")
+    hint = _hint(first, where, is_key)
+    more = f" (and {len(errors) - 1} more error{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
+    if is_key:
+        where += " (the key)"
+    elif not where:
+        # Model-level checks (duplicate device keys) already name their location.
+        where = "" if first["type"] == "value_error" else "<top level>"
+    return f"{where}: {message}{hint}{more}" if where else f"{message}{more}"
+
+
+def _json_path(loc: tuple[Any, ...]) -> tuple[str, bool]:
+    """('devices', 'h100', 'mm', 'bfloat16', 2, 'configs', 0, 'block_m') -> devices.h100...block_m."""
+    out = ""
+    is_key = False
+    previous: Any = None
+    for part in loc:
+        if part == "[key]":
+            is_key = True
+        elif previous == "m" and part in UNION_TAGS:
+            pass
+        elif isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+        previous = part
+    return out, is_key
+
+
+_FIELDS_OF = {
+    "root": tuple(KernelLUT.model_fields),
+    "device": tuple(OpTables.model_fields),
+    "entry": tuple(LUTEntry.model_fields),
+    "batched entry": tuple(BatchedLUTEntry.model_fields),
+    "config": tuple(GemmConfig.model_fields),
+    "m range": tuple(MRange.model_fields),
+}
+
+
+def _hint(error: Any, where: str, is_key: bool) -> str:
+    kind = error["type"]
+    loc = [p for p in error["loc"] if p not in UNION_TAGS and p != "[key]"]
+    if kind == "extra_forbidden":
+        parent = _parent_kind(loc[:-1])
+        allowed = f"; allowed: {', '.join(_FIELDS_OF[parent])}" if parent else ""
+        return f" (unknown field {loc[-1]!r}{allowed}; check its spelling)"
+    if kind == "missing":
+        return " (add it)"
+    value = error.get("input")
+    if is_key or isinstance(value, (dict, list)) or kind in ("literal_error", "value_error"):
+        return ""
+    return f", got {short(value)}"
+
+
+def _parent_kind(loc: list[Any]) -> str | None:
+    if not loc:
+        return "root"
+    if len(loc) == 2 and loc[0] == "devices":
+        return "device"
+    if len(loc) >= 2 and loc[-2] == "configs":
+        return "config"
+    if loc[-1] == "m":
+        return "m range"
+    if len(loc) == 5 and isinstance(loc[-1], int):
+        return "batched entry" if loc[2] in BATCHED_OPS else "entry"
+    return None
+
+
+def short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+

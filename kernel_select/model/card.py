@@ -1,0 +1,275 @@
+"""One checkpoint format for every learned model: weights plus a JSON model card.
+
+A checkpoint named `<stem>` in a model folder is two files:
+
+  <stem>.pt     the network's state dict (tensors only), written with torch.save and read back with
+                `torch.load(weights_only=True)`: loading never unpickles arbitrary objects
+  <stem>.json   a `ModelCard`: everything else the model needs to run (architecture, feature
+                version and names, standardization statistics, kernel overhead, dtypes) and its
+                provenance (device, dataset hash, training software versions, metrics, date)
+
+The card holds the architecture, so a checkpoint rebuilds its own network (`build_body`) without
+constants in code. Every load failure is a ModelError naming the file and what to do about it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from kernel_select.device import DeviceSpec
+from kernel_select.errors import ModelCardMismatchError, ModelError
+
+CARD_SCHEMA_VERSION = 2
+
+#: A weights file larger than this is not one of ours (the shipped MLP is ~60 KB); refusing it
+#: before reading keeps a wrong path (a dataset, a device file) from exhausting memory.
+MAX_WEIGHTS_BYTES = 256 * 1024 * 1024
+MAX_CARD_BYTES = 16 * 1024 * 1024
+
+
+class Architecture(BaseModel):
+    """A feed-forward network: inputs -> [Linear -> activation] per hidden width -> Linear(1)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    inputs: int = Field(gt=0)
+    hidden_widths: list[int]
+    activation: Literal["relu", "silu"]
+
+
+class DataProvenance(BaseModel):
+    """What the model was trained on."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    file: str  # file name only; paths differ between machines
+    sha256: str
+    rows: int  # rows used: train and val problems, usable runtimes
+    problems: dict[str, int]  # split -> number of problems (train, val)
+    device_names: list[str]
+    torch_versions: list[str]
+    triton_versions: list[str]
+
+
+class ModelCard(BaseModel):
+    """The JSON half of a checkpoint (see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: Literal[2] = CARD_SCHEMA_VERSION
+    model: str  # what the checkpoint is: "mlp", "cublas_gate", ...
+    device: str  # DeviceSpec.key the training data was measured on
+    architecture: Architecture
+    feature_version: int
+    feature_names: list[str]
+    feature_mean: list[float]  # standardization statistics, from the training split
+    feature_std: list[float]
+    kernel_overhead_ms: float | None = None  # learned launch floor (the weights hold the exact value)
+    dtypes: list[str] = []  # dtypes present in training; empty: not restricted
+    hyperparameters: dict[str, Any] = {}
+    data: DataProvenance | None = None
+    metrics: dict[str, Any] = {}
+    trained_at: str = ""
+    versions: dict[str, str] = {}  # training software: kernel_select, torch, triton, numpy
+
+    @model_validator(mode="before")
+    @classmethod
+    def _upgrade_v1(cls, data: Any) -> Any:
+        # Schema v1 (the MLP's first card) kept the widths at the top level and called the
+        # software versions "trainer"; its network was always ReLU. Read it as v2.
+        if not isinstance(data, dict) or data.get("schema_version", 1) != 1 or "hidden_widths" not in data:
+            return data
+        upgraded = {k: v for k, v in data.items() if k not in ("hidden_widths", "trainer", "schema_version")}
+        upgraded["architecture"] = {"inputs": len(data.get("feature_names", [])),
+                                    "hidden_widths": data["hidden_widths"], "activation": "relu"}
+        upgraded["versions"] = data.get("trainer", {})
+        upgraded.setdefault("model", "mlp")  # v1 cards were only ever written for the MLP
+        return upgraded
+
+    @property
+    def hidden_widths(self) -> list[int]:
+        return self.architecture.hidden_widths
+
+
+def retrain_hint(model_dir: Path | str, device: str) -> str:
+    """The fix for a model file that cannot be used: train a new one in place."""
+    return (f"retrain with `kernel-select train --data <dataset.parquet> --out {model_dir} "
+            f"--device {device}`, or delete the folder to use the analytical model")
+
+
+def training_versions() -> dict[str, str]:
+    """The installed versions of the training software, for a card (triton only where installed)."""
+    import importlib.metadata
+
+    versions = {}
+    for package in ("kernel_select", "torch", "triton", "numpy"):
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def utc_now() -> str:
+    """A card's `trained_at`: the current UTC time to the second, ISO 8601."""
+    import datetime
+
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def build_body(architecture: Architecture) -> Any:
+    """The network a card describes, freshly initialized (load the state dict into it)."""
+    from torch import nn
+
+    activation = {"relu": nn.ReLU, "silu": nn.SiLU}[architecture.activation]
+    layers: list[Any] = []
+    width = architecture.inputs
+    for hidden in architecture.hidden_widths:
+        layers += [nn.Linear(width, hidden), activation()]
+        width = hidden
+    layers.append(nn.Linear(width, 1))
+    return nn.Sequential(*layers)
+
+
+def save_checkpoint(model_dir: str | Path, stem: str, state_dict: dict[str, Any], card: ModelCard) -> Path:
+    """Write `<stem>.pt` and `<stem>.json` into `model_dir` (created if needed), each atomically."""
+    import io
+
+    import torch
+
+    model_dir = Path(model_dir)
+    model_dir.mkdir(parents=True, exist_ok=True)
+    buffer = io.BytesIO()
+    torch.save({name: tensor.detach().cpu() for name, tensor in state_dict.items()}, buffer)
+    _write_atomic(model_dir / f"{stem}.pt", buffer.getvalue())
+    _write_atomic(model_dir / f"{stem}.json", (card.model_dump_json(indent=2) + "\n").encode())
+    return model_dir / f"{stem}.pt"
+
+
+def load_checkpoint(model_dir: str | Path, stem: str, spec: DeviceSpec, *, model: str,
+                    feature_version: int, feature_names: Sequence[str],
+                    allow_same_architecture: bool = False) -> tuple[dict[str, Any], ModelCard]:
+    """Read and check the checkpoint `<stem>` in `model_dir` for device `spec`.
+
+    The card must describe `model` with this code's features, for `spec` (or, with
+    `allow_same_architecture`, a device of the same SM architecture).
+
+    Raises:
+        ModelError: neither file exists.
+        ModelCardMismatchError: a file is missing, unreadable, refused by the weights-only
+            unpickler, or does not match this code or the device; the message names the file
+            and the fix.
+    """
+    model_dir = Path(model_dir)
+    weights, card_path = model_dir / f"{stem}.pt", model_dir / f"{stem}.json"
+    hint = retrain_hint(model_dir, spec.key)
+    if not weights.exists() and not card_path.exists():
+        raise ModelError(f"{model_dir}: no trained {model} model here for {spec.key}; {hint}")
+    for path in (weights, card_path):
+        if not path.is_file():
+            raise ModelCardMismatchError(f"{path}: missing or not a regular file (a checkpoint is "
+                                         f"{weights.name} and {card_path.name}); {hint}")
+    card = read_card(card_path, hint)
+    check_card(card, card_path, spec, hint, model=model, feature_version=feature_version,
+               feature_names=feature_names, allow_same_architecture=allow_same_architecture)
+    return _read_weights(weights, hint), card
+
+
+def read_card(path: Path, hint: str) -> ModelCard:
+    """Parse a card file; any problem is a ModelCardMismatchError naming the file and field."""
+    try:
+        if path.stat().st_size > MAX_CARD_BYTES:
+            raise ModelCardMismatchError(f"{path}: {path.stat().st_size} bytes, more than a model card "
+                                         f"can be ({MAX_CARD_BYTES}); {hint}")
+        return ModelCard.model_validate_json(path.read_bytes())
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "card"
+        raise ModelCardMismatchError(f"{path}: field {where!r}: {first['msg']}; {hint}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelCardMismatchError(f"{path}: cannot be read ({exc}); {hint}") from None
+
+
+def check_card(card: ModelCard, path: Path, spec: DeviceSpec, hint: str, *, model: str,
+               feature_version: int, feature_names: Sequence[str],
+               allow_same_architecture: bool = False) -> None:
+    """Refuse a card that this code or this device cannot use."""
+    if card.model != model:
+        raise ModelCardMismatchError(f"{path}: holds a {card.model!r} model, not {model!r}; {hint}")
+    if card.device != spec.key and not (allow_same_architecture and _same_architecture(card.device, spec)):
+        raise ModelCardMismatchError(f"{path}: model was trained for device {card.device!r}, "
+                                     f"not {spec.key!r}; {hint}")
+    if card.feature_version != feature_version or tuple(card.feature_names) != tuple(feature_names):
+        raise ModelCardMismatchError(
+            f"{path}: feature_version {card.feature_version} ({len(card.feature_names)} features) does "
+            f"not match this code's feature version {feature_version} ({len(feature_names)} features); "
+            f"{hint}")
+    n = len(feature_names)
+    if card.architecture.inputs != n or len(card.feature_mean) != n or len(card.feature_std) != n:
+        raise ModelCardMismatchError(
+            f"{path}: architecture.inputs, feature_mean and feature_std must all be {n}, got "
+            f"{card.architecture.inputs}/{len(card.feature_mean)}/{len(card.feature_std)}; {hint}")
+    if not all(math.isfinite(s) and s > 0 for s in card.feature_std):
+        raise ModelCardMismatchError(f"{path}: feature_std must be finite and positive; {hint}")
+    if not all(math.isfinite(m) for m in card.feature_mean):
+        raise ModelCardMismatchError(f"{path}: feature_mean must be finite; {hint}")
+
+
+def load_state(net: Any, state: dict[str, Any], weights: Path, card: ModelCard, hint: str) -> Any:
+    """Load `state` into `net`, turning a shape or key mismatch into a ModelCardMismatchError."""
+    try:
+        net.load_state_dict(state, strict=True)
+    except (RuntimeError, KeyError, TypeError) as exc:
+        arch = card.architecture
+        raise ModelCardMismatchError(
+            f"{weights}: weights do not fit the card's architecture ({arch.inputs} inputs, widths "
+            f"{arch.hidden_widths}): {str(exc).splitlines()[0]}; {hint}") from None
+    return net.eval()
+
+
+def _read_weights(path: Path, hint: str) -> dict[str, Any]:
+    import torch
+
+    size = path.stat().st_size
+    if size > MAX_WEIGHTS_BYTES:
+        raise ModelCardMismatchError(f"{path}: {size} bytes, more than a weights file can be "
+                                     f"({MAX_WEIGHTS_BYTES}); {hint}")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 -- truncated, not a checkpoint, or refused unpickling
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelCardMismatchError(f"{path}: cannot be loaded as weights ({first}); {hint}") from None
+    if not isinstance(state, dict) or not all(isinstance(t, torch.Tensor) for t in state.values()):
+        raise ModelCardMismatchError(f"{path}: not a state dict of tensors (an older checkpoint format?); "
+                                     f"{hint}")
+    return state
+
+
+def _same_architecture(key: str, spec: DeviceSpec) -> bool:
+    from kernel_select.device import KNOWN_DEVICES
+
+    other = KNOWN_DEVICES.get(key)
+    return other is not None and other.architecture == spec.architecture
+
+
+def _write_atomic(path: Path, payload: bytes) -> None:
+    # A unique temp file in the same folder, then rename: a reader never sees half a checkpoint,
+    # and two writers never share a temp name.
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

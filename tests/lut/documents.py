@@ -1,0 +1,246 @@
+"""JSON-shaped LUT documents, mostly almost valid, and an independent oracle for them.
+
+`documents()` draws a document the way a person gets one wrong: the right shape with, now and
+then, a size of 0 or 2^31, m ranges backwards, an unknown field, an unknown device, two devices
+naming one GPU, overlapping entries, repeated configs, a duplicate JSON key, or Latin-1 bytes.
+`expected_rows()` says, from the format's rules as docs/lut.md states them and without using
+kernel_select.lut, whether the document is valid and which entries it holds.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+from hypothesis import strategies as st
+
+from kernel_select.device import KNOWN_DEVICES
+
+MAX_DIM = 2**31 - 1
+OPS = ("mm", "addmm", "bmm", "baddbmm")
+BATCHED = ("bmm", "baddbmm")
+DTYPES = ("float16", "bfloat16", "float32")
+CONFIG_FIELDS = ("block_m", "block_n", "block_k", "num_stages", "num_warps", "group_m")
+_BLOCKS = (16, 32, 64, 128, 256, 512, 1024)
+_LEGAL = {"block_m": _BLOCKS, "block_n": _BLOCKS, "block_k": _BLOCKS, "num_stages": range(1, 9),
+          "num_warps": (1, 2, 4, 8, 16, 32), "group_m": range(1, 65)}
+# Exact names only; the rest are near misses a lenient (substring) match would wrongly accept.
+_DEVICE_NAMES = {**{spec.key: spec.key for spec in KNOWN_DEVICES.values()},
+                 **{spec.name: spec.key for spec in KNOWN_DEVICES.values()}}
+
+
+_SEEDS = st.integers(0, 2**64 - 1)
+_FAULTS = ("size 0", "size over 2^31-1", "m range backwards", "unknown field", "unknown device",
+           "one GPU under two names", "overlap", "repeated config", "bad config value", "float size",
+           "batch on mm", "no configs", "schema_version", "unknown dtype", "duplicate JSON key", "Latin-1")
+
+
+@st.composite
+def documents(draw: st.DrawFn) -> tuple[dict[str, Any], bytes, str]:
+    """(object, bytes, fault): a LUT-shaped document and its bytes. Half of them carry one fault
+    ("" for none); the oracle, not the fault's name, decides validity (a fault can miss, and a
+    drawn document can overlap by chance).
+
+    One seed drives a private Random: a draw per field would make 10,000 documents cost minutes.
+    """
+    rng = random.Random(draw(_SEEDS))
+    document = _valid_shape(rng)
+    fault = rng.choice(_FAULTS) if rng.random() < 0.5 else ""
+    duplicate = _apply(rng, document, fault)
+    text = _dump(document, duplicate)
+    return document, text.encode("latin-1", "replace") if fault == "Latin-1" else text.encode("utf-8"), fault
+
+
+def _valid_shape(rng: random.Random) -> dict[str, Any]:
+    devices: dict[str, Any] = {}
+    for spec in rng.sample(sorted(KNOWN_DEVICES.values(), key=lambda s: s.key), rng.randint(1, 2)):
+        name = rng.choice((spec.key, spec.name))
+        devices[name] = {op: {dtype: _entries(rng, op) for dtype in rng.sample(DTYPES, rng.randint(1, 2))}
+                         for op in rng.sample(OPS, rng.randint(1, 2))}
+    return {"schema_version": 1, "devices": devices}
+
+
+def _entries(rng: random.Random, op: str) -> list[dict[str, Any]]:
+    # Distinct m slots on a shared (n, k) keep most drawn tables valid while neighbours touch.
+    points = sorted(rng.sample((1, 2, 63, 64, 65, 560, 4096, MAX_DIM - 1, MAX_DIM), rng.randint(1, 4) * 2))
+    entries = []
+    for low, high in zip(points[::2], points[1::2]):
+        entry: dict[str, Any] = {"m": low if rng.random() < 0.4 else {"min": low, "max": high},
+                                 "n": rng.choice((64, 1280)) if rng.random() < 0.2 else 1280, "k": 3420}
+        if op in BATCHED and rng.random() < 0.5:
+            entry["batch"] = rng.choice((None, 1, 3))
+        entry["configs"] = [dict(config) for config in rng.sample(_CONFIG_POOL, rng.randint(1, 2))]
+        if rng.random() < 0.4:
+            entry["note"] = rng.choice((None, "", "größer → schneller", "tab\t"))
+        entries.append(entry)
+    return entries
+
+
+_CONFIG_POOL = [
+    {"block_m": 64, "block_n": 128, "block_k": 64, "num_stages": 3, "num_warps": 4},
+    {"block_m": 64, "block_n": 128, "block_k": 64, "num_stages": 3, "num_warps": 4, "group_m": 4},
+    {"block_m": 128, "block_n": 128, "block_k": 32, "num_stages": 4, "num_warps": 8, "group_m": 8},
+    {"block_m": 16, "block_n": 1024, "block_k": 16, "num_stages": 1, "num_warps": 1, "group_m": 64},
+]
+
+
+def _apply(rng: random.Random, document: dict[str, Any], fault: str) -> dict[str, Any] | None:
+    """Apply `fault` to `document` in place; return the object whose first key is to be repeated."""
+    lists = [(op, listed) for tables in document["devices"].values() for op, per_dtype in tables.items()
+             for listed in per_dtype.values() if listed]
+    op, listed = rng.choice(lists) if lists else ("mm", [{"m": 1, "n": 1, "k": 1, "configs": []}])
+    entry = rng.choice(listed)
+    if fault in ("size 0", "size over 2^31-1", "float size"):
+        m = entry["m"]
+        target, slot = (m, rng.choice(("min", "max"))) if isinstance(m, dict) and rng.random() < 0.5 \
+            else (entry, rng.choice(("m", "n", "k", "batch") if "batch" in entry else ("m", "n", "k")))
+        target[slot] = {"size 0": 0, "size over 2^31-1": rng.choice((MAX_DIM + 1, 2**40)), "float size": 64.0}[fault]
+    elif fault == "m range backwards" and isinstance(entry["m"], dict):
+        entry["m"] = {"min": entry["m"]["max"] + 1, "max": entry["m"]["min"]}
+    elif fault == "unknown field":
+        rng.choice(_objects(document, []))[rng.choice(("Block_M", "mmm", "note2", "extra"))] = 1
+    elif fault == "unknown device":
+        document["devices"][rng.choice(("not-an-h100-at-all", "h100x", "tpu"))] = {}
+    elif fault == "one GPU under two names" and document["devices"]:
+        spec = KNOWN_DEVICES[_DEVICE_NAMES[next(iter(document["devices"]))]]
+        document["devices"][spec.name if spec.key in document["devices"] else spec.key] = {"mm": {}}
+    elif fault == "overlap" and lists:
+        listed.append({**json.loads(json.dumps(entry)), "configs": [dict(_CONFIG_POOL[2])]})
+    elif fault == "repeated config" and entry["configs"]:
+        entry["configs"].append(dict(rng.choice(entry["configs"])))
+    elif fault == "bad config value" and entry["configs"]:
+        rng.choice(entry["configs"])[rng.choice(CONFIG_FIELDS)] = rng.choice((0, 3, 9, 48, 65, 2048, "4", None))
+    elif fault == "batch on mm" and op not in BATCHED:
+        entry["batch"] = 1
+    elif fault == "no configs":
+        entry["configs"] = []
+    elif fault == "schema_version":
+        document["schema_version"] = rng.choice((0, 2, "1", True, 1.0))
+    elif fault == "unknown dtype" and document["devices"]:
+        next(iter(next(iter(document["devices"].values())).values()))[rng.choice(("bf16", "int8"))] = []
+    elif fault == "duplicate JSON key":
+        return rng.choice(_objects(document, []))
+    elif fault == "Latin-1":
+        entry["note"] = "größer"
+    return None
+
+
+def _objects(value: Any, out: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if isinstance(value, dict):
+        if value:
+            out.append(value)
+        for child in value.values():
+            _objects(child, out)
+    elif isinstance(value, list):
+        for child in value:
+            _objects(child, out)
+    return out
+
+
+def _dump(value: Any, duplicate: dict[str, Any] | None) -> str:
+    """json.dumps, except that the object `duplicate` repeats its first key."""
+    if isinstance(value, dict):
+        items = [f"{json.dumps(key, ensure_ascii=False)}: {_dump(child, duplicate)}" for key, child in value.items()]
+        if value is duplicate:
+            items.insert(0, items[0])
+        return "{" + ", ".join(items) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_dump(child, duplicate) for child in value) + "]"
+    return json.dumps(value, ensure_ascii=False)
+
+
+# -- the oracle ----------------------------------------------------------------------------------
+
+class Invalid(Exception):
+    """The document breaks a rule of the format."""
+
+
+def _int(value: Any, low: int = 1, high: int = MAX_DIM) -> int:
+    if type(value) is not int or not low <= value <= high:
+        raise Invalid(value)
+    return value
+
+
+def _keys(obj: Any, required: set[str], optional: set[str] = frozenset()) -> dict[str, Any]:
+    if not isinstance(obj, dict) or not required <= obj.keys() <= required | optional:
+        raise Invalid(obj)
+    return obj
+
+
+def _config_key(config: Any) -> tuple[int, ...]:
+    config = _keys(config, set(CONFIG_FIELDS[:-1]), {"group_m"})
+    values = {**{"group_m": 8}, **config}
+    for name in CONFIG_FIELDS:
+        if type(values[name]) is not int or values[name] not in _LEGAL[name]:
+            raise Invalid(config)
+    return tuple(values[name] for name in CONFIG_FIELDS)
+
+
+def _entry_row(entry: Any, op: str) -> tuple[Any, ...]:
+    entry = _keys(entry, {"m", "n", "k", "configs"}, {"note"} | ({"batch"} if op in BATCHED else set()))
+    m = entry["m"]
+    if isinstance(m, dict):
+        _keys(m, {"min", "max"})
+        low, high = _int(m["min"]), _int(m["max"])
+        if low > high:
+            raise Invalid(m)
+    else:
+        low = high = _int(m)
+    batch = entry.get("batch")
+    if batch is not None:
+        _int(batch)
+    note = entry.get("note")
+    if note is not None and not isinstance(note, str):
+        raise Invalid(note)
+    configs = entry["configs"]
+    if not isinstance(configs, list) or not configs:
+        raise Invalid(configs)
+    keys = [_config_key(config) for config in configs]
+    if len(set(keys)) != len(keys):
+        raise Invalid(configs)
+    return (low, high, _int(entry["n"]), _int(entry["k"]), batch, tuple(keys), note)
+
+
+def _overlap(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    return (a[2:4] == b[2:4] and a[0] <= b[1] and b[0] <= a[1]
+            and (a[4] is None or b[4] is None or a[4] == b[4]))
+
+
+def expected_rows(document: Any) -> set[tuple[Any, ...]] | None:
+    """The (device key, op, dtype, m low, m high, n, k, batch, configs, note) rows of a valid
+    document, or None when the document is invalid."""
+    try:
+        return _rows(document)
+    except Invalid:
+        return None
+
+
+def _rows(document: Any) -> set[tuple[Any, ...]]:
+    _keys(document, {"schema_version"}, {"devices"})
+    if type(document["schema_version"]) is not int or document["schema_version"] != 1:
+        raise Invalid(document)
+    devices = document.get("devices", {})
+    if not isinstance(devices, dict):
+        raise Invalid(devices)
+    keys = [_DEVICE_NAMES.get(name) for name in devices]
+    if None in keys or len(set(keys)) != len(keys):
+        raise Invalid(devices)
+    rows = set()
+    for key, tables in zip(keys, devices.values()):
+        for op, per_dtype in _keys(tables, set(), set(OPS)).items():
+            for dtype, entries in _keys(per_dtype, set(), set(DTYPES)).items():
+                if not isinstance(entries, list):
+                    raise Invalid(entries)
+                found = [_entry_row(entry, op) for entry in entries]
+                if any(_overlap(a, b) for i, a in enumerate(found) for b in found[i + 1:]):
+                    raise Invalid(entries)
+                rows.update((key, op, dtype, *row) for row in found)
+    return rows
+
+
+def parsed_rows(lut: Any) -> set[tuple[Any, ...]]:
+    """The same rows, read from a parsed KernelLUT."""
+    return {(row.device, row.op, row.dtype, *row.entry.m_bounds, row.entry.n, row.entry.k, row.entry.batch_key,
+             tuple(config.key for config in row.entry.configs), row.entry.note)
+            for row in lut.entries()}

@@ -1,0 +1,111 @@
+"""Which model a device gets: its own, a same-architecture device's, or the analytical one with a
+warning when a shipped model is broken. Broken files are ModelErrors naming the file and the fix."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+
+import pytest
+import torch
+from tests.synthetic import untrained_mlp
+
+from kernel_select.errors import ModelCardMismatchError
+from kernel_select.model import MODELS_DIR_ENV, base, load_default
+from kernel_select.model.analytical import AnalyticalModel
+from kernel_select.model.card import ModelCard
+from kernel_select.model.gate import load_default_gate
+from kernel_select.model.mlp import CARD_FILE, WEIGHTS_FILE, MLPModel
+from kernel_select.resources import models_dir
+
+SHIPPED_H100 = models_dir() / "h100"
+
+
+@pytest.fixture
+def models(tmp_path, monkeypatch):
+    """A private copy of the shipped models folder, and a fresh warn-once memory."""
+    shutil.copytree(SHIPPED_H100, tmp_path / "h100")
+    monkeypatch.setenv(MODELS_DIR_ENV, str(tmp_path))
+    monkeypatch.setattr(base, "_WARNED_SUBSTITUTES", set())
+    return tmp_path
+
+
+def _truncate(path):
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+class _RunsCode:
+    def __reduce__(self):
+        return (print, ("this pickle ran code",))
+
+
+@pytest.mark.parametrize("breakage, message", [
+    (lambda d: _truncate(d / WEIGHTS_FILE), "cannot be loaded as weights"),
+    (lambda d: torch.save({"x": _RunsCode()}, d / WEIGHTS_FILE), "cannot be loaded as weights"),
+    (lambda d: (d / CARD_FILE).write_text("{not json"), "field 'card'|cannot be read"),
+    (lambda d: (d / CARD_FILE).write_bytes(b"\xff\xfe garbage"), "field|cannot be read"),
+    (lambda d: (d / CARD_FILE).write_text(json.dumps({
+        **json.loads((d / CARD_FILE).read_text()), "feature_version": 99})), "feature_version 99"),
+])
+def test_a_broken_model_file_is_a_model_error_naming_file_and_fix(models, breakage, message, capsys):
+    breakage(models / "h100")
+    with pytest.raises(ModelCardMismatchError, match=message) as info:
+        MLPModel.load(models / "h100", "h100")
+    assert str(models / "h100") in str(info.value) and "kernel-select train" in str(info.value)
+    assert "this pickle ran code" not in capsys.readouterr().out
+
+
+def test_load_default_warns_when_a_shipped_model_is_broken(models, caplog):
+    _truncate(models / "h100" / WEIGHTS_FILE)
+    with caplog.at_level(logging.INFO, logger="kernel_select"):
+        model = load_default("h100")
+    assert isinstance(model, AnalyticalModel)
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert str(models / "h100" / WEIGHTS_FILE) in warnings[0].getMessage()
+    assert "kernel-select train" in warnings[0].getMessage()
+
+
+def test_a_device_without_a_model_falls_back_quietly(models, caplog):
+    with caplog.at_level(logging.INFO, logger="kernel_select"):
+        assert isinstance(load_default("a100"), AnalyticalModel)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+@pytest.mark.parametrize("device", ["h200", "h100-pcie"])
+def test_a_same_architecture_device_uses_the_h100_model_with_one_warning(models, device, caplog):
+    with caplog.at_level(logging.WARNING, logger="kernel_select"):
+        model = load_default(device)
+        again = load_default(device)
+        gate = load_default_gate(device)
+    assert isinstance(model, MLPModel) and isinstance(again, MLPModel)
+    assert model.device.key == device and model.card.device == "h100"
+    assert "measured on h100" in model.describe()
+    assert gate is not None and gate.device.key == device
+    messages = [r.getMessage() for r in caplog.records]
+    mlp_warnings = [m for m in messages if "no mlp model trained on" in m]
+    assert len(mlp_warnings) == 1 and str(models / "h100" / WEIGHTS_FILE) in mlp_warnings[0]
+    assert "sm_90" in mlp_warnings[0]
+
+
+def test_an_a100_never_borrows_the_h100_model(models):
+    assert isinstance(load_default("a100"), AnalyticalModel)
+    assert load_default_gate("a100") is None
+
+
+def test_a_schema_v1_card_is_read_as_v2():
+    card = untrained_mlp().card.model_dump(mode="json")
+    v1 = {k: v for k, v in card.items() if k not in ("architecture", "versions", "model", "schema_version")}
+    v1 |= {"schema_version": 1, "model": "mlp", "hidden_widths": card["architecture"]["hidden_widths"],
+           "trainer": {"torch": "2.11.0"}}
+    upgraded = ModelCard.model_validate(v1)
+    assert upgraded.architecture.model_dump() == card["architecture"]
+    assert upgraded.versions == {"torch": "2.11.0"} and upgraded.schema_version == 2
+
+
+def test_shipped_checkpoints_carry_their_architecture():
+    for stem, activation in (("mlp", "relu"), ("cublas_gate", "silu")):
+        card = ModelCard.model_validate_json((SHIPPED_H100 / f"{stem}.json").read_text())
+        assert card.model == stem and card.device == "h100" and card.architecture.activation == activation
+        assert card.architecture.inputs == len(card.feature_names) == len(card.feature_mean)
