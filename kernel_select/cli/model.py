@@ -58,6 +58,8 @@ def register_eval(sub: Subparsers) -> None:
                    help="comma-separated registered models (default: %(default)s)")
     p.add_argument("--mlp-dir", default=None,
                    help="evaluate the MLP saved in this directory instead of the shipped one")
+    p.add_argument("--ensemble-dir", default=None,
+                   help="also evaluate the shortlist ensemble saved in this directory (e.g. models/h100/)")
     p.add_argument("--device", default=None, help="device key (default: from the dataset)")
     p.add_argument("--json", type=output_file, default=None, metavar="OUT",
                    help="also write the report as JSON to OUT")
@@ -141,6 +143,10 @@ def run_eval(args: argparse.Namespace) -> int:
 
         device = args.device or "h100"
         models = [MLPModel.load(args.mlp_dir, device) if name == "mlp" else name for name in models]
+    if args.ensemble_dir is not None:
+        from kernel_select.model.ensemble import EnsembleModel
+
+        models.append(EnsembleModel.load(args.ensemble_dir, args.device or "h100"))
     if args.split == "held-out":
         report = evaluate_splits(args.data, models, device=args.device)
         print("\n\n".join(format_report(r) for r in report["splits"].values()))

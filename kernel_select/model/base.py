@@ -185,8 +185,7 @@ _WARNED_SUBSTITUTES: set[tuple[str, str]] = set()
 def _ensure_builtin_models() -> None:
     # Importing the implementations registers them; done lazily so `import kernel_select` stays
     # light and a broken optional model cannot break the interface module.
-    for module in ("kernel_select.model.analytical", "kernel_select.model.mlp",
-                   "kernel_select.model.ensemble"):
+    for module in ("kernel_select.model.analytical", "kernel_select.model.mlp"):
         try:
             importlib.import_module(module)
         except ImportError as exc:  # e.g. torch missing: the other model still works

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -78,3 +80,12 @@ def test_cli_ensemble_refuses_zero_epochs(trained, tmp_path, capsys):
         main(["train", "--method", "ensemble", "--data", str(data), "--out", str(tmp_path / "x"), "--epochs", "0"])
     assert exc.value.code == 2 and "epochs" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+def test_cli_eval_scores_a_saved_ensemble(trained, tmp_path):
+    data, out, _ = trained
+    report = tmp_path / "eval.json"
+    assert main(["eval", "--data", str(data), "--split", "test", "--model", "analytical",
+                 "--ensemble-dir", str(out), "--json", str(report)]) == 0
+    methods = json.loads(report.read_text())["methods"]
+    assert 0 < methods["ensemble"]["topk"]["1"] <= methods["ensemble"]["topk"]["16"] <= 1
