@@ -70,7 +70,7 @@ class KernelSelectChoices(InductorChoices):
     """Inductor choices handler that benchmarks only the top-k Triton GEMM configs.
 
     Args:
-        topk, kernel_lut_path, model, device, cublas_margin: override the kernel_select.knobs knobs
+        topk, kernel_lut_path, model, device, cublas_margin, dynamic_m: override the kernel_select.knobs knobs
             for this handler (None = use the knob). `model` may also be a PerformanceModel instance.
         inner: a handler to compose with (None = Inductor's defaults). It receives our candidate
             lists in its own `_finalize_template_configs` (so a torch lookup-table hit still wins)
@@ -79,10 +79,11 @@ class KernelSelectChoices(InductorChoices):
 
     def __init__(self, *, topk: int | str | None = None, kernel_lut_path: str | None = None,
                  model: str | PerformanceModel | None = None, device: str | None = None,
-                 cublas_margin: float | str | None = None, inner: InductorChoices | None = None) -> None:
+                 cublas_margin: float | str | None = None, dynamic_m: str | list[int] | None = None,
+                 inner: InductorChoices | None = None) -> None:
         super().__init__()
         # Cheap on purpose: torch 2.13 instantiates the factory at every cache-key computation.
-        self._overrides = validated_overrides(topk, kernel_lut_path, model, device, cublas_margin)
+        self._overrides = validated_overrides(topk, kernel_lut_path, model, device, cublas_margin, dynamic_m)
         self.inner = inner if type(inner) is not InductorChoices else None
         self.selections: deque[Selection] = deque(maxlen=256)
         if self.inner is not None:
@@ -111,7 +112,8 @@ class KernelSelectChoices(InductorChoices):
 
     def _uuid_parts(self) -> list[str]:
         settings = self.settings()
-        parts = [f"version={_package_version()}", f"topk={settings.topk}", f"inner={_inner_id(self.inner)}"]
+        parts = [f"version={_package_version()}", f"topk={settings.topk}", f"inner={_inner_id(self.inner)}",
+                 f"dynamic_m={settings.dynamic_m}"]
         if settings.topk != knobs.SAME:
             device = _device_or_none(settings.device)
             parts.append(f"device={device.key if device else 'none'}")
