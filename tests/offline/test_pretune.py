@@ -104,3 +104,23 @@ def test_a_run_writes_pins_with_ranges_and_resumes(tmp_path: Path):
     pretune.pretune(sites, out=out, device=H100, model=FakeModel(), k=2, points=3, benchmark=fake_benchmark,
                     progress=False)
     assert len(calls) == 6  # resumed from OUT.progress.json: nothing measured twice
+
+
+def test_the_serving_bench_compares_each_length_with_the_fastest_method(tmp_path: Path):
+    from kernel_select.offline import serving_bench
+
+    sites = pretune.load_shapes(_write(tmp_path / "s.json", serving_bench.shapes()))
+    assert [s.dynamic for s in sites] == ["m", "m", None]
+    per_method = {"a": {"compile_s": 1.0, "benchmarks": 0, "lengths": {str(n): {"kernel_ms": 2.0} for n in serving_bench.LENGTHS}},
+                  "b": {"compile_s": 2.0, "benchmarks": 9, "lengths": {str(n): {"kernel_ms": 1.0} for n in serving_bench.LENGTHS}},
+                  "c": {"error": "RuntimeError: out of memory"}}
+    results = serving_bench.assemble(per_method)
+    assert results["methods"]["a"]["lengths"]["560"] == {"kernel_ms": 2.0, "best_ms": 1.0, "ratio_to_best": 2.0}
+    pytest.importorskip("matplotlib")
+    serving_bench.plot(results, tmp_path / "plot.png")
+    assert (tmp_path / "plot.png").stat().st_size > 0
+
+
+def _write(path: Path, value: object) -> Path:
+    path.write_text(json.dumps(value))
+    return path
