@@ -25,8 +25,8 @@ __version__ = "0.1.0"
 __all__ = [
     "ConfigError", "DatasetError", "DeviceError", "DeviceSpec", "GemmConfig", "KernelSelectError",
     "LUTError", "ModelCardMismatchError", "ModelError", "OptionError", "PerformanceModel", "Problem",
-    "ProblemError", "UnsupportedProblemError", "get_device", "get_model", "load_default", "register_model",
-    "triton_pruner",
+    "ProblemError", "UnsupportedProblemError", "get_device", "get_model", "load_default", "record",
+    "register_model", "triton_pruner",
 ]
 
 
@@ -36,4 +36,8 @@ def __getattr__(name: str) -> object:
         from kernel_select.triton_autotune import triton_pruner
 
         return triton_pruner
+    if name == "record":
+        from kernel_select.inductor.record import record
+
+        return record
     raise AttributeError(f"module 'kernel_select' has no attribute {name!r}")

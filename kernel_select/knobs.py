@@ -22,6 +22,11 @@ Knobs:
                    configs for it (LUT entries still), so it takes ATen without compiling or
                    benchmarking Triton. A float in [0, 1); None (or "off") disables the gate.
                    Default 0.05. Environment: TORCHINDUCTOR_GEMM_CUBLAS_MARGIN.
+  dynamic_m        the values a dynamic (symbolic) M will take, for ranking configs that serve all
+                   of them: "LOW..HIGH" (a range, ranked at 5 log-spaced points), "A,B,C" (the
+                   buckets themselves) or a list of ints; None = the m range of the matching LUT
+                   entry, else the symbol's declared range (mark_dynamic(min=, max=)), else
+                   hint/4 .. hint*4. Environment: TORCHINDUCTOR_GEMM_DYNAMIC_M.
 
 Environment variables are read once, when this module is imported; the values live in this
 module. The knobs are process-wide (not thread-local), unlike Inductor's own config patches.
@@ -45,6 +50,7 @@ DEFAULT = "DEFAULT"
 ENV_KERNEL_LUT_PATH = "TORCHINDUCTOR_KERNEL_LUT_PATH"
 ENV_GEMM_TOPK = "TORCHINDUCTOR_GEMM_TOPK"
 ENV_CUBLAS_MARGIN = "TORCHINDUCTOR_GEMM_CUBLAS_MARGIN"
+ENV_DYNAMIC_M = "TORCHINDUCTOR_GEMM_DYNAMIC_M"
 DEFAULT_CUBLAS_MARGIN = DEFAULT_MARGIN  # the gate owns it: see kernel_select.model.gate for how it was chosen
 
 TopK = Union[int, str]
@@ -121,12 +127,39 @@ def parse_cublas_margin(value: object, *, source: str = "cublas_margin") -> floa
                       f"the cuBLAS gate, got {value!r}")
 
 
+def parse_dynamic_m(value: object, *, source: str = "dynamic_m") -> tuple[int, ...] | None:
+    """None / "" (derive the Ms), "LOW..HIGH" (5 log-spaced Ms), "A,B,C" or a list of positive ints
+    (those Ms). Returns the sorted Ms to rank over."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    from kernel_select.select import spread_ms  # lazily: only a set knob pays for the import
+
+    error = OptionError(f"{source}: expected 'LOW..HIGH' (e.g. '560..8192'), 'A,B,C' (e.g. '560,1024,2048'), "
+                        f"a list of positive ints, or None, got {value!r}")
+    if isinstance(value, str):
+        text = value.strip()
+        if ".." in text:
+            low, _, high = (part.strip() for part in text.partition(".."))
+            if not (_ASCII_DIGITS.fullmatch(low) and _ASCII_DIGITS.fullmatch(high)) or not 1 <= int(low) <= int(high):
+                raise error
+            return spread_ms(int(low), int(high))
+        parts = [part.strip() for part in text.split(",")]
+        if not all(_ASCII_DIGITS.fullmatch(part) for part in parts):
+            raise error
+        value = [int(part) for part in parts]
+    if isinstance(value, (list, tuple)) and value and all(
+            isinstance(m, int) and not isinstance(m, bool) and m >= 1 for m in value):
+        return tuple(sorted(set(value)))
+    raise error
+
+
 _PARSERS: dict[str, Callable[..., Any]] = {
     "kernel_lut_path": parse_lut_path,
     "topk": parse_topk,
     "model": parse_model,
     "device": parse_device,
     "cublas_margin": parse_cublas_margin,
+    "dynamic_m": parse_dynamic_m,
 }
 
 
@@ -140,6 +173,7 @@ topk: TopK = _from_env(ENV_GEMM_TOPK, parse_topk, DEFAULT)
 model: str | None = None
 device: str | None = None
 cublas_margin: float | None = _from_env(ENV_CUBLAS_MARGIN, parse_cublas_margin, DEFAULT_CUBLAS_MARGIN)
+dynamic_m: tuple[int, ...] | None = _from_env(ENV_DYNAMIC_M, parse_dynamic_m, None)
 
 
 def snapshot() -> dict[str, Any]:

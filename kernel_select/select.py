@@ -2,10 +2,16 @@
 
 `top_k` is what the Inductor and Triton adapters and the CLI call; `rank` gives a full
 ordering for evaluation. Both are pure functions of their arguments and run on the CPU.
+
+A dynamic M (a sequence length) is ranked over representative values: `top_k(..., ms=[...])`
+keeps the configs whose predicted time, relative to the best config at each M, has the smallest
+geometric mean over the Ms, so no length is sacrificed to the one Inductor happened to hint.
+`spread_ms` picks such values for a range.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections.abc import Sequence
@@ -76,9 +82,35 @@ def rank(problem: Problem, configs: Sequence[GemmConfig], model: PerformanceMode
     return [Choice(configs[i], float(scores[i]), model.name) for i in order]
 
 
+#: How many Ms represent a range when no buckets are given: enough to see a tile-size change
+#: across a 16x range (one point per factor of two), few enough to keep selection cheap.
+SPREAD_POINTS = 5
+#: The default range around a hinted M when nothing says which Ms the program will see.
+DEFAULT_SPREAD_FACTOR = 4
+
+
+def spread_ms(low: int, high: int, points: int = SPREAD_POINTS) -> tuple[int, ...]:
+    """`points` log-spaced Ms from `low` to `high` inclusive (fewer if the range is narrow).
+
+    Raises:
+        ProblemError: if low < 1 or low > high.
+    """
+    if not (1 <= low <= high):
+        raise ProblemError(f"m range: expected 1 <= low <= high, got {low}..{high}")
+    if low == high or points < 2:
+        return (low,)
+    ratio = (high / low) ** (1 / (points - 1))
+    return tuple(sorted({low, high, *(int(round(low * ratio**i)) for i in range(1, points - 1))}))
+
+
+def default_spread(hint: int) -> tuple[int, ...]:
+    """Ms around a hint when nothing else is known: hint/4 .. hint*4, log-spaced."""
+    return spread_ms(max(1, hint // DEFAULT_SPREAD_FACTOR), hint * DEFAULT_SPREAD_FACTOR)
+
+
 def top_k(problem: Problem, k: int | float, lut: ConfigLookup | None = None,
           model: PerformanceModel | None = None, device: DeviceSpec | str | None = None,
-          candidates: Sequence[GemmConfig] | None = None) -> list[Choice]:
+          candidates: Sequence[GemmConfig] | None = None, ms: Sequence[int] | None = None) -> list[Choice]:
     """The configs to benchmark for `problem`: LUT entries, then the model's best, k in all.
 
     Args:
@@ -88,12 +120,16 @@ def top_k(problem: Problem, k: int | float, lut: ConfigLookup | None = None,
             even when they are more than k or are not among the candidates.
         model: ranks the candidates; default `load_default(device)`.
         device: device name or spec; default the model's device, else the local GPU.
-        candidates: configs to rank; default the problem's pruned EXHAUSTIVE space.
+        candidates: configs to rank; default the problem's pruned EXHAUSTIVE space (at the
+            largest of `ms`, whose space holds the blocks the smaller Ms clamp to).
+        ms: rank for these values of M (a dynamic dimension) instead of problem.m alone: by the
+            geometric mean over them of predicted time / best predicted time at that M.
 
     Returns:
         Choices without duplicates: LUT entries (source "lut", scored by the model for
-        display) then candidates in ascending predicted runtime, ties in candidate order,
-        up to max(k, number of LUT entries) in total.
+        display) then candidates best first (ascending predicted runtime, or relative
+        runtime over `ms`), ties in candidate order, up to max(k, number of LUT entries) in
+        total. `predicted_ms` is always the prediction at problem.m.
 
     Raises:
         ProblemError, ConfigError, DeviceError, ModelError: on bad arguments, or when no
@@ -102,8 +138,10 @@ def top_k(problem: Problem, k: int | float, lut: ConfigLookup | None = None,
     if not isinstance(problem, Problem):
         raise ProblemError(f"problem: expected a kernel_select.Problem, got {type(problem).__name__}")
     spec, model = _resolve_model(model, device)
+    spread = _checked_ms(ms, problem)
     if candidates is None:
-        candidates = for_problem(problem, spec, "exhaustive")
+        widest = dataclasses.replace(problem, m=max(spread)) if spread else problem
+        candidates = for_problem(widest, spec, "exhaustive")
     count = resolve_k(k, len(candidates))
 
     pinned = _lut_configs(lut, problem, spec)
@@ -111,6 +149,8 @@ def top_k(problem: Problem, k: int | float, lut: ConfigLookup | None = None,
     # prediction) together: inside torch.compile the model call is the whole cost.
     all_scores = _scores(problem, [*candidates, *pinned], model)
     scores = all_scores[: len(candidates)]
+    ranked_at_hint = not spread or spread == (problem.m,)
+    order_by = scores if ranked_at_hint else _relative_over(problem, spread, candidates, model)
     chosen = [Choice(config, float(ms), LUT_SOURCE)
               for config, ms in zip(pinned, all_scores[len(candidates):])]
     if len(chosen) >= count or not candidates:
@@ -119,7 +159,7 @@ def top_k(problem: Problem, k: int | float, lut: ConfigLookup | None = None,
     seen = set(pinned)
     # Walk the ranking and stop at k: only the taken configs are hashed and wrapped, which
     # keeps selection over a full exhaustive space near the cost of the model itself.
-    for i in np.argsort(scores, kind="stable"):
+    for i in np.argsort(order_by, kind="stable"):
         config = candidates[i]
         if config in seen:
             continue
@@ -128,6 +168,25 @@ def top_k(problem: Problem, k: int | float, lut: ConfigLookup | None = None,
         if len(chosen) == count:
             break
     return chosen
+
+
+def _checked_ms(ms: Sequence[int] | None, problem: Problem) -> tuple[int, ...]:
+    if ms is None:
+        return ()
+    values = tuple(ms)
+    if not values or any(isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1 for m in values):
+        raise ProblemError(f"ms: expected positive integers (values of M to rank for {problem}), got {ms!r}")
+    return tuple(sorted({int(m) for m in values}))
+
+
+def _relative_over(problem: Problem, ms: tuple[int, ...], candidates: Sequence[GemmConfig],
+                   model: PerformanceModel) -> np.ndarray:
+    """Per candidate, the geometric mean over `ms` of predicted time / best predicted time."""
+    log_ratio = np.zeros(len(candidates), dtype=np.float64)
+    for m in ms:
+        scores = _scores(dataclasses.replace(problem, m=m), candidates, model)
+        log_ratio += np.log(scores / scores.min())
+    return np.exp(log_ratio / len(ms))
 
 
 def _resolve_model(model: PerformanceModel | None,

@@ -100,6 +100,14 @@ def m_keys(draw: st.DrawFn) -> list[int | MRange]:
 _M_KEYS = m_keys()
 
 
+# What an entry offers: configs to benchmark (mostly), or a pin: "aten" or one Triton config.
+_CHOICES = st.one_of(
+    _CONFIG_LISTS.map(lambda configs: {"configs": _unique(configs)}),
+    st.just({"pin": "aten"}),
+    _CONFIG_LISTS.map(lambda configs: {"pin": configs[0]}),
+)
+
+
 @st.composite
 def lut_entries(draw: st.DrawFn, op: str = "mm") -> list[LUTEntry]:
     """Non-overlapping entries for one device/op/dtype."""
@@ -110,8 +118,7 @@ def lut_entries(draw: st.DrawFn, op: str = "mm") -> list[LUTEntry]:
             batches = sorted(set(draw(_BATCHES)))
         for batch in batches:
             for m in draw(_M_KEYS):
-                fields = dict(m=m, n=n, k=k, note=draw(notes),
-                              configs=_unique(draw(_CONFIG_LISTS)))
+                fields = dict(m=m, n=n, k=k, note=draw(notes), **draw(_CHOICES))
                 entries.append(BatchedLUTEntry(batch=batch, **fields) if op in BATCHED_OPS
                                else LUTEntry(**fields))
     return entries
@@ -171,15 +178,16 @@ def hand_written(draw: st.DrawFn, lut: KernelLUT) -> str:
     """`lut` as a person might write it: any indent and key order, marketing device names, entries
     in any order, group_m left out when it is the default."""
     shuffle = random.Random(draw(_PICK)).shuffle
-    doc: dict[str, Any] = {"devices": {}, "schema_version": 1}
+    doc: dict[str, Any] = {"devices": {}, "schema_version": 2}
     names = {key: KNOWN_DEVICES[key].name if draw(_BOOLS) else key for key in sorted(lut.devices)}
     for row in lut.entries():
         name = names[row.device]
         tables = doc["devices"].setdefault(name, {}).setdefault(row.op, {})
         entry = row.entry.model_dump(exclude_none=True)
-        entry["configs"] = [
-            {key: value for key, value in config.items() if not (key == "group_m" and value == 8)}
-            for config in entry["configs"]]
+        if "configs" in entry:
+            entry["configs"] = [_short_config(config) for config in entry["configs"]]
+        elif isinstance(entry["pin"], dict):
+            entry["pin"] = _short_config(entry["pin"])
         items = list(entry.items())
         shuffle(items)
         tables.setdefault(row.dtype, []).append(dict(items))
@@ -189,6 +197,10 @@ def hand_written(draw: st.DrawFn, lut: KernelLUT) -> str:
                 shuffle(entries)
     indent = draw(_INDENTS)
     return json.dumps(doc, indent=indent, ensure_ascii=draw(_BOOLS))
+
+
+def _short_config(config: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in config.items() if not (key == "group_m" and value == 8)}
 
 
 _WRONG_VALUES = (-1, 0, 2**31, 10**40, 1.5, 64.0, True, None, "64", [], {}, {"min": 5, "max": 1})
@@ -212,7 +224,7 @@ _CORRUPTIONS = st.sampled_from(("delete", "retype", "add_key", "overlap", "trunc
 _BAD_BYTES = st.sampled_from((b"\xff", b"\xc3", b"\xed\xa0\x80", b"\x80", b"\x00"))
 _BYTES = st.integers(0, 255)
 _FLIPS = st.integers(1, 4)
-_VERSIONS = st.sampled_from((0, 2, -1, "1", 1.0, None, True, 10**30))
+_VERSIONS = st.sampled_from((0, 3, -1, "2", 2.0, None, True, 10**30))
 _RETYPES = st.sampled_from(_WRONG_VALUES)
 _UNKNOWN_KEYS = st.sampled_from(("mmm", "Block_M", "note2", "batch", "bf16", "a100x", "min"))
 _SMALL_LUTS = luts(max_tables=1)

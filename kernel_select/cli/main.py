@@ -12,7 +12,7 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 
-from kernel_select.cli import compare, compare_models, data, lut, model, select_cmds, space
+from kernel_select.cli import compare, compare_models, data, lut, model, select_cmds, serving, space
 from kernel_select.cli.common import OneLineParser, Subparsers
 from kernel_select.errors import KernelSelectError
 
@@ -23,7 +23,7 @@ DEBUG_ENV = "KERNEL_SELECT_DEBUG"
 _REGISTER: tuple[Callable[[Subparsers], None], ...] = (
     space.register, select_cmds.register_topk, select_cmds.register_demo, data.register_shapes,
     data.register_bench, data.register_fidelity, lut.register, compare.register, compare_models.register,
-    model.register_train, model.register_train_gate, model.register_eval,
+    model.register_train, model.register_train_gate, model.register_eval, serving.register,
 )
 
 

@@ -10,14 +10,20 @@ settings  knob precedence and the `gemm_topk` / `kernel_lut_path` torch.compile 
 install   the picklable factory, install / uninstall / enabled
 probe     experiment helpers (offline compare and fidelity): compile options, autotuning records
 eager_parity  config patches that keep GEMVs on cuBLAS as eager does
+dynamic   which Ms a symbolic M is ranked for; multi-kernel hints
+pinning   pinned LUT entries: exactly one choice, nothing benchmarked
+candidates  KernelTemplateChoices built from our configs
+record    record(): a LUT from Inductor's own autotuning (feedback saver, caches off)
 """
 
 from kernel_select.inductor.choices import KernelSelectChoices, Selection
 from kernel_select.inductor.eager_parity import eager_parity_patches
 from kernel_select.inductor.install import ChoicesFactory, enabled, install, uninstall
 from kernel_select.inductor.probe import AutotuneRecord, ChoiceTiming, max_autotune_options, record_autotuning
+from kernel_select.inductor.record import Recording, record
 from kernel_select.inductor.settings import Settings, register_options, resolve_settings
 
 __all__ = ["AutotuneRecord", "ChoiceTiming", "ChoicesFactory", "KernelSelectChoices", "Selection", "Settings",
-           "eager_parity_patches", "enabled", "install", "max_autotune_options", "record_autotuning", "register_options",
+           "Recording", "eager_parity_patches", "enabled", "install", "max_autotune_options", "record", "record_autotuning",
+           "register_options",
            "resolve_settings", "uninstall"]

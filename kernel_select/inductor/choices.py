@@ -28,12 +28,13 @@ from typing import Any
 
 import torch
 from torch._inductor.choices import InductorChoices
-from torch._inductor.virtualized import V
 
 from kernel_select import knobs, runtime, space
 from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import KernelSelectError, ProblemError
+from kernel_select.inductor import dynamic, pinning
+from kernel_select.inductor.candidates import symbolic_k, synthesize
 from kernel_select.inductor.settings import Settings, resolve_settings, validated_overrides
 from kernel_select.model import PerformanceModel
 from kernel_select.problem import Problem, dtype_name
@@ -47,15 +48,7 @@ TRITON_GEMM_TEMPLATES = frozenset({"triton::mm", "triton::bmm"})
 #: Inductor op names we rank for (others, e.g. "mm-ah", "int_mm", "scaled_mm", pass through).
 GEMM_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm"})
 GATE_OFF = "off"  # install(cublas_margin="off"): the cuBLAS gate is off for this handler
-
-# Template kwargs that differ between configs. Everything else in a candidate's params (ACC_TYPE,
-# USE_FAST_ACCUM and whatever a newer torch adds) is a property of the problem, so it is copied
-# from Inductor's own first candidate and always matches what Inductor would have emitted.
-_PER_CONFIG_KWARGS = frozenset(
-    {"BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_stages", "num_warps", "EVEN_K", "hint_override"}
-)
-
-
+PIN_SOURCE = "pin"  # Selection.sources of a pinned Triton config
 
 @dataclasses.dataclass(frozen=True)
 class Selection:
@@ -67,43 +60,17 @@ class Selection:
     sources: tuple[str, ...]  # "lut" or the model name, per config
     space_size: int
     gate: Any = None  # the cuBLAS gate's GateDecision, when the gate was consulted
-
-
-def _symbolic_k(kernel_inputs: Any) -> Any:
-    try:
-        return kernel_inputs.mnk_symbolic()[2]
-    except Exception:  # noqa: BLE001 -- EVEN_K=False is always correct, just slower
-        return None
-
-
-def _even_k(k_symbolic: Any, block_k: int) -> bool:
-    """EVEN_K as Inductor computes it: True only if K % BLOCK_K == 0 holds for every K the graph
-    accepts. With a dynamic K the hinted value is not enough, and a wrong True reads out of bounds."""
-    if k_symbolic is None:
-        return False
-    if isinstance(k_symbolic, int) or getattr(k_symbolic, "is_Integer", False):
-        return int(k_symbolic) % block_k == 0
-    try:
-        import sympy
-
-        return bool(V.graph.sizevars.statically_known_true(sympy.Eq(sympy.Mod(k_symbolic, block_k), 0)))
-    except Exception:  # noqa: BLE001
-        return False
-
-
-def _ktc_api() -> tuple[Any, Any]:
-    # Same homes in 2.11 and 2.13; imported here so a future move degrades to a warning.
-    from torch._inductor.kernel_template_choice import KernelTemplateChoice
-    from torch._inductor.template_heuristics.params import DictKernelTemplateParams
-
-    return KernelTemplateChoice, DictKernelTemplateParams
+    ms: tuple[int, ...] = ()  # a symbolic M: the values it was ranked for (() = the hint only)
+    ms_origin: str = ""  # where `ms` came from: "lut m range", "dynamic_m", ...
+    hint_override: int | None = None  # the multi-kernel hint these configs are for
+    pinned: Any = None  # a pinned LUT entry's choice ("aten" or the config): the only one offered
 
 
 class KernelSelectChoices(InductorChoices):
     """Inductor choices handler that benchmarks only the top-k Triton GEMM configs.
 
     Args:
-        topk, kernel_lut_path, model, device, cublas_margin: override the kernel_select.knobs knobs
+        topk, kernel_lut_path, model, device, cublas_margin, dynamic_m: override the kernel_select.knobs knobs
             for this handler (None = use the knob). `model` may also be a PerformanceModel instance.
         inner: a handler to compose with (None = Inductor's defaults). It receives our candidate
             lists in its own `_finalize_template_configs` (so a torch lookup-table hit still wins)
@@ -112,10 +79,11 @@ class KernelSelectChoices(InductorChoices):
 
     def __init__(self, *, topk: int | str | None = None, kernel_lut_path: str | None = None,
                  model: str | PerformanceModel | None = None, device: str | None = None,
-                 cublas_margin: float | str | None = None, inner: InductorChoices | None = None) -> None:
+                 cublas_margin: float | str | None = None, dynamic_m: str | list[int] | None = None,
+                 inner: InductorChoices | None = None) -> None:
         super().__init__()
         # Cheap on purpose: torch 2.13 instantiates the factory at every cache-key computation.
-        self._overrides = validated_overrides(topk, kernel_lut_path, model, device, cublas_margin)
+        self._overrides = validated_overrides(topk, kernel_lut_path, model, device, cublas_margin, dynamic_m)
         self.inner = inner if type(inner) is not InductorChoices else None
         self.selections: deque[Selection] = deque(maxlen=256)
         if self.inner is not None:
@@ -144,7 +112,8 @@ class KernelSelectChoices(InductorChoices):
 
     def _uuid_parts(self) -> list[str]:
         settings = self.settings()
-        parts = [f"version={_package_version()}", f"topk={settings.topk}", f"inner={_inner_id(self.inner)}"]
+        parts = [f"version={_package_version()}", f"topk={settings.topk}", f"inner={_inner_id(self.inner)}",
+                 f"dynamic_m={settings.dynamic_m}"]
         if settings.topk != knobs.SAME:
             device = _device_or_none(settings.device)
             parts.append(f"device={device.key if device else 'none'}")
@@ -176,11 +145,9 @@ class KernelSelectChoices(InductorChoices):
     def _replace_triton_candidates(self, choices: dict[str, Iterable[Any]], kernel_inputs: Any,
                                    op_name: str, kwarg_overrides: dict[str, dict[str, Any]]
                                    ) -> dict[str, Iterable[Any]] | None:
-        """`choices` with the Triton GEMM templates' candidates replaced, or None to pass through."""
-        uids = [uid for uid in choices if uid in TRITON_GEMM_TEMPLATES]
-        if not uids or op_name not in GEMM_OPS:
-            return None
-        if kernel_inputs.device_type != "cuda" or torch.version.hip is not None:
+        """`choices` with the Triton GEMM templates' candidates replaced (or, for a pinned
+        problem, reduced to the pin), or None to pass through."""
+        if op_name not in GEMM_OPS or kernel_inputs.device_type != "cuda" or torch.version.hip is not None:
             return None
         settings = self.settings()
         if settings.topk == knobs.SAME:
@@ -188,24 +155,66 @@ class KernelSelectChoices(InductorChoices):
         problem = _problem_from(kernel_inputs, op_name)
         if problem is None:
             return None
-        bases = _peek_first_candidates(choices, uids)
-        if not bases:  # Inductor generates no Triton candidates here
-            return None
         device = (get_device(settings.device) if settings.device
                   else runtime.detected_device(_device_index(kernel_inputs)))
+        lut = runtime.load_lut(settings.kernel_lut_path) if settings.kernel_lut_path else None
+        k_symbolic = symbolic_k(kernel_inputs)
+        pinned = self._offer_pin(choices, kernel_inputs, op_name, kwarg_overrides, problem, device, lut, k_symbolic)
+        if pinned is not None:
+            return pinned
+        uids = [uid for uid in choices if uid in TRITON_GEMM_TEMPLATES]
+        bases = _peek_first_candidates(choices, uids) if uids else {}
+        if not bases:  # Inductor generates no Triton candidates here
+            return None
         with _stack_headroom():
-            selection = self._select(problem, device, settings)
-        k_symbolic = _symbolic_k(kernel_inputs)
+            selections = self._select_all(problem, device, settings, lut, dynamic.symbolic_m(kernel_inputs))
         replaced = dict(choices)
         for uid, base in bases.items():
-            replaced[uid] = _synthesize(selection, base, k_symbolic, kwarg_overrides.get(uid, {}))
-        self.selections.append(selection)
-        gated = selection.gate is not None and selection.gate.prefers_cublas
-        log.info("kernel_select: %s on %s: benchmarking %d of %d Triton configs (%d from the LUT)%s",
-                 problem, device.key, len(selection.configs), selection.space_size,
-                 selection.sources.count("lut"),
-                 f"; cuBLAS predicted {1 / selection.gate.predicted_ratio:.2f}x faster than Triton" if gated else "")
+            replaced[uid] = [choice for selection in selections
+                             for choice in synthesize(selection, base, k_symbolic, kwarg_overrides.get(uid, {}))]
+        self.selections.extend(selections)
+        for selection in selections:
+            _log_selection(selection)
         return replaced
+
+    def _offer_pin(self, choices: dict[str, Iterable[Any]], kernel_inputs: Any, op_name: str,
+                   kwarg_overrides: dict[str, dict[str, Any]], problem: Problem, device: DeviceSpec,
+                   lut: Any, k_symbolic: Any) -> dict[str, list[Any]] | None:
+        """The candidates of a problem the LUT pins (its one choice), or None."""
+        pinned_of = getattr(lut, "pinned", None)  # any ConfigLookup may serve as the LUT
+        pin = pinned_of(problem, device) if pinned_of is not None else None
+        if pin is None:
+            return None
+        config = pin if isinstance(pin, GemmConfig) else None
+        selection = Selection(problem=problem, device=device.key, configs=(config,) if config else (),
+                              sources=(PIN_SOURCE,) if config else (), space_size=0, pinned=pin)
+
+        def make_triton(base: Any) -> Any:
+            overrides = kwarg_overrides.get(base.template.uid, {})
+            return synthesize(selection, base, k_symbolic, overrides)[0]
+
+        offered = pinning.offer_only_pin(choices, pin, op_name, kernel_inputs, TRITON_GEMM_TEMPLATES, make_triton)
+        if offered is not None and any(offered.values()):
+            self.selections.append(selection)
+            log.info("kernel_select: %s on %s: pinned by the LUT to %s; nothing is benchmarked", problem,
+                     device.key, config.short() if config else "aten")
+        return offered
+
+    def _select_all(self, problem: Problem, device: DeviceSpec, settings: Settings, lut: Any,
+                    m_symbolic: Any) -> list[Selection]:
+        """One selection for a static M; for a symbolic M, one over the Ms it will take plus one
+        per Inductor multi-kernel hint (each for its hint, tagged with it)."""
+        if m_symbolic is None:
+            return [self._select(problem, device, settings, lut)]
+        match = getattr(lut, "match", None)
+        entry = match(problem, device) if match is not None else None
+        ms, origin = dynamic.ms_to_rank(problem.m, entry.m_bounds if entry is not None else None,
+                                        settings.dynamic_m, dynamic.declared_range(m_symbolic))
+        selections = [self._select(problem, device, settings, lut, ms=ms, ms_origin=origin)]
+        for hint in dynamic.multi_kernel_hints():
+            hinted = dataclasses.replace(problem, m=hint)
+            selections.append(self._select(hinted, device, settings, lut, hint_override=hint))
+        return selections
 
     def preload(self) -> None:
         """Load the LUT, the model and the cuBLAS gate now, outside any compile.
@@ -226,27 +235,30 @@ class KernelSelectChoices(InductorChoices):
         if settings.cublas_margin is not None:
             runtime.gate(device)
 
-    def _select(self, problem: Problem, device: DeviceSpec, settings: Settings) -> Selection:
+    def _select(self, problem: Problem, device: DeviceSpec, settings: Settings, lut: Any,
+                ms: tuple[int, ...] = (), ms_origin: str = "", hint_override: int | None = None) -> Selection:
         from kernel_select.select import top_k
 
         if settings.topk == knobs.DEFAULT:
             k = len(space.for_problem(problem, device, "default"))
         else:
             k = int(settings.topk)
-        candidates = space.for_problem(problem, device, "exhaustive")
-        lut = runtime.load_lut(settings.kernel_lut_path) if settings.kernel_lut_path else None
+        widest = dataclasses.replace(problem, m=max(ms)) if ms else problem
+        candidates = space.for_problem(widest, device, "exhaustive")
         model = runtime.model(settings.model, device)
         gate = runtime.gate(device) if settings.cublas_margin is not None else None
         decision = gate.decide(problem, settings.cublas_margin) if gate is not None else None
         # Where cuBLAS is predicted to win, offer only what the LUT pins (often nothing): Inductor
         # then compiles and benchmarks no Triton kernel it would not pick anyway.
         skip_triton = decision is not None and decision.prefers_cublas
-        chosen = top_k(problem, k, lut=lut, model=model, device=device, candidates=[] if skip_triton else candidates)
+        chosen = top_k(problem, k, lut=lut, model=model, device=device, candidates=[] if skip_triton else candidates,
+                       ms=ms or None)
         if not chosen and not skip_triton:
             raise KernelSelectError(f"{problem}: the selection returned no configs")
         return Selection(problem=problem, device=device.key,
                          configs=tuple(c.config for c in chosen),
-                         sources=tuple(c.source for c in chosen), space_size=len(candidates), gate=decision)
+                         sources=tuple(c.source for c in chosen), space_size=len(candidates), gate=decision,
+                         ms=ms, ms_origin=ms_origin, hint_override=hint_override)
 
 
 #: Methods that make up the GEMM candidate path: ours, never delegated to a wrapped handler (its
@@ -285,21 +297,6 @@ def _peek_first_candidates(choices: dict[str, Iterable[Any]], uids: list[str]) -
     return bases
 
 
-def _synthesize(selection: Selection, base: Any, k_symbolic: Any, overrides: dict[str, Any]) -> list[Any]:
-    """One KernelTemplateChoice per selected config, shaped like Inductor's own `base`."""
-    ktc_class, params_class = _ktc_api()
-    problem_kwargs = {k: v for k, v in base.params.to_kwargs().items() if k not in _PER_CONFIG_KWARGS}
-    synthesized = []
-    for config in selection.configs:
-        # Template-wide kwargs (ACC_TYPE, ALLOW_TF32, ...) come from Inductor's own `base` below.
-        kwargs = config.inductor_kwargs(selection.problem, even_k=_even_k(k_symbolic, config.block_k))
-        kwargs["hint_override"] = None
-        kwargs.update(problem_kwargs)
-        kwargs.update(overrides)  # Inductor applies overrides last, too
-        synthesized.append(ktc_class(template=base.template, params=params_class(kwargs),
-                                     extra_kwargs=base.extra_kwargs, layout=base.layout, inputs=base.inputs))
-    return synthesized
-
 @contextlib.contextmanager
 def _stack_headroom(extra_frames: int = 4000) -> Iterator[None]:
     """Raise Python's recursion limit while selecting: the hook runs deep inside Dynamo and
@@ -310,6 +307,17 @@ def _stack_headroom(extra_frames: int = 4000) -> Iterator[None]:
         yield
     finally:
         sys.setrecursionlimit(previous)
+
+
+def _log_selection(selection: Selection) -> None:
+    gate = selection.gate
+    gated = gate is not None and gate.prefers_cublas
+    spread = f" ranked over m={list(selection.ms)} ({selection.ms_origin})" if selection.ms else ""
+    hint = f" for multi-kernel hint m={selection.hint_override}" if selection.hint_override is not None else ""
+    log.info("kernel_select: %s on %s: benchmarking %d of %d Triton configs (%d from the LUT)%s%s%s",
+             selection.problem, selection.device, len(selection.configs), selection.space_size,
+             selection.sources.count("lut"), spread, hint,
+             f"; cuBLAS predicted {1 / gate.predicted_ratio:.2f}x faster than Triton" if gated else "")
 
 
 def _device_index(kernel_inputs: Any) -> int:

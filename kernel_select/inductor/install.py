@@ -112,18 +112,19 @@ def _handler_to_wrap(factory: ChoicesFactory) -> InductorChoices | None:
 
 
 def install(*, topk: int | str | None = None, kernel_lut_path: str | None = None, model: str | None = None,
-            device: str | None = None, cublas_margin: float | str | None = None) -> KernelSelectChoices:
+            device: str | None = None, cublas_margin: float | str | None = None,
+            dynamic_m: str | list[int] | None = None) -> KernelSelectChoices:
     """Make torch.compile's max-autotune benchmark only the top-k Triton GEMM configs.
 
     Arguments override the kernel_select.knobs knobs (None = use the knob). Call it in the
     thread that compiles: the handler is per thread, and so are Inductor's config overrides on
     torch 2.13. A choices handler already in place is wrapped, not dropped (one INFO line says
-    which). Undo with uninstall(). Also registers the `kernel_lut_path` / `gemm_topk`
-    torch.compile options (see register_options). Returns the installed handler.
+    which). Undo with uninstall(). Also registers the `kernel_lut_path` / `gemm_topk` /
+    `gemm_dynamic_m` torch.compile options (see register_options). Returns the installed handler.
     """
     previous_class = inductor_config.inductor_choices_class
     factory = ChoicesFactory(wraps=previous_class, topk=topk, kernel_lut_path=kernel_lut_path, model=model,
-                             device=device, cublas_margin=cublas_margin)
+                             device=device, cublas_margin=cublas_margin, dynamic_m=dynamic_m)
     handler = KernelSelectChoices(**factory.overrides, inner=_handler_to_wrap(factory))
     try:
         handler.preload()
@@ -167,10 +168,11 @@ def uninstall() -> bool:
 
 @contextlib.contextmanager
 def enabled(*, topk: int | str | None = None, kernel_lut_path: str | None = None, model: str | None = None,
-            device: str | None = None, cublas_margin: float | str | None = None) -> Iterator[KernelSelectChoices]:
+            device: str | None = None, cublas_margin: float | str | None = None,
+            dynamic_m: str | list[int] | None = None) -> Iterator[KernelSelectChoices]:
     """install() for the duration of a with-block, then uninstall()."""
     handler = install(topk=topk, kernel_lut_path=kernel_lut_path, model=model, device=device,
-                      cublas_margin=cublas_margin)
+                      cublas_margin=cublas_margin, dynamic_m=dynamic_m)
     try:
         yield handler
     finally:

@@ -72,7 +72,7 @@ def record_autotuning() -> Iterator[list[AutotuneRecord]]:
     def saver(timings: dict[Any, float], name: str, *_: Any) -> None:
         # An exception escaping a feedback saver aborts torch.compile; never let one out.
         try:
-            records.append(AutotuneRecord(name, [_choice_timing(select_algorithm, c, ms)
+            records.append(AutotuneRecord(name, [choice_timing(select_algorithm, c, ms)
                                                  for c, ms in timings.items()]))
         except Exception:  # noqa: BLE001
             log.debug("kernel_select: could not record autotuning of %s", name, exc_info=True)
@@ -86,7 +86,7 @@ def record_autotuning() -> Iterator[list[AutotuneRecord]]:
             savers.remove(saver)
 
 
-def _choice_timing(select_algorithm: Any, choice: Any, ms: float) -> ChoiceTiming:
+def choice_timing(select_algorithm: Any, choice: Any, ms: float) -> ChoiceTiming:
     if isinstance(choice, select_algorithm.TritonTemplateCaller):
         return ChoiceTiming(choice.name, "triton", float(ms), _config_of(choice))
     if isinstance(choice, select_algorithm.ExternKernelCaller):

@@ -1,4 +1,4 @@
-"""Which knobs are in effect for one selection, and the two torch.compile options kernel_select adds.
+"""Which knobs are in effect for one selection, and the torch.compile options kernel_select adds.
 
 Precedence, highest first: torch.compile options / torch._inductor.config (per compile), then
 install() or handler arguments, then kernel_select.knobs (patch > environment > default).
@@ -23,7 +23,8 @@ log = logging.getLogger(__name__)
 #: Names of the options `register_options()` adds to torch._inductor.config.
 OPTION_KERNEL_LUT_PATH = "kernel_lut_path"
 OPTION_GEMM_TOPK = "gemm_topk"
-OPTION_NAMES = (OPTION_KERNEL_LUT_PATH, OPTION_GEMM_TOPK)
+OPTION_GEMM_DYNAMIC_M = "gemm_dynamic_m"
+OPTION_NAMES = (OPTION_KERNEL_LUT_PATH, OPTION_GEMM_TOPK, OPTION_GEMM_DYNAMIC_M)
 GATE_OFF = "off"  # install(cublas_margin="off"): the cuBLAS gate is off for this handler
 
 _lock = threading.Lock()
@@ -37,10 +38,12 @@ class Settings:
     model: str | PerformanceModel | None
     device: str | None
     cublas_margin: float | None = None  # None: the cuBLAS gate is off
+    dynamic_m: tuple[int, ...] | None = None  # None: derive the Ms a symbolic M is ranked for
 
 
 def validated_overrides(topk: object = None, kernel_lut_path: object = None, model: object = None,
-                         device: object = None, cublas_margin: object = None) -> dict[str, Any]:
+                         device: object = None, cublas_margin: object = None,
+                         dynamic_m: object = None) -> dict[str, Any]:
     """Check install()/constructor arguments; None means "not given, use kernel_select.knobs"
     (to turn the cuBLAS gate off for one handler, pass cublas_margin="off")."""
     overrides: dict[str, Any] = {}
@@ -56,6 +59,8 @@ def validated_overrides(topk: object = None, kernel_lut_path: object = None, mod
         # "off" stays a string here: None would read as "not given" when the factory re-validates.
         margin = knobs.parse_cublas_margin(cublas_margin)
         overrides["cublas_margin"] = GATE_OFF if margin is None else margin
+    if dynamic_m is not None:
+        overrides["dynamic_m"] = knobs.parse_dynamic_m(dynamic_m)
     return overrides
 
 
@@ -79,10 +84,15 @@ def resolve_settings(overrides: dict[str, Any] | None = None) -> Settings:
     if option_path is not None:
         lut_path = knobs.parse_lut_path(option_path,
                                             source=f"torch._inductor.config.{OPTION_KERNEL_LUT_PATH}")
+    dynamic_m = overrides.get("dynamic_m", knobs.dynamic_m)
+    option_m = _torch_option(OPTION_GEMM_DYNAMIC_M)
+    if option_m is not None:
+        dynamic_m = knobs.parse_dynamic_m(option_m, source=f"torch._inductor.config.{OPTION_GEMM_DYNAMIC_M}")
     return Settings(topk=topk, kernel_lut_path=lut_path,
                     model=overrides.get("model", knobs.model),
                     device=overrides.get("device", knobs.device),
-                    cublas_margin=_margin(overrides.get("cublas_margin", knobs.cublas_margin)))
+                    cublas_margin=_margin(overrides.get("cublas_margin", knobs.cublas_margin)),
+                    dynamic_m=dynamic_m)
 
 
 def _margin(value: float | str | None) -> float | None:
@@ -94,7 +104,7 @@ _options_registered: bool | None = None  # None = not tried yet
 
 
 def register_options() -> bool:
-    """Add `kernel_lut_path` and `gemm_topk` to torch._inductor.config (idempotent).
+    """Add `kernel_lut_path`, `gemm_topk` and `gemm_dynamic_m` to torch._inductor.config (idempotent).
 
     Afterwards `torch._inductor.config.gemm_topk = 4` and
     `torch.compile(options={"gemm_topk": 4, "kernel_lut_path": ..., "max_autotune": True})` work,
@@ -151,9 +161,10 @@ def _check_options() -> str | None:
             return "the new options do not read back as None"
         if not all(name in inductor_config.get_config_copy() for name in OPTION_NAMES):
             return "get_config_copy() does not list the new options"
-        with inductor_config.patch({OPTION_GEMM_TOPK: 3, OPTION_KERNEL_LUT_PATH: "probe.json"}):
+        probe = {OPTION_GEMM_TOPK: 3, OPTION_KERNEL_LUT_PATH: "probe.json", OPTION_GEMM_DYNAMIC_M: "1..2"}
+        with inductor_config.patch(probe):
             saved = pickle.loads(inductor_config.save_config())
-            if saved.get(OPTION_GEMM_TOPK) != 3 or saved.get(OPTION_KERNEL_LUT_PATH) != "probe.json":
+            if any(saved.get(name) != value for name, value in probe.items()):
                 return "save_config() does not carry the new options"
         if getattr(inductor_config, OPTION_GEMM_TOPK) is not None:
             return "config.patch() does not restore the new options"

@@ -14,3 +14,6 @@ kernel_lut_path: Optional[str] = None
 
 # Triton GEMM configs to benchmark: int, "DEFAULT" or "SAME"; None = kernel_select.knobs.
 gemm_topk: Optional[Union[int, str]] = None
+
+# Values a dynamic M takes ("560..8192" or "560,1024,2048"); None = kernel_select.knobs.
+gemm_dynamic_m: Optional[str] = None

@@ -8,7 +8,7 @@
     autotune_log, torch_table   converters from Inductor's AUTOTUNE log and lookup_table format
 """
 
-from kernel_select.lut.entries import BATCHED_OPS, MAX_DIM, BatchedLUTEntry, LUTEntry, MRange
+from kernel_select.lut.entries import ATEN, BATCHED_OPS, MAX_DIM, BatchedLUTEntry, LUTEntry, MRange
 from kernel_select.lut.hardware import check_fits, unfit_reason
 from kernel_select.lut.io import (
     MAX_LUT_BYTES,
@@ -23,7 +23,7 @@ from kernel_select.lut.io import (
 from kernel_select.lut.schema import SCHEMA_VERSION, KernelLUT, LUTRow, OpTables, empty_lut, json_schema
 
 __all__ = [
-    "BATCHED_OPS", "MAX_DIM", "MAX_LUT_BYTES", "SCHEMA_VERSION", "BatchedLUTEntry", "KernelLUT", "LUTEntry",
+    "ATEN", "BATCHED_OPS", "MAX_DIM", "MAX_LUT_BYTES", "SCHEMA_VERSION", "BatchedLUTEntry", "KernelLUT", "LUTEntry",
     "LUTRow", "MRange", "OpTables", "check_fits", "dump_lut", "empty_lut", "json_schema", "load_lut",
     "lut_digest", "migrate", "parse_lut", "read_lut_bytes", "save_lut", "unfit_reason",
 ]

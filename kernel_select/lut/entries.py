@@ -1,9 +1,10 @@
-"""One LUT entry (a problem key and its configs) and the rule that entries may not overlap."""
+"""One LUT entry (a problem key and its configs, or its pinned choice) and the rule that entries
+may not overlap."""
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
-from typing import Annotated, Any, Union
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
@@ -53,22 +54,52 @@ MSpec = Annotated[
     Union[Annotated[Size, Tag("exact")], Annotated[MRange, Tag("range")]],
     Discriminator(_m_kind),
 ]
+#: A pinned choice that is not a Triton config: Inductor's ATen (cuBLAS) kernel.
+ATEN = "aten"
+
+
+def _pin_kind(value: Any) -> str:
+    return "aten" if isinstance(value, str) else "triton"
+
+
+#: What a pinned entry offers Inductor: "aten" or one Triton config.
+PinSpec = Annotated[
+    Union[Annotated[Literal["aten"], Tag("aten")], Annotated[GemmConfig, Tag("triton")]],
+    Discriminator(_pin_kind),
+]
 # Union tags appear in pydantic error locations; they are not part of the JSON path.
-UNION_TAGS = ("exact", "range")
+UNION_TAGS = ("exact", "range", "aten", "triton")
 
 
 class LUTEntry(Strict):
-    """One problem key (m or an m range, n, k) and the configs to try for it, best first."""
+    """One problem key (m or an m range, n, k) and either the configs to try for it, best first,
+    or the one choice pinned for it (nothing is benchmarked)."""
 
     m: MSpec = Field(description='rows of A and C: an integer, or {"min": A, "max": B} (inclusive)')
     n: Size = Field(description="columns of B and C")
     k: Size = Field(description="columns of A, rows of B (the reduction dimension)")
-    configs: list[GemmConfig] = Field(min_length=1, description="configs to benchmark, best first")
+    configs: list[GemmConfig] | None = Field(
+        default=None, min_length=1,
+        description="configs to benchmark, best first (an entry has either configs or pin)")
+    pin: PinSpec | None = Field(
+        default=None,
+        description='the only choice Inductor gets, benchmarked against nothing: "aten" (cuBLAS) or one '
+                    "Triton config (an entry has either configs or pin; schema_version 2)")
     note: str | None = Field(default=None, description="free text: where these configs came from")
+
+    @model_validator(mode="after")
+    def _configs_or_pin(self) -> LUTEntry:
+        if (self.configs is None) == (self.pin is None):
+            which = "both" if self.pin is not None else "neither"
+            raise ValueError(f"has {which} of configs and pin; give configs (benchmarked) or pin "
+                             "(used as is), not both")
+        return self
 
     @field_validator("configs")
     @classmethod
-    def _unique_configs(cls, configs: list[GemmConfig]) -> list[GemmConfig]:
+    def _unique_configs(cls, configs: list[GemmConfig] | None) -> list[GemmConfig] | None:
+        if configs is None:
+            return None
         repeat = first_repeat((config, index) for index, config in enumerate(configs))
         if repeat is not None:
             config, first, second = repeat
@@ -93,6 +124,13 @@ class LUTEntry(Strict):
     @property
     def batch_key(self) -> int | None:
         return None
+
+    @property
+    def candidates(self) -> list[GemmConfig]:
+        """The Triton configs this entry names: its configs, or its pinned config ([] for "aten")."""
+        if self.configs is not None:
+            return list(self.configs)
+        return [] if self.pin == ATEN else [self.pin]  # type: ignore[list-item]
 
     def describe_key(self) -> str:
         low, high = self.m_bounds
@@ -155,12 +193,15 @@ BatchedEntryList = Annotated[list[BatchedLUTEntry], AfterValidator(_check_disjoi
 
 
 def entry_dict(entry: LUTEntry) -> dict[str, Any]:
-    """The canonical JSON object of an entry: m, n, k, [batch], configs, [note], in that order."""
+    """The canonical JSON object of an entry: m, n, k, [batch], configs or pin, [note], in that order."""
     out: dict[str, Any] = {"m": entry.m.model_dump() if isinstance(entry.m, MRange) else entry.m,
                            "n": entry.n, "k": entry.k}
     if entry.batch_key is not None:
         out["batch"] = entry.batch_key
-    out["configs"] = [config.model_dump() for config in entry.configs]
+    if entry.configs is not None:
+        out["configs"] = [config.model_dump() for config in entry.configs]
+    else:
+        out["pin"] = entry.pin if entry.pin == ATEN else entry.pin.model_dump()  # type: ignore[union-attr]
     if entry.note is not None:
         out["note"] = entry.note
     return out

@@ -63,11 +63,13 @@ def check_fits(lut: KernelLUT, device: DeviceSpec, *, source: str = "<lut>") -> 
         if row.device != device.key:
             continue
         checked += 1
-        for index, config in enumerate(row.entry.configs):
+        field = "pin" if row.entry.configs is None else "configs"
+        for index, config in enumerate(row.entry.candidates):
             reason = unfit_reason(config, row.dtype, device)
             if reason is not None:
                 # Named by key, not index: the table is in canonical order, the file may not be.
-                where = f"devices.{row.device}.{row.op}.{row.dtype} ({row.entry.describe_key()}).configs[{index}]"
+                slot = "" if field == "pin" else f"[{index}]"
+                where = f"devices.{row.device}.{row.op}.{row.dtype} ({row.entry.describe_key()}).{field}{slot}"
                 raise LUTError(f"{source}: {where}: cannot run on {device.key}: {reason}; "
                                "use smaller blocks or fewer stages")
     return checked

@@ -36,10 +36,30 @@ _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXE
 
 # -- migrations ----------------------------------------------------------------------------------
 
-#: One step per old version: MIGRATIONS[v] turns a raw v document into a raw v + 1 document.
-#: Version 1 is the first format, so there is nothing to migrate yet; a v1 -> v2 change adds
-#: `MIGRATIONS[1] = _v1_to_v2` and keeps tests/data/lut_v1.json as a golden file.
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+def _v1_to_v2(raw: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 added pinned entries (`pin`); a v1 entry means the same in v2. A `pin` in a v1
+    file was never valid, so it is refused here instead of silently gaining a meaning."""
+    for where in _entry_locations_with(raw, "pin"):
+        raise ValueError(f"{where}.pin: pinned entries need schema_version 2; set "
+                         "\"schema_version\": 2 at the top of the file")
+    return {**raw, "schema_version": 2}
+
+
+def _entry_locations_with(raw: dict[str, Any], field: str) -> Iterable[str]:
+    """JSON locations of the entries of a raw document that hold `field` (malformed levels are
+    skipped: validation reports them with their location later)."""
+    devices = raw.get("devices")
+    for device, tables in (devices.items() if isinstance(devices, dict) else ()):
+        for op, per_dtype in (tables.items() if isinstance(tables, dict) else ()):
+            for dtype, entries in (per_dtype.items() if isinstance(per_dtype, dict) else ()):
+                for index, entry in enumerate(entries if isinstance(entries, list) else ()):
+                    if isinstance(entry, dict) and field in entry:
+                        yield f"devices.{device}.{op}.{dtype}[{index}]"
+
+
+#: One step per old version: MIGRATIONS[v] turns a raw v document into a raw v + 1 document (or
+#: raises ValueError with a located message). tests/data/lut_v1.json is the v1 golden file.
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
 
 
 def migrate(raw: dict[str, Any], *, source: str = "<string>") -> dict[str, Any]:
@@ -66,7 +86,10 @@ def migrate(raw: dict[str, Any], *, source: str = "<string>") -> dict[str, Any]:
             readable = ", ".join(map(str, sorted({*MIGRATIONS, SCHEMA_VERSION})))
             raise lut_error(source, f"schema_version: unknown version {version}; "
                            f"this kernel_select reads versions {readable}")
-        raw = step(raw)
+        try:
+            raw = step(raw)
+        except ValueError as exc:
+            raise lut_error(source, str(exc)) from None
         if raw.get("schema_version") != version + 1:
             raise lut_error(source, f"failed to migrate from schema_version {version} to {version + 1}")
         version += 1
@@ -267,7 +290,7 @@ def _emit(value: Any, depth: int, *, inline: bool = False, inline_items: bool = 
     pad, close = "  " * (depth + 1), "  " * depth
     if isinstance(value, dict):
         items = [f"{pad}{json.dumps(key, ensure_ascii=False)}: "
-                 f"{_emit(child, depth + 1, inline=key == 'm', inline_items=key == 'configs')}"
+                 f"{_emit(child, depth + 1, inline=key in ('m', 'pin'), inline_items=key == 'configs')}"
                  for key, child in value.items()]
         return "{\n" + ",\n".join(items) + "\n" + close + "}"
     items = [pad + _emit(item, depth + 1, inline=inline_items) for item in value]

@@ -2,17 +2,19 @@
 
 A LUT is a versioned JSON document keyed device -> op -> dtype -> a flat list of entries:
 
-    {"schema_version": 1,
+    {"schema_version": 2,
      "devices": {"h100": {"mm": {"bfloat16": [
          {"m": 560, "n": 1280, "k": 3420,
           "configs": [{"block_m": 64, "block_n": 128, "block_k": 128, "num_stages": 4, "num_warps": 4,
                        "group_m": 8}],
           "note": "where this came from"},
-         {"m": {"min": 1, "max": 512}, "n": 1280, "k": 3420, "configs": [...]}]}}}}
+         {"m": {"min": 1, "max": 512}, "n": 1280, "k": 3420, "configs": [...]},
+         {"m": {"min": 513, "max": 8192}, "n": 1280, "k": 3420, "pin": "aten"}]}}}}
 
 An entry matches exactly one (n, k) and either one m or an inclusive m range, so one entry can serve
 a dynamic sequence length. Entries of one device/op/dtype may not overlap; configs are tried in
-the order written. Reading and writing files is `kernel_select.lut.io`'s job.
+the order written. A pinned entry (schema_version 2) names the one choice to use, "aten" or a
+Triton config, and nothing is benchmarked. Reading and writing files is `kernel_select.lut.io`'s job.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from kernel_select.problem import Problem
 
 log = logging.getLogger("kernel_select.lut")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 def _exact_device_key(name: str) -> str | None:
@@ -95,7 +97,7 @@ class LUTRow(NamedTuple):
     entry: LUTEntry
 
 
-_IndexValue = tuple[tuple[int, int, "int | None", tuple[GemmConfig, ...]], ...]
+_IndexValue = tuple[tuple[int, int, "int | None", LUTEntry], ...]
 
 
 class KernelLUT(Strict):
@@ -103,12 +105,12 @@ class KernelLUT(Strict):
 
     model_config = ConfigDict(title="kernel_select kernel lookup table")
 
-    schema_version: Literal[1] = Field(default=SCHEMA_VERSION, description="format version of this file")
+    schema_version: Literal[2] = Field(default=SCHEMA_VERSION, description="format version of this file")
     devices: dict[DeviceKey, OpTables] = Field(
         default_factory=dict,
         description="per device key (" + ", ".join(KNOWN_DEVICES) + ", or the name torch reports)")
 
-    # (device, op, dtype, n, k) -> ((m_low, m_high, batch, configs), ...): lookup runs inside
+    # (device, op, dtype, n, k) -> ((m_low, m_high, batch, entry), ...): lookup runs inside
     # every GEMM lowering of torch.compile, so it must not scan the table.
     _index: dict[tuple[str, str, str, int, int], _IndexValue] = PrivateAttr(default_factory=dict)
     _warned: set[Hashable] = PrivateAttr(default_factory=set)
@@ -136,7 +138,7 @@ class KernelLUT(Strict):
         for row in self.entries():
             low, high = row.entry.m_bounds
             key = (row.device, row.op, row.dtype, row.entry.n, row.entry.k)
-            index.setdefault(key, []).append((low, high, row.entry.batch_key, tuple(row.entry.configs)))
+            index.setdefault(key, []).append((low, high, row.entry.batch_key, row.entry))
         self._index = {key: tuple(value) for key, value in index.items()}
 
     # -- queries ---------------------------------------------------------------------------------
@@ -151,15 +153,39 @@ class KernelLUT(Strict):
             DeviceError: if `device` is not a known device name.
         """
         spec = _device_spec(device)
+        entry = self.match(problem, spec)
+        if entry is None:
+            return []
+        return [config for config in entry.candidates if self._runs_on(config, problem.dtype, spec)]
+
+    def match(self, problem: Problem, device: str | DeviceSpec) -> LUTEntry | None:
+        """The entry serving `problem` on `device` (its m range tells which m it was made for),
+        or None. A pinned entry whose config cannot run on `device` is reported by `pinned()`.
+
+        Raises:
+            DeviceError: if `device` is not a known device name.
+        """
+        spec = _device_spec(device)
         key = (spec.key, problem.op, problem.dtype, problem.n, problem.k)
-        for low, high, batch, configs in self._index.get(key, ()):
+        for low, high, batch, entry in self._index.get(key, ()):
             if low <= problem.m <= high and (batch is None or batch == problem.batch):
-                return [config for config in configs if self._runs_on(config, problem.dtype, spec)]
+                return entry
         if self.devices and spec.key not in self.devices:
             self._warn_once(("other device", spec.key),
                             f"kernel lookup table has entries for {', '.join(sorted(self.devices))} "
                             f"only, none for {spec.key}; no LUT config is used on this device")
-        return []
+        return None
+
+    def pinned(self, problem: Problem, device: str | DeviceSpec) -> GemmConfig | str | None:
+        """The choice pinned for `problem`: ATEN ("aten"), a Triton config, or None when no pinned
+        entry matches (or its config cannot run on `device`: one warning, then it is ignored)."""
+        spec = _device_spec(device)
+        entry = self.match(problem, spec)
+        if entry is None or entry.pin is None:
+            return None
+        if isinstance(entry.pin, GemmConfig) and not self._runs_on(entry.pin, problem.dtype, spec):
+            return None
+        return entry.pin
 
     def _runs_on(self, config: GemmConfig, dtype: str, spec: DeviceSpec) -> bool:
         reason = unfit_reason(config, dtype, spec)
@@ -245,6 +271,6 @@ def _device_spec(device: str | DeviceSpec) -> DeviceSpec:
 
 
 def json_schema() -> str:
-    """The JSON schema of the current format, as committed in luts/schema/lut.v1.schema.json."""
+    """The JSON schema of the current format, as committed in luts/schema/lut.v2.schema.json."""
     schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", **KernelLUT.model_json_schema()}
     return json.dumps(schema, indent=2) + "\n"

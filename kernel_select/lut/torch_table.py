@@ -24,7 +24,7 @@ from typing import Any
 from kernel_select.configs import GemmConfig, mm_template_kwargs
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import KernelSelectError, LUTError
-from kernel_select.lut import BATCHED_OPS, BatchedLUTEntry, KernelLUT, LUTEntry, LUTRow, MRange
+from kernel_select.lut import ATEN, BATCHED_OPS, BatchedLUTEntry, KernelLUT, LUTEntry, LUTRow, MRange
 from kernel_select.problem import Problem, dtype_name
 
 log = logging.getLogger(__name__)
@@ -70,8 +70,9 @@ def to_inductor_table(lut: KernelLUT, device_name: str | None = None, *,
         problem = _exact_problem(row)
         if problem is None:
             continue
-        entries = [_template_entry(config, problem) for config in row.entry.configs]
-        if keep_aten:
+        entries = [_template_entry(config, problem) for config in row.entry.candidates]
+        # A pinned entry exports exactly its one choice: aten alone, or the Triton config alone.
+        if row.entry.pin == ATEN or (keep_aten and row.entry.pin is None):
             entries.append({"template_id": f"aten::{row.op}"})
         for key in _keys(problem, device_name):
             table[key] = [dict(entry) for entry in entries]

@@ -78,7 +78,7 @@ def _json_path(loc: tuple[Any, ...]) -> tuple[str, bool]:
     for part in loc:
         if part == "[key]":
             is_key = True
-        elif previous == "m" and part in UNION_TAGS:
+        elif previous in ("m", "pin") and part in UNION_TAGS:
             pass
         elif isinstance(part, int):
             out += f"[{part}]"
@@ -122,6 +122,8 @@ def _parent_kind(loc: list[Any]) -> str | None:
         return "config"
     if loc[-1] == "m":
         return "m range"
+    if loc[-1] == "pin":
+        return "config"
     if len(loc) == 5 and isinstance(loc[-1], int):
         return "batched entry" if loc[2] in BATCHED_OPS else "entry"
     return None

@@ -102,7 +102,7 @@ def test_torch_format_round_trip_through_files(capsys, tmp_path):
 
 def test_schema_command_prints_the_committed_schema(capsys):
     assert main(["lut", "schema"]) == 0
-    assert capsys.readouterr().out == json_schema() == (ROOT / "luts/schema/lut.v1.schema.json").read_text()
+    assert capsys.readouterr().out == json_schema() == (ROOT / "luts/schema/lut.v2.schema.json").read_text()
 
 
 @pytest.mark.parametrize("command", ["validate", "fmt", "show", "from-log", "to-inductor", "from-inductor",

@@ -2,7 +2,8 @@
 
 `documents()` draws a document the way a person gets one wrong: the right shape with, now and
 then, a size of 0 or 2^31, m ranges backwards, an unknown field, an unknown device, two devices
-naming one GPU, overlapping entries, repeated configs, a duplicate JSON key, or Latin-1 bytes.
+naming one GPU, overlapping entries, repeated configs, a duplicate JSON key, Latin-1 bytes, or a
+pinned entry gone wrong (pin and configs, a bad pin, a pin in a version 1 file).
 `expected_rows()` says, from the format's rules as docs/lut.md states them and without using
 kernel_select.lut, whether the document is valid and which entries it holds.
 """
@@ -33,7 +34,8 @@ _DEVICE_NAMES = {**{spec.key: spec.key for spec in KNOWN_DEVICES.values()},
 _SEEDS = st.integers(0, 2**64 - 1)
 _FAULTS = ("size 0", "size over 2^31-1", "m range backwards", "unknown field", "unknown device",
            "one GPU under two names", "overlap", "repeated config", "bad config value", "float size",
-           "batch on mm", "no configs", "schema_version", "unknown dtype", "duplicate JSON key", "Latin-1")
+           "batch on mm", "no configs", "schema_version", "unknown dtype", "duplicate JSON key", "Latin-1",
+           "pin and configs", "bad pin", "pin in version 1")
 
 
 @st.composite
@@ -58,7 +60,10 @@ def _valid_shape(rng: random.Random) -> dict[str, Any]:
         name = rng.choice((spec.key, spec.name))
         devices[name] = {op: {dtype: _entries(rng, op) for dtype in rng.sample(DTYPES, rng.randint(1, 2))}
                          for op in rng.sample(OPS, rng.randint(1, 2))}
-    return {"schema_version": 1, "devices": devices}
+    # Version 1 files are still read (migrated); they cannot pin, so only pin-free ones say 1.
+    pins = any("pin" in entry for tables in devices.values() for per_dtype in tables.values()
+               for entries in per_dtype.values() for entry in entries)
+    return {"schema_version": 2 if pins or rng.random() < 0.7 else 1, "devices": devices}
 
 
 def _entries(rng: random.Random, op: str) -> list[dict[str, Any]]:
@@ -70,7 +75,10 @@ def _entries(rng: random.Random, op: str) -> list[dict[str, Any]]:
                                  "n": rng.choice((64, 1280)) if rng.random() < 0.2 else 1280, "k": 3420}
         if op in BATCHED and rng.random() < 0.5:
             entry["batch"] = rng.choice((None, 1, 3))
-        entry["configs"] = [dict(config) for config in rng.sample(_CONFIG_POOL, rng.randint(1, 2))]
+        if rng.random() < 0.3:
+            entry["pin"] = "aten" if rng.random() < 0.4 else dict(rng.choice(_CONFIG_POOL))
+        else:
+            entry["configs"] = [dict(config) for config in rng.sample(_CONFIG_POOL, rng.randint(1, 2))]
         if rng.random() < 0.4:
             entry["note"] = rng.choice((None, "", "größer → schneller", "tab\t"))
         entries.append(entry)
@@ -107,16 +115,26 @@ def _apply(rng: random.Random, document: dict[str, Any], fault: str) -> dict[str
         document["devices"][spec.name if spec.key in document["devices"] else spec.key] = {"mm": {}}
     elif fault == "overlap" and lists:
         listed.append({**json.loads(json.dumps(entry)), "configs": [dict(_CONFIG_POOL[2])]})
-    elif fault == "repeated config" and entry["configs"]:
+    elif fault == "repeated config" and entry.get("configs"):
         entry["configs"].append(dict(rng.choice(entry["configs"])))
-    elif fault == "bad config value" and entry["configs"]:
-        rng.choice(entry["configs"])[rng.choice(CONFIG_FIELDS)] = rng.choice((0, 3, 9, 48, 65, 2048, "4", None))
+    elif fault == "bad config value" and (entry.get("configs") or isinstance(entry.get("pin"), dict)):
+        config = rng.choice(entry["configs"]) if "configs" in entry else entry["pin"]
+        config[rng.choice(CONFIG_FIELDS)] = rng.choice((0, 3, 9, 48, 65, 2048, "4", None))
     elif fault == "batch on mm" and op not in BATCHED:
         entry["batch"] = 1
     elif fault == "no configs":
         entry["configs"] = []
+        entry.pop("pin", None) if rng.random() < 0.5 else None
+    elif fault == "pin and configs":
+        entry.setdefault("configs", [dict(_CONFIG_POOL[0])])
+        entry.setdefault("pin", "aten")
+    elif fault == "bad pin":
+        entry.pop("configs", None)
+        entry["pin"] = rng.choice(("cublas", "ATEN", "", None, 0, [dict(_CONFIG_POOL[0])]))
+    elif fault == "pin in version 1":
+        document["schema_version"] = 1
     elif fault == "schema_version":
-        document["schema_version"] = rng.choice((0, 2, "1", True, 1.0))
+        document["schema_version"] = rng.choice((0, 3, "1", "2", True, 1.0, 2.0))
     elif fault == "unknown dtype" and document["devices"]:
         next(iter(next(iter(document["devices"].values())).values()))[rng.choice(("bf16", "int8"))] = []
     elif fault == "duplicate JSON key":
@@ -177,8 +195,8 @@ def _config_key(config: Any) -> tuple[int, ...]:
     return tuple(values[name] for name in CONFIG_FIELDS)
 
 
-def _entry_row(entry: Any, op: str) -> tuple[Any, ...]:
-    entry = _keys(entry, {"m", "n", "k", "configs"}, {"note"} | ({"batch"} if op in BATCHED else set()))
+def _entry_row(entry: Any, op: str, version: int) -> tuple[Any, ...]:
+    entry = _keys(entry, {"m", "n", "k"}, {"configs", "pin", "note"} | ({"batch"} if op in BATCHED else set()))
     m = entry["m"]
     if isinstance(m, dict):
         _keys(m, {"min", "max"})
@@ -193,13 +211,18 @@ def _entry_row(entry: Any, op: str) -> tuple[Any, ...]:
     note = entry.get("note")
     if note is not None and not isinstance(note, str):
         raise Invalid(note)
+    if ("configs" in entry) == ("pin" in entry) or ("pin" in entry and version < 2):
+        raise Invalid(entry)  # exactly one of them; pins arrived in version 2
+    if "pin" in entry:
+        pin = entry["pin"] if entry["pin"] == "aten" else _config_key(entry["pin"])
+        return (low, high, _int(entry["n"]), _int(entry["k"]), batch, (), pin, note)
     configs = entry["configs"]
     if not isinstance(configs, list) or not configs:
         raise Invalid(configs)
     keys = [_config_key(config) for config in configs]
     if len(set(keys)) != len(keys):
         raise Invalid(configs)
-    return (low, high, _int(entry["n"]), _int(entry["k"]), batch, tuple(keys), note)
+    return (low, high, _int(entry["n"]), _int(entry["k"]), batch, tuple(keys), None, note)
 
 
 def _overlap(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
@@ -208,7 +231,7 @@ def _overlap(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
 
 
 def expected_rows(document: Any) -> set[tuple[Any, ...]] | None:
-    """The (device key, op, dtype, m low, m high, n, k, batch, configs, note) rows of a valid
+    """The (device key, op, dtype, m low, m high, n, k, batch, configs, pin, note) rows of a valid
     document, or None when the document is invalid."""
     try:
         return _rows(document)
@@ -218,7 +241,8 @@ def expected_rows(document: Any) -> set[tuple[Any, ...]] | None:
 
 def _rows(document: Any) -> set[tuple[Any, ...]]:
     _keys(document, {"schema_version"}, {"devices"})
-    if type(document["schema_version"]) is not int or document["schema_version"] != 1:
+    version = document["schema_version"]
+    if type(version) is not int or version not in (1, 2):
         raise Invalid(document)
     devices = document.get("devices", {})
     if not isinstance(devices, dict):
@@ -232,7 +256,7 @@ def _rows(document: Any) -> set[tuple[Any, ...]]:
             for dtype, entries in _keys(per_dtype, set(), set(DTYPES)).items():
                 if not isinstance(entries, list):
                     raise Invalid(entries)
-                found = [_entry_row(entry, op) for entry in entries]
+                found = [_entry_row(entry, op, version) for entry in entries]
                 if any(_overlap(a, b) for i, a in enumerate(found) for b in found[i + 1:]):
                     raise Invalid(entries)
                 rows.update((key, op, dtype, *row) for row in found)
@@ -242,5 +266,9 @@ def _rows(document: Any) -> set[tuple[Any, ...]]:
 def parsed_rows(lut: Any) -> set[tuple[Any, ...]]:
     """The same rows, read from a parsed KernelLUT."""
     return {(row.device, row.op, row.dtype, *row.entry.m_bounds, row.entry.n, row.entry.k, row.entry.batch_key,
-             tuple(config.key for config in row.entry.configs), row.entry.note)
+             tuple(config.key for config in row.entry.configs or ()), _pin_key(row.entry.pin), row.entry.note)
             for row in lut.entries()}
+
+
+def _pin_key(pin: Any) -> Any:
+    return pin if pin is None or isinstance(pin, str) else pin.key

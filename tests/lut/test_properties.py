@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from kernel_select.configs import GemmConfig
@@ -86,12 +86,20 @@ def test_errors_name_the_exact_json_location(lut: KernelLUT, row_pick: int, conf
     # Canonical text lists entries in entries() order, so indices there are indices in the file.
     doc = json.loads(dump_lut(lut))
     rows = list(lut.entries())
-    row = rows[row_pick % len(rows)]
+    with_configs = [row for row in rows if row.entry.candidates]  # all but "aten" pins
+    assume(with_configs)
+    row = with_configs[row_pick % len(with_configs)]
     position = [r for r in rows if r[:3] == row[:3]].index(row)
-    config = config_pick % len(row.entry.configs)
     field, value = bad
-    doc["devices"][row.device][row.op][row.dtype][position]["configs"][config][field] = value
-    where = f"devices.{row.device}.{row.op}.{row.dtype}[{position}].configs[{config}].{field}: "
+    written = doc["devices"][row.device][row.op][row.dtype][position]
+    if row.entry.configs is None:
+        written["pin"][field] = value
+        slot = "pin"
+    else:
+        config = config_pick % len(row.entry.configs)
+        written["configs"][config][field] = value
+        slot = f"configs[{config}]"
+    where = f"devices.{row.device}.{row.op}.{row.dtype}[{position}].{slot}.{field}: "
     with pytest.raises(LUTError, match="^lut.json: " + re.escape(where)):
         parse_lut(json.dumps(doc), source="lut.json")
 
@@ -133,15 +141,22 @@ def test_corrupted_documents_raise_only_lut_error_or_load_empty(scratch: Path, d
         assert warnings == []
 
 
-def _reference_lookup(lut: KernelLUT, problem: Problem, device: str) -> list:
-    matches = [row.entry.configs for row in lut.entries()
+def _reference_lookup(lut: KernelLUT, problem: Problem, device: str) -> tuple[list, object]:
+    """(configs lookup() returns, the choice pinned() returns), found by a scan."""
+    matches = [row.entry for row in lut.entries()
                if (row.device, row.op, row.dtype, row.entry.n, row.entry.k)
                == (device, problem.op, problem.dtype, problem.n, problem.k)
                and row.entry.m_bounds[0] <= problem.m <= row.entry.m_bounds[1]
                and row.entry.batch_key in (None, problem.batch)]
     assert len(matches) <= 1, "validation must have rejected overlapping entries"
     spec = KNOWN_DEVICES[device]
-    return [config for config in (matches[0] if matches else []) if _runs_on(config, problem.dtype_bytes, spec)]
+    entry = matches[0] if matches else None
+    pin = None if entry is None else entry.pin
+    if isinstance(pin, GemmConfig) and not _runs_on(pin, problem.dtype_bytes, spec):
+        pin = None
+    listed = [] if entry is None else entry.configs if entry.configs is not None else \
+        [] if entry.pin == "aten" else [entry.pin]
+    return [config for config in listed if _runs_on(config, problem.dtype_bytes, spec)], pin
 
 
 def _runs_on(config: GemmConfig, dtype_bytes: int, spec: DeviceSpec) -> bool:
@@ -161,4 +176,4 @@ def test_lookup_agrees_with_brute_force(data: st.DataObject) -> None:
     for _ in range(3):
         problem = data.draw(probes(lut))
         device = data.draw(st.sampled_from(sorted(lut.devices) or ["h100"]))
-        assert lut.lookup(problem, device) == _reference_lookup(lut, problem, device)
+        assert (lut.lookup(problem, device), lut.pinned(problem, device)) == _reference_lookup(lut, problem, device)

@@ -1,0 +1,190 @@
+"""Turn a user's own max-autotune run into a LUT: `kernel_select.record()`.
+
+    with kernel_select.record("luts/mine.json"):
+        compiled = torch.compile(model, mode="max-autotune-no-cudagraphs")
+        compiled(*example_inputs)          # compiles, and Inductor benchmarks every GEMM
+
+Inductor calls feedback savers (torch._inductor.select_algorithm.add_feedback_saver) with the
+timings of every GEMM it really benchmarks. A warm cache benchmarks nothing, so the block runs
+with `torch.compiler.config.force_disable_caches` on (restored afterwards). Each autotuned GEMM
+becomes a pinned entry (its fastest pinnable choice: a Triton GEMM config or ATen), or with
+`pin=False` an entry of its fastest Triton configs to benchmark. Inductor does not catch
+exceptions raised in a feedback saver, so the saver here never raises.
+
+The conversion from feedback to a LUT (`lut_from_feedback`) is pure and runs on the CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from kernel_select import runtime
+from kernel_select.device import DeviceSpec, get_device
+from kernel_select.errors import DeviceError
+from kernel_select.inductor.probe import ChoiceTiming, choice_timing
+from kernel_select.lut import ATEN, BatchedLUTEntry, KernelLUT, LUTEntry, LUTRow, MRange, load_lut, save_lut
+from kernel_select.problem import Problem, dtype_name
+
+log = logging.getLogger(__name__)
+
+RECORDED_OPS = ("mm", "addmm", "bmm", "baddbmm")
+
+
+@dataclasses.dataclass(frozen=True)
+class Feedback:
+    """What Inductor measured for one GEMM: the problem (hinted sizes), the m range a symbolic M
+    was declared with (None for a static M), and every choice's time."""
+
+    problem: Problem
+    m_range: tuple[int, int] | None
+    timings: tuple[ChoiceTiming, ...]
+
+
+@dataclasses.dataclass
+class Recording:
+    """What `record()` collected; `lut` is set when the block ends."""
+
+    feedback: list[Feedback] = dataclasses.field(default_factory=list)
+    skipped: int = 0  # feedback calls that could not be read (not a GEMM we model, odd inputs)
+    lut: KernelLUT | None = None
+
+
+def lut_from_feedback(feedback: Sequence[Feedback], device: DeviceSpec | str, *, pin: bool = True,
+                      top: int = 4, source: str = "kernel_select.record") -> KernelLUT:
+    """A LUT with one entry per recorded GEMM (the last recording of a problem wins).
+
+    pin=True: the entry pins the fastest choice that a LUT can name (a Triton GEMM config or
+    ATen); pin=False: it lists the `top` fastest Triton configs, to be benchmarked. GEMMs with no
+    finite timing of a nameable choice are left out.
+    """
+    spec = device if isinstance(device, DeviceSpec) else get_device(device)
+    rows: dict[tuple[Any, ...], LUTRow] = {}
+    for item in feedback:
+        entry = _entry(item, pin, top, source)
+        if entry is None:
+            log.info("kernel_select.record: %s: no Triton or ATen choice ran; left out", item.problem)
+            continue
+        key = (item.problem.op, item.problem.dtype, entry.n, entry.k, entry.m_bounds)
+        rows[key] = LUTRow(spec.key, item.problem.op, item.problem.dtype, entry)
+    return KernelLUT.from_rows(rows.values(), source="<recorded>")
+
+
+def _entry(item: Feedback, pin: bool, top: int, source: str) -> LUTEntry | None:
+    ran = sorted((t for t in item.timings if t.ms < float("inf")), key=lambda t: t.ms)
+    nameable = [t for t in ran if t.kind == "extern" or (t.kind == "triton" and t.config is not None)]
+    triton = list(dict.fromkeys(t.config for t in nameable if t.kind == "triton"))
+    if not nameable or (not pin and not triton):
+        return None
+    problem = item.problem
+    m: int | MRange = problem.m if item.m_range is None else MRange(min=item.m_range[0], max=item.m_range[1])
+    best = nameable[0]
+    fields: dict[str, Any] = {"m": m, "n": problem.n, "k": problem.k}
+    if problem.op in ("bmm", "baddbmm"):
+        fields["batch"] = problem.batch
+    if pin:
+        fields["pin"] = ATEN if best.kind == "extern" else best.config
+        what = f"pinned {best.label()} ({best.ms:.4f} ms, fastest of {len(ran)} at m={problem.m})"
+    else:
+        fields["configs"] = triton[:top]
+        what = f"top {len(fields['configs'])} Triton of {len(ran)} at m={problem.m}"
+    fields["note"] = f"{source}: {what}"
+    return BatchedLUTEntry(**fields) if "batch" in fields else LUTEntry(**fields)
+
+
+# -- the feedback saver (inside torch.compile) ------------------------------------------------------
+
+def feedback_of(name: str, input_nodes: Sequence[Any], timings: dict[Any, float]) -> Feedback | None:
+    """Feedback for one autotuned op, or None when it is not a GEMM kernel_select records."""
+    from torch._inductor import select_algorithm
+    from torch._inductor.virtualized import V
+
+    if name not in RECORDED_OPS or len(input_nodes) < 2:
+        return None
+    mat1, mat2 = input_nodes[-2], input_nodes[-1]  # addmm/baddbmm put the bias first
+    sizes1, sizes2 = list(mat1.get_size()), list(mat2.get_size())
+    sizevars = V.graph.sizevars
+    hint = [int(sizevars.size_hint(s)) for s in sizes1]
+    n = int(sizevars.size_hint(sizes2[-1]))
+    batch = hint[0] if name in ("bmm", "baddbmm") and len(hint) == 3 else 1
+    problem = Problem(hint[-2], n, hint[-1], dtype_name(mat1.get_dtype()), batch=batch, op=name)
+    m_range = _declared(sizes1[-2])
+    return Feedback(problem, m_range, tuple(choice_timing(select_algorithm, c, ms) for c, ms in timings.items()))
+
+
+def _declared(m_expr: Any) -> tuple[int, int] | None:
+    from kernel_select.inductor import dynamic
+
+    return dynamic.declared_range(m_expr) if dynamic.symbolic_m(_Sizes(m_expr)) is not None else None
+
+
+class _Sizes:
+    """Adapts one size expression to what `dynamic.symbolic_m` reads."""
+
+    def __init__(self, m: Any) -> None:
+        self._m = m
+
+    def mnk_symbolic(self) -> tuple[Any, None, None]:
+        return self._m, None, None
+
+
+@contextlib.contextmanager
+def record(path: str | os.PathLike[str] | None = None, *, device: str | None = None, pin: bool = True,
+           top: int = 4) -> Iterator[Recording]:
+    """Record the GEMMs Inductor autotunes inside the block into a LUT (see the module doc).
+
+    Args:
+        path: where to write the LUT; entries already in the file are kept unless recorded again.
+            None: only `recording.lut` is set.
+        device: the device key the entries are for; default the GPU in use.
+        pin: pinned entries (serve without autotuning) or benchmarked top-`top` entries.
+
+    Raises:
+        LUTError: when `path` holds an invalid LUT (checked before the block runs) or cannot be written.
+        DeviceError: when no device is given and no GPU is found.
+    """
+    import torch
+    from torch._inductor import select_algorithm
+
+    target = Path(path) if path is not None else None
+    existing = load_lut(target) if target is not None and target.exists() else None
+    recording = Recording()
+
+    def saver(timings: dict[Any, float], name: str, input_nodes: list[Any], *_: Any) -> None:
+        try:
+            item = feedback_of(name, input_nodes, timings)
+        except Exception:  # noqa: BLE001 -- Inductor does not catch what a saver raises
+            item = None
+            log.debug("kernel_select.record: could not read the autotuning of %s", name, exc_info=True)
+        if item is None:
+            recording.skipped += 1
+        else:
+            recording.feedback.append(item)
+
+    select_algorithm.add_feedback_saver(saver)
+    try:
+        with torch.compiler.config.patch(force_disable_caches=True):
+            yield recording
+    finally:
+        savers = select_algorithm.get_algorithm_selector_cache().feedback_saver_fns
+        if saver in savers:
+            savers.remove(saver)
+    recording.lut = lut_from_feedback(recording.feedback, _device(device), pin=pin, top=top)
+    if target is not None:
+        save_lut(existing.merge(recording.lut) if existing is not None else recording.lut, target)
+        log.info("kernel_select.record: wrote %d entries to %s", recording.lut.num_entries, target)
+
+
+def _device(name: str | None) -> DeviceSpec:
+    if name is not None:
+        return get_device(name)
+    spec = runtime.current_device()
+    if spec is None:
+        raise DeviceError("kernel_select.record: no CUDA device found; pass device=\"h100\" (or another key)")
+    return spec
+

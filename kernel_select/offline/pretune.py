@@ -1,0 +1,256 @@
+"""`kernel-select pretune`: benchmark a model's GEMMs once, offline, and write a LUT of pinned
+entries, so that serving compiles with max-autotune benchmark nothing.
+
+    kernel-select pretune --model mypkg.serving:factory --backward --out luts/serving.json
+
+The factory returns `(module, example_inputs, dynamic)` where `dynamic` maps an input index to
+`(dim, low, high)`: that dimension (a sequence length) takes values low..high at serve time. A
+shapes file (JSON list of {"op", "dtype", "n", "k", "m": int or {"min", "max"}, ["batch"]})
+names the GEMMs directly.
+
+Steps, each its own function so all but the benchmark run (and are tested) on the CPU:
+1. discover: run the model once (forward, and backward when asked) under a dispatch mode that
+   records every aten mm/addmm/bmm/baddbmm with its sizes; the dimension equal to the dynamic
+   size is the dynamic one (M: one entry over the range; K, as in a weight gradient: one exact
+   entry per bucket, since a LUT keys K exactly);
+2. bucket: log-spaced Ms (or Ks) over the range;
+3. candidates: the union over the buckets of the model's top-k, so every bucket times the same set;
+4. benchmark (GPU): per bucket, Inductor's own autotuner times the candidates and ATen, caches
+   off, through a temporary LUT and `kernel_select.inductor.record`;
+5. choose: the choice with the smallest geometric mean over the buckets of time / best time;
+6. write: pinned entries with m ranges and a note with the measured figures.
+
+Measurements are kept in `<out>.progress.json` as they arrive, so an interrupted run resumes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from kernel_select.configs import GemmConfig
+from kernel_select.device import DeviceSpec
+from kernel_select.errors import KernelSelectError
+from kernel_select.lut import ATEN, BatchedLUTEntry, KernelLUT, LUTEntry, LUTRow, MRange
+from kernel_select.problem import Problem
+from kernel_select.select import spread_ms, top_k
+
+GEMM_OPS = ("mm", "addmm", "bmm", "baddbmm")
+
+
+@dataclasses.dataclass(frozen=True)
+class Site:
+    """One GEMM the model runs: its problem at the example sizes and which size is dynamic."""
+
+    problem: Problem
+    dynamic: str | None = None  # "m", "k" or None
+    low: int = 0
+    high: int = 0
+
+    def buckets(self, points: int) -> tuple[int, ...]:
+        """The values of the dynamic size to benchmark at (the example size when static)."""
+        if self.dynamic is None:
+            return (self.problem.m,)
+        return spread_ms(self.low, self.high, points)
+
+    def at(self, value: int) -> Problem:
+        return dataclasses.replace(self.problem, **{self.dynamic: value}) if self.dynamic else self.problem
+
+
+# -- 1. discovery --------------------------------------------------------------------------------
+
+def load_factory(spec: str) -> tuple[Any, tuple[Any, ...], dict[int, tuple[int, int, int]]]:
+    """Call `module:factory` and check what it returns.
+
+    Raises:
+        KernelSelectError: for a bad spec, an import failure or a malformed return value.
+    """
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise KernelSelectError(f"--model {spec!r}: expected 'module:factory' (e.g. mypkg.serving:factory)")
+    try:
+        factory = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise KernelSelectError(f"--model {spec!r}: cannot load it ({exc})") from None
+    made = factory()
+    if not (isinstance(made, tuple) and len(made) == 3 and isinstance(made[2], dict)):
+        raise KernelSelectError(f"--model {spec!r}: the factory must return (module, example_inputs, "
+                                "{input_index: (dim, low, high)})")
+    module, inputs, dynamic = made
+    return module, tuple(inputs), {int(i): tuple(int(v) for v in spec_) for i, spec_ in dynamic.items()}
+
+
+def discover(module: Any, inputs: Sequence[Any], dynamic: dict[int, tuple[int, int, int]], *,
+             backward: bool = False) -> list[Site]:
+    """The distinct GEMMs `module(*inputs)` runs (and its backward, when asked), with the
+    dimension that follows the dynamic input size marked (see the module doc)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen: list[Problem] = []
+    ops = {getattr(torch.ops.aten, op).default: op for op in GEMM_OPS}
+
+    class Recorder(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+            op = ops.get(func)
+            if op is not None:
+                seen.append(_problem_of(op, args))
+            return func(*args, **(kwargs or {}))
+
+    with Recorder():
+        out = module(*inputs)
+        if backward:
+            loss = out.float().sum() if hasattr(out, "sum") else sum(o.float().sum() for o in out)
+            loss.backward()
+    sizes = {inputs[i].shape[dim]: (low, high) for i, (dim, low, high) in dynamic.items()}
+    return list(dict.fromkeys(_site(problem, sizes) for problem in seen))
+
+
+def _problem_of(op: str, args: Sequence[Any]) -> Problem:
+    from kernel_select.problem import dtype_name
+
+    a, b = args[-2], args[-1]  # addmm/baddbmm put the bias first
+    batch = int(a.shape[0]) if op in ("bmm", "baddbmm") else 1
+    return Problem(int(a.shape[-2]), int(b.shape[-1]), int(a.shape[-1]), dtype_name(a.dtype), batch=batch, op=op)
+
+
+def _site(problem: Problem, sizes: dict[int, tuple[int, int]]) -> Site:
+    for dim in ("m", "k"):  # M first: a square GEMM whose M and K both match is M-dynamic
+        value = getattr(problem, dim)
+        if value in sizes:
+            return Site(problem, dim, *sizes[value])
+    return Site(problem)
+
+
+def load_shapes(path: str | Path) -> list[Site]:
+    """Sites from a shapes file (see the module doc).
+
+    Raises:
+        KernelSelectError: naming the file and the entry that is malformed.
+    """
+    try:
+        raw = json.loads(Path(path).read_text())
+        sites = []
+        for index, item in enumerate(raw):
+            m = item["m"]
+            low, high = (m["min"], m["max"]) if isinstance(m, dict) else (m, m)
+            problem = Problem(int(high), int(item["n"]), int(item["k"]), item.get("dtype", "bfloat16"),
+                              batch=int(item.get("batch", 1)), op=item.get("op", "mm"))
+            sites.append(Site(problem, "m", int(low), int(high)) if low != high else Site(problem))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        where = f" entry [{index}]" if "index" in locals() else ""
+        raise KernelSelectError(f"{path}{where}: not a shapes file ({type(exc).__name__}: {exc})") from None
+    return sites
+
+
+# -- 3. candidates, 5. choice, 6. LUT (pure) ----------------------------------------------------------
+
+def candidates(site: Site, buckets: Sequence[int], k: int, model: Any, device: DeviceSpec) -> list[GemmConfig]:
+    """The union over the buckets of the model's top-k, best-first per bucket."""
+    union: dict[GemmConfig, None] = {}
+    for value in buckets:
+        for choice in top_k(site.at(value), k, model=model, device=device):
+            union.setdefault(choice.config, None)
+    return list(union)
+
+
+Timings = dict[str, float]  # choice label ("aten" or GemmConfig.short()) -> ms at one bucket
+
+
+def choose(per_bucket: dict[int, Timings]) -> tuple[str, float, dict[int, float]]:
+    """(label, geometric-mean ratio to the per-bucket best, ratio per bucket) of the choice that
+    is best over all buckets; only choices timed (finitely) at every bucket compete.
+
+    Raises:
+        KernelSelectError: when no choice ran at every bucket.
+    """
+    common = set.intersection(*({label for label, ms in timings.items() if math.isfinite(ms)}
+                                for timings in per_bucket.values()))
+    if not common:
+        raise KernelSelectError("no choice ran at every bucket; nothing to pin")
+    best = {bucket: min(t for t in timings.values() if math.isfinite(t)) for bucket, timings in per_bucket.items()}
+
+    def ratios(label: str) -> dict[int, float]:
+        return {bucket: per_bucket[bucket][label] / best[bucket] for bucket in per_bucket}
+
+    def geomean(label: str) -> float:
+        values = ratios(label).values()
+        return math.exp(sum(math.log(v) for v in values) / len(values))
+
+    label = min(sorted(common), key=geomean)
+    return label, geomean(label), ratios(label)
+
+
+def pinned_rows(site: Site, label: str, configs: Sequence[GemmConfig], geomean: float,
+                ratios: dict[int, float], device: DeviceSpec, bucket: int | None = None) -> LUTRow:
+    """The pinned LUT row for `site` (one exact-K bucket of a K-dynamic site when `bucket` is given)."""
+    pin: GemmConfig | str = ATEN if label == ATEN else next(c for c in configs if c.short() == label)
+    problem = site.at(bucket) if bucket is not None else site.problem
+    m: int | MRange = MRange(min=site.low, max=site.high) if site.dynamic == "m" else problem.m
+    worst = max(ratios.values())
+    note = (f"kernel-select pretune: {label}, {geomean:.3f}x the per-bucket best on average, "
+            f"{worst:.3f}x at worst, over {'/'.join(str(b) for b in sorted(ratios))} ({len(configs)} Triton + aten timed)")
+    fields: dict[str, Any] = {"m": m, "n": problem.n, "k": problem.k, "pin": pin, "note": note}
+    if problem.op in ("bmm", "baddbmm"):
+        entry: LUTEntry = BatchedLUTEntry(batch=problem.batch, **fields)
+    else:
+        entry = LUTEntry(**fields)
+    return LUTRow(device.key, problem.op, problem.dtype, entry)
+
+
+def label_of(kind: str, config: GemmConfig | None) -> str | None:
+    """The label a timing gets in `Timings`: "aten", a Triton config's short form, or None."""
+    if kind == "extern":
+        return ATEN
+    return config.short() if kind == "triton" and config is not None else None
+
+
+# -- the run --------------------------------------------------------------------------------------
+
+Benchmark = Callable[[Problem, list[GemmConfig], DeviceSpec], Timings]
+
+
+def pretune(sites: Sequence[Site], *, out: str | Path, device: DeviceSpec, model: Any, k: int = 4,
+            points: int = 5, benchmark: Benchmark | None = None, progress: bool = True) -> dict[str, Any]:
+    """Benchmark every site per bucket, write the pinned LUT to `out`, and return a summary.
+
+    `benchmark` times a problem's candidates and ATen (default: `pretune_gpu.benchmark_problem`,
+    on the GPU); measurements are saved to `<out>.progress.json` after each one, and reused.
+    """
+    from tqdm import tqdm
+
+    from kernel_select.lut import save_lut
+
+    if benchmark is None:
+        from kernel_select.offline.pretune_gpu import benchmark_problem as benchmark
+    out = Path(out)
+    journal = out.with_name(out.name + ".progress.json")
+    done: dict[str, Timings] = json.loads(journal.read_text()) if journal.exists() else {}
+    plan = [(site, site.buckets(points)) for site in sites]
+    rows, summary = [], []
+    with tqdm(total=sum(len(b) for _, b in plan), desc="pretune", unit="bucket", disable=not progress) as bar:
+        for site, buckets in plan:
+            configs = candidates(site, buckets, k, model, device)
+            per_bucket: dict[int, Timings] = {}
+            for value in buckets:
+                key = f"{site.at(value)}|{','.join(c.short() for c in configs)}"
+                if key not in done:
+                    done[key] = benchmark(site.at(value), configs, device)
+                    journal.write_text(json.dumps(done, indent=1))
+                per_bucket[value] = done[key]
+                bar.update()
+            groups = [(None, per_bucket)] if site.dynamic != "k" else [(b, {b: per_bucket[b]}) for b in buckets]
+            for bucket, timings in groups:
+                label, geomean, ratios = choose(timings)
+                rows.append(pinned_rows(site, label, configs, geomean, ratios, device, bucket))
+                summary.append({"problem": str(site.at(bucket) if bucket else site.problem), "dynamic": site.dynamic,
+                                "buckets": sorted(timings), "pin": label, "geomean_ratio": round(geomean, 4),
+                                "worst_ratio": round(max(ratios.values()), 4)})
+    lut = KernelLUT.from_rows(rows, source="<pretune>")
+    save_lut(lut, out)
+    return {"out": str(out), "entries": lut.num_entries, "sites": summary}

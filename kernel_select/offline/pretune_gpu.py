@@ -1,0 +1,64 @@
+"""The GPU step of `pretune`: Inductor's own autotuner times given Triton configs and ATen for one
+static problem, caches off. Everything else in pretune is pure and runs on the CPU."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from kernel_select.configs import GemmConfig
+from kernel_select.device import DeviceSpec
+from kernel_select.errors import KernelSelectError
+from kernel_select.lut import BatchedLUTEntry, KernelLUT, LUTEntry, save_lut
+from kernel_select.offline.pretune import Timings, label_of
+from kernel_select.problem import Problem
+
+
+def benchmark_problem(problem: Problem, configs: list[GemmConfig], device: DeviceSpec) -> Timings:
+    """Inductor's timings of `configs` and ATen for `problem`, as {label: ms}.
+
+    A temporary LUT lists exactly `configs` for the problem and the handler adds nothing (topk=1,
+    cuBLAS gate off), so Inductor benchmarks those configs, ATen and whatever other templates it
+    adds itself (their timings are dropped: a LUT cannot name them).
+    """
+    import torch
+
+    import kernel_select.inductor as ks_inductor
+
+    fields = {"m": problem.m, "n": problem.n, "k": problem.k, "configs": configs, "note": "pretune candidates"}
+    entry = BatchedLUTEntry(batch=problem.batch, **fields) if problem.op in ("bmm", "baddbmm") else LUTEntry(**fields)
+    with tempfile.TemporaryDirectory(prefix="pretune-") as tmp:
+        lut_path = Path(tmp) / "candidates.json"
+        save_lut(KernelLUT.from_rows([(device.key, problem.op, problem.dtype, entry)]), lut_path)
+        fn, args = _program(problem)
+        options = ks_inductor.max_autotune_options("DEFAULT")
+        with ks_inductor.enabled(topk=1, kernel_lut_path=str(lut_path), cublas_margin="off"), \
+                ks_inductor.record(device=device.key, pin=True) as recording:
+            torch._dynamo.reset()
+            torch.compile(fn, options=options, dynamic=False)(*args)
+            torch.cuda.synchronize()
+    timings: Timings = {}
+    for item in recording.feedback:
+        if item.problem == problem:
+            for t in item.timings:
+                label = label_of(t.kind, t.config)
+                if label is not None:
+                    timings[label] = min(t.ms, timings.get(label, float("inf")))
+    if not timings:
+        raise KernelSelectError(f"{problem}: Inductor benchmarked nothing for it (is max-autotune on?)")
+    return timings
+
+
+def _program(problem: Problem):  # noqa: ANN202 -- (callable, its CUDA arguments)
+    import torch
+
+    dtype = getattr(torch, problem.dtype)
+    batch = (problem.batch,) if problem.op in ("bmm", "baddbmm") else ()
+    a = torch.randn(*batch, problem.m, problem.k, device="cuda", dtype=dtype)
+    b = torch.randn(*batch, problem.k, problem.n, device="cuda", dtype=dtype)
+    if problem.op in ("addmm", "baddbmm"):
+        bias = torch.randn(problem.n, device="cuda", dtype=dtype)
+        op = torch.addmm if problem.op == "addmm" else torch.baddbmm
+        return (lambda x, y, z: op(x, y, z)), (bias, a, b)
+    op = torch.mm if problem.op == "mm" else torch.bmm
+    return (lambda x, y: op(x, y)), (a, b)

@@ -1,0 +1,163 @@
+"""Serving measurement (issue 13) on a GPU: one process per method, fresh caches.
+
+    python -m kernel_select.offline.serving_bench --out results/serving_h100.json
+
+The program is the first user's: nn.Linear(3420 -> 1280) in bf16, its forward GEMM and both
+backward GEMMs (grad input, grad weight) in one compiled function, the sequence length marked
+dynamic (560..8192) and served at 560, 1024, 2048, 4096, 8192. Methods: eager, mode="default",
+stock max-autotune, kernel_select top-4 with dynamic ranking, and the pretuned pinned LUT (made
+first with `pretune` on the same GEMMs unless --lut names one). Per method: compile wall time
+(all first calls), autotune benchmarks run (choices Inductor timed), and per length the kernel
+time (CUDA-graph replays over L2-cold input copies, offline.compare.timing). `best_ms` per
+length is the fastest measured method at that length (`best_source` says so).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+LENGTHS = (560, 1024, 2048, 4096, 8192)
+LOW, HIGH = 560, 8192
+IN_FEATURES, OUT_FEATURES = 3420, 1280
+METHODS = ("eager", "default", "max_autotune", "topk4_dynamic", "pinned_lut")
+
+
+def shapes() -> list[dict[str, Any]]:
+    """The program's GEMMs as a pretune shapes file. Forward and grad input have the length as M
+    (one pinned entry over the range). The grad weight has it as K, which a LUT keys exactly: it
+    is pinned at K = the first length, the hint Inductor compiles the dynamic graph for."""
+    m = {"min": LOW, "max": HIGH}
+    return [{"op": "mm", "n": OUT_FEATURES, "k": IN_FEATURES, "m": m},   # x @ W^T
+            {"op": "mm", "n": IN_FEATURES, "k": OUT_FEATURES, "m": m},   # grad_y @ W
+            {"op": "mm", "n": IN_FEATURES, "k": LENGTHS[0], "m": OUT_FEATURES}]  # grad_y^T @ x
+
+
+def _program():  # noqa: ANN202 -- (fn(x, grad_y), weight)
+    import torch
+
+    weight = torch.randn(OUT_FEATURES, IN_FEATURES, device="cuda", dtype=torch.bfloat16) / IN_FEATURES**0.5
+
+    def step(x, grad_y):  # noqa: ANN001, ANN202 -- forward, grad input, grad weight
+        return x @ weight.t(), grad_y @ weight, grad_y.t() @ x
+
+    return step
+
+
+def run_method(method: str, lut: str | None, samples: int) -> dict[str, Any]:
+    """Measure one method in this (fresh) process."""
+    import torch
+
+    import kernel_select.inductor as ks_inductor
+    from kernel_select.offline.compare.timing import input_copies, kernel_ms
+
+    torch.compiler.config.force_disable_caches = True
+    step = _program()
+    fn, handler = step, None
+    if method == "default":
+        fn = torch.compile(step)
+    elif method != "eager":
+        if method == "topk4_dynamic":
+            handler = ks_inductor.install(topk=4, dynamic_m=f"{LOW}..{HIGH}")
+        elif method == "pinned_lut":
+            handler = ks_inductor.install(kernel_lut_path=lut)
+        fn = torch.compile(step, mode="max-autotune-no-cudagraphs")
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    result: dict[str, Any] = {"compile_s": 0.0, "benchmarks": 0, "lengths": {}}
+    with ks_inductor.record_autotuning() as records:
+        for length in LENGTHS:
+            x = torch.randn(length, IN_FEATURES, device="cuda", dtype=torch.bfloat16)
+            grad_y = torch.randn(length, OUT_FEATURES, device="cuda", dtype=torch.bfloat16)
+            torch._dynamo.mark_dynamic(x, 0, min=LOW, max=HIGH)
+            torch._dynamo.mark_dynamic(grad_y, 0, min=LOW, max=HIGH)
+            start = time.perf_counter()
+            fn(x, grad_y)
+            torch.cuda.synchronize()
+            result["compile_s"] += time.perf_counter() - start if method != "eager" else 0.0
+            bytes_per_call = 2 * length * (IN_FEATURES + OUT_FEATURES)
+            copies = [(x.clone(), grad_y.clone()) for _ in range(input_copies(bytes_per_call, l2))]
+            times, timing = kernel_ms({method: fn}, copies, samples=samples)
+            result["lengths"][str(length)] = {"kernel_ms": times[method], "timing": timing}
+    result["benchmarks"] = sum(len(r.timings) for r in records)
+    result["autotuned_gemms"] = len(records)
+    if handler is not None:
+        ks_inductor.uninstall()
+    return result
+
+
+def _in_subprocess(method: str, lut: str | None, samples: int) -> dict[str, Any]:
+    command = [sys.executable, "-m", "kernel_select.offline.serving_bench", "--worker", method,
+               "--samples", str(samples)] + (["--lut", lut] if lut else [])
+    done = subprocess.run(command, capture_output=True, text=True, timeout=480)
+    if done.returncode != 0:
+        return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def assemble(per_method: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Results with `best_ms` per length (the fastest measured method) beside each kernel time."""
+    best = {length: min((r["lengths"][length]["kernel_ms"] for r in per_method.values() if "lengths" in r),
+                        default=None) for length in map(str, LENGTHS)}
+    for result in per_method.values():
+        for length, entry in result.get("lengths", {}).items():
+            entry["best_ms"] = best[length]
+            entry["ratio_to_best"] = entry["kernel_ms"] / best[length] if best[length] else None
+    return {"program": f"Linear {IN_FEATURES}->{OUT_FEATURES} bf16, forward + grad input + grad weight, "
+                       f"mark_dynamic length {LOW}..{HIGH}",
+            "lengths": list(LENGTHS), "best_source": "fastest measured method per length", "methods": per_method}
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(7, 4))
+    axes = figure.add_subplot()
+    for method, result in results["methods"].items():
+        if "lengths" in result:
+            lengths = [int(length) for length in result["lengths"]]
+            axes.plot(lengths, [e["ratio_to_best"] for e in result["lengths"].values()], marker="o",
+                      label=f"{method} (compile {result['compile_s']:.1f} s, {result['benchmarks']} benchmarks)")
+    axes.set_xscale("log")
+    axes.set_xlabel("sequence length")
+    axes.set_ylabel("kernel time / best measured")
+    axes.legend(fontsize=7)
+    figure.savefig(path, dpi=120, bbox_inches="tight")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="results/serving_h100.json")
+    parser.add_argument("--lut", default=None, help="pinned LUT to serve with (default: pretune one next to --out)")
+    parser.add_argument("--samples", type=int, default=20)
+    parser.add_argument("--worker", choices=METHODS, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        print(json.dumps(run_method(args.worker, args.lut, args.samples)))
+        return 0
+    out = Path(args.out)
+    lut = args.lut or str(out.with_name(out.stem + "_pinned_lut.json"))
+    pretune_s = None
+    if args.lut is None:
+        shapes_path = out.with_name(out.stem + "_shapes.json")
+        shapes_path.parent.mkdir(parents=True, exist_ok=True)
+        shapes_path.write_text(json.dumps(shapes()))
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "kernel_select.cli", "pretune", "--shapes", str(shapes_path),
+                        "--out", lut, "-k", "2", "--buckets", "3", "--json"], check=True, timeout=420)
+        pretune_s = time.perf_counter() - start
+    per_method = {method: _in_subprocess(method, lut, args.samples) for method in METHODS}
+    results = assemble(per_method) | {"pretune_s": pretune_s, "lut": lut}
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    plot(results, out.with_suffix(".png"))
+    print(json.dumps({m: {"compile_s": r.get("compile_s"), "benchmarks": r.get("benchmarks"), "error": r.get("error")}
+                      for m, r in per_method.items()}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

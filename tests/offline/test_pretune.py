@@ -1,0 +1,126 @@
+"""pretune's pure steps on the CPU: discovery, buckets, candidates, the choice, the LUT, resuming."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernel_select.configs import GemmConfig
+from kernel_select.device import get_device
+from kernel_select.errors import KernelSelectError
+from kernel_select.lut import ATEN, load_lut
+from kernel_select.offline import pretune
+from kernel_select.problem import Problem
+from kernel_select.select import spread_ms
+from tests.inductor_doubles import FakeModel
+
+H100 = get_device("h100")
+
+
+def linear_factory():  # noqa: ANN201 -- the user's program: Linear 3420 -> 1280, dynamic sequence length
+    module = torch.nn.Linear(64, 32)
+    x = torch.randn(2, 48, 64, requires_grad=True)
+    return module, (x,), {0: (1, 16, 4096)}
+
+
+def test_discovery_finds_forward_and_backward_gemms_and_their_dynamic_dimension():
+    module, inputs, dynamic = linear_factory()
+    sites = pretune.discover(module, inputs, dynamic, backward=True)
+    by_op = {(s.problem.op, s.problem.n, s.problem.k): s for s in sites}
+    forward = by_op[("addmm", 32, 64)]
+    assert forward.problem.m == 96 and forward.dynamic is None  # 2 x 48 rows: not the size itself
+    sites = pretune.discover(module, inputs, {0: (1, 16, 4096)}, backward=False)
+    assert len(sites) == 1
+
+
+def test_a_dynamic_m_and_a_dynamic_k_are_told_apart():
+    x = torch.randn(48, 64, requires_grad=True)
+    module = torch.nn.Linear(64, 32)
+    sites = pretune.discover(module, (x,), {0: (0, 16, 4096)}, backward=True)
+    dynamic = {(s.problem.op, s.problem.m, s.problem.n, s.problem.k): s.dynamic for s in sites}
+    assert dynamic[("addmm", 48, 32, 64)] == "m"  # forward: rows follow the sequence length
+    assert dynamic[("mm", 48, 64, 32)] == "m"  # grad input
+    assert dynamic[("mm", 32, 64, 48)] == "k"  # grad weight: the length is the reduction
+
+
+def test_load_factory_checks_its_spec():
+    assert pretune.load_factory("tests.offline.test_pretune:linear_factory")[2] == {0: (1, 16, 4096)}
+    for bad in ("nocolon", "no.such.module:f", "tests.offline.test_pretune:missing"):
+        with pytest.raises(KernelSelectError, match="--model"):
+            pretune.load_factory(bad)
+
+
+def test_shapes_files_name_sites(tmp_path: Path):
+    path = tmp_path / "shapes.json"
+    path.write_text(json.dumps([{"op": "mm", "n": 1280, "k": 3420, "m": {"min": 560, "max": 8192}},
+                                {"op": "mm", "n": 64, "k": 64, "m": 128, "dtype": "float16"}]))
+    ranged, static = pretune.load_shapes(path)
+    assert (ranged.dynamic, ranged.low, ranged.high) == ("m", 560, 8192)
+    assert ranged.buckets(5) == spread_ms(560, 8192) and static.buckets(5) == (128,)
+    path.write_text('[{"n": 1}]')
+    with pytest.raises(KernelSelectError, match=r"entry \[0\]"):
+        pretune.load_shapes(path)
+
+
+def test_the_choice_minimizes_the_geometric_mean_ratio_over_buckets():
+    timings = {560: {"a": 1.0, "b": 1.05, "aten": 1.5}, 8192: {"a": 3.0, "b": 1.1, "aten": 1.0}}
+    label, geomean, ratios = pretune.choose(timings)
+    assert label == "b" and ratios == pytest.approx({560: 1.05, 8192: 1.1})
+    assert geomean == pytest.approx((1.05 * 1.1) ** 0.5)
+    with pytest.raises(KernelSelectError):
+        pretune.choose({1: {"a": 1.0}, 2: {"b": 1.0}})
+
+
+def test_candidates_are_the_union_of_the_per_bucket_top_k():
+    site = pretune.Site(Problem(560, 1280, 3420, "bfloat16"), "m", 560, 8192)
+    configs = pretune.candidates(site, site.buckets(3), 4, FakeModel(), H100)
+    assert 4 <= len(configs) <= 12 and len(set(configs)) == len(configs)
+
+
+def test_a_run_writes_pins_with_ranges_and_resumes(tmp_path: Path):
+    sites = [pretune.Site(Problem(560, 1280, 3420, "bfloat16"), "m", 560, 8192),
+             pretune.Site(Problem(1280, 3420, 560, "bfloat16"), "k", 560, 8192)]
+    calls = []
+
+    def fake_benchmark(problem: Problem, configs: list[GemmConfig], device) -> dict[str, float]:  # noqa: ANN001
+        calls.append(problem)
+        timings = {c.short(): 1.0 + i * 0.1 for i, c in enumerate(configs)}
+        timings[ATEN] = 0.5 if problem.k > 4000 else 2.0  # cuBLAS wins the big-K weight gradients
+        return timings
+
+    out = tmp_path / "serving.json"
+    summary = pretune.pretune(sites, out=out, device=H100, model=FakeModel(), k=2, points=3,
+                              benchmark=fake_benchmark, progress=False)
+    lut = load_lut(out)
+    forward = Problem(2048, 1280, 3420, "bfloat16")
+    assert isinstance(lut.pinned(forward, "h100"), GemmConfig) and lut.match(forward, "h100").m_bounds == (560, 8192)
+    assert "kernel-select pretune" in lut.match(forward, "h100").note
+    assert lut.pinned(Problem(1280, 3420, 8192, "bfloat16"), "h100") == ATEN
+    assert isinstance(lut.pinned(Problem(1280, 3420, 560, "bfloat16"), "h100"), GemmConfig)
+    assert summary["entries"] == 4 and len(calls) == 6
+    pretune.pretune(sites, out=out, device=H100, model=FakeModel(), k=2, points=3, benchmark=fake_benchmark,
+                    progress=False)
+    assert len(calls) == 6  # resumed from OUT.progress.json: nothing measured twice
+
+
+def test_the_serving_bench_compares_each_length_with_the_fastest_method(tmp_path: Path):
+    from kernel_select.offline import serving_bench
+
+    sites = pretune.load_shapes(_write(tmp_path / "s.json", serving_bench.shapes()))
+    assert [s.dynamic for s in sites] == ["m", "m", None]
+    per_method = {"a": {"compile_s": 1.0, "benchmarks": 0, "lengths": {str(n): {"kernel_ms": 2.0} for n in serving_bench.LENGTHS}},
+                  "b": {"compile_s": 2.0, "benchmarks": 9, "lengths": {str(n): {"kernel_ms": 1.0} for n in serving_bench.LENGTHS}},
+                  "c": {"error": "RuntimeError: out of memory"}}
+    results = serving_bench.assemble(per_method)
+    assert results["methods"]["a"]["lengths"]["560"] == {"kernel_ms": 2.0, "best_ms": 1.0, "ratio_to_best": 2.0}
+    pytest.importorskip("matplotlib")
+    serving_bench.plot(results, tmp_path / "plot.png")
+    assert (tmp_path / "plot.png").stat().st_size > 0
+
+
+def _write(path: Path, value: object) -> Path:
+    path.write_text(json.dumps(value))
+    return path
