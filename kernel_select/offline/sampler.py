@@ -67,19 +67,38 @@ def _log_uniform(rng: random.Random, low: float, high: float) -> int:
     return int(round(math.exp(rng.uniform(math.log(low), math.log(max(high, low))))))
 
 
-def _sampled_problem(rng: random.Random, n_align: int, k_align: int, residue: int,
-                     cap: float) -> tuple[int, int, int]:
-    """M first (stratified), then N, then K within what the cap leaves; never rejected."""
-    small = rng.random() < SMALL_M_SHARE
-    m = _log_uniform(rng, 1, 256) if small else _log_uniform(rng, 257, M_MAX)
-    while True:
-        n_hi = min(SIZE_MAX, cap / (2.0 * m * 32))
-        if n_hi >= 32 or m == 1:
-            break
-        m = max(1, m // 2)
-    n = _snap(_log_uniform(rng, 16, max(n_hi, 16)), n_align)
-    k_hi = min(SIZE_MAX, cap / (2.0 * m * n))
-    k = _snap(_log_uniform(rng, 16, max(k_hi, 16)), k_align, residue)
+#: Size buckets of a group's N and K: "large" (>= 256, where tiles are never clamped) or one
+#: power-of-two bucket (b/2, b] below it: sizes in one bucket clamp tiles alike, so share binaries.
+SMALL_BUCKETS = (32, 64, 128, 256)
+LARGE_SHARE = 0.75
+
+
+def _bucket_range(rng: random.Random) -> tuple[int, int]:
+    if rng.random() < LARGE_SHARE:
+        return 257, SIZE_MAX
+    b = rng.choice(SMALL_BUCKETS)
+    return b // 2 + 1, b
+
+
+def _in_class(rng: random.Random, lo: int, hi: int, align: int, residue: int) -> int:
+    """A log-uniform size in [lo, hi] snapped to its alignment class (staying >= 16)."""
+    for _ in range(8):
+        x = _snap(_log_uniform(rng, lo, hi), align, residue)
+        if lo <= x <= hi:
+            return x
+    return _snap(lo, align, residue)
+
+
+def _sampled_problem(rng: random.Random, n_range: tuple[int, int], k_range: tuple[int, int],
+                     aligns: tuple[int, int, int], cap: float) -> tuple[int, int, int]:
+    """M first (stratified), then N and K in their buckets within what the cap leaves."""
+    n_align, k_align, residue = aligns
+    m = _log_uniform(rng, 1, 256) if rng.random() < SMALL_M_SHARE else _log_uniform(rng, 257, M_MAX)
+    m = max(1, min(m, int(cap / (2.0 * n_range[0] * k_range[0]))))
+    n = _in_class(rng, n_range[0], min(n_range[1], max(n_range[0], int(cap / (2.0 * m * k_range[0])))),
+                  n_align, 0)
+    k = _in_class(rng, k_range[0], min(k_range[1], max(k_range[0], int(cap / (2.0 * m * n)))),
+                  k_align, residue)
     while 2.0 * m * n * k > cap and m > 1:  # snapping can overshoot a tight cap
         m //= 2
     return m, n, k
@@ -88,11 +107,12 @@ def _sampled_problem(rng: random.Random, n_align: int, k_align: int, residue: in
 def sampled_group(rng: random.Random, dtype: str, n_align: int, k_align: int, size: int,
                   cap: float) -> list[Shape]:
     residue = rng.choice(K_RESIDUES_256) if k_align == 16 else 0
+    n_range, k_range = _bucket_range(rng), _bucket_range(rng)
     stratum = f"n{ALIGNMENT_NAMES[n_align]}-k{ALIGNMENT_NAMES[k_align]}"
-    label = f"{dtype}/n{n_align}/k{k_align}/r{residue}"  # = compile_class for K >= 256
+    label = f"{dtype}/n{n_align}/k{k_align}/r{residue}/N<={n_range[1]}/K<={k_range[1]}"
     seen, out = set(), []
     for _ in range(size * 4):
-        m, n, k = _sampled_problem(rng, n_align, k_align, residue, cap)
+        m, n, k = _sampled_problem(rng, n_range, k_range, (n_align, k_align, residue), cap)
         if (m, n, k) not in seen:
             seen.add((m, n, k))
             out.append(Shape(m, n, k, dtype, f"sampler {stratum}", family=f"sampler:{stratum}",
@@ -118,7 +138,7 @@ def layer_groups(dtype: str, cap: float, min_size: int = 8) -> list[list[Shape]]
     return big + ([mixed] if mixed else [])
 
 
-def coverage_shapes(total: int, *, seed: int = 0, max_flop: float = 1e11, group_size: int = 48,
+def coverage_shapes(total: int, *, seed: int = 0, max_flop: float = 1e11, group_size: int = 128,
                     layer_share: float = 0.25) -> list[Shape]:
     """About `total` problems in groups of one compile class, in collection order.
 
