@@ -93,6 +93,9 @@ def atomic_write_parquet(table, path: Path) -> None:
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
     tmp = Path(tmp_name)
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp creates 0600; a dataset is an ordinary file
         with os.fdopen(fd, "wb") as handle:
             pq.write_table(table, handle, compression="zstd")
             handle.flush()
