@@ -150,8 +150,10 @@ def coverage_shapes(total: int, *, seed: int = 0, max_flop: float = 1e11, group_
     if total <= 0 or group_size <= 0:
         raise ProblemError(f"coverage: expected positive total and group size, got {total}, {group_size}")
     rng = random.Random(seed)
-    pairs = [(na, ka) for na in ALIGNMENTS for ka in ALIGNMENTS]
-    rng.shuffle(pairs)
+    # A Latin order of the 25 (N, K) alignment pairs: any 5 consecutive sampled groups cover every
+    # N class and every K class once, so the shares hold for every prefix of whole groups.
+    size = len(ALIGNMENTS)
+    pairs = [(ALIGNMENTS[i % size], ALIGNMENTS[(i + i // size) % size]) for i in range(size * size)]
     layer_pool = {d: [chunk for grp in layer_groups(d, max_flop * FLOP_SCALE[d])
                       for chunk in _chunks(rng, grp, group_size)] for d in FLOP_SCALE}
     out: list[Shape] = []
