@@ -1,9 +1,12 @@
 """GPU benchmark harness: time every (problem, config) pair of the pruned space with our
 Inductor-equivalent Triton kernel, plus cuBLAS, and write parquet rows with provenance.
 
+This module compiles keys (in worker processes, into Triton's on-disk cache) and times one problem;
+the collection driver that overlaps the two is `kernel_select.offline.pipeline`.
+
 How a problem is timed (the way Inductor's benchmarker does it, minus its launch gaps):
-  * every binary the plan needs is compiled first, in parallel, one process per CPU core, into
-    Triton's on-disk cache; timing then only loads binaries;
+  * timing only loads binaries compiled beforehand; a binary's first launch in the process is an
+    untimed warm-up;
   * before every timed run the L2 cache is flushed by zeroing a buffer of the L2's size, and the
     run is bracketed by CUDA events;
   * each batch of launches starts behind a GPU sleep long enough for the CPU to enqueue the whole
