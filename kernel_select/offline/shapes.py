@@ -122,10 +122,14 @@ def check_max_flop(max_flop: float) -> None:
 
 
 def _shrink_to_cap(m: int, n: int, k: int, max_flop: float) -> tuple[int, int, int]:
+    """Halve the largest size that can still shrink (m to 1, n and k to 16) until the cap holds;
+    check_max_flop guarantees that 1 x 16 x 16 does."""
     while 2.0 * m * n * k > max_flop:
-        if m >= max(n, k) and m > 1:
+        sizes = {"m": (m, 1), "n": (n, 16), "k": (k, 16)}
+        name = max((x for x, (v, low) in sizes.items() if v > low), key=lambda x: sizes[x][0])
+        if name == "m":
             m //= 2
-        elif n >= k and n > 16:
+        elif name == "n":
             n = max(16, n // 2)
         else:
             k = max(16, k // 2)
