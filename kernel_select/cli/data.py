@@ -29,8 +29,13 @@ def register_shapes(sub: Subparsers) -> None:
                    help="how many random problems (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
     p.add_argument("--no-models", action="store_true", help="leave out the model layer shapes")
-    p.add_argument("--max-flop", type=positive_float, default=1e12,
-                   help="work cap per problem (default: %(default)g)")
+    p.add_argument("--max-flop", type=positive_float, default=None,
+                   help="work cap per problem (default: 1e12, with --coverage 1e11)")
+    p.add_argument("--coverage", type=int_at_least(0), default=0, metavar="N",
+                   help="instead: N problems from the coverage sampler (strata and compile groups; "
+                        "see data/README.md); --dtype, --random and --no-models are ignored")
+    p.add_argument("--group-size", type=int_at_least(1), default=128,
+                   help="problems per compile group with --coverage (default: %(default)s)")
     p.set_defaults(handler=run_shapes)
 
 
@@ -50,7 +55,8 @@ def register_bench(sub: Subparsers) -> None:
                    help="compile processes (default: one per core)")
     p.add_argument("--limit", type=int_at_least(0), default=0, help="benchmark at most this many problems")
     p.add_argument("--max-seconds", type=non_negative_float, default=0.0,
-                   help="stop timing after this many seconds (finish the current problem, write, exit)")
+                   help="bound the run's wall time, compile included (stops between problems; re-run "
+                        "to resume)")
     p.set_defaults(handler=run_bench)
 
 
@@ -77,20 +83,36 @@ def run_shapes(args: argparse.Namespace) -> int:
     from kernel_select.offline import shapes
     from kernel_select.problem import dtype_name
 
+    if args.coverage:
+        return _coverage_shapes(args)
     dtype = dtype_name(args.dtype)
-    chosen = shapes.seed_shapes(dtype)
+    max_flop = 1e12 if args.max_flop is None else args.max_flop
+    chosen = shapes.random_shapes(args.random, dtype, args.seed, max_flop)  # validates the cap first
     if not args.no_models:
-        chosen += shapes.model_shapes(dtype, args.max_flop)
-    chosen += shapes.random_shapes(args.random, dtype, args.seed, args.max_flop)
-    chosen = shapes.dedupe(chosen)
+        chosen = shapes.model_shapes(dtype, max_flop) + chosen
+    chosen = shapes.dedupe(shapes.seed_shapes(dtype) + chosen)
     shapes.save(chosen, args.out)
     print(f"{args.out}: {len(chosen)} {dtype} problems")
     return 0
 
 
+def _coverage_shapes(args: argparse.Namespace) -> int:
+    from kernel_select.offline import sampler, shapes
+
+    chosen = sampler.coverage_shapes(args.coverage, seed=args.seed, group_size=args.group_size,
+                                     max_flop=1e11 if args.max_flop is None else args.max_flop)
+    shapes.save(chosen, args.out)
+    shares = sampler.strata_shares(chosen)
+    print(f"{args.out}: {len(chosen)} problems in {len({s.group for s in chosen})} compile groups; "
+          + ", ".join(f"{key} {share:.0%}" for key, share in shares.items()))
+    for line in sampler.check_shares(chosen):
+        print(f"warning: stratum below its minimum share: {line}")
+    return 0
+
+
 def run_bench(args: argparse.Namespace) -> int:
     from kernel_select.device import detect
-    from kernel_select.offline import bench, shapes
+    from kernel_select.offline import bench, pipeline, shapes
     from kernel_select.problem import dtype_name
 
     chosen = shapes.load(args.shapes)
@@ -103,7 +125,10 @@ def run_bench(args: argparse.Namespace) -> int:
         chosen = chosen[: args.limit]
     options = bench.BenchOptions(search_space=args.search_space, workers=args.workers,
                                  max_seconds=args.max_seconds)
-    df = bench.run_sharded([s.problem() for s in chosen], args.out, detect(), args.gpus, options)
+    problems = [s.problem() for s in chosen]
+    df = pipeline.run_sharded(problems, args.out, detect(), args.gpus, options,
+                              origins={p: s.provenance() for p, s in zip(problems, chosen)},
+                              groups=[s.group or f"{s.dtype}/{s.family}" for s in chosen])
     print(f"{args.out}: {df['problem_id'].nunique()} problems, {len(df)} rows "
           f"({int((df['runtime_ms'] < float('inf')).sum())} finite)")
     return 0

@@ -1,9 +1,12 @@
 """GPU benchmark harness: time every (problem, config) pair of the pruned space with our
 Inductor-equivalent Triton kernel, plus cuBLAS, and write parquet rows with provenance.
 
+This module compiles keys (in worker processes, into Triton's on-disk cache) and times one problem;
+the collection driver that overlaps the two is `kernel_select.offline.pipeline`.
+
 How a problem is timed (the way Inductor's benchmarker does it, minus its launch gaps):
-  * every binary the plan needs is compiled first, in parallel, one process per CPU core, into
-    Triton's on-disk cache; timing then only loads binaries;
+  * timing only loads binaries compiled beforehand; a binary's first launch in the process is an
+    untimed warm-up;
   * before every timed run the L2 cache is flushed by zeroing a buffer of the L2's size, and the
     run is bracketed by CUDA events;
   * each batch of launches starts behind a GPU sleep long enough for the CPU to enqueue the whole
@@ -63,7 +66,7 @@ class BenchOptions:
     git_sha: str = ""
     progress: bool = True
     flush_bytes: int = 0  # 0 = the device's L2 size
-    max_seconds: float = 0.0  # stop (cleanly, after a problem) this long after the start; 0 = never
+    max_seconds: float = 0.0  # wall-time bound, compile included (stops between problems); 0 = none
 
 
 # -- compiling ----------------------------------------------------------------------------------
@@ -235,10 +238,12 @@ class ProblemTimer:
 
 def time_problem(runs: list[PlannedRun], compiled: dict[CompileKey, tuple[str | None, str]],
                  device: DeviceSpec, options: BenchOptions,
-                 checked: dict[CompileKey, int] | None = None) -> tuple[dict[int, _Timed], _Timed]:
+                 checked: dict[CompileKey, int] | None = None,
+                 loaded: set[CompileKey] | None = None) -> tuple[dict[int, _Timed], _Timed]:
     """Time all `runs` of one problem; returns per-run results (by index) and the cuBLAS result.
 
-    `checked` counts correctness checks per binary across problems (updated here).
+    `checked` counts correctness checks per binary across problems, `loaded` the binaries this
+    process has already launched (both updated here): only new binaries get an untimed warm-up.
     """
     import random
 
@@ -256,12 +261,18 @@ def time_problem(runs: list[PlannedRun], compiled: dict[CompileKey, tuple[str | 
             items.append((i, (lambda r=run: timer.launch(r))))
     items.append(("aten", timer.launch_cublas))
     cublas = _Timed()
-    # Untimed warm-up of every binary: loads modules so pass 1 does not time first-launch costs.
+    # Untimed warm-up of binaries not launched yet: loads their modules so pass 1 does not time
+    # first-launch costs. Binaries reused from earlier problems are already loaded.
+    loaded = set() if loaded is None else loaded
     for ident, fn in items:
+        if ident != "aten" and runs[ident].key in loaded:
+            continue
         try:
             fn()
         except Exception:
             pass
+        if ident != "aten":
+            loaded.add(runs[ident].key)
     timer.torch.cuda.synchronize()
 
     tol = TOLERANCE_TF32 if runs[0].key.allow_tf32 else TOLERANCE[problem.dtype]
@@ -332,10 +343,11 @@ def _median(xs: list[float]) -> float:
 
 
 def rows_for(runs: list[PlannedRun], results: dict[int, _Timed], cublas: _Timed, prov: dict,
-             options: BenchOptions) -> list[dict]:
+             options: BenchOptions, origin: dict | None = None) -> list[dict]:
+    """Dataset rows of one timed problem; `origin` holds its family / layer / pass columns."""
     problem = runs[0].problem
     pid = dataset.problem_id(problem.m, problem.n, problem.k, problem.dtype, problem.op, problem.batch)
-    base = dict(problem_id=pid, m=problem.m, n=problem.n, k=problem.k, batch=problem.batch,
+    base = dict(problem_id=pid, **(origin or dataset.OPTIONAL_DEFAULTS), m=problem.m, n=problem.n, k=problem.k, batch=problem.batch,
                 dtype=problem.dtype, op=problem.op, layout="nn", split=dataset.split_of(pid),
                 timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 timing_method=TIMING_METHOD.format(reps=options.reps, factor=options.contender_factor),
@@ -355,93 +367,3 @@ def rows_for(runs: list[PlannedRun], results: dict[int, _Timed], cublas: _Timed,
         rows.append(row("triton", run.config.key, run.key.even_k, run.key.allow_tf32, results[i]))
     rows.append(row("aten", (0, 0, 0, 0, 0, 0), False, runs[0].key.allow_tf32, cublas))
     return rows
-
-
-def run_bench(problems: list[Problem], out: str | Path, device: DeviceSpec,
-              options: BenchOptions | None = None) -> pd.DataFrame:
-    """Benchmark `problems` (skipping those already in `out`), appending to `out` as it goes."""
-    import torch
-    from tqdm import tqdm
-
-    options = options or BenchOptions()
-    t_start = time.perf_counter()
-    done = dataset.completed_problems(out)
-    todo = [p for p in problems
-            if dataset.problem_id(p.m, p.n, p.k, p.dtype, p.op, p.batch) not in done]
-    if len(todo) < len(problems):
-        log.info("resuming: %d of %d problems already in %s", len(problems) - len(todo), len(problems), out)
-    if not todo:
-        return dataset.read(out)
-    fp32_precision = str(getattr(torch.backends.cuda.matmul, "fp32_precision", "ieee"))
-    planned = plan(todo, device, search_space=options.search_space, fp32_precision=fp32_precision)
-    keys = distinct_keys(planned)
-    log.info("%d problems, %d (problem, config) pairs, %d distinct kernels",
-             len(todo), sum(map(len, planned)), len(keys))
-    t_compile = time.perf_counter()
-    compiled = precompile(keys, options.workers, options.progress)
-    t_compile = time.perf_counter() - t_compile
-
-    prov = provenance(options.git_sha)
-    pending: list[dict] = []
-    n_rows, t_time, last_flush = 0, time.perf_counter(), time.perf_counter()
-    checked: dict[CompileKey, int] = {}
-    bar = tqdm(planned, desc="time", unit="problem", disable=not options.progress)
-    for runs in bar:
-        if not runs:
-            continue
-        if options.max_seconds and time.perf_counter() - t_start > options.max_seconds:
-            log.info("stopping after %.0f s (--max-seconds); re-run to resume", options.max_seconds)
-            break
-        t_problem = time.perf_counter()
-        results, cublas = time_problem(runs, compiled, device, options, checked)
-        log.info("%s: %d configs in %.2f s", runs[0].problem, len(runs), time.perf_counter() - t_problem)
-        pending.extend(rows_for(runs, results, cublas, prov, options))
-        n_rows += len(runs) + 1
-        bar.set_postfix(rows=n_rows, rows_per_s=f"{n_rows / (time.perf_counter() - t_time):.0f}")
-        if time.perf_counter() - last_flush > 30:
-            dataset.append(out, pd.DataFrame(pending))
-            pending, last_flush = [], time.perf_counter()
-        torch.cuda.empty_cache()
-    if pending:
-        dataset.append(out, pd.DataFrame(pending))
-    t_time = time.perf_counter() - t_time
-    log.info("timed %d rows in %.1f s (%.0f rows/s); compile %.1f s; throughput %.0f rows per GPU-minute",
-             n_rows, t_time, n_rows / max(t_time, 1e-9), t_compile, 60 * n_rows / max(t_time + t_compile, 1e-9))
-    return dataset.read(out)
-
-
-def run_sharded(problems: list[Problem], out: str | Path, device: DeviceSpec, gpus: int,
-                options: BenchOptions) -> pd.DataFrame:
-    """Shard problems over `gpus` GPUs of this host: compile once, then one timing process per GPU."""
-    import multiprocessing
-
-    if gpus <= 1:
-        return run_bench(problems, out, device, options)
-    import torch
-
-    fp32_precision = str(getattr(torch.backends.cuda.matmul, "fp32_precision", "ieee"))
-    keys = distinct_keys(plan(problems, device, search_space=options.search_space,
-                              fp32_precision=fp32_precision))
-    precompile(keys, options.workers, options.progress)  # the disk cache serves every shard
-    out = Path(out)
-    parts = [out.with_name(f"{out.stem}.gpu{i}{out.suffix}") for i in range(gpus)]
-    ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_shard_main, args=(problems[i::gpus], parts[i], device, options, i))
-             for i in range(gpus)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join()
-    frames = [dataset.read(p) for p in parts if p.exists()]
-    if frames:
-        dataset.append(out, pd.concat(frames, ignore_index=True))
-    return dataset.read(out)
-
-
-def _shard_main(problems: list[Problem], out: Path, device: DeviceSpec, options: BenchOptions,
-                index: int) -> None:
-    import torch
-
-    torch.cuda.set_device(index)
-    run_bench(problems, out, device, BenchOptions(**{**options.__dict__, "progress": index == 0}))
-

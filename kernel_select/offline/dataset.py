@@ -1,7 +1,8 @@
 """The benchmark dataset: one parquet row per (problem, config), with provenance.
 
 This module owns the column list and dtypes, validation, reading/writing with resume, and the
-fixed train/validation/test split. It imports no GPU code.
+fixed train/validation/test split. It imports no GPU code. Writing is safe against crashes and
+concurrent writers: see `kernel_select.offline.dataset_io`.
 
 Split rule (fixed; documented in data/README.md): a problem's split is decided by a hash of its
 identity (dtype, op, batch, m, n, k) alone, so every row of a problem lands in the same split and
@@ -18,8 +19,12 @@ from pathlib import Path
 import pandas as pd
 
 from kernel_select.errors import DatasetError
+from kernel_select.offline.dataset_io import atomic_write_parquet, exclusive_lock
 
-DATASET_VERSION = 1
+#: Version 2 added the sampling provenance columns (family, layer, pass); version 1 files are read
+#: with those filled in (OPTIONAL_DEFAULTS).
+DATASET_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 
 #: column -> pandas dtype. Triton rows carry their config; the cuBLAS row of each problem has
 #: backend="aten" and zeros in the config columns.
@@ -40,10 +45,16 @@ COLUMNS: dict[str, str] = {
     # provenance
     "device_name": "string", "sm_count": "int64", "torch_version": "string",
     "triton_version": "string", "git_sha": "string", "timestamp": "string", "timing_method": "string",
+    # sampling provenance: which architecture (or sampler stratum) and layer the problem came from,
+    # and which collection pass chose it ("coverage" or "active")
+    "family": "string", "layer": "string", "pass": "string",
 }
+#: Columns older files (and hand-built frames) may lack, with the value they get.
+OPTIONAL_DEFAULTS: dict[str, str] = {"family": "unknown", "layer": "", "pass": "coverage"}
 CONFIG_COLUMNS = ("block_m", "block_n", "block_k", "num_stages", "num_warps", "group_m")
 STATUSES = ("ok", "capped", "out_of_resources", "compile_error", "runtime_error", "incorrect")
 SPLITS = ("train", "val", "test")
+PASSES = ("coverage", "active")
 
 
 def problem_id(m: int, n: int, k: int, dtype: str, op: str = "mm", batch: int = 1) -> str:
@@ -58,31 +69,57 @@ def split_of(pid: str) -> str:
 
 
 def conform(df: pd.DataFrame) -> pd.DataFrame:
-    """Check that every column exists and cast to the schema's dtypes (column order fixed)."""
+    """Check the columns (none missing, none unknown) and cast to the schema's dtypes."""
+    df = df.assign(**{c: v for c, v in OPTIONAL_DEFAULTS.items() if c not in df.columns})
     missing = [c for c in COLUMNS if c not in df.columns]
     if missing:
         raise DatasetError(f"dataset is missing columns {missing}; expected {list(COLUMNS)}")
+    unknown = [c for c in df.columns if c not in COLUMNS]
+    if unknown:
+        raise DatasetError(f"dataset has unknown columns {unknown}: drop them, or add them to "
+                           "kernel_select.offline.dataset.COLUMNS (and bump DATASET_VERSION)")
     out = df[list(COLUMNS)].copy()
     for col, dtype in COLUMNS.items():
         try:
             out[col] = out[col].astype(dtype)
         except (TypeError, ValueError) as exc:
             raise DatasetError(f"column {col!r} cannot be read as {dtype}: {exc}") from None
-    bad = set(out["status"].unique()) - set(STATUSES)
-    if bad:
-        raise DatasetError(f"column 'status' has unknown values {sorted(bad)}; expected {STATUSES}")
+    for col, allowed in (("status", STATUSES), ("pass", PASSES)):
+        bad = set(out[col].unique()) - set(allowed)
+        if bad:
+            raise DatasetError(f"column {col!r} has unknown values {sorted(bad)}; expected {allowed}")
     return out
+
+
+def _version_of(path: Path) -> int:
+    import pyarrow.parquet as pq
+
+    meta = pq.read_schema(path).metadata or {}
+    raw = meta.get(b"kernel_select")
+    if raw is None:
+        return 1  # files written before the version was recorded
+    try:
+        return int(json.loads(raw)["dataset_version"])
+    except (ValueError, KeyError, TypeError):
+        raise DatasetError(f"{path}: unreadable kernel_select metadata {raw[:80]!r}") from None
 
 
 def read(path: str | Path, *, split: str | None = None) -> pd.DataFrame:
     """Read and validate a dataset file; optionally keep one split."""
     path = Path(path)
-    if not path.exists():
+    if not path.is_file():
         raise DatasetError(f"{path}: no such dataset file")
     try:
+        version = _version_of(path)
         df = pd.read_parquet(path)
+    except DatasetError:
+        raise
     except Exception as exc:  # pyarrow raises several unrelated types for a bad file
         raise DatasetError(f"{path}: not a readable parquet file ({exc})") from None
+    if version not in READABLE_VERSIONS:
+        raise DatasetError(f"{path}: dataset_version {version} is not one this code reads "
+                           f"{READABLE_VERSIONS}; upgrade kernel_select, or re-collect with "
+                           "`kernel-select bench`")
     df = conform(df)
     if split is not None:
         if split not in SPLITS:
@@ -92,34 +129,46 @@ def read(path: str | Path, *, split: str | None = None) -> pd.DataFrame:
 
 
 def write(df: pd.DataFrame, path: str | Path) -> None:
-    """Write `df` (validated) atomically, with the dataset version in the parquet metadata."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    """Write `df` (validated) atomically, with the dataset version in the parquet metadata.
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    Not locked: use `append` (which holds the file's lock) when another process may write too.
+    """
+    import pyarrow as pa
+
     table = pa.Table.from_pandas(conform(df), preserve_index=False)
     meta = dict(table.schema.metadata or {})
     meta[b"kernel_select"] = json.dumps({"dataset_version": DATASET_VERSION}).encode()
-    table = table.replace_schema_metadata(meta)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    pq.write_table(table, tmp, compression="zstd")
-    tmp.replace(path)
+    atomic_write_parquet(table.replace_schema_metadata(meta), Path(path))
 
 
-def completed_problems(path: str | Path) -> set[str]:
-    """Problem ids already present in an existing output (for resuming a collection)."""
+def completed_problems(path: str | Path, device_name: str | None = None) -> set[str]:
+    """Problem ids already present in an existing output (for resuming a collection).
+
+    With `device_name`, only problems measured on that device count as done: rows from another
+    GPU in the same file must not stop this one from measuring the problem.
+    """
     path = Path(path)
     if not path.exists():
         return set()
-    return set(read(path)["problem_id"].unique())
+    df = read(path)
+    if device_name is not None:
+        df = df[df["device_name"] == device_name]
+    return set(df["problem_id"].unique())
 
 
-def append(path: str | Path, rows: pd.DataFrame) -> None:
-    """Add rows to the dataset at `path`, replacing any earlier rows of the same problems."""
+def append(path: str | Path, rows: pd.DataFrame, *, timeout_s: float = 120.0) -> None:
+    """Add rows to the dataset at `path`, replacing earlier rows of the same (problem, device).
+
+    Holds an exclusive lock on `path` for the read-modify-write, so concurrent appends from
+    several processes each keep all their rows; a writer that cannot get the lock within
+    `timeout_s` raises DatasetError.
+    """
     path = Path(path)
-    if path.exists():
-        old = read(path)
-        old = old[~old["problem_id"].isin(set(rows["problem_id"]))]
-        rows = pd.concat([old, conform(rows)], ignore_index=True)
-    write(rows, path)
+    rows = conform(rows)
+    with exclusive_lock(path, timeout_s):
+        if path.exists():
+            old = read(path)
+            replaced = (old["problem_id"] + "|" + old["device_name"]).isin(
+                set(rows["problem_id"] + "|" + rows["device_name"]))
+            rows = pd.concat([old[~replaced], rows], ignore_index=True)
+        write(rows, path)

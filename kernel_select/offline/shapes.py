@@ -13,13 +13,15 @@ from __future__ import annotations
 import json
 import math
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from kernel_select.errors import ProblemError
 from kernel_select.problem import Problem
 
 MAX_FLOP = 1e12  # ~1.3 ms at the H100's achievable bf16 rate; the slowest configs take ~50x that
+SMALLEST_FLOP = 2.0 * 1 * 16 * 16
+REJECTION_TRIES = 1000
 
 # (model, layer, k = in_features, n = out_features). Sources: each model's published config.json
 # (hidden_size, intermediate_size, num_key_value_heads x head_dim) on its model card.
@@ -57,14 +59,39 @@ SEED_IN, SEED_OUT = 3420, 1280
 
 @dataclass(frozen=True)
 class Shape:
+    """One planned problem and where it came from (the dataset's provenance columns).
+
+    `family` is the architecture ("llama3-8b"), "random", or "sampler:<stratum>"; `layer` the
+    layer and GEMM ("q_proj fwd"); `pass_` the collection pass ("coverage" or "active", JSON key
+    "pass"); `group` the compile class the sampler grouped it in (problems of one group share
+    compiled binaries).
+    """
+
     m: int
     n: int
     k: int
     dtype: str
-    source: str
+    source: str = ""
+    family: str = ""
+    layer: str = ""
+    pass_: str = "coverage"
+    group: str = ""
 
     def problem(self) -> Problem:
         return Problem(self.m, self.n, self.k, self.dtype)
+
+    def provenance(self) -> dict[str, str]:
+        """The dataset columns family / layer / pass; older files derive them from `source`."""
+        family, _, layer = self.source.partition(" ")
+        return {"family": self.family or family or "unknown", "layer": self.layer or layer,
+                "pass": self.pass_}
+
+    def to_json(self) -> dict:
+        out = {"m": self.m, "n": self.n, "k": self.k, "dtype": self.dtype, "source": self.source}
+        if self.family:
+            out.update(family=self.family, layer=self.layer, group=self.group)
+        out["pass"] = self.pass_
+        return out
 
 
 def seed_shapes(dtype: str = "bfloat16") -> list[Shape]:
@@ -85,6 +112,28 @@ def model_shapes(dtype: str = "bfloat16", max_flop: float = MAX_FLOP) -> list[Sh
             if 2.0 * m * n * k <= max_flop:
                 out.append(Shape(m, n, k, dtype, f"{model} {layer}"))
     return out
+
+
+def check_max_flop(max_flop: float) -> None:
+    """The smallest problem the generators make is 1 x 16 x 16; a cap below it cannot be met."""
+    if not max_flop >= SMALLEST_FLOP:  # also rejects NaN
+        raise ProblemError(f"max_flop: {max_flop:g} is below the smallest problem's work "
+                           f"({SMALLEST_FLOP:g} FLOP, 1 x 16 x 16); pass a larger cap, e.g. 1e11")
+
+
+def _shrink_to_cap(m: int, n: int, k: int, max_flop: float) -> tuple[int, int, int]:
+    """Halve the largest size that can still shrink (m to 1, n and k to 16) until the cap holds;
+    check_max_flop guarantees that 1 x 16 x 16 does."""
+    while 2.0 * m * n * k > max_flop:
+        sizes = {"m": (m, 1), "n": (n, 16), "k": (k, 16)}
+        name = max((x for x, (v, low) in sizes.items() if v > low), key=lambda x: sizes[x][0])
+        if name == "m":
+            m //= 2
+        elif name == "n":
+            n = max(16, n // 2)
+        else:
+            k = max(16, k // 2)
+    return m, n, k
 
 
 def _log_uniform(rng: random.Random, low: int, high: int) -> int:
@@ -109,14 +158,21 @@ def _snap(rng: random.Random, value: int) -> int:
 def random_shapes(count: int, dtype: str = "bfloat16", seed: int = 0,
                   max_flop: float = MAX_FLOP) -> list[Shape]:
     """Log-uniform problems: m in [1, 16384], n and k in [16, 32768], work capped at `max_flop`."""
+    check_max_flop(max_flop)
+    if count < 0:
+        raise ProblemError(f"count: expected a number of problems >= 0, got {count}")
     rng = random.Random(seed)
     out: list[Shape] = []
     while len(out) < count:
-        m = _snap(rng, _log_uniform(rng, 1, 16384))
-        n = max(16, _snap(rng, _log_uniform(rng, 16, 32768)))
-        k = max(16, _snap(rng, _log_uniform(rng, 16, 32768)))
-        if 2.0 * m * n * k <= max_flop:
-            out.append(Shape(m, n, k, dtype, f"random seed={seed}"))
+        for _ in range(REJECTION_TRIES):
+            m = _snap(rng, _log_uniform(rng, 1, 16384))
+            n = max(16, _snap(rng, _log_uniform(rng, 16, 32768)))
+            k = max(16, _snap(rng, _log_uniform(rng, 16, 32768)))
+            if 2.0 * m * n * k <= max_flop:
+                break
+        else:  # a tiny cap: rejection alone would (almost) never end, so halve the largest size
+            m, n, k = _shrink_to_cap(m, n, k, max_flop)
+        out.append(Shape(m, n, k, dtype, f"random seed={seed}", family="random", layer=""))
     return out
 
 
@@ -135,7 +191,13 @@ def dedupe(shapes: list[Shape]) -> list[Shape]:
 
 
 def save(shapes: list[Shape], path: str | Path) -> None:
-    Path(path).write_text(json.dumps([asdict(s) for s in shapes], indent=1) + "\n")
+    path = Path(path)
+    if path.is_dir():
+        raise ProblemError(f"{path}: is a directory; pass a file name such as {path / 'shapes.json'}")
+    try:
+        path.write_text(json.dumps([s.to_json() for s in shapes], indent=1) + "\n")
+    except OSError as exc:
+        raise ProblemError(f"{path}: cannot write shapes file ({exc.strerror})") from None
 
 
 def load(path: str | Path) -> list[Shape]:
@@ -150,10 +212,12 @@ def load(path: str | Path) -> list[Shape]:
     shapes = []
     for i, item in enumerate(raw):
         try:
-            shape = Shape(int(item["m"]), int(item["n"]), int(item["k"]),
-                          str(item.get("dtype", "bfloat16")), str(item.get("source", "")))
-            problem = shape.problem()  # validates sizes and dtype
+            problem = Problem(int(item["m"]), int(item["n"]), int(item["k"]),
+                              str(item.get("dtype", "bfloat16")))  # validates sizes and dtype
+            shape = Shape(problem.m, problem.n, problem.k, problem.dtype, str(item.get("source", "")),
+                          str(item.get("family", "")), str(item.get("layer", "")),
+                          str(item.get("pass", "coverage")), str(item.get("group", "")))
         except (KeyError, TypeError, ValueError) as exc:
             raise ProblemError(f"{path}[{i}]: {exc}") from None
-        shapes.append(Shape(problem.m, problem.n, problem.k, problem.dtype, shape.source))
+        shapes.append(shape)
     return shapes

@@ -4,10 +4,13 @@ Two test sets, both never trained on, both frozen (adding problems never moves a
 
   test    the dataset's hash split, unchanged: sha256(problem_id) mod 100 >= 85
           (`dataset.split_of`). It measures a new M, N or K near shapes the model has seen.
-  family  every problem of a held-out architecture family (HELD_OUT_FAMILIES: a large LLM, a small
-          LLM and both ViTs), plus every problem whose N is odd (one alignment class: unaligned rows
-          turn off vectorized loads and the pipelined prologue). It measures generalization to
-          layer shapes and alignments unlike anything in training, which is what a new user brings.
+  family  every problem of a held-out architecture family (HELD_OUT_FAMILIES: one of each kind the
+          datasets hold: a large and a small LLM, an MoE, ViTs and a SigLIP tower, a diffusion
+          transformer, a speech model, a recommendation MLP), plus every problem of one alignment
+          class: odd N with odd K (unaligned rows and columns turn off vectorized loads and the
+          pipelined prologue). The coverage sampler puts odd N in training only with K of other
+          classes, and odd K only with other N. It measures generalization to layer shapes and
+          alignments unlike anything in training, which is what a new user brings.
 
 A problem can belong to both (a ViT shape that hashes into `test`); it is then scored in both
 reports. Training uses only problems in neither: `train` and `val` are the hash split's train and
@@ -21,7 +24,7 @@ only problem ids, mapped here through the shapes files' `source` field (its firs
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -30,16 +33,30 @@ import pandas as pd
 from kernel_select.errors import DatasetError
 from kernel_select.offline.dataset import problem_id
 
-#: Families held out whole. Chosen from the H100 shapes' `source` fields to cover one large LLM
-#: (8192-wide), one small LLM (3072-wide, fused qkv / gate_up), and the ViTs (768/1024-wide, M a
-#: multiple of 197 or 257 tokens): together ~26% of today's problems.
-HELD_OUT_FAMILIES: frozenset[str] = frozenset({"llama3-70b", "phi3-mini", "vit-b16", "vit-l14"})
+#: Families held out whole. From the first collection (shapes_h100*.json): one large LLM (8192-wide),
+#: one small LLM (3072-wide, fused qkv / gate_up) and the ViTs (M a multiple of 197 or 257 tokens);
+#: from the coverage collection (shapes_coverage.json), one architecture of every other kind.
+HELD_OUT_FAMILIES: frozenset[str] = frozenset({
+    "llama3-70b", "phi3-mini", "vit-b16", "vit-l14",
+    "gemma2-9b", "olmoe-1b-7b", "siglip-so400m", "sd3-medium-mmdit", "whisper-large-v3", "dcnv2-mlperf",
+})
 
 #: Names of the evaluation splits; each maps to a boolean mask over problems.
 EVAL_SPLITS = ("test", "family")
 TRAINING_SPLITS = ("train", "val")
 UNKNOWN_FAMILY = "unknown"
 _DATA_DIR = Path(__file__).resolve().parent.parent.parent / "data"
+
+
+def held_out_alignment(n: np.ndarray | int, k: np.ndarray | int) -> np.ndarray | bool:
+    """The held-out alignment class: odd N with odd K."""
+    return (np.asarray(n) % 2 == 1) & (np.asarray(k) % 2 == 1)
+
+
+def family_holdout(problem_row: Mapping) -> bool:
+    """True if one problem (a dataset row or a dict with `family`, `n`, `k`) is in the `family` split."""
+    family = family_of_source(problem_row.get("family") or "")
+    return family in HELD_OUT_FAMILIES or bool(held_out_alignment(int(problem_row["n"]), int(problem_row["k"])))
 
 
 def default_shapes_files() -> list[Path]:
@@ -95,7 +112,8 @@ def split_masks(frame: pd.DataFrame, shapes_files: Iterable[str | Path] | None =
         raise DatasetError("dataset has no 'split' column; it is needed for the frozen hash split")
     hashed = frame["split"].astype(str).to_numpy()
     family = problem_families(frame, shapes_files).to_numpy()
-    family_out = np.isin(family, list(HELD_OUT_FAMILIES)) | (frame["n"].to_numpy() % 2 == 1)
+    family_out = np.isin(family, list(HELD_OUT_FAMILIES)) | held_out_alignment(frame["n"].to_numpy(),
+                                                                                frame["k"].to_numpy())
     return {
         "train": (hashed == "train") & ~family_out,
         "val": (hashed == "val") & ~family_out,

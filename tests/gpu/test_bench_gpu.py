@@ -14,13 +14,13 @@ triton = pytest.importorskip("triton")
 def test_harness_times_a_small_problem_end_to_end(tmp_path):
     import pandas as pd
 
-    from kernel_select.offline import bench, dataset
+    from kernel_select.offline import bench, dataset, pipeline
     from kernel_select.device import detect
     from kernel_select.problem import Problem
 
     problem = Problem(100, 272, 3420, "bfloat16")  # unaligned M and K: masked K loop, wrapped rows
     out = tmp_path / "rows.parquet"
-    df = bench.run_bench([problem], out, detect(), bench.BenchOptions(progress=False, reps=2))
+    df = pipeline.run_bench([problem], out, detect(), bench.BenchOptions(progress=False, reps=2))
     assert df["problem_id"].nunique() == 1
     triton_rows = df[df["backend"] == "triton"]
     assert len(triton_rows) > 100
@@ -28,7 +28,7 @@ def test_harness_times_a_small_problem_end_to_end(tmp_path):
     assert set(df["status"]) <= {"ok", "capped"}  # nothing incorrect, nothing failed
     assert (df["runtime_ms"] > 0).all() and df["runtime_ms"].map(math.isfinite).all()
     # Re-running resumes: nothing new is timed, the file is unchanged.
-    again = bench.run_bench([problem], out, detect(), bench.BenchOptions(progress=False))
+    again = pipeline.run_bench([problem], out, detect(), bench.BenchOptions(progress=False))
     pd.testing.assert_frame_equal(dataset.read(out), again)
 
 

@@ -1,0 +1,118 @@
+"""Dataset files survive concurrent writers, kills and foreign content (issue 12's dataset rows)."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pyarrow.parquet as pq
+import pytest
+
+from kernel_select.errors import DatasetError
+from kernel_select.offline import dataset
+from kernel_select.offline.dataset_io import exclusive_lock, lock_path
+from tests.offline.test_bench_plan import _rows
+
+
+def _pid(i: int) -> str:
+    return dataset.problem_id(16 + i, 16, 16, "bfloat16")
+
+
+def _append_many(path: str, offset: int, count: int) -> None:
+    for i in range(count):
+        dataset.append(path, _rows(_pid(offset + i), [1.0, 2.0]))
+
+
+def test_two_processes_appending_concurrently_keep_every_row(tmp_path):
+    out = tmp_path / "d.parquet"
+    dataset.append(out, _rows(_pid(999), [5.0] * 50))  # rows already there must survive too
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_append_many, args=(str(out), 1000 * w, 15)) for w in (1, 2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0]
+    df = dataset.read(out)
+    assert df["problem_id"].nunique() == 31 and len(df) == 50 + 30 * 2
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_a_second_writer_waits_then_fails_with_a_clear_error(tmp_path):
+    out = tmp_path / "d.parquet"
+    with exclusive_lock(out, timeout_s=1):
+        started = time.monotonic()
+        with pytest.raises(DatasetError, match="another process is writing"):
+            dataset.append(out, _rows(_pid(1), [1.0]), timeout_s=0.3)
+        assert time.monotonic() - started >= 0.3
+    dataset.append(out, _rows(_pid(1), [1.0]), timeout_s=0.3)  # free again
+    assert lock_path(out).exists() and dataset.completed_problems(out) == {_pid(1)}
+
+
+def test_unknown_columns_are_refused_with_the_fix():
+    with pytest.raises(DatasetError, match=r"unknown columns \['surprise'\].*drop them"):
+        dataset.conform(_rows(_pid(1), [1.0]).assign(surprise=1))
+
+
+def test_unknown_dataset_version_is_refused(tmp_path):
+    out = tmp_path / "d.parquet"
+    dataset.write(_rows(_pid(1), [1.0]), out)
+    table = pq.read_table(out)
+    meta = {**table.schema.metadata, b"kernel_select": json.dumps({"dataset_version": 99}).encode()}
+    pq.write_table(table.replace_schema_metadata(meta), out)
+    with pytest.raises(DatasetError, match="dataset_version 99.*upgrade"):
+        dataset.read(out)
+
+
+def test_version_1_files_are_read_with_provenance_filled(tmp_path):
+    out = tmp_path / "v1.parquet"
+    old = dataset.conform(_rows(_pid(1), [1.0])).drop(columns=["family", "layer", "pass"])
+    pq.write_table(__import__("pyarrow").Table.from_pandas(old, preserve_index=False), out)
+    df = dataset.read(out)
+    assert (df["family"] == "unknown").all() and (df["pass"] == "coverage").all()
+
+
+def test_resume_is_keyed_by_device(tmp_path):
+    out = tmp_path / "d.parquet"
+    dataset.append(out, _rows(_pid(1), [1.0]).assign(device_name="NVIDIA A100-SXM4-80GB"))
+    assert dataset.completed_problems(out, device_name="NVIDIA H100 80GB HBM3") == set()
+    dataset.append(out, _rows(_pid(1), [2.0]))  # the H100 rows join, the A100 rows stay
+    df = dataset.read(out)
+    assert sorted(df["device_name"]) == ["NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"]
+    assert dataset.completed_problems(out, device_name="NVIDIA H100 80GB HBM3") == {_pid(1)}
+
+
+_KILLED_WRITER = """
+import sys, pyarrow.parquet as pq
+from tests.offline.test_bench_plan import _rows
+from kernel_select.offline import dataset
+def slow(*a, **k):
+    open(sys.argv[2], "w").write("writing")
+    import time; time.sleep(60)
+pq.write_table = slow
+dataset.append(sys.argv[1], _rows(dataset.problem_id(16, 16, 16, "bfloat16"), [1.0]))
+"""
+
+
+def test_a_killed_append_leaves_the_file_intact_and_no_stale_temp(tmp_path):
+    out = tmp_path / "d.parquet"
+    dataset.append(out, _rows(_pid(7), [3.0]))
+    flag = tmp_path / "started"
+    proc = subprocess.Popen([sys.executable, "-c", _KILLED_WRITER, str(out), str(flag)],
+                            env={**os.environ, "PYTHONPATH": os.getcwd()})
+    deadline = time.monotonic() + 60
+    while not flag.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert flag.exists()
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert list(tmp_path.glob(".d.parquet.*.tmp"))  # the killed writer's temp...
+    assert dataset.completed_problems(out) == {_pid(7)}  # ...never replaced the file
+    dataset.append(out, _rows(_pid(8), [1.0]))  # the next writer cleans it up
+    assert not list(tmp_path.glob(".d.parquet.*.tmp"))
+    assert dataset.completed_problems(out) == {_pid(7), _pid(8)}
