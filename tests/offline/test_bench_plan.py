@@ -115,6 +115,15 @@ def test_committed_dataset_meets_its_datasheet():
     assert (df.groupby("problem_id")["backend"].apply(lambda b: (b == "aten").sum()) == 1).all()
 
 
+def test_committed_coverage_dataset_meets_its_datasheet():
+    df = dataset.read("data/h100_coverage.parquet")
+    problems = df.drop_duplicates("problem_id")
+    assert len(problems) == 1302 and len(df) == 976_595
+    assert (df["runtime_ms"] < float("inf")).all()
+    assert problems["family"].str.startswith("sampler:").sum() == 918
+    assert problems.loc[~problems["family"].str.startswith("sampler:"), "family"].nunique() >= 30
+
+
 @pytest.mark.parametrize("command", ["bench", "fidelity"])
 def test_gpu_commands_fail_cleanly_without_a_gpu(command, capsys, tmp_path, monkeypatch):
     import torch
