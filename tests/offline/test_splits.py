@@ -33,11 +33,13 @@ def shapes(tmp_path):
     return [path]
 
 
-def test_held_out_families_and_odd_n_form_the_family_split(shapes):
+def test_held_out_families_and_odd_n_with_odd_k_form_the_family_split(shapes):
     frame = _frame([(64, 8192, 8192, "bfloat16"), (394, 768, 768, "bfloat16"), (64, 4096, 4096, "bfloat16"),
-                    (32, 3072, 3072, "bfloat16"), (100, 1001, 512, "float16"), (7, 512, 256, "float32")])
+                    (32, 3072, 3072, "bfloat16"), (100, 1001, 513, "float16"), (7, 512, 256, "float32"),
+                    (100, 1001, 512, "float16"), (100, 1000, 513, "float16")])
     masks = splits.split_masks(frame, shapes)
-    assert masks["family"].tolist() == [True, True, False, True, True, False]
+    # odd N is trained on with even K, odd K with even N; only the pair is held out
+    assert masks["family"].tolist() == [True, True, False, True, True, False, False, False]
     # trainable = the hash split's train/val minus the family holdout; test is the hash split as is
     assert np.array_equal(masks["test"], frame["split"].to_numpy() == "test")
     assert not (masks["family"] & (masks["train"] | masks["val"])).any()
