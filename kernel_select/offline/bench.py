@@ -33,6 +33,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -261,22 +262,39 @@ def time_problem(runs: list[PlannedRun], compiled: dict[CompileKey, tuple[str | 
             items.append((i, (lambda r=run: timer.launch(r))))
     items.append(("aten", timer.launch_cublas))
     cublas = _Timed()
-    # Untimed warm-up of binaries not launched yet: loads their modules so pass 1 does not time
-    # first-launch costs. Binaries reused from earlier problems are already loaded.
-    loaded = set() if loaded is None else loaded
+    _warm_up(items, runs, set() if loaded is None else loaded)
+    timer.torch.cuda.synchronize()
+
+    tol = TOLERANCE_TF32 if runs[0].key.allow_tf32 else TOLERANCE[problem.dtype]
+    to_check = _choose_checks(items, runs, checked, rng)
+    t0 = time.perf_counter()
+    first = timer.time_pass(items, check=to_check)
+    t1 = time.perf_counter()
+    _record_first_pass(first, results, cublas, to_check, tol)
+    contenders = _retime_contenders(items, first, results, cublas, timer, options)
+    log.debug("%s: pass 1 %.2f s (%d checked), pass 2 %.2f s (%d contenders x %d)", problem,
+              t1 - t0, len(to_check), time.perf_counter() - t1, len(contenders), options.reps)
+    return results, cublas
+
+
+def _warm_up(items: list, runs: list[PlannedRun], loaded: set[CompileKey]) -> None:
+    """Untimed launch of binaries not launched yet: loads their modules so pass 1 does not time
+    first-launch costs. Binaries reused from earlier problems are already loaded."""
     for ident, fn in items:
         if ident != "aten" and runs[ident].key in loaded:
             continue
         try:
             fn()
-        except Exception:
+        except Exception:  # noqa: BLE001 -- a failing binary is classified by the timed pass
             pass
         if ident != "aten":
             loaded.add(runs[ident].key)
-    timer.torch.cuda.synchronize()
 
-    tol = TOLERANCE_TF32 if runs[0].key.allow_tf32 else TOLERANCE[problem.dtype]
-    to_check = {"aten"}
+
+def _choose_checks(items: list, runs: list[PlannedRun], checked: dict[CompileKey, int], rng: Any) -> set:
+    """Which launches pass 1 checks for correctness: cuBLAS, every binary's first few problems,
+    and a random fraction of the rest."""
+    to_check: set = {"aten"}
     for ident, _ in items:
         if ident == "aten":
             continue
@@ -284,9 +302,11 @@ def time_problem(runs: list[PlannedRun], compiled: dict[CompileKey, tuple[str | 
         if checked.get(key, 0) < CHECKS_PER_KERNEL or rng.random() < CHECK_FRACTION:
             to_check.add(ident)
             checked[key] = checked.get(key, 0) + 1
-    t0 = time.perf_counter()
-    first = timer.time_pass(items, check=to_check)
-    t1 = time.perf_counter()
+    return to_check
+
+
+def _record_first_pass(first: dict, results: dict[int, _Timed], cublas: _Timed, to_check: set,
+                       tol: float) -> None:
     for ident, (ms, err) in first.items():
         slot = cublas if ident == "aten" else results[ident]
         if isinstance(err, BaseException):
@@ -297,6 +317,11 @@ def time_problem(runs: list[PlannedRun], compiled: dict[CompileKey, tuple[str | 
         else:
             slot.samples.append(ms)
 
+
+def _retime_contenders(items: list, first: dict, results: dict[int, _Timed], cublas: _Timed,
+                       timer: ProblemTimer, options: BenchOptions) -> set[int]:
+    """Pass 2: re-time the fastest configs (and cuBLAS) `options.reps` times; the others keep
+    their single pass-1 sample and are marked `capped`. Returns the contenders."""
     ok = {i: t.samples[0] for i, t in results.items() if t.status == "ok" and t.samples}
     best = min(ok.values(), default=math.inf)
     ranked = sorted(ok, key=ok.get)
@@ -309,9 +334,7 @@ def time_problem(runs: list[PlannedRun], compiled: dict[CompileKey, tuple[str | 
     for i in ok:
         if i not in contenders:
             results[i].status = "capped"
-    log.debug("%s: pass 1 %.2f s (%d checked), pass 2 %.2f s (%d contenders x %d)", problem,
-              t1 - t0, len(to_check), time.perf_counter() - t1, len(contenders), options.reps)
-    return results, cublas
+    return contenders
 
 
 # -- rows, provenance, driver --------------------------------------------------------------------

@@ -1,0 +1,84 @@
+"""The timing driver's bookkeeping on CPU: the GPU timer is replaced by a scripted fake, so what is
+checked here is which configs are warmed up, checked, re-timed and marked capped or incorrect."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from kernel_select.device import get_device
+from kernel_select.offline import bench
+from kernel_select.offline.bench_plan import plan
+from kernel_select.problem import Problem
+
+PROBLEM = Problem(512, 1024, 2048, "bfloat16")
+DEVICE = get_device("h100")
+
+
+class FakeTimer:
+    """Config i runs (i + 1) microseconds; `wrong` configs return a large relative error; the
+    launches made outside timed passes (warm-ups) are counted."""
+
+    instances: list[FakeTimer] = []
+
+    def __init__(self, problem: Problem, device: object, options: object, wrong: frozenset = frozenset()):
+        self.torch = type("T", (), {"cuda": type("C", (), {"synchronize": staticmethod(lambda: None)})})
+        self.wrong, self.warmups, self.passes = wrong, 0, []
+        FakeTimer.instances.append(self)
+
+    def launch(self, run: object) -> None:
+        self.warmups += 1
+
+    def launch_cublas(self) -> None:
+        self.warmups += 1
+
+    def time_pass(self, items: list, *, check: set | None = None, gpu_ms: dict | None = None) -> dict:
+        self.passes.append([ident for ident, _ in items])
+        out = {}
+        for ident, _fn in items:
+            ms = 0.5 if ident == "aten" else (ident + 1) * 1e-3
+            err = 1.0 if ident in self.wrong else 0.0
+            out[ident] = (ms, err if check is not None and ident in check else math.nan)
+        return out
+
+
+@pytest.fixture()
+def runs(monkeypatch: pytest.MonkeyPatch):
+    FakeTimer.instances.clear()
+    monkeypatch.setattr(bench, "ProblemTimer", lambda p, d, o: FakeTimer(p, d, o, frozenset({3})))
+    return plan([PROBLEM], DEVICE)[0]
+
+
+def test_contenders_are_retimed_and_the_rest_capped(runs):
+    options = bench.BenchOptions(reps=3, contender_factor=1.5)
+    results, cublas = bench.time_problem(runs, {}, DEVICE, options)
+    timer = FakeTimer.instances[-1]
+    assert len(timer.passes) == 1 + 3  # pass 1, then `reps` passes over the contenders
+    retimed = {i for i in timer.passes[1] if i != "aten"}
+    assert retimed == set(range(bench.MIN_CONTENDERS + 1)) - {3}  # the 24 fastest correct ones + ...
+    assert all(len(results[i].samples) == 4 for i in retimed)
+    capped = {i for i, r in results.items() if r.status == "capped"}
+    assert capped == set(range(len(runs))) - retimed - {3}
+    assert all(len(results[i].samples) == 1 for i in capped)
+    assert results[3].status == "incorrect"  # checked on its binary's first problem
+    assert len(cublas.samples) == 4 and cublas.status == "ok"
+
+
+def test_compile_failures_are_reported_not_timed_and_loaded_binaries_not_warmed(runs):
+    failed = {runs[0].key: ("compile_error", "boom")}
+    loaded = {run.key for run in runs[1:]}
+    results, _ = bench.time_problem(runs, failed, DEVICE, bench.BenchOptions(reps=1), loaded=loaded)
+    timer = FakeTimer.instances[-1]
+    assert results[0].status == "compile_error" and results[0].samples == []
+    assert 0 not in timer.passes[0]
+    # only cuBLAS was warmed: every binary but the failed one was already loaded by this process
+    assert timer.warmups == 1
+
+
+def test_each_binary_is_checked_on_its_first_problems_only(runs):
+    checked: dict = {}
+    for _ in range(bench.CHECKS_PER_KERNEL):
+        bench.time_problem(runs, {}, DEVICE, bench.BenchOptions(reps=1), checked=checked)
+    keys = {run.key for run in runs}
+    assert all(checked[key] >= bench.CHECKS_PER_KERNEL for key in keys)
