@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from kernel_select.atomic_write import write_atomic
 
 #: Largest GEMM dimension the CLI accepts: Inductor's mm templates index with int32 by default,
 #: and the model's features are computed in int64, where larger products would overflow.
@@ -138,16 +138,7 @@ def emit_text(text: str, out: str | None) -> None:
     if out is None:
         sys.stdout.write(text)
         return
-    target = Path(out)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(out, text)
 
 
 def read_json(path: str) -> object:

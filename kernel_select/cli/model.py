@@ -135,7 +135,8 @@ def _model_names(text: str, device: str | None) -> list[str]:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from kernel_select.offline.evaluate import evaluate, evaluate_splits, format_report
+    from kernel_select.offline.evaluate import evaluate, evaluate_splits
+    from kernel_select.offline.report import format_report
 
     models: list = _model_names(args.model, args.device)
     if args.mlp_dir is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from kernel_select.configs import GemmConfig, config_from_description
@@ -52,6 +52,7 @@ class AutotuneRecord:
 
     op: str
     timings: list[ChoiceTiming]
+    shapes: list[list[int | str]] | None = None  # the op's input sizes, when Inductor passed them
 
     @property
     def winner(self) -> ChoiceTiming | None:
@@ -63,27 +64,58 @@ class AutotuneRecord:
 
 
 @contextlib.contextmanager
+def feedback_saver(fn: Callable[..., None]) -> Iterator[None]:
+    """Register `fn` as an Inductor feedback saver inside the block, and remove it after.
+
+    Inductor calls savers with (timings, name, input_nodes, choices, profiled_time) for every op it
+    really benchmarks, and does not catch what a saver raises: an exception would abort the
+    compile. So `fn` runs guarded here; a failure is logged at DEBUG and the compile goes on.
+    """
+    from torch._inductor import select_algorithm
+
+    def guarded(*args: Any) -> None:
+        try:
+            fn(*args)
+        except Exception:  # noqa: BLE001 -- an exception escaping a saver aborts torch.compile
+            log.debug("kernel_select: feedback saver %s failed", getattr(fn, "__name__", fn), exc_info=True)
+
+    select_algorithm.add_feedback_saver(guarded)
+    try:
+        yield
+    finally:
+        savers = select_algorithm.get_algorithm_selector_cache().feedback_saver_fns
+        if guarded in savers:
+            savers.remove(guarded)
+
+
+@contextlib.contextmanager
 def record_autotuning() -> Iterator[list[AutotuneRecord]]:
     """Collect what Inductor's autotuner benchmarked (via a feedback saver) inside the block."""
     from torch._inductor import select_algorithm
 
     records: list[AutotuneRecord] = []
 
-    def saver(timings: dict[Any, float], name: str, *_: Any) -> None:
-        # An exception escaping a feedback saver aborts torch.compile; never let one out.
-        try:
-            records.append(AutotuneRecord(name, [choice_timing(select_algorithm, c, ms)
-                                                 for c, ms in timings.items()]))
-        except Exception:  # noqa: BLE001
-            log.debug("kernel_select: could not record autotuning of %s", name, exc_info=True)
+    def saver(timings: dict[Any, float], name: str, input_nodes: Any = (), *_: Any) -> None:
+        records.append(AutotuneRecord(name, [choice_timing(select_algorithm, c, ms) for c, ms in timings.items()],
+                                      input_shapes(input_nodes)))
 
-    select_algorithm.add_feedback_saver(saver)
-    try:
+    with feedback_saver(saver):
         yield records
-    finally:
-        savers = select_algorithm.get_algorithm_selector_cache().feedback_saver_fns
-        if saver in savers:
-            savers.remove(saver)
+
+
+def input_shapes(input_nodes: Any) -> list[list[int | str]] | None:
+    """The sizes of an autotuned op's inputs (a symbolic size as its expression); None if unreadable."""
+    try:
+        return [[_dim(size) for size in node.get_size()] for node in input_nodes]
+    except Exception:  # noqa: BLE001 -- called from a feedback saver: never raise there
+        return None
+
+
+def _dim(size: Any) -> int | str:
+    try:
+        return int(size)
+    except TypeError:  # a symbolic size
+        return str(size)
 
 
 def choice_timing(select_algorithm: Any, choice: Any, ms: float) -> ChoiceTiming:

@@ -27,7 +27,7 @@ from typing import Any
 from kernel_select import runtime
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import DeviceError
-from kernel_select.inductor.probe import ChoiceTiming, choice_timing
+from kernel_select.inductor.probe import ChoiceTiming, choice_timing, feedback_saver
 from kernel_select.lut import ATEN, BatchedLUTEntry, KernelLUT, LUTEntry, LUTRow, MRange, load_lut, save_lut
 from kernel_select.problem import Problem, dtype_name
 
@@ -149,31 +149,20 @@ def record(path: str | os.PathLike[str] | None = None, *, device: str | None = N
         DeviceError: when no device is given and no GPU is found.
     """
     import torch
-    from torch._inductor import select_algorithm
 
     target = Path(path) if path is not None else None
     existing = load_lut(target) if target is not None and target.exists() else None
     recording = Recording()
 
     def saver(timings: dict[Any, float], name: str, input_nodes: list[Any], *_: Any) -> None:
-        try:
-            item = feedback_of(name, input_nodes, timings)
-        except Exception:  # noqa: BLE001 -- Inductor does not catch what a saver raises
-            item = None
-            log.debug("kernel_select.record: could not read the autotuning of %s", name, exc_info=True)
-        if item is None:
-            recording.skipped += 1
-        else:
+        recording.skipped += 1  # until the feedback is read (a failure leaves it counted here)
+        item = feedback_of(name, input_nodes, timings)
+        if item is not None:
+            recording.skipped -= 1
             recording.feedback.append(item)
 
-    select_algorithm.add_feedback_saver(saver)
-    try:
-        with torch.compiler.config.patch(force_disable_caches=True):
-            yield recording
-    finally:
-        savers = select_algorithm.get_algorithm_selector_cache().feedback_saver_fns
-        if saver in savers:
-            savers.remove(saver)
+    with feedback_saver(saver), torch.compiler.config.patch(force_disable_caches=True):
+        yield recording
     recording.lut = lut_from_feedback(recording.feedback, _device(device), pin=pin, top=top)
     if target is not None:
         save_lut(existing.merge(recording.lut) if existing is not None else recording.lut, target)

@@ -13,11 +13,11 @@ import json
 import logging
 import os
 import stat
-import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from kernel_select.atomic_write import write_atomic
 from kernel_select.errors import LUTError
 from kernel_select.lut.entries import entry_dict
 from kernel_select.lut.schema import SCHEMA_VERSION, KernelLUT, empty_lut
@@ -71,7 +71,7 @@ def migrate(raw: dict[str, Any], *, source: str = "<string>") -> dict[str, Any]:
     version = raw.get("schema_version")
     if version is None:
         if any(isinstance(key, str) and key.startswith(("((", "(torch")) or ")+" in str(key) for key in raw):
-            raise lut_error(source, f"this looks like a torch._inductor lookup_table, not a "
+            raise lut_error(source, "this looks like a torch._inductor lookup_table, not a "
                            "kernel_select LUT; convert it with `kernel-select lut from-inductor`")
         raise lut_error(source, f"schema_version: missing; add \"schema_version\": {SCHEMA_VERSION} "
                        "at the top of the file")
@@ -309,18 +309,6 @@ def save_lut(lut: KernelLUT, path: str | os.PathLike[str]) -> None:
     if target.is_dir():
         raise lut_error(str(target), "is a directory; pass a file path for the LUT")
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        write_atomic(target, dump_lut(lut))
     except OSError as exc:
         raise lut_error(str(target), f"cannot write: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(dump_lut(lut))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException as exc:
-        Path(tmp).unlink(missing_ok=True)
-        if isinstance(exc, OSError):
-            raise lut_error(str(target), f"cannot write: {exc.strerror or exc}") from None
-        raise

@@ -129,8 +129,3 @@ def _parent_kind(loc: list[Any]) -> str | None:
     return None
 
 
-def short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-

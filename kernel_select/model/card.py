@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from kernel_select.atomic_write import write_atomic
 from kernel_select.device import DeviceSpec
 from kernel_select.errors import ModelCardMismatchError, ModelError
 
@@ -261,15 +260,4 @@ def _same_architecture(key: str, spec: DeviceSpec) -> bool:
 
 
 def _write_atomic(path: Path, payload: bytes) -> None:
-    # A unique temp file in the same folder, then rename: a reader never sees half a checkpoint,
-    # and two writers never share a temp name.
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, payload)

@@ -35,10 +35,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 
 from kernel_select.offline import dataset
-from kernel_select.offline.bench_plan import CompileKey, PlannedRun, distinct_keys, plan
+from kernel_select.offline.bench_plan import CompileKey, PlannedRun, distinct_keys
 from kernel_select.device import DeviceSpec
 from kernel_select.problem import Problem
 

@@ -15,11 +15,11 @@ import contextlib
 import errno
 import fcntl
 import os
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from kernel_select.atomic_write import atomic_file
 from kernel_select.errors import DatasetError
 
 POLL_S = 0.05
@@ -77,31 +77,9 @@ def remove_stale_temps(path: Path) -> list[Path]:
     return removed
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def atomic_write_parquet(table, path: Path) -> None:
     """Write a pyarrow table to `path` atomically and durably (see the module docstring)."""
     import pyarrow.parquet as pq
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
-    tmp = Path(tmp_name)
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # mkstemp creates 0600; a dataset is an ordinary file
-        with os.fdopen(fd, "wb") as handle:
-            pq.write_table(table, handle, compression="zstd")
-            handle.flush()
-            os.fsync(handle.fileno())
-        tmp.replace(path)
-        _fsync_dir(path.parent)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with atomic_file(path, "wb") as handle:
+        pq.write_table(table, handle, compression="zstd")

@@ -39,7 +39,6 @@ from kernel_select.offline.metrics import (  # noqa: F401 - re-exported for call
     topk_scores,
 )
 from kernel_select.offline.nvmmh import nvmmh_report
-from kernel_select.offline.report import format_report  # noqa: F401 - re-exported for the CLI
 from kernel_select.problem import Problem
 
 log = logging.getLogger(__name__)

@@ -9,11 +9,10 @@ and rename it over the target.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from kernel_select.atomic_write import write_atomic
 from kernel_select.errors import DatasetError
 
 
@@ -21,16 +20,7 @@ def write_json_atomic(data: Any, path: str | Path) -> None:
     """Write `data` as strict JSON (no NaN or inf) to `path`, atomically and durably."""
     target = Path(path)
     text = json.dumps(data, indent=1, allow_nan=False) + "\n"  # fails before touching the disk
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(target, text)
 
 
 def read_json_file(path: str | Path, what: str) -> Any:

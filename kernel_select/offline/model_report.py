@@ -11,11 +11,12 @@ imported only by the functions that need them.
 from __future__ import annotations
 
 import dataclasses
-import math
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from kernel_select.offline.metrics import geomean
 
 #: A step counts as slower than eager (or than another method) beyond this fraction.
 SLOWER_BY = 0.02
@@ -127,9 +128,6 @@ def _row(method: str, used: list[dict[str, Any]]) -> MethodRow:
 def _ratio(value: float | None, reference: float | None) -> float | None:
     return value / reference if value and reference else None
 
-
-def geomean(values: Sequence[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def format_summary(summary: Summary) -> str:

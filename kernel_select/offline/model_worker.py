@@ -93,39 +93,18 @@ def relative_iqr(values: Sequence[float]) -> float | None:
 @contextmanager
 def recording_gemms() -> Iterator[list[dict[str, Any]]]:
     """Every op Inductor autotunes inside the block: op, input shapes, winner, choices timed."""
-    from torch._inductor import select_algorithm
-
     import kernel_select.inductor as ks_inductor
-
-    shapes: list[Any] = []
-
-    def shape_saver(timings: Any, name: str, input_nodes: Any = (), *_: Any) -> None:
-        try:
-            shapes.append([[_dim(d) for d in node.get_size()] for node in input_nodes])
-        except Exception:  # noqa: BLE001 -- an exception here would abort the compile
-            shapes.append(None)
 
     gemms: list[dict[str, Any]] = []
     with ks_inductor.record_autotuning() as records:
-        select_algorithm.add_feedback_saver(shape_saver)
         try:
             yield gemms
         finally:
-            savers = select_algorithm.get_algorithm_selector_cache().feedback_saver_fns
-            if shape_saver in savers:
-                savers.remove(shape_saver)
-            for i, record in enumerate(records):
+            for record in records:
                 winner = record.winner
-                gemms.append({"op": record.op, "shapes": shapes[i] if i < len(shapes) else None,
+                gemms.append({"op": record.op, "shapes": record.shapes,
                               "choice": winner.label() if winner else None,
                               "n_triton": record.count("triton"), "n_choices": len(record.timings)})
-
-
-def _dim(size: Any) -> int | str:
-    try:
-        return int(size)
-    except TypeError:  # a symbolic size
-        return str(size)
 
 
 def _warm_up(device: Any, method: ModelMethod) -> None:

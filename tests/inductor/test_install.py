@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import logging
 import pickle
-import sys
 from pathlib import Path
 
 import pytest

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
 from typing import Any
 
+from kernel_select.offline.metrics import geomean
 from kernel_select.offline.compare.results import eager_ms_for, succeeded
 
 #: A method counts as slower than eager when its kernel takes more than this much longer.
@@ -52,17 +52,14 @@ def summarize(results: dict[str, Any]) -> Summary:
             tuning = sum(p["results"][method]["tuning_s"] or 0.0 for p in used)
             rows.append(MethodSummary(
                 method=method, problems=len(used),
-                kernel_ratio_vs_stock=_geomean([r / s for r, s in zip(rel, stock_rel)]),
+                kernel_ratio_vs_stock=geomean([r / s for r, s in zip(rel, stock_rel)]),
                 tuning_ratio_vs_stock=tuning / stock_tuning if stock_tuning > 0 else math.nan,
                 total_tuning_s=tuning,
-                speedup_vs_eager=_geomean([1 / r for r in rel]),
+                speedup_vs_eager=geomean([1 / r for r in rel]),
                 slower_than_eager=sum(r > 1 + SLOWER_THAN_EAGER for r in rel),
             ))
     return Summary(rows=rows, problems_used=len(used), problems_excluded=[p["label"] for p in excluded])
 
-
-def _geomean(values: Sequence[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def format_summary(summary: Summary) -> str:
