@@ -31,7 +31,6 @@ import dataclasses
 import datetime
 import json
 import logging
-import os
 import subprocess
 import sys
 import tempfile
@@ -39,6 +38,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from kernel_select.offline.fresh_process import fresh_cache_env
 from kernel_select.errors import DatasetError
 from kernel_select.offline import model_report
 from kernel_select.offline.model_methods import ModelMethod
@@ -54,14 +54,10 @@ Runner = Callable[[dict[str, Any], Path, float], dict[str, Any]]
 
 def run_in_subprocess(spec: dict[str, Any], log_path: Path, timeout_s: float) -> dict[str, Any]:
     """One worker process with empty Inductor and Triton caches; its raw result or an error."""
-    package_root = str(Path(__file__).resolve().parent.parent.parent)
     with tempfile.TemporaryDirectory(prefix="kernel-select-models-") as tmp:
         spec_path, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
         spec_path.write_text(json.dumps(spec))
-        env = {**os.environ,
-               "TORCHINDUCTOR_CACHE_DIR": str(Path(tmp) / "inductor"),
-               "TRITON_CACHE_DIR": str(Path(tmp) / "triton"),
-               "PYTHONPATH": os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)}
+        env = fresh_cache_env(tmp)
         command = [sys.executable, "-m", "kernel_select.offline.model_worker", str(spec_path), str(result_path)]
         try:
             with open(log_path, "w") as log_file:

@@ -129,7 +129,6 @@ def _ratio(value: float | None, reference: float | None) -> float | None:
     return value / reference if value and reference else None
 
 
-
 def format_summary(summary: Summary) -> str:
     """A plain-text table (ratios < 1 are better, except speedups)."""
     def num(value: float | None, width: int, fmt: str = ".3f") -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import subprocess
 import sys
 import tempfile
@@ -14,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from kernel_select.offline.fresh_process import fresh_cache_env
 from kernel_select import knobs
 from kernel_select.device import DeviceSpec
 from kernel_select.errors import DeviceError, OptionError
@@ -155,14 +155,10 @@ def _safe(label: str) -> str:
 
 def run_worker(specs: list[dict[str, Any]], log_path: Path, timeout_s: float) -> dict[str, dict[str, Any]]:
     """Run one worker process over `specs`; returns label -> raw result for what it finished."""
-    package_root = str(Path(__file__).resolve().parents[3])
     with tempfile.TemporaryDirectory(prefix="kernel-select-compare-") as tmp:
         spec_path, result_path = Path(tmp) / "specs.json", Path(tmp) / "results.jsonl"
         spec_path.write_text(json.dumps(specs))
-        env = {**os.environ,
-               "TORCHINDUCTOR_CACHE_DIR": str(Path(tmp) / "inductor"),
-               "TRITON_CACHE_DIR": str(Path(tmp) / "triton"),
-               "PYTHONPATH": os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)}
+        env = fresh_cache_env(tmp)
         command = [sys.executable, "-m", "kernel_select.offline.compare.worker", "--worker", str(spec_path),
                    str(result_path)]
         try:

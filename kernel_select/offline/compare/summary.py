@@ -61,7 +61,6 @@ def summarize(results: dict[str, Any]) -> Summary:
     return Summary(rows=rows, problems_used=len(used), problems_excluded=[p["label"] for p in excluded])
 
 
-
 def format_summary(summary: Summary) -> str:
     """A plain-text table of `summary` (ratios < 1 are better)."""
     header = (f"{'method':<18}{'kernel/stock':>14}{'tuning/stock':>14}{'tuning [s]':>12}"
