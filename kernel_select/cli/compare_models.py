@@ -48,9 +48,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run_compare_models(args: argparse.Namespace) -> int:
-    from kernel_select.offline import compare_models, model_report
-    from kernel_select.offline.model_methods import MethodContext, select_methods
-    from kernel_select.offline.model_zoo import parse_workloads, require_transformers
+    from kernel_select.offline.e2e import compare_models, model_report
+    from kernel_select.offline.e2e.model_methods import MethodContext, select_methods
+    from kernel_select.offline.e2e.model_zoo import parse_workloads, require_transformers
 
     models = parse_workloads(args.models)
     require_transformers(models)

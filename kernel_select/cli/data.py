@@ -80,7 +80,7 @@ def register_fidelity(sub: Subparsers) -> None:
 
 
 def run_shapes(args: argparse.Namespace) -> int:
-    from kernel_select.offline import shapes
+    from kernel_select.offline.data import shapes
     from kernel_select.problem import dtype_name
 
     if args.coverage:
@@ -97,7 +97,7 @@ def run_shapes(args: argparse.Namespace) -> int:
 
 
 def _coverage_shapes(args: argparse.Namespace) -> int:
-    from kernel_select.offline import sampler, shapes
+    from kernel_select.offline.data import sampler, shapes
 
     chosen = sampler.coverage_shapes(args.coverage, seed=args.seed, group_size=args.group_size,
                                      max_flop=1e11 if args.max_flop is None else args.max_flop)
@@ -112,7 +112,8 @@ def _coverage_shapes(args: argparse.Namespace) -> int:
 
 def run_bench(args: argparse.Namespace) -> int:
     from kernel_select.device import detect
-    from kernel_select.offline import bench, pipeline, shapes
+    from kernel_select.offline.harness import bench, pipeline
+    from kernel_select.offline.data import shapes
     from kernel_select.problem import dtype_name
 
     chosen = shapes.load(args.shapes)
@@ -136,7 +137,8 @@ def run_bench(args: argparse.Namespace) -> int:
 
 def run_fidelity(args: argparse.Namespace) -> int:
     from kernel_select.device import detect
-    from kernel_select.offline import dataset, fidelity, shapes
+    from kernel_select.offline.data import dataset, shapes
+    from kernel_select.offline.harness import fidelity
 
     problems = [s.problem() for s in shapes.load(args.shapes)]
     if args.resume and not args.json_out:

@@ -100,7 +100,7 @@ def _run_train_ensemble(args: argparse.Namespace) -> int:
 
 def run_train_gate(args: argparse.Namespace) -> int:
     from kernel_select.device import get_device
-    from kernel_select.offline import dataset
+    from kernel_select.offline.data import dataset
     from kernel_select.offline.train import train_gate
 
     data_path = Path(args.data)
@@ -135,10 +135,11 @@ def _model_names(text: str, device: str | None) -> list[str]:
 
 
 def run_eval(args: argparse.Namespace) -> int:
+    models: list = _model_names(args.model, args.device)  # a typo fails before the dataset is read
+
     from kernel_select.offline.evaluate import evaluate, evaluate_splits
     from kernel_select.offline.report import format_report
 
-    models: list = _model_names(args.model, args.device)
     if args.mlp_dir is not None:
         from kernel_select.model.mlp import MLPModel
 

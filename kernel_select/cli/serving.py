@@ -43,7 +43,7 @@ def register(sub: Subparsers) -> None:
 
 def run_pretune(args: argparse.Namespace) -> int:
     from kernel_select import runtime
-    from kernel_select.offline import pretune
+    from kernel_select.offline.serving import pretune
 
     require_gpu("pretune")
     device = runtime.current_device()
@@ -62,7 +62,7 @@ def run_record(args: argparse.Namespace) -> int:
     import torch
 
     import kernel_select.inductor as ks_inductor
-    from kernel_select.offline import pretune
+    from kernel_select.offline.serving import pretune
 
     require_gpu("record")
     module, inputs, dynamic = pretune.load_factory(args.model)

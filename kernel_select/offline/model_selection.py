@@ -27,7 +27,8 @@ from tqdm.auto import tqdm
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.model import features as v1
 from kernel_select.model import features_v2 as v2
-from kernel_select.offline import dataset, splits, uncertainty
+from kernel_select.offline.data import dataset, splits
+from kernel_select.offline import uncertainty
 from kernel_select.offline.evaluate import _default_best, usable_triton_rows
 from kernel_select.offline.metrics import (
     DEFAULT_KS, best_in_top_k, geomean, oracle_ms, spearman_per_group, topk_scores,

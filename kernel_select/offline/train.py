@@ -30,7 +30,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from kernel_select.offline import dataset
+from kernel_select.offline.data import dataset
 from kernel_select.model.gate import GATE_FILE, CublasGate, fit_gate
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import DatasetError, ModelError, OptionError

@@ -25,7 +25,8 @@ from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import OptionError
 from kernel_select.model import features_v2 as v2
 from kernel_select.model.ensemble import EnsembleCard, EnsembleModel
-from kernel_select.offline import dataset, splits, uncertainty
+from kernel_select.offline.data import dataset, splits
+from kernel_select.offline import uncertainty
 from kernel_select.offline.metrics import DEFAULT_KS, geomean
 from kernel_select.offline.model_selection import SHORTLIST, HeldOut, build_train_data, prepare_rows
 from kernel_select.offline.train import MLPHParams

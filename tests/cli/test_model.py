@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from kernel_select.offline import dataset
+from kernel_select.offline.data import dataset
 from kernel_select.cli import main
 from tests.synthetic import synthetic_frame
 

@@ -14,7 +14,8 @@ triton = pytest.importorskip("triton")
 def test_harness_times_a_small_problem_end_to_end(tmp_path):
     import pandas as pd
 
-    from kernel_select.offline import bench, dataset, pipeline
+    from kernel_select.offline.harness import bench, pipeline
+    from kernel_select.offline.data import dataset
     from kernel_select.device import detect
     from kernel_select.problem import Problem
 
@@ -35,10 +36,10 @@ def test_harness_times_a_small_problem_end_to_end(tmp_path):
 def test_every_config_of_a_problem_is_correct_against_torch():
     import torch
 
-    from kernel_select.offline.bench_plan import plan
+    from kernel_select.offline.harness.bench_plan import plan
     from kernel_select.device import detect
-    from kernel_select.offline.mm_kernel import mm_kernel  # noqa: F401 -- compiles on first launch
-    from kernel_select.offline.bench import ProblemTimer, BenchOptions
+    from kernel_select.offline.harness.mm_kernel import mm_kernel  # noqa: F401 -- compiles on first launch
+    from kernel_select.offline.harness.bench import ProblemTimer, BenchOptions
     from kernel_select.problem import Problem
 
     device = detect()

@@ -19,7 +19,7 @@ def tiny_factory():  # noqa: ANN201
 def test_pretune_writes_pins_that_serve_without_benchmarks(tmp_path: Path):
     import kernel_select.inductor as ks_inductor
     from kernel_select import runtime
-    from kernel_select.offline import pretune
+    from kernel_select.offline.serving import pretune
 
     device = runtime.current_device()
     module, inputs, dynamic = tiny_factory()

@@ -51,7 +51,7 @@ def entry(m: object = 560, n: int = 1280, k: int = 3420, **extra: object) -> dic
 # -- the seed table ------------------------------------------------------------------------------
 
 def test_seed_lut_holds_the_measured_best_and_is_canonical():
-    from kernel_select.offline import dataset
+    from kernel_select.offline.data import dataset
 
     seed = load_lut(SEED)
     assert SEED.read_text() == dump_lut(seed)

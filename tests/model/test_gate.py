@@ -17,7 +17,7 @@ from kernel_select.model.gate import (
     load_default_gate,
     problem_ratios,
 )
-from kernel_select.offline.dataset import read as read_dataset
+from kernel_select.offline.data.dataset import read as read_dataset
 from kernel_select.device import get_device
 from kernel_select.errors import ModelError
 from kernel_select.problem import Problem

@@ -8,8 +8,8 @@ import math
 import pandas as pd
 import pytest
 
-from kernel_select.offline import dataset, shapes
-from kernel_select.offline.bench_plan import compile_key, distinct_keys, plan, pow2_divisor
+from kernel_select.offline.data import dataset, shapes
+from kernel_select.offline.harness.bench_plan import compile_key, distinct_keys, plan, pow2_divisor
 from kernel_select.configs import GemmConfig
 from kernel_select.device import get_device
 from kernel_select.errors import DatasetError, ProblemError

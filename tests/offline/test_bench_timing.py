@@ -8,8 +8,8 @@ import math
 import pytest
 
 from kernel_select.device import get_device
-from kernel_select.offline import bench
-from kernel_select.offline.bench_plan import plan
+from kernel_select.offline.harness import bench
+from kernel_select.offline.harness.bench_plan import plan
 from kernel_select.problem import Problem
 
 PROBLEM = Problem(512, 1024, 2048, "bfloat16")

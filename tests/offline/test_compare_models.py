@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from kernel_select.errors import DatasetError, OptionError
-from kernel_select.offline import compare_models, model_methods, model_report
-from kernel_select.offline.model_methods import MethodContext, ModelMethod, select_methods
-from kernel_select.offline.model_worker import interleaved_ms, relative_iqr
+from kernel_select.offline.e2e import compare_models, model_methods, model_report
+from kernel_select.offline.e2e.model_methods import MethodContext, ModelMethod, select_methods
+from kernel_select.offline.e2e.model_worker import interleaved_ms, relative_iqr
 
 
 class FakeTimer:

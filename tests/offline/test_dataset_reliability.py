@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from kernel_select.errors import DatasetError
-from kernel_select.offline import dataset
-from kernel_select.offline.dataset_io import exclusive_lock, lock_path
+from kernel_select.offline.data import dataset
+from kernel_select.offline.data.dataset_io import exclusive_lock, lock_path
 from tests.offline.test_bench_plan import _rows
 
 
@@ -90,7 +90,7 @@ def test_resume_is_keyed_by_device(tmp_path):
 _KILLED_WRITER = """
 import sys, pyarrow.parquet as pq
 from tests.offline.test_bench_plan import _rows
-from kernel_select.offline import dataset
+from kernel_select.offline.data import dataset
 def slow(*a, **k):
     open(sys.argv[2], "w").write("writing")
     import time; time.sleep(60)

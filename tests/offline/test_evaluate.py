@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kernel_select.offline import dataset
+from kernel_select.offline.data import dataset
 from kernel_select.offline.evaluate import best_in_top_k, evaluate, spearman_per_group, topk_scores
 from kernel_select.model import PerformanceModel
 from kernel_select.problem import Problem

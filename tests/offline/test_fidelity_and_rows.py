@@ -8,10 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kernel_select.offline import bench, dataset
-from kernel_select.offline.bench_plan import plan
+from kernel_select.offline.harness import bench
+from kernel_select.offline.data import dataset
+from kernel_select.offline.harness.bench_plan import plan
 from kernel_select.device import get_device
-from kernel_select.offline.fidelity import pick_configs, spearman
+from kernel_select.offline.harness.fidelity import pick_configs, spearman
 from kernel_select.problem import Problem
 
 H100 = get_device("h100")
@@ -72,7 +73,7 @@ def test_failures_are_classified(name, text, status):
 def test_fidelity_summary_leaves_out_problems_without_triton_choices_and_round_trips(tmp_path):
     import math
 
-    from kernel_select.offline import fidelity
+    from kernel_select.offline.harness import fidelity
 
     def result(name: str, rho: float, n: int = 40) -> fidelity.FidelityResult:
         return fidelity.FidelityResult(problem=name, n_configs=n, spearman_median=rho, spearman_min=rho,
@@ -100,7 +101,7 @@ def test_fidelity_resume_needs_a_json_path(capsys):
 
 def test_fidelity_result_uses_only_the_configs_both_sides_timed():
     from kernel_select.configs import GemmConfig
-    from kernel_select.offline import fidelity
+    from kernel_select.offline.harness import fidelity
 
     configs = [GemmConfig.from_key((bm, 64, 32, 3, 4, 8)) for bm in (16, 32, 64, 128, 256)]
     inductor = {c: float(i + 1) for i, c in enumerate(configs[:4])}  # Inductor skipped the last one

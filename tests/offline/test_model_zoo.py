@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from kernel_select.errors import OptionError
-from kernel_select.offline import model_zoo
-from kernel_select.offline.model_methods import ModelMethod
-from kernel_select.offline.model_worker import measure
+from kernel_select.offline.e2e import model_zoo
+from kernel_select.offline.e2e.model_methods import ModelMethod
+from kernel_select.offline.e2e.model_worker import measure
 
 
 def _needs_transformers(name: str) -> None:

@@ -12,7 +12,7 @@ from kernel_select.configs import GemmConfig
 from kernel_select.device import get_device
 from kernel_select.errors import KernelSelectError
 from kernel_select.lut import ATEN, load_lut
-from kernel_select.offline import pretune
+from kernel_select.offline.serving import pretune
 from kernel_select.problem import Problem
 from kernel_select.select import spread_ms
 from tests.inductor_doubles import FakeModel
@@ -107,7 +107,7 @@ def test_a_run_writes_pins_with_ranges_and_resumes(tmp_path: Path):
 
 
 def test_the_serving_bench_compares_each_length_with_the_fastest_method(tmp_path: Path):
-    from kernel_select.offline import serving_bench
+    from kernel_select.offline.serving import serving_bench
 
     sites = pretune.load_shapes(_write(tmp_path / "s.json", serving_bench.shapes()))
     assert [s.dynamic for s in sites] == ["m", "m", None]

@@ -10,11 +10,11 @@ import pytest
 
 from kernel_select.device import get_device
 from kernel_select.errors import ProblemError
-from kernel_select.offline import sampler, shapes
-from kernel_select.offline.architectures import ARCHITECTURES, KINDS, layer_gemms
-from kernel_select.offline.bench_plan import distinct_keys, plan
-from kernel_select.offline.pipeline import RowWriter, shard_problems
-from kernel_select.offline.splits import family_holdout
+from kernel_select.offline.data import sampler, shapes
+from kernel_select.offline.data.architectures import ARCHITECTURES, KINDS, layer_gemms
+from kernel_select.offline.harness.bench_plan import distinct_keys, plan
+from kernel_select.offline.harness.pipeline import RowWriter, shard_problems
+from kernel_select.offline.data.splits import family_holdout
 from kernel_select.problem import Problem
 from tests.offline.test_bench_plan import _rows
 
@@ -102,5 +102,5 @@ def test_row_writer_appends_in_the_background(tmp_path):
         writer.put(_rows(f"bfloat16/mm/1x{m}x16x16", [1.0]).to_dict("records"))
     writer.close()
     assert writer.rows_written == 3
-    from kernel_select.offline import dataset
+    from kernel_select.offline.data import dataset
     assert dataset.read(out)["problem_id"].nunique() == 3

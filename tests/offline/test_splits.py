@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from kernel_select.errors import DatasetError
-from kernel_select.offline import dataset, splits
+from kernel_select.offline.data import dataset, splits
 
 
 def _frame(rows):

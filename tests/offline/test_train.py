@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from kernel_select.offline import dataset
+from kernel_select.offline.data import dataset
 from kernel_select.cli import main
 from kernel_select.errors import DatasetError, OptionError
 from kernel_select.model.features import FEATURE_VERSION

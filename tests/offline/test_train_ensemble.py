@@ -9,7 +9,7 @@ import pytest
 
 from kernel_select.cli import main
 from kernel_select.errors import ModelCardMismatchError, ModelError
-from kernel_select.offline import dataset
+from kernel_select.offline.data import dataset
 from kernel_select.problem import Problem
 from kernel_select.space import for_problem
 from tests.synthetic import synthetic_frame

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from kernel_select.errors import DatasetError
-from kernel_select.offline.dataset import problem_id
+from kernel_select.offline.data.dataset import problem_id
 
 #: Families held out whole. From the first collection (shapes_h100*.json): one large LLM (8192-wide),
 #: one small LLM (3072-wide, fused qkv / gate_up) and the ViTs (M a multiple of 197 or 257 tokens);
@@ -45,7 +45,7 @@ HELD_OUT_FAMILIES: frozenset[str] = frozenset({
 EVAL_SPLITS = ("test", "family")
 TRAINING_SPLITS = ("train", "val")
 UNKNOWN_FAMILY = "unknown"
-_DATA_DIR = Path(__file__).resolve().parent.parent.parent / "data"
+_DATA_DIR = Path(__file__).resolve().parents[3] / "data"
 
 
 def held_out_alignment(n: np.ndarray | int, k: np.ndarray | int) -> np.ndarray | bool:

@@ -227,7 +227,7 @@ def pretune(sites: Sequence[Site], *, out: str | Path, device: DeviceSpec, model
     from kernel_select.lut import save_lut
 
     if benchmark is None:
-        from kernel_select.offline.pretune_gpu import benchmark_problem as benchmark
+        from kernel_select.offline.serving.pretune_gpu import benchmark_problem as benchmark
     out = Path(out)
     journal = out.with_name(out.name + ".progress.json")
     done: dict[str, Timings] = json.loads(journal.read_text()) if journal.exists() else {}

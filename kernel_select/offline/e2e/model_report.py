@@ -2,7 +2,7 @@
 notebooks and the compile-time vs step-time plot. Plain Python; pandas and matplotlib are
 imported only by the functions that need them.
 
-    from kernel_select.offline import model_report
+    from kernel_select.offline.e2e import model_report
     results = model_report.load("results/models_h100.json")
     print(model_report.format_summary(model_report.summarize(results)))
     model_report.plot_models(results)          # a matplotlib Figure
@@ -25,7 +25,7 @@ RESULT_FIELDS = ("compile_s", "step_ms", "eager_step_ms", "speedup_vs_eager", "c
 
 
 def load(path: str | Path) -> dict[str, Any]:
-    from kernel_select.offline.compare_models import load_results
+    from kernel_select.offline.e2e.compare_models import load_results
 
     return load_results(path)
 

@@ -1,6 +1,6 @@
 """One (model, method) measurement of `compare-models`, in a process of its own.
 
-    python -m kernel_select.offline.model_worker SPEC.json RESULT.json
+    python -m kernel_select.offline.e2e.model_worker SPEC.json RESULT.json
 
 The parent gives every worker empty Inductor and Triton cache directories, so `compile_s` is
 a cold compile. The worker
@@ -29,8 +29,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
-from kernel_select.offline.model_methods import ModelMethod
-from kernel_select.offline.model_zoo import build_workload
+from kernel_select.offline.e2e.model_methods import ModelMethod
+from kernel_select.offline.e2e.model_zoo import build_workload
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +176,7 @@ def measure(spec: dict[str, Any], timer: Timer | None = None) -> dict[str, Any]:
 
 def main(argv: Sequence[str]) -> int:
     if len(argv) != 2:
-        print("usage: python -m kernel_select.offline.model_worker SPEC.json RESULT.json", file=sys.stderr)
+        print("usage: python -m kernel_select.offline.e2e.model_worker SPEC.json RESULT.json", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     spec = json.loads(Path(argv[0]).read_text())

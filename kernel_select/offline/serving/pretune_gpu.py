@@ -10,7 +10,7 @@ from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec
 from kernel_select.errors import KernelSelectError
 from kernel_select.lut import BatchedLUTEntry, KernelLUT, LUTEntry, save_lut
-from kernel_select.offline.pretune import Timings, label_of
+from kernel_select.offline.serving.pretune import Timings, label_of
 from kernel_select.problem import Problem
 
 

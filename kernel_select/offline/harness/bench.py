@@ -2,7 +2,7 @@
 Inductor-equivalent Triton kernel, plus cuBLAS, and write parquet rows with provenance.
 
 This module compiles keys (in worker processes, into Triton's on-disk cache) and times one problem;
-the collection driver that overlaps the two is `kernel_select.offline.pipeline`.
+the collection driver that overlaps the two is `kernel_select.offline.harness.pipeline`.
 
 How a problem is timed (the way Inductor's benchmarker does it, minus its launch gaps):
   * timing only loads binaries compiled beforehand; a binary's first launch in the process is an
@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 
-from kernel_select.offline import dataset
-from kernel_select.offline.bench_plan import CompileKey, PlannedRun, distinct_keys
+from kernel_select.offline.data import dataset
+from kernel_select.offline.harness.bench_plan import CompileKey, PlannedRun, distinct_keys
 from kernel_select.device import DeviceSpec
 from kernel_select.problem import Problem
 
@@ -99,7 +99,7 @@ def error_class(exc: BaseException) -> str:
 
 def _compile_keys(keys: list[CompileKey]) -> list[tuple[CompileKey, str | None, str]]:
     """Worker: compile each key into Triton's disk cache. Runs in a spawned process."""
-    from kernel_select.offline.mm_kernel import mm_kernel
+    from kernel_select.offline.harness.mm_kernel import mm_kernel
 
     out = []
     for key in keys:
@@ -178,7 +178,7 @@ class ProblemTimer:
                        for _ in range(CHUNK)]
 
     def launch(self, run: PlannedRun) -> None:
-        from kernel_select.offline.mm_kernel import mm_kernel
+        from kernel_select.offline.harness.mm_kernel import mm_kernel
 
         key, cfg, p = run.key, run.config, self.problem
         grid = (math.ceil(p.m / cfg.block_m) * math.ceil(p.n / cfg.block_n),)

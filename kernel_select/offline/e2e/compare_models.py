@@ -40,8 +40,8 @@ from typing import Any
 
 from kernel_select.offline.fresh_process import fresh_cache_env
 from kernel_select.errors import DatasetError
-from kernel_select.offline import model_report
-from kernel_select.offline.model_methods import ModelMethod
+from kernel_select.offline.e2e import model_report
+from kernel_select.offline.e2e.model_methods import ModelMethod
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ def run_in_subprocess(spec: dict[str, Any], log_path: Path, timeout_s: float) ->
         spec_path, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
         spec_path.write_text(json.dumps(spec))
         env = fresh_cache_env(tmp)
-        command = [sys.executable, "-m", "kernel_select.offline.model_worker", str(spec_path), str(result_path)]
+        command = [sys.executable, "-m", "kernel_select.offline.e2e.model_worker", str(spec_path), str(result_path)]
         try:
             with open(log_path, "w") as log_file:
                 subprocess.run(command, env=env, stdout=log_file, stderr=subprocess.STDOUT,

@@ -1,6 +1,6 @@
 """Serving measurement (issue 13) on a GPU: one process per method, fresh caches.
 
-    python -m kernel_select.offline.serving_bench --out results/serving_h100.json
+    python -m kernel_select.offline.serving.serving_bench --out results/serving_h100.json
 
 The program is the first user's: nn.Linear(3420 -> 1280) in bf16, its forward GEMM and both
 backward GEMMs (grad input, grad weight) in one compiled function, the sequence length marked
@@ -91,7 +91,7 @@ def run_method(method: str, lut: str | None, samples: int) -> dict[str, Any]:
 
 
 def _in_subprocess(method: str, lut: str | None, samples: int) -> dict[str, Any]:
-    command = [sys.executable, "-m", "kernel_select.offline.serving_bench", "--worker", method,
+    command = [sys.executable, "-m", "kernel_select.offline.serving.serving_bench", "--worker", method,
                "--samples", str(samples)] + (["--lut", lut] if lut else [])
     done = subprocess.run(command, capture_output=True, text=True, timeout=480)
     if done.returncode != 0:

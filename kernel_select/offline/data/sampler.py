@@ -14,7 +14,7 @@ Strata (each a minimum share of the problems; `check_shares` verifies them, MIN_
     the size, capped at 16), each at least 10%;
   * bfloat16 >= 50%, float16 >= 15%, float32 >= 15%;
   * real layer shapes (forward and both backward GEMMs) of the open architectures in
-    `kernel_select.offline.architectures`, at decode, prefill and training sizes.
+    `kernel_select.offline.data.architectures`, at decode, prefill and training sizes.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from collections import Counter, defaultdict
 from dataclasses import replace
 
 from kernel_select.errors import ProblemError
-from kernel_select.offline.architectures import all_layer_gemms
-from kernel_select.offline.bench_plan import pow2_divisor
-from kernel_select.offline.shapes import Shape, check_max_flop
+from kernel_select.offline.data.architectures import all_layer_gemms
+from kernel_select.offline.harness.bench_plan import pow2_divisor
+from kernel_select.offline.data.shapes import Shape, check_max_flop
 
 ALIGNMENTS = (1, 2, 4, 8, 16)  # pow2_divisor of N or K, capped at 16
 ALIGNMENT_NAMES = {1: "odd", 2: "2", 4: "4", 8: "8", 16: ">=16"}

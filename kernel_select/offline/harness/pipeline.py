@@ -30,9 +30,9 @@ from pathlib import Path
 import pandas as pd
 
 from kernel_select.device import DeviceSpec
-from kernel_select.offline import dataset
-from kernel_select.offline.bench import BenchOptions, _compile_keys, provenance, rows_for, time_problem
-from kernel_select.offline.bench_plan import CompileKey, PlannedRun, plan
+from kernel_select.offline.data import dataset
+from kernel_select.offline.harness.bench import BenchOptions, _compile_keys, provenance, rows_for, time_problem
+from kernel_select.offline.harness.bench_plan import CompileKey, PlannedRun, plan
 from kernel_select.problem import Problem
 
 log = logging.getLogger(__name__)
@@ -227,7 +227,7 @@ def run_sharded(problems: list[Problem], out: str | Path, device: DeviceSpec, gp
         return run_bench(problems, out, device, options, origins)
     import torch
 
-    from kernel_select.offline.bench_plan import pow2_divisor
+    from kernel_select.offline.harness.bench_plan import pow2_divisor
 
     out = Path(out)
     groups = groups or [f"{p.dtype}/{pow2_divisor(p.n)}/{pow2_divisor(p.k)}" for p in problems]

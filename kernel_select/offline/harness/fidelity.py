@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kernel_select.offline import dataset
+from kernel_select.offline.data import dataset
 from kernel_select.offline.json_files import read_json_file, write_json_atomic
 from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec
@@ -124,7 +124,7 @@ def inductor_timings(problem: Problem, device: DeviceSpec, configs: list[GemmCon
 
 
 def _planned(problem: Problem, configs: list[GemmConfig]) -> list:
-    from kernel_select.offline.bench_plan import PlannedRun, compile_key
+    from kernel_select.offline.harness.bench_plan import PlannedRun, compile_key
 
     return [PlannedRun(problem, c, compile_key(problem, c, False)) for c in configs]
 
@@ -132,7 +132,7 @@ def _planned(problem: Problem, configs: list[GemmConfig]) -> list:
 def harness_timings(problem: Problem, device: DeviceSpec, configs: list[GemmConfig], compiled: dict
                     ) -> tuple[dict[GemmConfig, float], dict[GemmConfig, float]]:
     """The harness's median and min per config (every config re-timed as a contender)."""
-    from kernel_select.offline import bench
+    from kernel_select.offline.harness import bench
 
     runs = _planned(problem, configs)
     options = bench.BenchOptions(contender_factor=math.inf)
@@ -153,7 +153,7 @@ def check(problems: list[Problem], device: DeviceSpec, *, configs_per_problem: i
     writes the JSON there, so a run stopped part-way keeps what it finished)."""
     from tqdm import tqdm
 
-    from kernel_select.offline import bench
+    from kernel_select.offline.harness import bench
 
     picked = {p: pick_configs(p, device, configs_per_problem, data) for p in problems}
     keys = bench.distinct_keys_of([r for p, cs in picked.items() for r in _planned(p, cs)])

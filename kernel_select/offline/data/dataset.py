@@ -2,7 +2,7 @@
 
 This module owns the column list and dtypes, validation, reading/writing with resume, and the
 fixed train/validation/test split. It imports no GPU code. Writing is safe against crashes and
-concurrent writers: see `kernel_select.offline.dataset_io`.
+concurrent writers: see `kernel_select.offline.data.dataset_io`.
 
 Split rule (fixed; documented in data/README.md): a problem's split is decided by a hash of its
 identity (dtype, op, batch, m, n, k) alone, so every row of a problem lands in the same split and
@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from kernel_select.errors import DatasetError
-from kernel_select.offline.dataset_io import atomic_write_parquet, exclusive_lock
+from kernel_select.offline.data.dataset_io import atomic_write_parquet, exclusive_lock
 
 #: Version 2 added the sampling provenance columns (family, layer, pass); version 1 files are read
 #: with those filled in (OPTIONAL_DEFAULTS).
@@ -77,7 +77,7 @@ def conform(df: pd.DataFrame) -> pd.DataFrame:
     unknown = [c for c in df.columns if c not in COLUMNS]
     if unknown:
         raise DatasetError(f"dataset has unknown columns {unknown}: drop them, or add them to "
-                           "kernel_select.offline.dataset.COLUMNS (and bump DATASET_VERSION)")
+                           "kernel_select.offline.data.dataset.COLUMNS (and bump DATASET_VERSION)")
     out = df[list(COLUMNS)].copy()
     for col, dtype in COLUMNS.items():
         try:

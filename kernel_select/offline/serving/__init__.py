@@ -1,0 +1,1 @@
+"""Serving without autotuning: pretune a program into a pinned LUT, and the serving measurement."""
