@@ -41,6 +41,7 @@ from kernel_select.model.card import (
     utc_now,
 )
 from kernel_select.model.features import log2_alignment
+from kernel_select.model.problem_net import fit_problem_net
 from kernel_select.problem import DTYPE_BYTES, Problem, dtype_name
 
 log = logging.getLogger(__name__)
@@ -198,8 +199,6 @@ def fit_gate(df: Any, device: DeviceSpec | str, *, seed: int = 0, epochs: int = 
              check_every: int = 10) -> CublasGate:
     """Train the gate on the 'train' split's problems; keep the weights with the lowest validation
     RMSE (checked every `check_every` epochs). Full-batch AdamW: a few hundred problems."""
-    import torch
-
     spec = get_device(device)
     table = problem_ratios(df)
     train, val = table[table["split"] == "train"], table[table["split"] == "val"]
@@ -211,29 +210,11 @@ def fit_gate(df: Any, device: DeviceSpec | str, *, seed: int = 0, epochs: int = 
         return gate_features(frame["m"], frame["n"], frame["k"],
                              frame["dtype"].map(lambda d: DTYPE_BYTES[dtype_name(d)]), spec)
 
-    x_train, x_val = features(train), features(val)
-    mean, std = x_train.mean(axis=0), x_train.std(axis=0) + 1e-6
-    to_tensor = lambda a: torch.tensor((a - mean) / std, dtype=torch.float32)  # noqa: E731
-    xt, xv = to_tensor(x_train), to_tensor(x_val)
-    yt = torch.tensor(train["log_ratio"].to_numpy(), dtype=torch.float32)
-    yv = val["log_ratio"].to_numpy()
-    torch.manual_seed(seed)
-    net = build_body(DEFAULT_ARCHITECTURE)
-    optimizer = torch.optim.AdamW(net.parameters(), lr=1e-2, weight_decay=1e-2)
-    best_rmse, best_epoch, best_state = math.inf, 0, None
-    for epoch in range(1, epochs + 1):
-        optimizer.zero_grad()
-        loss = ((net(xt).squeeze(1) - yt) ** 2).mean()
-        loss.backward()
-        optimizer.step()
-        if epoch % check_every == 0:
-            with torch.no_grad():
-                rmse = float(np.sqrt(np.mean((net(xv).squeeze(1).numpy() - yv) ** 2)))
-            if rmse < best_rmse:
-                best_rmse, best_epoch = rmse, epoch
-                best_state = {name: t.clone() for name, t in net.state_dict().items()}
-    assert best_state is not None
-    net.load_state_dict(best_state)
+    fitted = fit_problem_net(features(train), train["log_ratio"].to_numpy(), features(val),
+                             val["log_ratio"].to_numpy(), DEFAULT_ARCHITECTURE, seed=seed, epochs=epochs,
+                             check_every=check_every)
+    net, mean, std, best_rmse, best_epoch = (fitted.net, fitted.mean, fitted.std, fitted.val_rmse,
+                                             fitted.best_epoch)
     card = ModelCard(
         model=STEM, device=spec.key, architecture=DEFAULT_ARCHITECTURE, feature_version=GATE_FEATURE_VERSION,
         feature_names=list(GATE_FEATURE_NAMES), feature_mean=mean.tolist(), feature_std=std.tolist(),

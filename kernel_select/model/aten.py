@@ -1,0 +1,115 @@
+"""The cuBLAS time head: the ATen mm (cuBLAS) scored in milliseconds, like every Triton config.
+
+Inductor always benchmarks ATen next to the Triton candidates. To decide Triton versus cuBLAS from
+one calibrated prediction, the shipped model predicts cuBLAS's runtime in the same units as its
+Triton predictions: a small network over problem-level features (the cuBLAS gate's: sizes,
+alignment, rooflines; cuBLAS picks its own kernel, so no config enters) trained on the log of each
+problem's measured cuBLAS row. `MLPModel.estimate_aten(problem)` returns it, and the handler offers
+Triton configs only where the best predicted Triton time beats it by the `cublas_margin` knob.
+
+Files: the checkpoint `aten` of `card.py` (aten.pt, aten.json) next to the MLP's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kernel_select.device import DeviceSpec, get_device
+from kernel_select.errors import ModelError
+from kernel_select.model.card import (
+    Architecture,
+    ModelCard,
+    build_body,
+    load_checkpoint,
+    load_state,
+    retrain_hint,
+    save_checkpoint,
+    training_versions,
+    utc_now,
+)
+from kernel_select.model.gate import GATE_FEATURE_NAMES, GATE_FEATURE_VERSION, gate_features
+from kernel_select.model.problem_net import fit_problem_net
+from kernel_select.problem import DTYPE_BYTES, Problem, dtype_name
+
+STEM = "aten"
+ATEN_FILE = f"{STEM}.pt"
+DEFAULT_ARCHITECTURE = Architecture(inputs=len(GATE_FEATURE_NAMES), hidden_widths=[64, 64], activation="silu")
+
+
+class AtenHead:
+    """Predicted cuBLAS (ATen mm) milliseconds per problem, for the dtypes it was trained on."""
+
+    def __init__(self, device: DeviceSpec | str, net: Any, card: ModelCard) -> None:
+        self.device = get_device(device)
+        self.net = net.eval()
+        self.card = card
+        self.mean = np.asarray(card.feature_mean, dtype=np.float32)
+        self.std = np.asarray(card.feature_std, dtype=np.float32)
+
+    def supports(self, problem: Problem) -> bool:
+        """Single GEMMs (`mm`, batch 1) of a trained dtype: what the cuBLAS rows measured."""
+        return problem.op == "mm" and problem.batch == 1 and problem.dtype in self.card.dtypes
+
+    def predict_ms(self, problems: Sequence[Problem]) -> np.ndarray:
+        """float64 ms per problem (callers check `supports` first)."""
+        import torch
+
+        if not problems:
+            return np.zeros(0)
+        x = gate_features([p.m for p in problems], [p.n for p in problems], [p.k for p in problems],
+                          [DTYPE_BYTES[dtype_name(p.dtype)] for p in problems], self.device)
+        with torch.inference_mode():
+            log_ms = self.net(torch.from_numpy((x - self.mean) / self.std)).squeeze(1).double().numpy()
+        if not np.all(np.isfinite(log_ms)):
+            raise ModelError(f"cuBLAS time head for {self.device.key} returned non-finite predictions")
+        return np.exp(log_ms)
+
+    def save(self, model_dir: str | Path) -> Path:
+        return save_checkpoint(model_dir, STEM, self.net.state_dict(), self.card)
+
+    @classmethod
+    def load(cls, model_dir: str | Path, device: DeviceSpec | str, *,
+             allow_same_architecture: bool = False) -> AtenHead:
+        """Raises ModelError naming the file when it is missing, unreadable or for another device."""
+        spec = get_device(device)
+        model_dir = Path(model_dir)
+        state, card = load_checkpoint(model_dir, STEM, spec, model=STEM, feature_version=GATE_FEATURE_VERSION,
+                                      feature_names=GATE_FEATURE_NAMES,
+                                      allow_same_architecture=allow_same_architecture)
+        net = load_state(build_body(card.architecture), state, model_dir / ATEN_FILE, card,
+                         retrain_hint(model_dir, spec.key))
+        return cls(spec, net, card)
+
+
+def problem_features(table: Any, device: DeviceSpec) -> np.ndarray:
+    """Head features of a frame with m, n, k and dtype columns, one row per problem."""
+    return gate_features(table["m"], table["n"], table["k"],
+                         table["dtype"].map(lambda d: DTYPE_BYTES[dtype_name(d)]), device)
+
+
+def fit_aten(train: Any, val: Any, device: DeviceSpec | str, *, seed: int = 0, epochs: int = 1500) -> AtenHead:
+    """Fit on problem tables (m, n, k, dtype, aten_ms): `train` to fit, `val` to pick the epoch.
+
+    Raises:
+        ModelError: fewer than 10 train or 5 validation problems with a cuBLAS time.
+    """
+    spec = get_device(device)
+    if len(train) < 10 or len(val) < 5:
+        raise ModelError(f"cuBLAS time head: need >= 10 train and >= 5 validation problems with a cuBLAS "
+                         f"row, got {len(train)} and {len(val)}")
+    fitted = fit_problem_net(problem_features(train, spec), np.log(train["aten_ms"].to_numpy()),
+                             problem_features(val, spec), np.log(val["aten_ms"].to_numpy()),
+                             DEFAULT_ARCHITECTURE, seed=seed, epochs=epochs)
+    card = ModelCard(
+        model=STEM, device=spec.key, architecture=DEFAULT_ARCHITECTURE, feature_version=GATE_FEATURE_VERSION,
+        feature_names=list(GATE_FEATURE_NAMES), feature_mean=fitted.mean.tolist(),
+        feature_std=fitted.std.tolist(), dtypes=sorted({dtype_name(d) for d in train["dtype"]}),
+        hyperparameters={"seed": seed, "epochs": epochs, "lr": 1e-2, "weight_decay": 1e-2},
+        metrics={"train_problems": len(train), "val_problems": len(val), "best_epoch": fitted.best_epoch,
+                 "val_rmse_log_ms": fitted.val_rmse},
+        trained_at=utc_now(), versions=training_versions())
+    return AtenHead(spec, fitted.net, card)
