@@ -29,11 +29,12 @@ from kernel_select.device import DeviceSpec, get_device
 from kernel_select.model import features as v1
 from kernel_select.model import features_v2 as v2
 from kernel_select.offline import dataset, splits, uncertainty
-from kernel_select.offline.evaluate import _default_best, usable_triton_rows
+from kernel_select.offline.evaluate import _default_best
 from kernel_select.offline.metrics import (
     DEFAULT_KS, best_in_top_k, geomean, oracle_ms, spearman_per_group, topk_scores,
 )
 from kernel_select.offline.train import MLPHParams
+from kernel_select.offline.training_data import cap_rows_per_problem, prepare_rows
 from kernel_select.offline.train_candidates import (
     Candidate, GBMParams, TrainData, ensemble, fit_fast_autotune, fit_gbm_rank,
     fit_gbm_reg, fit_mlp_v1, fit_mlp_v2,
@@ -47,28 +48,6 @@ log = logging.getLogger(__name__)
 LATENCY_PROBLEM = Problem(560, 1280, 3420, "bfloat16")
 SHORTLIST = 64  # configs per problem the tree model re-scores (keeps estimate() within 2 ms)
 CALIBRATION_TOP = 16  # calibration is measured where it matters: each problem's fastest configs
-
-
-def prepare_rows(frame: pd.DataFrame, spec: DeviceSpec) -> tuple[pd.DataFrame, pd.Series]:
-    """Usable single-GEMM Triton rows of `spec`, sorted by problem, and cuBLAS ms per problem."""
-    rows = usable_triton_rows(frame)
-    rows = rows[(rows["batch"] == 1) & (rows["sm_count"] == spec.sm_count)]
-    rows = rows.sort_values(["problem_id", *dataset.CONFIG_COLUMNS], kind="stable").reset_index(drop=True)
-    aten = frame[(frame["backend"] == "aten") & np.isfinite(frame["runtime_ms"])]
-    return rows, aten.groupby("problem_id")["runtime_ms"].min()
-
-
-def cap_rows_per_problem(rows: pd.DataFrame, cap: int, seed: int) -> np.ndarray:
-    """Row mask keeping every config within 1.5x of its problem's oracle (the contenders, which the
-    ranking must order) plus a random sample of the rest, at most `cap` rows per problem."""
-    log_ms = np.log(rows["runtime_ms"].to_numpy(np.float64))
-    groups = pd.factorize(rows["problem_id"])[0]
-    gap = log_ms - pd.Series(log_ms).groupby(groups).transform("min").to_numpy()
-    key = np.where(gap <= np.log(1.5), -1.0, np.random.default_rng(seed).random(len(rows)))
-    order = np.lexsort((key, groups))
-    rank = np.empty(len(rows), dtype=np.int64)
-    rank[order] = np.arange(len(rows)) - np.searchsorted(groups[order], groups[order])
-    return rank < cap
 
 
 def build_train_data(rows: pd.DataFrame, x: np.ndarray, masks: dict[str, np.ndarray], cap: int,
