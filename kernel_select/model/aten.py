@@ -13,6 +13,7 @@ Files: the checkpoint `aten` of `card.py` (aten.pt, aten.json) next to the MLP's
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,34 @@ from kernel_select.problem import DTYPE_BYTES, Problem, dtype_name
 STEM = "aten"
 ATEN_FILE = f"{STEM}.pt"
 DEFAULT_ARCHITECTURE = Architecture(inputs=len(GATE_FEATURE_NAMES), hidden_widths=[64, 64], activation="silu")
+
+
+@dataclass(frozen=True)
+class CublasRule:
+    """The two-sided Triton-versus-cuBLAS decision for one GEMM, from one model's predictions:
+    offer Triton only where its best predicted time beats predicted cuBLAS by `margin`. Inductor's
+    own benchmark then decides only where Triton is predicted clearly faster; everywhere else
+    ATen is taken without compiling Triton, so a compiled GEMM is not slower than eager when
+    Inductor's warm, launch-inclusive benchmark is fooled by a near-tie."""
+
+    problem: Problem
+    predicted_aten_ms: float
+    predicted_triton_ms: float  # the best predicted Triton config
+    margin: float
+
+    @property
+    def predicted_ratio(self) -> float:
+        """predicted cuBLAS time / best predicted Triton time (< 1: cuBLAS predicted faster)."""
+        return self.predicted_aten_ms / self.predicted_triton_ms
+
+    @property
+    def prefers_cublas(self) -> bool:
+        return not self.predicted_triton_ms <= (1.0 - self.margin) * self.predicted_aten_ms
+
+    def describe(self) -> str:
+        verdict = "skip Triton, benchmark ATen only" if self.prefers_cublas else "benchmark Triton configs"
+        return (f"cuBLAS rule: predicted cuBLAS {self.predicted_aten_ms * 1e3:.1f} us, best Triton "
+                f"{self.predicted_triton_ms * 1e3:.1f} us (margin {self.margin:.2f}): {verdict}")
 
 
 class AtenHead:

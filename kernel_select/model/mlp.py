@@ -178,7 +178,7 @@ class MLPModel(PerformanceModel):
         """
         model_dir = Path(model_dir)
         spec = get_device(device) if device is not None else _card_device(model_dir)
-        version = _card_feature_version(model_dir)
+        version = _card_feature_version(model_dir, spec)
         state, card = load_checkpoint(model_dir, STEM, spec, model=STEM, feature_version=version,
                                       feature_names=FEATURE_SETS[version][0],
                                       allow_same_architecture=allow_same_architecture)
@@ -198,7 +198,7 @@ def auto_k_from_gap(runtime_ms: np.ndarray, gap: float, cap: int) -> int:
     return int(min(max(1, int(np.count_nonzero(log_ms <= log_ms.min() + gap))), cap))
 
 
-def _card_feature_version(model_dir: Path) -> int:
+def _card_feature_version(model_dir: Path, spec: DeviceSpec) -> int:
     """The card's feature version where this code computes it (else this code's default, which
     the checkpoint check then refuses with the retrain hint)."""
     from kernel_select.model.card import read_card
@@ -206,7 +206,7 @@ def _card_feature_version(model_dir: Path) -> int:
     card_path = model_dir / CARD_FILE
     if not card_path.is_file():
         return FEATURE_VERSION  # load_checkpoint reports the missing file
-    version = read_card(card_path, retrain_hint(model_dir, "<device>")).feature_version
+    version = read_card(card_path, retrain_hint(model_dir, spec.key)).feature_version
     return version if version in FEATURE_SETS else FEATURE_VERSION
 
 

@@ -39,7 +39,7 @@ def alignment_class(values: np.ndarray) -> np.ndarray:
 def strata_labels(problems: pd.DataFrame) -> dict[str, np.ndarray]:
     """Per problem (rows of `problems`: m, n, k, dtype): its dtype, M bucket, N and K alignment class."""
     m = problems["m"].to_numpy()
-    bucket = np.select([m <= edge for edge, _ in M_BUCKETS], [name for _, name in M_BUCKETS])
+    bucket = np.select([m <= edge for edge, _ in M_BUCKETS], [name for _, name in M_BUCKETS], default="")
     return {"dtype": problems["dtype"].astype(str).to_numpy(), "m": bucket,
             "n_align": alignment_class(problems["n"].to_numpy()), "k_align": alignment_class(problems["k"].to_numpy())}
 
