@@ -20,12 +20,13 @@ Knobs:
   model            name of a registered performance model, or None for `load_default(device)`.
   device           device spec name ("h100", ...) to rank for, or None to detect the GPU that
                    Inductor compiles for.
-  cublas_margin    the cuBLAS rule: Inductor gets model-ranked Triton configs for a GEMM only where
-                   the best predicted Triton time beats the predicted cuBLAS time by at least this
-                   fraction (the model's `estimate_aten`; a model without one falls back to the
-                   shipped cuBLAS gate, which skips Triton where it predicts cuBLAS this fraction
-                   faster). Elsewhere LUT entries only, so Inductor takes ATen without compiling
-                   or benchmarking Triton. A float in [0, 1); None (or "off") disables the rule.
+  cublas_margin    the cuBLAS decision: when the shipped gate predicts cuBLAS at least this fraction
+                   faster than every Triton config of a GEMM, Inductor gets no model-ranked Triton
+                   configs for it (LUT entries still), so it takes ATen without compiling or
+                   benchmarking Triton. Where no gate is shipped and the model predicts cuBLAS
+                   (`estimate_aten`), the two-sided rule decides instead: Triton configs only where
+                   the best predicted Triton time beats predicted cuBLAS by this fraction. A float
+                   in [0, 1); None (or "off") disables both.
                    Default 0.05. Environment: TORCHINDUCTOR_GEMM_CUBLAS_MARGIN.
   dynamic_m        the values a dynamic (symbolic) M will take, for ranking configs that serve all
                    of them: "LOW..HIGH" (a range, ranked at 5 log-spaced points), "A,B,C" (the

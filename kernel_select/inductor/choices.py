@@ -250,10 +250,12 @@ class KernelSelectChoices(InductorChoices):
         candidates = space.for_problem(widest, device, "exhaustive")
         model = runtime.model(settings.model, device)
         margin = settings.cublas_margin
-        aten_ms = model.estimate_aten(problem) if margin is not None else None
-        # Without the model's own cuBLAS time, the separate gate decides before ranking.
-        gate = runtime.gate(device) if margin is not None and aten_ms is None else None
+        # The shipped gate decides where there is one: on the held-out splits it loses less than
+        # the two-sided rule from the model's own cuBLAS time (docs/model.md). Without a gate,
+        # the rule decides where the model predicts cuBLAS (`estimate_aten`).
+        gate = runtime.gate(device) if margin is not None else None
         decision: Any = gate.decide(problem, margin) if gate is not None else None
+        aten_ms = model.estimate_aten(problem) if margin is not None and gate is None else None
         # Where cuBLAS is predicted to win, offer only what the LUT pins (often nothing): Inductor
         # then compiles and benchmarks no Triton kernel it would not pick anyway.
         skip_triton = decision is not None and decision.prefers_cublas
