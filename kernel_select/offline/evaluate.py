@@ -58,7 +58,7 @@ def usable_triton_rows(df: pd.DataFrame) -> pd.DataFrame:
     return df[keep]
 
 
-def evaluate(data_path: str | Path, split: str = "test",
+def evaluate(data_path: str | Path | Sequence[str | Path], split: str = "test",
              models: Sequence[str | PerformanceModel] = ("mlp", "analytical"), *,
              device: DeviceSpec | str | None = None, ks: Sequence[int] = DEFAULT_KS,
              random_seeds: int = 20, default_torch_version: str = "2.11",
@@ -133,14 +133,14 @@ def _names(data_path: str | Path | Sequence[str | Path]) -> str:
     return "+".join(p.name for p in dataset.expand_paths(data_path))
 
 
-def evaluate_splits(data_path: str | Path, models: Sequence[str | PerformanceModel] = ("mlp", "analytical"),
+def evaluate_splits(data_path: str | Path | Sequence[str | Path], models: Sequence[str | PerformanceModel] = ("mlp", "analytical"),
                     *, device: DeviceSpec | str | None = None, ks: Sequence[int] = DEFAULT_KS,
-                    **options: Any) -> dict[str, Any]:
+                    frame: pd.DataFrame | None = None, **options: Any) -> dict[str, Any]:
     """`evaluate` on both frozen held-out splits, plus `shipped`: what `load_default` returns for the
     device (the method users get). The shape of models/<device>/eval.json."""
     from kernel_select.model import load_default
 
-    frame = dataset.read_many(data_path)
+    frame = dataset.read_many(data_path) if frame is None else frame
     spec = get_device(device) if device is not None else _dataset_device(frame, data_path)
     reports: dict[str, Any] = {}
     for name in splits.EVAL_SPLITS:

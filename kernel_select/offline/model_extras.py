@@ -112,3 +112,26 @@ def cublas_rule_report(model: PerformanceModel, problems: pd.DataFrame, groups: 
             "triton_skipped": float(np.mean(~offer)), "wrongly_skipped": int(((~offer) & (truth > 0)).sum()),
             "with_cublas": topk_dict(best_all / got, ks)}
     return out
+
+
+def held_out_summary(report: dict[str, Any], name: str) -> dict[str, Any]:
+    """What a model card keeps of an `evaluate_splits` report for model `name`: per split its top-k
+    (Triton only and with cuBLAS), Inductor's DEFAULT list, calibration, `auto`, top-1/top-4 per
+    stratum and the 10 worst problems at k = 4 with what it picked and what won."""
+    out: dict[str, Any] = {}
+    for split, r in report["splits"].items():
+        method = r.get("methods", {}).get(name)
+        if method is None or "topk" not in method:
+            continue
+        with_cublas = r.get("with_cublas", {}).get("methods", {})
+        out[split] = {
+            "problems": r["problems"], "topk": method["topk"], "with_cublas": with_cublas.get(name),
+            "inductor_default": r["methods"]["inductor_default"].get("score"),
+            "inductor_default_with_cublas": with_cublas.get("inductor_default"),
+            "calibration_median_abs_log_top16": method["calibration_median_abs_log_top16"],
+            "auto": method.get("auto"),
+            "strata": {key: {"problems": s["problems"], "top1": s["topk"].get("1"), "top4": s["topk"].get("4"),
+                             "inductor_default": s["inductor_default"]} for key, s in method["strata"].items()},
+            "worst_top4": method["worst"].get("4", []),
+        }
+    return out

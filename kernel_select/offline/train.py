@@ -149,10 +149,21 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
         data=provenance(paths, rows), metrics=metrics, trained_at=utc_now(), versions=training_versions(),
     )
     model = MLPModel(spec, net, card, head)
+    attach_held_out(model, paths, frame)
     model.save(out_dir)
     seconds = time.perf_counter() - started
     log.info("trained %s model (%s objective) in %.0f s -> %s", spec.key, best, seconds, out_dir)
     return TrainResult(model=model, out_dir=Path(out_dir), objective=best, metrics=metrics, seconds=seconds)
+
+
+def attach_held_out(model: MLPModel, paths: Sequence[Path], frame: pd.DataFrame | None = None) -> None:
+    """Score `model` on the frozen `test` and `family` splits and keep the figures in its card
+    (`metrics.held_out`: top-k, with cuBLAS, calibration, auto, strata, worst problems)."""
+    from kernel_select.offline.evaluate import evaluate_splits
+    from kernel_select.offline.model_extras import held_out_summary
+
+    report = evaluate_splits(paths, [model], device=model.device, frame=frame)
+    model.card.metrics["held_out"] = held_out_summary(report, model.name)
 
 
 def choose_auto_gap(val: _Split, net: RuntimeNet) -> dict[str, float]:

@@ -73,6 +73,12 @@ def test_card_records_what_was_learned_and_from_what(data, trained):
     assert card["kernel_overhead_ms"] > 0
     usable = frame[(frame["backend"] == "triton") & (frame["status"] == "ok") & trainable]
     assert card["data"]["rows"] == len(usable)  # fewer than the cap per problem: nothing dropped
+    held_out = card["metrics"]["held_out"]  # scored on the frozen splits it never saw, by stratum
+    assert set(held_out) <= {"test", "family"} and held_out
+    for split in held_out.values():
+        assert "dtype=bfloat16" in split["strata"] and 0 < split["topk"]["4"] <= 1
+        assert len(split["worst_top4"]) == min(10, split["problems"])
+    assert 0 <= card["hyperparameters"]["auto_topk_gap"] <= 0.12
     assert MLPModel.load(trained.out_dir).card.model_dump() == card
 
 
