@@ -14,26 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import ModelError
-from kernel_select.model.card import (
-    Architecture,
-    ModelCard,
-    build_body,
-    load_checkpoint,
-    load_state,
-    retrain_hint,
-    save_checkpoint,
-    training_versions,
-    utc_now,
-)
-from kernel_select.model.gate import GATE_FEATURE_NAMES, GATE_FEATURE_VERSION, gate_features
-from kernel_select.model.problem_net import fit_problem_net
+from kernel_select.model.card import Architecture, ModelCard, training_versions, utc_now
+from kernel_select.model.gate import GATE_FEATURE_NAMES, GATE_FEATURE_VERSION, gate_features, verdict
+from kernel_select.model.problem_net import ProblemNetCheckpoint, fit_problem_net
 from kernel_select.problem import DTYPE_BYTES, Problem, dtype_name
 
 STEM = "aten"
@@ -64,20 +53,15 @@ class CublasRule:
         return not self.predicted_triton_ms <= (1.0 - self.margin) * self.predicted_aten_ms
 
     def describe(self) -> str:
-        verdict = "skip Triton, benchmark ATen only" if self.prefers_cublas else "benchmark Triton configs"
         return (f"cuBLAS rule: predicted cuBLAS {self.predicted_aten_ms * 1e3:.1f} us, best Triton "
-                f"{self.predicted_triton_ms * 1e3:.1f} us (margin {self.margin:.2f}): {verdict}")
+                f"{self.predicted_triton_ms * 1e3:.1f} us (margin {self.margin:.2f}): {verdict(self.prefers_cublas)}")
 
 
-class AtenHead:
+class AtenHead(ProblemNetCheckpoint):
     """Predicted cuBLAS (ATen mm) milliseconds per problem, for the dtypes it was trained on."""
 
-    def __init__(self, device: DeviceSpec | str, net: Any, card: ModelCard) -> None:
-        self.device = get_device(device)
-        self.net = net.eval()
-        self.card = card
-        self.mean = np.asarray(card.feature_mean, dtype=np.float32)
-        self.std = np.asarray(card.feature_std, dtype=np.float32)
+    STEM = STEM
+    WHAT = "cuBLAS time head"
 
     def supports(self, problem: Problem) -> bool:
         """Single GEMMs (`mm`, batch 1) of a trained dtype: what the cuBLAS rows measured."""
@@ -85,33 +69,7 @@ class AtenHead:
 
     def predict_ms(self, problems: Sequence[Problem]) -> np.ndarray:
         """float64 ms per problem (callers check `supports` first)."""
-        import torch
-
-        if not problems:
-            return np.zeros(0)
-        x = gate_features([p.m for p in problems], [p.n for p in problems], [p.k for p in problems],
-                          [DTYPE_BYTES[dtype_name(p.dtype)] for p in problems], self.device)
-        with torch.inference_mode():
-            log_ms = self.net(torch.from_numpy((x - self.mean) / self.std)).squeeze(1).double().numpy()
-        if not np.all(np.isfinite(log_ms)):
-            raise ModelError(f"cuBLAS time head for {self.device.key} returned non-finite predictions")
-        return np.exp(log_ms)
-
-    def save(self, model_dir: str | Path) -> Path:
-        return save_checkpoint(model_dir, STEM, self.net.state_dict(), self.card)
-
-    @classmethod
-    def load(cls, model_dir: str | Path, device: DeviceSpec | str, *,
-             allow_same_architecture: bool = False) -> AtenHead:
-        """Raises ModelError naming the file when it is missing, unreadable or for another device."""
-        spec = get_device(device)
-        model_dir = Path(model_dir)
-        state, card = load_checkpoint(model_dir, STEM, spec, model=STEM, feature_version=GATE_FEATURE_VERSION,
-                                      feature_names=GATE_FEATURE_NAMES,
-                                      allow_same_architecture=allow_same_architecture)
-        net = load_state(build_body(card.architecture), state, model_dir / ATEN_FILE, card,
-                         retrain_hint(model_dir, spec.key))
-        return cls(spec, net, card)
+        return np.exp(self._outputs(problems))
 
 
 def problem_features(table: Any, device: DeviceSpec) -> np.ndarray:

@@ -7,12 +7,74 @@ over all of them; the weights with the lowest validation RMSE are kept.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from kernel_select.model.card import Architecture, build_body
+from kernel_select.device import DeviceSpec, get_device
+from kernel_select.errors import ModelError
+from kernel_select.model.card import (
+    Architecture,
+    ModelCard,
+    build_body,
+    load_checkpoint,
+    load_state,
+    retrain_hint,
+    save_checkpoint,
+)
+from kernel_select.problem import DTYPE_BYTES, Problem, dtype_name
+
+
+class ProblemNetCheckpoint:
+    """A trained problem-level network over the gate's features (model/gate.py), saved as the
+    checkpoint `STEM` of card.py. Subclasses name the checkpoint and what the output means."""
+
+    STEM = ""  # the checkpoint's file stem and card `model`
+    WHAT = ""  # for error messages: "cuBLAS gate", ...
+
+    def __init__(self, device: DeviceSpec | str, net: Any, card: ModelCard) -> None:
+        self.device = get_device(device)
+        self.net = net.eval()
+        self.card = card
+        self.mean = np.asarray(card.feature_mean, dtype=np.float32)
+        self.std = np.asarray(card.feature_std, dtype=np.float32)
+
+    def _outputs(self, problems: Sequence[Problem]) -> np.ndarray:
+        """The network's output per problem, float64; a non-finite one is a ModelError."""
+        import torch
+
+        from kernel_select.model.gate import gate_features
+
+        if not problems:
+            return np.zeros(0)
+        x = gate_features([p.m for p in problems], [p.n for p in problems], [p.k for p in problems],
+                          [DTYPE_BYTES[dtype_name(p.dtype)] for p in problems], self.device)
+        with torch.inference_mode():
+            out = self.net(torch.from_numpy((x - self.mean) / self.std)).squeeze(1).double().numpy()
+        if not np.all(np.isfinite(out)):
+            raise ModelError(f"{self.WHAT} for {self.device.key} returned non-finite predictions")
+        return out
+
+    def save(self, model_dir: str | Path) -> Path:
+        """Write the checkpoint (`<STEM>.pt`, `<STEM>.json`) into `model_dir`."""
+        return save_checkpoint(model_dir, self.STEM, self.net.state_dict(), self.card)
+
+    @classmethod
+    def load(cls, model_dir: str | Path, device: DeviceSpec | str, *, allow_same_architecture: bool = False) -> Any:
+        """Raises ModelError naming the file when it is missing, unreadable or for another device."""
+        from kernel_select.model.gate import GATE_FEATURE_NAMES, GATE_FEATURE_VERSION
+
+        spec = get_device(device)
+        model_dir = Path(model_dir)
+        state, card = load_checkpoint(model_dir, cls.STEM, spec, model=cls.STEM,
+                                      feature_version=GATE_FEATURE_VERSION, feature_names=GATE_FEATURE_NAMES,
+                                      allow_same_architecture=allow_same_architecture)
+        net = load_state(build_body(card.architecture), state, model_dir / f"{cls.STEM}.pt", card,
+                         retrain_hint(model_dir, spec.key))
+        return cls(spec, net, card)
 
 
 @dataclass
