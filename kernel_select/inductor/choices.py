@@ -330,7 +330,8 @@ def _log_selection(selection: Selection) -> None:
     log.info("kernel_select: %s on %s: benchmarking %d of %d Triton configs (%d from the LUT)%s%s%s",
              selection.problem, selection.device, len(selection.configs), selection.space_size,
              selection.sources.count("lut"), spread, hint,
-             f"; Triton skipped: predicted cuBLAS / best Triton time {gate.predicted_ratio:.2f}" if gated else "")
+             f"; Triton skipped: predicted cuBLAS / best Triton time {gate.predicted_ratio:.2f}"
+             if gated else "")
 
 
 def _device_index(kernel_inputs: Any) -> int:

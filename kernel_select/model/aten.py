@@ -54,7 +54,8 @@ class CublasRule:
 
     def describe(self) -> str:
         return (f"cuBLAS rule: predicted cuBLAS {self.predicted_aten_ms * 1e3:.1f} us, best Triton "
-                f"{self.predicted_triton_ms * 1e3:.1f} us (margin {self.margin:.2f}): {verdict(self.prefers_cublas)}")
+                f"{self.predicted_triton_ms * 1e3:.1f} us (margin {self.margin:.2f}): "
+                f"{verdict(self.prefers_cublas)}")
 
 
 class AtenHead(ProblemNetCheckpoint):

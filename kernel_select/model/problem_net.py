@@ -63,7 +63,8 @@ class ProblemNetCheckpoint:
         return save_checkpoint(model_dir, self.STEM, self.net.state_dict(), self.card)
 
     @classmethod
-    def load(cls, model_dir: str | Path, device: DeviceSpec | str, *, allow_same_architecture: bool = False) -> Any:
+    def load(cls, model_dir: str | Path, device: DeviceSpec | str, *,
+             allow_same_architecture: bool = False) -> Any:
         """Raises ModelError naming the file when it is missing, unreadable or for another device."""
         from kernel_select.model.gate import GATE_FEATURE_NAMES, GATE_FEATURE_VERSION
 

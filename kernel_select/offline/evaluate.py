@@ -118,7 +118,8 @@ def _model_extras(model: PerformanceModel, problems: pd.DataFrame, groups: np.nd
     per_problem = oracle_ms(groups, runtime)[:, None] / best
     default_ratio = oracle_ms(groups, runtime) / default.best_ms
     out: dict[str, Any] = {
-        "strata": model_extras.strata_report(per_problem, default_ratio, model_extras.strata_labels(problems), ks),
+        "strata": model_extras.strata_report(per_problem, default_ratio, model_extras.strata_labels(problems),
+                                             ks),
         "calibration_median_abs_log_top16": model_extras.calibration(groups, predicted, runtime)}
     auto = model_extras.auto_report(model, groups, predicted, runtime)
     if auto is not None:
@@ -133,7 +134,8 @@ def _names(data_path: str | Path | Sequence[str | Path]) -> str:
     return "+".join(p.name for p in dataset.expand_paths(data_path))
 
 
-def evaluate_splits(data_path: str | Path | Sequence[str | Path], models: Sequence[str | PerformanceModel] = ("mlp", "analytical"),
+def evaluate_splits(data_path: str | Path | Sequence[str | Path],
+                    models: Sequence[str | PerformanceModel] = ("mlp", "analytical"),
                     *, device: DeviceSpec | str | None = None, ks: Sequence[int] = DEFAULT_KS,
                     frame: pd.DataFrame | None = None, **options: Any) -> dict[str, Any]:
     """`evaluate` on both frozen held-out splits, plus `shipped`: what `load_default` returns for the

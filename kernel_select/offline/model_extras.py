@@ -41,7 +41,8 @@ def strata_labels(problems: pd.DataFrame) -> dict[str, np.ndarray]:
     m = problems["m"].to_numpy()
     bucket = np.select([m <= edge for edge, _ in M_BUCKETS], [name for _, name in M_BUCKETS], default="")
     return {"dtype": problems["dtype"].astype(str).to_numpy(), "m": bucket,
-            "n_align": alignment_class(problems["n"].to_numpy()), "k_align": alignment_class(problems["k"].to_numpy())}
+            "n_align": alignment_class(problems["n"].to_numpy()),
+            "k_align": alignment_class(problems["k"].to_numpy())}
 
 
 def strata_report(per_problem: np.ndarray, default_ratio: np.ndarray, labels: dict[str, np.ndarray],
@@ -101,7 +102,8 @@ def cublas_rule_report(model: PerformanceModel, problems: pd.DataFrame, groups: 
     truth = np.log(aten_ms[have] / oracle[have])  # > 0: some Triton config beats cuBLAS
     out: dict[str, Any] = {
         "problems": int(have.sum()),
-        "aten_calibration_median_abs_log": float(np.median(np.abs(np.log(predicted_aten[have] / aten_ms[have])))),
+        "aten_calibration_median_abs_log": float(np.median(np.abs(np.log(predicted_aten[have]
+                                                                          / aten_ms[have])))),
         "sign_accuracy": float(np.mean((np.log(predicted_aten[have] / best_pred[have]) < 0) == (truth < 0))),
         "margins": {}}
     best_all = np.minimum(aten_ms[have], oracle[have])[:, None]

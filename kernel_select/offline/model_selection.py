@@ -198,7 +198,8 @@ def run_selection(data_path: str | Path | Sequence[str | Path], device: DeviceSp
     masks = splits.split_masks(rows)
     data = build_train_data(rows, x, masks, cap, seed)
     candidates = fit_candidates(data, hp, gbm or GBMParams(), seed, progress, fast_autotune)
-    report: dict[str, Any] = {"data": [p.name for p in dataset.expand_paths(data_path)], "device": spec.key, "cap_rows_per_problem": cap,
+    report: dict[str, Any] = {"data": [p.name for p in dataset.expand_paths(data_path)], "device": spec.key,
+                              "cap_rows_per_problem": cap,
                               "train_rows": int(len(data.log_ms)), "split_problems": splits.split_summary(rows),
                               "splits": {}, "candidates": {}}
     for c in candidates:

@@ -49,9 +49,9 @@ log = logging.getLogger(__name__)
 Objective = Literal["mse", "rank"]
 OBJECTIVES: tuple[str, ...] = ("mse", "rank")
 VAL_KS = (1, 2, 4, 8, 16)
-_SELECTION_KS = (1, 2, 4, 8)
+_SELECTION_KS = (1, 2, 4, 8)  # the validation score is the mean of the geomean top-k scores at these k
 FEATURE_FRAMES = {features.FEATURE_VERSION: features.featurize_frame,
-                  features_v2.FEATURE_VERSION: features_v2.featurize_frame}  # the validation score is the mean of the geomean top-k scores at these k
+                  features_v2.FEATURE_VERSION: features_v2.featurize_frame}
 
 
 @dataclass(frozen=True)

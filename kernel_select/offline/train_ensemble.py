@@ -35,7 +35,8 @@ log = logging.getLogger(__name__)
 DEFAULT_CAP = 384  # configs per problem: ~1M-row datasets train in minutes on 2 cores
 
 
-def train_ensemble(data_path: str | Path | list[str | Path], out_dir: str | Path, device: DeviceSpec | str, *, seed: int = 0,
+def train_ensemble(data_path: str | Path | list[str | Path], out_dir: str | Path, device: DeviceSpec | str, *,
+                   seed: int = 0,
                    epochs: int = 30, cap: int = DEFAULT_CAP, shortlist: int = SHORTLIST,
                    gbm: GBMParams | None = None, ranker: bool = True, progress: bool = True) -> EnsembleModel:
     """Fit and save the ensemble; returns it with held-out metrics in its card."""
@@ -127,7 +128,8 @@ def _worst(held: HeldOut, per_problem: np.ndarray, log_pred: np.ndarray, count: 
 def _provenance(paths: list[Path], rows, masks: dict[str, np.ndarray]) -> dict[str, Any]:
     digest = training_data.file_hashes(paths)[1]
     ids = rows["problem_id"].to_numpy()
-    return {"file": "+".join(p.name for p in paths), "sha256": digest, "rows": int((masks["train"] | masks["val"]).sum()),
+    return {"file": "+".join(p.name for p in paths), "sha256": digest,
+            "rows": int((masks["train"] | masks["val"]).sum()),
             "problems": {name: int(len(set(ids[mask]))) for name, mask in masks.items()},
             "held_out_families": sorted(splits.HELD_OUT_FAMILIES)}
 

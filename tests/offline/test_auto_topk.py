@@ -36,8 +36,9 @@ def test_resolve_k_auto_asks_the_model_and_falls_back_to_top4():
     model = untrained_mlp()
     predicted = np.array([1.0, 1.0, 2.0])
     assert resolve_k("auto", 3, model=model, predicted_ms=predicted, cap=8) == 2
-    assert resolve_k("auto", 3, model=get_model("analytical", "h100"), predicted_ms=predicted, cap=8) == AUTO_FALLBACK
-    assert resolve_k("auto", 3, model=get_model("analytical", "h100"), predicted_ms=predicted, cap=2) == 2
+    analytical = get_model("analytical", "h100")
+    assert resolve_k("auto", 3, model=analytical, predicted_ms=predicted, cap=8) == AUTO_FALLBACK
+    assert resolve_k("auto", 3, model=analytical, predicted_ms=predicted, cap=2) == 2
     with pytest.raises(ConfigError, match="auto"):
         resolve_k("auto", 3)
 
