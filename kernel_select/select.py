@@ -128,8 +128,7 @@ def top_k(problem: Problem, k: int | float | str, lut: ConfigLookup | None = Non
 
     Args:
         problem: the GEMM to select kernels for.
-        k: an int count >= 1, a float fraction in (0, 1] of the candidates, or "auto" (the
-            model's `auto_topk`, at most `auto_cap`; see `resolve_k`).
+        k: a count >= 1, a fraction in (0, 1] of the candidates, or "auto" (`resolve_k`).
         lut: a lookup table; all of its entries for the problem come first, in LUT order,
             even when they are more than k or are not among the candidates.
         model: ranks the candidates; default `load_default(device)`.
@@ -140,14 +139,13 @@ def top_k(problem: Problem, k: int | float | str, lut: ConfigLookup | None = Non
             geometric mean over them of predicted time / best predicted time at that M.
 
     Returns:
-        Choices without duplicates: LUT entries (source "lut", scored by the model for
-        display) then candidates best first (ascending predicted runtime, or relative
-        runtime over `ms`), ties in candidate order, up to max(k, number of LUT entries) in
-        total. `predicted_ms` is always the prediction at problem.m.
+        Choices without duplicates: LUT entries (source "lut", scored by the model for display)
+        then candidates best first (ascending predicted runtime, or relative runtime over `ms`),
+        ties in candidate order, up to max(k, number of LUT entries). `predicted_ms`: at problem.m.
 
     Raises:
-        ProblemError, ConfigError, DeviceError, ModelError: on bad arguments, or when no
-        device is given and none can be detected.
+        ProblemError, ConfigError, DeviceError, ModelError: on bad arguments, or when no device
+        is given and none can be detected.
     """
     if not isinstance(problem, Problem):
         raise ProblemError(f"problem: expected a kernel_select.Problem, got {type(problem).__name__}")
@@ -156,15 +154,13 @@ def top_k(problem: Problem, k: int | float | str, lut: ConfigLookup | None = Non
     if candidates is None:
         widest = dataclasses.replace(problem, m=max(spread)) if spread else problem
         candidates = for_problem(widest, spec, "exhaustive")
-    count = None if k == AUTO else resolve_k(k, len(candidates))
 
     pinned = _lut_configs(lut, problem, spec)
     # One batched model call scores the candidates and the LUT entries (shown with their
     # prediction) together: inside torch.compile the model call is the whole cost.
     all_scores = _scores(problem, [*candidates, *pinned], model)
     scores = all_scores[: len(candidates)]
-    if count is None:
-        count = resolve_k(AUTO, len(candidates), model=model, predicted_ms=scores, cap=auto_cap)
+    count = resolve_k(k, len(candidates), model=model, predicted_ms=scores, cap=auto_cap)
     ranked_at_hint = not spread or spread == (problem.m,)
     order_by = scores if ranked_at_hint else _relative_over(problem, spread, candidates, model)
     chosen = [Choice(config, float(ms), LUT_SOURCE)

@@ -119,12 +119,8 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
     frame = dataset.read_many(paths)
     rows, aten = _training_rows(frame, spec, paths, cap, seed)
     names = FEATURE_SETS[feature_version][0]
-    features = FEATURE_FRAMES[feature_version](rows, spec)
-    train_mask = (rows["split"] == "train").to_numpy()
-    mean = features[train_mask].mean(axis=0, dtype=np.float64)
-    std = features[train_mask].std(axis=0, dtype=np.float64)
-    std = np.where(std > 1e-6, std, 1.0)  # a constant feature (e.g. one dtype) must not divide by 0
-    standardized = ((features - mean) / std).astype(np.float32)
+    standardized, mean, std = _standardize(FEATURE_FRAMES[feature_version](rows, spec),
+                                           (rows["split"] == "train").to_numpy())
     splits_ = {name: _make_split(rows, standardized, name) for name in ("train", "val")}
 
     runs: dict[str, tuple[RuntimeNet, dict[str, Any]]] = {}
@@ -141,19 +137,25 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
     metrics["train_seconds"] = round(time.perf_counter() - started, 1)
     card = ModelCard(
         model="mlp", device=spec.key, feature_version=feature_version, feature_names=list(names),
-        feature_mean=mean.tolist(), feature_std=std.tolist(),
-        architecture=architecture(len(names), hparams.hidden_widths),
-        kernel_overhead_ms=net.kernel_overhead_ms, dtypes=sorted(rows["dtype"].unique()),
+        feature_mean=mean.tolist(), feature_std=std.tolist(), kernel_overhead_ms=net.kernel_overhead_ms,
+        architecture=architecture(len(names), hparams.hidden_widths), dtypes=sorted(rows["dtype"].unique()),
         hyperparameters={**dataclasses.asdict(hparams), "seed": seed, "objective": objective,
                          "cap_rows_per_problem": cap, "auto_topk_gap": gap["gap"]},
-        data=provenance(paths, rows), metrics=metrics, trained_at=utc_now(), versions=training_versions(),
-    )
+        data=provenance(paths, rows), metrics=metrics, trained_at=utc_now(), versions=training_versions())
     model = MLPModel(spec, net, card, head)
     attach_held_out(model, paths, frame)
     model.save(out_dir)
     seconds = time.perf_counter() - started
     log.info("trained %s model (%s objective) in %.0f s -> %s", spec.key, best, seconds, out_dir)
     return TrainResult(model=model, out_dir=Path(out_dir), objective=best, metrics=metrics, seconds=seconds)
+
+
+def _standardize(features: np.ndarray, train_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """float32 standardized features, with the training rows' mean and std (float64)."""
+    mean = features[train_mask].mean(axis=0, dtype=np.float64)
+    std = features[train_mask].std(axis=0, dtype=np.float64)
+    std = np.where(std > 1e-6, std, 1.0)  # a constant feature (e.g. one dtype) must not divide by 0
+    return ((features - mean) / std).astype(np.float32), mean, std
 
 
 def attach_held_out(model: MLPModel, paths: Sequence[Path], frame: pd.DataFrame | None = None) -> None:
