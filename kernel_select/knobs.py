@@ -11,16 +11,22 @@ Knobs:
                    None. Environment: TORCHINDUCTOR_KERNEL_LUT_PATH.
   topk             how many Triton GEMM configs Inductor benchmarks per GEMM:
                    a positive int; "DEFAULT" = as many as Inductor's own DEFAULT list has for the
-                   problem, but chosen by the model from the exhaustive space; "SAME" = off, the
-                   handler passes Inductor's candidates through unchanged.
-                   Environment: TORCHINDUCTOR_GEMM_TOPK.
+                   problem, but chosen by the model from the exhaustive space; "auto" = as many as
+                   the model is unsure about (1 where it is sure, up to `auto_topk_cap`; models
+                   without a measure of their uncertainty get 4); "SAME" = off, the handler passes
+                   Inductor's candidates through unchanged. Environment: TORCHINDUCTOR_GEMM_TOPK.
+  auto_topk_cap    the most configs topk="auto" benchmarks per GEMM: a positive int, default 8.
+                   Environment: TORCHINDUCTOR_GEMM_AUTO_TOPK_CAP.
   model            name of a registered performance model, or None for `load_default(device)`.
   device           device spec name ("h100", ...) to rank for, or None to detect the GPU that
                    Inductor compiles for.
-  cublas_margin    the cuBLAS gate: when the shipped gate predicts cuBLAS at least this fraction
+  cublas_margin    the cuBLAS decision: when the shipped gate predicts cuBLAS at least this fraction
                    faster than every Triton config of a GEMM, Inductor gets no model-ranked Triton
                    configs for it (LUT entries still), so it takes ATen without compiling or
-                   benchmarking Triton. A float in [0, 1); None (or "off") disables the gate.
+                   benchmarking Triton. Where no gate is shipped and the model predicts cuBLAS
+                   (`estimate_aten`), the two-sided rule decides instead: Triton configs only where
+                   the best predicted Triton time beats predicted cuBLAS by this fraction. A float
+                   in [0, 1); None (or "off") disables both.
                    Default 0.05. Environment: TORCHINDUCTOR_GEMM_CUBLAS_MARGIN.
   dynamic_m        the values a dynamic (symbolic) M will take, for ranking configs that serve all
                    of them: "LOW..HIGH" (a range, ranked at 5 log-spaced points), "A,B,C" (the
@@ -47,10 +53,13 @@ from kernel_select.model.gate import DEFAULT_MARGIN
 
 SAME = "SAME"
 DEFAULT = "DEFAULT"
+AUTO = "auto"
+DEFAULT_AUTO_TOPK_CAP = 8
 ENV_KERNEL_LUT_PATH = "TORCHINDUCTOR_KERNEL_LUT_PATH"
 ENV_GEMM_TOPK = "TORCHINDUCTOR_GEMM_TOPK"
 ENV_CUBLAS_MARGIN = "TORCHINDUCTOR_GEMM_CUBLAS_MARGIN"
 ENV_DYNAMIC_M = "TORCHINDUCTOR_GEMM_DYNAMIC_M"
+ENV_AUTO_TOPK_CAP = "TORCHINDUCTOR_GEMM_AUTO_TOPK_CAP"
 DEFAULT_CUBLAS_MARGIN = DEFAULT_MARGIN  # the gate owns it: see kernel_select.model.gate for how it was chosen
 
 TopK = Union[int, str]
@@ -58,11 +67,13 @@ _ASCII_DIGITS = re.compile(r"[0-9]+")
 
 
 def parse_topk(value: object, *, source: str = "topk") -> TopK:
-    """A positive int, "DEFAULT" or "SAME" (case-insensitive; a string of ASCII digits is accepted)."""
+    """A positive int, "DEFAULT", "SAME" or "auto" (case-insensitive; a string of ASCII digits is accepted)."""
     if isinstance(value, str):
         text = value.strip()
         if text.upper() in (SAME, DEFAULT):
             return text.upper()
+        if text.lower() == AUTO:
+            return AUTO
         # Not str.isdigit(): it is true for "²" and other digits that int() refuses.
         if _ASCII_DIGITS.fullmatch(text):
             value = int(text)
@@ -70,8 +81,19 @@ def parse_topk(value: object, *, source: str = "topk") -> TopK:
         return value
     raise OptionError(
         f"{source}: expected a positive integer, 'DEFAULT' (as many configs as Inductor's default "
-        f"list) or 'SAME' (pass Inductor's candidates through), got {value!r}"
+        f"list), 'auto' (as many as the model is unsure about) or 'SAME' (pass Inductor's candidates "
+        f"through), got {value!r}"
     )
+
+
+def parse_auto_topk_cap(value: object, *, source: str = "auto_topk_cap") -> int:
+    """A positive int (a string of ASCII digits is accepted)."""
+    if isinstance(value, str) and _ASCII_DIGITS.fullmatch(value.strip()):
+        value = int(value.strip())
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    raise OptionError(f"{source}: expected a positive integer (the most configs topk='auto' "
+                      f"benchmarks per GEMM), got {value!r}")
 
 
 def parse_lut_path(value: object, *, source: str = "kernel_lut_path") -> str | None:
@@ -156,6 +178,7 @@ def parse_dynamic_m(value: object, *, source: str = "dynamic_m") -> tuple[int, .
 _PARSERS: dict[str, Callable[..., Any]] = {
     "kernel_lut_path": parse_lut_path,
     "topk": parse_topk,
+    "auto_topk_cap": parse_auto_topk_cap,
     "model": parse_model,
     "device": parse_device,
     "cublas_margin": parse_cublas_margin,
@@ -170,6 +193,7 @@ def _from_env(name: str, parser: Callable[..., Any], default: object) -> Any:
 
 kernel_lut_path: str | None = _from_env(ENV_KERNEL_LUT_PATH, parse_lut_path, None)
 topk: TopK = _from_env(ENV_GEMM_TOPK, parse_topk, DEFAULT)
+auto_topk_cap: int = _from_env(ENV_AUTO_TOPK_CAP, parse_auto_topk_cap, DEFAULT_AUTO_TOPK_CAP)
 model: str | None = None
 device: str | None = None
 cublas_margin: float | None = _from_env(ENV_CUBLAS_MARGIN, parse_cublas_margin, DEFAULT_CUBLAS_MARGIN)

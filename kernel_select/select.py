@@ -25,6 +25,8 @@ from kernel_select import runtime
 from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import ConfigError, DeviceError, LUTError, ModelError, ProblemError
+from kernel_select.knobs import AUTO
+from kernel_select.knobs import DEFAULT_AUTO_TOPK_CAP as AUTO_TOPK_CAP
 from kernel_select.model import PerformanceModel, load_default
 from kernel_select.problem import Problem
 from kernel_select.space import for_problem
@@ -32,6 +34,7 @@ from kernel_select.space import for_problem
 log = logging.getLogger(__name__)
 
 LUT_SOURCE = "lut"
+AUTO_FALLBACK = 4  # topk="auto" for a model with no measure of its uncertainty: the fixed top-4
 
 
 @dataclass(frozen=True)
@@ -49,15 +52,24 @@ class ConfigLookup(Protocol):
     def lookup(self, problem: Problem, device: str) -> Sequence[GemmConfig]: ...
 
 
-def resolve_k(k: int | float, num_candidates: int) -> int:
-    """How many configs `k` asks for: an int count >= 1, or a float fraction in (0, 1].
+def resolve_k(k: int | float | str, num_candidates: int, *, model: PerformanceModel | None = None,
+              predicted_ms: np.ndarray | None = None, cap: int = AUTO_TOPK_CAP) -> int:
+    """How many configs `k` asks for: an int count >= 1, a float fraction in (0, 1], or "auto".
 
     A fraction keeps max(1, int(num_candidates * k)), as Triton's `top_k` does, so a small
-    fraction of a small space still keeps one config.
+    fraction of a small space still keeps one config. "auto" asks `model.auto_topk` given its
+    predictions for the candidates (1..cap: one where the model is sure, more where it is not);
+    a model without a measure of its uncertainty gets min(AUTO_FALLBACK, cap).
 
     Raises:
-        ConfigError: for anything else (bool, zero, negative, NaN, a float above 1, a string).
+        ConfigError: for anything else (bool, zero, negative, NaN, a float above 1, another
+            string, "auto" without a model and its predictions).
     """
+    if isinstance(k, str) and k == AUTO:
+        if model is None or predicted_ms is None:
+            raise ConfigError("k='auto' needs the model and its predictions for the candidates")
+        auto = model.auto_topk(np.asarray(predicted_ms), cap) if len(predicted_ms) else 1
+        return int(auto) if auto is not None else min(AUTO_FALLBACK, cap)
     if isinstance(k, bool) or not isinstance(k, (int, float, np.integer, np.floating)):
         raise ConfigError(f"k: expected a count >= 1 or a fraction in (0, 1], got {k!r}")
     if isinstance(k, (int, np.integer)):
@@ -108,14 +120,15 @@ def default_spread(hint: int) -> tuple[int, ...]:
     return spread_ms(max(1, hint // DEFAULT_SPREAD_FACTOR), hint * DEFAULT_SPREAD_FACTOR)
 
 
-def top_k(problem: Problem, k: int | float, lut: ConfigLookup | None = None,
+def top_k(problem: Problem, k: int | float | str, lut: ConfigLookup | None = None,
           model: PerformanceModel | None = None, device: DeviceSpec | str | None = None,
-          candidates: Sequence[GemmConfig] | None = None, ms: Sequence[int] | None = None) -> list[Choice]:
+          candidates: Sequence[GemmConfig] | None = None, ms: Sequence[int] | None = None,
+          auto_cap: int = AUTO_TOPK_CAP) -> list[Choice]:
     """The configs to benchmark for `problem`: LUT entries, then the model's best, k in all.
 
     Args:
         problem: the GEMM to select kernels for.
-        k: an int count >= 1, or a float fraction in (0, 1] of the candidates.
+        k: a count >= 1, a fraction in (0, 1] of the candidates, or "auto" (`resolve_k`).
         lut: a lookup table; all of its entries for the problem come first, in LUT order,
             even when they are more than k or are not among the candidates.
         model: ranks the candidates; default `load_default(device)`.
@@ -126,14 +139,13 @@ def top_k(problem: Problem, k: int | float, lut: ConfigLookup | None = None,
             geometric mean over them of predicted time / best predicted time at that M.
 
     Returns:
-        Choices without duplicates: LUT entries (source "lut", scored by the model for
-        display) then candidates best first (ascending predicted runtime, or relative
-        runtime over `ms`), ties in candidate order, up to max(k, number of LUT entries) in
-        total. `predicted_ms` is always the prediction at problem.m.
+        Choices without duplicates: LUT entries (source "lut", scored by the model for display)
+        then candidates best first (ascending predicted runtime, or relative runtime over `ms`),
+        ties in candidate order, up to max(k, number of LUT entries). `predicted_ms`: at problem.m.
 
     Raises:
-        ProblemError, ConfigError, DeviceError, ModelError: on bad arguments, or when no
-        device is given and none can be detected.
+        ProblemError, ConfigError, DeviceError, ModelError: on bad arguments, or when no device
+        is given and none can be detected.
     """
     if not isinstance(problem, Problem):
         raise ProblemError(f"problem: expected a kernel_select.Problem, got {type(problem).__name__}")
@@ -142,13 +154,13 @@ def top_k(problem: Problem, k: int | float, lut: ConfigLookup | None = None,
     if candidates is None:
         widest = dataclasses.replace(problem, m=max(spread)) if spread else problem
         candidates = for_problem(widest, spec, "exhaustive")
-    count = resolve_k(k, len(candidates))
 
     pinned = _lut_configs(lut, problem, spec)
     # One batched model call scores the candidates and the LUT entries (shown with their
     # prediction) together: inside torch.compile the model call is the whole cost.
     all_scores = _scores(problem, [*candidates, *pinned], model)
     scores = all_scores[: len(candidates)]
+    count = resolve_k(k, len(candidates), model=model, predicted_ms=scores, cap=auto_cap)
     ranked_at_hint = not spread or spread == (problem.m,)
     order_by = scores if ranked_at_hint else _relative_over(problem, spread, candidates, model)
     chosen = [Choice(config, float(ms), LUT_SOURCE)

@@ -107,10 +107,12 @@ def add_k_arg(parser: argparse.ArgumentParser) -> None:
                              "(default: %(default)s)")
 
 
-def parse_k(text: str) -> int | float:
-    """-k's value: an int count or a float fraction; `select` checks the range."""
+def parse_k(text: str) -> int | float | str:
+    """-k's value: an int count, a float fraction, or "auto"; `select` checks the range."""
     from kernel_select.errors import ConfigError
 
+    if text.strip().lower() == "auto":
+        return "auto"
     try:
         return int(text)
     except ValueError:
@@ -119,7 +121,7 @@ def parse_k(text: str) -> int | float:
         return float(text)
     except ValueError:
         raise ConfigError(
-            f"-k: expected a count such as 4 or a fraction such as 0.01, got {text!r}") from None
+            f"-k: expected a count such as 4, a fraction such as 0.01, or auto, got {text!r}") from None
 
 
 def require_gpu(command: str) -> None:

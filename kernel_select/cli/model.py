@@ -11,7 +11,8 @@ from kernel_select.errors import OptionError
 
 
 def _add_training_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data", required=True, help="benchmark dataset (parquet)")
+    p.add_argument("--data", required=True, nargs="+", metavar="PARQUET",
+                   help="benchmark dataset file(s) or glob patterns, read as one (e.g. 'data/h100*.parquet')")
     p.add_argument("--out", required=True, help="output directory, e.g. models/h100/")
     p.add_argument("--device", default="h100", help="device the data was measured on (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
@@ -31,6 +32,11 @@ def register_train(sub: Subparsers) -> None:
     p.add_argument("--method", choices=("mlp", "ensemble"), default="mlp",
                    help="mlp: the MLP and the cuBLAS gate; ensemble: MLP + LightGBM shortlist ensemble "
                         "trained without the frozen test and family splits (default: %(default)s)")
+    p.add_argument("--features", type=int, choices=(1, 2), default=2,
+                   help="feature version of the MLP (default: %(default)s)")
+    p.add_argument("--cap", type=int_at_least(1), default=384,
+                   help="configs per problem trained on: every one within 1.5x of the oracle, then a "
+                        "random sample (default: %(default)s)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(handler=run_train)
 
@@ -50,7 +56,8 @@ def register_eval(sub: Subparsers) -> None:
                                    "among a method's top-k; prints the geometric mean over problems for "
                                    "the models, random k, Inductor's DEFAULT list, nvMatmulHeuristics (if "
                                    "installed) and cuBLAS.")
-    p.add_argument("--data", required=True, help="benchmark dataset (parquet)")
+    p.add_argument("--data", required=True, nargs="+", metavar="PARQUET",
+                   help="benchmark dataset file(s) or glob patterns, read as one")
     p.add_argument("--split", choices=("held-out", "test", "family", "train", "val"), default="held-out",
                    help="held-out (default): both frozen test splits, 'test' (hash) and 'family' (held-out "
                         "architectures and odd N), in one report that names the shipped method")
@@ -72,7 +79,7 @@ def run_train(args: argparse.Namespace) -> int:
     if args.method == "ensemble":
         return _run_train_ensemble(args)
     result = train(args.data, args.out, seed=args.seed, epochs=args.epochs, objective=args.objective,
-                   device=args.device, progress=not args.quiet)
+                   device=args.device, feature_version=args.features, cap=args.cap, progress=not args.quiet)
     for objective, metrics in result.metrics["val"].items():
         topk = "  ".join(f"k={k}: {v:.4f}" for k, v in metrics["topk"].items())
         print(f"val [{objective}] epoch {metrics['epoch']}: {topk}")
@@ -103,9 +110,9 @@ def run_train_gate(args: argparse.Namespace) -> int:
     from kernel_select.offline.data import dataset
     from kernel_select.offline.train import train_gate
 
-    data_path = Path(args.data)
-    gate = train_gate(dataset.read(data_path), get_device(args.device), args.out, seed=args.seed,
-                      data_path=data_path)
+    paths = dataset.expand_paths(args.data)
+    gate = train_gate(dataset.read_many(paths), get_device(args.device), args.out, seed=args.seed,
+                      data_path=paths[0] if len(paths) == 1 else None)
     _print_gate_validation(gate.card.metrics["validation"])
     print(f"wrote {Path(args.out) / 'cublas_gate.pt'}")
     return 0

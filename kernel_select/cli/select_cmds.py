@@ -69,8 +69,7 @@ def run_topk(args: argparse.Namespace) -> int:
     print(f"{problem} on {model.device.key}: {len(choices)} of {len(candidates)} {args.search_space} configs")
     print(f"ranked by: {model.describe()}")
     _print_choices(choices)
-    if decision is not None:
-        print(decision.describe())
+    _print_cublas(model, problem, decision)
     return 0
 
 
@@ -84,6 +83,7 @@ def _topk_payload(args: argparse.Namespace, problem: Problem, model: Any, candid
         "choices": [{"rank": rank, "config": choice.config.model_dump(),
                      "predicted_ms": choice.predicted_ms, "source": choice.source}
                     for rank, choice in enumerate(choices, 1)],
+        "predicted_cublas_ms": model.estimate_aten(problem),
         "cublas_gate": None if decision is None else {
             "predicted_cublas_over_triton": decision.predicted_ratio, "margin": decision.margin,
             "skips_triton": decision.prefers_cublas},
@@ -126,10 +126,17 @@ def run_demo(args: argparse.Namespace) -> int:
         choices = top_k(problem, k, lut=lut, model=model, candidates=candidates)
         print(f"\n{label:<14} {problem}  ({len(candidates)} candidates)")
         _print_choices(choices)
-        decision = _gate_decision(problem, model.device)
-        if decision is not None:
-            print(decision.describe())
+        _print_cublas(model, problem, _gate_decision(problem, model.device))
     return 0
+
+
+def _print_cublas(model: Any, problem: Problem, decision: Any) -> None:
+    """The model's own cuBLAS prediction (where it has one) and the gate's verdict."""
+    aten_ms = model.estimate_aten(problem)
+    if aten_ms is not None:
+        print(f"cuBLAS (ATen mm) predicted by the model: {aten_ms:.4f} ms")
+    if decision is not None:
+        print(decision.describe())
 
 
 def _seed_problems() -> list[tuple[str, Problem]]:

@@ -59,7 +59,7 @@ class Selection:
     configs: tuple[GemmConfig, ...]
     sources: tuple[str, ...]  # "lut" or the model name, per config
     space_size: int
-    gate: Any = None  # the cuBLAS gate's GateDecision, when the gate was consulted
+    gate: Any = None  # the cuBLAS decision (CublasRule, or the gate's GateDecision) when one was made
     ms: tuple[int, ...] = ()  # a symbolic M: the values it was ranked for (() = the hint only)
     ms_origin: str = ""  # where `ms` came from: "lut m range", "dynamic_m", ...
     hint_override: int | None = None  # the multi-kernel hint these configs are for
@@ -114,6 +114,8 @@ class KernelSelectChoices(InductorChoices):
         settings = self.settings()
         parts = [f"version={_package_version()}", f"topk={settings.topk}", f"inner={_inner_id(self.inner)}",
                  f"dynamic_m={settings.dynamic_m}"]
+        if settings.topk == knobs.AUTO:
+            parts.append(f"auto_topk_cap={settings.auto_topk_cap}")
         if settings.topk != knobs.SAME:
             device = _device_or_none(settings.device)
             parts.append(f"device={device.key if device else 'none'}")
@@ -237,22 +239,33 @@ class KernelSelectChoices(InductorChoices):
 
     def _select(self, problem: Problem, device: DeviceSpec, settings: Settings, lut: Any,
                 ms: tuple[int, ...] = (), ms_origin: str = "", hint_override: int | None = None) -> Selection:
-        from kernel_select.select import top_k
+        from kernel_select.model.aten import CublasRule
+        from kernel_select.select import LUT_SOURCE, top_k
 
         if settings.topk == knobs.DEFAULT:
-            k = len(space.for_problem(problem, device, "default"))
+            k: int | str = len(space.for_problem(problem, device, "default"))
         else:
-            k = int(settings.topk)
+            k = settings.topk  # a count, or "auto"
         widest = dataclasses.replace(problem, m=max(ms)) if ms else problem
         candidates = space.for_problem(widest, device, "exhaustive")
         model = runtime.model(settings.model, device)
-        gate = runtime.gate(device) if settings.cublas_margin is not None else None
-        decision = gate.decide(problem, settings.cublas_margin) if gate is not None else None
+        margin = settings.cublas_margin
+        # The shipped gate decides where there is one: on the held-out splits it loses less than
+        # the two-sided rule from the model's own cuBLAS time (docs/model.md). Without a gate,
+        # the rule decides where the model predicts cuBLAS (`estimate_aten`).
+        gate = runtime.gate(device) if margin is not None else None
+        decision: Any = gate.decide(problem, margin) if gate is not None else None
+        aten_ms = model.estimate_aten(problem) if margin is not None and gate is None else None
         # Where cuBLAS is predicted to win, offer only what the LUT pins (often nothing): Inductor
         # then compiles and benchmarks no Triton kernel it would not pick anyway.
         skip_triton = decision is not None and decision.prefers_cublas
         chosen = top_k(problem, k, lut=lut, model=model, device=device, candidates=[] if skip_triton else candidates,
-                       ms=ms or None)
+                       ms=ms or None, auto_cap=settings.auto_topk_cap)
+        ranked = [c.predicted_ms for c in chosen if c.source != LUT_SOURCE]
+        if aten_ms is not None and ranked:
+            decision = CublasRule(problem, aten_ms, min(ranked), margin)
+            if decision.prefers_cublas:  # the two-sided rule: Triton only where clearly faster
+                chosen, skip_triton = [c for c in chosen if c.source == LUT_SOURCE], True
         if not chosen and not skip_triton:
             raise KernelSelectError(f"{problem}: the selection returned no configs")
         return Selection(problem=problem, device=device.key,
@@ -317,7 +330,8 @@ def _log_selection(selection: Selection) -> None:
     log.info("kernel_select: %s on %s: benchmarking %d of %d Triton configs (%d from the LUT)%s%s%s",
              selection.problem, selection.device, len(selection.configs), selection.space_size,
              selection.sources.count("lut"), spread, hint,
-             f"; cuBLAS predicted {1 / gate.predicted_ratio:.2f}x faster than Triton" if gated else "")
+             f"; Triton skipped: predicted cuBLAS / best Triton time {gate.predicted_ratio:.2f}"
+             if gated else "")
 
 
 def _device_index(kernel_inputs: Any) -> int:

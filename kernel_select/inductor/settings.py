@@ -39,6 +39,7 @@ class Settings:
     device: str | None
     cublas_margin: float | None = None  # None: the cuBLAS gate is off
     dynamic_m: tuple[int, ...] | None = None  # None: derive the Ms a symbolic M is ranked for
+    auto_topk_cap: int = knobs.DEFAULT_AUTO_TOPK_CAP  # topk="auto": the most configs per GEMM
 
 
 def validated_overrides(topk: object = None, kernel_lut_path: object = None, model: object = None,
@@ -92,7 +93,7 @@ def resolve_settings(overrides: dict[str, Any] | None = None) -> Settings:
                     model=overrides.get("model", knobs.model),
                     device=overrides.get("device", knobs.device),
                     cublas_margin=_margin(overrides.get("cublas_margin", knobs.cublas_margin)),
-                    dynamic_m=dynamic_m)
+                    dynamic_m=dynamic_m, auto_topk_cap=knobs.auto_topk_cap)
 
 
 def _margin(value: float | str | None) -> float | None:

@@ -81,6 +81,16 @@ class PerformanceModel(abc.ABC):
             UnsupportedProblemError: if this model cannot score the problem's dtype, op or shape.
         """
 
+    def estimate_aten(self, problem: Problem) -> float | None:
+        """Predicted runtime in ms of the ATen mm (cuBLAS) for `problem`, in the units of
+        `estimate`, or None when this model does not score cuBLAS."""
+        return None
+
+    def auto_topk(self, runtime_ms: np.ndarray, cap: int) -> int | None:
+        """For `topk="auto"`: how many configs (1..cap) to benchmark given this model's predictions
+        for one GEMM, or None when the model has no measure of its own uncertainty."""
+        return None
+
     def describe(self) -> str:
         """One line for humans: which model, for which device, trained on what."""
         return f"{self.name} model for {self.device.key}"

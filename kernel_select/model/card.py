@@ -44,13 +44,23 @@ class Architecture(BaseModel):
     activation: Literal["relu", "silu"]
 
 
-class DataProvenance(BaseModel):
-    """What the model was trained on."""
+class DataFile(BaseModel):
+    """One dataset file a model was trained on."""
 
     model_config = ConfigDict(extra="forbid")
 
     file: str  # file name only; paths differ between machines
     sha256: str
+
+
+class DataProvenance(BaseModel):
+    """What the model was trained on."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    file: str  # file name only ("a.parquet+b.parquet" for several); paths differ between machines
+    sha256: str  # of the file; for several, of their sha256s concatenated in `files` order
+    files: list[DataFile] = []  # each file with its own hash (empty in cards of one-file models)
     rows: int  # rows used: train and val problems, usable runtimes
     problems: dict[str, int]  # split -> number of problems (train, val)
     device_names: list[str]

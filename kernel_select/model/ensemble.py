@@ -139,7 +139,7 @@ class EnsembleModel(PerformanceModel):
         best = min(4, len(trees))
         return float(np.mean(np.abs(mlp[short[:best]] - trees[:best])))
 
-    def auto_topk(self, m: int, n: int, k: int, dtype: str, configs: Sequence[GemmConfig]) -> int:
+    def auto_topk_for(self, m: int, n: int, k: int, dtype: str, configs: Sequence[GemmConfig]) -> int:
         """How many configs to benchmark for this problem under topk="auto"."""
         if self.card.auto_threshold is None:
             raise ModelError(f"{self.describe()}: no auto threshold in its card; retrain")

@@ -23,24 +23,15 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import ModelError
-from kernel_select.model.card import (
-    Architecture,
-    ModelCard,
-    build_body,
-    load_checkpoint,
-    load_state,
-    save_checkpoint,
-    training_versions,
-    utc_now,
-)
+from kernel_select.model.card import Architecture, ModelCard, training_versions, utc_now
 from kernel_select.model.features import log2_alignment
+from kernel_select.model.problem_net import ProblemNetCheckpoint, fit_problem_net
 from kernel_select.problem import DTYPE_BYTES, Problem, dtype_name
 
 log = logging.getLogger(__name__)
@@ -91,34 +82,24 @@ class GateDecision:
         return self.predicted_ratio <= 1.0 - self.margin
 
     def describe(self) -> str:
-        verdict = "skip Triton, benchmark ATen only" if self.prefers_cublas else "benchmark Triton configs"
         return (f"cuBLAS gate: predicted cuBLAS / best Triton time {self.predicted_ratio:.2f} "
-                f"(margin {self.margin:.2f}): {verdict}")
+                f"(margin {self.margin:.2f}): {verdict(self.prefers_cublas)}")
 
 
-class CublasGate:
+def verdict(prefers_cublas: bool) -> str:
+    """What a cuBLAS decision means for Inductor, in words."""
+    return "skip Triton, benchmark ATen only" if prefers_cublas else "benchmark Triton configs"
+
+
+class CublasGate(ProblemNetCheckpoint):
     """Predicts whether cuBLAS beats every Triton config of a problem (see the module docstring)."""
 
-    def __init__(self, device: DeviceSpec | str, net: Any, card: ModelCard) -> None:
-        self.device = get_device(device)
-        self.net = net.eval()
-        self.card = card
-        self.mean = np.asarray(card.feature_mean, dtype=np.float32)
-        self.std = np.asarray(card.feature_std, dtype=np.float32)
+    STEM = STEM
+    WHAT = "cuBLAS gate"
 
     def predict_log_ratio(self, problems: Sequence[Problem]) -> np.ndarray:
         """log(cuBLAS time / fastest Triton time) per problem."""
-        import torch
-
-        if not problems:
-            return np.zeros(0)
-        x = gate_features([p.m for p in problems], [p.n for p in problems], [p.k for p in problems],
-                          [DTYPE_BYTES[dtype_name(p.dtype)] for p in problems], self.device)
-        with torch.no_grad():
-            out = self.net(torch.from_numpy((x - self.mean) / self.std)).squeeze(1).double().numpy()
-        if not np.all(np.isfinite(out)):
-            raise ModelError(f"cuBLAS gate for {self.device.key} returned non-finite predictions")
-        return out
+        return self._outputs(problems)
 
     def skips_triton(self, problems: Sequence[Problem], margin: float = DEFAULT_MARGIN) -> np.ndarray:
         """Per problem, whether cuBLAS is predicted faster by at least `margin` (Triton skipped)."""
@@ -135,25 +116,6 @@ class CublasGate:
             h.update(tensor.detach().cpu().numpy().tobytes())
         h.update(self.mean.tobytes() + self.std.tobytes())
         return h.hexdigest()[:16]
-
-    def save(self, model_dir: str | Path) -> Path:
-        """Write the checkpoint (`cublas_gate.pt`, `cublas_gate.json`) into `model_dir`."""
-        return save_checkpoint(model_dir, STEM, self.net.state_dict(), self.card)
-
-    @classmethod
-    def load(cls, model_dir: str | Path, device: DeviceSpec | str, *,
-             allow_same_architecture: bool = False) -> CublasGate:
-        """Raises ModelError naming the file when it is missing, unreadable or for another device."""
-        from kernel_select.model.card import retrain_hint
-
-        spec = get_device(device)
-        model_dir = Path(model_dir)
-        state, card = load_checkpoint(model_dir, STEM, spec, model=STEM, feature_version=GATE_FEATURE_VERSION,
-                                      feature_names=GATE_FEATURE_NAMES,
-                                      allow_same_architecture=allow_same_architecture)
-        net = load_state(build_body(card.architecture), state, model_dir / GATE_FILE, card,
-                         retrain_hint(model_dir, spec.key))
-        return cls(spec, net, card)
 
 
 def load_default_gate(device: DeviceSpec | str | None = None) -> CublasGate | None:
@@ -198,8 +160,6 @@ def fit_gate(df: Any, device: DeviceSpec | str, *, seed: int = 0, epochs: int = 
              check_every: int = 10) -> CublasGate:
     """Train the gate on the 'train' split's problems; keep the weights with the lowest validation
     RMSE (checked every `check_every` epochs). Full-batch AdamW: a few hundred problems."""
-    import torch
-
     spec = get_device(device)
     table = problem_ratios(df)
     train, val = table[table["split"] == "train"], table[table["split"] == "val"]
@@ -211,29 +171,11 @@ def fit_gate(df: Any, device: DeviceSpec | str, *, seed: int = 0, epochs: int = 
         return gate_features(frame["m"], frame["n"], frame["k"],
                              frame["dtype"].map(lambda d: DTYPE_BYTES[dtype_name(d)]), spec)
 
-    x_train, x_val = features(train), features(val)
-    mean, std = x_train.mean(axis=0), x_train.std(axis=0) + 1e-6
-    to_tensor = lambda a: torch.tensor((a - mean) / std, dtype=torch.float32)  # noqa: E731
-    xt, xv = to_tensor(x_train), to_tensor(x_val)
-    yt = torch.tensor(train["log_ratio"].to_numpy(), dtype=torch.float32)
-    yv = val["log_ratio"].to_numpy()
-    torch.manual_seed(seed)
-    net = build_body(DEFAULT_ARCHITECTURE)
-    optimizer = torch.optim.AdamW(net.parameters(), lr=1e-2, weight_decay=1e-2)
-    best_rmse, best_epoch, best_state = math.inf, 0, None
-    for epoch in range(1, epochs + 1):
-        optimizer.zero_grad()
-        loss = ((net(xt).squeeze(1) - yt) ** 2).mean()
-        loss.backward()
-        optimizer.step()
-        if epoch % check_every == 0:
-            with torch.no_grad():
-                rmse = float(np.sqrt(np.mean((net(xv).squeeze(1).numpy() - yv) ** 2)))
-            if rmse < best_rmse:
-                best_rmse, best_epoch = rmse, epoch
-                best_state = {name: t.clone() for name, t in net.state_dict().items()}
-    assert best_state is not None
-    net.load_state_dict(best_state)
+    fitted = fit_problem_net(features(train), train["log_ratio"].to_numpy(), features(val),
+                             val["log_ratio"].to_numpy(), DEFAULT_ARCHITECTURE, seed=seed, epochs=epochs,
+                             check_every=check_every)
+    net, mean, std, best_rmse, best_epoch = (fitted.net, fitted.mean, fitted.std, fitted.val_rmse,
+                                             fitted.best_epoch)
     card = ModelCard(
         model=STEM, device=spec.key, architecture=DEFAULT_ARCHITECTURE, feature_version=GATE_FEATURE_VERSION,
         feature_names=list(GATE_FEATURE_NAMES), feature_mean=mean.tolist(), feature_std=std.tolist(),

@@ -29,6 +29,7 @@ from torch import nn
 from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import ModelError, UnsupportedProblemError
+from kernel_select.model.aten import ATEN_FILE, AtenHead
 from kernel_select.model.base import PerformanceModel, register_model, shipped_model_dir
 from kernel_select.model.card import (
     Architecture,
@@ -40,7 +41,8 @@ from kernel_select.model.card import (
     retrain_hint,
     save_checkpoint,
 )
-from kernel_select.model.features import FEATURE_NAMES, FEATURE_VERSION, featurize
+from kernel_select.model import features, features_v2
+from kernel_select.model.features import FEATURE_NAMES, FEATURE_VERSION
 from kernel_select.problem import Problem
 
 log = logging.getLogger(__name__)
@@ -54,6 +56,13 @@ CARD_FILE = f"{STEM}.json"
 # fp16 and bf16 have the same size and tensor-core rate, so their features are identical: a model
 # trained on one scores the other the same way.
 _SAME_FEATURES = {"float16": "bfloat16", "bfloat16": "float16"}
+#: The feature sets an MLP can be trained on: version -> (names, featurize). A card names its version.
+FEATURE_SETS = {
+    FEATURE_VERSION: (FEATURE_NAMES, features.featurize),
+    features_v2.FEATURE_VERSION: (features_v2.FEATURE_NAMES, features_v2.featurize),
+}
+#: `topk="auto"` without a gap in the card: k = the configs predicted within 5% of the best.
+DEFAULT_AUTO_GAP = 0.05
 
 
 class RuntimeNet(nn.Module):
@@ -83,10 +92,13 @@ class MLPModel(PerformanceModel):
 
     name = "mlp"
 
-    def __init__(self, device: DeviceSpec | str, net: RuntimeNet, card: ModelCard) -> None:
+    def __init__(self, device: DeviceSpec | str, net: RuntimeNet, card: ModelCard,
+                 aten: AtenHead | None = None) -> None:
         super().__init__(device)
         self.net = net.eval()
         self.card = card
+        self.aten = aten  # the cuBLAS time head shipped with this MLP, if any
+        self._featurize = FEATURE_SETS[card.feature_version][1]
         self._mean = np.asarray(card.feature_mean, dtype=np.float32)
         self._inv_std = (1.0 / np.asarray(card.feature_std, dtype=np.float64)).astype(np.float32)
         self._digest: str | None = None
@@ -97,23 +109,39 @@ class MLPModel(PerformanceModel):
             raise UnsupportedProblemError(
                 f"mlp model for {device.key}: trained on {self.card.dtypes}, not {dtype}; "
                 f"collect {dtype} data and retrain, or use the analytical model")
-        features = featurize(problem.m, problem.n, problem.k, dtype, configs, device)
-        features -= self._mean
-        features *= self._inv_std
+        x = self._featurize(problem.m, problem.n, problem.k, dtype, configs, device)
+        x -= self._mean
+        x *= self._inv_std
         with torch.inference_mode():
-            log_ms = self.net(torch.from_numpy(features))
+            log_ms = self.net(torch.from_numpy(x))
         runtime_ms = np.exp(log_ms.numpy().astype(np.float64))
         # The MLP is trained on single GEMMs: batch elements are more CTAs of the same kernel.
         return runtime_ms * problem.batch if problem.batch != 1 else runtime_ms
+
+    def estimate_aten(self, problem: Problem) -> float | None:
+        """Predicted cuBLAS (ATen mm) ms, in the units of `estimate`; None without a head or for
+        a problem it was not trained on (batched, another op or dtype)."""
+        if self.aten is None or not self.aten.supports(problem):
+            return None
+        return float(self.aten.predict_ms([problem])[0])
+
+    def auto_topk(self, runtime_ms: np.ndarray, cap: int) -> int:
+        """How many configs to benchmark for one GEMM given this model's predictions for it: those
+        predicted within the card's `auto_topk_gap` (log ms) of the best, 1 to `cap`. Where the
+        model sees one clear winner it is sure; near-ties are where its ranking errors cost."""
+        gap = float(self.card.hyperparameters.get("auto_topk_gap", DEFAULT_AUTO_GAP))
+        return auto_k_from_gap(runtime_ms, gap, cap)
 
     def digest(self) -> str:
         """sha256 of the weights and the model card. Inductor's cache keys include it (through the
         choices handler's uuid), so a retrained model never reuses choices made by the old one."""
         if self._digest is None:
             h = hashlib.sha256(self.card.model_dump_json().encode())
-            for name, tensor in sorted(self.net.state_dict().items()):
-                h.update(name.encode())
-                h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+            nets = [self.net] + ([self.aten.net] if self.aten is not None else [])
+            for net in nets:
+                for name, tensor in sorted(net.state_dict().items()):
+                    h.update(name.encode())
+                    h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
             self._digest = h.hexdigest()
         return self._digest
 
@@ -131,6 +159,8 @@ class MLPModel(PerformanceModel):
         """Write the checkpoint (`mlp.pt`, `mlp.json`) into `model_dir` (created if needed)."""
         card = self.card.model_copy(update={"kernel_overhead_ms": self.net.kernel_overhead_ms})
         save_checkpoint(model_dir, STEM, self.net.state_dict(), card)
+        if self.aten is not None:
+            self.aten.save(model_dir)
         self.card = card
         return Path(model_dir)
 
@@ -148,12 +178,36 @@ class MLPModel(PerformanceModel):
         """
         model_dir = Path(model_dir)
         spec = get_device(device) if device is not None else _card_device(model_dir)
-        state, card = load_checkpoint(model_dir, STEM, spec, model=STEM, feature_version=FEATURE_VERSION,
-                                      feature_names=FEATURE_NAMES,
+        version = _card_feature_version(model_dir, spec)
+        state, card = load_checkpoint(model_dir, STEM, spec, model=STEM, feature_version=version,
+                                      feature_names=FEATURE_SETS[version][0],
                                       allow_same_architecture=allow_same_architecture)
         net = RuntimeNet(card.architecture.inputs, card.architecture.hidden_widths)
         load_state(net, state, model_dir / WEIGHTS_FILE, card, retrain_hint(model_dir, spec.key))
-        return cls(spec, net, card)
+        aten = None
+        if (model_dir / ATEN_FILE).exists():  # optional: without it estimate_aten() is None
+            aten = AtenHead.load(model_dir, spec, allow_same_architecture=allow_same_architecture)
+        return cls(spec, net, card, aten)
+
+
+def auto_k_from_gap(runtime_ms: np.ndarray, gap: float, cap: int) -> int:
+    """The number of predictions within `gap` (log ms) of the smallest, between 1 and `cap`."""
+    log_ms = np.log(np.asarray(runtime_ms, dtype=np.float64))
+    if log_ms.size == 0:
+        return 1
+    return int(min(max(1, int(np.count_nonzero(log_ms <= log_ms.min() + gap))), cap))
+
+
+def _card_feature_version(model_dir: Path, spec: DeviceSpec) -> int:
+    """The card's feature version where this code computes it (else this code's default, which
+    the checkpoint check then refuses with the retrain hint)."""
+    from kernel_select.model.card import read_card
+
+    card_path = model_dir / CARD_FILE
+    if not card_path.is_file():
+        return FEATURE_VERSION  # load_checkpoint reports the missing file
+    version = read_card(card_path, retrain_hint(model_dir, spec.key)).feature_version
+    return version if version in FEATURE_SETS else FEATURE_VERSION
 
 
 def _card_device(model_dir: Path) -> DeviceSpec:

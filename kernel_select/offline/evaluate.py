@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from kernel_select.offline.data import dataset, splits
+from kernel_select.offline import model_extras
 from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import DatasetError, KernelSelectError
@@ -57,7 +58,7 @@ def usable_triton_rows(df: pd.DataFrame) -> pd.DataFrame:
     return df[keep]
 
 
-def evaluate(data_path: str | Path, split: str = "test",
+def evaluate(data_path: str | Path | Sequence[str | Path], split: str = "test",
              models: Sequence[str | PerformanceModel] = ("mlp", "analytical"), *,
              device: DeviceSpec | str | None = None, ks: Sequence[int] = DEFAULT_KS,
              random_seeds: int = 20, default_torch_version: str = "2.11",
@@ -69,7 +70,7 @@ def evaluate(data_path: str | Path, split: str = "test",
     `get_model(name, device)`) or model instances. A model that cannot be loaded is reported as
     skipped with the reason, not raised. `frame`: the dataset, already read from `data_path`.
     """
-    frame = dataset.read(data_path) if frame is None else frame
+    frame = dataset.read_many(data_path) if frame is None else frame
     df = splits.split_rows(frame, split)
     rows = usable_triton_rows(df).sort_values(["problem_id", *_CONFIG_COLS], kind="stable")
     if rows.empty:
@@ -81,10 +82,12 @@ def evaluate(data_path: str | Path, split: str = "test",
     problems = rows.groupby("problem_id", sort=True)[["m", "n", "k", "dtype"]].first()
 
     report: dict[str, Any] = {
-        "data": Path(data_path).name, "split": split, "device": spec.key, "ks": list(ks),
+        "data": _names(data_path), "split": split, "device": spec.key, "ks": list(ks),
         "problems": len(problem_ids), "rows": len(rows), "methods": {},
     }
     methods = report["methods"]
+    default_best = _default_best(rows, problems, groups, runtime, spec, default_torch_version)
+    aten = _aten_ms(df).reindex(problem_ids).to_numpy(np.float64)
     topk_best: dict[str, np.ndarray] = {}  # model name -> best measured ms in its top-k, per problem
     for entry in models:
         name = entry if isinstance(entry, str) else entry.name
@@ -97,8 +100,9 @@ def evaluate(data_path: str | Path, split: str = "test",
             continue
         methods[name] = _model_report(name, model, groups, problem_ids, rows, predicted, runtime, ks)
         topk_best[name] = best_in_top_k(groups, predicted, runtime, ks)
+        methods[name].update(_model_extras(model, problems, groups, predicted, runtime, aten, topk_best[name],
+                                           default_best, ks))
     methods["random"] = _random_report(groups, runtime, ks, random_seeds)
-    default_best = _default_best(rows, problems, groups, runtime, spec, default_torch_version)
     methods["inductor_default"] = _default_report(default_best, groups, runtime, default_torch_version)
     methods["nvmatmulheuristics"] = nvmmh_report(rows, problems, groups, runtime, spec, ks)
     report["cublas"] = _cublas_report(df, groups, problem_ids, runtime)
@@ -107,14 +111,38 @@ def evaluate(data_path: str | Path, split: str = "test",
     return report
 
 
-def evaluate_splits(data_path: str | Path, models: Sequence[str | PerformanceModel] = ("mlp", "analytical"),
+def _model_extras(model: PerformanceModel, problems: pd.DataFrame, groups: np.ndarray, predicted: np.ndarray,
+                  runtime: np.ndarray, aten: np.ndarray, best: np.ndarray, default: _DefaultBest,
+                  ks: Sequence[int]) -> dict[str, Any]:
+    """Strata, calibration, `topk="auto"` and the model's own cuBLAS rule (model_extras.py)."""
+    per_problem = oracle_ms(groups, runtime)[:, None] / best
+    default_ratio = oracle_ms(groups, runtime) / default.best_ms
+    out: dict[str, Any] = {
+        "strata": model_extras.strata_report(per_problem, default_ratio, model_extras.strata_labels(problems),
+                                             ks),
+        "calibration_median_abs_log_top16": model_extras.calibration(groups, predicted, runtime)}
+    auto = model_extras.auto_report(model, groups, predicted, runtime)
+    if auto is not None:
+        out["auto"] = auto
+    rule = model_extras.cublas_rule_report(model, problems, groups, predicted, runtime, aten, best, ks)
+    if rule is not None:
+        out["cublas_rule"] = rule
+    return out
+
+
+def _names(data_path: str | Path | Sequence[str | Path]) -> str:
+    return "+".join(p.name for p in dataset.expand_paths(data_path))
+
+
+def evaluate_splits(data_path: str | Path | Sequence[str | Path],
+                    models: Sequence[str | PerformanceModel] = ("mlp", "analytical"),
                     *, device: DeviceSpec | str | None = None, ks: Sequence[int] = DEFAULT_KS,
-                    **options: Any) -> dict[str, Any]:
+                    frame: pd.DataFrame | None = None, **options: Any) -> dict[str, Any]:
     """`evaluate` on both frozen held-out splits, plus `shipped`: what `load_default` returns for the
     device (the method users get). The shape of models/<device>/eval.json."""
     from kernel_select.model import load_default
 
-    frame = dataset.read(data_path)
+    frame = dataset.read_many(data_path) if frame is None else frame
     spec = get_device(device) if device is not None else _dataset_device(frame, data_path)
     reports: dict[str, Any] = {}
     for name in splits.EVAL_SPLITS:
@@ -123,7 +151,7 @@ def evaluate_splits(data_path: str | Path, models: Sequence[str | PerformanceMod
             continue
         reports[name] = evaluate(data_path, name, models, device=spec, ks=ks, frame=frame, **options)
     shipped = load_default(spec)
-    return {"data": Path(data_path).name, "device": spec.key, "shipped": shipped.name,
+    return {"data": _names(data_path), "device": spec.key, "shipped": shipped.name,
             "shipped_model": shipped.describe(), "splits": reports}
 
 

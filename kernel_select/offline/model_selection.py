@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import statistics
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,44 +30,25 @@ from kernel_select.model import features as v1
 from kernel_select.model import features_v2 as v2
 from kernel_select.offline.data import dataset, splits
 from kernel_select.offline import uncertainty
-from kernel_select.offline.evaluate import _default_best, usable_triton_rows
+from kernel_select.offline.evaluate import _default_best
 from kernel_select.offline.metrics import (
     DEFAULT_KS, best_in_top_k, geomean, oracle_ms, spearman_per_group, topk_scores,
 )
 from kernel_select.offline.train import MLPHParams
+from kernel_select.offline.training_data import cap_rows_per_problem, prepare_rows
 from kernel_select.offline.train_candidates import (
     Candidate, GBMParams, TrainData, ensemble, fit_fast_autotune, fit_gbm_rank,
-    fit_gbm_reg, fit_mlp_v1,
+    fit_gbm_reg, fit_mlp_v1, fit_mlp_v2,
 )
 from kernel_select.problem import Problem
 from kernel_select.space import for_problem
 
 log = logging.getLogger(__name__)
 
+#: The seed problem of the latency budget: 1,206 configs in its pruned EXHAUSTIVE space on H100.
+LATENCY_PROBLEM = Problem(560, 1280, 3420, "bfloat16")
 SHORTLIST = 64  # configs per problem the tree model re-scores (keeps estimate() within 2 ms)
 CALIBRATION_TOP = 16  # calibration is measured where it matters: each problem's fastest configs
-
-
-def prepare_rows(frame: pd.DataFrame, spec: DeviceSpec) -> tuple[pd.DataFrame, pd.Series]:
-    """Usable single-GEMM Triton rows of `spec`, sorted by problem, and cuBLAS ms per problem."""
-    rows = usable_triton_rows(frame)
-    rows = rows[(rows["batch"] == 1) & (rows["sm_count"] == spec.sm_count)]
-    rows = rows.sort_values(["problem_id", *dataset.CONFIG_COLUMNS], kind="stable").reset_index(drop=True)
-    aten = frame[(frame["backend"] == "aten") & np.isfinite(frame["runtime_ms"])]
-    return rows, aten.groupby("problem_id")["runtime_ms"].min()
-
-
-def cap_rows_per_problem(rows: pd.DataFrame, cap: int, seed: int) -> np.ndarray:
-    """Row mask keeping every config within 1.5x of its problem's oracle (the contenders, which the
-    ranking must order) plus a random sample of the rest, at most `cap` rows per problem."""
-    log_ms = np.log(rows["runtime_ms"].to_numpy(np.float64))
-    groups = pd.factorize(rows["problem_id"])[0]
-    gap = log_ms - pd.Series(log_ms).groupby(groups).transform("min").to_numpy()
-    key = np.where(gap <= np.log(1.5), -1.0, np.random.default_rng(seed).random(len(rows)))
-    order = np.lexsort((key, groups))
-    rank = np.empty(len(rows), dtype=np.int64)
-    rank[order] = np.arange(len(rows)) - np.searchsorted(groups[order], groups[order])
-    return rank < cap
 
 
 def build_train_data(rows: pd.DataFrame, x: np.ndarray, masks: dict[str, np.ndarray], cap: int,
@@ -76,14 +58,18 @@ def build_train_data(rows: pd.DataFrame, x: np.ndarray, masks: dict[str, np.ndar
                      groups=pd.factorize(rows.loc[keep, "problem_id"])[0], is_val=masks["val"][keep])
 
 
+NETS = (fit_mlp_v1, fit_mlp_v2, fit_fast_autotune)
+
+
 def fit_candidates(data: TrainData, hp: MLPHParams, gbm: GBMParams, seed: int,
-                   progress: bool = True) -> list[Candidate]:
+                   progress: bool = True, fast_autotune: bool = False) -> list[Candidate]:
+    """Every candidate on the same rows. The fast_autotune net is opt-in: it measured ~20 ms per
+    estimate (ten times the budget) and trains for ~13 minutes on 2 cores."""
     fitted = []
-    for fit in tqdm((fit_mlp_v1, fit_fast_autotune, fit_gbm_reg, fit_gbm_rank), desc="candidates",
-                    disable=not progress):
+    fits = (fit_mlp_v1, fit_mlp_v2, *((fit_fast_autotune,) if fast_autotune else ()), fit_gbm_reg, fit_gbm_rank)
+    for fit in tqdm(fits, desc="candidates", disable=not progress):
         started = time.perf_counter()
-        candidate = (fit(data, hp, seed, progress=False) if fit in (fit_mlp_v1, fit_fast_autotune)
-                     else fit(data, gbm, seed))
+        candidate = fit(data, hp, seed, progress=False) if fit in NETS else fit(data, gbm, seed)
         candidate.info["train_seconds"] = round(time.perf_counter() - started, 1)
         fitted.append(candidate)
     by_name = {c.name: c for c in fitted}
@@ -178,7 +164,7 @@ def _by_k(values: np.ndarray, ks) -> dict[str, float]:
 
 def estimate_latency_ms(candidate: Candidate, spec: DeviceSpec, repeats: int = 30) -> float:
     """Median ms of featurize + score for one problem's exhaustive space (~1,400 configs), 1 thread."""
-    problem = Problem(2048, 4096, 4096, "bfloat16")
+    problem = LATENCY_PROBLEM
     configs = for_problem(problem, spec, "exhaustive")
     columns = candidate.info.get("features", len(v2.FEATURE_NAMES))
     featurize = v2.featurize if columns > len(v1.FEATURE_NAMES) or "booster" in candidate.info \
@@ -199,19 +185,22 @@ def estimate_latency_ms(candidate: Candidate, spec: DeviceSpec, repeats: int = 3
     return statistics.median(times)
 
 
-def run_selection(data_path: str | Path, device: DeviceSpec | str, *, cap: int = 384, seed: int = 0,
-                  hp: MLPHParams | None = None, gbm: GBMParams | None = None,
-                  torch_version: str = "2.11", progress: bool = True) -> tuple[dict[str, Any], list[Candidate]]:
-    """Fit every candidate and score it on `test` and `family`; returns a JSON-ready report."""
+def run_selection(data_path: str | Path | Sequence[str | Path], device: DeviceSpec | str, *, cap: int = 384,
+                  seed: int = 0, hp: MLPHParams | None = None, gbm: GBMParams | None = None,
+                  torch_version: str = "2.11", progress: bool = True,
+                  fast_autotune: bool = False) -> tuple[dict[str, Any], list[Candidate]]:
+    """Fit every candidate and score it on `test` and `family`; returns a JSON-ready report.
+    `data_path`: one dataset file, several, or glob patterns (read as one, see dataset.read_many)."""
     spec = get_device(device)
     hp = hp or MLPHParams(epochs=30)
-    frame = dataset.read(data_path)
+    frame = dataset.read_many(data_path)
     rows, aten = prepare_rows(frame, spec)
     x = v2.featurize_frame(rows, spec)
     masks = splits.split_masks(rows)
     data = build_train_data(rows, x, masks, cap, seed)
-    candidates = fit_candidates(data, hp, gbm or GBMParams(), seed, progress)
-    report: dict[str, Any] = {"data": Path(data_path).name, "device": spec.key, "cap_rows_per_problem": cap,
+    candidates = fit_candidates(data, hp, gbm or GBMParams(), seed, progress, fast_autotune)
+    report: dict[str, Any] = {"data": [p.name for p in dataset.expand_paths(data_path)], "device": spec.key,
+                              "cap_rows_per_problem": cap,
                               "train_rows": int(len(data.log_ms)), "split_problems": splits.split_summary(rows),
                               "splits": {}, "candidates": {}}
     for c in candidates:

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import hashlib
 import logging
 import math
 import time
 from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,15 +30,19 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from kernel_select.offline.data import dataset
+from kernel_select.offline.data import dataset, splits
+from kernel_select.model import features, features_v2
+from kernel_select.model.aten import AtenHead, fit_aten
 from kernel_select.model.gate import GATE_FILE, CublasGate, fit_gate
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import DatasetError, ModelError, OptionError
-from kernel_select.offline.evaluate import usable_triton_rows
 from kernel_select.offline.metrics import geomean, topk_scores
-from kernel_select.model.features import FEATURE_NAMES, FEATURE_VERSION, featurize_frame
 from kernel_select.model.card import training_versions, utc_now
-from kernel_select.model.mlp import DataProvenance, MLPModel, ModelCard, RuntimeNet, architecture
+from kernel_select.model.mlp import FEATURE_SETS, MLPModel, ModelCard, RuntimeNet, architecture
+from kernel_select.offline.training_data import (
+    DEFAULT_CAP, aten_problems, cap_rows_per_problem, prepare_rows, provenance,
+)
+from kernel_select.offline.uncertainty import choose_gap
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +50,8 @@ Objective = Literal["mse", "rank"]
 OBJECTIVES: tuple[str, ...] = ("mse", "rank")
 VAL_KS = (1, 2, 4, 8, 16)
 _SELECTION_KS = (1, 2, 4, 8)  # the validation score is the mean of the geomean top-k scores at these k
+FEATURE_FRAMES = {features.FEATURE_VERSION: features.featurize_frame,
+                  features_v2.FEATURE_VERSION: features_v2.featurize_frame}
 
 
 @dataclass(frozen=True)
@@ -84,82 +90,138 @@ class _Split:
     counts: np.ndarray  # rows of each problem
 
 
-def train(data_path: str | Path, out_dir: str | Path, *, seed: int = 0, epochs: int | None = None,
-          objective: str = "both", device: DeviceSpec | str = "h100", hparams: MLPHParams | None = None,
+def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, device: DeviceSpec | str,
+          seed: int = 0, epochs: int | None = None, objective: str = "both", hparams: MLPHParams | None = None,
+          feature_version: int = features_v2.FEATURE_VERSION, cap: int = DEFAULT_CAP,
           progress: bool = True) -> TrainResult:
-    """Fit the MLP on the "train" problems of `data_path` and save it to `out_dir`.
+    """Fit the MLP on the trainable problems of the dataset file(s) and save it to `out_dir`,
+    with the cuBLAS time head, the `topk="auto"` gap, and the cuBLAS gate.
 
     Args:
+        data_path: one dataset file, several, or glob patterns (read as one, see dataset.read_many).
         objective: "mse", "rank", or "both" (train each, keep the better on validation).
         epochs: overrides `hparams.epochs`.
+        feature_version: 1 or 2 (`mlp.FEATURE_SETS`).
+        cap: configs per problem (every contender within 1.5x of the oracle, then a sample).
     Raises:
-        DatasetError: the file is unreadable, or a split has no usable rows for `device`.
+        DatasetError: a file is unreadable, or a split has no usable rows for `device`.
+        OptionError: bad epochs, objective, feature version or cap.
     """
     started = time.perf_counter()
     spec = get_device(device)
     hparams = hparams or MLPHParams()
     if epochs is not None:
         hparams = dataclasses.replace(hparams, epochs=epochs)
-    _check_options(hparams, objective)
+    _check_options(hparams, objective, feature_version, cap)
     objectives = list(OBJECTIVES) if objective == "both" else [objective]
 
-    data_path = Path(data_path)
-    frame = dataset.read(data_path)
-    rows = _training_rows(frame, spec, data_path)
-    features = featurize_frame(rows, spec)
-    train_mask = (rows["split"] == "train").to_numpy()
-    mean = features[train_mask].mean(axis=0, dtype=np.float64)
-    std = features[train_mask].std(axis=0, dtype=np.float64)
-    std = np.where(std > 1e-6, std, 1.0)  # a constant feature (e.g. one dtype) must not divide by 0
-    standardized = ((features - mean) / std).astype(np.float32)
-    splits = {name: _make_split(rows, standardized, name) for name in ("train", "val")}
+    paths = dataset.expand_paths(data_path)
+    frame = dataset.read_many(paths)
+    rows, aten = _training_rows(frame, spec, paths, cap, seed)
+    names = FEATURE_SETS[feature_version][0]
+    standardized, mean, std = _standardize(FEATURE_FRAMES[feature_version](rows, spec),
+                                           (rows["split"] == "train").to_numpy())
+    splits_ = {name: _make_split(rows, standardized, name) for name in ("train", "val")}
 
     runs: dict[str, tuple[RuntimeNet, dict[str, Any]]] = {}
     for name in objectives:
-        runs[name] = _fit(name, splits["train"], splits["val"], hparams, seed, progress)
+        runs[name] = _fit(name, splits_["train"], splits_["val"], hparams, seed, progress)
     best = max(runs, key=lambda name: runs[name][1]["selection_score"])
     net = runs[best][0]
+    gap = choose_auto_gap(splits_["val"], net)
 
+    metrics: dict[str, Any] = {"selected_objective": best, "val": {name: m for name, (_, m) in runs.items()},
+                               "auto_topk_val": gap}
+    head = _fit_aten_head(rows, aten, spec, seed, metrics)
+    metrics["cublas_gate"] = _train_gate_or_remove(frame, spec, out_dir, seed, paths)
+    metrics["train_seconds"] = round(time.perf_counter() - started, 1)
+    card = ModelCard(
+        model="mlp", device=spec.key, feature_version=feature_version, feature_names=list(names),
+        feature_mean=mean.tolist(), feature_std=std.tolist(), kernel_overhead_ms=net.kernel_overhead_ms,
+        architecture=architecture(len(names), hparams.hidden_widths), dtypes=sorted(rows["dtype"].unique()),
+        hyperparameters={**dataclasses.asdict(hparams), "seed": seed, "objective": objective,
+                         "cap_rows_per_problem": cap, "auto_topk_gap": gap["gap"]},
+        data=provenance(paths, rows), metrics=metrics, trained_at=utc_now(), versions=training_versions())
+    model = MLPModel(spec, net, card, head)
+    attach_held_out(model, paths, frame)
+    model.save(out_dir)
     seconds = time.perf_counter() - started
-    metrics = {"selected_objective": best, "val": {name: m for name, (_, m) in runs.items()},
-               "train_seconds": round(seconds, 1)}
+    log.info("trained %s model (%s objective) in %.0f s -> %s", spec.key, best, seconds, out_dir)
+    return TrainResult(model=model, out_dir=Path(out_dir), objective=best, metrics=metrics, seconds=seconds)
+
+
+def _standardize(features: np.ndarray, train_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """float32 standardized features, with the training rows' mean and std (float64)."""
+    mean = features[train_mask].mean(axis=0, dtype=np.float64)
+    std = features[train_mask].std(axis=0, dtype=np.float64)
+    std = np.where(std > 1e-6, std, 1.0)  # a constant feature (e.g. one dtype) must not divide by 0
+    return ((features - mean) / std).astype(np.float32), mean, std
+
+
+def attach_held_out(model: MLPModel, paths: Sequence[Path], frame: pd.DataFrame | None = None) -> None:
+    """Score `model` on the frozen `test` and `family` splits and keep the figures in its card
+    (`metrics.held_out`: top-k, with cuBLAS, calibration, auto, strata, worst problems)."""
+    from kernel_select.offline.evaluate import evaluate_splits
+    from kernel_select.offline.model_extras import held_out_summary
+
+    report = evaluate_splits(paths, [model], device=model.device, frame=frame)
+    model.card.metrics["held_out"] = held_out_summary(report, model.name)
+
+
+def choose_auto_gap(val: _Split, net: RuntimeNet) -> dict[str, float]:
+    """`topk="auto"`'s gap for this net, chosen on the validation problems (uncertainty.choose_gap)."""
+    with torch.inference_mode():
+        log_pred = torch.cat([net(chunk) for chunk in torch.split(val.x, 65536)]).numpy().astype(np.float64)
+    return choose_gap(val.groups, log_pred, np.exp(val.y.numpy().astype(np.float64)))
+
+
+def _fit_aten_head(rows: pd.DataFrame, aten: pd.Series, spec: DeviceSpec, seed: int,
+                   metrics: dict[str, Any]) -> AtenHead | None:
+    """The cuBLAS time head on the same problems, or None (noted in `metrics`) without enough cuBLAS rows."""
+    problems = aten_problems(rows, aten)
     try:
-        gate = train_gate(frame, spec, out_dir, seed=seed, data_path=data_path)
-        metrics["cublas_gate"] = gate.card.metrics["validation"]
+        head = fit_aten(problems[problems["split"] == "train"], problems[problems["split"] == "val"], spec,
+                        seed=seed)
+    except ModelError as exc:
+        log.warning("no cuBLAS time head trained: %s", exc)
+        metrics["aten_head"] = {"skipped": str(exc)}
+        return None
+    metrics["aten_head"] = head.card.metrics
+    return head
+
+
+def _train_gate_or_remove(frame: pd.DataFrame, spec: DeviceSpec, out_dir: str | Path, seed: int,
+                          paths: Sequence[Path]) -> dict[str, Any]:
+    try:
+        gate = train_gate(frame, spec, out_dir, seed=seed, data_path=paths[0] if len(paths) == 1 else None)
+        return gate.card.metrics["validation"]
     except ModelError as exc:  # too few problems with a cuBLAS row: the MLP is still worth keeping
         stale = Path(out_dir) / GATE_FILE
         log.warning("no cuBLAS gate trained (%s)%s", exc, f"; removed the old {stale}" if stale.exists() else "")
         stale.unlink(missing_ok=True)
         stale.with_suffix(".json").unlink(missing_ok=True)
-        metrics["cublas_gate"] = {"skipped": str(exc)}
-    card = ModelCard(
-        model="mlp", device=spec.key, feature_version=FEATURE_VERSION, feature_names=list(FEATURE_NAMES),
-        feature_mean=mean.tolist(), feature_std=std.tolist(),
-        architecture=architecture(len(FEATURE_NAMES), hparams.hidden_widths),
-        kernel_overhead_ms=net.kernel_overhead_ms, dtypes=sorted(rows["dtype"].unique()),
-        hyperparameters={**dataclasses.asdict(hparams), "seed": seed, "objective": objective},
-        data=_provenance(data_path, rows), metrics=metrics,
-        trained_at=utc_now(), versions=training_versions(),
-    )
-    model = MLPModel(spec, net, card)
-    model.save(out_dir)
-    log.info("trained %s model (%s objective) in %.0f s -> %s", spec.key, best, seconds, out_dir)
-    return TrainResult(model=model, out_dir=Path(out_dir), objective=best, metrics=metrics, seconds=seconds)
+        return {"skipped": str(exc)}
 
 
-def _check_options(hparams: MLPHParams, objective: str) -> None:
+def _check_options(hparams: MLPHParams, objective: str, feature_version: int, cap: int) -> None:
     """Refuse bad options before anything is read or written: zero epochs would save an untrained model."""
     if isinstance(hparams.epochs, bool) or not isinstance(hparams.epochs, int) or hparams.epochs < 1:
         raise OptionError(f"epochs: expected a whole number >= 1, got {hparams.epochs!r}")
     if objective not in (*OBJECTIVES, "both"):
         raise OptionError(f"objective: expected one of {OBJECTIVES + ('both',)}, got {objective!r}")
+    if feature_version not in FEATURE_SETS:
+        raise OptionError(f"feature version: expected one of {sorted(FEATURE_SETS)}, got {feature_version!r}")
+    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+        raise OptionError(f"cap: expected configs per problem >= 1, got {cap!r}")
 
 
 def train_gate(frame: pd.DataFrame, spec: DeviceSpec, out_dir: str | Path, *, seed: int = 0,
                data_path: Path | None = None) -> CublasGate:
     """Fit the cuBLAS gate on the dataset's train/val problems of `spec` and save it to `out_dir`."""
     on_device = frame["device_name"].map(lambda name: _device_key(name) == spec.key)
-    gate = fit_gate(frame[on_device & (frame["split"] != "test") & (frame["batch"] == 1)], spec, seed=seed)
+    masks = splits.split_masks(frame)
+    trainable = masks["train"] | masks["val"]  # never the frozen test or family problems
+    gate = fit_gate(frame[on_device & trainable & (frame["batch"] == 1)], spec, seed=seed)
     if data_path is not None:
         gate.card.hyperparameters["data_file"] = data_path.name
     gate.save(out_dir)
@@ -168,20 +230,21 @@ def train_gate(frame: pd.DataFrame, spec: DeviceSpec, out_dir: str | Path, *, se
     return gate
 
 
-def _training_rows(df: pd.DataFrame, spec: DeviceSpec, data_path: Path) -> pd.DataFrame:
-    rows = usable_triton_rows(df)
-    # The test split stays unseen; the features describe a single (unbatched) GEMM.
-    rows = rows[(rows["split"] != "test") & (rows["batch"] == 1)]
-    on_device = rows["device_name"].map(lambda name: _device_key(name) == spec.key)
+def _training_rows(df: pd.DataFrame, spec: DeviceSpec, paths: Sequence[Path], cap: int,
+                   seed: int) -> tuple[pd.DataFrame, pd.Series]:
+    """Capped Triton rows of the trainable problems (never `test` or `family`), and cuBLAS ms per problem."""
+    on_device = df["device_name"].map(lambda name: _device_key(name) == spec.key)
     if not on_device.all():
-        log.warning("%s: ignoring %d rows measured on devices other than %s", data_path,
+        log.warning("%s: ignoring %d rows measured on devices other than %s", ", ".join(map(str, paths)),
                     int((~on_device).sum()), spec.key)
-        rows = rows[on_device]
+    rows, aten = prepare_rows(df[on_device], spec)
+    masks = splits.split_masks(rows)
+    rows = rows[(masks["train"] | masks["val"]) & cap_rows_per_problem(rows, cap, seed)].reset_index(drop=True)
     for split in ("train", "val"):
         if not (rows["split"] == split).any():
-            raise DatasetError(f"{data_path}: no usable Triton rows for {spec.key} in split {split!r}; "
-                               f"training needs both 'train' and 'val' problems")
-    return rows.sort_values(["problem_id", *dataset.CONFIG_COLUMNS], kind="stable").reset_index(drop=True)
+            raise DatasetError(f"{', '.join(map(str, paths))}: no usable Triton rows for {spec.key} in split "
+                               f"{split!r}; training needs both 'train' and 'val' problems")
+    return rows, aten
 
 
 def _device_key(name: str) -> str | None:
@@ -287,19 +350,3 @@ def validate(net: RuntimeNet, split: _Split, ks: tuple[int, ...] = VAL_KS) -> di
     topk = {str(k): float(s) for k, s in zip(ks, scores)}
     return {"topk": topk, "selection_score": float(np.mean([topk[str(k)] for k in _SELECTION_KS])),
             "rmse_log": float(np.sqrt(np.mean((pred - y) ** 2)))}
-
-
-def _provenance(path: Path, rows: pd.DataFrame) -> DataProvenance:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    per_split = rows.groupby("split")["problem_id"].nunique()
-
-    def values(column: str) -> list[str]:
-        return sorted(str(v) for v in rows[column].dropna().unique())
-
-    return DataProvenance(file=path.name, sha256=digest.hexdigest(), rows=len(rows),
-                          problems={split: int(n) for split, n in per_split.items()},
-                          device_names=values("device_name"), torch_versions=values("torch_version"),
-                          triton_versions=values("triton_version"))

@@ -1,6 +1,7 @@
 """The candidate models of the model selection, each fitted on the same trainable problems.
 
   mlp_v1          the shipped architecture: features v1 (33), widths [128, 64, 64], learned overhead
+  mlp_v2          the same network on features v2 (v1 plus alignment and per-step features)
   fast_autotune   the fast_autotune PR's net (pytorch/pytorch#156851): its 12 log features, 6 hidden
                   layers x 256 with BatchNorm and ReLU, output logsumexp(net, log 0.00541 ms)
   gbm_reg         LightGBM gradient-boosted trees regressing log runtime on features v2
@@ -107,6 +108,11 @@ def fit_net(name: str, data: TrainData, columns: int, hp: MLPHParams, seed: int,
 
 def fit_mlp_v1(data: TrainData, hp: MLPHParams, seed: int, progress: bool = True) -> Candidate:
     return fit_net("mlp_v1", data, N_V1, hp, seed, progress=progress)
+
+
+def fit_mlp_v2(data: TrainData, hp: MLPHParams, seed: int, progress: bool = True) -> Candidate:
+    """The shipped MLP's architecture on features v2 (v1 plus alignment and per-step terms)."""
+    return fit_net("mlp_v2", data, data.x.shape[1], hp, seed, progress=progress)
 
 
 def fit_fast_autotune(data: TrainData, hp: MLPHParams, seed: int, progress: bool = True) -> Candidate:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import hashlib
 import logging
 import time
 from pathlib import Path
@@ -26,7 +25,7 @@ from kernel_select.errors import OptionError
 from kernel_select.model import features_v2 as v2
 from kernel_select.model.ensemble import EnsembleCard, EnsembleModel
 from kernel_select.offline.data import dataset, splits
-from kernel_select.offline import uncertainty
+from kernel_select.offline import training_data, uncertainty
 from kernel_select.offline.metrics import DEFAULT_KS, geomean
 from kernel_select.offline.model_selection import SHORTLIST, HeldOut, build_train_data, prepare_rows
 from kernel_select.offline.train import MLPHParams
@@ -37,7 +36,8 @@ log = logging.getLogger(__name__)
 DEFAULT_CAP = 384  # configs per problem: ~1M-row datasets train in minutes on 2 cores
 
 
-def train_ensemble(data_path: str | Path, out_dir: str | Path, device: DeviceSpec | str, *, seed: int = 0,
+def train_ensemble(data_path: str | Path | list[str | Path], out_dir: str | Path, device: DeviceSpec | str, *,
+                   seed: int = 0,
                    epochs: int = 30, cap: int = DEFAULT_CAP, shortlist: int = SHORTLIST,
                    gbm: GBMParams | None = None, ranker: bool = True, progress: bool = True) -> EnsembleModel:
     """Fit and save the ensemble; returns it with held-out metrics in its card."""
@@ -47,7 +47,7 @@ def train_ensemble(data_path: str | Path, out_dir: str | Path, device: DeviceSpe
     spec = get_device(device)
     gbm = gbm or GBMParams()
     hp = MLPHParams(epochs=epochs)
-    frame = dataset.read(data_path)
+    frame = dataset.read_many(data_path)
     rows, aten = prepare_rows(frame, spec)
     x = v2.featurize_frame(rows, spec)
     masks = splits.split_masks(rows)
@@ -63,7 +63,7 @@ def train_ensemble(data_path: str | Path, out_dir: str | Path, device: DeviceSpe
         hyperparameters={"mlp": dataclasses.asdict(hp), "gbm": dataclasses.asdict(gbm), "seed": seed,
                          "cap_rows_per_problem": cap, "trees": trees.info["trees"],
                          "ranker_trees": ranking.info["trees"] if ranking else 0},
-        data=_provenance(Path(data_path), rows, masks),
+        data=_provenance(dataset.expand_paths(data_path), rows, masks),
         trained_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         trainer={"kernel_select": kernel_select.__version__, "torch": torch.__version__,
                  "lightgbm": _lightgbm_version()})
@@ -126,10 +126,11 @@ def _worst(held: HeldOut, per_problem: np.ndarray, log_pred: np.ndarray, count: 
             for i in np.argsort(per_problem[:, column], kind="stable")[:count]]
 
 
-def _provenance(path: Path, rows, masks: dict[str, np.ndarray]) -> dict[str, Any]:
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+def _provenance(paths: list[Path], rows, masks: dict[str, np.ndarray]) -> dict[str, Any]:
+    digest = training_data.file_hashes(paths)[1]
     ids = rows["problem_id"].to_numpy()
-    return {"file": path.name, "sha256": digest, "rows": int((masks["train"] | masks["val"]).sum()),
+    return {"file": "+".join(p.name for p in paths), "sha256": digest,
+            "rows": int((masks["train"] | masks["val"]).sum()),
             "problems": {name: int(len(set(ids[mask]))) for name, mask in masks.items()},
             "held_out_families": sorted(splits.HELD_OUT_FAMILIES)}
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from kernel_select.offline.data import dataset
+from kernel_select.offline.data import dataset, splits
 from kernel_select.cli import main
 from tests.synthetic import synthetic_frame
 
@@ -40,8 +40,11 @@ def test_bad_input_is_a_one_line_error(tmp_path, capsys):
 
 def test_train_gate_writes_only_the_gate(tmp_path, capsys):
     data, out = tmp_path / "synthetic.parquet", tmp_path / "models" / "h100"
-    dataset.write(synthetic_frame({"train": 24, "val": 8, "test": 2}, configs_per_problem=16), data)
+    frame = synthetic_frame({"train": 24, "val": 8, "test": 2}, configs_per_problem=16)
+    dataset.write(frame, data)
     assert main(["train-gate", "--data", str(data), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "cuBLAS gate, validation: 8 problems" in printed and "margin 0.05:" in printed
+    # validated on the val problems outside the frozen family holdout
+    val = frame.loc[splits.split_masks(frame)["val"], "problem_id"].nunique()
+    assert f"cuBLAS gate, validation: {val} problems" in printed and "margin 0.05:" in printed
     assert sorted(p.name for p in out.iterdir()) == ["cublas_gate.json", "cublas_gate.pt"]

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from kernel_select.offline.data import dataset
+from kernel_select.offline.data import dataset, splits
 from kernel_select.cli import main
 from kernel_select.errors import DatasetError, OptionError
-from kernel_select.model.features import FEATURE_VERSION
+from kernel_select.model.features_v2 import FEATURE_VERSION
 from kernel_select.model.mlp import CARD_FILE, MLPModel
 from kernel_select.offline.train import MLPHParams, _make_split, _training_rows, train, validate
 from tests.synthetic import synthetic_frame
@@ -30,7 +30,7 @@ def data(tmp_path_factory):
 @pytest.fixture(scope="module")
 def trained(data, tmp_path_factory):
     out = tmp_path_factory.mktemp("model")
-    return train(data, out, seed=0, objective="both", hparams=SMALL, progress=False)
+    return train(data, out, device="h100", seed=0, objective="both", hparams=SMALL, progress=False)
 
 
 def test_both_objectives_are_compared_and_the_better_is_kept(trained):
@@ -41,8 +41,8 @@ def test_both_objectives_are_compared_and_the_better_is_kept(trained):
 
 
 def test_the_kept_model_is_better_than_its_initialization(data, trained):
-    rows = _training_rows(dataset.read(data), trained.model.device, data)
-    from kernel_select.model.features import featurize_frame
+    rows, _ = _training_rows(dataset.read(data), trained.model.device, [data], 384, 0)
+    from kernel_select.model.features_v2 import featurize_frame
 
     mean = np.asarray(trained.model.card.feature_mean)
     std = np.asarray(trained.model.card.feature_std)
@@ -60,22 +60,32 @@ def test_card_records_what_was_learned_and_from_what(data, trained):
     card = json.loads((trained.out_dir / CARD_FILE).read_text())
     assert card["feature_version"] == FEATURE_VERSION
     assert card["data"]["sha256"] == hashlib.sha256(data.read_bytes()).hexdigest()
-    assert card["data"]["problems"] == {"train": 16, "val": 4}  # test problems are never read
+    # the frozen test and family problems are never read; failed configs and aten rows are not targets
+    frame = dataset.read(data)
+    masks = splits.split_masks(frame)
+    trainable = masks["train"] | masks["val"]
+    assert card["data"]["problems"] == {split: frame.loc[masks[split], "problem_id"].nunique()
+                                        for split in ("train", "val")}
+    assert not frame.loc[trainable, "problem_id"].isin(frame.loc[masks["family"], "problem_id"]).any()
     assert card["dtypes"] == ["bfloat16"]
     assert card["hyperparameters"]["hidden_widths"] == [32, 32] and card["hyperparameters"]["seed"] == 0
     assert set(card["metrics"]["val"]) == {"mse", "rank"}
     assert card["kernel_overhead_ms"] > 0
-    # failed configs and aten rows are not regression targets
-    frame = dataset.read(data)
-    usable = frame[(frame["backend"] == "triton") & (frame["status"] == "ok") & (frame["split"] != "test")]
-    assert card["data"]["rows"] == len(usable)
+    usable = frame[(frame["backend"] == "triton") & (frame["status"] == "ok") & trainable]
+    assert card["data"]["rows"] == len(usable)  # fewer than the cap per problem: nothing dropped
+    held_out = card["metrics"]["held_out"]  # scored on the frozen splits it never saw, by stratum
+    assert set(held_out) <= {"test", "family"} and held_out
+    for split in held_out.values():
+        assert "dtype=bfloat16" in split["strata"] and 0 < split["topk"]["4"] <= 1
+        assert len(split["worst_top4"]) == min(10, split["problems"])
+    assert 0 <= card["hyperparameters"]["auto_topk_gap"] <= 0.12
     assert MLPModel.load(trained.out_dir).card.model_dump() == card
 
 
 def test_same_seed_same_model(data, tmp_path):
     params = MLPHParams(hidden_widths=(16,), epochs=2, batch_rows=512)
-    first = train(data, tmp_path / "a", seed=5, objective="mse", hparams=params, progress=False)
-    second = train(data, tmp_path / "b", seed=5, objective="mse", hparams=params, progress=False)
+    first = train(data, tmp_path / "a", device="h100", seed=5, objective="mse", hparams=params, progress=False)
+    second = train(data, tmp_path / "b", device="h100", seed=5, objective="mse", hparams=params, progress=False)
     for (name, a), b in zip(first.model.net.state_dict().items(), second.model.net.state_dict().values()):
         assert torch.equal(a, b), name
 
@@ -84,14 +94,14 @@ def test_training_needs_validation_problems(tmp_path):
     path = tmp_path / "train_only.parquet"
     dataset.write(synthetic_frame({"train": 3}, configs_per_problem=20), path)
     with pytest.raises(DatasetError, match="split 'val'"):
-        train(path, tmp_path / "out", hparams=SMALL, progress=False)
+        train(path, tmp_path / "out", device="h100", hparams=SMALL, progress=False)
 
 
 @pytest.mark.parametrize("epochs", [0, -1])
 def test_non_positive_epochs_are_refused_before_anything_is_written(data, tmp_path, epochs):
     out = tmp_path / "never"
     with pytest.raises(OptionError, match="epochs: expected a whole number >= 1"):
-        train(data, out, epochs=epochs, hparams=SMALL, progress=False)
+        train(data, out, device="h100", epochs=epochs, hparams=SMALL, progress=False)
     assert not out.exists()
 
 

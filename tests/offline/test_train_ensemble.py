@@ -57,7 +57,7 @@ def test_card_records_held_out_scores_and_provenance(trained):
     assert card.auto_threshold is not None  # 2 validation problems remain after the family holdout
     assert 1.0 <= test["auto"]["mean_k"] <= 8
     configs = for_problem(Problem(300, 1000, 700), "h100")
-    assert model.auto_topk(300, 1000, 700, "bfloat16", configs) in (1, 2, 4, 8)
+    assert model.auto_topk_for(300, 1000, 700, "bfloat16", configs) in (1, 2, 4, 8)
 
 
 def test_broken_files_are_refused_with_the_path(trained, tmp_path):

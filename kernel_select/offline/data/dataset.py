@@ -12,8 +12,10 @@ else test.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -126,6 +128,45 @@ def read(path: str | Path, *, split: str | None = None) -> pd.DataFrame:
             raise DatasetError(f"split: expected one of {SPLITS}, got {split!r}")
         df = df[df["split"] == split].reset_index(drop=True)
     return df
+
+
+def expand_paths(paths: str | Path | Sequence[str | Path]) -> list[Path]:
+    """Dataset files named by `paths`: one path, several, or glob patterns (sorted matches).
+
+    Raises:
+        DatasetError: a pattern matches nothing, or no file is named at all.
+    """
+    items = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    found: list[Path] = []
+    for item in items:
+        text = str(item)
+        if glob.has_magic(text):
+            matches = sorted(Path(p) for p in glob.glob(text))
+            if not matches:
+                raise DatasetError(f"{text}: no dataset file matches this pattern")
+            found.extend(matches)
+        else:
+            found.append(Path(text))
+    if not found:
+        raise DatasetError("no dataset file given")
+    return list(dict.fromkeys(found))  # a file named twice is read once
+
+
+def read_many(paths: str | Path | Sequence[str | Path]) -> pd.DataFrame:
+    """Read several dataset files (or glob patterns) as one frame.
+
+    A (problem, device) measured in more than one file keeps the rows of the last file that has
+    it, as `append` would have done had the files been merged.
+    """
+    frames = [read(path) for path in expand_paths(paths)]
+    if len(frames) == 1:
+        return frames[0]
+    keys = [f["problem_id"] + "|" + f["device_name"] for f in frames]
+    kept = []
+    for i, frame in enumerate(frames):
+        later = set().union(*(set(k) for k in keys[i + 1:]))
+        kept.append(frame[~keys[i].isin(later)])
+    return conform(pd.concat(kept, ignore_index=True))
 
 
 def write(df: pd.DataFrame, path: str | Path) -> None:

@@ -1,0 +1,83 @@
+"""The rows every learned model trains on, and the provenance a card records for them.
+
+One recipe for the shipped model, the model selection and the ensemble: the Triton rows that ran
+(single GEMMs, the device's own), of the trainable problems only (the hash split's train and val
+problems minus the frozen `family` holdout, see splits.py), at most `cap` configs per problem so
+that millions of rows train in minutes on a laptop-class CPU.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from kernel_select.device import DeviceSpec
+from kernel_select.model.card import DataFile, DataProvenance
+from kernel_select.offline.data import dataset
+from kernel_select.offline.evaluate import usable_triton_rows
+
+#: Configs per problem a model trains on: every contender within 1.5x of the oracle, then a sample.
+DEFAULT_CAP = 384
+
+
+def prepare_rows(frame: pd.DataFrame, spec: DeviceSpec) -> tuple[pd.DataFrame, pd.Series]:
+    """Usable single-GEMM Triton rows of `spec`, sorted by problem, and cuBLAS ms per problem."""
+    rows = usable_triton_rows(frame)
+    rows = rows[(rows["batch"] == 1) & (rows["sm_count"] == spec.sm_count)]
+    rows = rows.sort_values(["problem_id", *dataset.CONFIG_COLUMNS], kind="stable").reset_index(drop=True)
+    aten = frame[(frame["backend"] == "aten") & np.isfinite(frame["runtime_ms"])]
+    return rows, aten.groupby("problem_id")["runtime_ms"].min()
+
+
+def cap_rows_per_problem(rows: pd.DataFrame, cap: int, seed: int) -> np.ndarray:
+    """Row mask keeping every config within 1.5x of its problem's oracle (the contenders, which the
+    ranking must order) plus a random sample of the rest, at most `cap` rows per problem."""
+    log_ms = np.log(rows["runtime_ms"].to_numpy(np.float64))
+    groups = pd.factorize(rows["problem_id"])[0]
+    gap = log_ms - pd.Series(log_ms).groupby(groups).transform("min").to_numpy()
+    key = np.where(gap <= np.log(1.5), -1.0, np.random.default_rng(seed).random(len(rows)))
+    order = np.lexsort((key, groups))
+    rank = np.empty(len(rows), dtype=np.int64)
+    rank[order] = np.arange(len(rows)) - np.searchsorted(groups[order], groups[order])
+    return rank < cap
+
+
+def aten_problems(rows: pd.DataFrame, aten: pd.Series) -> pd.DataFrame:
+    """One row per problem of `rows` that has a cuBLAS time: m, n, k, dtype, split, aten_ms."""
+    problems = rows.groupby("problem_id", sort=True)[["m", "n", "k", "dtype", "split"]].first()
+    problems["aten_ms"] = aten.reindex(problems.index)
+    return problems[np.isfinite(problems["aten_ms"]) & (problems["aten_ms"] > 0)]
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def file_hashes(paths: Sequence[Path]) -> tuple[list[DataFile], str]:
+    """Each file's sha256, and one hash for them all (the file's own when there is one)."""
+    files = [DataFile(file=p.name, sha256=sha256_of(p)) for p in paths]
+    combined = files[0].sha256 if len(files) == 1 else hashlib.sha256(
+        "".join(f.sha256 for f in files).encode()).hexdigest()
+    return files, combined
+
+
+def provenance(paths: Sequence[Path], rows: pd.DataFrame) -> DataProvenance:
+    """What a card records about its data: every file with its hash, rows and problems used."""
+    files, combined = file_hashes(paths)
+    per_split = rows.groupby("split")["problem_id"].nunique()
+
+    def values(column: str) -> list[str]:
+        return sorted(str(v) for v in rows[column].dropna().unique())
+
+    return DataProvenance(file="+".join(f.file for f in files), sha256=combined, files=files, rows=len(rows),
+                          problems={split: int(n) for split, n in per_split.items()},
+                          device_names=values("device_name"), torch_versions=values("torch_version"),
+                          triton_versions=values("triton_version"))

@@ -1,0 +1,67 @@
+"""topk="auto": the near-tie rule, its knob, and how it is chosen and measured offline."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kernel_select import knobs
+from kernel_select.errors import ConfigError, OptionError
+from kernel_select.model import get_model
+from kernel_select.model.mlp import auto_k_from_gap
+from kernel_select.offline.uncertainty import choose_gap, gap_k, scores_at_k
+from kernel_select.problem import Problem
+from kernel_select.select import AUTO_FALLBACK, resolve_k, top_k
+from tests.synthetic import untrained_mlp
+
+
+def test_the_knobs_accept_auto_and_a_cap():
+    assert knobs.parse_topk("Auto") == knobs.AUTO == "auto"
+    assert knobs.parse_auto_topk_cap("3") == 3
+    for bad in (0, "x", True, 2.5):
+        with pytest.raises(OptionError, match="auto_topk_cap"):
+            knobs.parse_auto_topk_cap(bad)
+    with knobs.patch(topk="auto", auto_topk_cap=2):
+        assert knobs.topk == "auto" and knobs.auto_topk_cap == 2
+
+
+def test_k_counts_the_near_ties_of_the_best_prediction_within_the_cap():
+    ms = np.array([1.0, 1.004, 1.02, 1.5, 1.009])
+    assert auto_k_from_gap(ms, 0.01, 8) == 3
+    assert auto_k_from_gap(ms, 0.0, 8) == 1
+    assert auto_k_from_gap(ms, 1.0, 2) == 2
+
+
+def test_resolve_k_auto_asks_the_model_and_falls_back_to_top4():
+    model = untrained_mlp()
+    predicted = np.array([1.0, 1.0, 2.0])
+    assert resolve_k("auto", 3, model=model, predicted_ms=predicted, cap=8) == 2
+    analytical = get_model("analytical", "h100")
+    assert resolve_k("auto", 3, model=analytical, predicted_ms=predicted, cap=8) == AUTO_FALLBACK
+    assert resolve_k("auto", 3, model=analytical, predicted_ms=predicted, cap=2) == 2
+    with pytest.raises(ConfigError, match="auto"):
+        resolve_k("auto", 3)
+
+
+def test_top_k_auto_returns_between_one_and_the_cap():
+    chosen = top_k(Problem(560, 1280, 3420, "bfloat16"), "auto", model=untrained_mlp(), auto_cap=3)
+    assert 1 <= len(chosen) <= 3
+
+
+def test_gap_k_and_scores_at_k_per_problem():
+    groups = np.array([0, 0, 0, 1, 1])
+    log_pred = np.log([1.0, 1.005, 2.0, 3.0, 1.0])
+    runtime = np.array([2.0, 1.0, 3.0, 1.0, 2.0])
+    assert gap_k(groups, log_pred, 0.01).tolist() == [2, 1]
+    # problem 0 takes its 2 best-predicted (measured 2.0 and 1.0: the oracle); problem 1 only its first (2.0)
+    assert scores_at_k(groups, log_pred, runtime, np.array([2, 1])).tolist() == [1.0, 0.5]
+
+
+def test_choose_gap_respects_the_budget():
+    rng = np.random.default_rng(0)
+    groups = np.repeat(np.arange(40), 20)
+    runtime = np.exp(rng.normal(0, 0.3, len(groups)))
+    log_pred = np.log(runtime) + rng.normal(0, 0.05, len(groups))
+    chosen = choose_gap(groups, log_pred, runtime, budget=2.0)
+    assert chosen["mean_k"] <= 2.0 and 0 < chosen["score"] <= 1
+    assert chosen["gap"] in [float(g) for g in np.round(np.linspace(0.0, 0.12, 25), 4)]

@@ -1,0 +1,50 @@
+"""Several dataset files (or glob patterns) read as one; what models record about them."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from kernel_select.errors import DatasetError
+from kernel_select.offline.data import dataset
+from kernel_select.offline.training_data import file_hashes
+from tests.synthetic import synthetic_frame
+
+
+@pytest.fixture
+def two_files(tmp_path):
+    first = synthetic_frame({"train": 3, "val": 1, "test": 0}, configs_per_problem=8, seed=1)
+    second = synthetic_frame({"train": 2, "val": 0, "test": 1}, configs_per_problem=8, seed=2)
+    # the second file measured one problem of the first again: its rows replace the first's
+    again = first[first["problem_id"] == first["problem_id"].iloc[0]].assign(runtime_ms=1.0)
+    dataset.write(first, tmp_path / "a.parquet")
+    dataset.write(__import__("pandas").concat([second, again], ignore_index=True), tmp_path / "b.parquet")
+    return tmp_path, first, second, again
+
+
+def test_a_glob_reads_every_file_and_later_files_win(two_files):
+    folder, first, second, again = two_files
+    frame = dataset.read_many(str(folder / "*.parquet"))
+    assert frame["problem_id"].nunique() == first["problem_id"].nunique() + second["problem_id"].nunique()
+    assert len(frame) == len(first) + len(second)
+    assert (frame.loc[frame["problem_id"] == again["problem_id"].iloc[0], "runtime_ms"] == 1.0).all()
+
+
+def test_paths_named_twice_are_read_once_and_missing_patterns_are_errors(two_files):
+    folder = two_files[0]
+    assert dataset.expand_paths([folder / "a.parquet", str(folder / "a.parquet")]) == [folder / "a.parquet"]
+    with pytest.raises(DatasetError, match="no dataset file matches"):
+        dataset.expand_paths(str(folder / "none*.parquet"))
+    with pytest.raises(DatasetError, match="no dataset file given"):
+        dataset.expand_paths([])
+
+
+def test_each_file_is_hashed_and_one_file_keeps_its_own_hash(two_files):
+    folder = two_files[0]
+    paths = [folder / "a.parquet", folder / "b.parquet"]
+    files, combined = file_hashes(paths)
+    own = [hashlib.sha256(p.read_bytes()).hexdigest() for p in paths]
+    assert [f.sha256 for f in files] == own
+    assert combined == hashlib.sha256("".join(own).encode()).hexdigest()
+    assert file_hashes(paths[:1])[1] == own[0]
