@@ -74,7 +74,7 @@ def register_eval(sub: Subparsers) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from kernel_select.offline.train import train
+    from kernel_select.offline.training.train import train
 
     if args.method == "ensemble":
         return _run_train_ensemble(args)
@@ -93,7 +93,7 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def _run_train_ensemble(args: argparse.Namespace) -> int:
-    from kernel_select.offline.train_ensemble import train_ensemble
+    from kernel_select.offline.training.train_ensemble import train_ensemble
 
     model = train_ensemble(args.data, args.out, args.device, seed=args.seed,
                            epochs=30 if args.epochs is None else args.epochs, progress=not args.quiet)
@@ -108,7 +108,7 @@ def _run_train_ensemble(args: argparse.Namespace) -> int:
 def run_train_gate(args: argparse.Namespace) -> int:
     from kernel_select.device import get_device
     from kernel_select.offline.data import dataset
-    from kernel_select.offline.train import train_gate
+    from kernel_select.offline.training.train import train_gate
 
     paths = dataset.expand_paths(args.data)
     gate = train_gate(dataset.read_many(paths), get_device(args.device), args.out, seed=args.seed,
@@ -144,8 +144,8 @@ def _model_names(text: str, device: str | None) -> list[str]:
 def run_eval(args: argparse.Namespace) -> int:
     models: list = _model_names(args.model, args.device)  # a typo fails before the dataset is read
 
-    from kernel_select.offline.evaluate import evaluate, evaluate_splits
-    from kernel_select.offline.report import format_report
+    from kernel_select.offline.training.evaluate import evaluate, evaluate_splits
+    from kernel_select.offline.training.report import format_report
 
     if args.mlp_dir is not None:
         from kernel_select.model.mlp import MLPModel

@@ -48,7 +48,7 @@ AUTO_CAP = 8  # topk="auto" never asks for more configs than this per GEMM
 
 def auto_k(spread: Any, s0: float, cap: int = AUTO_CAP) -> np.ndarray:
     """topk="auto": k = 1 while the spread is at most s0, doubling with every doubling of the
-    spread beyond it, at most `cap` (offline/uncertainty.py chooses s0 and measures the rule)."""
+    spread beyond it, at most `cap` (offline/training/uncertainty.py chooses s0 and measures the rule)."""
     doublings = np.ceil(np.log2(np.maximum(np.asarray(spread, dtype=np.float64) / s0, 1.0)))
     return np.minimum(2 ** doublings, cap).astype(np.int64)
 

@@ -16,7 +16,7 @@ from kernel_select.errors import ModelError
 from kernel_select.model import get_model, registered_models
 from kernel_select.problem import Problem
 from kernel_select.space import for_problem
-from kernel_select.offline.train import MLPHParams
+from kernel_select.offline.training.train import MLPHParams
 from tests.synthetic import untrained_mlp
 
 SEED = Problem(560, 1280, 3420, "bfloat16")

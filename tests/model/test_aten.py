@@ -8,7 +8,7 @@ import pytest
 from kernel_select.errors import ModelError
 from kernel_select.model.aten import CublasRule, AtenHead, fit_aten
 from kernel_select.model.mlp import MLPModel
-from kernel_select.offline.training_data import aten_problems, prepare_rows
+from kernel_select.offline.training.training_data import aten_problems, prepare_rows
 from kernel_select.problem import Problem
 from tests.synthetic import DEVICE, synthetic_frame, untrained_mlp
 

@@ -9,7 +9,7 @@ from kernel_select import knobs
 from kernel_select.errors import ConfigError, OptionError
 from kernel_select.model import get_model
 from kernel_select.model.mlp import auto_k_from_gap
-from kernel_select.offline.uncertainty import choose_gap, gap_k, scores_at_k
+from kernel_select.offline.training.uncertainty import choose_gap, gap_k, scores_at_k
 from kernel_select.problem import Problem
 from kernel_select.select import AUTO_FALLBACK, resolve_k, top_k
 from tests.synthetic import untrained_mlp

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from kernel_select.offline.data import dataset
-from kernel_select.offline.evaluate import best_in_top_k, evaluate, spearman_per_group, topk_scores
+from kernel_select.offline.training.evaluate import best_in_top_k, evaluate, spearman_per_group, topk_scores
 from kernel_select.model import PerformanceModel
 from kernel_select.problem import Problem
 from kernel_select.space import for_problem

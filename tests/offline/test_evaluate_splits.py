@@ -9,7 +9,7 @@ import pytest
 from kernel_select.cli import main
 from kernel_select.model import load_default
 from kernel_select.offline.data import dataset, splits
-from kernel_select.offline.evaluate import evaluate, evaluate_splits
+from kernel_select.offline.training.evaluate import evaluate, evaluate_splits
 from tests.synthetic import synthetic_frame
 
 

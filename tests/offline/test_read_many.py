@@ -8,7 +8,7 @@ import pytest
 
 from kernel_select.errors import DatasetError
 from kernel_select.offline.data import dataset
-from kernel_select.offline.training_data import file_hashes
+from kernel_select.offline.training.training_data import file_hashes
 from tests.synthetic import synthetic_frame
 
 

@@ -14,7 +14,7 @@ from kernel_select.cli import main
 from kernel_select.errors import DatasetError, OptionError
 from kernel_select.model.features_v2 import FEATURE_VERSION
 from kernel_select.model.mlp import CARD_FILE, MLPModel
-from kernel_select.offline.train import MLPHParams, _make_split, _training_rows, train, validate
+from kernel_select.offline.training.train import MLPHParams, _make_split, _training_rows, train, validate
 from tests.synthetic import synthetic_frame
 
 SMALL = MLPHParams(hidden_widths=(32, 32), epochs=8, batch_rows=256, batch_problems=8, configs_per_problem=64)

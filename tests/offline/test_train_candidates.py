@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from kernel_select.offline.model_selection import cap_rows_per_problem
-from kernel_select.offline.train_candidates import (
+from kernel_select.offline.training.model_selection import cap_rows_per_problem
+from kernel_select.offline.training.train_candidates import (
     Candidate, FastAutotuneNet, GBMParams, ensemble, rank_labels,
 )
 

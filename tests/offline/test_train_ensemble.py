@@ -17,8 +17,8 @@ from tests.synthetic import synthetic_frame
 pytest.importorskip("lightgbm")
 
 from kernel_select.model.ensemble import CARD_FILE, RANKER_FILE, TREES_FILE, EnsembleModel  # noqa: E402
-from kernel_select.offline.train_candidates import GBMParams  # noqa: E402
-from kernel_select.offline.train_ensemble import train_ensemble  # noqa: E402
+from kernel_select.offline.training.train_candidates import GBMParams  # noqa: E402
+from kernel_select.offline.training.train_ensemble import train_ensemble  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernel_select.offline import uncertainty
+from kernel_select.offline.training import uncertainty
 
 
 def test_auto_k_doubles_with_the_spread_and_is_capped():

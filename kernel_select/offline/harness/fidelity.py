@@ -50,7 +50,7 @@ class FidelityResult:
 
 def spearman(x: np.ndarray, y: np.ndarray) -> float:
     """Spearman rank correlation over the finite pairs; nan for fewer than 3 of them."""
-    from kernel_select.offline.evaluate import spearman_per_group
+    from kernel_select.offline.training.evaluate import spearman_per_group
 
     x, y = np.asarray(x, float), np.asarray(y, float)
     keep = np.isfinite(x) & np.isfinite(y)

@@ -18,7 +18,7 @@ import pandas as pd
 from kernel_select.device import DeviceSpec
 from kernel_select.model.card import DataFile, DataProvenance
 from kernel_select.offline.data import dataset
-from kernel_select.offline.evaluate import usable_triton_rows
+from kernel_select.offline.training.evaluate import usable_triton_rows
 
 #: Configs per problem a model trains on: every contender within 1.5x of the oracle, then a sample.
 DEFAULT_CAP = 384

@@ -29,14 +29,14 @@ from kernel_select.device import DeviceSpec, get_device
 from kernel_select.model import features as v1
 from kernel_select.model import features_v2 as v2
 from kernel_select.offline.data import dataset, splits
-from kernel_select.offline import uncertainty
-from kernel_select.offline.evaluate import _default_best
+from kernel_select.offline.training import uncertainty
+from kernel_select.offline.training.evaluate import _default_best
 from kernel_select.offline.metrics import (
     DEFAULT_KS, best_in_top_k, geomean, oracle_ms, spearman_per_group, topk_scores,
 )
-from kernel_select.offline.train import MLPHParams
-from kernel_select.offline.training_data import cap_rows_per_problem, prepare_rows
-from kernel_select.offline.train_candidates import (
+from kernel_select.offline.training.train import MLPHParams
+from kernel_select.offline.training.training_data import cap_rows_per_problem, prepare_rows
+from kernel_select.offline.training.train_candidates import (
     Candidate, GBMParams, TrainData, ensemble, fit_fast_autotune, fit_gbm_rank,
     fit_gbm_reg, fit_mlp_v1, fit_mlp_v2,
 )

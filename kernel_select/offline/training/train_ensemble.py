@@ -25,11 +25,11 @@ from kernel_select.errors import OptionError
 from kernel_select.model import features_v2 as v2
 from kernel_select.model.ensemble import EnsembleCard, EnsembleModel
 from kernel_select.offline.data import dataset, splits
-from kernel_select.offline import training_data, uncertainty
+from kernel_select.offline.training import training_data, uncertainty
 from kernel_select.offline.metrics import DEFAULT_KS, geomean
-from kernel_select.offline.model_selection import SHORTLIST, HeldOut, build_train_data, prepare_rows
-from kernel_select.offline.train import MLPHParams
-from kernel_select.offline.train_candidates import N_V1, GBMParams, fit_gbm_rank, fit_gbm_reg, fit_mlp_v1
+from kernel_select.offline.training.model_selection import SHORTLIST, HeldOut, build_train_data, prepare_rows
+from kernel_select.offline.training.train import MLPHParams
+from kernel_select.offline.training.train_candidates import N_V1, GBMParams, fit_gbm_rank, fit_gbm_reg, fit_mlp_v1
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ def held_out_metrics(model: EnsembleModel, rows, x: np.ndarray, masks: dict[str,
 
 def _score_split(model: EnsembleModel, held: HeldOut) -> tuple[HeldOut, np.ndarray, np.ndarray]:
     """(the split, log of the model's predicted ms per row, the model's spread per problem)."""
-    from kernel_select.offline.evaluate import _predict, configs_of
+    from kernel_select.offline.training.evaluate import _predict, configs_of
 
     log_pred = np.log(_predict(model, held.rows, held.problems))
     bounds = np.r_[0, np.cumsum(np.bincount(held.groups))]
@@ -115,7 +115,7 @@ def _score_split(model: EnsembleModel, held: HeldOut) -> tuple[HeldOut, np.ndarr
 
 def _worst(held: HeldOut, per_problem: np.ndarray, log_pred: np.ndarray, count: int = 10) -> list[dict]:
     """The `count` problems with the lowest top-4 score: what the model put first, what won."""
-    from kernel_select.offline.evaluate import configs_of
+    from kernel_select.offline.training.evaluate import configs_of
 
     first = held.rows.iloc[np.lexsort((log_pred, held.groups))].groupby("problem_id", sort=True).head(1)
     fastest = held.rows.iloc[np.lexsort((held.runtime, held.groups))].groupby("problem_id", sort=True).head(1)

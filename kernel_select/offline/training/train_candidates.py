@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from kernel_select.model import features as v1
-from kernel_select.offline.train import MLPHParams, _fit, _Split
+from kernel_select.offline.training.train import MLPHParams, _fit, _Split
 
 FAST_AUTOTUNE_FEATURES = 12  # v1's first 12 columns are the PR's 12 log features
 FAST_AUTOTUNE_OVERHEAD_MS = 0.00541  # the PR's fixed launch overhead

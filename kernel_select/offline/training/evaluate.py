@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from kernel_select.offline.data import dataset, splits
-from kernel_select.offline import model_extras
+from kernel_select.offline.training import model_extras
 from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import DatasetError, KernelSelectError
@@ -39,7 +39,7 @@ from kernel_select.offline.metrics import (  # noqa: F401 - re-exported for call
     topk_dict,
     topk_scores,
 )
-from kernel_select.offline.nvmmh import nvmmh_report
+from kernel_select.offline.training.nvmmh import nvmmh_report
 from kernel_select.problem import Problem
 
 log = logging.getLogger(__name__)

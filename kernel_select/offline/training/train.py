@@ -39,10 +39,10 @@ from kernel_select.errors import DatasetError, ModelError, OptionError
 from kernel_select.offline.metrics import geomean, topk_scores
 from kernel_select.model.card import training_versions, utc_now
 from kernel_select.model.mlp import FEATURE_SETS, MLPModel, ModelCard, RuntimeNet, architecture
-from kernel_select.offline.training_data import (
+from kernel_select.offline.training.training_data import (
     DEFAULT_CAP, aten_problems, cap_rows_per_problem, prepare_rows, provenance,
 )
-from kernel_select.offline.uncertainty import choose_gap
+from kernel_select.offline.training.uncertainty import choose_gap
 
 log = logging.getLogger(__name__)
 
@@ -161,8 +161,8 @@ def _standardize(features: np.ndarray, train_mask: np.ndarray) -> tuple[np.ndarr
 def attach_held_out(model: MLPModel, paths: Sequence[Path], frame: pd.DataFrame | None = None) -> None:
     """Score `model` on the frozen `test` and `family` splits and keep the figures in its card
     (`metrics.held_out`: top-k, with cuBLAS, calibration, auto, strata, worst problems)."""
-    from kernel_select.offline.evaluate import evaluate_splits
-    from kernel_select.offline.model_extras import held_out_summary
+    from kernel_select.offline.training.evaluate import evaluate_splits
+    from kernel_select.offline.training.model_extras import held_out_summary
 
     report = evaluate_splits(paths, [model], device=model.device, frame=frame)
     model.card.metrics["held_out"] = held_out_summary(report, model.name)

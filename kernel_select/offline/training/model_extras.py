@@ -21,7 +21,7 @@ import pandas as pd
 from kernel_select.model.base import PerformanceModel
 from kernel_select.model.gate import DEFAULT_MARGIN
 from kernel_select.offline.metrics import geomean, oracle_ms, topk_dict
-from kernel_select.offline.uncertainty import scores_at_k
+from kernel_select.offline.training.uncertainty import scores_at_k
 from kernel_select.problem import Problem
 
 CALIBRATION_TOP = 16  # calibration is measured where it matters: each problem's fastest configs
