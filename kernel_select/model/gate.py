@@ -88,7 +88,8 @@ class GateDecision:
 
 def verdict(prefers_cublas: bool) -> str:
     """What a cuBLAS decision means for Inductor, in words."""
-    return "skip Triton, benchmark ATen only" if prefers_cublas else "benchmark Triton configs"
+    return ("skip the model's Triton picks, benchmark ATen and any LUT entries" if prefers_cublas
+            else "benchmark Triton configs")
 
 
 class CublasGate(ProblemNetCheckpoint):

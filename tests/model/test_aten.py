@@ -66,4 +66,4 @@ def test_the_rule_offers_triton_only_where_it_is_predicted_faster_by_the_margin(
                       margin=0.05)
     assert rule.prefers_cublas is prefers_cublas
     assert rule.predicted_ratio == pytest.approx(1.0 / triton_ms)
-    assert ("skip Triton" in rule.describe()) is prefers_cublas
+    assert ("skip the model's Triton picks" in rule.describe()) is prefers_cublas
