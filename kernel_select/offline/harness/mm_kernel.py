@@ -44,7 +44,6 @@ def mm_kernel(
     stride_am = K  # A[M, K] row-major: stride_ak == 1
     stride_bk = N  # B[K, N] row-major: stride_bn == 1
     stride_cm = N
-
     pid = tl.program_id(0)
     grid_m = (M + BLOCK_M - 1) // BLOCK_M
     grid_n = (N + BLOCK_N - 1) // BLOCK_N
