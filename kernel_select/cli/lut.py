@@ -27,8 +27,8 @@ def _register_checks(lut_sub: Subparsers) -> None:
                                        "any file is invalid.")
     q.add_argument("paths", nargs="+", metavar="PATH")
     q.add_argument("--device", default=None,
-                   help="also check that every config of this device's tables can run on it "
-                        "(shared memory, registers, threads)")
+                   help="also warn when the LUT has no entries for this device (every table is always "
+                        "checked against the device it is keyed by: shared memory, registers, threads)")
     q.set_defaults(handler=run_validate)
 
     q = lut_sub.add_parser("fmt", help="rewrite LUT files in the canonical layout",
@@ -98,6 +98,10 @@ def run_validate(args: argparse.Namespace) -> int:
             lut = load_lut(path)
             if device is not None and not check_fits(lut, device, source=path):
                 print(f"kernel-select: warning: {path}: no entries for {device.key}", file=sys.stderr)
+            # Each table is also checked against the device it is keyed by: a config that cannot
+            # run there is an error whether or not --device names it.
+            for key in sorted(lut.devices):
+                check_fits(lut, get_device(key), source=path)
         except KernelSelectError as exc:
             # One bad file must not hide the verdict on the others: report it and go on.
             print(f"kernel-select: error: {exc}", file=sys.stderr)

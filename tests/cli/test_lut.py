@@ -35,6 +35,16 @@ def test_validate_reports_each_file(capsys, seed_copy, tmp_path):
                    "power of two from 16 to 1024, got 48\n")
 
 
+def test_validate_checks_each_table_against_the_device_it_is_keyed_by(capsys, seed_copy):
+    doc = json.loads(seed_copy.read_text())
+    entry = doc["devices"]["h100"]["mm"]["bfloat16"][0]
+    entry["configs"][0].update(block_m=1024, block_n=1024, block_k=1024, num_stages=8, num_warps=32)
+    seed_copy.write_text(json.dumps(doc))
+    assert main(["lut", "validate", str(seed_copy)]) == 2  # no --device needed: the key is the device
+    err = capsys.readouterr().err
+    assert "cannot run on h100" in err and "33,554,560 B" in err and "232,448 B" in err
+
+
 def test_fmt_rewrites_in_place_and_check_reports(capsys, seed_copy):
     messy = json.loads(seed_copy.read_text())
     messy["devices"]["NVIDIA H100 80GB HBM3"] = messy["devices"].pop("h100")
