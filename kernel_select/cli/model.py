@@ -44,8 +44,9 @@ def register_train(sub: Subparsers) -> None:
 def register_train_gate(sub: Subparsers) -> None:
     p = sub.add_parser("train-gate", help="train only the cuBLAS gate (train trains it too)",
                        description="Fit the cuBLAS gate (does cuBLAS beat every Triton config of a "
-                                   "problem?) on the dataset's 'train' problems, select on 'val', and "
-                                   "write cublas_gate.pt + cublas_gate.json to --out, leaving the MLP there untouched.")
+                                   "problem?) on the trainable problems ('train' and 'val' minus the "
+                                   "held-out 'family' split), select on 'val', and write cublas_gate.pt "
+                                   "+ cublas_gate.json to --out, leaving the MLP there untouched.")
     _add_training_args(p)
     p.set_defaults(handler=run_train_gate)
 
