@@ -36,7 +36,29 @@ def register_shapes(sub: Subparsers) -> None:
                         "see data/README.md); --dtype, --random and --no-models are ignored")
     p.add_argument("--group-size", type=int_at_least(1), default=128,
                    help="problems per compile group with --coverage (default: %(default)s)")
+    _add_active_args(p)
     p.set_defaults(handler=run_shapes)
+
+
+def _add_active_args(p: argparse.ArgumentParser) -> None:
+    from kernel_select.offline.data.active import DEFAULT_STRATEGY, STRATEGIES
+
+    g = p.add_argument_group("active learning", "--active: the next collection's problems, chosen from a "
+                             "pool within a row budget and grouped by compile class (data/README.md)")
+    g.add_argument("--active", action="store_true", help="instead: choose problems from --pool")
+    g.add_argument("--pool", default=None, help="shapes file to choose from (e.g. data/shapes_coverage.json)")
+    g.add_argument("--rows", type=int_at_least(1), default=None,
+                   help="row budget: a problem costs its configs (the rows the harness times)")
+    g.add_argument("--strategy", choices=STRATEGIES, default=DEFAULT_STRATEGY,
+                   help="how to choose (default: %(default)s, the winner of the experiment)")
+    g.add_argument("--committee", nargs="+", default=[], metavar="DIR",
+                   help="model folders (kernel-select train --seed S --out DIR), at least 2 for "
+                        "--strategy disagreement")
+    g.add_argument("--measured", nargs="+", default=[], metavar="PARQUET",
+                   help="dataset files whose problems are skipped (already measured)")
+    g.add_argument("--device", default=None,
+                   help="device whose config space sets the costs (default: the committee's, else this GPU)")
+    g.add_argument("--json", dest="json_out", type=output_file, default=None, help="write a summary here")
 
 
 def register_bench(sub: Subparsers) -> None:
@@ -83,6 +105,8 @@ def run_shapes(args: argparse.Namespace) -> int:
     from kernel_select.offline.data import shapes
     from kernel_select.problem import dtype_name
 
+    if args.active:
+        return _active_shapes(args)
     if args.coverage:
         return _coverage_shapes(args)
     dtype = dtype_name(args.dtype)
@@ -107,6 +131,34 @@ def _coverage_shapes(args: argparse.Namespace) -> int:
           + ", ".join(f"{key} {share:.0%}" for key, share in shares.items()))
     for line in sampler.check_shares(chosen):
         print(f"warning: stratum below its minimum share: {line}")
+    return 0
+
+
+def _active_shapes(args: argparse.Namespace) -> int:
+    import json
+
+    from kernel_select.atomic_write import write_atomic
+    from kernel_select.model.mlp import MLPModel
+    from kernel_select.offline.data import active, shapes
+
+    if not args.pool or args.rows is None:
+        raise OptionError("shapes --active: needs --pool FILE and --rows N")
+    if args.strategy == "disagreement" and len(args.committee) < 2:
+        raise OptionError("shapes --active --strategy disagreement: needs --committee with at least 2 model "
+                          "folders")
+    committee = [MLPModel.load(d, args.device) for d in args.committee]
+    pool = active.unmeasured(shapes.load(args.pool), args.measured)
+    chosen = active.plan_collection(pool, args.rows, strategy=args.strategy, committee=committee,
+                                    device=args.device, seed=args.seed)
+    shapes.save(active.as_shapes(chosen, args.strategy), args.out)
+    summary = {"out": args.out, "strategy": args.strategy, "pool_problems": len(pool),
+               "rows_budget": args.rows, "problems": len(chosen), "rows": sum(c.rows for c in chosen),
+               "compile_classes": len({c.compile_class for c in chosen}),
+               "committee": list(args.committee), "measured": list(args.measured)}
+    if args.json_out:
+        write_atomic(args.json_out, json.dumps(summary, indent=1) + "\n")
+    print(f"{args.out}: {summary['problems']} of {len(pool)} unmeasured pool problems, {summary['rows']} of "
+          f"{args.rows} rows, {summary['compile_classes']} compile classes ({args.strategy})")
     return 0
 
 

@@ -27,20 +27,25 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from kernel_select.device import DeviceSpec, get_device
-from kernel_select.errors import OptionError
+from kernel_select.device import DeviceSpec, get_device, resolve
+from kernel_select.errors import DatasetError, OptionError
 from kernel_select.model import PerformanceModel
+from kernel_select.offline.data import dataset
 from kernel_select.offline.data.sampler import compile_class
 from kernel_select.offline.data.shapes import Shape
 from kernel_select.space import for_problem
 
 Strategy = Literal["disagreement", "random"]
 STRATEGIES: tuple[str, ...] = ("disagreement", "random")
+#: The strategy the next collection uses: the winner of the retrospective experiment
+#: (offline/training/active_experiment.py; data/README.md, "Active learning").
+DEFAULT_STRATEGY: Strategy = "random"
 ACTIVE_PASS = "active"  # the dataset's `pass` column for problems chosen here
 
 
@@ -92,17 +97,16 @@ def score_candidates(committee: Sequence[PerformanceModel], shapes: Iterable[Sha
     device. Raises OptionError for fewer than 2 members or members of different devices, and the
     members' own errors (e.g. UnsupportedProblemError for a dtype a member was not trained on)."""
     spec = committee_device(committee)
-    shapes = list(shapes)
     out = []
     for c in tqdm(candidates(shapes, spec), desc="committee", unit="problem", disable=not progress):
         problem = c.shape.problem()
         configs = for_problem(problem, spec, "exhaustive")
-        score = committee_regret([member.estimate(problem, configs) for member in committee]) if configs else 0.0
-        out.append(replace(c, score=score))
+        predicted = [member.estimate(problem, configs) for member in committee]
+        out.append(replace(c, score=committee_regret(predicted)))
     return out
 
 
-def select_for_budget(pool: Sequence[Candidate], rows: int, strategy: Strategy = "disagreement",
+def select_for_budget(pool: Sequence[Candidate], rows: int, strategy: Strategy = DEFAULT_STRATEGY,
                       seed: int = 0) -> list[Candidate]:
     """Problems for a budget of `rows`, in collection order (grouped by compile class).
 
@@ -134,6 +138,34 @@ def group_by_class(chosen: Sequence[Candidate]) -> list[Candidate]:
     return sorted(chosen, key=lambda c: first_seen[c.compile_class])  # stable within a class
 
 
-def as_shapes(chosen: Iterable[Candidate]) -> list[Shape]:
-    """The chosen problems as a shapes file's entries: pass `active`, group = compile class."""
-    return [replace(c.shape, pass_=ACTIVE_PASS, group=c.compile_class) for c in chosen]
+def unmeasured(shapes: Iterable[Shape], measured: Iterable[str | Path]) -> list[Shape]:
+    """The shapes whose problem is in none of the `measured` dataset files (any device)."""
+    done: set[str] = set()
+    for path in measured:
+        if not Path(path).exists():
+            raise DatasetError(f"{path}: no such dataset file (given as already measured)")
+        done |= dataset.completed_problems(path)
+    return [s for s in shapes if dataset.problem_id(s.m, s.n, s.k, s.dtype) not in done]
+
+
+def plan_collection(pool: Sequence[Shape], rows: int, *, strategy: Strategy = DEFAULT_STRATEGY,
+                    committee: Sequence[PerformanceModel] = (), device: DeviceSpec | str | None = None,
+                    seed: int = 0, progress: bool = True) -> list[Candidate]:
+    """The next collection's problems from `pool`: `select_for_budget` over the pool scored by the
+    committee (`disagreement`) or unscored (`random`, on `device`: default the committee's, else
+    the GPU this process runs on)."""
+    if strategy == "disagreement":
+        scored = score_candidates(committee, pool, progress=progress)
+    else:
+        scored = candidates(pool, committee_device(committee) if committee and device is None
+                            else resolve(device))
+    return select_for_budget(scored, rows, strategy, seed)
+
+
+def as_shapes(chosen: Iterable[Candidate], strategy: Strategy = DEFAULT_STRATEGY) -> list[Shape]:
+    """The chosen problems as a shapes file's entries, group = compile class. Their `pass` (the
+    dataset's provenance column) is `active` when a committee chose them; a random draw from the
+    pool keeps the pool's own pass (usually `coverage`), as it is still the coverage sampler's."""
+    by_committee = strategy == "disagreement"
+    return [replace(c.shape, group=c.compile_class, pass_=ACTIVE_PASS if by_committee else c.shape.pass_)
+            for c in chosen]

@@ -84,8 +84,9 @@ def fit_model(replay: Replay, train_ids: set[str], spec: DeviceSpec, hp: MLPHPar
                   progress=False)
     names = FEATURE_SETS[v2.FEATURE_VERSION][0]
     card = ModelCard(model="mlp", device=spec.key, architecture=architecture(len(names), hp.hidden_widths),
-                     feature_version=v2.FEATURE_VERSION, feature_names=list(names), feature_mean=mean.tolist(),
-                     feature_std=std.tolist(), dtypes=sorted(rows["dtype"].astype(str).unique()),
+                     feature_version=v2.FEATURE_VERSION, feature_names=list(names),
+                     feature_mean=mean.tolist(), feature_std=std.tolist(),
+                     dtypes=sorted(rows["dtype"].astype(str).unique()),
                      hyperparameters={**dataclasses.asdict(hp), "seed": seed, "objective": OBJECTIVE})
     return MLPModel(spec, net, card)
 
@@ -132,7 +133,8 @@ def _arm(name: str, chosen: Sequence[active.Candidate], replay: Replay, spec: De
     started = time.perf_counter()
     added = {dataset.problem_id(c.shape.m, c.shape.n, c.shape.k, c.shape.dtype) for c in chosen}
     model = fit_model(replay, replay.first_pass | added, spec, hp, seed)
-    result = {"arm": name, "model_seed": seed, "problems": len(chosen), "rows": int(sum(c.rows for c in chosen)),
+    result = {"arm": name, "model_seed": seed, "problems": len(chosen),
+              "rows": int(sum(c.rows for c in chosen)),
               "compile_classes": len({c.compile_class for c in chosen}), **score_splits(model, replay),
               "train_seconds": round(time.perf_counter() - started, 1)}
     log.info("%s", result)
@@ -163,7 +165,8 @@ def run_experiment(seed_path: str | Path, pool_path: str | Path, device: DeviceS
                for name, chosen, seed in tqdm(arms, desc="arms", unit="arm")]
     return {"device": spec.key, "data": [Path(seed_path).name, Path(pool_path).name],
             "first_pass_problems": len(replay.first_pass), "pool_problems": len(scored),
-            "pool_rows": int(sum(c.rows for c in scored)), "budget_rows": budget, "budget_share": budget_share,
+            "pool_rows": int(sum(c.rows for c in scored)), "budget_rows": budget,
+            "budget_share": budget_share,
             "committee": {"size": committee_size, "subsample": subsample,
                           "pool_score_quantiles": _quantiles([c.score for c in scored])},
             "recipe": {"objective": OBJECTIVE, "epochs": epochs, "cap_rows_per_problem": cap,
