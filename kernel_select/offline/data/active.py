@@ -20,6 +20,10 @@ problem's `group` is its class, so the pipelined harness compiles a class's bina
 times all of its problems with them. Choosing per problem first and grouping second keeps the
 selection the one the score asked for; the pool (the coverage plan) is itself made of 128-problem
 groups of one class, so the chosen problems still share classes (the experiment reports how many).
+
+Default strategy: `random`. Replayed on the measured H100 problems at equal rows, choosing by
+disagreement did not beat a random draw from the pool (offline/training/active_experiment.py;
+the table is in data/README.md, "Active learning"), and a random draw needs no committee.
 """
 
 from __future__ import annotations
@@ -157,8 +161,7 @@ def plan_collection(pool: Sequence[Shape], rows: int, *, strategy: Strategy = DE
     if strategy == "disagreement":
         scored = score_candidates(committee, pool, progress=progress)
     else:
-        scored = candidates(pool, committee_device(committee) if committee and device is None
-                            else resolve(device))
+        scored = candidates(pool, committee[0].device if committee and device is None else resolve(device))
     return select_for_budget(scored, rows, strategy, seed)
 
 
