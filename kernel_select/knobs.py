@@ -27,7 +27,7 @@ Knobs:
                    (`estimate_aten`), the two-sided rule decides instead: Triton configs only where
                    the best predicted Triton time beats predicted cuBLAS by this fraction. A float
                    in [0, 1); None (or "off") disables both.
-                   Default 0.05. Environment: TORCHINDUCTOR_GEMM_CUBLAS_MARGIN.
+                   Default 0.15. Environment: TORCHINDUCTOR_GEMM_CUBLAS_MARGIN.
   dynamic_m        the values a dynamic (symbolic) M will take, for ranking configs that serve all
                    of them: "LOW..HIGH" (a range, ranked at 5 log-spaced points), "A,B,C" (the
                    buckets themselves) or a list of ints; None = the m range of the matching LUT

@@ -82,17 +82,19 @@ def _problem_rows(m, n, k, pid, split, count, rng, noise) -> pd.DataFrame:
     return rows
 
 
-def untrained_mlp(hidden_widths=(16, 16), seed: int = 0, device: str = "h100"):
+def untrained_mlp(hidden_widths=(16, 16), seed: int = 0, device: str = "h100", feature_version: int = 1,
+                  members: int = 1):
     """An MLPModel with small random weights and identity standardization (for contract tests)."""
     import torch
 
-    from kernel_select.model.features import FEATURE_NAMES, FEATURE_VERSION
-    from kernel_select.model.mlp import MLPModel, ModelCard, RuntimeNet
+    from kernel_select.model.mlp import FEATURE_SETS, MLPModel, ModelCard, architecture, build_net
 
     torch.manual_seed(seed)
-    net = RuntimeNet(len(FEATURE_NAMES), hidden_widths)
-    card = ModelCard(device=device, feature_version=FEATURE_VERSION, feature_names=list(FEATURE_NAMES),
-                     feature_mean=[0.0] * len(FEATURE_NAMES), feature_std=[1.0] * len(FEATURE_NAMES),
-                     hidden_widths=list(hidden_widths), kernel_overhead_ms=net.kernel_overhead_ms,
-                     dtypes=["bfloat16", "float16"], hyperparameters={"seed": seed})
+    names = FEATURE_SETS[feature_version][0]
+    arch = architecture(len(names), hidden_widths, members)
+    net = build_net(arch)
+    card = ModelCard(model="mlp", device=device, feature_version=feature_version, feature_names=list(names),
+                     feature_mean=[0.0] * len(names), feature_std=[1.0] * len(names), architecture=arch,
+                     kernel_overhead_ms=net.kernel_overhead_ms, dtypes=["bfloat16", "float16"],
+                     hyperparameters={"seed": seed})
     return MLPModel(device, net, card)

@@ -25,15 +25,18 @@ def register_train(sub: Subparsers) -> None:
                                    "mlp.json to --out; then fit the cuBLAS gate the same way and "
                                    "write cublas_gate.pt + cublas_gate.json. The 'test' split is never read.")
     _add_training_args(p)
-    p.add_argument("--epochs", type=int_at_least(1), default=None, help="training epochs (default: 80)")
+    p.add_argument("--epochs", type=int_at_least(1), default=None, help="training epochs (default: 120)")
     p.add_argument("--objective", choices=("mse", "rank", "both"), default="both",
                    help="loss: mse on log runtime, rank (mse + listwise within-problem), or both and keep "
                         "the better on validation (default: %(default)s)")
     p.add_argument("--method", choices=("mlp", "ensemble"), default="mlp",
                    help="mlp: the MLP and the cuBLAS gate; ensemble: MLP + LightGBM shortlist ensemble "
                         "trained without the frozen test and family splits (default: %(default)s)")
-    p.add_argument("--features", type=int, choices=(1, 2), default=2,
-                   help="feature version of the MLP (default: %(default)s)")
+    p.add_argument("--features", type=int, choices=(1, 2, 3), default=None,
+                   help="feature version of the MLP (default: the training default, 3)")
+    p.add_argument("--members", type=int_at_least(1), default=None,
+                   help="MLPs trained from seeds seed, seed+1, ... whose log-ms predictions the model "
+                        "averages (default: the training default, 2)")
     p.add_argument("--cap", type=int_at_least(1), default=384,
                    help="configs per problem trained on: every one within 1.5x of the oracle, then a "
                         "random sample (default: %(default)s)")
@@ -75,12 +78,14 @@ def register_eval(sub: Subparsers) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from kernel_select.offline.training.train import train
+    from kernel_select.offline.training.train import MLPHParams, train
 
     if args.method == "ensemble":
         return _run_train_ensemble(args)
+    options = {} if args.features is None else {"feature_version": args.features}
+    hparams = MLPHParams() if args.members is None else MLPHParams(members=args.members)
     result = train(args.data, args.out, seed=args.seed, epochs=args.epochs, objective=args.objective,
-                   device=args.device, feature_version=args.features, cap=args.cap, progress=not args.quiet)
+                   device=args.device, cap=args.cap, progress=not args.quiet, hparams=hparams, **options)
     for objective, metrics in result.metrics["val"].items():
         topk = "  ".join(f"k={k}: {v:.4f}" for k, v in metrics["topk"].items())
         print(f"val [{objective}] epoch {metrics['epoch']}: {topk}")

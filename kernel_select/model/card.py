@@ -42,6 +42,9 @@ class Architecture(BaseModel):
     inputs: int = Field(gt=0)
     hidden_widths: list[int]
     activation: Literal["relu", "silu"]
+    # networks of this shape trained from different seeds, whose log-ms outputs are averaged
+    # (an MLP card only; a card without the field describes one network)
+    members: int = Field(default=1, ge=1, le=8)
 
 
 class DataFile(BaseModel):
@@ -240,7 +243,7 @@ def load_state(net: Any, state: dict[str, Any], weights: Path, card: ModelCard, 
         arch = card.architecture
         raise ModelCardMismatchError(
             f"{weights}: weights do not fit the card's architecture ({arch.inputs} inputs, widths "
-            f"{arch.hidden_widths}): {str(exc).splitlines()[0]}; {hint}") from None
+            f"{arch.hidden_widths}, {arch.members} member(s)): {str(exc).splitlines()[0]}; {hint}") from None
     return net.eval()
 
 

@@ -43,7 +43,12 @@ def featurize(m: int, n: int, k: int, dtype: str, configs: Sequence[GemmConfig],
     if len(configs) == 0:
         return np.zeros((0, len(FEATURE_NAMES)), dtype=np.float32)
     # the config columns are read once for both halves: reading them is a third of the cost
-    cols = v1.config_columns(configs)
+    return feature_matrix(m, n, k, dtype_bytes, v1.config_columns(configs), spec)
+
+
+def feature_matrix(m: int, n: int, k: int, dtype_bytes: float, cols: Sequence[np.ndarray],
+                   spec: DeviceSpec) -> np.ndarray:
+    """v2 features of one problem from its configs' columns (`features.config_columns`)."""
     sizes = (np.float64(m), np.float64(n), np.float64(k))
     base = v1._feature_matrix(*sizes, np.float64(dtype_bytes), *cols, spec)
     extra = _extra(*sizes, dtype_bytes, *cols, spec)

@@ -41,14 +41,14 @@ from kernel_select.model.card import (
     retrain_hint,
     save_checkpoint,
 )
-from kernel_select.model import features, features_v2
+from kernel_select.model import features, features_v2, features_v3
 from kernel_select.model.features import FEATURE_NAMES, FEATURE_VERSION
 from kernel_select.problem import Problem
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CARD_FILE", "WEIGHTS_FILE", "DataProvenance", "MLPModel", "ModelCard", "RuntimeNet",
-           "architecture", "retrain_hint"]
+__all__ = ["CARD_FILE", "WEIGHTS_FILE", "AveragedRuntimeNet", "DataProvenance", "MLPModel", "ModelCard",
+           "RuntimeNet", "architecture", "build_net", "retrain_hint"]
 
 STEM = "mlp"
 WEIGHTS_FILE = f"{STEM}.pt"
@@ -60,6 +60,7 @@ _SAME_FEATURES = {"float16": "bfloat16", "bfloat16": "float16"}
 FEATURE_SETS = {
     FEATURE_VERSION: (FEATURE_NAMES, features.featurize),
     features_v2.FEATURE_VERSION: (features_v2.FEATURE_NAMES, features_v2.featurize),
+    features_v3.FEATURE_VERSION: (features_v3.FEATURE_NAMES, features_v3.featurize),
 }
 #: `topk="auto"` without a gap in the card: k = the configs predicted within 5% of the best.
 DEFAULT_AUTO_GAP = 0.05
@@ -82,9 +83,40 @@ class RuntimeNet(nn.Module):
         return float(self.log_overhead_ms.detach().exp())
 
 
-def architecture(n_features: int, hidden_widths: Sequence[int]) -> Architecture:
-    """The card's description of a RuntimeNet body."""
-    return Architecture(inputs=n_features, hidden_widths=list(hidden_widths), activation="relu")
+class AveragedRuntimeNet(nn.Module):
+    """Several RuntimeNets of one shape, trained from different seeds: predicts the mean of their
+    log runtimes. Averaging cancels part of each seed's ranking noise (on the held-out problems
+    one seed's top-1 varies by several points), and the members' disagreement is a measure of
+    how unsure the model is."""
+
+    def __init__(self, members: Sequence[RuntimeNet]) -> None:
+        super().__init__()
+        if len(members) < 2:
+            raise ValueError(f"an averaged net needs >= 2 members, got {len(members)}")
+        self.members = nn.ModuleList(members)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.member_outputs(x).mean(dim=0)
+
+    def member_outputs(self, x: torch.Tensor) -> torch.Tensor:
+        """(members, batch) log runtime in ms."""
+        return torch.stack([member(x) for member in self.members])
+
+    @property
+    def kernel_overhead_ms(self) -> float:
+        return float(np.mean([member.kernel_overhead_ms for member in self.members]))
+
+
+def architecture(n_features: int, hidden_widths: Sequence[int], members: int = 1) -> Architecture:
+    """The card's description of a RuntimeNet body (and how many are averaged)."""
+    return Architecture(inputs=n_features, hidden_widths=list(hidden_widths), activation="relu",
+                        members=members)
+
+
+def build_net(arch: Architecture) -> RuntimeNet | AveragedRuntimeNet:
+    """The (untrained) network a card's architecture describes."""
+    nets = [RuntimeNet(arch.inputs, arch.hidden_widths) for _ in range(arch.members)]
+    return nets[0] if arch.members == 1 else AveragedRuntimeNet(nets)
 
 
 class MLPModel(PerformanceModel):
@@ -92,7 +124,7 @@ class MLPModel(PerformanceModel):
 
     name = "mlp"
 
-    def __init__(self, device: DeviceSpec | str, net: RuntimeNet, card: ModelCard,
+    def __init__(self, device: DeviceSpec | str, net: RuntimeNet | AveragedRuntimeNet, card: ModelCard,
                  aten: AtenHead | None = None) -> None:
         super().__init__(device)
         self.net = net.eval()
@@ -127,10 +159,12 @@ class MLPModel(PerformanceModel):
 
     def auto_topk(self, runtime_ms: np.ndarray, cap: int) -> int:
         """How many configs to benchmark for one GEMM given this model's predictions for it: those
-        predicted within the card's `auto_topk_gap` (log ms) of the best, 1 to `cap`. Where the
-        model sees one clear winner it is sure; near-ties are where its ranking errors cost."""
+        predicted within the card's `auto_topk_gap` (log ms) of the best, at least the card's
+        `auto_topk_floor` and at most `cap`. Where the model sees one clear winner it is sure;
+        near-ties are where its ranking errors cost."""
         gap = float(self.card.hyperparameters.get("auto_topk_gap", DEFAULT_AUTO_GAP))
-        return auto_k_from_gap(runtime_ms, gap, cap)
+        floor = int(self.card.hyperparameters.get("auto_topk_floor", 1))
+        return auto_k_from_gap(runtime_ms, gap, cap, floor)
 
     def digest(self) -> str:
         """sha256 of the weights and the model card. Inductor's cache keys include it (through the
@@ -182,7 +216,7 @@ class MLPModel(PerformanceModel):
         state, card = load_checkpoint(model_dir, STEM, spec, model=STEM, feature_version=version,
                                       feature_names=FEATURE_SETS[version][0],
                                       allow_same_architecture=allow_same_architecture)
-        net = RuntimeNet(card.architecture.inputs, card.architecture.hidden_widths)
+        net = build_net(card.architecture)
         load_state(net, state, model_dir / WEIGHTS_FILE, card, retrain_hint(model_dir, spec.key))
         aten = None
         if (model_dir / ATEN_FILE).exists():  # optional: without it estimate_aten() is None
@@ -190,12 +224,14 @@ class MLPModel(PerformanceModel):
         return cls(spec, net, card, aten)
 
 
-def auto_k_from_gap(runtime_ms: np.ndarray, gap: float, cap: int) -> int:
-    """The number of predictions within `gap` (log ms) of the smallest, between 1 and `cap`."""
+def auto_k_from_gap(runtime_ms: np.ndarray, gap: float, cap: int, floor: int = 1) -> int:
+    """The number of predictions within `gap` (log ms) of the smallest, between `floor` and `cap`
+    (and never more than there are predictions)."""
     log_ms = np.log(np.asarray(runtime_ms, dtype=np.float64))
     if log_ms.size == 0:
         return 1
-    return int(min(max(1, int(np.count_nonzero(log_ms <= log_ms.min() + gap))), cap))
+    near = int(np.count_nonzero(log_ms <= log_ms.min() + gap))
+    return int(max(1, min(max(near, floor), cap, log_ms.size)))
 
 
 def _card_feature_version(model_dir: Path, spec: DeviceSpec) -> int:

@@ -11,6 +11,7 @@ import pytest
 
 from tests.subprocess_env import package_env
 import kernel_select.knobs as ks_config
+from kernel_select.model.gate import DEFAULT_MARGIN
 from kernel_select.cli import main
 from kernel_select.configs import GemmConfig
 from kernel_select.problem import Problem
@@ -58,8 +59,8 @@ def test_topk_prints_the_models_cublas_prediction(capsys):
 def test_topk_reports_when_the_cublas_gate_would_skip_triton(capsys):
     code, out, _ = run(capsys, "topk", "--m", "16", "--n", "1024", "--k", "4096", "--json")
     gate = json.loads(out)["cublas_gate"]
-    assert code == 0 and gate["margin"] == 0.05
-    assert gate["skips_triton"] == (gate["predicted_cublas_over_triton"] <= 0.95)
+    assert code == 0 and gate["margin"] == DEFAULT_MARGIN == 0.15
+    assert gate["skips_triton"] == (gate["predicted_cublas_over_triton"] <= 1 - DEFAULT_MARGIN)
     with ks_config.patch(cublas_margin=None):
         code, out, _ = run(capsys, "topk", "--m", "16", "--n", "1024", "--k", "4096")
     assert "cuBLAS gate" not in out

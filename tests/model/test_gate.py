@@ -56,7 +56,7 @@ def test_training_keeps_the_best_validation_epoch_and_reports_it(gate):
     assert gate.card.hyperparameters["seed"] == 0
     assert 10 <= metrics["best_epoch"] <= 60 and metrics["best_epoch"] % 10 == 0
     assert metrics["validation"]["problems"] == 8
-    assert set(metrics["validation"]["margins"]) == {"0", "0.05", "0.1"}
+    assert set(metrics["validation"]["margins"]) == {"0", "0.05", "0.1", "0.15", "0.2", "0.3"}
 
 
 def test_save_and_load_round_trip(gate, tmp_path: Path):

@@ -144,3 +144,29 @@ def test_digest_identifies_the_weights():
         next(again.net.parameters()).add_(1e-3)
     again._digest = None  # the cached digest belongs to the old weights
     assert again.digest() != shipped.digest()
+
+
+def test_an_averaged_model_predicts_the_mean_log_ms_of_its_members(tmp_path):
+    from kernel_select.model.mlp import AveragedRuntimeNet, RuntimeNet
+
+    model = untrained_mlp(feature_version=3, members=2)
+    assert isinstance(model.net, AveragedRuntimeNet) and model.card.architecture.members == 2
+    x = torch.from_numpy(((model._featurize(SEED.m, SEED.n, SEED.k, "bfloat16", CONFIGS, model.device)
+                           - model._mean) * model._inv_std).astype(np.float32))
+    with torch.inference_mode():
+        members = [m(x).numpy() for m in model.net.members]
+    assert all(isinstance(m, RuntimeNet) for m in model.net.members)
+    assert not np.allclose(members[0], members[1])  # seeded apart: the average is not one member
+    np.testing.assert_allclose(np.log(_estimate(model)), np.mean(members, axis=0), rtol=1e-5)
+    model.save(tmp_path)
+    loaded = MLPModel.load(tmp_path, "h100")
+    assert isinstance(loaded.net, AveragedRuntimeNet) and len(loaded.net.members) == 2
+    np.testing.assert_array_equal(_estimate(loaded), _estimate(model))
+
+
+def test_weights_of_another_member_count_are_refused(tmp_path):
+    untrained_mlp(feature_version=3, members=2).save(tmp_path)
+    _edit_card(tmp_path, architecture={**json.loads((tmp_path / CARD_FILE).read_text())["architecture"],
+                                       "members": 3})
+    with pytest.raises(ModelCardMismatchError, match="3 member"):
+        MLPModel.load(tmp_path, "h100")

@@ -30,6 +30,9 @@ def test_k_counts_the_near_ties_of_the_best_prediction_within_the_cap():
     assert auto_k_from_gap(ms, 0.01, 8) == 3
     assert auto_k_from_gap(ms, 0.0, 8) == 1
     assert auto_k_from_gap(ms, 1.0, 2) == 2
+    # a floor of 2 adds the runner-up where the model sees one clear winner, never above the cap
+    assert auto_k_from_gap(ms, 0.0, 8, floor=2) == 2 and auto_k_from_gap(ms, 0.01, 8, floor=2) == 3
+    assert auto_k_from_gap(ms, 0.0, 1, floor=2) == 1 and auto_k_from_gap(ms[:1], 0.0, 8, floor=2) == 1
 
 
 def test_resolve_k_auto_asks_the_model_and_falls_back_to_top4():
@@ -53,6 +56,8 @@ def test_gap_k_and_scores_at_k_per_problem():
     log_pred = np.log([1.0, 1.005, 2.0, 3.0, 1.0])
     runtime = np.array([2.0, 1.0, 3.0, 1.0, 2.0])
     assert gap_k(groups, log_pred, 0.01).tolist() == [2, 1]
+    assert gap_k(groups, log_pred, 0.01, floor=2).tolist() == [2, 2]
+    assert gap_k(groups, log_pred, 0.01, cap=1, floor=2).tolist() == [1, 1]
     # problem 0 takes its 2 best-predicted (measured 2.0 and 1.0: the oracle); problem 1 only its first (2.0)
     assert scores_at_k(groups, log_pred, runtime, np.array([2, 1])).tolist() == [1.0, 0.5]
 
@@ -65,3 +70,15 @@ def test_choose_gap_respects_the_budget():
     chosen = choose_gap(groups, log_pred, runtime, budget=2.0)
     assert chosen["mean_k"] <= 2.0 and 0 < chosen["score"] <= 1
     assert chosen["gap"] in [float(g) for g in np.round(np.linspace(0.0, 0.12, 25), 4)]
+    assert chosen["floor"] in (1, 2)
+
+
+def test_choose_gap_takes_a_floor_of_two_when_the_runner_up_often_wins():
+    # every problem: the predicted best is measured 20% slower than the predicted runner-up, and
+    # the two are predicted 20% apart (beyond any gap of the grid): only a floor of 2 finds the oracle
+    groups = np.repeat(np.arange(30), 6)
+    log_pred = np.tile(np.log([1.0, 1.2, 1.5, 1.6, 1.7, 1.8]), 30)
+    runtime = np.tile([1.2, 1.0, 1.5, 1.6, 1.7, 1.8], 30)
+    chosen = choose_gap(groups, log_pred, runtime, budget=2.5)
+    assert chosen["floor"] == 2 and chosen["score"] == pytest.approx(1.0) and chosen["mean_k"] == 2
+    assert choose_gap(groups, log_pred, runtime, budget=1.5)["floor"] == 1  # 2 per problem is over budget

@@ -12,7 +12,7 @@ import torch
 from kernel_select.offline.data import dataset, splits
 from kernel_select.cli import main
 from kernel_select.errors import DatasetError, OptionError
-from kernel_select.model.features_v2 import FEATURE_VERSION
+from kernel_select.model.features_v3 import FEATURE_VERSION
 from kernel_select.model.mlp import CARD_FILE, MLPModel
 from kernel_select.offline.training.train import MLPHParams, _make_split, _training_rows, train, validate
 from tests.synthetic import synthetic_frame
@@ -42,7 +42,7 @@ def test_both_objectives_are_compared_and_the_better_is_kept(trained):
 
 def test_the_kept_model_is_better_than_its_initialization(data, trained):
     rows, _ = _training_rows(dataset.read(data), trained.model.device, [data], 384, 0)
-    from kernel_select.model.features_v2 import featurize_frame
+    from kernel_select.model.features_v3 import featurize_frame
 
     mean = np.asarray(trained.model.card.feature_mean)
     std = np.asarray(trained.model.card.feature_std)
@@ -54,6 +54,33 @@ def test_the_kept_model_is_better_than_its_initialization(data, trained):
     kept = validate(trained.model.net, val)
     assert kept["selection_score"] > untrained["selection_score"]
     assert kept["rmse_log"] < untrained["rmse_log"] / 4
+    for member in trained.model.net.members:  # each member learned on its own, too
+        assert validate(member, val)["rmse_log"] < untrained["rmse_log"] / 4
+
+
+def test_members_are_trained_from_consecutive_seeds_and_averaged(trained):
+    card = trained.model.card
+    assert card.architecture.members == SMALL.members == 2 and card.hyperparameters["members"] == 2
+    members_val, averaged = trained.metrics["members_val"], trained.metrics["averaged_val"]
+    assert len(members_val) == 2 and members_val[0] != members_val[1]
+    assert 0 < averaged["topk"]["1"] <= 1
+
+
+def test_one_member_is_a_plain_net(data, tmp_path):
+    from kernel_select.model.mlp import RuntimeNet
+
+    one = train(data, tmp_path, device="h100", objective="rank", progress=False,
+                hparams=MLPHParams(hidden_widths=(16,), epochs=2, batch_problems=8, configs_per_problem=32, members=1))
+    assert type(one.model.net) is RuntimeNet and one.model.card.architecture.members == 1
+    assert "members_val" not in one.metrics
+
+
+@pytest.mark.parametrize("members", [0, 9, True])
+def test_bad_member_counts_are_refused_before_anything_is_written(data, tmp_path, members):
+    out = tmp_path / "m"
+    with pytest.raises(OptionError, match="members"):
+        train(data, out, device="h100", hparams=MLPHParams(members=members), progress=False)
+    assert not out.exists()
 
 
 def test_card_records_what_was_learned_and_from_what(data, trained):

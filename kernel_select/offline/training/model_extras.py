@@ -85,7 +85,7 @@ def auto_report(model: PerformanceModel, groups: np.ndarray, predicted_ms: np.nd
 def cublas_rule_report(model: PerformanceModel, problems: pd.DataFrame, groups: np.ndarray,
                        predicted_ms: np.ndarray, runtime_ms: np.ndarray, aten_ms: np.ndarray,
                        best_topk: np.ndarray, ks: Sequence[int],
-                       margins: Sequence[float] = (0.0, DEFAULT_MARGIN, 0.1)) -> dict[str, Any] | None:
+                       margins: Sequence[float] = (0.0, 0.05, 0.1, DEFAULT_MARGIN)) -> dict[str, Any] | None:
     """The two-sided rule from the model's own cuBLAS prediction (None without `estimate_aten`).
 
     `aten_ms`: measured cuBLAS per problem (nan where none); `best_topk`: (problems, len(ks)) the

@@ -31,14 +31,16 @@ import torch
 from tqdm.auto import tqdm
 
 from kernel_select.offline.data import dataset, splits
-from kernel_select.model import features, features_v2
+from kernel_select.model import features, features_v2, features_v3
 from kernel_select.model.aten import AtenHead, fit_aten
 from kernel_select.model.gate import GATE_FILE, CublasGate, fit_gate
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import DatasetError, ModelError, OptionError
 from kernel_select.offline.metrics import geomean, topk_scores
 from kernel_select.model.card import training_versions, utc_now
-from kernel_select.model.mlp import FEATURE_SETS, MLPModel, ModelCard, RuntimeNet, architecture
+from kernel_select.model.mlp import (
+    FEATURE_SETS, AveragedRuntimeNet, MLPModel, ModelCard, RuntimeNet, architecture,
+)
 from kernel_select.offline.training.training_data import (
     DEFAULT_CAP, aten_problems, cap_rows_per_problem, prepare_rows, provenance,
 )
@@ -49,17 +51,20 @@ log = logging.getLogger(__name__)
 Objective = Literal["mse", "rank"]
 OBJECTIVES: tuple[str, ...] = ("mse", "rank")
 VAL_KS = (1, 2, 4, 8, 16)
+MAX_MEMBERS = 8  # the card's limit: each member adds its forward pass to every estimate()
 _SELECTION_KS = (1, 2, 4, 8)  # the validation score is the mean of the geomean top-k scores at these k
 FEATURE_FRAMES = {features.FEATURE_VERSION: features.featurize_frame,
-                  features_v2.FEATURE_VERSION: features_v2.featurize_frame}
+                  features_v2.FEATURE_VERSION: features_v2.featurize_frame,
+                  features_v3.FEATURE_VERSION: features_v3.featurize_frame}
 
 
 @dataclass(frozen=True)
 class MLPHParams:
     """Hyperparameters: chosen by hand, recorded in the model card, never learned."""
 
-    hidden_widths: tuple[int, ...] = (128, 64, 64)  # sized so estimate() over 1400 configs stays < 2 ms
-    epochs: int = 80
+    # two members of this width: estimate() over the seed problem's 1,206 configs in < 2 ms
+    hidden_widths: tuple[int, ...] = (96, 64, 32)
+    epochs: int = 120
     lr: float = 2e-3  # AdamW peak learning rate, cosine-annealed to lr/20 over all steps
     weight_decay: float = 1e-4
     batch_rows: int = 2048  # mse: rows per step
@@ -68,6 +73,7 @@ class MLPHParams:
     rank_weight: float = 1.0  # rank: weight of the listwise term next to the MSE term
     rank_temperature: float = 0.1  # rank: softmax temperature in log-runtime units (0.1 = ~10%)
     initial_overhead_ms: float = 0.005  # start of the learned launch overhead (PR #156851 used 0.00541)
+    members: int = 2  # nets trained from seeds seed, seed+1, ...; the model averages their log ms
 
 
 @dataclass
@@ -92,7 +98,7 @@ class _Split:
 
 def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, device: DeviceSpec | str,
           seed: int = 0, epochs: int | None = None, objective: str = "both", hparams: MLPHParams | None = None,
-          feature_version: int = features_v2.FEATURE_VERSION, cap: int = DEFAULT_CAP,
+          feature_version: int = features_v3.FEATURE_VERSION, cap: int = DEFAULT_CAP,
           progress: bool = True) -> TrainResult:
     """Fit the MLP on the trainable problems of the dataset file(s) and save it to `out_dir`,
     with the cuBLAS time head, the `topk="auto"` gap, and the cuBLAS gate.
@@ -101,7 +107,7 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
         data_path: one dataset file, several, or glob patterns (read as one, see dataset.read_many).
         objective: "mse", "rank", or "both" (train each, keep the better on validation).
         epochs: overrides `hparams.epochs`.
-        feature_version: 1 or 2 (`mlp.FEATURE_SETS`).
+        feature_version: 1, 2 or 3 (`mlp.FEATURE_SETS`).
         cap: configs per problem (every contender within 1.5x of the oracle, then a sample).
     Raises:
         DatasetError: a file is unreadable, or a split has no usable rows for `device`.
@@ -127,20 +133,22 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
     for name in objectives:
         runs[name] = _fit(name, splits_["train"], splits_["val"], hparams, seed, progress)
     best = max(runs, key=lambda name: runs[name][1]["selection_score"])
-    net = runs[best][0]
+    net, member_metrics = _train_members(runs[best][0], best, splits_, hparams, seed, progress)
     gap = choose_auto_gap(splits_["val"], net)
 
     metrics: dict[str, Any] = {"selected_objective": best, "val": {name: m for name, (_, m) in runs.items()},
-                               "auto_topk_val": gap}
+                               "auto_topk_val": gap, **member_metrics}
     head = _fit_aten_head(rows, aten, spec, seed, metrics)
     metrics["cublas_gate"] = _train_gate_or_remove(frame, spec, out_dir, seed, paths)
     metrics["train_seconds"] = round(time.perf_counter() - started, 1)
     card = ModelCard(
         model="mlp", device=spec.key, feature_version=feature_version, feature_names=list(names),
         feature_mean=mean.tolist(), feature_std=std.tolist(), kernel_overhead_ms=net.kernel_overhead_ms,
-        architecture=architecture(len(names), hparams.hidden_widths), dtypes=sorted(rows["dtype"].unique()),
+        architecture=architecture(len(names), hparams.hidden_widths, hparams.members),
+        dtypes=sorted(rows["dtype"].unique()),
         hyperparameters={**dataclasses.asdict(hparams), "seed": seed, "objective": objective,
-                         "cap_rows_per_problem": cap, "auto_topk_gap": gap["gap"]},
+                         "cap_rows_per_problem": cap, "auto_topk_gap": gap["gap"],
+                         "auto_topk_floor": gap["floor"]},
         data=provenance(paths, rows), metrics=metrics, trained_at=utc_now(), versions=training_versions())
     model = MLPModel(spec, net, card, head)
     attach_held_out(model, paths, frame)
@@ -148,6 +156,19 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
     seconds = time.perf_counter() - started
     log.info("trained %s model (%s objective) in %.0f s -> %s", spec.key, best, seconds, out_dir)
     return TrainResult(model=model, out_dir=Path(out_dir), objective=best, metrics=metrics, seconds=seconds)
+
+
+def _train_members(first: RuntimeNet, objective: str, splits_: dict[str, _Split], hp: MLPHParams, seed: int,
+                   progress: bool) -> tuple[RuntimeNet | AveragedRuntimeNet, dict[str, Any]]:
+    """With `hp.members` > 1: train the other members (objective of the first, seeds seed+1, ...)
+    and return their average, with the validation figures of each member and of the average."""
+    if hp.members == 1:
+        return first, {}
+    members = [first] + [_fit(objective, splits_["train"], splits_["val"], hp, seed + i, progress)[0]
+                         for i in range(1, hp.members)]
+    net = AveragedRuntimeNet(members).eval()
+    return net, {"members_val": [validate(m, splits_["val"])["topk"] for m in members],
+                 "averaged_val": validate(net, splits_["val"])}
 
 
 def _standardize(features: np.ndarray, train_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -169,7 +190,7 @@ def attach_held_out(model: MLPModel, paths: Sequence[Path], frame: pd.DataFrame 
 
 
 def choose_auto_gap(val: _Split, net: RuntimeNet) -> dict[str, float]:
-    """`topk="auto"`'s gap for this net, chosen on the validation problems (uncertainty.choose_gap)."""
+    """`topk="auto"`'s gap and floor for this net, chosen on the validation problems (uncertainty.choose_gap)."""
     with torch.inference_mode():
         log_pred = torch.cat([net(chunk) for chunk in torch.split(val.x, 65536)]).numpy().astype(np.float64)
     return choose_gap(val.groups, log_pred, np.exp(val.y.numpy().astype(np.float64)))
@@ -213,6 +234,9 @@ def _check_options(hparams: MLPHParams, objective: str, feature_version: int, ca
         raise OptionError(f"feature version: expected one of {sorted(FEATURE_SETS)}, got {feature_version!r}")
     if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
         raise OptionError(f"cap: expected configs per problem >= 1, got {cap!r}")
+    members = hparams.members
+    if isinstance(members, bool) or not isinstance(members, int) or not 1 <= members <= MAX_MEMBERS:
+        raise OptionError(f"members: expected a whole number from 1 to {MAX_MEMBERS}, got {members!r}")
 
 
 def train_gate(frame: pd.DataFrame, spec: DeviceSpec, out_dir: str | Path, *, seed: int = 0,
