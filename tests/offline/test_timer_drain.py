@@ -63,3 +63,46 @@ def test_expected_gpu_time_shortens_the_sleep_only_for_the_launches_queued_after
     out = timer.time_pass(items, gpu_ms=expected)
     assert timer.stats.chunks_retimed == 0
     assert out[0][0] == pytest.approx(KERNEL_S * 1e3) and out[63][0] == pytest.approx(50.0)
+
+
+def test_the_run_reports_retimings_per_problem_and_in_its_summary(tmp_path, monkeypatch, caplog):
+    from kernel_select.device import get_device
+    from kernel_select.offline.data import dataset
+    from kernel_select.offline.harness import bench, pipeline
+    from kernel_select.offline.harness.bench_plan import plan
+    from kernel_select.problem import Problem
+
+    class NoCompile:
+        compiled = 0
+
+        def __init__(self, workers):
+            pass
+
+        def submit(self, keys):
+            pass
+
+        def wait(self, keys, timeout_s):
+            return {}
+
+        def close(self):
+            pass
+
+    def fake_time_problem(runs, compiled, device, options, checked, loaded, stats):
+        stats.add(timer_module.TimingStats(chunks=4, chunks_retimed=1, suspects=2, suspects_lowered=1))
+        results = {i: bench._Timed(samples=[1.0]) for i in range(len(runs))}
+        return results, bench._Timed(samples=[1.0])
+
+    monkeypatch.setattr(pipeline, "CompilePipeline", NoCompile)
+    monkeypatch.setattr(pipeline, "time_problem", fake_time_problem)
+    device = get_device("h100")
+    planned = plan([Problem(64, 128, 256, "bfloat16"), Problem(96, 128, 256, "bfloat16")], device)
+    prov = dict(device_name="fake", sm_count=1, torch_version="t", triton_version="t", git_sha="x")
+    out = tmp_path / "rows.parquet"
+    caplog.set_level("INFO", logger=pipeline.log.name)
+    stats = pipeline._collect(planned, out, device, bench.BenchOptions(progress=False), prov, {}, 1, 0.0)
+    assert (stats["timing"].chunks, stats["timing"].chunks_retimed, stats["timing"].suspects) == (8, 2, 4)
+    assert sum("1 of 4 chunks re-timed" in r.getMessage() for r in caplog.records) == 2
+    methods = set(dataset.read(out)["timing_method"])
+    assert len(methods) == 1 and methods.pop().endswith(
+        "this problem: 1 of 4 chunks re-timed after a drained backlog (0 still drained after "
+        f"{timer_module.DRAIN_RETRIES} retries), 2 implausible single samples re-timed (1 lower)")

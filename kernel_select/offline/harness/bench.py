@@ -33,7 +33,7 @@ import os
 import subprocess
 import time
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -46,7 +46,6 @@ from kernel_select.offline.data.audit import SUSPECT_RATIO
 from kernel_select.offline.harness.bench_plan import CompileKey, PlannedRun, distinct_keys
 from kernel_select.offline.harness.timer import ProblemTimer, TimingStats, constexprs, torch_dtype
 from kernel_select.device import DeviceSpec
-from kernel_select.problem import Problem
 
 log = logging.getLogger(__name__)
 
