@@ -199,15 +199,19 @@ def run_audit(args: argparse.Namespace) -> int:
     from kernel_select.offline.data import audit, dataset
 
     ratio = audit.SUSPECT_RATIO if args.ratio is None else args.ratio
-    reports = {str(path): audit.audit(dataset.read(path), ratio) for path in dataset.expand_paths(args.data)}
+    paths = dataset.expand_paths(args.data)
+    reports = {str(path): audit.audit(dataset.read(path), ratio) for path in paths}
     if args.json:
-        print(json.dumps({"ratio": ratio, "files": {f: audit.as_json(r) for f, r in reports.items()}}, indent=2))
+        files = {path: audit.as_json(counts) for path, counts in reports.items()}
+        print(json.dumps({"ratio": ratio, "files": files}, indent=2))
     else:
         print(f"capped single-sample rows over {ratio:g}x the fastest config of their tile")
-        print(f"{'file':<34} {'dtype':<9} {'rows':>10} {'capped':>10} {'suspect':>8} {'problems':>16} {'worst':>7}")
+        print(f"{'file':<34} {'dtype':<9} {'rows':>10} {'capped':>10} {'suspect':>8} "
+              f"{'problems hit':>16} {'worst':>7}")
         for path, counts in reports.items():
             for name, c in counts.items():
+                hit = f"{c.problems_affected:,} of {c.problems:,}"
                 print(f"{path:<34} {name:<9} {c.rows:>10,} {c.capped_rows:>10,} {c.suspect_rows:>8,} "
-                      f"{f'{c.problems_affected:,} of {c.problems:,}':>16} {c.worst_ratio:>6.0f}x")
+                      f"{hit:>16} {c.worst_ratio:>6.0f}x")
     suspect = any(r["all"].suspect_rows for r in reports.values())
     return 1 if args.check and suspect else 0
