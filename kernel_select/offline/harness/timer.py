@@ -58,7 +58,7 @@ class TimingStats:
     """What the timing of one problem (or a whole run) had to redo, for logs and provenance."""
 
     chunks: int = 0  # chunks of launches timed (first tries)
-    chunks_retimed: int = 0  # chunks timed again because their backlog drained
+    chunks_retimed: int = 0  # chunks timed again (once or more) because their backlog drained
     chunks_unresolved: int = 0  # chunks still drained after DRAIN_RETRIES; their last timing is kept
     suspects: int = 0  # single samples re-timed for a second opinion (bench.SUSPECT_RATIO)
     suspects_lowered: int = 0  # ...whose second sample was less than half the first
@@ -150,12 +150,12 @@ class ProblemTimer:
             sleep_s = self._backlog_s(chunk, check, gpu_ms or {})
             result = self._time_chunk(chunk, check, sleep_s)
             self.stats.chunks += 1
+            self.stats.chunks_retimed += result.shortfall_s > 0
             for _ in range(DRAIN_RETRIES):
                 if result.shortfall_s <= 0:
                     break
                 sleep_s = min(sleep_s + DRAIN_GROWTH * result.shortfall_s, MAX_SLEEP_S)
                 result = self._time_chunk(chunk, check, sleep_s)
-                self.stats.chunks_retimed += 1
             self.stats.chunks_unresolved += result.shortfall_s > 0
             for name in ("times", "errors", "failures"):
                 getattr(merged, name).update(getattr(result, name))
