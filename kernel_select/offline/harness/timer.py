@@ -9,8 +9,9 @@ back to back.
 The sizing is a prediction, and the host can stall (16 compile workers share its cores). If it
 stalls long enough for the GPU to finish the sleep and the queued work, the backlog *drains*: the
 GPU reaches a start event before the kernel behind it is queued and the interval includes the
-stall. On the committed H100 data this put 6 us kernels at 0.2-5 ms. So every chunk is checked
-after it ran, with an event recorded before the sleep:
+stall. The committed H100 data has single samples of 0.2-5 ms for 6 us kernels, most likely from
+this (data/README.md, "Timing quality"). So every chunk is checked after it ran, with an event
+recorded before the sleep:
 
   * host: t0 is read before that event is queued, h_i after launch i's end event is queued;
   * GPU: g_i is the time from that event to launch i's start event (sleep + the work before i).
