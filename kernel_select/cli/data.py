@@ -1,4 +1,5 @@
-"""`kernel-select shapes`, `bench` and `fidelity`: the problems to measure and the GPU harness."""
+"""`kernel-select shapes`, `bench`, `audit` and `fidelity`: the problems to measure, the GPU harness and
+checks of what it measured."""
 
 from __future__ import annotations
 
@@ -99,6 +100,22 @@ def register_fidelity(sub: Subparsers) -> None:
     p.add_argument("--resume", action="store_true",
                    help="keep the problems already in --json and measure only the others")
     p.set_defaults(handler=run_fidelity)
+
+
+def register_audit(sub: Subparsers) -> None:
+    p = sub.add_parser("audit", help="flag implausible single-sample timings in datasets (CPU)",
+                       description="Count capped (single-sample) Triton rows timed more than --ratio times "
+                                   "the fastest config of their problem with the same output tile "
+                                   "(block_m, block_n): the mark of a host stall inside a timed interval. "
+                                   "Prints per file: rows, suspect rows and problems affected, by dtype. "
+                                   "Reads only; see data/README.md.")
+    p.add_argument("data", nargs="+", help="dataset files or glob patterns")
+    p.add_argument("--ratio", type=positive_float, default=None,
+                   help="flag rows slower than this multiple of their tile's fastest (default: 8, "
+                        "the harness's SUSPECT_RATIO)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--check", action="store_true", help="exit 1 if any file has a suspect row")
+    p.set_defaults(handler=run_audit)
 
 
 def run_shapes(args: argparse.Namespace) -> int:
@@ -226,3 +243,27 @@ def _print_fidelity(results: list[Any], summary: dict[str, Any]) -> None:
               f"{summary['median_time_ratio']:.3f}")
     if summary["without_triton_choices"]:
         print(f"no Triton choices from Inductor (not counted): {', '.join(summary['without_triton_choices'])}")
+
+
+def run_audit(args: argparse.Namespace) -> int:
+    import json
+
+    from kernel_select.offline.data import audit, dataset
+
+    ratio = audit.SUSPECT_RATIO if args.ratio is None else args.ratio
+    paths = dataset.expand_paths(args.data)
+    reports = {str(path): audit.audit(dataset.read(path), ratio) for path in paths}
+    if args.json:
+        files = {path: audit.as_json(counts) for path, counts in reports.items()}
+        print(json.dumps({"ratio": ratio, "files": files}, indent=2))
+    else:
+        print(f"capped single-sample rows over {ratio:g}x the fastest config of their tile")
+        print(f"{'file':<34} {'dtype':<9} {'rows':>10} {'capped':>10} {'suspect':>8} "
+              f"{'problems hit':>16} {'worst':>7}")
+        for path, counts in reports.items():
+            for name, c in counts.items():
+                hit = f"{c.problems_affected:,} of {c.problems:,}"
+                print(f"{path:<34} {name:<9} {c.rows:>10,} {c.capped_rows:>10,} {c.suspect_rows:>8,} "
+                      f"{hit:>16} {c.worst_ratio:>6.0f}x")
+    suspect = any(r["all"].suspect_rows for r in reports.values())
+    return 1 if args.check and suspect else 0

@@ -10,6 +10,7 @@ import pytest
 from kernel_select.device import get_device
 from kernel_select.offline.harness import bench
 from kernel_select.offline.harness.bench_plan import plan
+from kernel_select.offline.harness.timer import TimingStats
 from kernel_select.problem import Problem
 
 PROBLEM = Problem(512, 1024, 2048, "bfloat16")
@@ -17,14 +18,18 @@ DEVICE = get_device("h100")
 
 
 class FakeTimer:
-    """Config i runs (i + 1) microseconds; `wrong` configs return a large relative error; the
-    launches made outside timed passes (warm-ups) are counted."""
+    """Config i runs (i + 1) ** 0.25 microseconds (ordered by i, all within 6x of each other, as
+    configs of one tile are); `wrong` configs return a large relative error; `stalled` ones take
+    100x longer the first time they are timed (a host stall); the launches made outside timed
+    passes (warm-ups) are counted."""
 
     instances: list[FakeTimer] = []
 
-    def __init__(self, problem: Problem, device: object, options: object, wrong: frozenset = frozenset()):
+    def __init__(self, problem: Problem, device: object, options: object, wrong: frozenset = frozenset(),
+                 stalled: frozenset = frozenset()):
         self.torch = type("T", (), {"cuda": type("C", (), {"synchronize": staticmethod(lambda: None)})})
-        self.wrong, self.warmups, self.passes = wrong, 0, []
+        self.wrong, self.stalled, self.warmups, self.passes = wrong, set(stalled), 0, []
+        self.stats = TimingStats()
         FakeTimer.instances.append(self)
 
     def launch(self, run: object) -> None:
@@ -37,7 +42,10 @@ class FakeTimer:
         self.passes.append([ident for ident, _ in items])
         out = {}
         for ident, _fn in items:
-            ms = 0.5 if ident == "aten" else (ident + 1) * 1e-3
+            ms = 0.5 if ident == "aten" else (ident + 1) ** 0.25 * 1e-3
+            if ident in self.stalled:
+                ms *= 100
+                self.stalled.discard(ident)
             err = 1.0 if ident in self.wrong else 0.0
             out[ident] = (ms, err if check is not None and ident in check else math.nan)
         return out
@@ -46,8 +54,9 @@ class FakeTimer:
 @pytest.fixture()
 def runs(monkeypatch: pytest.MonkeyPatch):
     FakeTimer.instances.clear()
+    planned = plan([PROBLEM], DEVICE)[0]
     monkeypatch.setattr(bench, "ProblemTimer", lambda p, d, o: FakeTimer(p, d, o, frozenset({3})))
-    return plan([PROBLEM], DEVICE)[0]
+    return planned
 
 
 def test_contenders_are_retimed_and_the_rest_capped(runs):
@@ -82,3 +91,36 @@ def test_each_binary_is_checked_on_its_first_problems_only(runs):
         bench.time_problem(runs, {}, DEVICE, bench.BenchOptions(reps=1), checked=checked)
     keys = {run.key for run in runs}
     assert all(checked[key] >= bench.CHECKS_PER_KERNEL for key in keys)
+
+
+def test_an_implausible_single_sample_gets_a_second_opinion(runs, monkeypatch):
+    stalled = frozenset({200, 201})
+    monkeypatch.setattr(bench, "ProblemTimer", lambda p, d, o: FakeTimer(p, d, o, frozenset({3}), stalled))
+    stats = bench.TimingStats()
+    results, _ = bench.time_problem(runs, {}, DEVICE, bench.BenchOptions(reps=1), stats=stats)
+    timer = FakeTimer.instances[-1]
+    assert timer.passes[1] == [200, 201]  # only the two stalled samples are timed again
+    assert results[200].samples == [pytest.approx(201 ** 0.25 * 1e-3)]  # the smaller sample is kept
+    assert results[200].status == "capped"
+    assert (stats.suspects, stats.suspects_lowered) == (2, 2)
+    assert len(timer.passes) == 1 + 1 + 1  # pass 1, the second opinions, one contender pass
+
+
+def test_the_suspect_ratio_is_measured_against_the_configs_of_the_same_tile(runs, monkeypatch):
+    # 100x the fastest config overall, but not 8x the fastest config of its own tile: no second opinion
+    first_of_tile = {}
+    for i, run in enumerate(runs):
+        first_of_tile.setdefault((run.config.block_m, run.config.block_n), i)
+    target = max(first_of_tile.values())
+    tile_mates = [i for i, run in enumerate(runs) if i != target and (run.config.block_m, run.config.block_n)
+                  == (runs[target].config.block_m, runs[target].config.block_n)]
+
+    class Slow(FakeTimer):
+        def time_pass(self, items, **kw):
+            out = super().time_pass(items, **kw)
+            return {i: (ms * 100 if i == target or i in tile_mates else ms, e) for i, (ms, e) in out.items()}
+
+    monkeypatch.setattr(bench, "ProblemTimer", lambda p, d, o: Slow(p, d, o))
+    stats = bench.TimingStats()
+    bench.time_problem(runs, {}, DEVICE, bench.BenchOptions(reps=1), stats=stats)
+    assert stats.suspects == 0

@@ -11,11 +11,16 @@ How a problem is timed (the way Inductor's benchmarker does it, minus its launch
     run is bracketed by CUDA events;
   * each batch of launches starts behind a GPU sleep long enough for the CPU to enqueue the whole
     batch, so the GPU never waits on Python between the start event and the kernel (a plain
-    event-timed Python loop measures launch overhead for small kernels, not the kernel);
+    event-timed Python loop measures launch overhead for small kernels, not the kernel); after the
+    batch ran, events show whether the host fell behind the GPU anyway (a stalled host drains the
+    backlog), and such a batch is timed again behind a longer sleep (`timer.py`);
   * pass 1 runs every config once into an output poisoned with NaN and checks it against an fp32
-    torch.matmul reference (every config, every problem); pass 2 re-times the contenders (within
-    CONTENDER_FACTOR of the problem's best, at least MIN_CONTENDERS of them) REPS more times.
-    Configs far slower than the best keep their single pass-1 time and status "capped".
+    torch.matmul reference (every binary on its first problems, a fraction after that); a
+    single sample more than SUSPECT_RATIO times the fastest of the configs with its output tile
+    is timed once more and keeps the smaller sample (a stall only adds time); pass 2 re-times
+    the contenders (within CONTENDER_FACTOR of the problem's best, at least MIN_CONTENDERS of
+    them) REPS more times. Configs far slower than the best keep their single pass-1 time and
+    status "capped".
   * a config that fails to compile or to load (out of shared memory / registers) becomes a row
     with infinite runtime and its error class; it never stops the run.
 """
@@ -28,7 +33,7 @@ import os
 import subprocess
 import time
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -37,21 +42,23 @@ from typing import Any
 
 
 from kernel_select.offline.data import dataset
+from kernel_select.offline.data.audit import SUSPECT_RATIO
 from kernel_select.offline.harness.bench_plan import CompileKey, PlannedRun, distinct_keys
+from kernel_select.offline.harness.timer import ProblemTimer, TimingStats, constexprs, torch_dtype
 from kernel_select.device import DeviceSpec
-from kernel_select.problem import Problem
 
 log = logging.getLogger(__name__)
 
 CONTENDER_FACTOR = 1.5
 MIN_CONTENDERS = 24
 REPS = 5
-CHUNK = 64  # launches enqueued behind one GPU sleep
 CHECKS_PER_KERNEL = 2  # every binary's output is checked on its first problems...
 CHECK_FRACTION = 0.1  # ...and on this random fraction of the (problem, config) pairs after that
 TIMING_METHOD = ("cuda-events; L2 flushed (zero_ of an L2-sized buffer) before every run; launches "
-                 "queued behind a GPU sleep; pass 1 one run per config, pass 2 {reps} more runs for "
-                 "configs within {factor}x of the best; runtime_ms = median, runtime_min_ms = min")
+                 "queued behind a GPU sleep, a chunk re-timed when events show its backlog drained; "
+                 "pass 1 one run per config, a second run for single samples > {suspect:g}x the fastest "
+                 "of their tile (the smaller kept); pass 2 {reps} more runs for configs within "
+                 "{factor}x of the best; runtime_ms = median, runtime_min_ms = min")
 # Relative Frobenius error vs an fp32 reference above which an output is called wrong.
 TOLERANCE = {"bfloat16": 3e-2, "float16": 1e-2, "float32": 1e-4}
 TOLERANCE_TF32 = 5e-3
@@ -71,21 +78,6 @@ class BenchOptions:
 
 # -- compiling ----------------------------------------------------------------------------------
 
-def _torch_dtype(name: str):
-    import torch
-
-    return getattr(torch, name)
-
-
-def _constexprs(key: CompileKey) -> dict:
-    import triton.language as tl
-
-    bm, bn, bk, _, _, group_m = key.config
-    return dict(N_DIV=key.n_div, K_DIV=key.k_div, EVEN_K=key.even_k, ALLOW_TF32=key.allow_tf32,
-                ACC_TYPE=tl.float32, A_HINT=key.a_hint, B_HINT=key.b_hint,
-                BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group_m)
-
-
 def error_class(exc: BaseException) -> str:
     """Map an exception from compiling or launching a config to a dataset status."""
     name = type(exc).__name__
@@ -103,11 +95,11 @@ def _compile_keys(keys: list[CompileKey]) -> list[tuple[CompileKey, str | None, 
 
     out = []
     for key in keys:
-        dtype = _torch_dtype(key.dtype)
+        dtype = torch_dtype(key.dtype)
         _, _, _, stages, warps, _ = key.config
         try:
             mm_kernel.warmup(dtype, dtype, dtype, 1, 1, 1, grid=(1,), num_warps=warps,
-                             num_stages=stages, **_constexprs(key))
+                             num_stages=stages, **constexprs(key))
             out.append((key, None, ""))
         except Exception as exc:  # the failure is data: recorded as this key's status
             out.append((key, error_class(exc), f"{type(exc).__name__}: {str(exc)[:300]}"))
@@ -153,97 +145,16 @@ class _Timed:
     error: str = ""
 
 
-class ProblemTimer:
-    """Times one problem's configs on the current CUDA device (see the module docstring)."""
-
-    def __init__(self, problem: Problem, device: DeviceSpec, options: BenchOptions):
-        import torch
-
-        self.torch = torch
-        self.problem = problem
-        self.options = options
-        dtype = _torch_dtype(problem.dtype)
-        gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(str(problem).encode()))
-        # Scaled so that outputs stay O(1) in every dtype; never zeros (they run faster).
-        self.a = torch.randn(problem.m, problem.k, device="cuda", generator=gen).to(dtype)
-        self.b = (torch.randn(problem.k, problem.n, device="cuda", generator=gen) / math.sqrt(problem.k)).to(dtype)
-        self.c = torch.empty(problem.m, problem.n, device="cuda", dtype=dtype)
-        self.ref = torch.matmul(self.a.float(), self.b.float())
-        self.ref_norm = float(torch.linalg.vector_norm(self.ref))
-        flush_bytes = options.flush_bytes or device.l2_bytes
-        self.flush = torch.empty(flush_bytes // 4, dtype=torch.int32, device="cuda")
-        self.clock_hz = 1.98e9  # the sleep kernel spins for cycles; max boost clock = shortest sleep
-        self.enqueue_s = 80e-6  # CPU seconds to enqueue one launch with its flush; learned below
-        self.events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                       for _ in range(CHUNK)]
-
-    def launch(self, run: PlannedRun) -> None:
-        from kernel_select.offline.harness.mm_kernel import mm_kernel
-
-        key, cfg, p = run.key, run.config, self.problem
-        grid = (math.ceil(p.m / cfg.block_m) * math.ceil(p.n / cfg.block_n),)
-        mm_kernel[grid](self.a, self.b, self.c, p.m, p.n // key.n_div, p.k // key.k_div,
-                        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **_constexprs(key))
-
-    def launch_cublas(self) -> None:
-        self.torch.mm(self.a, self.b, out=self.c)
-
-    def time_pass(self, items: list[tuple[object, Callable[[], None]]], *, check: set | None = None,
-                  gpu_ms: dict | None = None) -> dict[object, tuple[float, object]]:
-        """One timed run of each item; returns id -> (ms, relative error, nan, or the exception).
-
-        Items whose id is in `check` run into a NaN-poisoned output that is then compared with the
-        fp32 reference. `gpu_ms` (expected GPU time per item) shortens the sleep: the backlog only
-        has to cover the CPU's lead over the GPU.
-        """
-        torch = self.torch
-        check = check or set()
-        times, errors, failures = {}, {}, {}
-        for start in range(0, len(items), CHUNK):
-            chunk = items[start:start + CHUNK]
-            n_checks = sum(1 for ident, _ in chunk if ident in check)
-            cpu_s = self.enqueue_s * (len(chunk) + 2 * n_checks)
-            gpu_s = sum(gpu_ms.get(ident, 0.0) for ident, _ in chunk) / 1e3 if gpu_ms else 0.0
-            self.torch.cuda._sleep(int(max(1.3 * cpu_s - 0.8 * gpu_s, 2e-5) * self.clock_hz))
-            t0 = time.perf_counter()
-            pending = []
-            for slot, (ident, fn) in enumerate(chunk):
-                if ident in check:
-                    self.c.fill_(float("nan"))  # poison: an unwritten element fails the check
-                self.flush.zero_()
-                begin, end = self.events[slot]
-                begin.record()
-                try:
-                    fn()
-                except Exception as exc:  # out of resources at load time, launch errors
-                    failures[ident] = exc
-                    continue
-                end.record()
-                pending.append((ident, begin, end))
-                if ident in check:
-                    errors[ident] = torch.linalg.vector_norm(self.c.float() - self.ref)
-            spent = (time.perf_counter() - t0) / (len(chunk) + 2 * n_checks)
-            self.enqueue_s = 0.5 * self.enqueue_s + 0.5 * spent
-            torch.cuda.synchronize()  # the event pool is reused by the next chunk
-            for ident, begin, end in pending:
-                times[ident] = begin.elapsed_time(end)
-        out: dict[object, tuple[float, object]] = {}
-        for ident, ms in times.items():
-            err = float(errors[ident]) / max(self.ref_norm, 1e-30) if ident in errors else float("nan")
-            out[ident] = (ms, err)
-        for ident, exc in failures.items():
-            out[ident] = (math.inf, exc)
-        return out
-
-
 def time_problem(runs: list[PlannedRun], compiled: dict[CompileKey, tuple[str | None, str]],
                  device: DeviceSpec, options: BenchOptions,
                  checked: dict[CompileKey, int] | None = None,
-                 loaded: set[CompileKey] | None = None) -> tuple[dict[int, _Timed], _Timed]:
+                 loaded: set[CompileKey] | None = None,
+                 stats: TimingStats | None = None) -> tuple[dict[int, _Timed], _Timed]:
     """Time all `runs` of one problem; returns per-run results (by index) and the cuBLAS result.
 
     `checked` counts correctness checks per binary across problems, `loaded` the binaries this
     process has already launched (both updated here): only new binaries get an untimed warm-up.
+    `stats` (updated here) counts re-timed chunks and second opinions.
     """
     import random
 
@@ -270,9 +181,13 @@ def time_problem(runs: list[PlannedRun], compiled: dict[CompileKey, tuple[str | 
     first = timer.time_pass(items, check=to_check)
     t1 = time.perf_counter()
     _record_first_pass(first, results, cublas, to_check, tol)
-    contenders = _retime_contenders(items, first, results, cublas, timer, options)
-    log.debug("%s: pass 1 %.2f s (%d checked), pass 2 %.2f s (%d contenders x %d)", problem,
-              t1 - t0, len(to_check), time.perf_counter() - t1, len(contenders), options.reps)
+    _second_opinion(items, runs, results, timer)
+    contenders = _retime_contenders(items, results, cublas, timer, options)
+    log.debug("%s: pass 1 %.2f s (%d checked), pass 2 %.2f s (%d contenders x %d); %s", problem,
+              t1 - t0, len(to_check), time.perf_counter() - t1, len(contenders), options.reps,
+              timer.stats.summary())
+    if stats is not None:
+        stats.add(timer.stats)
     return results, cublas
 
 
@@ -317,16 +232,41 @@ def _record_first_pass(first: dict, results: dict[int, _Timed], cublas: _Timed, 
             slot.samples.append(ms)
 
 
-def _retime_contenders(items: list, first: dict, results: dict[int, _Timed], cublas: _Timed,
+def _second_opinion(items: list, runs: list[PlannedRun], results: dict[int, _Timed],
+                    timer: ProblemTimer) -> None:
+    """Time once more every config whose single pass-1 sample is more than SUSPECT_RATIO times the
+    fastest pass-1 sample of the configs sharing its (block_m, block_n), and keep the smaller of
+    the two: a host stall inside a timed interval only ever adds time (see `audit.py`)."""
+    first = {i: t.samples[0] for i, t in results.items() if t.status == "ok" and t.samples}
+    fastest: dict[tuple[int, int], float] = {}
+    for i, ms in first.items():
+        tile = (runs[i].config.block_m, runs[i].config.block_n)
+        fastest[tile] = min(fastest.get(tile, math.inf), ms)
+    suspects = {i for i, ms in first.items()
+                if ms > SUSPECT_RATIO * fastest[(runs[i].config.block_m, runs[i].config.block_n)]}
+    if not suspects:
+        return
+    for i, (ms, err) in timer.time_pass([(i, fn) for i, fn in items if i in suspects]).items():
+        if isinstance(err, BaseException) or not math.isfinite(ms):
+            continue  # it ran in pass 1: a failure now says nothing about that sample
+        timer.stats.suspects_lowered += ms < 0.5 * first[i]
+        results[i].samples[0] = min(first[i], ms)
+    timer.stats.suspects += len(suspects)
+
+
+def _retime_contenders(items: list, results: dict[int, _Timed], cublas: _Timed,
                        timer: ProblemTimer, options: BenchOptions) -> set[int]:
     """Pass 2: re-time the fastest configs (and cuBLAS) `options.reps` times; the others keep
     their single pass-1 sample and are marked `capped`. Returns the contenders."""
     ok = {i: t.samples[0] for i, t in results.items() if t.status == "ok" and t.samples}
     best = min(ok.values(), default=math.inf)
     ranked = sorted(ok, key=ok.get)
-    contenders = set(ranked[:MIN_CONTENDERS]) | {i for i, ms in ok.items() if ms <= options.contender_factor * best}
+    near_best = {i for i, ms in ok.items() if ms <= options.contender_factor * best}
+    contenders = set(ranked[:MIN_CONTENDERS]) | near_best
     again = [(i, fn) for i, fn in items if i in contenders] + [("aten", timer.launch_cublas)]
-    expected = {i: first[i][0] for i, _ in again if math.isfinite(first.get(i, (math.inf,))[0])}
+    expected = {i: ms for i, ms in ok.items() if i in contenders}
+    if cublas.samples and math.isfinite(cublas.samples[0]):
+        expected["aten"] = cublas.samples[0]
     for _ in range(options.reps):
         for ident, (ms, _err) in timer.time_pass(again, gpu_ms=expected).items():
             (cublas if ident == "aten" else results[ident]).samples.append(ms)
@@ -365,15 +305,19 @@ def _median(xs: list[float]) -> float:
 
 
 def rows_for(runs: list[PlannedRun], results: dict[int, _Timed], cublas: _Timed, prov: dict,
-             options: BenchOptions, origin: dict | None = None) -> list[dict]:
-    """Dataset rows of one timed problem; `origin` holds its family / layer / pass columns."""
+             options: BenchOptions, origin: dict | None = None,
+             stats: TimingStats | None = None) -> list[dict]:
+    """Dataset rows of one timed problem; `origin` holds its family / layer / pass columns and
+    `stats` (this problem's re-timings) is appended to the `timing_method` text."""
     problem = runs[0].problem
     pid = dataset.problem_id(problem.m, problem.n, problem.k, problem.dtype, problem.op, problem.batch)
-    base = dict(problem_id=pid, **(origin or dataset.OPTIONAL_DEFAULTS), m=problem.m, n=problem.n, k=problem.k, batch=problem.batch,
-                dtype=problem.dtype, op=problem.op, layout="nn", split=dataset.split_of(pid),
-                timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                timing_method=TIMING_METHOD.format(reps=options.reps, factor=options.contender_factor),
-                **prov)
+    method = TIMING_METHOD.format(reps=options.reps, factor=options.contender_factor, suspect=SUSPECT_RATIO)
+    if stats is not None:
+        method += f"; this problem: {stats.summary()}"
+    stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    base = dict(problem_id=pid, **(origin or dataset.OPTIONAL_DEFAULTS), m=problem.m, n=problem.n,
+                k=problem.k, batch=problem.batch, dtype=problem.dtype, op=problem.op, layout="nn",
+                split=dataset.split_of(pid), timestamp=stamp, timing_method=method, **prov)
     rows = []
 
     def row(backend: str, cfg: tuple[int, ...], even_k: bool, tf32: bool, timed: _Timed) -> dict:

@@ -159,7 +159,8 @@ def check(problems: list[Problem], device: DeviceSpec, *, configs_per_problem: i
     keys = bench.distinct_keys_of([r for p, cs in picked.items() for r in _planned(p, cs)])
     compiled = bench.precompile(keys)  # all harness binaries at once, in parallel
     out = []
-    with tempfile.TemporaryDirectory() as tmp, _environ("TORCHINDUCTOR_CACHE_DIR", str(Path(tmp) / "inductor")):
+    with tempfile.TemporaryDirectory() as tmp, \
+            _environ("TORCHINDUCTOR_CACHE_DIR", str(Path(tmp) / "inductor")):
         # Every problem has its own shape, so no cache can serve one problem's timings to another;
         # a fresh cache directory keeps earlier runs on this machine out as well.
         for problem in tqdm(problems, desc="fidelity", unit="problem"):

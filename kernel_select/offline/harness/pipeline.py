@@ -9,7 +9,9 @@
   before a problem it does not expect to finish in time, and the pool is torn down.
 * After every problem its rows go to a writer thread that appends them (locked, atomic) to the
   output, so a killed run keeps everything up to the last write.
-* The run logs its throughput in rows per GPU-minute of wall time, compile included.
+* The run logs its throughput in rows per GPU-minute of wall time, compile included, and how much
+  timing it had to redo: chunks re-timed after a drained backlog and single samples re-timed for
+  a second opinion (`timer.TimingStats`; per problem in the `timing_method` column too).
 * `run_sharded` spreads whole compile groups over the GPUs of one host: one process per GPU, each
   with its own CUDA_VISIBLE_DEVICES and part file, merged into the output at the end.
 """
@@ -31,7 +33,14 @@ import pandas as pd
 
 from kernel_select.device import DeviceSpec
 from kernel_select.offline.data import dataset
-from kernel_select.offline.harness.bench import BenchOptions, _compile_keys, provenance, rows_for, time_problem
+from kernel_select.offline.harness.bench import (
+    BenchOptions,
+    _compile_keys,
+    provenance,
+    rows_for,
+    time_problem,
+)
+from kernel_select.offline.harness.timer import TimingStats
 from kernel_select.offline.harness.bench_plan import CompileKey, PlannedRun, plan
 from kernel_select.problem import Problem
 
@@ -157,10 +166,12 @@ def run_bench(problems: list[Problem], out: str | Path, device: DeviceSpec,
         stats = _collect(planned, Path(out), device, options, prov, origins or {}, workers, started)
         wall = time.perf_counter() - started
         log.info("%d problems, %d rows in %.1f s wall (compile included; %d kernels compiled on %d "
-                 "workers): %.0f rows per GPU-minute", stats["problems"], stats["rows"], wall,
-                 stats["compiled"], workers, 60 * stats["rows"] / max(wall, 1e-9))
+                 "workers): %.0f rows per GPU-minute; timing: %s", stats["problems"], stats["rows"], wall,
+                 stats["compiled"], workers, 60 * stats["rows"] / max(wall, 1e-9), stats["timing"].summary())
         torch.cuda.empty_cache()
-    return dataset.read(out) if Path(out).exists() else dataset.conform(pd.DataFrame(columns=list(dataset.COLUMNS)))
+    if Path(out).exists():
+        return dataset.read(out)
+    return dataset.conform(pd.DataFrame(columns=list(dataset.COLUMNS)))
 
 
 def _collect(planned: list[list[PlannedRun]], out: Path, device: DeviceSpec, options: BenchOptions,
@@ -175,7 +186,7 @@ def _collect(planned: list[list[PlannedRun]], out: Path, device: DeviceSpec, opt
     deadline = started + options.max_seconds if options.max_seconds else float("inf")
     checked: dict[CompileKey, int] = {}
     loaded: set[CompileKey] = set()
-    stats = {"problems": 0, "rows": 0, "compiled": 0}
+    stats = {"problems": 0, "rows": 0, "compiled": 0, "timing": TimingStats()}
     per_problem_s = 0.0  # running estimate of one problem's timing, to stop before the bound
     bar = tqdm(planned, desc="bench", unit="problem", disable=not options.progress)
     try:
@@ -185,16 +196,21 @@ def _collect(planned: list[list[PlannedRun]], out: Path, device: DeviceSpec, opt
             now = time.perf_counter()
             compiled = compiler.wait([r.key for r in runs], deadline - now - per_problem_s)
             if compiled is None or time.perf_counter() + per_problem_s > deadline:
-                log.info("stopping at the %.0f s bound (--max-seconds); re-run to resume", options.max_seconds)
+                log.info("stopping at the %.0f s bound (--max-seconds); re-run to resume",
+                         options.max_seconds)
                 break
             t0 = time.perf_counter()
-            results, cublas = time_problem(runs, compiled, device, options, checked, loaded)
-            writer.put(rows_for(runs, results, cublas, prov, options, origins.get(runs[0].problem)))
+            timing = TimingStats()
+            results, cublas = time_problem(runs, compiled, device, options, checked, loaded, timing)
+            writer.put(rows_for(runs, results, cublas, prov, options, origins.get(runs[0].problem), timing))
+            _log_timing(runs[0].problem, timing)
+            stats["timing"].add(timing)
             per_problem_s = max(per_problem_s * 0.7, time.perf_counter() - t0)
             stats["problems"] += 1
             stats["rows"] += len(runs) + 1
             rate = 60 * stats["rows"] / max(time.perf_counter() - started, 1e-9)
-            bar.set_postfix(rows=stats["rows"], compiled=compiler.compiled, rows_per_gpu_min=f"{rate:.0f}")
+            bar.set_postfix(rows=stats["rows"], compiled=compiler.compiled, rows_per_gpu_min=f"{rate:.0f}",
+                            retimed_chunks=stats["timing"].chunks_retimed)
             del results
             torch.cuda.empty_cache()
     finally:
@@ -202,6 +218,13 @@ def _collect(planned: list[list[PlannedRun]], out: Path, device: DeviceSpec, opt
         writer.close()
         stats["compiled"] = compiler.compiled
     return stats
+
+
+def _log_timing(problem: Problem, timing: TimingStats) -> None:
+    """One line per problem; at INFO only when timing had to be redone, so clean runs stay quiet."""
+    redone = timing.chunks_retimed or timing.suspects
+    log.log(logging.WARNING if timing.chunks_unresolved else logging.INFO if redone else logging.DEBUG,
+            "%s: %s", problem, timing.summary())
 
 
 # -- several GPUs ----------------------------------------------------------------------------------
@@ -285,4 +308,5 @@ def _start_on_gpu(ctx, gpu: int, args: tuple) -> multiprocessing.process.BasePro
 def _shard_main(problems: list[Problem], part: Path, device: DeviceSpec, options: BenchOptions,
                 origins: Origins, show_progress: bool) -> None:
     logging.basicConfig(level=logging.INFO, format=f"[{os.environ.get('CUDA_VISIBLE_DEVICES')}] %(message)s")
-    run_bench(problems, part, device, BenchOptions(**{**options.__dict__, "progress": show_progress}), origins)
+    shard_options = BenchOptions(**{**options.__dict__, "progress": show_progress})
+    run_bench(problems, part, device, shard_options, origins)
