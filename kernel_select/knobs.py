@@ -12,9 +12,10 @@ Knobs:
   topk             how many Triton GEMM configs Inductor benchmarks per GEMM:
                    a positive int; "DEFAULT" = as many as Inductor's own DEFAULT list has for the
                    problem, but chosen by the model from the exhaustive space; "auto" = as many as
-                   the model is unsure about (1 where it is sure, up to `auto_topk_cap`; models
-                   without a measure of their uncertainty get 4); "SAME" = off, the handler passes
-                   Inductor's candidates through unchanged. Environment: TORCHINDUCTOR_GEMM_TOPK.
+                   the model is unsure about (its card's floor, 1 or 2, where it is sure, up to
+                   `auto_topk_cap`; models without a measure of their uncertainty get 4);
+                   "SAME" = off, the handler passes Inductor's candidates through unchanged.
+                   Environment: TORCHINDUCTOR_GEMM_TOPK.
   auto_topk_cap    the most configs topk="auto" benchmarks per GEMM: a positive int, default 8.
                    Environment: TORCHINDUCTOR_GEMM_AUTO_TOPK_CAP.
   model            name of a registered performance model, or None for `load_default(device)`.

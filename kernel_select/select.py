@@ -58,7 +58,7 @@ def resolve_k(k: int | float | str, num_candidates: int, *, model: PerformanceMo
 
     A fraction keeps max(1, int(num_candidates * k)), as Triton's `top_k` does, so a small
     fraction of a small space still keeps one config. "auto" asks `model.auto_topk` given its
-    predictions for the candidates (1..cap: one where the model is sure, more where it is not);
+    predictions for the candidates (1..cap: few where the model is sure, more where it is not);
     a model without a measure of its uncertainty gets min(AUTO_FALLBACK, cap).
 
     Raises:

@@ -184,8 +184,10 @@ class MLPModel(PerformanceModel):
         trained_on = f"{data.file} ({data.rows} rows)" if data else "no recorded data"
         if self.card.device != self.device.key:  # a same-architecture stand-in (see load_default)
             trained_on += f" measured on {self.card.device}"
+        members = self.card.architecture.members
+        averaged = f" x {members} averaged" if members > 1 else ""
         return (f"mlp model for {self.device.key}, features v{self.card.feature_version}, "
-                f"widths {self.card.hidden_widths}, trained on {trained_on}")
+                f"widths {self.card.hidden_widths}{averaged}, trained on {trained_on}")
 
     # -- persistence ----------------------------------------------------------------------------
 

@@ -89,7 +89,7 @@ def test_cublas_margin_knob_is_validated_and_read_from_the_environment():
     with pytest.raises(OptionError):
         ks_inductor.install(cublas_margin="sometimes")
     code = "import kernel_select.knobs as c; print(c.cublas_margin)"
-    for raw, expected in (("0.1", "0.1"), ("off", "None"), ("", "0.05")):
+    for raw, expected in (("0.1", "0.1"), ("off", "None"), ("", "0.15")):
         out = subprocess.run([sys.executable, "-c", code], env=package_env(TORCHINDUCTOR_GEMM_CUBLAS_MARGIN=raw),
                              capture_output=True, text=True, check=True)
         assert out.stdout.strip() == expected
