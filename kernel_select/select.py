@@ -53,12 +53,14 @@ class ConfigLookup(Protocol):
 
 
 def resolve_k(k: int | float | str, num_candidates: int, *, model: PerformanceModel | None = None,
-              predicted_ms: np.ndarray | None = None, cap: int = AUTO_TOPK_CAP) -> int:
+              predicted_ms: np.ndarray | None = None, cap: int = AUTO_TOPK_CAP, problem: Problem | None = None,
+              configs: Sequence[GemmConfig] | None = None) -> int:
     """How many configs `k` asks for: an int count >= 1, a float fraction in (0, 1], or "auto".
 
     A fraction keeps max(1, int(num_candidates * k)), as Triton's `top_k` does, so a small
     fraction of a small space still keeps one config. "auto" asks `model.auto_topk` given its
-    predictions for the candidates (1..cap: few where the model is sure, more where it is not);
+    predictions for the candidates (1..cap: few where the model is sure, more where it is not;
+    with `problem` and the candidate `configs` a model may also ask its members);
     a model without a measure of its uncertainty gets min(AUTO_FALLBACK, cap).
 
     Raises:
@@ -68,7 +70,7 @@ def resolve_k(k: int | float | str, num_candidates: int, *, model: PerformanceMo
     if isinstance(k, str) and k == AUTO:
         if model is None or predicted_ms is None:
             raise ConfigError("k='auto' needs the model and its predictions for the candidates")
-        auto = model.auto_topk(np.asarray(predicted_ms), cap) if len(predicted_ms) else 1
+        auto = model.auto_topk(np.asarray(predicted_ms), cap, problem, configs) if len(predicted_ms) else 1
         return int(auto) if auto is not None else min(AUTO_FALLBACK, cap)
     if isinstance(k, bool) or not isinstance(k, (int, float, np.integer, np.floating)):
         raise ConfigError(f"k: expected a count >= 1 or a fraction in (0, 1], got {k!r}")
@@ -160,7 +162,8 @@ def top_k(problem: Problem, k: int | float | str, lut: ConfigLookup | None = Non
     # prediction) together: inside torch.compile the model call is the whole cost.
     all_scores = _scores(problem, [*candidates, *pinned], model)
     scores = all_scores[: len(candidates)]
-    count = resolve_k(k, len(candidates), model=model, predicted_ms=scores, cap=auto_cap)
+    count = resolve_k(k, len(candidates), model=model, predicted_ms=scores, cap=auto_cap, problem=problem,
+                      configs=candidates)
     ranked_at_hint = not spread or spread == (problem.m,)
     order_by = scores if ranked_at_hint else _relative_over(problem, spread, candidates, model)
     chosen = [Choice(config, float(ms), LUT_SOURCE)

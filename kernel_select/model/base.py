@@ -86,9 +86,11 @@ class PerformanceModel(abc.ABC):
         `estimate`, or None when this model does not score cuBLAS."""
         return None
 
-    def auto_topk(self, runtime_ms: np.ndarray, cap: int) -> int | None:
+    def auto_topk(self, runtime_ms: np.ndarray, cap: int, problem: Problem | None = None,
+                  configs: Sequence[GemmConfig] | None = None) -> int | None:
         """For `topk="auto"`: how many configs (1..cap) to benchmark given this model's predictions
-        for one GEMM, or None when the model has no measure of its own uncertainty."""
+        `runtime_ms` for one GEMM's `configs` (a model may look at the problem and the configs
+        again), or None when the model has no measure of its own uncertainty."""
         return None
 
     def describe(self) -> str:

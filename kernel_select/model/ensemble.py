@@ -35,6 +35,7 @@ from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import ModelCardMismatchError, ModelError, ProblemError, UnsupportedProblemError
 from kernel_select.model import features as v1
 from kernel_select.model import features_v2 as v2
+from kernel_select.model.auto_topk import spread_k
 from kernel_select.model import PerformanceModel, models_dir
 from kernel_select.problem import Problem, dtype_name
 
@@ -49,8 +50,7 @@ AUTO_CAP = 8  # topk="auto" never asks for more configs than this per GEMM
 def auto_k(spread: Any, s0: float, cap: int = AUTO_CAP) -> np.ndarray:
     """topk="auto": k = 1 while the spread is at most s0, doubling with every doubling of the
     spread beyond it, at most `cap` (offline/training/uncertainty.py chooses s0 and measures the rule)."""
-    doublings = np.ceil(np.log2(np.maximum(np.asarray(spread, dtype=np.float64) / s0, 1.0)))
-    return np.minimum(2 ** doublings, cap).astype(np.int64)
+    return spread_k(spread, s0, cap, floor=1)
 
 
 class EnsembleCard(BaseModel):

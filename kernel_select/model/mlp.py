@@ -42,12 +42,13 @@ from kernel_select.model.card import (
     save_checkpoint,
 )
 from kernel_select.model import features, features_v2, features_v3
+from kernel_select.model.auto_topk import SPREAD_TOP, auto_k_from_gap, spread_k
 from kernel_select.model.features import FEATURE_NAMES, FEATURE_VERSION
 from kernel_select.problem import Problem
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CARD_FILE", "WEIGHTS_FILE", "AveragedRuntimeNet", "DataProvenance", "MLPModel", "ModelCard",
+__all__ = ["CARD_FILE", "WEIGHTS_FILE", "AveragedRuntimeNet", "auto_k_from_gap", "DataProvenance", "MLPModel", "ModelCard",
            "RuntimeNet", "architecture", "build_net", "retrain_hint"]
 
 STEM = "mlp"
@@ -157,14 +158,33 @@ class MLPModel(PerformanceModel):
             return None
         return float(self.aten.predict_ms([problem])[0])
 
-    def auto_topk(self, runtime_ms: np.ndarray, cap: int) -> int:
-        """How many configs to benchmark for one GEMM given this model's predictions for it: those
-        predicted within the card's `auto_topk_gap` (log ms) of the best, at least the card's
-        `auto_topk_floor` and at most `cap`. Where the model sees one clear winner it is sure;
-        near-ties are where its ranking errors cost."""
-        gap = float(self.card.hyperparameters.get("auto_topk_gap", DEFAULT_AUTO_GAP))
-        floor = int(self.card.hyperparameters.get("auto_topk_floor", 1))
-        return auto_k_from_gap(runtime_ms, gap, cap, floor)
+    def auto_topk(self, runtime_ms: np.ndarray, cap: int, problem: Problem | None = None,
+                  configs: Sequence[GemmConfig] | None = None) -> int:
+        """How many configs to benchmark for one GEMM given this model's predictions for it, by the
+        rule in its card (`model/auto_topk.py`): the members' disagreement over the predicted best
+        configs where the card says "spread" (and the problem and its configs are given), else the
+        near-ties of the prediction (`auto_topk_gap`); at least `auto_topk_floor`, at most `cap`."""
+        hp = self.card.hyperparameters
+        floor = int(hp.get("auto_topk_floor", 1))
+        if (hp.get("auto_topk_rule") == "spread" and problem is not None and configs is not None
+                and isinstance(self.net, AveragedRuntimeNet) and len(configs) == len(runtime_ms)):
+            spread = self.member_spread(problem, configs, runtime_ms)
+            return int(min(spread_k(spread, float(hp["auto_topk_spread"]), cap, floor)[()], len(configs)))
+        return auto_k_from_gap(runtime_ms, float(hp.get("auto_topk_gap", DEFAULT_AUTO_GAP)), cap, floor)
+
+    def member_spread(self, problem: Problem, configs: Sequence[GemmConfig], runtime_ms: np.ndarray) -> float:
+        """The members' disagreement about a problem (0 for a single network): the mean range of
+        their log-ms predictions over the SPREAD_TOP configs of `runtime_ms` (this model's
+        predictions for `configs`) predicted fastest. Scores only those few configs again."""
+        if not isinstance(self.net, AveragedRuntimeNet):
+            return 0.0
+        best = np.argsort(np.asarray(runtime_ms), kind="stable")[:SPREAD_TOP]
+        chosen = [configs[i] for i in best]
+        x = self._featurize(problem.m, problem.n, problem.k, problem.dtype, chosen, self.device)
+        x = (x - self._mean) * self._inv_std
+        with torch.inference_mode():
+            members = self.net.member_outputs(torch.from_numpy(x.astype(np.float32))).numpy()
+        return float(np.mean(members.max(axis=0) - members.min(axis=0)))
 
     def digest(self) -> str:
         """sha256 of the weights and the model card. Inductor's cache keys include it (through the
@@ -224,16 +244,6 @@ class MLPModel(PerformanceModel):
         if (model_dir / ATEN_FILE).exists():  # optional: without it estimate_aten() is None
             aten = AtenHead.load(model_dir, spec, allow_same_architecture=allow_same_architecture)
         return cls(spec, net, card, aten)
-
-
-def auto_k_from_gap(runtime_ms: np.ndarray, gap: float, cap: int, floor: int = 1) -> int:
-    """The number of predictions within `gap` (log ms) of the smallest, between `floor` and `cap`
-    (and never more than there are predictions)."""
-    log_ms = np.log(np.asarray(runtime_ms, dtype=np.float64))
-    if log_ms.size == 0:
-        return 1
-    near = int(np.count_nonzero(log_ms <= log_ms.min() + gap))
-    return int(max(1, min(max(near, floor), cap, log_ms.size)))
 
 
 def _card_feature_version(model_dir: Path, spec: DeviceSpec) -> int:

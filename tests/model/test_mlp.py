@@ -170,3 +170,22 @@ def test_weights_of_another_member_count_are_refused(tmp_path):
                                        "members": 3})
     with pytest.raises(ModelCardMismatchError, match="3 member"):
         MLPModel.load(tmp_path, "h100")
+
+
+def test_auto_topk_follows_the_cards_rule():
+    model = untrained_mlp(feature_version=3, members=2)
+    predicted = _estimate(model)
+    spread = model.member_spread(SEED, CONFIGS, predicted)
+    assert spread > 0  # two differently seeded members disagree
+    model.card.hyperparameters.update(auto_topk_rule="spread", auto_topk_floor=2, auto_topk_gap=0.0)
+    model.card.hyperparameters["auto_topk_spread"] = spread * 10  # sure: the floor
+    assert model.auto_topk(predicted, 8, SEED, CONFIGS) == 2
+    model.card.hyperparameters["auto_topk_spread"] = spread / 5  # 5x past s0: three doublings, capped
+    assert model.auto_topk(predicted, 8, SEED, CONFIGS) == 8 and model.auto_topk(predicted, 3, SEED, CONFIGS) == 3
+    # without the problem and its configs the card's gap rule decides, from the predictions alone
+    assert model.auto_topk(predicted, 8) == max(2, int(np.sum(np.log(predicted) <= np.log(predicted.min()))))
+
+
+def test_a_single_network_has_no_spread():
+    model = untrained_mlp(feature_version=3)
+    assert model.member_spread(SEED, CONFIGS, _estimate(model)) == 0.0

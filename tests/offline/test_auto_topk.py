@@ -82,3 +82,13 @@ def test_choose_gap_takes_a_floor_of_two_when_the_runner_up_often_wins():
     chosen = choose_gap(groups, log_pred, runtime, budget=2.5)
     assert chosen["floor"] == 2 and chosen["score"] == pytest.approx(1.0) and chosen["mean_k"] == 2
     assert choose_gap(groups, log_pred, runtime, budget=1.5)["floor"] == 1  # 2 per problem is over budget
+
+
+def test_top_k_auto_lets_the_model_ask_its_members():
+    problem = Problem(560, 1280, 3420, "bfloat16")
+    model = untrained_mlp(feature_version=3, members=2)
+    model.card.hyperparameters.update(auto_topk_rule="spread", auto_topk_floor=1, auto_topk_gap=0.0,
+                                      auto_topk_spread=1e-9)  # any disagreement at all: the cap
+    assert len(top_k(problem, "auto", model=model, auto_cap=5)) == 5
+    model.card.hyperparameters["auto_topk_spread"] = 1e9  # no disagreement counts: the floor
+    assert len(top_k(problem, "auto", model=model, auto_cap=5)) == 1

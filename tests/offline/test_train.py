@@ -106,6 +106,8 @@ def test_card_records_what_was_learned_and_from_what(data, trained):
         assert "dtype=bfloat16" in split["strata"] and 0 < split["topk"]["4"] <= 1
         assert len(split["worst_top4"]) == min(10, split["problems"])
     assert 0 <= card["hyperparameters"]["auto_topk_gap"] <= 0.12
+    hyper = card["hyperparameters"]
+    assert hyper["auto_topk_rule"] in ("gap", "spread") and hyper["auto_topk_floor"] in (1, 2)
     assert MLPModel.load(trained.out_dir).card.model_dump() == card
 
 

@@ -80,6 +80,7 @@ def evaluate(data_path: str | Path | Sequence[str | Path], split: str = "test",
     groups, problem_ids = pd.factorize(rows["problem_id"], sort=True)
     runtime = rows["runtime_ms"].to_numpy(np.float64)
     problems = rows.groupby("problem_id", sort=True)[["m", "n", "k", "dtype"]].first()
+    cases = problem_cases(rows, problems)
 
     report: dict[str, Any] = {
         "data": _names(data_path), "split": split, "device": spec.key, "ks": list(ks),
@@ -93,15 +94,15 @@ def evaluate(data_path: str | Path | Sequence[str | Path], split: str = "test",
         name = entry if isinstance(entry, str) else entry.name
         try:
             model = get_model(entry, spec) if isinstance(entry, str) else entry
-            predicted = _predict(model, rows, problems)
+            predicted = predict_cases(model, cases)
         except (KernelSelectError, ImportError) as exc:
             log.warning("evaluate: skipping model %s: %s", name, exc)
             methods[name] = {"skipped": str(exc)}
             continue
         methods[name] = _model_report(name, model, groups, problem_ids, rows, predicted, runtime, ks)
         topk_best[name] = best_in_top_k(groups, predicted, runtime, ks)
-        methods[name].update(_model_extras(model, problems, groups, predicted, runtime, aten, topk_best[name],
-                                           default_best, ks))
+        methods[name].update(_model_extras(model, cases, problems, groups, predicted, runtime, aten,
+                                           topk_best[name], default_best, ks))
     methods["random"] = _random_report(groups, runtime, ks, random_seeds)
     methods["inductor_default"] = _default_report(default_best, groups, runtime, default_torch_version)
     methods["nvmatmulheuristics"] = nvmmh_report(rows, problems, groups, runtime, spec, ks)
@@ -111,9 +112,10 @@ def evaluate(data_path: str | Path | Sequence[str | Path], split: str = "test",
     return report
 
 
-def _model_extras(model: PerformanceModel, problems: pd.DataFrame, groups: np.ndarray, predicted: np.ndarray,
-                  runtime: np.ndarray, aten: np.ndarray, best: np.ndarray, default: _DefaultBest,
-                  ks: Sequence[int]) -> dict[str, Any]:
+def _model_extras(model: PerformanceModel, cases: Sequence[tuple[Problem, list[GemmConfig]]],
+                  problems: pd.DataFrame, groups: np.ndarray,
+                  predicted: np.ndarray, runtime: np.ndarray, aten: np.ndarray, best: np.ndarray,
+                  default: _DefaultBest, ks: Sequence[int]) -> dict[str, Any]:
     """Strata, calibration, `topk="auto"` and the model's own cuBLAS rule (model_extras.py)."""
     per_problem = oracle_ms(groups, runtime)[:, None] / best
     default_ratio = oracle_ms(groups, runtime) / default.best_ms
@@ -121,13 +123,20 @@ def _model_extras(model: PerformanceModel, problems: pd.DataFrame, groups: np.nd
         "strata": model_extras.strata_report(per_problem, default_ratio, model_extras.strata_labels(problems),
                                              ks),
         "calibration_median_abs_log_top16": model_extras.calibration(groups, predicted, runtime)}
-    auto = model_extras.auto_report(model, groups, predicted, runtime)
+    auto = model_extras.auto_report(model, groups, predicted, runtime, cases=cases)
     if auto is not None:
         out["auto"] = auto
     rule = model_extras.cublas_rule_report(model, problems, groups, predicted, runtime, aten, best, ks)
     if rule is not None:
         out["cublas_rule"] = rule
     return out
+
+
+def problem_cases(rows: pd.DataFrame, problems: pd.DataFrame) -> list[tuple[Problem, list[GemmConfig]]]:
+    """Each problem with its configs, in `problems` order (rows are sorted by problem the same way)."""
+    bounds = np.r_[0, np.cumsum(rows.groupby("problem_id", sort=True).size().to_numpy())]
+    return [(Problem(int(m), int(n), int(k), str(dtype)), configs_of(rows.iloc[bounds[i]:bounds[i + 1]]))
+            for i, (m, n, k, dtype) in enumerate(problems.itertuples(index=False, name=None))]
 
 
 def _names(data_path: str | Path | Sequence[str | Path]) -> str:
@@ -169,15 +178,9 @@ def configs_of(frame: pd.DataFrame) -> list[GemmConfig]:
             for bm, bn, bk, s, w, g in frame[_CONFIG_COLS].itertuples(index=False, name=None)]
 
 
-def _predict(model: PerformanceModel, rows: pd.DataFrame, problems: pd.DataFrame) -> np.ndarray:
-    predicted = np.empty(len(rows))
-    # rows are sorted by problem_id, the same order as `problems`
-    bounds = np.r_[0, np.cumsum(rows.groupby("problem_id", sort=True).size().to_numpy())]
-    for i, (m, n, k, dtype) in enumerate(problems.itertuples(index=False, name=None)):
-        lo, hi = bounds[i], bounds[i + 1]
-        predicted[lo:hi] = model.estimate(int(m), int(n), int(k), str(dtype), configs_of(rows.iloc[lo:hi]))
-    return predicted
-
+def predict_cases(model: PerformanceModel, cases: Sequence[tuple[Problem, list[GemmConfig]]]) -> np.ndarray:
+    """The model's predictions for every row, problem after problem (`problem_cases` order)."""
+    return np.concatenate([model.estimate(problem, configs) for problem, configs in cases])
 
 def _model_report(name: str, model: PerformanceModel, groups: np.ndarray, problem_ids: pd.Index,
                   rows: pd.DataFrame, predicted: np.ndarray, runtime: np.ndarray,

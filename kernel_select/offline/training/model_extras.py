@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from kernel_select.configs import GemmConfig
 from kernel_select.model.base import PerformanceModel
 from kernel_select.model.gate import DEFAULT_MARGIN
 from kernel_select.offline.metrics import geomean, oracle_ms, topk_dict
@@ -69,10 +70,15 @@ def calibration(groups: np.ndarray, predicted_ms: np.ndarray, runtime_ms: np.nda
 
 
 def auto_report(model: PerformanceModel, groups: np.ndarray, predicted_ms: np.ndarray, runtime_ms: np.ndarray,
-                cap: int = AUTO_CAP) -> dict[str, Any] | None:
-    """`topk="auto"` on these problems (None when the model has no `auto_topk`)."""
+                cap: int = AUTO_CAP, cases: Sequence[tuple[Problem, Sequence[GemmConfig]]] | None = None,
+                ) -> dict[str, Any] | None:
+    """`topk="auto"` on these problems (None when the model has no `auto_topk`). `cases`: each
+    problem and its configs, in group order (rows contiguous per problem), for models whose rule
+    looks at them again (a spread of members); without them a model decides from its predictions."""
     bounds = np.r_[0, np.cumsum(np.bincount(groups))]
-    ks = [model.auto_topk(predicted_ms[lo:hi], cap) for lo, hi in zip(bounds[:-1], bounds[1:])]
+    cases = cases if cases is not None else [(None, None)] * (len(bounds) - 1)
+    ks = [model.auto_topk(predicted_ms[lo:hi], cap, problem, configs)
+          for lo, hi, (problem, configs) in zip(bounds[:-1], bounds[1:], cases)]
     if any(k is None for k in ks):
         return None
     k = np.asarray(ks, dtype=np.int64)

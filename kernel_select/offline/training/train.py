@@ -44,7 +44,8 @@ from kernel_select.model.mlp import (
 from kernel_select.offline.training.training_data import (
     DEFAULT_CAP, aten_problems, cap_rows_per_problem, prepare_rows, provenance,
 )
-from kernel_select.offline.training.uncertainty import choose_gap
+from kernel_select.offline.training.uncertainty import choose_auto_rule as uncertainty_rule
+from kernel_select.offline.training.uncertainty import members_spread
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +102,7 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
           feature_version: int = features_v3.FEATURE_VERSION, cap: int = DEFAULT_CAP,
           progress: bool = True) -> TrainResult:
     """Fit the MLP on the trainable problems of the dataset file(s) and save it to `out_dir`,
-    with the cuBLAS time head, the `topk="auto"` gap, and the cuBLAS gate.
+    with the cuBLAS time head, the `topk="auto"` rule, and the cuBLAS gate.
 
     Args:
         data_path: one dataset file, several, or glob patterns (read as one, see dataset.read_many).
@@ -134,10 +135,10 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
         runs[name] = _fit(name, splits_["train"], splits_["val"], hparams, seed, progress)
     best = max(runs, key=lambda name: runs[name][1]["selection_score"])
     net, member_metrics = _train_members(runs[best][0], best, splits_, hparams, seed, progress)
-    gap = choose_auto_gap(splits_["val"], net)
+    auto = choose_auto_rule(splits_["val"], net)
 
     metrics: dict[str, Any] = {"selected_objective": best, "val": {name: m for name, (_, m) in runs.items()},
-                               "auto_topk_val": gap, **member_metrics}
+                               "auto_topk_val": auto, **member_metrics}
     head = _fit_aten_head(rows, aten, spec, seed, metrics)
     metrics["cublas_gate"] = _train_gate_or_remove(frame, spec, out_dir, seed, paths)
     metrics["train_seconds"] = round(time.perf_counter() - started, 1)
@@ -147,8 +148,7 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
         architecture=architecture(len(names), hparams.hidden_widths, hparams.members),
         dtypes=sorted(rows["dtype"].unique()),
         hyperparameters={**dataclasses.asdict(hparams), "seed": seed, "objective": objective,
-                         "cap_rows_per_problem": cap, "auto_topk_gap": gap["gap"],
-                         "auto_topk_floor": gap["floor"]},
+                         "cap_rows_per_problem": cap, **auto_hyperparameters(auto)},
         data=provenance(paths, rows), metrics=metrics, trained_at=utc_now(), versions=training_versions())
     model = MLPModel(spec, net, card, head)
     attach_held_out(model, paths, frame)
@@ -189,11 +189,23 @@ def attach_held_out(model: MLPModel, paths: Sequence[Path], frame: pd.DataFrame 
     model.card.metrics["held_out"] = held_out_summary(report, model.name)
 
 
-def choose_auto_gap(val: _Split, net: RuntimeNet) -> dict[str, float]:
-    """`topk="auto"`'s gap and floor for this net, chosen on the validation problems (uncertainty.choose_gap)."""
+def choose_auto_rule(val: _Split, net: RuntimeNet | AveragedRuntimeNet) -> dict[str, Any]:
+    """`topk="auto"`'s rule for this net, chosen on the validation problems: the gap rule, or for
+    several members the spread rule where it scores better (uncertainty.choose_auto_rule)."""
     with torch.inference_mode():
-        log_pred = torch.cat([net(chunk) for chunk in torch.split(val.x, 65536)]).numpy().astype(np.float64)
-    return choose_gap(val.groups, log_pred, np.exp(val.y.numpy().astype(np.float64)))
+        chunks = torch.split(val.x, 65536)
+        log_pred = torch.cat([net(chunk) for chunk in chunks]).numpy().astype(np.float64)
+        spread = None
+        if isinstance(net, AveragedRuntimeNet):
+            members = torch.cat([net.member_outputs(chunk) for chunk in chunks], dim=1).numpy().astype(np.float64)
+            spread = members_spread(val.groups, members, log_pred)
+    return uncertainty_rule(val.groups, log_pred, np.exp(val.y.numpy().astype(np.float64)), spread)
+
+
+def auto_hyperparameters(auto: dict[str, Any]) -> dict[str, Any]:
+    """The card's `topk="auto"` entries (MLPModel.auto_topk reads them)."""
+    return {"auto_topk_rule": auto["rule"], "auto_topk_gap": auto["gap"], "auto_topk_floor": auto["floor"],
+            "auto_topk_spread": auto.get("spread")}
 
 
 def _fit_aten_head(rows: pd.DataFrame, aten: pd.Series, spec: DeviceSpec, seed: int,

@@ -103,13 +103,11 @@ def held_out_metrics(model: EnsembleModel, rows, x: np.ndarray, masks: dict[str,
 
 def _score_split(model: EnsembleModel, held: HeldOut) -> tuple[HeldOut, np.ndarray, np.ndarray]:
     """(the split, log of the model's predicted ms per row, the model's spread per problem)."""
-    from kernel_select.offline.training.evaluate import _predict, configs_of
+    from kernel_select.offline.training.evaluate import predict_cases, problem_cases
 
-    log_pred = np.log(_predict(model, held.rows, held.problems))
-    bounds = np.r_[0, np.cumsum(np.bincount(held.groups))]
-    spread = np.array([model.spread(int(m), int(n), int(k), str(dtype), configs_of(held.rows.iloc[lo:hi]))
-                       for (m, n, k, dtype), lo, hi in zip(held.problems.itertuples(index=False, name=None),
-                                                           bounds[:-1], bounds[1:])])
+    cases = problem_cases(held.rows, held.problems)
+    log_pred = np.log(predict_cases(model, cases))
+    spread = np.array([model.spread(p.m, p.n, p.k, p.dtype, configs) for p, configs in cases])
     return held, log_pred, spread
 
 

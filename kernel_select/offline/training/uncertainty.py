@@ -15,22 +15,30 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from kernel_select.model.auto_topk import SPREAD_TOP, spread_k
 from kernel_select.model.ensemble import AUTO_CAP, auto_k  # noqa: F401 - the rule lives with the model
 from kernel_select.offline.metrics import best_in_top_k, geomean, oracle_ms
 
 AUTO_MEAN_K_BUDGET = 2.5  # the issue's target: at most 2.5 configs per problem on average
-SPREAD_TOP = 4
+
+
+def members_spread(groups: np.ndarray, members: np.ndarray, ensemble: np.ndarray,
+                   top: int = SPREAD_TOP) -> np.ndarray:
+    """Per problem: the mean over the `top` rows the ensemble ranks best of the range (max - min)
+    of the members' predictions (`members`: (n_members, rows)); `MLPModel.member_spread` computes
+    the same for one problem at inference."""
+    order = np.lexsort((ensemble, groups))
+    g = groups[order]
+    rank = np.arange(len(g)) - np.searchsorted(g, g)
+    chosen = order[rank < top]
+    spread = members[:, chosen].max(axis=0) - members[:, chosen].min(axis=0)
+    return np.bincount(groups[chosen], spread) / np.bincount(groups[chosen])
 
 
 def problem_spread(groups: np.ndarray, member_a: np.ndarray, member_b: np.ndarray, ensemble: np.ndarray,
                    top: int = SPREAD_TOP) -> np.ndarray:
     """Per problem: mean |a - b| over the `top` rows the ensemble ranks best."""
-    order = np.lexsort((ensemble, groups))
-    g = groups[order]
-    rank = np.arange(len(g)) - np.searchsorted(g, g)
-    chosen = order[rank < top]
-    diff = np.abs(member_a[chosen] - member_b[chosen])
-    return np.bincount(groups[chosen], diff) / np.bincount(groups[chosen])
+    return members_spread(groups, np.stack([member_a, member_b]), ensemble, top)
 
 
 def auto_scores(groups: np.ndarray, scores: np.ndarray, runtime_ms: np.ndarray, k: np.ndarray,
@@ -109,3 +117,27 @@ def choose_gap(groups: np.ndarray, log_pred: np.ndarray, runtime_ms: np.ndarray,
                 best = {"gap": float(gap), "floor": int(floor), "score": score, "mean_k": float(k.mean())}
     top4 = scores_at_k(groups, log_pred, runtime_ms, np.full(groups.max() + 1, 4))
     return {**best, "top4_score": float(geomean(top4)), "cap": cap, "budget_mean_k": budget}
+
+
+def choose_auto_rule(groups: np.ndarray, log_pred: np.ndarray, runtime_ms: np.ndarray,
+                     spread: np.ndarray | None = None, budget: float = AUTO_MEAN_K_BUDGET,
+                     cap: int = AUTO_CAP) -> dict[str, float | str]:
+    """The better of the gap rule (`choose_gap`) and, given the members' per-problem `spread`, the
+    spread rule (floor x 2^doublings past s0, `model/auto_topk.spread_k`), by geomean score on these
+    problems at a mean k within `budget`. The gap found is kept either way: it is the fallback where
+    a caller gives the model only its predictions."""
+    best: dict[str, float | str] = {"rule": "gap", **choose_gap(groups, log_pred, runtime_ms, budget, cap)}
+    if spread is None:
+        return best
+    positive = spread[spread > 0]
+    grid = np.unique(np.quantile(positive, np.linspace(0.05, 0.95, 37))) if positive.size else []
+    for floor in FLOORS:
+        for s0 in grid:
+            k = spread_k(spread, float(s0), cap, floor)
+            if k.mean() > budget:
+                continue
+            score = float(geomean(scores_at_k(groups, log_pred, runtime_ms, k)))
+            if score > best["score"]:
+                best = {**best, "rule": "spread", "spread": float(s0), "floor": int(floor), "score": score,
+                        "mean_k": float(k.mean())}
+    return best
