@@ -68,7 +68,8 @@ _ASCII_DIGITS = re.compile(r"[0-9]+")
 
 
 def parse_topk(value: object, *, source: str = "topk") -> TopK:
-    """A positive int, "DEFAULT", "SAME" or "auto" (case-insensitive; a string of ASCII digits is accepted)."""
+    """A positive int, "DEFAULT", "SAME" or "auto" (case-insensitive; a string of ASCII digits is
+    accepted)."""
     if isinstance(value, str):
         text = value.strip()
         if text.upper() in (SAME, DEFAULT):
@@ -163,7 +164,8 @@ def parse_dynamic_m(value: object, *, source: str = "dynamic_m") -> tuple[int, .
         text = value.strip()
         if ".." in text:
             low, _, high = (part.strip() for part in text.partition(".."))
-            if not (_ASCII_DIGITS.fullmatch(low) and _ASCII_DIGITS.fullmatch(high)) or not 1 <= int(low) <= int(high):
+            both_digits = _ASCII_DIGITS.fullmatch(low) and _ASCII_DIGITS.fullmatch(high)
+            if not both_digits or not 1 <= int(low) <= int(high):
                 raise error
             return spread_ms(int(low), int(high))
         parts = [part.strip() for part in text.split(",")]

@@ -100,7 +100,8 @@ def lut_identity(path: str) -> FileIdentity:
     except OSError as exc:
         raise _lut_error(path, f"cannot read the kernel lookup table ({exc.strerror or exc})") from None
     if not stat.S_ISREG(info.st_mode):
-        raise _lut_error(path, "not a regular file (a FIFO, device or directory cannot be a kernel lookup table)")
+        raise _lut_error(path, "not a regular file (a FIFO, device or directory cannot be a kernel "
+                               "lookup table)")
     if info.st_size > MAX_LUT_BYTES:
         raise _lut_error(path, f"{info.st_size} bytes, more than the {MAX_LUT_BYTES} bytes a kernel lookup "
                                f"table may have (kernel_select.lut.MAX_LUT_BYTES)")

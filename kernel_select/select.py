@@ -189,7 +189,8 @@ def _checked_ms(ms: Sequence[int] | None, problem: Problem) -> tuple[int, ...]:
     if ms is None:
         return ()
     values = tuple(ms)
-    if not values or any(isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1 for m in values):
+    if not values or any(isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1
+                         for m in values):
         raise ProblemError(f"ms: expected positive integers (values of M to rank for {problem}), got {ms!r}")
     return tuple(sorted({int(m) for m in values}))
 

@@ -10,8 +10,9 @@ Triton calls `early_config_prune(configs, named_args, **kwargs)` once per new au
 We read M, N, K and the dtype, map each triton.Config to a GemmConfig and let
 `kernel_select.select.top_k` choose k of them (lookup-table entries among the configs first, then
 the model's order, in one batched call). Models, LUTs, detected devices and warn-once come from
-`kernel_select.runtime`, shared with the Inductor handler. Configs we cannot map (other meta-parameter names, missing BLOCK_K...) are kept after the
-ranked ones rather than dropped, so a pruner can never remove the only config that works.
+`kernel_select.runtime`, shared with the Inductor handler. Configs we cannot map (other
+meta-parameter names, missing BLOCK_K...) are kept after the ranked ones rather than dropped, so a
+pruner can never remove the only config that works.
 Nothing here imports triton: the configs come from the caller.
 """
 

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from kernel_select.configs import GemmConfig
 from kernel_select.device import KNOWN_DEVICES
-from kernel_select.lut import BATCHED_OPS, MAX_DIM, BatchedLUTEntry, KernelLUT, LUTEntry, LUTRow, MRange, dump_lut
+from kernel_select.lut import (BATCHED_OPS, MAX_DIM, BatchedLUTEntry, KernelLUT, LUTEntry, LUTRow, MRange,
+                               dump_lut)
 from kernel_select.problem import SUPPORTED_DTYPES, SUPPORTED_OPS, Problem
 
 BLOCKS = (16, 32, 64, 128, 256, 512, 1024)
@@ -81,8 +82,8 @@ _CONFIG_LISTS = st.lists(gemm_configs(), min_size=1, max_size=2)
 
 
 # One draw each: free text would cost a draw per character, and the format treats notes as opaque.
-notes = st.sampled_from((None, None, "", "stock max-autotune pick", "größer \u2192 schneller", 'quote " \\ tab\t',
-                         "\x00 control"))
+notes = st.sampled_from((None, None, "", "stock max-autotune pick", "größer \u2192 schneller",
+                         'quote " \\ tab\t', "\x00 control"))
 
 
 @st.composite

@@ -55,7 +55,8 @@ def fifo(tmp_path: Path) -> str:
 
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero", "directory", "missing"])
 def test_unsafe_lut_paths_are_refused_fast_and_still_get_a_cache_key(kind: str, fifo: str, tmp_path: Path):
-    path = {"fifo": fifo, "dev-zero": "/dev/zero", "directory": str(tmp_path), "missing": str(tmp_path / "x")}[kind]
+    path = {"fifo": fifo, "dev-zero": "/dev/zero", "directory": str(tmp_path),
+            "missing": str(tmp_path / "x")}[kind]
     if kind == "dev-zero" and not os.path.exists(path):
         pytest.skip("no /dev/zero")
     with pytest.raises(LUTError, match="regular file|cannot read"):
@@ -64,7 +65,8 @@ def test_unsafe_lut_paths_are_refused_fast_and_still_get_a_cache_key(kind: str, 
     assert fingerprint.startswith(f"{path}:unloadable:")
 
 
-def test_a_lut_over_the_size_cap_is_refused_before_it_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_a_lut_over_the_size_cap_is_refused_before_it_is_read(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch):
     path = tmp_path / "big.json"
     path.write_bytes(b" " * 2048)
     monkeypatch.setattr(runtime, "MAX_LUT_BYTES", 1024)

@@ -34,7 +34,8 @@ class TileModel(PerformanceModel):
 
 def test_one_m_ranks_for_that_m_and_a_spread_for_all_of_them():
     model = TileModel("h100")
-    candidates = [SMALL, LARGE, STEADY, GemmConfig(block_m=16, block_n=16, block_k=16, num_stages=1, num_warps=1)]
+    tiny = GemmConfig(block_m=16, block_n=16, block_k=16, num_stages=1, num_warps=1)
+    candidates = [SMALL, LARGE, STEADY, tiny]
     assert top_k(PROBLEM, 1, model=model, candidates=candidates)[0].config == SMALL
     assert top_k(PROBLEM, 1, model=model, candidates=candidates, ms=[4096])[0].config == LARGE
     over = top_k(PROBLEM, 3, model=model, candidates=candidates, ms=[128, 512, 2048, 8192])

@@ -96,7 +96,8 @@ def add_problem_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--m", type=dimension, required=True, help="rows of A and C")
     parser.add_argument("--n", type=dimension, required=True, help="columns of B and C")
     parser.add_argument("--k", type=dimension, required=True, help="columns of A, rows of B")
-    parser.add_argument("--dtype", default="bfloat16", help="float16 | bfloat16 | float32 (default: %(default)s)")
+    parser.add_argument("--dtype", default="bfloat16",
+                        help="float16 | bfloat16 | float32 (default: %(default)s)")
     parser.add_argument("--device", default="h100",
                         help="device spec: h100, h100-pcie, h200, a100 (default: %(default)s)")
 

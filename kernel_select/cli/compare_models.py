@@ -30,7 +30,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "topk-4-parity, lut; default: all that apply")
     p.add_argument("--lut", default=None, help="lookup table for the 'lut' method (pinned, k = 1)")
     p.add_argument("--no-cudagraphs", action="store_true",
-                   help="max-autotune methods without Inductor's CUDA graphs (mode max-autotune-no-cudagraphs)")
+                   help="max-autotune methods without Inductor's CUDA graphs "
+                        "(mode max-autotune-no-cudagraphs)")
     p.add_argument("--repeat", type=_positive_int, default=1,
                    help="measure every (model, method) this many times, for the run-to-run spread "
                         "(default: %(default)s)")

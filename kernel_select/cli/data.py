@@ -242,7 +242,8 @@ def _print_fidelity(results: list[Any], summary: dict[str, Any]) -> None:
               f"(lowest {summary['min_spearman']:.3f}); median Inductor/harness time ratio "
               f"{summary['median_time_ratio']:.3f}")
     if summary["without_triton_choices"]:
-        print(f"no Triton choices from Inductor (not counted): {', '.join(summary['without_triton_choices'])}")
+        without = ", ".join(summary["without_triton_choices"])
+        print(f"no Triton choices from Inductor (not counted): {without}")
 
 
 def run_audit(args: argparse.Namespace) -> int:

@@ -10,10 +10,11 @@ from kernel_select.cli.common import Subparsers, int_at_least, output_file, requ
 
 def register(sub: Subparsers) -> None:
     q = sub.add_parser("pretune", help="benchmark a model's GEMMs per M bucket and write a pinned LUT",
-                       description="Discover every GEMM a model runs (or read a shapes file), benchmark the "
-                                   "model's top-k per GEMM and M bucket with Inductor's autotuner (caches off), "
-                                   "and write a LUT of pinned entries: serving then benchmarks nothing. "
-                                   "Resumable: measurements are kept in OUT.progress.json.")
+                       description="Discover every GEMM a model runs (or read a shapes file), benchmark "
+                                   "the model's top-k per GEMM and M bucket with Inductor's autotuner "
+                                   "(caches off), and write a LUT of pinned entries: serving then "
+                                   "benchmarks nothing. Resumable: measurements are kept in "
+                                   "OUT.progress.json.")
     source = q.add_mutually_exclusive_group(required=True)
     source.add_argument("--model", metavar="MODULE:FACTORY",
                         help="a factory returning (module, example_inputs, {input_index: (dim, low, high)})")
@@ -21,19 +22,21 @@ def register(sub: Subparsers) -> None:
                         help='JSON list of {"op", "dtype", "n", "k", "m": int or {"min", "max"}}')
     q.add_argument("--out", type=output_file, required=True, help="the LUT to write")
     q.add_argument("--backward", action="store_true", help="also the GEMMs of the backward pass")
-    q.add_argument("-k", type=int_at_least(1), default=4, help="model-ranked configs per bucket (default: %(default)s)")
+    q.add_argument("-k", type=int_at_least(1), default=4,
+                   help="model-ranked configs per bucket (default: %(default)s)")
     q.add_argument("--buckets", type=int_at_least(1), default=5,
                    help="log-spaced values per dynamic range (default: %(default)s)")
     q.add_argument("--json", action="store_true", help="print a JSON summary")
     q.set_defaults(handler=run_pretune)
 
     q = sub.add_parser("record", help="write a LUT from Inductor's own autotuning of a model",
-                       description="Compile the model with max-autotune (caches disabled for the run, restored "
-                                   "after) and write every GEMM Inductor benchmarks into a LUT: pinned entries, "
-                                   "or with --no-pin the fastest Triton configs.")
+                       description="Compile the model with max-autotune (caches disabled for the run, "
+                                   "restored after) and write every GEMM Inductor benchmarks into a LUT: "
+                                   "pinned entries, or with --no-pin the fastest Triton configs.")
     q.add_argument("--model", metavar="MODULE:FACTORY", required=True,
                    help="a factory returning (module, example_inputs, {input_index: (dim, low, high)})")
-    q.add_argument("--out", type=output_file, required=True, help="the LUT to write (existing entries are kept)")
+    q.add_argument("--out", type=output_file, required=True,
+                   help="the LUT to write (existing entries are kept)")
     q.add_argument("--backward", action="store_true", help="also compile and run the backward pass")
     q.add_argument("--no-pin", dest="pin", action="store_false", help="write benchmarked entries, not pins")
     q.add_argument("--top", type=int_at_least(1), default=4, help="configs per entry with --no-pin")
@@ -75,7 +78,8 @@ def run_record(args: argparse.Namespace) -> int:
             out.float().sum().backward()
         torch.cuda.synchronize()
     lut = recording.lut
-    summary = {"out": args.out, "entries": lut.num_entries if lut else 0, "gemms_benchmarked": len(recording.feedback)}
+    summary = {"out": args.out, "entries": lut.num_entries if lut else 0,
+               "gemms_benchmarked": len(recording.feedback)}
     _report(summary, args.json, f"recorded {summary['gemms_benchmarked']} autotuned GEMMs into {args.out}")
     return 0
 

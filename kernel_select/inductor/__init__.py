@@ -24,6 +24,5 @@ from kernel_select.inductor.record import Recording, record
 from kernel_select.inductor.settings import Settings, register_options, resolve_settings
 
 __all__ = ["AutotuneRecord", "ChoiceTiming", "ChoicesFactory", "KernelSelectChoices", "Selection", "Settings",
-           "Recording", "eager_parity_patches", "enabled", "install", "max_autotune_options", "record", "record_autotuning",
-           "register_options",
-           "resolve_settings", "uninstall"]
+           "Recording", "eager_parity_patches", "enabled", "install", "max_autotune_options", "record",
+           "record_autotuning", "register_options", "resolve_settings", "uninstall"]

@@ -161,7 +161,8 @@ class KernelSelectChoices(InductorChoices):
                   else runtime.detected_device(_device_index(kernel_inputs)))
         lut = runtime.load_lut(settings.kernel_lut_path) if settings.kernel_lut_path else None
         k_symbolic = symbolic_k(kernel_inputs)
-        pinned = self._offer_pin(choices, kernel_inputs, op_name, kwarg_overrides, problem, device, lut, k_symbolic)
+        pinned = self._offer_pin(choices, kernel_inputs, op_name, kwarg_overrides, problem, device, lut,
+                                 k_symbolic)
         if pinned is not None:
             return pinned
         uids = [uid for uid in choices if uid in TRITON_GEMM_TEMPLATES]
@@ -172,8 +173,9 @@ class KernelSelectChoices(InductorChoices):
             selections = self._select_all(problem, device, settings, lut, dynamic.symbolic_m(kernel_inputs))
         replaced = dict(choices)
         for uid, base in bases.items():
+            overrides = kwarg_overrides.get(uid, {})
             replaced[uid] = [choice for selection in selections
-                             for choice in synthesize(selection, base, k_symbolic, kwarg_overrides.get(uid, {}))]
+                             for choice in synthesize(selection, base, k_symbolic, overrides)]
         self.selections.extend(selections)
         for selection in selections:
             _log_selection(selection)
@@ -195,7 +197,8 @@ class KernelSelectChoices(InductorChoices):
             overrides = kwarg_overrides.get(base.template.uid, {})
             return synthesize(selection, base, k_symbolic, overrides)[0]
 
-        offered = pinning.offer_only_pin(choices, pin, op_name, kernel_inputs, TRITON_GEMM_TEMPLATES, make_triton)
+        offered = pinning.offer_only_pin(choices, pin, op_name, kernel_inputs, TRITON_GEMM_TEMPLATES,
+                                         make_triton)
         if offered is not None and any(offered.values()):
             self.selections.append(selection)
             log.info("kernel_select: %s on %s: pinned by the LUT to %s; nothing is benchmarked", problem,
@@ -259,8 +262,9 @@ class KernelSelectChoices(InductorChoices):
         # Where cuBLAS is predicted to win, offer only what the LUT pins (often nothing): Inductor
         # then compiles and benchmarks no Triton kernel it would not pick anyway.
         skip_triton = decision is not None and decision.prefers_cublas
-        chosen = top_k(problem, k, lut=lut, model=model, device=device, candidates=[] if skip_triton else candidates,
-                       ms=ms or None, auto_cap=settings.auto_topk_cap)
+        chosen = top_k(problem, k, lut=lut, model=model, device=device,
+                       candidates=[] if skip_triton else candidates, ms=ms or None,
+                       auto_cap=settings.auto_topk_cap)
         ranked = [c.predicted_ms for c in chosen if c.source != LUT_SOURCE]
         if aten_ms is not None and ranked:
             decision = CublasRule(problem, aten_ms, min(ranked), margin)
@@ -326,7 +330,8 @@ def _log_selection(selection: Selection) -> None:
     gate = selection.gate
     gated = gate is not None and gate.prefers_cublas
     spread = f" ranked over m={list(selection.ms)} ({selection.ms_origin})" if selection.ms else ""
-    hint = f" for multi-kernel hint m={selection.hint_override}" if selection.hint_override is not None else ""
+    hint = (f" for multi-kernel hint m={selection.hint_override}"
+            if selection.hint_override is not None else "")
     log.info("kernel_select: %s on %s: benchmarking %d of %d Triton configs (%d from the LUT)%s%s%s",
              selection.problem, selection.device, len(selection.configs), selection.space_size,
              selection.sources.count("lut"), spread, hint,

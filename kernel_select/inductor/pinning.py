@@ -80,6 +80,7 @@ def _triton_offered(kernel_inputs: Any) -> bool:
 
         # Without max-autotune addmm asks for ATen only, whatever use_triton_template says.
         autotuning = inductor_config.max_autotune or inductor_config.max_autotune_gemm
-        return bool(autotuning and use_triton_template(kernel_inputs.output_layout(), check_max_autotune=False))
+        return bool(autotuning and use_triton_template(kernel_inputs.output_layout(),
+                                                       check_max_autotune=False))
     except Exception:  # noqa: BLE001 -- unsure: keep Inductor's candidates
         return False

@@ -96,8 +96,8 @@ def record_autotuning() -> Iterator[list[AutotuneRecord]]:
     records: list[AutotuneRecord] = []
 
     def saver(timings: dict[Any, float], name: str, input_nodes: Any = (), *_: Any) -> None:
-        records.append(AutotuneRecord(name, [choice_timing(select_algorithm, c, ms) for c, ms in timings.items()],
-                                      input_shapes(input_nodes)))
+        choices = [choice_timing(select_algorithm, c, ms) for c, ms in timings.items()]
+        records.append(AutotuneRecord(name, choices, input_shapes(input_nodes)))
 
     with feedback_saver(saver):
         yield records

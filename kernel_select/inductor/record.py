@@ -114,7 +114,8 @@ def feedback_of(name: str, input_nodes: Sequence[Any], timings: dict[Any, float]
     batch = hint[0] if name in ("bmm", "baddbmm") and len(hint) == 3 else 1
     problem = Problem(hint[-2], n, hint[-1], dtype_name(mat1.get_dtype()), batch=batch, op=name)
     m_range = _declared(sizes1[-2])
-    return Feedback(problem, m_range, tuple(choice_timing(select_algorithm, c, ms) for c, ms in timings.items()))
+    choices = tuple(choice_timing(select_algorithm, c, ms) for c, ms in timings.items())
+    return Feedback(problem, m_range, choices)
 
 
 def _declared(m_expr: Any) -> tuple[int, int] | None:

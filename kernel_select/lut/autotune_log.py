@@ -166,7 +166,8 @@ def lut_from_autotune_log(text: str, device: str | DeviceSpec, *, top: int = 1,
         configs = block.best_configs(top)
         ident = (problem.op, problem.dtype, problem.batch, problem.m, problem.n, problem.k)
         if not configs or ident in rows:
-            reason = "no Triton mm choice ran" if not configs else "problem already read from an earlier block"
+            reason = ("no Triton mm choice ran" if not configs
+                      else "problem already read from an earlier block")
             log.info("%s:%d: skipping AUTOTUNE block for %s: %s", source, block.line, problem, reason)
             continue
         note = (f"Inductor AUTOTUNE log {source}:{block.line}: top {len(configs)} Triton of "

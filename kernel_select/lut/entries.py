@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator,
+                      model_validator)
 
 from kernel_select.configs import GemmConfig
 

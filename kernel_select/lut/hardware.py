@@ -69,7 +69,8 @@ def check_fits(lut: KernelLUT, device: DeviceSpec, *, source: str = "<lut>") -> 
             if reason is not None:
                 # Named by key, not index: the table is in canonical order, the file may not be.
                 slot = "" if field == "pin" else f"[{index}]"
-                where = f"devices.{row.device}.{row.op}.{row.dtype} ({row.entry.describe_key()}).{field}{slot}"
+                where = (f"devices.{row.device}.{row.op}.{row.dtype} "
+                         f"({row.entry.describe_key()}).{field}{slot}")
                 raise LUTError(f"{source}: {where}: cannot run on {device.key}: {reason}; "
                                "use smaller blocks or fewer stages")
     return checked

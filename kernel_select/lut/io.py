@@ -31,7 +31,8 @@ log = logging.getLogger("kernel_select.lut")
 MAX_LUT_BYTES = 64 * 1024 * 1024
 # Opening a FIFO for reading blocks until a writer appears; O_NONBLOCK returns at once, and then
 # fstat tells what the path really is (no race between a stat and the open).
-_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+_OPEN_FLAGS = (os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+               | getattr(os, "O_BINARY", 0))
 
 
 # -- migrations ----------------------------------------------------------------------------------

@@ -196,7 +196,8 @@ def _parse_key(key: str, target: str) -> tuple[str, int, int, int, int, str] | N
                         key, match.group("device"), target)
             return None
     op = match.group("op")
-    nodes = [(dtype, _ints(shape), _ints(stride)) for dtype, shape, stride in _NODE.findall(match.group("inputs"))]
+    nodes = [(dtype, _ints(shape), _ints(stride))
+             for dtype, shape, stride in _NODE.findall(match.group("inputs"))]
     mats = nodes[-2:]
     rank = 3 if op in BATCHED_OPS else 2
     if len(nodes) != (3 if op in _SCALARS else 2) or any(len(shape) != rank for _, shape, _ in mats):

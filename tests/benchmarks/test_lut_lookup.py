@@ -13,7 +13,8 @@ def _big_lut() -> KernelLUT:
     # 1000 exact entries over 100 (n, k) pairs, plus one m range per pair.
     rows = [LUTRow("h100", "mm", "bfloat16", LUTEntry(m=m, n=n, k=1024, configs=[CONFIG]))
             for n in range(16, 1616, 16) for m in range(1, 11)]
-    rows += [LUTRow("h100", "mm", "bfloat16", LUTEntry(m=MRange(min=11, max=4096), n=n, k=1024, configs=[CONFIG]))
+    rows += [LUTRow("h100", "mm", "bfloat16",
+                    LUTEntry(m=MRange(min=11, max=4096), n=n, k=1024, configs=[CONFIG]))
              for n in range(16, 1616, 16)]
     return KernelLUT.from_rows(rows)
 

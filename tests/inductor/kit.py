@@ -85,7 +85,8 @@ def params_config(choice: KernelTemplateChoice) -> GemmConfig:
 
 
 def warnings_of(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
-    return [r for r in caplog.records if r.name.startswith("kernel_select.inductor") and r.levelno == logging.WARNING]
+    return [r for r in caplog.records
+            if r.name.startswith("kernel_select.inductor") and r.levelno == logging.WARNING]
 
 
 class FakeGate:

@@ -143,8 +143,8 @@ class RecordingChoices(InductorChoices):
 
     seen: list[list[str]] = []
 
-    def _finalize_template_configs(self, template_choices, kernel_inputs, templates, op_name,  # noqa: ANN001, ANN201
-                                   kwarg_overrides=None):
+    def _finalize_template_configs(self, template_choices, kernel_inputs,  # noqa: ANN001, ANN201
+                                   templates, op_name, kwarg_overrides=None):
         flat = super()._finalize_template_configs(template_choices, kernel_inputs, templates, op_name,
                                                   kwarg_overrides)
         RecordingChoices.seen.append([c.template.uid for c in flat])
@@ -154,7 +154,8 @@ class RecordingChoices(InductorChoices):
         return True
 
 
-def test_install_wraps_torchs_lookup_table_choices_and_uninstall_restores_it(caplog: pytest.LogCaptureFixture):
+def test_install_wraps_torchs_lookup_table_choices_and_uninstall_restores_it(
+        caplog: pytest.LogCaptureFixture):
     from torch._inductor.lookup_table.choices import LookupTableChoices
 
     with inductor_config.patch(inductor_choices_class=LookupTableChoices):
@@ -166,7 +167,8 @@ def test_install_wraps_torchs_lookup_table_choices_and_uninstall_restores_it(cap
         assert isinstance(pickle.loads(pickle.dumps(inductor_config.inductor_choices_class))().inner,
                           LookupTableChoices)
         infos = [r.getMessage() for r in caplog.records if "installed" in r.getMessage()]
-        assert len(infos) == 1 and "wrapping the choices handler already in place (LookupTableChoices)" in infos[0]
+        assert len(infos) == 1
+        assert "wrapping the choices handler already in place (LookupTableChoices)" in infos[0]
         assert ks_inductor.uninstall()
         assert V.choices is previous_handler
         assert inductor_config.inductor_choices_class is LookupTableChoices

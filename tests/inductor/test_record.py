@@ -21,13 +21,15 @@ PROBLEM = Problem(560, 1280, 3420, "bfloat16")
 
 def feedback(aten_ms: float, m_range: tuple[int, int] | None = None, problem: Problem = PROBLEM) -> Feedback:
     return Feedback(problem, m_range, (
-        ChoiceTiming("triton_mm_1", "triton", 0.020, FAST), ChoiceTiming("triton_mm_2", "triton", 0.030, SLOW),
+        ChoiceTiming("triton_mm_1", "triton", 0.020, FAST),
+        ChoiceTiming("triton_mm_2", "triton", 0.030, SLOW),
         ChoiceTiming("mm", "extern", aten_ms, None), ChoiceTiming("decompose_k_mm", "other", 0.001, None),
         ChoiceTiming("triton_mm_3", "triton", float("inf"), None)))
 
 
 def test_each_gemm_pins_its_fastest_nameable_choice():
-    lut = lut_from_feedback([feedback(0.025), feedback(0.010, problem=Problem(64, 64, 64, "float16"))], "h100")
+    other_problem = Problem(64, 64, 64, "float16")
+    lut = lut_from_feedback([feedback(0.025), feedback(0.010, problem=other_problem)], "h100")
     assert lut.pinned(PROBLEM, "h100") == FAST  # decompose_k was faster, but a LUT cannot name it
     assert lut.pinned(Problem(64, 64, 64, "float16"), "h100") == ATEN
     assert "pinned triton 64x128x64" in lut.match(PROBLEM, "h100").note

@@ -19,7 +19,8 @@ from kernel_select.configs import GemmConfig  # noqa: E402
 from kernel_select.inductor import dynamic  # noqa: E402
 from kernel_select.lut import ATEN, KernelLUT, LUTEntry, MRange, save_lut  # noqa: E402
 from kernel_select.select import default_spread, spread_ms, top_k  # noqa: E402
-from tests.inductor.kit import FakeInputs, SEED, finalize, inductor_candidates, params_config, triton_of  # noqa: E402
+from tests.inductor.kit import (  # noqa: E402
+    FakeInputs, SEED, finalize, inductor_candidates, params_config, triton_of)
 from tests.inductor_doubles import FakeModel  # noqa: E402
 
 M = sympy.Symbol("s0", positive=True, integer=True)
@@ -61,7 +62,8 @@ def test_a_static_m_is_ranked_for_itself():
 
 def test_the_dynamic_m_knob_and_option_name_the_ms():
     inputs = SymbolicInputs(560, 1280, 3420)
-    handler = ks_inductor.KernelSelectChoices(topk=4, model=FakeModel(), device="h100", dynamic_m="560,1024,8192")
+    handler = ks_inductor.KernelSelectChoices(topk=4, model=FakeModel(), device="h100",
+                                              dynamic_m="560,1024,8192")
     finalize(handler, inputs, inductor_candidates(inputs))
     assert handler.selections[-1].ms == (560, 1024, 8192) and handler.selections[-1].ms_origin == "dynamic_m"
     ks_inductor.register_options()
@@ -75,7 +77,8 @@ def test_a_lut_entrys_m_range_wins_over_the_knob(tmp_path: Path):
     path = write_lut(tmp_path, entry)
     inputs = SymbolicInputs(560, 1280, 3420)
     with ks_config.patch(dynamic_m="1,2,3"):
-        handler = ks_inductor.KernelSelectChoices(topk=4, model=FakeModel(), device="h100", kernel_lut_path=path)
+        handler = ks_inductor.KernelSelectChoices(topk=4, model=FakeModel(), device="h100",
+                                                  kernel_lut_path=path)
         triton = triton_of(finalize(handler, inputs, inductor_candidates(inputs)))
     assert handler.selections[-1].ms == spread_ms(256, 2048)
     assert params_config(triton[0]) == PINNED  # the LUT's configs still come first
@@ -123,9 +126,11 @@ def test_a_real_cpu_compile_with_mark_dynamic_gives_the_declared_range(monkeypat
 # -- pinned entries -----------------------------------------------------------------------------
 
 def test_a_triton_pin_is_the_only_choice_inductor_gets(tmp_path: Path):
-    path = write_lut(tmp_path, LUTEntry(m=MRange(min=1, max=8192), n=1280, k=3420, pin=PINNED, note="pretune"))
+    path = write_lut(tmp_path, LUTEntry(m=MRange(min=1, max=8192), n=1280, k=3420, pin=PINNED,
+                                        note="pretune"))
     inputs = SymbolicInputs(560, 1280, 3420)
-    handler = ks_inductor.KernelSelectChoices(topk=4, model=FakeModel(), device="h100", kernel_lut_path=path)
+    handler = ks_inductor.KernelSelectChoices(topk=4, model=FakeModel(), device="h100",
+                                              kernel_lut_path=path)
     with inductor_config.patch(multi_kernel_hints=[64]):
         result = finalize(handler, inputs, inductor_candidates(inputs))
     assert [c.template.uid for c in result] == ["triton::mm"]
@@ -136,30 +141,34 @@ def test_a_triton_pin_is_the_only_choice_inductor_gets(tmp_path: Path):
 def test_an_aten_pin_offers_only_aten(tmp_path: Path):
     path = write_lut(tmp_path, LUTEntry(m=560, n=1280, k=3420, pin=ATEN))
     inputs = FakeInputs(560, 1280, 3420)
-    handler = ks_inductor.KernelSelectChoices(topk=4, model=FakeModel(), device="h100", kernel_lut_path=path)
+    handler = ks_inductor.KernelSelectChoices(topk=4, model=FakeModel(), device="h100",
+                                              kernel_lut_path=path)
     candidates = inductor_candidates(inputs)
     result = finalize(handler, inputs, candidates)
     assert result == [candidates["aten::mm"][0]]
     assert handler.selections[-1].pinned == ATEN and handler.selections[-1].configs == ()
 
 
-def test_a_pin_for_a_template_inductor_does_not_offer_keeps_inductors_candidates(tmp_path: Path,
-                                                                                 caplog: pytest.LogCaptureFixture):
+def test_a_pin_for_a_template_inductor_does_not_offer_keeps_inductors_candidates(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture):
     path = write_lut(tmp_path, LUTEntry(m=560, n=1280, k=3420, pin=ATEN))
     inputs = FakeInputs(560, 1280, 3420)
     candidates = {uid: items for uid, items in inductor_candidates(inputs).items() if uid != "aten::mm"}
-    handler = ks_inductor.KernelSelectChoices(topk=4, model=FakeModel(), device="h100", kernel_lut_path=path)
+    handler = ks_inductor.KernelSelectChoices(topk=4, model=FakeModel(), device="h100",
+                                              kernel_lut_path=path)
     result = finalize(handler, inputs, candidates)
     assert len(triton_of(result)) == 4 and any("which Inductor does not offer" in r.getMessage()
                                                 for r in caplog.records)
 
 
-def test_addmm_drops_aten_in_its_first_call_when_triton_is_pinned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_addmm_drops_aten_in_its_first_call_when_triton_is_pinned(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch):
     from kernel_select.inductor import pinning
 
     path = write_lut(tmp_path, LUTEntry(m=560, n=1280, k=3420, pin=PINNED), op="addmm")
     inputs = FakeInputs(560, 1280, 3420)
-    handler = ks_inductor.KernelSelectChoices(topk=4, model=FakeModel(), device="h100", kernel_lut_path=path)
+    handler = ks_inductor.KernelSelectChoices(topk=4, model=FakeModel(), device="h100",
+                                              kernel_lut_path=path)
     aten_call = {"aten::addmm": inductor_candidates(inputs)["aten::mm"]}
     monkeypatch.setattr(pinning, "_triton_offered", lambda kernel_inputs: True)
     assert finalize(handler, inputs, aten_call, op="addmm") == []

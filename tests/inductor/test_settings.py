@@ -90,8 +90,9 @@ def test_cublas_margin_knob_is_validated_and_read_from_the_environment():
         ks_inductor.install(cublas_margin="sometimes")
     code = "import kernel_select.knobs as c; print(c.cublas_margin)"
     for raw, expected in (("0.1", "0.1"), ("off", "None"), ("", "0.15")):
-        out = subprocess.run([sys.executable, "-c", code], env=package_env(TORCHINDUCTOR_GEMM_CUBLAS_MARGIN=raw),
-                             capture_output=True, text=True, check=True)
+        env = package_env(TORCHINDUCTOR_GEMM_CUBLAS_MARGIN=raw)
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                             check=True)
         assert out.stdout.strip() == expected
 
 

@@ -103,7 +103,8 @@ def _apply(rng: random.Random, document: dict[str, Any], fault: str) -> dict[str
         m = entry["m"]
         target, slot = (m, rng.choice(("min", "max"))) if isinstance(m, dict) and rng.random() < 0.5 \
             else (entry, rng.choice(("m", "n", "k", "batch") if "batch" in entry else ("m", "n", "k")))
-        target[slot] = {"size 0": 0, "size over 2^31-1": rng.choice((MAX_DIM + 1, 2**40)), "float size": 64.0}[fault]
+        bad_sizes = {"size 0": 0, "size over 2^31-1": rng.choice((MAX_DIM + 1, 2**40)), "float size": 64.0}
+        target[slot] = bad_sizes[fault]
     elif fault == "m range backwards" and isinstance(entry["m"], dict):
         entry["m"] = {"min": entry["m"]["max"] + 1, "max": entry["m"]["min"]}
     elif fault == "unknown field":
@@ -159,7 +160,8 @@ def _objects(value: Any, out: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _dump(value: Any, duplicate: dict[str, Any] | None) -> str:
     """json.dumps, except that the object `duplicate` repeats its first key."""
     if isinstance(value, dict):
-        items = [f"{json.dumps(key, ensure_ascii=False)}: {_dump(child, duplicate)}" for key, child in value.items()]
+        items = [f"{json.dumps(key, ensure_ascii=False)}: {_dump(child, duplicate)}"
+                 for key, child in value.items()]
         if value is duplicate:
             items.insert(0, items[0])
         return "{" + ", ".join(items) + "}"
@@ -196,7 +198,8 @@ def _config_key(config: Any) -> tuple[int, ...]:
 
 
 def _entry_row(entry: Any, op: str, version: int) -> tuple[Any, ...]:
-    entry = _keys(entry, {"m", "n", "k"}, {"configs", "pin", "note"} | ({"batch"} if op in BATCHED else set()))
+    optional = {"configs", "pin", "note"} | ({"batch"} if op in BATCHED else set())
+    entry = _keys(entry, {"m", "n", "k"}, optional)
     m = entry["m"]
     if isinstance(m, dict):
         _keys(m, {"min", "max"})
@@ -265,8 +268,9 @@ def _rows(document: Any) -> set[tuple[Any, ...]]:
 
 def parsed_rows(lut: Any) -> set[tuple[Any, ...]]:
     """The same rows, read from a parsed KernelLUT."""
-    return {(row.device, row.op, row.dtype, *row.entry.m_bounds, row.entry.n, row.entry.k, row.entry.batch_key,
-             tuple(config.key for config in row.entry.configs or ()), _pin_key(row.entry.pin), row.entry.note)
+    return {(row.device, row.op, row.dtype, *row.entry.m_bounds, row.entry.n, row.entry.k,
+             row.entry.batch_key, tuple(config.key for config in row.entry.configs or ()),
+             _pin_key(row.entry.pin), row.entry.note)
             for row in lut.entries()}
 
 

@@ -55,7 +55,8 @@ def test_rank_prefixes_are_tolerated():
     assert lut_from_autotune_log(prefixed, "h100") == lut_from_autotune_log(LOG, "h100")
 
 
-@pytest.mark.parametrize("text", ["", "no autotuning here\n", "AUTOTUNE mm(8x8, 8x8)\nstrides: [8, 1], [8, 1]\n"
+@pytest.mark.parametrize("text", ["", "no autotuning here\n",
+                                  "AUTOTUNE mm(8x8, 8x8)\nstrides: [8, 1], [8, 1]\n"
                                   "dtypes: torch.float16, torch.float16\n  mm 0.0100 ms 100.0% \n"])
 def test_logs_without_triton_choices_are_an_error(text):
     with pytest.raises(LUTError, match="no usable AUTOTUNE"):

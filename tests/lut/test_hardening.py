@@ -40,7 +40,8 @@ unix_only = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs (P
 
 
 def _table(*configs: GemmConfig, device: str = "h100") -> KernelLUT:
-    return KernelLUT.from_rows([LUTRow(device, "mm", "bfloat16", LUTEntry(m=64, n=64, k=64, configs=list(configs)))])
+    entry = LUTEntry(m=64, n=64, k=64, configs=list(configs))
+    return KernelLUT.from_rows([LUTRow(device, "mm", "bfloat16", entry)])
 
 
 @pytest.fixture
@@ -169,8 +170,10 @@ def test_a_config_that_cannot_fit_is_rejected_with_figure_and_limit() -> None:
 
 
 @pytest.mark.parametrize("config,figure", [
-    (GemmConfig(block_m=256, block_n=256, block_k=16, num_stages=1, num_warps=4), "512 accumulator registers per thread; a thread may use 255"),
-    (GemmConfig(block_m=512, block_n=256, block_k=16, num_stages=1, num_warps=32), "131,072 accumulator registers per block"),
+    (GemmConfig(block_m=256, block_n=256, block_k=16, num_stages=1, num_warps=4),
+     "512 accumulator registers per thread; a thread may use 255"),
+    (GemmConfig(block_m=512, block_n=256, block_k=16, num_stages=1, num_warps=32),
+     "131,072 accumulator registers per block"),
 ])
 def test_register_limits_are_checked(config: GemmConfig, figure: str) -> None:
     with pytest.raises(LUTError, match=figure):

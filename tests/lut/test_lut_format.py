@@ -100,7 +100,8 @@ def test_configs_keep_their_order_and_group_m_defaults_to_8():
     configs = [{"block_m": 128, "block_n": 64, "block_k": 32, "num_stages": 2, "num_warps": 8},
                {"block_m": 16, "block_n": 32, "block_k": 64, "num_stages": 5, "num_warps": 2, "group_m": 4}]
     table = parse_lut(json.dumps(doc({"m": 7, "n": 8, "k": 9, "configs": configs})))
-    assert table.lookup(Problem(7, 8, 9), "h100") == [cfg(128, 64, 32, 2, 8), cfg(16, 32, 64, 5, 2, group_m=4)]
+    expected = [cfg(128, 64, 32, 2, 8), cfg(16, 32, 64, 5, 2, group_m=4)]
+    assert table.lookup(Problem(7, 8, 9), "h100") == expected
 
 
 def test_bmm_entries_match_their_batch_or_any_batch():
@@ -127,9 +128,12 @@ def _set(path: tuple, value: object):
 
 E0 = ("devices", "h100", "mm", "bfloat16", 0)
 BAD_DOCUMENTS = [
-    (_set(E0 + ("configs", 0, "block_m"), 96), "devices.h100.mm.bfloat16[0].configs[0].block_m: must be a power of two"),
-    (_set(E0 + ("configs", 0, "num_warp"), 4), "configs[0].num_warp: Extra inputs are not permitted (unknown field 'num_warp'; allowed: block_m"),
-    (_set(E0 + ("n",), 0), "devices.h100.mm.bfloat16[0].n: Input should be greater than or equal to 1, got 0"),
+    (_set(E0 + ("configs", 0, "block_m"), 96),
+     "devices.h100.mm.bfloat16[0].configs[0].block_m: must be a power of two"),
+    (_set(E0 + ("configs", 0, "num_warp"), 4),
+     "configs[0].num_warp: Extra inputs are not permitted (unknown field 'num_warp'; allowed: block_m"),
+    (_set(E0 + ("n",), 0),
+     "devices.h100.mm.bfloat16[0].n: Input should be greater than or equal to 1, got 0"),
     (_set(E0 + ("k",), -5), "[0].k: Input should be greater than or equal to 1, got -5"),
     (_set(E0 + ("k",), 10**40), "[0].k: Input should be less than or equal to 2147483647"),
     (_set(E0 + ("m",), "560"), "[0].m: Input should be a valid integer, got '560'"),
@@ -139,15 +143,21 @@ BAD_DOCUMENTS = [
     (_set(E0 + ("m",), {"min": 1}), "[0].m.max: Field required (add it)"),
     (_set(E0 + ("configs",), []), "[0].configs: List should have at least 1 item"),
     (_set(E0 + ("batch",), 2), "[0].batch: Extra inputs are not permitted (unknown field 'batch'"),
-    (_set(("devices", "h100", "mm", "bf16"), []), "devices.h100.mm.bf16 (the key): Input should be 'float16', 'bfloat16' or 'float32'"),
-    (_set(("devices", "h100", "matmul"), {}), "devices.h100.matmul: Extra inputs are not permitted (unknown field 'matmul'; allowed: mm, addmm, bmm, baddbmm"),
-    (_set(("devices", "tpu-v5"), {}), "devices.tpu-v5 (the key): unknown device 'tpu-v5'; use one of h100, h100-pcie, h200, a100"),
-    (_set(("devices", "NVIDIA H100 80GB HBM3"), {}), "devices: 'h100' and 'NVIDIA H100 80GB HBM3' both name device 'h100'"),
+    (_set(("devices", "h100", "mm", "bf16"), []),
+     "devices.h100.mm.bf16 (the key): Input should be 'float16', 'bfloat16' or 'float32'"),
+    (_set(("devices", "h100", "matmul"), {}),
+     "devices.h100.matmul: Extra inputs are not permitted "
+     "(unknown field 'matmul'; allowed: mm, addmm, bmm, baddbmm"),
+    (_set(("devices", "tpu-v5"), {}),
+     "devices.tpu-v5 (the key): unknown device 'tpu-v5'; use one of h100, h100-pcie, h200, a100"),
+    (_set(("devices", "NVIDIA H100 80GB HBM3"), {}),
+     "devices: 'h100' and 'NVIDIA H100 80GB HBM3' both name device 'h100'"),
     (_set(("schema_version",), 3), "schema_version: 3 was written by a newer kernel_select"),
     (_set(("schema_version",), 0), "schema_version: unknown version 0"),
     (_set(("schema_version",), "1"), "schema_version: expected an integer, got '1'"),
     (lambda d: d.pop("schema_version"), 'schema_version: missing; add "schema_version": 2'),
-    (_set(("comment",), "x"), "comment: Extra inputs are not permitted (unknown field 'comment'; allowed: schema_version, devices"),
+    (_set(("comment",), "x"),
+     "comment: Extra inputs are not permitted (unknown field 'comment'; allowed: schema_version, devices"),
 ]
 
 
@@ -177,12 +187,14 @@ def test_overlapping_problem_keys_are_rejected_but_neighbours_are_not():
 def test_duplicate_configs_in_one_entry_are_rejected():
     twice = entry()
     twice["configs"] = twice["configs"] * 2
-    with pytest.raises(LUTError, match=r"\[0\]\.configs: configs \[0\] and \[1\] are the same \(64x128x64 s3 w4\)"):
+    with pytest.raises(LUTError,
+                       match=r"\[0\]\.configs: configs \[0\] and \[1\] are the same \(64x128x64 s3 w4\)"):
         parse_lut(json.dumps(doc(twice)))
 
 
 @pytest.mark.parametrize("text,message", [
-    ('{"schema_version": 1, "schema_version": 1, "devices": {}}', "<top level>: duplicate key 'schema_version'"),
+    ('{"schema_version": 1, "schema_version": 1, "devices": {}}',
+     "<top level>: duplicate key 'schema_version'"),
     ('{"schema_version": 1, "devices": {"h100": {"mm": {"bfloat16": [{"m": 1, "m": 2}]}}}}',
      "devices.h100.mm.bfloat16[0]: duplicate key 'm'"),
     ('{"schema_version": 1, "devices": {', "line 1 column 35: invalid JSON"),
@@ -241,7 +253,8 @@ def _mm_row(m: object, configs: list[GemmConfig], note: str | None = None) -> LU
 
 
 def test_merge_lets_the_other_table_win_on_equal_keys():
-    base = KernelLUT.from_rows([_mm_row(560, [cfg(64, 64, 32, 2, 4)]), _mm_row(1024, [cfg(32, 32, 32, 2, 4)])])
+    base = KernelLUT.from_rows([_mm_row(560, [cfg(64, 64, 32, 2, 4)]),
+                                _mm_row(1024, [cfg(32, 32, 32, 2, 4)])])
     mine = KernelLUT.from_rows([_mm_row(560, [cfg(128, 128, 64, 3, 8)], "measured")])
     merged = base.merge(mine)
     assert merged.lookup(Problem(560, 1280, 3420), "h100") == [cfg(128, 128, 64, 3, 8)]

@@ -38,7 +38,8 @@ def test_a_v1_file_migrates_to_the_same_table_in_version_2():
 
 
 def test_pinned_entries_round_trip_and_answer_lookups():
-    text = pinned_doc({"m": {"min": 1, "max": 1023}, "n": 1280, "k": 3420, "pin": TRITON_JSON, "note": "pretune"},
+    text = pinned_doc({"m": {"min": 1, "max": 1023}, "n": 1280, "k": 3420, "pin": TRITON_JSON,
+                       "note": "pretune"},
                       {"m": {"min": 1024, "max": 8192}, "n": 1280, "k": 3420, "pin": "aten"})
     lut = parse_lut(text)
     assert parse_lut(dump_lut(lut)) == lut
@@ -59,7 +60,8 @@ def test_benchmarked_entries_are_not_pins():
 
 
 @pytest.mark.parametrize(("entry", "message"), [
-    ({"m": 560, "n": 1280, "k": 3420, "pin": "aten", "configs": [TRITON_JSON]}, "has both of configs and pin"),
+    ({"m": 560, "n": 1280, "k": 3420, "pin": "aten", "configs": [TRITON_JSON]},
+     "has both of configs and pin"),
     ({"m": 560, "n": 1280, "k": 3420}, "has neither of configs and pin"),
     ({"m": 560, "n": 1280, "k": 3420, "pin": "cublas"}, "[0].pin"),
     ({"m": 560, "n": 1280, "k": 3420, "pin": {**TRITON_JSON, "block_m": 48}}, "[0].pin.block_m"),
@@ -71,7 +73,8 @@ def test_malformed_pins_are_refused_with_their_location(entry: dict, message: st
 
 
 def test_a_pin_in_a_version_1_file_is_refused_not_migrated():
-    with pytest.raises(LUTError, match=r"devices.h100.mm.bfloat16\[0\].pin: pinned entries need schema_version 2"):
+    with pytest.raises(LUTError,
+                       match=r"devices.h100.mm.bfloat16\[0\].pin: pinned entries need schema_version 2"):
         parse_lut(pinned_doc({"m": 560, "n": 1280, "k": 3420, "pin": "aten"}, version=1))
 
 

@@ -24,7 +24,8 @@ from tests.strategies import corrupted, examples, hand_written, luts, probes
 
 @examples(ci=6000)
 @given(documents())
-def test_documents_parse_exactly_when_an_independent_oracle_says_valid(drawn: tuple[dict, bytes, str]) -> None:
+def test_documents_parse_exactly_when_an_independent_oracle_says_valid(
+        drawn: tuple[dict, bytes, str]) -> None:
     document, data, fault = drawn
     expected = None if fault == "duplicate JSON key" or not _is_utf8(data) else expected_rows(document)
     try:
@@ -176,4 +177,5 @@ def test_lookup_agrees_with_brute_force(data: st.DataObject) -> None:
     for _ in range(3):
         problem = data.draw(probes(lut))
         device = data.draw(st.sampled_from(sorted(lut.devices) or ["h100"]))
-        assert (lut.lookup(problem, device), lut.pinned(problem, device)) == _reference_lookup(lut, problem, device)
+        answer = (lut.lookup(problem, device), lut.pinned(problem, device))
+        assert answer == _reference_lookup(lut, problem, device)

@@ -81,7 +81,8 @@ def test_keys_match_lookup_table_choices_key_generation():
         key_of(Inputs([(f16, [7, 8], [8, 1]), (f16, [7, 4096], [4096, 1]), (f16, [4096, 8], [8, 1])],
                       {"beta": 1, "alpha": 1})) + "+addmm",
         key_of(Inputs([(f32, [4, 64, 128], [8192, 128, 1]), (f32, [4, 128, 32], [4096, 32, 1])])) + "+bmm",
-        key_of(Inputs([(bf16, [2, 3, 5], [15, 5, 1]), (bf16, [2, 3, 7], [21, 7, 1]), (bf16, [2, 7, 5], [35, 5, 1])],
+        key_of(Inputs([(bf16, [2, 3, 5], [15, 5, 1]), (bf16, [2, 3, 7], [21, 7, 1]),
+                       (bf16, [2, 7, 5], [35, 5, 1])],
                       {"alpha": 1, "beta": 1})) + "+baddbmm",
     ]
     for key in expected:
@@ -100,8 +101,10 @@ def test_template_ids_and_even_k_follow_the_problem():
 
 def test_ranges_and_batchless_bmm_entries_are_skipped_with_one_warning_each(caplog):
     table = KernelLUT.from_rows([
-        LUTRow("h100", "mm", "bfloat16", LUTEntry(m=MRange(min=1, max=512), n=8, k=8, configs=[cfg(16, 16, 16, 1, 1)])),
-        LUTRow("h100", "mm", "bfloat16", LUTEntry(m=MRange(min=600, max=700), n=8, k=8, configs=[cfg(16, 16, 16, 1, 1)])),
+        LUTRow("h100", "mm", "bfloat16",
+               LUTEntry(m=MRange(min=1, max=512), n=8, k=8, configs=[cfg(16, 16, 16, 1, 1)])),
+        LUTRow("h100", "mm", "bfloat16",
+               LUTEntry(m=MRange(min=600, max=700), n=8, k=8, configs=[cfg(16, 16, 16, 1, 1)])),
         LUTRow("h100", "bmm", "bfloat16", BatchedLUTEntry(m=4, n=8, k=8, configs=[cfg(16, 16, 16, 1, 1)])),
         LUTRow("h100", "mm", "bfloat16", LUTEntry(m=560, n=8, k=8, configs=[cfg(16, 16, 16, 1, 1)])),
     ])
@@ -160,7 +163,8 @@ def test_import_skips_what_a_lut_cannot_express(caplog):
 
 
 def test_device_specific_configs_come_before_agnostic_ones():
-    a = {"template_id": "triton::mm", "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "num_stages": 3, "num_warps": 4}
+    a = {"template_id": "triton::mm", "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "num_stages": 3,
+         "num_warps": 4}
     b = {**a, "BLOCK_M": 128}
     lut = from_inductor_table({SEED_KEY: [a], "NVIDIA H100 80GB HBM3+" + SEED_KEY: [b, a]}, "h100")
     assert [c.block_m for c in next(lut.entries()).entry.configs] == [128, 64]

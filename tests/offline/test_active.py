@@ -82,7 +82,8 @@ def test_committee_needs_two_members_of_one_device():
 @pytest.mark.parametrize("share", [0.0, 0.3, 0.7, 1.0])
 def test_selection_never_exceeds_the_budget_and_groups_compile_classes(strategy, share):
     pool = active.candidates(_pool(), H100)
-    pool = [active.Candidate(c.shape, c.rows, c.compile_class, score=float(i % 3)) for i, c in enumerate(pool)]
+    pool = [active.Candidate(c.shape, c.rows, c.compile_class, score=float(i % 3))
+            for i, c in enumerate(pool)]
     budget = int(share * sum(c.rows for c in pool))
     chosen = active.select_for_budget(pool, budget, strategy, seed=1)
     assert sum(c.rows for c in chosen) <= budget
@@ -131,7 +132,8 @@ def test_cli_random_skips_measured_problems_and_writes_a_summary(tmp_path, capsy
     out, summary = tmp_path / "next.json", tmp_path / "summary.json"
     budget = sum(c.rows for c in active.candidates(_pool(), H100)) // 2
     assert main(["shapes", "--active", "--pool", str(pool), "--rows", str(budget), "--strategy", "random",
-                 "--device", "h100", "--measured", str(measured), "--out", str(out), "--json", str(summary)]) == 0
+                 "--device", "h100", "--measured", str(measured), "--out", str(out),
+                 "--json", str(summary)]) == 0
     report = json.loads(summary.read_text())
     chosen = shapes.load(out)
     assert report["pool_problems"] == len(_pool())  # the measured problem was left out

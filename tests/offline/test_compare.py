@@ -103,7 +103,8 @@ def test_input_copies_stream_twice_the_l2_between_reuses():
 
 # -- summary math -----------------------------------------------------------------------------------
 
-def result(ms: float | None, tuning: float = 0.0, error: str | None = None, eager_ms: float | None = None) -> dict:
+def result(ms: float | None, tuning: float = 0.0, error: str | None = None,
+           eager_ms: float | None = None) -> dict:
     return {"tuning_s": tuning, "kernel_ms": ms, "eager_ms": eager_ms, "speedup": None, "choice": "aten mm",
             "n_triton": 0, "n_choices": 1, "timing": "cuda_graph", "max_rel_error": 0.001, "error": error}
 
@@ -137,7 +138,8 @@ def test_summary_ratios_geomeans_and_slower_than_eager():
 def test_side_by_side_eager_times_take_precedence_over_the_eager_process():
     # The GPU ran 10% faster while stock's worker ran: its eager time, measured beside it, says so.
     results = results_of([
-        {"eager": result(1.0), "stock": result(0.45, 10.0, eager_ms=0.9), "topk-2": result(0.5, 2.0, eager_ms=1.0)},
+        {"eager": result(1.0), "stock": result(0.45, 10.0, eager_ms=0.9),
+         "topk-2": result(0.5, 2.0, eager_ms=1.0)},
     ])
     stock, topk = compare.summarize(results).rows
     assert stock.speedup_vs_eager == pytest.approx(2.0) and topk.speedup_vs_eager == pytest.approx(2.0)
@@ -296,7 +298,8 @@ def test_driver_runs_every_method_per_problem_and_writes_valid_results(tmp_path:
     specs.clear()
     compare.run_compare(cases, out_dir=tmp_path, topks=[1, 2], nogate_topks=[1], progress=False, resume=True,
                         only=["topk-1-nogate"])
-    assert [(s["method"]["name"], s["label"]) for s in specs] == [("topk-1-nogate", "a"), ("topk-1-nogate", "b")]
+    assert ([(s["method"]["name"], s["label"]) for s in specs]
+            == [("topk-1-nogate", "a"), ("topk-1-nogate", "b")])
     assert specs[0]["method"]["cublas_margin"] == "off"
     with pytest.raises(OptionError, match="stok"):
         compare.run_compare(cases, out_dir=tmp_path, topks=[1], progress=False, resume=True, only=["stok"])

@@ -46,7 +46,8 @@ def test_relative_iqr() -> None:
 
 def _run(step_ms: float, eager_ms: float = 10.0, compile_s: float = 5.0, choice: str = "aten mm") -> dict:
     return {"compile_s": compile_s, "step_ms": step_ms, "eager_step_ms": eager_ms, "sizes": {"batch": 1},
-            "gemms": [{"op": "mm", "shapes": [[8, 8], [8, 8]], "choice": choice, "n_triton": 0, "n_choices": 1}]}
+            "gemms": [{"op": "mm", "shapes": [[8, 8], [8, 8]], "choice": choice, "n_triton": 0,
+                       "n_choices": 1}]}
 
 
 def test_aggregate_takes_medians_and_spread_of_good_runs() -> None:
@@ -83,7 +84,8 @@ def test_driver_writes_resumable_results_and_summary(tmp_path: Path) -> None:
     saved = compare_models.load_results(path)
     entry = saved["models"][0]
     assert entry["name"] == "recsys-mlp/prefill" and entry["sizes"] == {"batch": 1}
-    assert entry["results"]["topk-4"]["compile_s"] == 20.0 and entry["results"]["topk-4"]["step_spread"] == 0.0
+    topk4 = entry["results"]["topk-4"]
+    assert topk4["compile_s"] == 20.0 and topk4["step_spread"] == 0.0
     rows = {row.method: row for row in model_report.summarize(saved).rows}
     assert rows["topk-4"].compile_vs_stock == pytest.approx(0.2)
     assert rows["topk-4"].step_vs_stock == pytest.approx(6.5 / 7.0)
@@ -139,7 +141,8 @@ def test_methods_registry() -> None:
 def test_stock_options_are_inductors_max_autotune_mode() -> None:
     import torch._inductor as torch_inductor
 
-    assert ModelMethod("s", "max-autotune").compile_options() == torch_inductor.list_mode_options("max-autotune")
+    assert (ModelMethod("s", "max-autotune").compile_options()
+            == torch_inductor.list_mode_options("max-autotune"))
     assert ModelMethod("s", "max-autotune", cudagraphs=False).compile_options() == \
         torch_inductor.list_mode_options("max-autotune-no-cudagraphs")
     assert torch_inductor.list_mode_options("max-autotune")["triton.cudagraphs"] is True

@@ -77,8 +77,8 @@ def test_fidelity_summary_leaves_out_problems_without_triton_choices_and_round_t
 
     def result(name: str, rho: float, n: int = 40) -> fidelity.FidelityResult:
         return fidelity.FidelityResult(problem=name, n_configs=n, spearman_median=rho, spearman_min=rho,
-                                       median_ratio=0.98 if n else math.nan, inductor_best="", harness_best="",
-                                       compile_s=1.0)
+                                       median_ratio=0.98 if n else math.nan, inductor_best="",
+                                       harness_best="", compile_s=1.0)
 
     results = [result("mm 560x1280x3420 bfloat16", 0.9), result("mm 1x4096x4096 bfloat16", math.nan, n=0),
                result("mm 16x4096x4096 bfloat16", 0.8), result("mm 64x64x64 bfloat16", 1.0)]

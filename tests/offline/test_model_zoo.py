@@ -34,7 +34,8 @@ def test_tiny_workload_runs_a_step(name: str) -> None:
 
 
 def test_workload_selection() -> None:
-    assert model_zoo.parse_workloads("gpt2-small") == ["gpt2-small/prefill", "gpt2-small/decode", "gpt2-small/train"]
+    assert model_zoo.parse_workloads("gpt2-small") == ["gpt2-small/prefill", "gpt2-small/decode",
+                                                       "gpt2-small/train"]
     assert model_zoo.parse_workloads("vit-b16/decode,vit-b16") == ["vit-b16/decode", "vit-b16/prefill"]
     assert "vit-b16/train" not in model_zoo.workload_names()
     with pytest.raises(OptionError, match="unknown model"):
@@ -48,6 +49,7 @@ def test_measure_through_dynamo_with_a_fake_timer(name: str) -> None:
     _needs_transformers(name)
     method = ModelMethod("dynamo", "default", backend="eager")
     result = measure({"model": name, "method": dataclasses.asdict(method), "device": "cpu", "tiny": True,
-                      "samples": 2, "min_sample_ms": 1.0}, timer=lambda step, repeats: (step(), 3.0 * repeats)[1])
+                      "samples": 2, "min_sample_ms": 1.0},
+                     timer=lambda step, repeats: (step(), 3.0 * repeats)[1])
     assert result["compile_s"] > 0 and result["step_ms"] == 3.0 and result["eager_step_ms"] == 3.0
     assert result["gemms"] == []  # Dynamo alone autotunes nothing

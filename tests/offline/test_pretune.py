@@ -85,7 +85,8 @@ def test_a_run_writes_pins_with_ranges_and_resumes(tmp_path: Path):
              pretune.Site(Problem(1280, 3420, 560, "bfloat16"), "k", 560, 8192)]
     calls = []
 
-    def fake_benchmark(problem: Problem, configs: list[GemmConfig], device) -> dict[str, float]:  # noqa: ANN001
+    def fake_benchmark(problem: Problem, configs: list[GemmConfig],
+                       device) -> dict[str, float]:  # noqa: ANN001
         calls.append(problem)
         timings = {c.short(): 1.0 + i * 0.1 for i, c in enumerate(configs)}
         timings[ATEN] = 0.5 if problem.k > 4000 else 2.0  # cuBLAS wins the big-K weight gradients
@@ -96,7 +97,8 @@ def test_a_run_writes_pins_with_ranges_and_resumes(tmp_path: Path):
                               benchmark=fake_benchmark, progress=False)
     lut = load_lut(out)
     forward = Problem(2048, 1280, 3420, "bfloat16")
-    assert isinstance(lut.pinned(forward, "h100"), GemmConfig) and lut.match(forward, "h100").m_bounds == (560, 8192)
+    assert isinstance(lut.pinned(forward, "h100"), GemmConfig)
+    assert lut.match(forward, "h100").m_bounds == (560, 8192)
     assert "kernel-select pretune" in lut.match(forward, "h100").note
     assert lut.pinned(Problem(1280, 3420, 8192, "bfloat16"), "h100") == ATEN
     assert isinstance(lut.pinned(Problem(1280, 3420, 560, "bfloat16"), "h100"), GemmConfig)
@@ -111,11 +113,14 @@ def test_the_serving_bench_compares_each_length_with_the_fastest_method(tmp_path
 
     sites = pretune.load_shapes(_write(tmp_path / "s.json", serving_bench.shapes()))
     assert [s.dynamic for s in sites] == ["m", "m", None]
-    per_method = {"a": {"compile_s": 1.0, "benchmarks": 0, "lengths": {str(n): {"kernel_ms": 2.0} for n in serving_bench.LENGTHS}},
-                  "b": {"compile_s": 2.0, "benchmarks": 9, "lengths": {str(n): {"kernel_ms": 1.0} for n in serving_bench.LENGTHS}},
+    per_method = {"a": {"compile_s": 1.0, "benchmarks": 0,
+                        "lengths": {str(n): {"kernel_ms": 2.0} for n in serving_bench.LENGTHS}},
+                  "b": {"compile_s": 2.0, "benchmarks": 9,
+                        "lengths": {str(n): {"kernel_ms": 1.0} for n in serving_bench.LENGTHS}},
                   "c": {"error": "RuntimeError: out of memory"}}
     results = serving_bench.assemble(per_method)
-    assert results["methods"]["a"]["lengths"]["560"] == {"kernel_ms": 2.0, "best_ms": 1.0, "ratio_to_best": 2.0}
+    assert results["methods"]["a"]["lengths"]["560"] == {"kernel_ms": 2.0, "best_ms": 1.0,
+                                                          "ratio_to_best": 2.0}
     pytest.importorskip("matplotlib")
     serving_bench.plot(results, tmp_path / "plot.png")
     assert (tmp_path / "plot.png").stat().st_size > 0

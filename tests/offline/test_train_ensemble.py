@@ -35,7 +35,8 @@ def test_saved_model_loads_and_scores_the_same(trained):
     _, out, model = trained
     loaded = EnsembleModel.load(out, "h100")
     configs = for_problem(Problem(300, 1000, 700), "h100")
-    a, b = model.estimate(300, 1000, 700, "bfloat16", configs), loaded.estimate(300, 1000, 700, "bfloat16", configs)
+    a = model.estimate(300, 1000, 700, "bfloat16", configs)
+    b = loaded.estimate(300, 1000, 700, "bfloat16", configs)
     np.testing.assert_allclose(a, b, rtol=1e-6)
     assert np.all(np.isfinite(a) & (a > 0)) and loaded.digest() == model.digest()
     # outside the shortlist nothing is predicted faster than the shortlist's slowest
@@ -77,7 +78,8 @@ def test_broken_files_are_refused_with_the_path(trained, tmp_path):
 def test_cli_ensemble_refuses_zero_epochs(trained, tmp_path, capsys):
     data, _, _ = trained
     with pytest.raises(SystemExit) as exc:
-        main(["train", "--method", "ensemble", "--data", str(data), "--out", str(tmp_path / "x"), "--epochs", "0"])
+        main(["train", "--method", "ensemble", "--data", str(data), "--out", str(tmp_path / "x"),
+              "--epochs", "0"])
     assert exc.value.code == 2 and "epochs" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
 

@@ -64,9 +64,9 @@ from kernel_select.offline.compare.summary import (
 from kernel_select.offline.compare.timing import MAX_INPUT_COPIES, input_copies
 
 __all__ = [
-    "DEFAULT_TOPKS", "MAX_INPUT_COPIES", "METHOD_FIELDS", "RESULTS_KIND", "SCHEMA_VERSION", "SLOWER_THAN_EAGER",
-    "Case", "Method", "MethodSummary", "Summary", "default_suite_path", "format_summary", "input_copies",
-    "load_cases", "load_results", "methods_for", "migrate_results", "new_results", "parse_topks",
-    "plot_tradeoff", "problem_frame", "run_compare", "summarize", "summary_frame", "validate_results",
-    "write_results",
+    "DEFAULT_TOPKS", "MAX_INPUT_COPIES", "METHOD_FIELDS", "RESULTS_KIND", "SCHEMA_VERSION",
+    "SLOWER_THAN_EAGER", "Case", "Method", "MethodSummary", "Summary", "default_suite_path",
+    "format_summary", "input_copies", "load_cases", "load_results", "methods_for", "migrate_results",
+    "new_results", "parse_topks", "plot_tradeoff", "problem_frame", "run_compare", "summarize",
+    "summary_frame", "validate_results", "write_results",
 ]

@@ -19,9 +19,10 @@ def plot_tradeoff(results: dict[str, Any], path: str | Path | None = None) -> An
     rows = {row.method: row for row in summary.rows}
     fig = Figure(figsize=(7.5, 4.8), layout="constrained")
     ax = fig.add_subplot()
-    for pattern, style, label in ((r"topk-(\w+)", ("o-", "tab:blue"), "kernel_select top-k"),
-                                  (r"topk-(\w+)-nogate", ("^:", "tab:green"), "kernel_select top-k, cuBLAS gate off"),
-                                  (r"topk-(\w+)-repeat", ("x", "tab:purple"), "kernel_select top-k, repeated run")):
+    series = ((r"topk-(\w+)", ("o-", "tab:blue"), "kernel_select top-k"),
+              (r"topk-(\w+)-nogate", ("^:", "tab:green"), "kernel_select top-k, cuBLAS gate off"),
+              (r"topk-(\w+)-repeat", ("x", "tab:purple"), "kernel_select top-k, repeated run"))
+    for pattern, style, label in series:
         points = [(re.fullmatch(pattern, m).group(1), rows[m]) for m in results["methods"]
                   if m in rows and re.fullmatch(pattern, m)]
         if not points:

@@ -102,7 +102,8 @@ def _warm_up_compiler(device: Any) -> None:
 
 def _worker_main(argv: Sequence[str]) -> int:
     if len(argv) != 3 or argv[0] != "--worker":
-        print("usage: python -m kernel_select.offline.compare.worker --worker SPECS.json RESULTS.jsonl", file=sys.stderr)
+        print("usage: python -m kernel_select.offline.compare.worker --worker SPECS.json RESULTS.jsonl",
+              file=sys.stderr)
         return 2
     import torch
 

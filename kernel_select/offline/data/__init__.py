@@ -1,1 +1,2 @@
-"""Problems and measurements: shapes files, the coverage sampler, the parquet dataset and its frozen splits."""
+"""Problems and measurements: shapes files, the coverage sampler, the parquet dataset and its frozen
+splits."""

@@ -56,7 +56,8 @@ def held_out_alignment(n: np.ndarray | int, k: np.ndarray | int) -> np.ndarray |
 def family_holdout(problem_row: Mapping) -> bool:
     """True if one problem (a dataset row or a dict with `family`, `n`, `k`) is in the `family` split."""
     family = family_of_source(problem_row.get("family") or "")
-    return family in HELD_OUT_FAMILIES or bool(held_out_alignment(int(problem_row["n"]), int(problem_row["k"])))
+    return family in HELD_OUT_FAMILIES or bool(held_out_alignment(int(problem_row["n"]),
+                                                                  int(problem_row["k"])))
 
 
 def default_shapes_files() -> list[Path]:
@@ -102,7 +103,8 @@ def problem_families(frame: pd.DataFrame, shapes_files: Iterable[str | Path] | N
     return own.where(own.notna() & (own != ""), from_ids).astype(str).rename("family")
 
 
-def split_masks(frame: pd.DataFrame, shapes_files: Iterable[str | Path] | None = None) -> dict[str, np.ndarray]:
+def split_masks(frame: pd.DataFrame,
+                shapes_files: Iterable[str | Path] | None = None) -> dict[str, np.ndarray]:
     """Boolean row masks: `train`, `val` (trainable), `test` and `family` (held out; may overlap).
 
     Raises:

@@ -58,7 +58,8 @@ def run_in_subprocess(spec: dict[str, Any], log_path: Path, timeout_s: float) ->
         spec_path, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
         spec_path.write_text(json.dumps(spec))
         env = fresh_cache_env(tmp)
-        command = [sys.executable, "-m", "kernel_select.offline.e2e.model_worker", str(spec_path), str(result_path)]
+        command = [sys.executable, "-m", "kernel_select.offline.e2e.model_worker",
+                   str(spec_path), str(result_path)]
         try:
             with open(log_path, "w") as log_file:
                 subprocess.run(command, env=env, stdout=log_file, stderr=subprocess.STDOUT,
@@ -142,7 +143,8 @@ def _device_identity(device: str) -> tuple[str, str]:
     return spec.name, spec.key
 
 
-def new_results(device_name: str, device_key: str, methods: list[str], settings: dict[str, Any]) -> dict[str, Any]:
+def new_results(device_name: str, device_key: str, methods: list[str],
+                settings: dict[str, Any]) -> dict[str, Any]:
     import platform
 
     import torch
@@ -193,5 +195,6 @@ def load_results(path: str | Path) -> dict[str, Any]:
             raise DatasetError(f"{path}: models[{i}]: missing {', '.join(missing)}")
         unknown = set(entry["results"]) - set(results.get("methods", []))
         if unknown:
-            raise DatasetError(f"{path}: models[{i}] ({entry['name']}): unknown method(s) {', '.join(unknown)}")
+            raise DatasetError(f"{path}: models[{i}] ({entry['name']}): "
+                               f"unknown method(s) {', '.join(unknown)}")
     return results

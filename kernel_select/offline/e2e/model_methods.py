@@ -41,7 +41,8 @@ class ModelMethod:
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
-            raise OptionError(f"method {self.name}: mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+            raise OptionError(f"method {self.name}: mode must be one of {', '.join(MODES)}, "
+                              f"got {self.mode!r}")
 
     @property
     def uses_handler(self) -> bool:
@@ -112,7 +113,8 @@ register_method("default", lambda ctx: ModelMethod("default", "default"))
 register_method("stock", lambda ctx: ModelMethod("stock", "max-autotune", cudagraphs=ctx.cudagraphs))
 register_method("topk-1", _handler("topk-1", 1))
 register_method("topk-4", _handler("topk-4", 4))
-register_method("topk-auto", lambda ctx: _handler("topk-auto", "auto")(ctx) if supports_topk("auto") else None)
+register_method("topk-auto",
+                lambda ctx: _handler("topk-auto", "auto")(ctx) if supports_topk("auto") else None)
 register_method("topk-4-parity", lambda ctx: dataclasses.replace(_handler("topk-4-parity", 4)(ctx),
                                                                   eager_parity=True))
 register_method("lut", lambda ctx: _handler("lut", 1)(ctx) if ctx.lut else None)
@@ -141,7 +143,8 @@ def select_methods(names: str | None, context: MethodContext | None = None) -> l
     for name in (n.strip() for n in names.split(",") if n.strip()):
         if name not in available:
             why = _CONDITIONS.get(name, "")
-            raise OptionError(f"--methods: {name!r} is not available{why}; choose from {', '.join(available)}")
+            raise OptionError(f"--methods: {name!r} is not available{why}; "
+                              f"choose from {', '.join(available)}")
         if available[name] not in chosen:
             chosen.append(available[name])
     return chosen

@@ -110,7 +110,8 @@ def _row(method: str, used: list[dict[str, Any]]) -> MethodRow:
             return None
         return geomean([rel(e, method) / rel(e, other) for e in used])
 
-    compile_ratios = [_ratio(e["results"][method]["compile_s"], e["results"].get("stock", {}).get("compile_s"))
+    compile_ratios = [_ratio(e["results"][method]["compile_s"],
+                             e["results"].get("stock", {}).get("compile_s"))
                       for e in used]
     known = None not in compile_ratios
     spreads = [e["results"][method].get("ratio_spread") for e in used]

@@ -176,7 +176,8 @@ def measure(spec: dict[str, Any], timer: Timer | None = None) -> dict[str, Any]:
 
 def main(argv: Sequence[str]) -> int:
     if len(argv) != 2:
-        print("usage: python -m kernel_select.offline.e2e.model_worker SPEC.json RESULT.json", file=sys.stderr)
+        print("usage: python -m kernel_select.offline.e2e.model_worker SPEC.json RESULT.json",
+              file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     spec = json.loads(Path(argv[0]).read_text())

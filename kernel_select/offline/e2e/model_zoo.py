@@ -77,8 +77,9 @@ def gpt2_small(tiny: bool = False) -> Any:
     t = _transformers()
     if tiny:
         return t.GPT2LMHeadModel(t.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=512, n_positions=128,
-                                                        bos_token_id=0, eos_token_id=0))
-    return t.GPT2LMHeadModel(t.GPT2Config(n_embd=768, n_layer=12, n_head=12, vocab_size=50257, n_positions=1024))
+                                              bos_token_id=0, eos_token_id=0))
+    return t.GPT2LMHeadModel(t.GPT2Config(n_embd=768, n_layer=12, n_head=12, vocab_size=50257,
+                                          n_positions=1024))
 
 
 def llama3_8b_2layer(tiny: bool = False) -> Any:
@@ -100,8 +101,8 @@ def vit_b16(tiny: bool = False) -> Any:
     """ViT-B/16 at 224x224: 12 layers, width 768, MLP 3072, 196 patches + the class token."""
     t = _transformers()
     if tiny:
-        config = t.ViTConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
-                             image_size=32, patch_size=16)
+        config = t.ViTConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                             intermediate_size=128, image_size=32, patch_size=16)
     else:
         config = t.ViTConfig(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                              intermediate_size=3072, image_size=224, patch_size=16)
@@ -151,8 +152,8 @@ class Architecture:
 
 ARCHITECTURES = {arch.name: arch for arch in (
     Architecture("gpt2-small", gpt2_small, "lm", Sizes(8, 1024, 8, 8, 1024), Sizes(2, 16, 2, 2, 16), True),
-    Architecture("llama3-8b-2layer", llama3_8b_2layer, "lm", Sizes(1, 2048, 8, 1, 2048), Sizes(2, 16, 2, 2, 16),
-                 True),
+    Architecture("llama3-8b-2layer", llama3_8b_2layer, "lm", Sizes(1, 2048, 8, 1, 2048),
+                 Sizes(2, 16, 2, 2, 16), True),
     Architecture("vit-b16", vit_b16, "vision", Sizes(64, 0, 1, 0, 0), Sizes(2, 0, 1, 0, 0), False),
     Architecture("recsys-mlp", recsys_tower, "recsys", Sizes(2048, 0, 1, 0, 0), Sizes(8, 0, 1, 0, 0), False),
 )}
@@ -185,7 +186,8 @@ def parse_workloads(text: str | None) -> list[str]:
 
 # -- workloads ------------------------------------------------------------------------------------
 
-def build_workload(name: str, *, device: Any, dtype: Any = None, tiny: bool = False, seed: int = 0) -> Workload:
+def build_workload(name: str, *, device: Any, dtype: Any = None, tiny: bool = False,
+                   seed: int = 0) -> Workload:
     """Build `name` ("<architecture>/<phase>") with random weights on `device` (default dtype bf16).
 
     Raises:
@@ -286,7 +288,8 @@ def _rewind(cache: Any, length: int) -> None:
             counter.fill_(length)
 
 
-def _vision_step(module: Any, phase: str, sizes: Sizes, device: Any) -> tuple[dict[str, int], Callable[..., Any]]:
+def _vision_step(module: Any, phase: str, sizes: Sizes,
+                 device: Any) -> tuple[dict[str, int], Callable[..., Any]]:
     import torch
 
     batch = sizes.prefill_batch if phase == "prefill" else sizes.decode_batch
@@ -295,7 +298,8 @@ def _vision_step(module: Any, phase: str, sizes: Sizes, device: Any) -> tuple[di
     return {"batch": batch, "image": side}, _inference(lambda fn: fn(pixel_values=pixels).logits)
 
 
-def _recsys_step(module: Any, phase: str, sizes: Sizes, device: Any) -> tuple[dict[str, int], Callable[..., Any]]:
+def _recsys_step(module: Any, phase: str, sizes: Sizes,
+                 device: Any) -> tuple[dict[str, int], Callable[..., Any]]:
     import torch
 
     batch = sizes.prefill_batch if phase == "prefill" else sizes.decode_batch

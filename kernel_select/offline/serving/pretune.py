@@ -116,7 +116,8 @@ def _problem_of(op: str, args: Sequence[Any]) -> Problem:
 
     a, b = args[-2], args[-1]  # addmm/baddbmm put the bias first
     batch = int(a.shape[0]) if op in ("bmm", "baddbmm") else 1
-    return Problem(int(a.shape[-2]), int(b.shape[-1]), int(a.shape[-1]), dtype_name(a.dtype), batch=batch, op=op)
+    return Problem(int(a.shape[-2]), int(b.shape[-1]), int(a.shape[-1]), dtype_name(a.dtype),
+                   batch=batch, op=op)
 
 
 def _site(problem: Problem, sizes: dict[int, tuple[int, int]]) -> Site:
@@ -150,7 +151,8 @@ def load_shapes(path: str | Path) -> list[Site]:
 
 # -- 3. candidates, 5. choice, 6. LUT (pure) ----------------------------------------------------------
 
-def candidates(site: Site, buckets: Sequence[int], k: int, model: Any, device: DeviceSpec) -> list[GemmConfig]:
+def candidates(site: Site, buckets: Sequence[int], k: int, model: Any,
+               device: DeviceSpec) -> list[GemmConfig]:
     """The union over the buckets of the model's top-k, best-first per bucket."""
     union: dict[GemmConfig, None] = {}
     for value in buckets:
@@ -173,7 +175,8 @@ def choose(per_bucket: dict[int, Timings]) -> tuple[str, float, dict[int, float]
                                 for timings in per_bucket.values()))
     if not common:
         raise KernelSelectError("no choice ran at every bucket; nothing to pin")
-    best = {bucket: min(t for t in timings.values() if math.isfinite(t)) for bucket, timings in per_bucket.items()}
+    best = {bucket: min(t for t in timings.values() if math.isfinite(t))
+            for bucket, timings in per_bucket.items()}
 
     def ratios(label: str) -> dict[int, float]:
         return {bucket: per_bucket[bucket][label] / best[bucket] for bucket in per_bucket}
@@ -194,7 +197,8 @@ def pinned_rows(site: Site, label: str, configs: Sequence[GemmConfig], geomean: 
     m: int | MRange = MRange(min=site.low, max=site.high) if site.dynamic == "m" else problem.m
     worst = max(ratios.values())
     note = (f"kernel-select pretune: {label}, {geomean:.3f}x the per-bucket best on average, "
-            f"{worst:.3f}x at worst, over {'/'.join(str(b) for b in sorted(ratios))} ({len(configs)} Triton + aten timed)")
+            f"{worst:.3f}x at worst, over {'/'.join(str(b) for b in sorted(ratios))} "
+            f"({len(configs)} Triton + aten timed)")
     fields: dict[str, Any] = {"m": m, "n": problem.n, "k": problem.k, "pin": pin, "note": note}
     if problem.op in ("bmm", "baddbmm"):
         entry: LUTEntry = BatchedLUTEntry(batch=problem.batch, **fields)
@@ -244,12 +248,14 @@ def pretune(sites: Sequence[Site], *, out: str | Path, device: DeviceSpec, model
                     journal.write_text(json.dumps(done, indent=1))
                 per_bucket[value] = done[key]
                 bar.update()
-            groups = [(None, per_bucket)] if site.dynamic != "k" else [(b, {b: per_bucket[b]}) for b in buckets]
+            groups = ([(None, per_bucket)] if site.dynamic != "k"
+                      else [(b, {b: per_bucket[b]}) for b in buckets])
             for bucket, timings in groups:
                 label, geomean, ratios = choose(timings)
                 rows.append(pinned_rows(site, label, configs, geomean, ratios, device, bucket))
-                summary.append({"problem": str(site.at(bucket) if bucket else site.problem), "dynamic": site.dynamic,
-                                "buckets": sorted(timings), "pin": label, "geomean_ratio": round(geomean, 4),
+                summary.append({"problem": str(site.at(bucket) if bucket else site.problem),
+                                "dynamic": site.dynamic, "buckets": sorted(timings), "pin": label,
+                                "geomean_ratio": round(geomean, 4),
                                 "worst_ratio": round(max(ratios.values()), 4)})
     lut = KernelLUT.from_rows(rows, source="<pretune>")
     save_lut(lut, out)

@@ -25,8 +25,10 @@ def benchmark_problem(problem: Problem, configs: list[GemmConfig], device: Devic
 
     import kernel_select.inductor as ks_inductor
 
-    fields = {"m": problem.m, "n": problem.n, "k": problem.k, "configs": configs, "note": "pretune candidates"}
-    entry = BatchedLUTEntry(batch=problem.batch, **fields) if problem.op in ("bmm", "baddbmm") else LUTEntry(**fields)
+    fields = {"m": problem.m, "n": problem.n, "k": problem.k, "configs": configs,
+              "note": "pretune candidates"}
+    entry = (BatchedLUTEntry(batch=problem.batch, **fields) if problem.op in ("bmm", "baddbmm")
+             else LUTEntry(**fields))
     with tempfile.TemporaryDirectory(prefix="pretune-") as tmp:
         lut_path = Path(tmp) / "candidates.json"
         save_lut(KernelLUT.from_rows([(device.key, problem.op, problem.dtype, entry)]), lut_path)

@@ -95,7 +95,8 @@ def _in_subprocess(method: str, lut: str | None, samples: int) -> dict[str, Any]
                "--samples", str(samples)] + (["--lut", lut] if lut else [])
     done = subprocess.run(command, capture_output=True, text=True, timeout=480)
     if done.returncode != 0:
-        return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"}
+        stderr = done.stderr.strip()
+        return {"error": stderr.splitlines()[-1] if stderr else f"exit {done.returncode}"}
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -109,7 +110,8 @@ def assemble(per_method: dict[str, dict[str, Any]]) -> dict[str, Any]:
             entry["ratio_to_best"] = entry["kernel_ms"] / best[length] if best[length] else None
     return {"program": f"Linear {IN_FEATURES}->{OUT_FEATURES} bf16, forward + grad input + grad weight, "
                        f"mark_dynamic length {LOW}..{HIGH}",
-            "lengths": list(LENGTHS), "best_source": "fastest measured method per length", "methods": per_method}
+            "lengths": list(LENGTHS), "best_source": "fastest measured method per length",
+            "methods": per_method}
 
 
 def plot(results: dict[str, Any], path: Path) -> None:
@@ -121,7 +123,8 @@ def plot(results: dict[str, Any], path: Path) -> None:
         if "lengths" in result:
             lengths = [int(length) for length in result["lengths"]]
             axes.plot(lengths, [e["ratio_to_best"] for e in result["lengths"].values()], marker="o",
-                      label=f"{method} (compile {result['compile_s']:.1f} s, {result['benchmarks']} benchmarks)")
+                      label=f"{method} (compile {result['compile_s']:.1f} s, "
+                            f"{result['benchmarks']} benchmarks)")
     axes.set_xscale("log")
     axes.set_xlabel("sequence length")
     axes.set_ylabel("kernel time / best measured")
@@ -132,7 +135,8 @@ def plot(results: dict[str, Any], path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="results/serving_h100.json")
-    parser.add_argument("--lut", default=None, help="pinned LUT to serve with (default: pretune one next to --out)")
+    parser.add_argument("--lut", default=None,
+                        help="pinned LUT to serve with (default: pretune one next to --out)")
     parser.add_argument("--samples", type=int, default=20)
     parser.add_argument("--worker", choices=METHODS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -154,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     results = assemble(per_method) | {"pretune_s": pretune_s, "lut": lut}
     out.write_text(json.dumps(results, indent=2) + "\n")
     plot(results, out.with_suffix(".png"))
-    print(json.dumps({m: {"compile_s": r.get("compile_s"), "benchmarks": r.get("benchmarks"), "error": r.get("error")}
+    print(json.dumps({m: {"compile_s": r.get("compile_s"), "benchmarks": r.get("benchmarks"),
+                          "error": r.get("error")}
                       for m, r in per_method.items()}, indent=2))
     return 0
 
