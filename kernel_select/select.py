@@ -53,8 +53,8 @@ class ConfigLookup(Protocol):
 
 
 def resolve_k(k: int | float | str, num_candidates: int, *, model: PerformanceModel | None = None,
-              predicted_ms: np.ndarray | None = None, cap: int = AUTO_TOPK_CAP, problem: Problem | None = None,
-              configs: Sequence[GemmConfig] | None = None) -> int:
+              predicted_ms: np.ndarray | None = None, cap: int = AUTO_TOPK_CAP,
+              problem: Problem | None = None, configs: Sequence[GemmConfig] | None = None) -> int:
     """How many configs `k` asks for: an int count >= 1, a float fraction in (0, 1], or "auto".
 
     A fraction keeps max(1, int(num_candidates * k)), as Triton's `top_k` does, so a small

@@ -9,24 +9,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SCANNED = ("kernel_select", "tests")
 MAX_LINE = 110
 
-# being edited; to be rewrapped
-KNOWN_LONG = {
-    "kernel_select/model/aten.py",
-    "kernel_select/model/features.py",
-    "kernel_select/model/problem_net.py",
-    "kernel_select/offline/training/evaluate.py",
-    "kernel_select/offline/training/model_extras.py",
-    "kernel_select/offline/training/model_selection.py",
-    "kernel_select/offline/training/nvmmh.py",
-    "kernel_select/offline/training/report.py",
-    "kernel_select/offline/training/train.py",
-    "kernel_select/offline/training/train_ensemble.py",
-    "tests/model/test_aten.py",
-    "tests/model/test_features_v3.py",
-    "tests/model/test_gate.py",
-    "tests/offline/test_train.py",
-}
-
 
 def long_lines(root: Path, folders: tuple[str, ...] = SCANNED, limit: int = MAX_LINE) -> list[str]:
     """`file:line (length)` of every line over `limit` characters in the .py files under `folders`."""
@@ -40,19 +22,9 @@ def long_lines(root: Path, folders: tuple[str, ...] = SCANNED, limit: int = MAX_
     return found
 
 
-def _file_of(offender: str) -> str:
-    return offender.split(":", 1)[0]
-
-
 def test_no_line_is_longer_than_the_limit():
-    offenders = [o for o in long_lines(ROOT) if _file_of(o) not in KNOWN_LONG]
+    offenders = long_lines(ROOT)
     assert not offenders, f"lines over {MAX_LINE} characters:\n" + "\n".join(offenders)
-
-
-def test_every_known_exception_still_has_a_long_line():
-    # A rewrapped file must leave KNOWN_LONG, or it could grow long lines again unnoticed.
-    still_long = {_file_of(o) for o in long_lines(ROOT)}
-    assert not KNOWN_LONG - still_long, f"remove from KNOWN_LONG: {sorted(KNOWN_LONG - still_long)}"
 
 
 def test_the_scan_reports_file_and_line_of_each_offender(tmp_path: Path):

@@ -79,7 +79,8 @@ def problem_features(table: Any, device: DeviceSpec) -> np.ndarray:
                          table["dtype"].map(lambda d: DTYPE_BYTES[dtype_name(d)]), device)
 
 
-def fit_aten(train: Any, val: Any, device: DeviceSpec | str, *, seed: int = 0, epochs: int = 1500) -> AtenHead:
+def fit_aten(train: Any, val: Any, device: DeviceSpec | str, *, seed: int = 0,
+             epochs: int = 1500) -> AtenHead:
     """Fit on problem tables (m, n, k, dtype, aten_ms): `train` to fit, `val` to pick the epoch.
 
     Raises:

@@ -81,7 +81,8 @@ def config_columns(configs: Sequence[GemmConfig]) -> list[np.ndarray]:
 
 
 def featurize_frame(df: pd.DataFrame, device: DeviceSpec | str) -> np.ndarray:
-    """Features of every row of a dataset frame (columns as in `kernel_select.offline.data.dataset.COLUMNS`)."""
+    """Features of every row of a dataset frame (columns as in
+    `kernel_select.offline.data.dataset.COLUMNS`)."""
     dtype_bytes = df["dtype"].map(lambda d: DTYPE_BYTES[dtype_name(d)]).to_numpy(np.float64)
 
     def col(name: str) -> np.ndarray:

@@ -48,8 +48,8 @@ from kernel_select.problem import Problem
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CARD_FILE", "WEIGHTS_FILE", "AveragedRuntimeNet", "auto_k_from_gap", "DataProvenance", "MLPModel", "ModelCard",
-           "RuntimeNet", "architecture", "build_net", "retrain_hint"]
+__all__ = ["CARD_FILE", "WEIGHTS_FILE", "AveragedRuntimeNet", "DataProvenance", "MLPModel", "ModelCard",
+           "RuntimeNet", "architecture", "auto_k_from_gap", "build_net", "retrain_hint"]
 
 STEM = "mlp"
 WEIGHTS_FILE = f"{STEM}.pt"

@@ -118,4 +118,5 @@ def fit_problem_net(x_train: np.ndarray, y_train: np.ndarray, x_val: np.ndarray,
                 best_state = {name: t.clone() for name, t in net.state_dict().items()}
     assert best_state is not None  # epochs >= check_every: at least one check ran
     net.load_state_dict(best_state)
-    return FittedProblemNet(net.eval(), mean.astype(np.float32), std.astype(np.float32), best_rmse, best_epoch)
+    return FittedProblemNet(net.eval(), mean.astype(np.float32), std.astype(np.float32), best_rmse,
+                            best_epoch)

@@ -26,7 +26,8 @@ def test_v2_is_a_prefix_and_the_frame_path_equals_the_config_path():
     per_problem = [v3.featurize(p.m, p.n, p.k, p.dtype, c, "h100") for p, c in zip(problems, configs)]
     for p, c, x in zip(problems, configs, per_problem):
         assert x.shape == (len(c), len(v3.FEATURE_NAMES)) and x.dtype == np.float32 and np.isfinite(x).all()
-        np.testing.assert_array_equal(x[:, :len(v2.FEATURE_NAMES)], v2.featurize(p.m, p.n, p.k, p.dtype, c, "h100"))
+        v2_part = v2.featurize(p.m, p.n, p.k, p.dtype, c, "h100")
+        np.testing.assert_array_equal(x[:, :len(v2.FEATURE_NAMES)], v2_part)
     frame = pd.DataFrame([{"m": p.m, "n": p.n, "k": p.k, "dtype": p.dtype, **cfg.model_dump()}
                           for p, c in zip(problems, configs) for cfg in c])
     np.testing.assert_array_equal(v3.featurize_frame(frame, "h100"), np.concatenate(per_problem))

@@ -181,7 +181,8 @@ def test_auto_topk_follows_the_cards_rule():
     model.card.hyperparameters["auto_topk_spread"] = spread * 10  # sure: the floor
     assert model.auto_topk(predicted, 8, SEED, CONFIGS) == 2
     model.card.hyperparameters["auto_topk_spread"] = spread / 5  # 5x past s0: three doublings, capped
-    assert model.auto_topk(predicted, 8, SEED, CONFIGS) == 8 and model.auto_topk(predicted, 3, SEED, CONFIGS) == 3
+    assert model.auto_topk(predicted, 8, SEED, CONFIGS) == 8
+    assert model.auto_topk(predicted, 3, SEED, CONFIGS) == 3
     # without the problem and its configs the card's gap rule decides, from the predictions alone
     assert model.auto_topk(predicted, 8) == max(2, int(np.sum(np.log(predicted) <= np.log(predicted.min()))))
 

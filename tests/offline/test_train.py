@@ -70,7 +70,8 @@ def test_one_member_is_a_plain_net(data, tmp_path):
     from kernel_select.model.mlp import RuntimeNet
 
     one = train(data, tmp_path, device="h100", objective="rank", progress=False,
-                hparams=MLPHParams(hidden_widths=(16,), epochs=2, batch_problems=8, configs_per_problem=32, members=1))
+                hparams=MLPHParams(hidden_widths=(16,), epochs=2, batch_problems=8, configs_per_problem=32,
+                                   members=1))
     assert type(one.model.net) is RuntimeNet and one.model.card.architecture.members == 1
     assert "members_val" not in one.metrics
 
@@ -113,8 +114,8 @@ def test_card_records_what_was_learned_and_from_what(data, trained):
 
 def test_same_seed_same_model(data, tmp_path):
     params = MLPHParams(hidden_widths=(16,), epochs=2, batch_rows=512)
-    first = train(data, tmp_path / "a", device="h100", seed=5, objective="mse", hparams=params, progress=False)
-    second = train(data, tmp_path / "b", device="h100", seed=5, objective="mse", hparams=params, progress=False)
+    first, second = (train(data, tmp_path / name, device="h100", seed=5, objective="mse", hparams=params,
+                           progress=False) for name in ("a", "b"))
     for (name, a), b in zip(first.model.net.state_dict().items(), second.model.net.state_dict().values()):
         assert torch.equal(a, b), name
 

@@ -202,7 +202,8 @@ def _model_report(name: str, model: PerformanceModel, groups: np.ndarray, proble
         scores = per_problem[:, list(ks).index(k)]
         out["worst"][str(k)] = [
             {"problem_id": problem_ids[i], "score": float(scores[i]),
-             "top1": configs_of(first.iloc[[i]])[0].short(), "oracle": configs_of(fastest.iloc[[i]])[0].short(),
+             "top1": configs_of(first.iloc[[i]])[0].short(),
+             "oracle": configs_of(fastest.iloc[[i]])[0].short(),
              "oracle_ms": float(fastest["runtime_ms"].iloc[i])}
             for i in np.argsort(scores, kind="stable")[:WORST_REPORTED]
         ]
@@ -261,7 +262,9 @@ def _with_cublas_report(df: pd.DataFrame, split: str, problem_ids: pd.Index, gro
     """What Inductor would get, where cuBLAS is always a candidate too: score = fastest of
     (cuBLAS, every Triton config) / fastest of (cuBLAS, the method's configs). With the shipped
     cuBLAS gate, problems it gates get cuBLAS alone (their Triton candidates are skipped)."""
-    from kernel_select.model.gate import DEFAULT_MARGIN, gate_metrics, load_default_gate, problem_ratios, problems_of
+    from kernel_select.model.gate import (
+        DEFAULT_MARGIN, gate_metrics, load_default_gate, problem_ratios, problems_of,
+    )
 
     aten = _aten_ms(df).reindex(problem_ids).to_numpy()
     have = np.isfinite(aten)
@@ -294,7 +297,8 @@ def _with_cublas_report(df: pd.DataFrame, split: str, problem_ids: pd.Index, gro
 
 def _aten_ms(df: pd.DataFrame) -> pd.Series:
     """The fastest finite cuBLAS (aten) time per problem_id."""
-    return df[(df["backend"] == "aten") & np.isfinite(df["runtime_ms"])].groupby("problem_id")["runtime_ms"].min()
+    aten = df[(df["backend"] == "aten") & np.isfinite(df["runtime_ms"])]
+    return aten.groupby("problem_id")["runtime_ms"].min()
 
 
 def _cublas_report(df: pd.DataFrame, groups: np.ndarray, problem_ids: pd.Index,

@@ -54,7 +54,8 @@ def strata_report(per_problem: np.ndarray, default_ratio: np.ndarray, labels: di
         for value in np.unique(values):
             chosen = values == value
             default = default_ratio[chosen & np.isfinite(default_ratio)]
-            out[f"{kind}={value}"] = {"problems": int(chosen.sum()), "topk": topk_dict(per_problem[chosen], ks),
+            out[f"{kind}={value}"] = {"problems": int(chosen.sum()),
+                                      "topk": topk_dict(per_problem[chosen], ks),
                                       "inductor_default": float(geomean(default)) if default.size else None}
     return out
 
@@ -85,7 +86,8 @@ def auto_report(model: PerformanceModel, groups: np.ndarray, predicted_ms: np.nd
     per_problem = scores_at_k(groups, predicted_ms, runtime_ms, k)
     top4 = scores_at_k(groups, predicted_ms, runtime_ms, np.full(len(k), 4))
     return {"cap": cap, "score": float(geomean(per_problem)), "mean_k": float(k.mean()),
-            "k_counts": {str(v): int((k == v).sum()) for v in np.unique(k)}, "top4_score": float(geomean(top4))}
+            "k_counts": {str(v): int((k == v).sum()) for v in np.unique(k)},
+            "top4_score": float(geomean(top4))}
 
 
 def cublas_rule_report(model: PerformanceModel, problems: pd.DataFrame, groups: np.ndarray,
@@ -138,8 +140,9 @@ def held_out_summary(report: dict[str, Any], name: str) -> dict[str, Any]:
             "inductor_default_with_cublas": with_cublas.get("inductor_default"),
             "calibration_median_abs_log_top16": method["calibration_median_abs_log_top16"],
             "auto": method.get("auto"),
-            "strata": {key: {"problems": s["problems"], "top1": s["topk"].get("1"), "top4": s["topk"].get("4"),
-                             "inductor_default": s["inductor_default"]} for key, s in method["strata"].items()},
+            "strata": {key: {"problems": s["problems"], "top1": s["topk"].get("1"),
+                             "top4": s["topk"].get("4"), "inductor_default": s["inductor_default"]}
+                       for key, s in method["strata"].items()},
             "worst_top4": method["worst"].get("4", []),
         }
     return out

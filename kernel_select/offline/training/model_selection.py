@@ -66,7 +66,8 @@ def fit_candidates(data: TrainData, hp: MLPHParams, gbm: GBMParams, seed: int,
     """Every candidate on the same rows. The fast_autotune net is opt-in: it measured ~20 ms per
     estimate (ten times the budget) and trains for ~13 minutes on 2 cores."""
     fitted = []
-    fits = (fit_mlp_v1, fit_mlp_v2, *((fit_fast_autotune,) if fast_autotune else ()), fit_gbm_reg, fit_gbm_rank)
+    optional = (fit_fast_autotune,) if fast_autotune else ()
+    fits = (fit_mlp_v1, fit_mlp_v2, *optional, fit_gbm_reg, fit_gbm_rank)
     for fit in tqdm(fits, desc="candidates", disable=not progress):
         started = time.perf_counter()
         candidate = fit(data, hp, seed, progress=False) if fit in NETS else fit(data, gbm, seed)
@@ -151,7 +152,8 @@ def auto_report(held: HeldOut, by_name: dict[str, Candidate], s0: float) -> dict
     per_problem = uncertainty.auto_scores(held.groups, scores, runtime, k)
     top4 = topk_scores(held.groups, scores, runtime, (4,))[:, 0]
     return {"score": float(geomean(per_problem)), "mean_k": float(k.mean()),
-            "k_counts": {str(v): int((k == v).sum()) for v in np.unique(k)}, "top4_score": float(geomean(top4)),
+            "k_counts": {str(v): int((k == v).sum()) for v in np.unique(k)},
+            "top4_score": float(geomean(top4)),
             # does a larger spread go with a larger top-1 loss? (the premise of the rule)
             "spread_vs_top1_loss_spearman": float(spearman_per_group(
                 np.zeros(len(spread), dtype=np.int64), spread,
@@ -201,7 +203,8 @@ def run_selection(data_path: str | Path | Sequence[str | Path], device: DeviceSp
     candidates = fit_candidates(data, hp, gbm or GBMParams(), seed, progress, fast_autotune)
     report: dict[str, Any] = {"data": [p.name for p in dataset.expand_paths(data_path)], "device": spec.key,
                               "cap_rows_per_problem": cap,
-                              "train_rows": int(len(data.log_ms)), "split_problems": splits.split_summary(rows),
+                              "train_rows": int(len(data.log_ms)),
+                              "split_problems": splits.split_summary(rows),
                               "splits": {}, "candidates": {}}
     for c in candidates:
         report["candidates"][c.name] = {

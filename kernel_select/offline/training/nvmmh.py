@@ -42,7 +42,8 @@ def nvmmh_report(rows: pd.DataFrame, problems: pd.DataFrame, groups: np.ndarray,
         heuristics = nv.NvMatmulHeuristicsInterfaceEx(
             backend=nv.NvMatmulHeuristicsTarget.TRITON,
             flags=nv.NvMatmulHeuristicsFlags.PERF_MODEL_BASED_AUTO_TUNING,
-            load_discovery_implicitly=True, gpu=getattr(nv.NvMatmulHeuristicsNvidiaGpu, _NVMMH_GPUS[spec.key]))
+            load_discovery_implicitly=True,
+            gpu=getattr(nv.NvMatmulHeuristicsNvidiaGpu, _NVMMH_GPUS[spec.key]))
     except Exception as exc:  # a foreign library: any failure means "no baseline", not a crash
         return {"skipped": f"nvMatmulHeuristics could not be initialized: {exc}"}
     oracle = oracle_ms(groups, runtime)
@@ -75,7 +76,8 @@ def nvmmh_report(rows: pd.DataFrame, problems: pd.DataFrame, groups: np.ndarray,
 def _nvmmh_key(kernel: Any) -> tuple[int, ...] | None:
     def field(*names: str) -> int:
         for name in names:
-            value = kernel[name] if isinstance(kernel, dict) and name in kernel else getattr(kernel, name, None)
+            in_dict = isinstance(kernel, dict) and name in kernel
+            value = kernel[name] if in_dict else getattr(kernel, name, None)
             if value is not None:
                 return int(value)
         raise KeyError(names[0])

@@ -38,9 +38,9 @@ def format_report(report: dict[str, Any]) -> str:
         gate = with_cublas.get("gate")
         if gate:
             chosen = gate["margins"].get(f"{gate['margin']:g}", {})
-            lines.append(f"  cuBLAS gate (margin {gate['margin']:g}): Triton skipped on {chosen.get('gated', 0):.0%} "
-                         f"of problems, wrongly on {chosen.get('wrongly_gated', 0)}; sign accuracy "
-                         f"{gate['sign_accuracy']:.3f}")
+            lines.append(f"  cuBLAS gate (margin {gate['margin']:g}): Triton skipped on "
+                         f"{chosen.get('gated', 0):.0%} of problems, wrongly on "
+                         f"{chosen.get('wrongly_gated', 0)}; sign accuracy {gate['sign_accuracy']:.3f}")
     for name, result in report["methods"].items():
         if "spearman" in result:
             rho = result["spearman"]

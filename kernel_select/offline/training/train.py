@@ -98,7 +98,8 @@ class _Split:
 
 
 def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, device: DeviceSpec | str,
-          seed: int = 0, epochs: int | None = None, objective: str = "both", hparams: MLPHParams | None = None,
+          seed: int = 0, epochs: int | None = None, objective: str = "both",
+          hparams: MLPHParams | None = None,
           feature_version: int = features_v3.FEATURE_VERSION, cap: int = DEFAULT_CAP,
           progress: bool = True) -> TrainResult:
     """Fit the MLP on the trainable problems of the dataset file(s) and save it to `out_dir`,
@@ -197,7 +198,8 @@ def choose_auto_rule(val: _Split, net: RuntimeNet | AveragedRuntimeNet) -> dict[
         log_pred = torch.cat([net(chunk) for chunk in chunks]).numpy().astype(np.float64)
         spread = None
         if isinstance(net, AveragedRuntimeNet):
-            members = torch.cat([net.member_outputs(chunk) for chunk in chunks], dim=1).numpy().astype(np.float64)
+            members = torch.cat([net.member_outputs(chunk) for chunk in chunks], dim=1)
+            members = members.numpy().astype(np.float64)
             spread = members_spread(val.groups, members, log_pred)
     return uncertainty_rule(val.groups, log_pred, np.exp(val.y.numpy().astype(np.float64)), spread)
 
@@ -230,7 +232,8 @@ def _train_gate_or_remove(frame: pd.DataFrame, spec: DeviceSpec, out_dir: str | 
         return gate.card.metrics["validation"]
     except ModelError as exc:  # too few problems with a cuBLAS row: the MLP is still worth keeping
         stale = Path(out_dir) / GATE_FILE
-        log.warning("no cuBLAS gate trained (%s)%s", exc, f"; removed the old {stale}" if stale.exists() else "")
+        removed = f"; removed the old {stale}" if stale.exists() else ""
+        log.warning("no cuBLAS gate trained (%s)%s", exc, removed)
         stale.unlink(missing_ok=True)
         stale.with_suffix(".json").unlink(missing_ok=True)
         return {"skipped": str(exc)}
@@ -275,7 +278,8 @@ def _training_rows(df: pd.DataFrame, spec: DeviceSpec, paths: Sequence[Path], ca
                     int((~on_device).sum()), spec.key)
     rows, aten = prepare_rows(df[on_device], spec)
     masks = splits.split_masks(rows)
-    rows = rows[(masks["train"] | masks["val"]) & cap_rows_per_problem(rows, cap, seed)].reset_index(drop=True)
+    keep = (masks["train"] | masks["val"]) & cap_rows_per_problem(rows, cap, seed)
+    rows = rows[keep].reset_index(drop=True)
     for split in ("train", "val"):
         if not (rows["split"] == split).any():
             raise DatasetError(f"{', '.join(map(str, paths))}: no usable Triton rows for {spec.key} in split "
@@ -295,7 +299,8 @@ def _make_split(rows: pd.DataFrame, standardized: np.ndarray, split: str) -> _Sp
     groups, _ = pd.factorize(rows.loc[mask, "problem_id"], sort=True)
     counts = np.bincount(groups)
     return _Split(x=torch.from_numpy(standardized[mask]),
-                  y=torch.from_numpy(np.log(rows.loc[mask, "runtime_ms"].to_numpy(np.float64)).astype(np.float32)),
+                  y=torch.from_numpy(np.log(rows.loc[mask, "runtime_ms"].to_numpy(np.float64))
+                                     .astype(np.float32)),
                   groups=groups, starts=np.r_[0, np.cumsum(counts)[:-1]], counts=counts)
 
 

@@ -3,8 +3,8 @@
 Recipe: the trainable problems (hash train/val minus the family holdout, splits.py), at most
 `cap` configs per problem (every contender within 1.5x of the oracle, then a random sample), an
 MLP on features v1 with the listwise+MSE objective (best validation epoch), a LightGBM regressor
-of log runtime and a LightGBM lambdarank ranker on features v2 (both early-stopped on validation). The card records the data hash, the
-hyperparameters and the held-out scores.
+of log runtime and a LightGBM lambdarank ranker on features v2 (both early-stopped on validation).
+The card records the data hash, the hyperparameters and the held-out scores.
 """
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ from kernel_select.offline.training import training_data, uncertainty
 from kernel_select.offline.metrics import DEFAULT_KS, geomean
 from kernel_select.offline.training.model_selection import SHORTLIST, HeldOut, build_train_data, prepare_rows
 from kernel_select.offline.training.train import MLPHParams
-from kernel_select.offline.training.train_candidates import N_V1, GBMParams, fit_gbm_rank, fit_gbm_reg, fit_mlp_v1
+from kernel_select.offline.training.train_candidates import (
+    N_V1, GBMParams, fit_gbm_rank, fit_gbm_reg, fit_mlp_v1,
+)
 
 log = logging.getLogger(__name__)
 
