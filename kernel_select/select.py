@@ -158,14 +158,13 @@ def top_k(problem: Problem, k: int | float | str, lut: ConfigLookup | None = Non
         candidates = for_problem(widest, spec, "exhaustive")
 
     pinned = _lut_configs(lut, problem, spec)
-    # One batched model call scores the candidates and the LUT entries (shown with their
-    # prediction) together: inside torch.compile the model call is the whole cost.
+    # One batched call scores candidates and LUT entries: inside torch.compile it is the whole cost.
     all_scores = _scores(problem, [*candidates, *pinned], model)
     scores = all_scores[: len(candidates)]
     count = resolve_k(k, len(candidates), model=model, predicted_ms=scores, cap=auto_cap, problem=problem,
                       configs=candidates)
-    ranked_at_hint = not spread or spread == (problem.m,)
-    order_by = scores if ranked_at_hint else _relative_over(problem, spread, candidates, model)
+    at_hint = not spread or spread == (problem.m,)
+    order_by = scores if at_hint else _relative_over(problem, spread, candidates, model)
     chosen = [Choice(config, float(ms), LUT_SOURCE)
               for config, ms in zip(pinned, all_scores[len(candidates):])]
     if len(chosen) >= count or not candidates:

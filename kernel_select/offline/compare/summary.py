@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from kernel_select.offline.metrics import geomean
@@ -61,13 +62,18 @@ def summarize(results: dict[str, Any]) -> Summary:
     return Summary(rows=rows, problems_used=len(used), problems_excluded=[p["label"] for p in excluded])
 
 
+def counted(used: int, noun: str, excluded: Sequence[str], why: str) -> str:
+    """The first line of a summary table: how many items it covers, and which were left out and why."""
+    if not excluded:
+        return f"{used} {noun}"
+    return f"{used} {noun} ({len(excluded)} excluded, {why}: {', '.join(excluded)})"
+
+
 def format_summary(summary: Summary) -> str:
     """A plain-text table of `summary` (ratios < 1 are better)."""
     header = (f"{'method':<18}{'kernel/stock':>14}{'tuning/stock':>14}{'tuning [s]':>12}"
               f"{'vs eager':>10}{'slower than eager':>19}")
-    lines = [f"{summary.problems_used} problems"
-             + (f" ({len(summary.problems_excluded)} excluded, a measurement failed: "
-                f"{', '.join(summary.problems_excluded)})" if summary.problems_excluded else ""),
+    lines = [counted(summary.problems_used, "problems", summary.problems_excluded, "a measurement failed"),
              header, "-" * len(header)]
     for row in summary.rows:
         lines.append(f"{row.method:<18}{row.kernel_ratio_vs_stock:>14.3f}{row.tuning_ratio_vs_stock:>14.3f}"

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from kernel_select.offline.compare.summary import counted
 from kernel_select.offline.metrics import geomean
 
 #: A step counts as slower than eager (or than another method) beyond this fraction.
@@ -137,9 +138,7 @@ def format_summary(summary: Summary) -> str:
 
     header = (f"{'method':<12}{'compile [s]':>12}{'compile/stock':>15}{'worst':>8}{'step/stock':>12}"
               f"{'step/default':>14}{'vs eager':>10}{'slower':>8}{'spread':>8}")
-    lines = [f"{len(summary.models_used)} models"
-             + (f" ({len(summary.models_excluded)} excluded, a method failed: "
-                f"{', '.join(summary.models_excluded)})" if summary.models_excluded else ""),
+    lines = [counted(len(summary.models_used), "models", summary.models_excluded, "a method failed"),
              header, "-" * len(header)]
     for row in summary.rows:
         lines.append(f"{row.method:<12}{row.compile_s:>12.1f}{num(row.compile_vs_stock, 15)}"
