@@ -25,7 +25,8 @@ def register_train(sub: Subparsers) -> None:
                                    "mlp.json to --out; then fit the cuBLAS gate the same way and "
                                    "write cublas_gate.pt + cublas_gate.json. The 'test' split is never read.")
     _add_training_args(p)
-    p.add_argument("--epochs", type=int_at_least(1), default=None, help="training epochs (default: 120; 30 with --method ensemble)")
+    p.add_argument("--epochs", type=int_at_least(1), default=None,
+                   help="training epochs (default: 120; 30 with --method ensemble)")
     p.add_argument("--objective", choices=("mse", "rank", "both"), default="both",
                    help="loss: mse on log runtime, rank (mse + listwise within-problem), or both and keep "
                         "the better on validation (default: %(default)s)")
