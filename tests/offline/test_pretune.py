@@ -126,6 +126,28 @@ def test_the_serving_bench_compares_each_length_with_the_fastest_method(tmp_path
     assert (tmp_path / "plot.png").stat().st_size > 0
 
 
+def test_the_serving_bench_takes_each_lengths_best_from_the_harness_when_given():
+    import pandas as pd
+
+    from kernel_select.offline.serving import serving_bench
+
+    shapes = serving_bench.harness_shapes()
+    assert len(shapes) == 3 * len(serving_bench.LENGTHS)
+    rows = pd.DataFrame([{"m": s["m"], "n": s["n"], "k": s["k"], "runtime_ms": ms, "status": status}
+                         for s in shapes
+                         for ms, status in ((0.5, "ok"), (0.25, "capped"), (0.1, "incorrect"))])
+    best = serving_bench.harness_best(rows[~((rows["m"] == 560) & (rows["n"] == 1280))])
+    assert "560" not in best  # a GEMM of that length is missing
+    assert best["1024"] == pytest.approx(0.75)  # three GEMMs x the fastest valid 0.25 ms
+    per_method = {"a": {"compile_s": 1.0, "benchmarks": 0,
+                        "lengths": {str(n): {"kernel_ms": 1.5} for n in serving_bench.LENGTHS}}}
+    full = serving_bench.assemble(per_method, serving_bench.harness_best(rows))
+    assert full["best_source"].startswith("harness")
+    assert full["methods"]["a"]["lengths"]["8192"]["ratio_to_best"] == pytest.approx(2.0)
+    partial = serving_bench.assemble(per_method, best)  # not every length: fall back to the methods
+    assert partial["best_source"] == "fastest measured method per length"
+
+
 def _write(path: Path, value: object) -> Path:
     path.write_text(json.dumps(value))
     return path
