@@ -19,9 +19,12 @@ def benchmark_problem(problem: Problem, configs: list[GemmConfig], device: Devic
 
     A temporary LUT lists exactly `configs` for the problem and the handler adds nothing (topk=1,
     cuBLAS gate off), so Inductor benchmarks those configs, ATen and whatever other templates it
-    adds itself (their timings are dropped: a LUT cannot name them).
+    adds itself (their timings are dropped: a LUT cannot name them). Shape padding is off: a
+    static compile may pad K (3420 -> 3424) before the GEMM is lowered, so the problem Inductor
+    benchmarks would not be the one pinned, while the dynamic graphs pins serve are never padded.
     """
     import torch
+    import torch._inductor.config
 
     import kernel_select.inductor as ks_inductor
 
@@ -35,6 +38,7 @@ def benchmark_problem(problem: Problem, configs: list[GemmConfig], device: Devic
         fn, args = _program(problem)
         options = ks_inductor.max_autotune_options("DEFAULT")
         with ks_inductor.enabled(topk=1, kernel_lut_path=str(lut_path), cublas_margin="off"), \
+                torch._inductor.config.patch(shape_padding=False), \
                 ks_inductor.record(device=device.key, pin=True) as recording:
             torch._dynamo.reset()
             torch.compile(fn, options=options, dynamic=False)(*args)
