@@ -99,8 +99,10 @@ def run_method(method: str, lut: str | None, samples: int) -> dict[str, Any]:
         for length in LENGTHS:
             x = torch.randn(length, IN_FEATURES, device="cuda", dtype=torch.bfloat16)
             grad_y = torch.randn(length, OUT_FEATURES, device="cuda", dtype=torch.bfloat16)
-            torch._dynamo.mark_dynamic(x, 0, min=LOW, max=HIGH)
-            torch._dynamo.mark_dynamic(grad_y, 0, min=LOW, max=HIGH)
+            # As the user did: no range. Tracing guards the length below N = 1280 (a strict
+            # 560..8192 range fails there), so lengths >= 1280 compile a second dynamic graph.
+            torch._dynamo.mark_dynamic(x, 0)
+            torch._dynamo.mark_dynamic(grad_y, 0)
             start = time.perf_counter()
             fn(x, grad_y)
             torch.cuda.synchronize()
@@ -111,15 +113,20 @@ def run_method(method: str, lut: str | None, samples: int) -> dict[str, Any]:
             result["lengths"][str(length)] = {"kernel_ms": times[method], "timing": timing}
     result["benchmarks"] = sum(len(r.timings) for r in records)
     result["autotuned_gemms"] = len(records)
+    # Which GEMMs were autotuned (a pinned LUT should leave none): their input sizes as Inductor
+    # saw them, symbols included, and how many choices each timed.
+    result["autotuned"] = [{"op": r.op, "shapes": r.shapes, "choices": len(r.timings)} for r in records]
     if handler is not None:
         ks_inductor.uninstall()
     return result
 
 
-def _in_subprocess(method: str, lut: str | None, samples: int) -> dict[str, Any]:
+def _in_subprocess(method: str, lut: str | None, samples: int, log_dir: Path) -> dict[str, Any]:
     command = [sys.executable, "-m", "kernel_select.offline.serving.serving_bench", "--worker", method,
                "--samples", str(samples)] + (["--lut", lut] if lut else [])
     done = subprocess.run(command, capture_output=True, text=True, timeout=480)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    (log_dir / f"{method}.log").write_text(done.stderr)  # Inductor's AUTOTUNE tables, warnings
     if done.returncode != 0:
         stderr = done.stderr.strip()
         return {"error": stderr.splitlines()[-1] if stderr else f"exit {done.returncode}"}
@@ -205,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run([sys.executable, "-m", "kernel_select.cli", "pretune", "--shapes", str(shapes_path),
                         "--out", lut, "-k", "2", "--buckets", "3", "--json"], check=True, timeout=420)
         pretune_s = time.perf_counter() - start
-    per_method = {method: _in_subprocess(method, lut, args.samples) for method in METHODS}
+    log_dir = out.with_name(out.stem + "_logs")
+    per_method = {method: _in_subprocess(method, lut, args.samples, log_dir) for method in METHODS}
     harness = None
     if args.harness:
         from kernel_select.offline.data import dataset
