@@ -44,6 +44,10 @@ def test_a_dynamic_m_and_a_dynamic_k_are_told_apart():
     assert dynamic[("addmm", 48, 32, 64)] == "m"  # forward: rows follow the sequence length
     assert dynamic[("mm", 48, 64, 32)] == "m"  # grad input
     assert dynamic[("mm", 32, 64, 48)] == "k"  # grad weight: the length is the reduction
+    layout = {(s.problem.op, s.problem.m, s.problem.n, s.problem.k): s.layout for s in sites}
+    assert layout[("addmm", 48, 32, 64)] == "nt"  # x @ W.t()
+    assert layout[("mm", 48, 64, 32)] == "nn"  # grad_y @ W
+    assert layout[("mm", 32, 64, 48)] == "tn"  # grad_y.t() @ x
 
 
 def test_load_factory_checks_its_spec():
@@ -58,10 +62,14 @@ def test_shapes_files_name_sites(tmp_path: Path):
     path.write_text(json.dumps([{"op": "mm", "n": 1280, "k": 3420, "m": {"min": 560, "max": 8192}},
                                 {"op": "mm", "n": 64, "k": 64, "m": 128, "dtype": "float16"}]))
     ranged, static = pretune.load_shapes(path)
-    assert (ranged.dynamic, ranged.low, ranged.high) == ("m", 560, 8192)
+    assert (ranged.dynamic, ranged.low, ranged.high, ranged.layout) == ("m", 560, 8192, "nn")
     assert ranged.buckets(5) == spread_ms(560, 8192) and static.buckets(5) == (128,)
     path.write_text('[{"n": 1}]')
     with pytest.raises(KernelSelectError, match=r"entry \[0\]"):
+        pretune.load_shapes(path)
+    path.write_text(json.dumps([{"n": 64, "k": 64, "m": 128, "layout": "nt"},
+                                {"n": 64, "k": 64, "m": 128, "layout": "x"}]))
+    with pytest.raises(KernelSelectError, match=r"entry \[1\].*layout 'x'"):
         pretune.load_shapes(path)
 
 
@@ -81,13 +89,13 @@ def test_candidates_are_the_union_of_the_per_bucket_top_k():
 
 
 def test_a_run_writes_pins_with_ranges_and_resumes(tmp_path: Path):
-    sites = [pretune.Site(Problem(560, 1280, 3420, "bfloat16"), "m", 560, 8192),
+    sites = [pretune.Site(Problem(560, 1280, 3420, "bfloat16"), "m", 560, 8192, "nt"),
              pretune.Site(Problem(1280, 3420, 560, "bfloat16"), "k", 560, 8192)]
     calls = []
 
     def fake_benchmark(problem: Problem, configs: list[GemmConfig],
-                       device) -> dict[str, float]:  # noqa: ANN001
-        calls.append(problem)
+                       device, layout: str) -> dict[str, float]:  # noqa: ANN001
+        calls.append((problem, layout))
         timings = {c.short(): 1.0 + i * 0.1 for i, c in enumerate(configs)}
         timings[ATEN] = 0.5 if problem.k > 4000 else 2.0  # cuBLAS wins the big-K weight gradients
         return timings
@@ -103,6 +111,7 @@ def test_a_run_writes_pins_with_ranges_and_resumes(tmp_path: Path):
     assert lut.pinned(Problem(1280, 3420, 8192, "bfloat16"), "h100") == ATEN
     assert isinstance(lut.pinned(Problem(1280, 3420, 560, "bfloat16"), "h100"), GemmConfig)
     assert summary["entries"] == 4 and len(calls) == 6
+    assert [layout for _, layout in calls] == ["nt"] * 3 + ["nn"] * 3  # each site's own layout
     pretune.pretune(sites, out=out, device=H100, model=FakeModel(), k=2, points=3, benchmark=fake_benchmark,
                     progress=False)
     assert len(calls) == 6  # resumed from OUT.progress.json: nothing measured twice

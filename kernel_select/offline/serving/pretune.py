@@ -5,14 +5,16 @@ entries, so that serving compiles with max-autotune benchmark nothing.
 
 The factory returns `(module, example_inputs, dynamic)` where `dynamic` maps an input index to
 `(dim, low, high)`: that dimension (a sequence length) takes values low..high at serve time. A
-shapes file (JSON list of {"op", "dtype", "n", "k", "m": int or {"min", "max"}, ["batch"]})
-names the GEMMs directly.
+shapes file (JSON list of {"op", "dtype", "n", "k", "m": int or {"min", "max"}, ["batch"],
+["layout"]}) names the GEMMs directly; `layout` is "nn" (default), "nt", "tn" or "tt": A then B,
+"n" row-major, "t" a transposed view (column-major).
 
 Steps, each its own function so all but the benchmark run (and are tested) on the CPU:
 1. discover: run the model once (forward, and backward when asked) under a dispatch mode that
    records every aten mm/addmm/bmm/baddbmm with its sizes; the dimension equal to the dynamic
    size is the dynamic one (M: one entry over the range; K, as in a weight gradient: one exact
-   entry per bucket, since a LUT keys K exactly);
+   entry per bucket, since a LUT keys K exactly), and each operand's memory layout (`x @ W.t()`
+   reads B transposed), so the benchmark multiplies the layout the model serves;
 2. bucket: log-spaced Ms (or Ks) over the range;
 3. candidates: the union over the buckets of the model's top-k, so every bucket times the same set;
 4. benchmark (GPU): per bucket, Inductor's own autotuner times the candidates and ATen, caches
@@ -41,6 +43,8 @@ from kernel_select.problem import Problem
 from kernel_select.select import spread_ms, top_k
 
 GEMM_OPS = ("mm", "addmm", "bmm", "baddbmm")
+#: Operand layouts, A then B: "n" row-major, "t" a transposed (column-major) view.
+LAYOUTS = ("nn", "nt", "tn", "tt")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +55,7 @@ class Site:
     dynamic: str | None = None  # "m", "k" or None
     low: int = 0
     high: int = 0
+    layout: str = "nn"  # A then B, see LAYOUTS
 
     def buckets(self, points: int) -> tuple[int, ...]:
         """The values of the dynamic size to benchmark at (the example size when static)."""
@@ -92,23 +97,26 @@ def discover(module: Any, inputs: Sequence[Any], dynamic: dict[int, tuple[int, i
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    seen: list[Problem] = []
+    seen: list[tuple[Problem, str]] = []
     ops = {getattr(torch.ops.aten, op).default: op for op in GEMM_OPS}
 
     class Recorder(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
             op = ops.get(func)
             if op is not None:
-                seen.append(_problem_of(op, args))
+                seen.append((_problem_of(op, args), _layout_of(args)))
             return func(*args, **(kwargs or {}))
 
     with Recorder():
         out = module(*inputs)
         if backward:
-            loss = out.float().sum() if hasattr(out, "sum") else sum(o.float().sum() for o in out)
-            loss.backward()
+            # A dense gradient, as training has (the gradient of a .sum() is an expanded view with
+            # zero strides, which would hide the transposed layouts of the backward GEMMs).
+            outs = [out] if isinstance(out, torch.Tensor) else [o for o in out if isinstance(o, torch.Tensor)]
+            outs = [o for o in outs if o.requires_grad]
+            torch.autograd.backward(outs, [torch.randn_like(o) for o in outs])
     sizes = {inputs[i].shape[dim]: (low, high) for i, (dim, low, high) in dynamic.items()}
-    return list(dict.fromkeys(_site(problem, sizes) for problem in seen))
+    return list(dict.fromkeys(_site(problem, sizes, layout) for problem, layout in seen))
 
 
 def _problem_of(op: str, args: Sequence[Any]) -> Problem:
@@ -120,12 +128,23 @@ def _problem_of(op: str, args: Sequence[Any]) -> Problem:
                    batch=batch, op=op)
 
 
-def _site(problem: Problem, sizes: dict[int, tuple[int, int]]) -> Site:
+def _layout_of(args: Sequence[Any]) -> str:
+    """"n" or "t" for A then B: "t" when the operand is a transposed view (its rows are contiguous
+    in memory), as W.t() in a Linear's forward or grad_y.t() in its weight gradient."""
+    def one(x: Any) -> str:
+        rows, cols = x.shape[-2], x.shape[-1]
+        column_major = x.stride(-2) == 1 and x.stride(-1) >= rows and cols > 1 and rows > 1
+        return "t" if column_major else "n"
+
+    return one(args[-2]) + one(args[-1])
+
+
+def _site(problem: Problem, sizes: dict[int, tuple[int, int]], layout: str = "nn") -> Site:
     for dim in ("m", "k"):  # M first: a square GEMM whose M and K both match is M-dynamic
         value = getattr(problem, dim)
         if value in sizes:
-            return Site(problem, dim, *sizes[value])
-    return Site(problem)
+            return Site(problem, dim, *sizes[value], layout=layout)
+    return Site(problem, layout=layout)
 
 
 def load_shapes(path: str | Path) -> list[Site]:
@@ -142,7 +161,11 @@ def load_shapes(path: str | Path) -> list[Site]:
             low, high = (m["min"], m["max"]) if isinstance(m, dict) else (m, m)
             problem = Problem(int(high), int(item["n"]), int(item["k"]), item.get("dtype", "bfloat16"),
                               batch=int(item.get("batch", 1)), op=item.get("op", "mm"))
-            sites.append(Site(problem, "m", int(low), int(high)) if low != high else Site(problem))
+            layout = item.get("layout", "nn")
+            if layout not in LAYOUTS:
+                raise ValueError(f"layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
+            sites.append(Site(problem, "m", int(low), int(high), layout) if low != high
+                         else Site(problem, layout=layout))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         where = f" entry [{index}]" if "index" in locals() else ""
         raise KernelSelectError(f"{path}{where}: not a shapes file ({type(exc).__name__}: {exc})") from None
@@ -216,7 +239,8 @@ def label_of(kind: str, config: GemmConfig | None) -> str | None:
 
 # -- the run --------------------------------------------------------------------------------------
 
-Benchmark = Callable[[Problem, list[GemmConfig], DeviceSpec], Timings]
+#: (problem, candidates, device, operand layout) -> timings
+Benchmark = Callable[[Problem, list[GemmConfig], DeviceSpec, str], Timings]
 
 
 def pretune(sites: Sequence[Site], *, out: str | Path, device: DeviceSpec, model: Any, k: int = 4,
@@ -242,9 +266,11 @@ def pretune(sites: Sequence[Site], *, out: str | Path, device: DeviceSpec, model
             configs = candidates(site, buckets, k, model, device)
             per_bucket: dict[int, Timings] = {}
             for value in buckets:
-                key = f"{site.at(value)}|{','.join(c.short() for c in configs)}"
+                # "nn" adds nothing to the key, so progress files written before layouts stay valid
+                layout = "" if site.layout == "nn" else f"|{site.layout}"
+                key = f"{site.at(value)}|{','.join(c.short() for c in configs)}{layout}"
                 if key not in done:
-                    done[key] = benchmark(site.at(value), configs, device)
+                    done[key] = benchmark(site.at(value), configs, device, site.layout)
                     journal.write_text(json.dumps(done, indent=1))
                 per_bucket[value] = done[key]
                 bar.update()
@@ -254,7 +280,8 @@ def pretune(sites: Sequence[Site], *, out: str | Path, device: DeviceSpec, model
                 label, geomean, ratios = choose(timings)
                 rows.append(pinned_rows(site, label, configs, geomean, ratios, device, bucket))
                 summary.append({"problem": str(site.at(bucket) if bucket else site.problem),
-                                "dynamic": site.dynamic, "buckets": sorted(timings), "pin": label,
+                                "layout": site.layout, "dynamic": site.dynamic, "buckets": sorted(timings),
+                                "pin": label,
                                 "geomean_ratio": round(geomean, 4),
                                 "worst_ratio": round(max(ratios.values()), 4)})
     lut = KernelLUT.from_rows(rows, source="<pretune>")

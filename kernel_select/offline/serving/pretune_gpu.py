@@ -14,8 +14,10 @@ from kernel_select.offline.serving.pretune import Timings, label_of
 from kernel_select.problem import Problem
 
 
-def benchmark_problem(problem: Problem, configs: list[GemmConfig], device: DeviceSpec) -> Timings:
-    """Inductor's timings of `configs` and ATen for `problem`, as {label: ms}.
+def benchmark_problem(problem: Problem, configs: list[GemmConfig], device: DeviceSpec,
+                      layout: str = "nn") -> Timings:
+    """Inductor's timings of `configs` and ATen for `problem` with operands in `layout` (pretune's
+    LAYOUTS), as {label: ms}.
 
     A temporary LUT lists exactly `configs` for the problem and the handler adds nothing (topk=1,
     cuBLAS gate off), so Inductor benchmarks those configs, ATen and whatever other templates it
@@ -35,7 +37,7 @@ def benchmark_problem(problem: Problem, configs: list[GemmConfig], device: Devic
     with tempfile.TemporaryDirectory(prefix="pretune-") as tmp:
         lut_path = Path(tmp) / "candidates.json"
         save_lut(KernelLUT.from_rows([(device.key, problem.op, problem.dtype, entry)]), lut_path)
-        fn, args = _program(problem)
+        fn, args = _program(problem, layout)
         options = ks_inductor.max_autotune_options("DEFAULT")
         with ks_inductor.enabled(topk=1, kernel_lut_path=str(lut_path), cublas_margin="off"), \
                 torch._inductor.config.patch(shape_padding=False), \
@@ -55,13 +57,19 @@ def benchmark_problem(problem: Problem, configs: list[GemmConfig], device: Devic
     return timings
 
 
-def _program(problem: Problem):  # noqa: ANN202 -- (callable, its CUDA arguments)
+def _program(problem: Problem, layout: str = "nn"):  # noqa: ANN202 -- (callable, its CUDA arguments)
     import torch
 
     dtype = getattr(torch, problem.dtype)
     batch = (problem.batch,) if problem.op in ("bmm", "baddbmm") else ()
-    a = torch.randn(*batch, problem.m, problem.k, device="cuda", dtype=dtype)
-    b = torch.randn(*batch, problem.k, problem.n, device="cuda", dtype=dtype)
+
+    def operand(rows: int, cols: int, transposed: bool) -> torch.Tensor:
+        if transposed:  # a column-major view, as W.t() is
+            return torch.randn(*batch, cols, rows, device="cuda", dtype=dtype).transpose(-2, -1)
+        return torch.randn(*batch, rows, cols, device="cuda", dtype=dtype)
+
+    a = operand(problem.m, problem.k, layout[0] == "t")
+    b = operand(problem.k, problem.n, layout[1] == "t")
     if problem.op in ("addmm", "baddbmm"):
         bias = torch.randn(problem.n, device="cuda", dtype=dtype)
         op = torch.addmm if problem.op == "addmm" else torch.baddbmm

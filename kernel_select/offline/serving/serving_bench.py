@@ -37,9 +37,10 @@ def shapes() -> list[dict[str, Any]]:
     (one pinned entry over the range). The grad weight has it as K, which a LUT keys exactly: it
     is pinned at K = the first length, the hint Inductor compiles the dynamic graph for."""
     m = {"min": LOW, "max": HIGH}
-    return [{"op": "mm", "n": OUT_FEATURES, "k": IN_FEATURES, "m": m},   # x @ W^T
-            {"op": "mm", "n": IN_FEATURES, "k": OUT_FEATURES, "m": m},   # grad_y @ W
-            {"op": "mm", "n": IN_FEATURES, "k": LENGTHS[0], "m": OUT_FEATURES}]  # grad_y^T @ x
+    return [{"op": "mm", "n": OUT_FEATURES, "k": IN_FEATURES, "m": m, "layout": "nt"},   # x @ W^T
+            {"op": "mm", "n": IN_FEATURES, "k": OUT_FEATURES, "m": m, "layout": "nn"},   # grad_y @ W
+            {"op": "mm", "n": IN_FEATURES, "k": LENGTHS[0], "m": OUT_FEATURES,
+             "layout": "tn"}]  # grad_y^T @ x
 
 
 def harness_shapes() -> list[dict[str, Any]]:
