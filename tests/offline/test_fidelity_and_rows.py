@@ -113,3 +113,29 @@ def test_fidelity_result_uses_only_the_configs_both_sides_timed():
     # Ratios 1/10, 2/8, 3/6: the median is 0.25.
     assert result.median_ratio == pytest.approx(0.25)
     assert result.inductor_best == configs[0].short() and result.harness_best == configs[2].short()
+
+
+def test_rows_name_the_commit_and_a_dirty_working_tree(tmp_path, monkeypatch):
+    import shutil
+    import subprocess
+
+    if shutil.which("git") is None:
+        pytest.skip("needs git")
+    monkeypatch.delenv("KERNEL_SELECT_GIT_SHA", raising=False)
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path,
+                              check=True, capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q")
+    (tmp_path / "f.txt").write_text("a")
+    git("add", "f.txt")
+    git("commit", "-q", "-m", "one")
+    head = git("rev-parse", "HEAD")
+    assert bench._git_sha(tmp_path) == head
+    (tmp_path / "new.txt").write_text("untracked files do not count")
+    assert bench._git_sha(tmp_path) == head
+    (tmp_path / "f.txt").write_text("b")
+    assert bench._git_sha(tmp_path) == f"{head}-dirty"
+    monkeypatch.setenv("KERNEL_SELECT_GIT_SHA", "abc123")
+    assert bench._git_sha(tmp_path) == "abc123"

@@ -288,15 +288,22 @@ def provenance(git_sha: str = "") -> dict:
             "git_sha": git_sha or _git_sha()}
 
 
-def _git_sha() -> str:
+def _git_sha(here: Path | None = None) -> str:
+    """The commit the harness runs from (`here`: this file's checkout), "-dirty" when tracked files
+    differ from it (a copy of a working tree whose .git lags its files would otherwise stamp rows
+    with an older commit)."""
     sha = os.environ.get("KERNEL_SELECT_GIT_SHA")
     if sha:
         return sha
+    here = here or Path(__file__).parent
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                              check=True, cwd=Path(__file__).parent).stdout.strip()
+        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                              check=True, cwd=here).stdout.strip()
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                                 capture_output=True, text=True, check=True, cwd=here).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+    return f"{head}-dirty" if changed else head
 
 
 def _median(xs: list[float]) -> float:
