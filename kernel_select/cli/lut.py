@@ -6,9 +6,13 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kernel_select.cli.common import Subparsers, emit_text, int_at_least, output_file, read_json
 from kernel_select.errors import KernelSelectError
+
+if TYPE_CHECKING:
+    from kernel_select.lut import LUTEntry
 
 
 def register(sub: Subparsers) -> None:
@@ -151,11 +155,18 @@ def run_show(args: argparse.Namespace) -> int:
         table.append((row.device, row.op, row.dtype, describe_bounds(row.entry.m),
                       str(row.entry.n), describe_bounds(row.entry.k),
                       "-" if row.op not in BATCHED_OPS else "any" if batch is None else str(batch),
-                      ", ".join(c.short() for c in row.entry.configs), row.entry.note or ""))
+                      _choices_text(row.entry), row.entry.note or ""))
     widths = [max(len(line[i]) for line in table) for i in range(len(table[0]) - 1)]
     for line in table:
         print("  ".join(cell.ljust(width) for cell, width in zip(line, widths)) + "  " + line[-1])
     return 0
+
+
+def _choices_text(entry: LUTEntry) -> str:
+    """The configs of an entry, in order, or "pin: ..." for a pinned one (which has no configs)."""
+    if entry.configs is None:
+        return f"pin: {entry.pin if isinstance(entry.pin, str) else entry.pin.short()}"
+    return ", ".join(config.short() for config in entry.configs)
 
 
 def run_from_log(args: argparse.Namespace) -> int:

@@ -25,5 +25,6 @@ from kernel_select.lut.schema import SCHEMA_VERSION, KernelLUT, LUTRow, OpTables
 __all__ = [
     "ATEN", "BATCHED_OPS", "MAX_DIM", "MAX_LUT_BYTES", "SCHEMA_VERSION", "BatchedLUTEntry", "KernelLUT",
     "LUTEntry", "LUTRow", "MRange", "OpTables", "SizeRange", "check_fits", "dump_lut", "empty_lut",
-    "json_schema", "load_lut", "lut_digest", "migrate", "parse_lut", "read_lut_bytes", "save_lut", "unfit_reason",
+    "json_schema", "load_lut", "lut_digest", "migrate", "parse_lut", "read_lut_bytes", "save_lut",
+    "unfit_reason",
 ]

@@ -85,8 +85,8 @@ def _exact_problem(row: LUTRow) -> Problem | None:
     where = f"{row.device}.{row.op}.{row.dtype} {entry.describe_key()}"
     ranged = [name for name in ("m", "k") if isinstance(getattr(entry, name), SizeRange)]
     if ranged:
-        log.warning("Skipping LUT entry %s: torch's lookup_table keys are exact shapes, so its %s "
-                    "range cannot be exported", where, " and ".join(ranged))
+        log.warning("Skipping LUT entry %s: torch's lookup_table keys are exact shapes, so a range "
+                    "of %s cannot be exported (it is not expanded)", where, " and ".join(ranged))
         return None
     if row.op in BATCHED_OPS and entry.batch_key is None:
         log.warning("Skipping LUT entry %s: torch's lookup_table keys need the batch size; add "
