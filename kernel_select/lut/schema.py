@@ -100,8 +100,15 @@ class LUTRow(NamedTuple):
     entry: LUTEntry
 
 
-_IndexValue = tuple[tuple[int, int, "int | None", LUTEntry], ...]
-_RangeIndexValue = tuple[tuple[int, int, int, int, "int | None", LUTEntry], ...]
+class _Index(NamedTuple):
+    """What lookup reads, built once per table: lookup runs inside every GEMM lowering of
+    torch.compile, so it must not scan the table."""
+
+    # (device, op, dtype, n, k) -> ((m_low, m_high, batch, entry), ...) of the exact-k entries
+    exact: dict[tuple[str, str, str, int, int], tuple[tuple[int, int, int | None, LUTEntry], ...]]
+    # (device, op, dtype, n) -> ((k_low, k_high, m_low, m_high, batch, entry), ...) of the k-range
+    # entries, read only when no exact-k entry matches; one per dynamic-K GEMM, so a scan
+    k_ranges: dict[tuple[str, str, str, int], tuple[tuple[int, int, int, int, int | None, LUTEntry], ...]]
 
 
 class KernelLUT(Strict):
@@ -114,12 +121,8 @@ class KernelLUT(Strict):
         default_factory=dict,
         description="per device key (" + ", ".join(KNOWN_DEVICES) + ", or the name torch reports)")
 
-    # (device, op, dtype, n, k) -> ((m_low, m_high, batch, entry), ...) for exact-k entries: lookup
-    # runs inside every GEMM lowering of torch.compile, so it must not scan the table.
-    _index: dict[tuple[str, str, str, int, int], _IndexValue] = PrivateAttr(default_factory=dict)
-    # (device, op, dtype, n) -> ((k_low, k_high, m_low, m_high, batch, entry), ...) for k-range
-    # entries, read only when the exact index has no match; one per dynamic-K GEMM, so a scan.
-    _k_range_index: dict[tuple[str, str, str, int], _RangeIndexValue] = PrivateAttr(default_factory=dict)
+    # One private attribute for both indexes: each read of one costs pydantic's __getattr__.
+    _index: _Index = PrivateAttr(default_factory=lambda: _Index({}, {}))
     _warned: set[Hashable] = PrivateAttr(default_factory=set)
 
     @model_validator(mode="before")
@@ -149,8 +152,8 @@ class KernelLUT(Strict):
                 k_range_index.setdefault((device, op, dtype, entry.n), []).append((*entry.k_bounds, *m_key))
             else:
                 index.setdefault((device, op, dtype, entry.n, entry.k), []).append(m_key)
-        self._index = {key: tuple(value) for key, value in index.items()}
-        self._k_range_index = {key: tuple(value) for key, value in k_range_index.items()}
+        self._index = _Index({key: tuple(value) for key, value in index.items()},
+                             {key: tuple(value) for key, value in k_range_index.items()})
 
     # -- queries ---------------------------------------------------------------------------------
 
@@ -177,16 +180,17 @@ class KernelLUT(Strict):
             DeviceError: if `device` is not a known device name.
         """
         spec = _device_spec(device)
-        m, batch_wanted = problem.m, problem.batch
-        for low, high, batch, entry in self._index.get((spec.key, problem.op, problem.dtype, problem.n,
-                                                        problem.k), ()):
-            if low <= m <= high and (batch is None or batch == batch_wanted):
+        exact, k_ranges = self._index
+        m, wanted = problem.m, problem.batch
+        key = (spec.key, problem.op, problem.dtype, problem.n)
+        for low, high, batch, entry in exact.get((*key, problem.k), ()):
+            if low <= m <= high and (batch is None or batch == wanted):
                 return entry
         # Entries never overlap, so an exact-k miss is the only case a k range can answer.
-        for k_low, k_high, low, high, batch, entry in self._k_range_index.get(
-                (spec.key, problem.op, problem.dtype, problem.n), ()):
-            if k_low <= problem.k <= k_high and low <= m <= high and (batch is None or batch == batch_wanted):
-                return entry
+        if k_ranges:
+            for k_low, k_high, low, high, batch, entry in k_ranges.get(key, ()):
+                if k_low <= problem.k <= k_high and low <= m <= high and (batch is None or batch == wanted):
+                    return entry
         if self.devices and spec.key not in self.devices:
             self._warn_once(("other device", spec.key),
                             f"kernel lookup table has entries for {', '.join(sorted(self.devices))} "
@@ -229,7 +233,7 @@ class KernelLUT(Strict):
 
     @property
     def num_entries(self) -> int:
-        return sum(len(value) for index in (self._index, self._k_range_index) for value in index.values())
+        return sum(len(value) for index in self._index for value in index.values())
 
     def digest(self) -> str:
         """sha256 of the canonical JSON; equal tables have equal digests (use it in cache keys)."""
