@@ -93,10 +93,10 @@ def test_show_prints_k_ranges_and_pins(capsys, tmp_path):
          "pin": {"block_m": 64, "block_n": 128, "block_k": 64, "num_stages": 3, "num_warps": 4}}]}}}}))
     assert main(["lut", "show", str(path)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[1].split() == ["h100", "mm", "bfloat16", "560..8192", "1280", "3420", "-", "pin:", "64x128x64",
-                                "s3", "w4"]
-    assert lines[2].split() == ["h100", "mm", "bfloat16", "1280", "3420", "560..8192", "-", "pin:", "aten",
-                                "weight", "gradient"]
+    assert lines[1].split() == ["h100", "mm", "bfloat16", "560..8192", "1280", "3420", "-",
+                                "pin:", "64x128x64", "s3", "w4"]
+    assert lines[2].split() == ["h100", "mm", "bfloat16", "1280", "3420", "560..8192", "-",
+                                "pin:", "aten", "weight", "gradient"]
 
 
 def test_from_log_writes_a_valid_lut(capsys, tmp_path):
