@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from kernel_select.configs import GemmConfig
 from kernel_select.device import KNOWN_DEVICES
-from kernel_select.lut import (BATCHED_OPS, MAX_DIM, BatchedLUTEntry, KernelLUT, LUTEntry, LUTRow, MRange,
+from kernel_select.lut import (BATCHED_OPS, MAX_DIM, BatchedLUTEntry, KernelLUT, LUTEntry, LUTRow, SizeRange,
                                dump_lut)
 from kernel_select.problem import SUPPORTED_DTYPES, SUPPORTED_OPS, Problem
 
@@ -48,7 +48,9 @@ _BOOLS = st.booleans()
 _M_HIGH = st.sampled_from((16, 4096, MAX_DIM))
 _M_POINTS = {high: st.lists(st.integers(1, high), min_size=1, max_size=4) for high in (16, 4096, MAX_DIM)}
 _M_SHAPES = st.sampled_from(("exact", "range", "range"))  # a single value is drawn as a range too
-_NK = st.lists(st.tuples(DIMS, DIMS), min_size=1, max_size=2)
+# The width of a k range drawn from k up (None: an exact k); wide ones reach other entries' k.
+_K_WIDTHS = st.sampled_from((None, None, None, 0, 1, 4096, MAX_DIM))
+_NK = st.lists(st.tuples(DIMS, DIMS, _K_WIDTHS), min_size=1, max_size=3)
 _BATCHES = st.lists(st.integers(1, 64), min_size=1, max_size=2)
 
 
@@ -87,14 +89,14 @@ notes = st.sampled_from((None, None, "", "stock max-autotune pick", "größer \u
 
 
 @st.composite
-def m_keys(draw: st.DrawFn) -> list[int | MRange]:
+def m_keys(draw: st.DrawFn) -> list[int | SizeRange]:
     """Up to two disjoint m keys: exact values and inclusive ranges (some of width one)."""
     points = sorted(set(draw(_M_POINTS[draw(_M_HIGH)])))
     if len(points) % 2:  # an odd point out pairs with itself
         points.append(points[-1])
-    out: list[int | MRange] = []
+    out: list[int | SizeRange] = []
     for low, high in zip(points[::2], points[1::2]):
-        out.append(low if draw(_M_SHAPES) == "exact" else MRange(min=low, max=high))
+        out.append(low if draw(_M_SHAPES) == "exact" else SizeRange(min=low, max=high))
     return out
 
 
@@ -111,18 +113,33 @@ _CHOICES = st.one_of(
 
 @st.composite
 def lut_entries(draw: st.DrawFn, op: str = "mm") -> list[LUTEntry]:
-    """Non-overlapping entries for one device/op/dtype."""
+    """Non-overlapping entries for one device/op/dtype: exact k and k ranges, and an entry that
+    would overlap one drawn before it is left out."""
     entries: list[LUTEntry] = []
-    for n, k in _unique(draw(_NK)):
+    for n, k, width in _unique(draw(_NK)):
+        k_key = k if width is None else SizeRange(min=k, max=min(k + width, MAX_DIM))
         batches: list[int | None] = [None]
         if op in BATCHED_OPS and draw(_BOOLS):
             batches = sorted(set(draw(_BATCHES)))
         for batch in batches:
             for m in draw(_M_KEYS):
-                fields = dict(m=m, n=n, k=k, note=draw(notes), **draw(_CHOICES))
-                entries.append(BatchedLUTEntry(batch=batch, **fields) if op in BATCHED_OPS
-                               else LUTEntry(**fields))
+                fields = dict(m=m, n=n, k=k_key, note=draw(notes), **draw(_CHOICES))
+                entry = BatchedLUTEntry(batch=batch, **fields) if op in BATCHED_OPS else LUTEntry(**fields)
+                if not any(entries_meet(entry, other) for other in entries):
+                    entries.append(entry)
     return entries
+
+
+def entries_meet(a: LUTEntry, b: LUTEntry) -> bool:
+    """Whether two entries of one table serve a common problem (the format's overlap rule, written
+    out apart from kernel_select.lut)."""
+    def intersect(x: int | SizeRange, y: int | SizeRange) -> bool:
+        x_low, x_high = (x.min, x.max) if isinstance(x, SizeRange) else (x, x)
+        y_low, y_high = (y.min, y.max) if isinstance(y, SizeRange) else (y, y)
+        return x_low <= y_high and y_low <= x_high
+
+    return (a.n == b.n and intersect(a.m, b.m) and intersect(a.k, b.k)
+            and (a.batch_key is None or b.batch_key is None or a.batch_key == b.batch_key))
 
 
 _CELLS = [(device, op, dtype) for device in sorted(KNOWN_DEVICES) for op in SUPPORTED_OPS
@@ -155,18 +172,23 @@ def probes(draw: st.DrawFn, lut: KernelLUT) -> Problem:
     rows = list(lut.entries())
     if rows and draw(_PROBE_KIND) == "near":
         row = rows[draw(_PICK) % len(rows)]
-        low, high = row.entry.m_bounds
-        m = {"below": low - 1, "low": low, "middle": (low + high) // 2, "high": high,
-             "above": high + 1}[draw(_NEAR)]
+        m = _near(draw, *row.entry.m_bounds)
+        k = _near(draw, *row.entry.k_bounds) if isinstance(row.entry.k, SizeRange) else row.entry.k
         batch = 1
         if row.op in BATCHED_OPS:
             batch = row.entry.batch_key or 1
             if draw(_BOOLS):
                 batch = draw(_SMALL_BATCH)
-        return Problem(max(m, 1), row.entry.n, row.entry.k, row.dtype, batch=batch, op=row.op)
+        return Problem(m, row.entry.n, k, row.dtype, batch=batch, op=row.op)
     op = draw(_OPS)
     return Problem(draw(DIMS), draw(DIMS), draw(DIMS), draw(_DTYPES),
                    batch=draw(_SMALL_BATCH) if op in BATCHED_OPS else 1, op=op)
+
+
+def _near(draw: st.DrawFn, low: int, high: int) -> int:
+    """A size on, inside or just outside [low, high] (never below 1)."""
+    return max(1, {"below": low - 1, "low": low, "middle": (low + high) // 2, "high": high,
+                   "above": high + 1}[draw(_NEAR)])
 
 
 # -- documents -----------------------------------------------------------------------------------
@@ -179,7 +201,7 @@ def hand_written(draw: st.DrawFn, lut: KernelLUT) -> str:
     """`lut` as a person might write it: any indent and key order, marketing device names, entries
     in any order, group_m left out when it is the default."""
     shuffle = random.Random(draw(_PICK)).shuffle
-    doc: dict[str, Any] = {"devices": {}, "schema_version": 2}
+    doc: dict[str, Any] = {"devices": {}, "schema_version": 3}
     names = {key: KNOWN_DEVICES[key].name if draw(_BOOLS) else key for key in sorted(lut.devices)}
     for row in lut.entries():
         name = names[row.device]
@@ -225,7 +247,7 @@ _CORRUPTIONS = st.sampled_from(("delete", "retype", "add_key", "overlap", "trunc
 _BAD_BYTES = st.sampled_from((b"\xff", b"\xc3", b"\xed\xa0\x80", b"\x80", b"\x00"))
 _BYTES = st.integers(0, 255)
 _FLIPS = st.integers(1, 4)
-_VERSIONS = st.sampled_from((0, 3, -1, "2", 2.0, None, True, 10**30))
+_VERSIONS = st.sampled_from((0, 4, -1, "3", 3.0, None, True, 10**30))
 _RETYPES = st.sampled_from(_WRONG_VALUES)
 _UNKNOWN_KEYS = st.sampled_from(("mmm", "Block_M", "note2", "batch", "bf16", "a100x", "min"))
 _SMALL_LUTS = luts(max_tables=1)
@@ -277,4 +299,6 @@ def _add_overlap(draw: st.DrawFn, doc: dict[str, Any]) -> None:
         clone = json.loads(json.dumps(entries[draw(_PICK) % len(entries)]))
         if draw(_BOOLS):
             clone["m"] = {"min": 1, "max": MAX_DIM}
+        if draw(_BOOLS):
+            clone["k"] = {"min": 1, "max": MAX_DIM}
         entries.append(clone)

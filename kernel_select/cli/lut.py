@@ -6,9 +6,13 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kernel_select.cli.common import Subparsers, emit_text, int_at_least, output_file, read_json
 from kernel_select.errors import KernelSelectError
+
+if TYPE_CHECKING:
+    from kernel_select.lut import LUTEntry
 
 
 def register(sub: Subparsers) -> None:
@@ -81,7 +85,7 @@ def _register_converters(lut_sub: Subparsers) -> None:
 
     q = lut_sub.add_parser("schema", help="print the JSON schema of the LUT format",
                            description="Print the JSON schema generated from the LUT models; it is "
-                                       "committed as luts/schema/lut.v2.schema.json.")
+                                       "committed as luts/schema/lut.v3.schema.json.")
     q.add_argument("--out", type=output_file, default=None,
                    help="write the schema here instead of printing it")
     q.set_defaults(handler=run_schema)
@@ -132,6 +136,7 @@ def run_fmt(args: argparse.Namespace) -> int:
 def run_show(args: argparse.Namespace) -> int:
     from kernel_select.device import get_device
     from kernel_select.lut import BATCHED_OPS, KernelLUT, dump_lut, load_lut
+    from kernel_select.lut.entries import describe_bounds
 
     lut = load_lut(args.path)
     rows = list(lut.entries())
@@ -146,16 +151,22 @@ def run_show(args: argparse.Namespace) -> int:
         return 0
     table = [("device", "op", "dtype", "m", "n", "k", "batch", "configs (in order)", "note")]
     for row in rows:
-        low, high = row.entry.m_bounds
         batch = row.entry.batch_key
-        table.append((row.device, row.op, row.dtype, str(low) if low == high else f"{low}..{high}",
-                      str(row.entry.n), str(row.entry.k),
+        table.append((row.device, row.op, row.dtype, describe_bounds(row.entry.m),
+                      str(row.entry.n), describe_bounds(row.entry.k),
                       "-" if row.op not in BATCHED_OPS else "any" if batch is None else str(batch),
-                      ", ".join(c.short() for c in row.entry.configs), row.entry.note or ""))
+                      _choices_text(row.entry), row.entry.note or ""))
     widths = [max(len(line[i]) for line in table) for i in range(len(table[0]) - 1)]
     for line in table:
         print("  ".join(cell.ljust(width) for cell, width in zip(line, widths)) + "  " + line[-1])
     return 0
+
+
+def _choices_text(entry: LUTEntry) -> str:
+    """The configs of an entry, in order, or "pin: ..." for a pinned one (which has no configs)."""
+    if entry.configs is None:
+        return f"pin: {entry.pin if isinstance(entry.pin, str) else entry.pin.short()}"
+    return ", ".join(config.short() for config in entry.configs)
 
 
 def run_from_log(args: argparse.Namespace) -> int:

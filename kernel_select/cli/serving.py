@@ -19,8 +19,8 @@ def register(sub: Subparsers) -> None:
     source.add_argument("--model", metavar="MODULE:FACTORY",
                         help="a factory returning (module, example_inputs, {input_index: (dim, low, high)})")
     source.add_argument("--shapes", metavar="FILE",
-                        help='JSON list of {"op", "dtype", "n", "k", "m": int or {"min", "max"}'
-                             '[, "layout": "nn" / "nt" / "tn" / "tt"]}')
+                        help='JSON list of {"op", "dtype", "n", "m", "k"[, "layout": "nn" / "nt" / "tn" / '
+                             '"tt"]}; m or k (not both) may be {"min", "max"}, the dynamic size')
     q.add_argument("--out", type=output_file, required=True, help="the LUT to write")
     q.add_argument("--backward", action="store_true", help="also the GEMMs of the backward pass")
     q.add_argument("-k", type=int_at_least(1), default=4,

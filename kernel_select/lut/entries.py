@@ -1,9 +1,10 @@
 """One LUT entry (a problem key and its configs, or its pinned choice) and the rule that entries
-may not overlap."""
+may not overlap. m and k are each an exact size or an inclusive range (`SizeRange`)."""
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+from bisect import bisect_left, bisect_right
+from collections.abc import Hashable, Iterable, Iterator
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator,
@@ -34,27 +35,46 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class MRange(Strict):
-    """An inclusive range of m, for entries that serve a dynamic (sequence-length) dimension."""
+class SizeRange(Strict):
+    """An inclusive range of one GEMM size (m or k), for entries that serve a dynamic dimension: a
+    sequence length is M in a forward GEMM and K in a weight gradient."""
 
-    min: Size = Field(description="smallest m this entry serves (inclusive)")
-    max: Size = Field(description="largest m this entry serves (inclusive)")
+    min: Size = Field(description="smallest size this entry serves (inclusive)")
+    max: Size = Field(description="largest size this entry serves (inclusive)")
 
     @model_validator(mode="after")
-    def _ordered(self) -> MRange:
+    def _ordered(self) -> SizeRange:
         if self.min > self.max:
             raise ValueError(f"min ({self.min}) is larger than max ({self.max}); swap them")
         return self
 
 
-def _m_kind(value: Any) -> str:
-    return "range" if isinstance(value, (dict, MRange)) else "exact"
+#: The name the range had when only m could be one; kept so that code importing it keeps working.
+MRange = SizeRange
 
 
-MSpec = Annotated[
-    Union[Annotated[Size, Tag("exact")], Annotated[MRange, Tag("range")]],
-    Discriminator(_m_kind),
+def _size_kind(value: Any) -> str:
+    return "range" if isinstance(value, (dict, SizeRange)) else "exact"
+
+
+#: An exact size or an inclusive range of sizes (m since schema_version 1, k since 3).
+SizeSpec = Annotated[
+    Union[Annotated[Size, Tag("exact")], Annotated[SizeRange, Tag("range")]],
+    Discriminator(_size_kind),
 ]
+
+
+def bounds(size: int | SizeRange) -> tuple[int, int]:
+    """(lowest, highest) value of an exact size or a range, inclusive."""
+    return (size.min, size.max) if isinstance(size, SizeRange) else (size, size)
+
+
+def describe_bounds(size: int | SizeRange) -> str:
+    """"560" for an exact size, "1..8192" for a range."""
+    low, high = bounds(size)
+    return str(low) if low == high else f"{low}..{high}"
+
+
 #: A pinned choice that is not a Triton config: Inductor's ATen (cuBLAS) kernel.
 ATEN = "aten"
 
@@ -73,12 +93,13 @@ UNION_TAGS = ("exact", "range", "aten", "triton")
 
 
 class LUTEntry(Strict):
-    """One problem key (m or an m range, n, k) and either the configs to try for it, best first,
+    """One problem key (m or an m range, n, k or a k range) and either the configs to try for it, best first,
     or the one choice pinned for it (nothing is benchmarked)."""
 
-    m: MSpec = Field(description='rows of A and C: an integer, or {"min": A, "max": B} (inclusive)')
+    m: SizeSpec = Field(description='rows of A and C: an integer, or {"min": A, "max": B} (inclusive)')
     n: Size = Field(description="columns of B and C")
-    k: Size = Field(description="columns of A, rows of B (the reduction dimension)")
+    k: SizeSpec = Field(description='columns of A, rows of B (the reduction dimension): an integer, or '
+                                    '{"min": A, "max": B} (inclusive; schema_version 3)')
     configs: list[GemmConfig] | None = Field(
         default=None, min_length=1,
         description="configs to benchmark, best first (an entry has either configs or pin)")
@@ -120,7 +141,12 @@ class LUTEntry(Strict):
     @property
     def m_bounds(self) -> tuple[int, int]:
         """(lowest, highest) m this entry serves, inclusive."""
-        return (self.m.min, self.m.max) if isinstance(self.m, MRange) else (self.m, self.m)
+        return bounds(self.m)
+
+    @property
+    def k_bounds(self) -> tuple[int, int]:
+        """(lowest, highest) k this entry serves, inclusive."""
+        return bounds(self.k)
 
     @property
     def batch_key(self) -> int | None:
@@ -134,10 +160,8 @@ class LUTEntry(Strict):
         return [] if self.pin == ATEN else [self.pin]  # type: ignore[list-item]
 
     def describe_key(self) -> str:
-        low, high = self.m_bounds
-        m = str(low) if low == high else f"{low}..{high}"
         batch = "" if self.batch_key is None else f" batch={self.batch_key}"
-        return f"m={m} n={self.n} k={self.k}{batch}"
+        return f"m={describe_bounds(self.m)} n={self.n} k={describe_bounds(self.k)}{batch}"
 
 
 class BatchedLUTEntry(LUTEntry):
@@ -150,24 +174,58 @@ class BatchedLUTEntry(LUTEntry):
         return self.batch
 
 
-def _sort_key(entry: LUTEntry) -> tuple[int, int, int, int, int]:
-    low, high = entry.m_bounds
-    return (entry.n, entry.k, low, high, entry.batch_key or 0)
+def _sort_key(entry: LUTEntry) -> tuple[int, ...]:
+    return (entry.n, *entry.k_bounds, *entry.m_bounds, entry.batch_key or 0)
 
 
 def _check_disjoint(entries: list[LUTEntry]) -> list[LUTEntry]:
-    """Reject entries whose keys intersect (same n and k, overlapping m and batch); sort the rest.
+    """Reject entries whose keys intersect (same n, intersecting m and k, batches that can
+    coincide); sort the rest.
 
-    Indices in messages are positions in the file. The returned list is in canonical order, so that
-    a table compares equal to itself after a dump/load round trip.
+    Exact-k entries, nearly all of a table, are grouped by (n, k) and each group is one sweep over
+    m, so thousands of them cost O(E log E). An entry with a k range joins the sweep of each
+    exact-k group whose k it contains and of each k range it meets; k ranges are few (one per
+    dynamic-K GEMM), so this adds little. Indices in messages are positions in the file. The
+    returned list is in canonical order, so that a table compares equal to itself after a
+    dump/load round trip.
     """
-    groups: dict[tuple[int, int], list[int]] = {}
+    exact: dict[tuple[int, int], list[int]] = {}
+    ranged: dict[tuple[int, tuple[int, int]], list[int]] = {}
     for index, entry in enumerate(entries):
-        groups.setdefault((entry.n, entry.k), []).append(index)
-    for members in groups.values():
+        if isinstance(entry.k, SizeRange):
+            ranged.setdefault((entry.n, entry.k_bounds), []).append(index)
+        else:
+            exact.setdefault((entry.n, entry.k), []).append(index)
+    for members in exact.values():
         if len(members) > 1:
             _check_group_disjoint(entries, members)
+    for members in _groups_meeting_k_ranges(exact, ranged):
+        _check_group_disjoint(entries, members)
     return sorted(entries, key=_sort_key)
+
+
+def _groups_meeting_k_ranges(exact: dict[tuple[int, int], list[int]],
+                             ranged: dict[tuple[int, tuple[int, int]], list[int]]) -> Iterator[list[int]]:
+    """The entries that share n and whose k keys intersect, one group per pair of keys where at
+    least one is a k range: a range alone, with each exact k inside it, with each range it meets."""
+    exact_ks: dict[int, list[int]] = {}
+    for n, k in exact:
+        exact_ks.setdefault(n, []).append(k)
+    k_ranges: dict[int, list[tuple[int, int]]] = {}
+    for n, k_range in ranged:
+        k_ranges.setdefault(n, []).append(k_range)
+    for n, ranges in k_ranges.items():
+        ranges.sort()
+        ks = sorted(exact_ks.get(n, ()))
+        for position, (low, high) in enumerate(ranges):
+            own = ranged[n, (low, high)]
+            yield own
+            for k in ks[bisect_left(ks, low):bisect_right(ks, high)]:
+                yield own + exact[n, k]
+            for other in ranges[position + 1:]:  # sorted by low: the first that starts above ends it
+                if other[0] > high:
+                    break
+                yield own + ranged[n, other]
 
 
 def _check_group_disjoint(entries: list[LUTEntry], members: list[int]) -> None:
@@ -180,13 +238,16 @@ def _check_group_disjoint(entries: list[LUTEntry], members: list[int]) -> None:
         widest = chosen[0]
         for index in chosen[1:]:
             if entries[index].m_bounds[0] <= entries[widest].m_bounds[1]:
-                first, second = sorted((widest, index))
-                raise ValueError(
-                    f"entries [{first}] ({entries[first].describe_key()}) and [{second}] "
-                    f"({entries[second].describe_key()}) overlap; make their m ranges disjoint "
-                    "or merge them into one entry")
+                raise _overlap_error(entries, *sorted((widest, index)))
             if entries[index].m_bounds[1] > entries[widest].m_bounds[1]:
                 widest = index
+
+
+def _overlap_error(entries: list[LUTEntry], first: int, second: int) -> ValueError:
+    ranged_k = any(isinstance(entries[i].k, SizeRange) for i in (first, second))
+    return ValueError(f"entries [{first}] ({entries[first].describe_key()}) and [{second}] "
+                      f"({entries[second].describe_key()}) overlap; make their "
+                      f"{'m or k' if ranged_k else 'm'} ranges disjoint or merge them into one entry")
 
 
 EntryList = Annotated[list[LUTEntry], AfterValidator(_check_disjoint)]
@@ -194,9 +255,9 @@ BatchedEntryList = Annotated[list[BatchedLUTEntry], AfterValidator(_check_disjoi
 
 
 def entry_dict(entry: LUTEntry) -> dict[str, Any]:
-    """The canonical JSON object of an entry: m, n, k, [batch], configs or pin, [note], in that order."""
-    out: dict[str, Any] = {"m": entry.m.model_dump() if isinstance(entry.m, MRange) else entry.m,
-                           "n": entry.n, "k": entry.k}
+    """The canonical JSON object of an entry: m, n, k (a range as {"min", "max"}), [batch], configs
+    or pin, [note], in that order."""
+    out: dict[str, Any] = {"m": _size_json(entry.m), "n": entry.n, "k": _size_json(entry.k)}
     if entry.batch_key is not None:
         out["batch"] = entry.batch_key
     if entry.configs is not None:
@@ -206,3 +267,7 @@ def entry_dict(entry: LUTEntry) -> dict[str, Any]:
     if entry.note is not None:
         out["note"] = entry.note
     return out
+
+
+def _size_json(size: int | SizeRange) -> int | dict[str, int]:
+    return size.model_dump() if isinstance(size, SizeRange) else size

@@ -40,27 +40,36 @@ _OPEN_FLAGS = (os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEX
 def _v1_to_v2(raw: dict[str, Any]) -> dict[str, Any]:
     """Version 2 added pinned entries (`pin`); a v1 entry means the same in v2. A `pin` in a v1
     file was never valid, so it is refused here instead of silently gaining a meaning."""
-    for where in _entry_locations_with(raw, "pin"):
+    for where in _entry_locations_where(raw, lambda entry: "pin" in entry):
         raise ValueError(f"{where}.pin: pinned entries need schema_version 2; set "
-                         "\"schema_version\": 2 at the top of the file")
+                         "\"schema_version\": 3 at the top of the file")
     return {**raw, "schema_version": 2}
 
 
-def _entry_locations_with(raw: dict[str, Any], field: str) -> Iterable[str]:
-    """JSON locations of the entries of a raw document that hold `field` (malformed levels are
-    skipped: validation reports them with their location later)."""
+def _v2_to_v3(raw: dict[str, Any]) -> dict[str, Any]:
+    """Version 3 added k ranges (`"k": {"min", "max"}`); a v2 entry means the same in v3. A k range
+    in a v2 file was never valid, so it is refused here instead of silently gaining a meaning."""
+    for where in _entry_locations_where(raw, lambda entry: isinstance(entry.get("k"), dict)):
+        raise ValueError(f"{where}.k: k ranges need schema_version 3; set \"schema_version\": 3 "
+                         "at the top of the file")
+    return {**raw, "schema_version": 3}
+
+
+def _entry_locations_where(raw: dict[str, Any], test: Callable[[dict[str, Any]], bool]) -> Iterable[str]:
+    """JSON locations of the entries (JSON objects) of a raw document for which `test` holds
+    (malformed levels are skipped: validation reports them with their location later)."""
     devices = raw.get("devices")
     for device, tables in (devices.items() if isinstance(devices, dict) else ()):
         for op, per_dtype in (tables.items() if isinstance(tables, dict) else ()):
             for dtype, entries in (per_dtype.items() if isinstance(per_dtype, dict) else ()):
                 for index, entry in enumerate(entries if isinstance(entries, list) else ()):
-                    if isinstance(entry, dict) and field in entry:
+                    if isinstance(entry, dict) and test(entry):
                         yield f"devices.{device}.{op}.{dtype}[{index}]"
 
 
 #: One step per old version: MIGRATIONS[v] turns a raw v document into a raw v + 1 document (or
 #: raises ValueError with a located message). tests/data/lut_v1.json is the v1 golden file.
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
 
 
 def migrate(raw: dict[str, Any], *, source: str = "<string>") -> dict[str, Any]:
@@ -285,13 +294,14 @@ def dump_lut(lut: KernelLUT) -> str:
 
 
 def _emit(value: Any, depth: int, *, inline: bool = False, inline_items: bool = False) -> str:
-    # Configs and m ranges go on one line each; everything else is indented, one key per line.
+    # Configs, pins and m and k ranges go on one line each; everything else is indented, one key
+    # per line.
     if inline or not isinstance(value, (dict, list)) or not value:
         return json.dumps(value, ensure_ascii=False)
     pad, close = "  " * (depth + 1), "  " * depth
     if isinstance(value, dict):
         items = [f"{pad}{json.dumps(key, ensure_ascii=False)}: "
-                 f"{_emit(child, depth + 1, inline=key in ('m', 'pin'), inline_items=key == 'configs')}"
+                 f"{_emit(child, depth + 1, inline=key in ('m', 'k', 'pin'), inline_items=key == 'configs')}"
                  for key, child in value.items()]
         return "{\n" + ",\n".join(items) + "\n" + close + "}"
     items = [pad + _emit(item, depth + 1, inline=inline_items) for item in value]

@@ -2,19 +2,21 @@
 
 A LUT is a versioned JSON document keyed device -> op -> dtype -> a flat list of entries:
 
-    {"schema_version": 2,
+    {"schema_version": 3,
      "devices": {"h100": {"mm": {"bfloat16": [
          {"m": 560, "n": 1280, "k": 3420,
           "configs": [{"block_m": 64, "block_n": 128, "block_k": 128, "num_stages": 4, "num_warps": 4,
                        "group_m": 8}],
           "note": "where this came from"},
          {"m": {"min": 1, "max": 512}, "n": 1280, "k": 3420, "configs": [...]},
-         {"m": {"min": 513, "max": 8192}, "n": 1280, "k": 3420, "pin": "aten"}]}}}}
+         {"m": {"min": 513, "max": 8192}, "n": 1280, "k": 3420, "pin": "aten"},
+         {"m": 1280, "n": 3420, "k": {"min": 560, "max": 8192}, "pin": "aten"}]}}}}
 
-An entry matches exactly one (n, k) and either one m or an inclusive m range, so one entry can serve
-a dynamic sequence length. Entries of one device/op/dtype may not overlap; configs are tried in
-the order written. A pinned entry (schema_version 2) names the one choice to use, "aten" or a
-Triton config, and nothing is benchmarked. Reading and writing files is `kernel_select.lut.io`'s job.
+An entry matches exactly one n, one m or an inclusive m range, and one k or an inclusive k range
+(schema_version 3), so one entry can serve a dynamic sequence length: M in a forward GEMM, K in a
+weight gradient. Entries of one device/op/dtype may not overlap; configs are tried in the order
+written. A pinned entry (schema_version 2) names the one choice to use, "aten" or a Triton config,
+and nothing is benchmarked. Reading and writing files is `kernel_select.lut.io`'s job.
 """
 
 from __future__ import annotations
@@ -30,13 +32,14 @@ from pydantic import AfterValidator, ConfigDict, Field, PrivateAttr, field_valid
 
 from kernel_select.configs import GemmConfig
 from kernel_select.device import KNOWN_DEVICES, DeviceSpec, get_device
-from kernel_select.lut.entries import BatchedEntryList, EntryList, LUTEntry, Strict, entry_dict, first_repeat
+from kernel_select.lut.entries import (BatchedEntryList, EntryList, LUTEntry, SizeRange, Strict, entry_dict,
+                                      first_repeat)
 from kernel_select.lut.hardware import unfit_reason
 from kernel_select.problem import Problem
 
 log = logging.getLogger("kernel_select.lut")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 def _exact_device_key(name: str) -> str | None:
@@ -97,7 +100,15 @@ class LUTRow(NamedTuple):
     entry: LUTEntry
 
 
-_IndexValue = tuple[tuple[int, int, "int | None", LUTEntry], ...]
+class _Index(NamedTuple):
+    """What lookup reads, built once per table: lookup runs inside every GEMM lowering of
+    torch.compile, so it must not scan the table."""
+
+    # (device, op, dtype, n, k) -> ((m_low, m_high, batch, entry), ...) of the exact-k entries
+    exact: dict[tuple[str, str, str, int, int], tuple[tuple[int, int, int | None, LUTEntry], ...]]
+    # (device, op, dtype, n) -> ((k_low, k_high, m_low, m_high, batch, entry), ...) of the k-range
+    # entries, read only when no exact-k entry matches; one per dynamic-K GEMM, so a scan
+    k_ranges: dict[tuple[str, str, str, int], tuple[tuple[int, int, int, int, int | None, LUTEntry], ...]]
 
 
 class KernelLUT(Strict):
@@ -105,14 +116,13 @@ class KernelLUT(Strict):
 
     model_config = ConfigDict(title="kernel_select kernel lookup table")
 
-    schema_version: Literal[2] = Field(default=SCHEMA_VERSION, description="format version of this file")
+    schema_version: Literal[3] = Field(default=SCHEMA_VERSION, description="format version of this file")
     devices: dict[DeviceKey, OpTables] = Field(
         default_factory=dict,
         description="per device key (" + ", ".join(KNOWN_DEVICES) + ", or the name torch reports)")
 
-    # (device, op, dtype, n, k) -> ((m_low, m_high, batch, entry), ...): lookup runs inside
-    # every GEMM lowering of torch.compile, so it must not scan the table.
-    _index: dict[tuple[str, str, str, int, int], _IndexValue] = PrivateAttr(default_factory=dict)
+    # One private attribute for both indexes: each read of one costs pydantic's __getattr__.
+    _index: _Index = PrivateAttr(default_factory=lambda: _Index({}, {}))
     _warned: set[Hashable] = PrivateAttr(default_factory=set)
 
     @model_validator(mode="before")
@@ -135,11 +145,15 @@ class KernelLUT(Strict):
 
     def model_post_init(self, context: Any, /) -> None:
         index: dict[tuple[str, str, str, int, int], list] = {}
-        for row in self.entries():
-            low, high = row.entry.m_bounds
-            key = (row.device, row.op, row.dtype, row.entry.n, row.entry.k)
-            index.setdefault(key, []).append((low, high, row.entry.batch_key, row.entry))
-        self._index = {key: tuple(value) for key, value in index.items()}
+        k_range_index: dict[tuple[str, str, str, int], list] = {}
+        for device, op, dtype, entry in self.entries():
+            m_key = (*entry.m_bounds, entry.batch_key, entry)
+            if isinstance(entry.k, SizeRange):
+                k_range_index.setdefault((device, op, dtype, entry.n), []).append((*entry.k_bounds, *m_key))
+            else:
+                index.setdefault((device, op, dtype, entry.n, entry.k), []).append(m_key)
+        self._index = _Index({key: tuple(value) for key, value in index.items()},
+                             {key: tuple(value) for key, value in k_range_index.items()})
 
     # -- queries ---------------------------------------------------------------------------------
 
@@ -159,17 +173,24 @@ class KernelLUT(Strict):
         return [config for config in entry.candidates if self._runs_on(config, problem.dtype, spec)]
 
     def match(self, problem: Problem, device: str | DeviceSpec) -> LUTEntry | None:
-        """The entry serving `problem` on `device` (its m range tells which m it was made for),
-        or None. A pinned entry whose config cannot run on `device` is reported by `pinned()`.
+        """The entry serving `problem` on `device` (its m and k ranges tell which sizes it was made
+        for), or None. A pinned entry whose config cannot run on `device` is reported by `pinned()`.
 
         Raises:
             DeviceError: if `device` is not a known device name.
         """
         spec = _device_spec(device)
-        key = (spec.key, problem.op, problem.dtype, problem.n, problem.k)
-        for low, high, batch, entry in self._index.get(key, ()):
-            if low <= problem.m <= high and (batch is None or batch == problem.batch):
+        exact, k_ranges = self._index
+        m, wanted = problem.m, problem.batch
+        key = (spec.key, problem.op, problem.dtype, problem.n)
+        for low, high, batch, entry in exact.get((*key, problem.k), ()):
+            if low <= m <= high and (batch is None or batch == wanted):
                 return entry
+        # Entries never overlap, so an exact-k miss is the only case a k range can answer.
+        if k_ranges:
+            for k_low, k_high, low, high, batch, entry in k_ranges.get(key, ()):
+                if k_low <= problem.k <= k_high and low <= m <= high and (batch is None or batch == wanted):
+                    return entry
         if self.devices and spec.key not in self.devices:
             self._warn_once(("other device", spec.key),
                             f"kernel lookup table has entries for {', '.join(sorted(self.devices))} "
@@ -212,7 +233,7 @@ class KernelLUT(Strict):
 
     @property
     def num_entries(self) -> int:
-        return sum(len(value) for value in self._index.values())
+        return sum(len(value) for index in self._index for value in index.values())
 
     def digest(self) -> str:
         """sha256 of the canonical JSON; equal tables have equal digests (use it in cache keys)."""
@@ -247,7 +268,7 @@ class KernelLUT(Strict):
                 same key (for example an m range covering an exact m); resolve it by hand.
         """
         def ident(row: LUTRow) -> tuple[Any, ...]:
-            return (row.device, row.op, row.dtype, row.entry.n, row.entry.k, row.entry.m_bounds,
+            return (row.device, row.op, row.dtype, row.entry.n, row.entry.k_bounds, row.entry.m_bounds,
                     row.entry.batch_key)
 
         merged = {ident(row): row for row in self.entries()}
@@ -271,6 +292,6 @@ def _device_spec(device: str | DeviceSpec) -> DeviceSpec:
 
 
 def json_schema() -> str:
-    """The JSON schema of the current format, as committed in luts/schema/lut.v2.schema.json."""
+    """The JSON schema of the current format, as committed in luts/schema/lut.v3.schema.json."""
     schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", **KernelLUT.model_json_schema()}
     return json.dumps(schema, indent=2) + "\n"

@@ -10,9 +10,10 @@ with "+alpha=1&beta=1" before the op name. On torch 2.11 an entry must carry eve
 (BLOCK_*, GROUP_M, num_stages, num_warps, EVEN_K, ACC_TYPE, USE_FAST_ACCUM); ALLOW_TF32 is left to
 Inductor. Nothing here imports torch: the table is plain data.
 
-Limits: torch's keys are exact shapes, so LUT entries with an m range (and bmm entries without a
-batch) cannot be exported and are skipped with a warning; only contiguous row-major operands are
-read back.
+Limits: torch's keys are exact shapes, so LUT entries with an m or k range (and bmm entries
+without a batch) cannot be exported and are skipped with a warning: a range is not expanded, since
+one covering a sequence length would become thousands of keys. Only contiguous row-major operands
+are read back.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 from kernel_select.configs import GemmConfig, mm_template_kwargs
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import KernelSelectError, LUTError
-from kernel_select.lut import ATEN, BATCHED_OPS, BatchedLUTEntry, KernelLUT, LUTEntry, LUTRow, MRange
+from kernel_select.lut import ATEN, BATCHED_OPS, BatchedLUTEntry, KernelLUT, LUTEntry, LUTRow, SizeRange
 from kernel_select.problem import Problem, dtype_name
 
 log = logging.getLogger(__name__)
@@ -82,9 +83,10 @@ def to_inductor_table(lut: KernelLUT, device_name: str | None = None, *,
 def _exact_problem(row: LUTRow) -> Problem | None:
     entry = row.entry
     where = f"{row.device}.{row.op}.{row.dtype} {entry.describe_key()}"
-    if isinstance(entry.m, MRange):
-        log.warning("Skipping LUT entry %s: torch's lookup_table keys are exact shapes, so an m "
-                    "range cannot be exported", where)
+    ranged = [name for name in ("m", "k") if isinstance(getattr(entry, name), SizeRange)]
+    if ranged:
+        log.warning("Skipping LUT entry %s: torch's lookup_table keys are exact shapes, so a range "
+                    "of %s cannot be exported (it is not expanded)", where, " and ".join(ranged))
         return None
     if row.op in BATCHED_OPS and entry.batch_key is None:
         log.warning("Skipping LUT entry %s: torch's lookup_table keys need the batch size; add "

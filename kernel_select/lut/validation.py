@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from kernel_select.configs import GemmConfig
 from kernel_select.errors import LUTError
-from kernel_select.lut.entries import BATCHED_OPS, UNION_TAGS, BatchedLUTEntry, LUTEntry, MRange
+from kernel_select.lut.entries import BATCHED_OPS, UNION_TAGS, BatchedLUTEntry, LUTEntry, SizeRange
 from kernel_select.lut.schema import KernelLUT, OpTables
 
 #: Unicode categories that are not safe to print raw: control (Cc, e.g. ESC), format (Cf, e.g.
@@ -78,7 +78,7 @@ def _json_path(loc: tuple[Any, ...]) -> tuple[str, bool]:
     for part in loc:
         if part == "[key]":
             is_key = True
-        elif previous in ("m", "pin") and part in UNION_TAGS:
+        elif previous in ("m", "k", "pin") and part in UNION_TAGS:
             pass
         elif isinstance(part, int):
             out += f"[{part}]"
@@ -94,7 +94,7 @@ _FIELDS_OF = {
     "entry": tuple(LUTEntry.model_fields),
     "batched entry": tuple(BatchedLUTEntry.model_fields),
     "config": tuple(GemmConfig.model_fields),
-    "m range": tuple(MRange.model_fields),
+    "size range": tuple(SizeRange.model_fields),
 }
 
 
@@ -120,8 +120,8 @@ def _parent_kind(loc: list[Any]) -> str | None:
         return "device"
     if len(loc) >= 2 and loc[-2] == "configs":
         return "config"
-    if loc[-1] == "m":
-        return "m range"
+    if loc[-1] in ("m", "k"):
+        return "size range"
     if loc[-1] == "pin":
         return "config"
     if len(loc) == 5 and isinstance(loc[-1], int):

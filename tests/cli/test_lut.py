@@ -85,6 +85,20 @@ def test_show_prints_a_table_or_json(capsys):
     assert capsys.readouterr().out == f"{SEED}: no entries\n"
 
 
+def test_show_prints_k_ranges_and_pins(capsys, tmp_path):
+    path = tmp_path / "pins.json"
+    path.write_text(json.dumps({"schema_version": 3, "devices": {"h100": {"mm": {"bfloat16": [
+        {"m": 1280, "n": 3420, "k": {"min": 560, "max": 8192}, "pin": "aten", "note": "weight gradient"},
+        {"m": {"min": 560, "max": 8192}, "n": 1280, "k": 3420,
+         "pin": {"block_m": 64, "block_n": 128, "block_k": 64, "num_stages": 3, "num_warps": 4}}]}}}}))
+    assert main(["lut", "show", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split() == ["h100", "mm", "bfloat16", "560..8192", "1280", "3420", "-",
+                                "pin:", "64x128x64", "s3", "w4"]
+    assert lines[2].split() == ["h100", "mm", "bfloat16", "1280", "3420", "560..8192", "-",
+                                "pin:", "aten", "weight", "gradient"]
+
+
 def test_from_log_writes_a_valid_lut(capsys, tmp_path):
     out = tmp_path / "from_log.json"
     assert main(["lut", "from-log", str(LOG), "--top", "2", "--device", "h100", "--out", str(out)]) == 0
@@ -112,7 +126,7 @@ def test_torch_format_round_trip_through_files(capsys, tmp_path):
 
 def test_schema_command_prints_the_committed_schema(capsys):
     assert main(["lut", "schema"]) == 0
-    assert capsys.readouterr().out == json_schema() == (ROOT / "luts/schema/lut.v2.schema.json").read_text()
+    assert capsys.readouterr().out == json_schema() == (ROOT / "luts/schema/lut.v3.schema.json").read_text()
 
 
 @pytest.mark.parametrize("command", ["validate", "fmt", "show", "from-log", "to-inductor", "from-inductor",

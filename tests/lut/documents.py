@@ -1,9 +1,10 @@
 """JSON-shaped LUT documents, mostly almost valid, and an independent oracle for them.
 
 `documents()` draws a document the way a person gets one wrong: the right shape with, now and
-then, a size of 0 or 2^31, m ranges backwards, an unknown field, an unknown device, two devices
-naming one GPU, overlapping entries, repeated configs, a duplicate JSON key, Latin-1 bytes, or a
-pinned entry gone wrong (pin and configs, a bad pin, a pin in a version 1 file).
+then, a size of 0 or 2^31, m or k ranges backwards, a k range in a version 2 file, an unknown
+field, an unknown device, two devices naming one GPU, overlapping entries (in m, in k or both),
+repeated configs, a duplicate JSON key, Latin-1 bytes, or a pinned entry gone wrong (pin and
+configs, a bad pin, a pin in a version 1 file).
 `expected_rows()` says, from the format's rules as docs/lut.md states them and without using
 kernel_select.lut, whether the document is valid and which entries it holds.
 """
@@ -32,7 +33,8 @@ _DEVICE_NAMES = {**{spec.key: spec.key for spec in KNOWN_DEVICES.values()},
 
 
 _SEEDS = st.integers(0, 2**64 - 1)
-_FAULTS = ("size 0", "size over 2^31-1", "m range backwards", "unknown field", "unknown device",
+_FAULTS = ("size 0", "size over 2^31-1", "m range backwards", "k range backwards", "k range in version 2",
+           "unknown field", "unknown device",
            "one GPU under two names", "overlap", "repeated config", "bad config value", "float size",
            "batch on mm", "no configs", "schema_version", "unknown dtype", "duplicate JSON key", "Latin-1",
            "pin and configs", "bad pin", "pin in version 1")
@@ -60,10 +62,13 @@ def _valid_shape(rng: random.Random) -> dict[str, Any]:
         name = rng.choice((spec.key, spec.name))
         devices[name] = {op: {dtype: _entries(rng, op) for dtype in rng.sample(DTYPES, rng.randint(1, 2))}
                          for op in rng.sample(OPS, rng.randint(1, 2))}
-    # Version 1 files are still read (migrated); they cannot pin, so only pin-free ones say 1.
-    pins = any("pin" in entry for tables in devices.values() for per_dtype in tables.values()
-               for entries in per_dtype.values() for entry in entries)
-    return {"schema_version": 2 if pins or rng.random() < 0.7 else 1, "devices": devices}
+    # Older versions are still read (migrated): version 1 cannot pin, versions 1 and 2 cannot give k
+    # a range, so a document says the oldest version its entries allow, or a newer one.
+    entries = [entry for tables in devices.values() for per_dtype in tables.values()
+               for listed in per_dtype.values() for entry in listed]
+    oldest = 3 if any(isinstance(e["k"], dict) for e in entries) else 2 if any("pin" in e for e in entries) \
+        else 1
+    return {"schema_version": rng.randint(oldest, 3), "devices": devices}
 
 
 def _entries(rng: random.Random, op: str) -> list[dict[str, Any]]:
@@ -72,7 +77,8 @@ def _entries(rng: random.Random, op: str) -> list[dict[str, Any]]:
     entries = []
     for low, high in zip(points[::2], points[1::2]):
         entry: dict[str, Any] = {"m": low if rng.random() < 0.4 else {"min": low, "max": high},
-                                 "n": rng.choice((64, 1280)) if rng.random() < 0.2 else 1280, "k": 3420}
+                                 "n": rng.choice((64, 1280)) if rng.random() < 0.2 else 1280,
+                                 "k": rng.choice(_K_RANGES) if rng.random() < 0.2 else 3420}
         if op in BATCHED and rng.random() < 0.5:
             entry["batch"] = rng.choice((None, 1, 3))
         if rng.random() < 0.3:
@@ -84,6 +90,10 @@ def _entries(rng: random.Random, op: str) -> list[dict[str, Any]]:
         entries.append(entry)
     return entries
 
+
+# Beside, around and on the exact k of the other entries, so that some drawn tables overlap in k.
+_K_RANGES = ({"min": 1, "max": 3419}, {"min": 3421, "max": 8192}, {"min": 3420, "max": 3420},
+             {"min": 2048, "max": 4096}, {"min": 1, "max": MAX_DIM})
 
 _CONFIG_POOL = [
     {"block_m": 64, "block_n": 128, "block_k": 64, "num_stages": 3, "num_warps": 4},
@@ -100,13 +110,16 @@ def _apply(rng: random.Random, document: dict[str, Any], fault: str) -> dict[str
     op, listed = rng.choice(lists) if lists else ("mm", [{"m": 1, "n": 1, "k": 1, "configs": []}])
     entry = rng.choice(listed)
     if fault in ("size 0", "size over 2^31-1", "float size"):
-        m = entry["m"]
-        target, slot = (m, rng.choice(("min", "max"))) if isinstance(m, dict) and rng.random() < 0.5 \
+        size = entry[rng.choice(("m", "k"))]
+        target, slot = (size, rng.choice(("min", "max"))) if isinstance(size, dict) and rng.random() < 0.5 \
             else (entry, rng.choice(("m", "n", "k", "batch") if "batch" in entry else ("m", "n", "k")))
         bad_sizes = {"size 0": 0, "size over 2^31-1": rng.choice((MAX_DIM + 1, 2**40)), "float size": 64.0}
         target[slot] = bad_sizes[fault]
-    elif fault == "m range backwards" and isinstance(entry["m"], dict):
-        entry["m"] = {"min": entry["m"]["max"] + 1, "max": entry["m"]["min"]}
+    elif fault in ("m range backwards", "k range backwards") and isinstance(entry[fault[0]], dict):
+        entry[fault[0]] = {"min": entry[fault[0]]["max"] + 1, "max": entry[fault[0]]["min"]}
+    elif fault == "k range in version 2":
+        entry["k"] = {"min": 1, "max": 2}
+        document["schema_version"] = rng.choice((1, 2))
     elif fault == "unknown field":
         rng.choice(_objects(document, []))[rng.choice(("Block_M", "mmm", "note2", "extra"))] = 1
     elif fault == "unknown device":
@@ -115,7 +128,12 @@ def _apply(rng: random.Random, document: dict[str, Any], fault: str) -> dict[str
         spec = KNOWN_DEVICES[_DEVICE_NAMES[next(iter(document["devices"]))]]
         document["devices"][spec.name if spec.key in document["devices"] else spec.key] = {"mm": {}}
     elif fault == "overlap" and lists:
-        listed.append({**json.loads(json.dumps(entry)), "configs": [dict(_CONFIG_POOL[2])]})
+        clone = {**json.loads(json.dumps(entry)), "configs": [dict(_CONFIG_POOL[2])]}
+        clone.pop("pin", None)
+        if rng.random() < 0.5:  # a k range over the entry's k
+            clone["k"] = {"min": 1, "max": MAX_DIM}
+            document["schema_version"] = 3
+        listed.append(clone)
     elif fault == "repeated config" and entry.get("configs"):
         entry["configs"].append(dict(rng.choice(entry["configs"])))
     elif fault == "bad config value" and (entry.get("configs") or isinstance(entry.get("pin"), dict)):
@@ -135,7 +153,7 @@ def _apply(rng: random.Random, document: dict[str, Any], fault: str) -> dict[str
     elif fault == "pin in version 1":
         document["schema_version"] = 1
     elif fault == "schema_version":
-        document["schema_version"] = rng.choice((0, 3, "1", "2", True, 1.0, 2.0))
+        document["schema_version"] = rng.choice((0, 4, "1", "3", True, 1.0, 3.0))
     elif fault == "unknown dtype" and document["devices"]:
         next(iter(next(iter(document["devices"].values())).values()))[rng.choice(("bf16", "int8"))] = []
     elif fault == "duplicate JSON key":
@@ -197,17 +215,23 @@ def _config_key(config: Any) -> tuple[int, ...]:
     return tuple(values[name] for name in CONFIG_FIELDS)
 
 
+def _bounds(size: Any) -> tuple[int, int]:
+    if isinstance(size, dict):
+        _keys(size, {"min", "max"})
+        low, high = _int(size["min"]), _int(size["max"])
+        if low > high:
+            raise Invalid(size)
+        return low, high
+    return _int(size), _int(size)
+
+
 def _entry_row(entry: Any, op: str, version: int) -> tuple[Any, ...]:
+    """(m low, m high, n, k low, k high, batch, configs, pin, note) of a valid entry."""
     optional = {"configs", "pin", "note"} | ({"batch"} if op in BATCHED else set())
     entry = _keys(entry, {"m", "n", "k"}, optional)
-    m = entry["m"]
-    if isinstance(m, dict):
-        _keys(m, {"min", "max"})
-        low, high = _int(m["min"]), _int(m["max"])
-        if low > high:
-            raise Invalid(m)
-    else:
-        low = high = _int(m)
+    if isinstance(entry["k"], dict) and version < 3:
+        raise Invalid(entry)  # k ranges arrived in version 3
+    key = (*_bounds(entry["m"]), _int(entry["n"]), *_bounds(entry["k"]))
     batch = entry.get("batch")
     if batch is not None:
         _int(batch)
@@ -218,23 +242,23 @@ def _entry_row(entry: Any, op: str, version: int) -> tuple[Any, ...]:
         raise Invalid(entry)  # exactly one of them; pins arrived in version 2
     if "pin" in entry:
         pin = entry["pin"] if entry["pin"] == "aten" else _config_key(entry["pin"])
-        return (low, high, _int(entry["n"]), _int(entry["k"]), batch, (), pin, note)
+        return (*key, batch, (), pin, note)
     configs = entry["configs"]
     if not isinstance(configs, list) or not configs:
         raise Invalid(configs)
     keys = [_config_key(config) for config in configs]
     if len(set(keys)) != len(keys):
         raise Invalid(configs)
-    return (low, high, _int(entry["n"]), _int(entry["k"]), batch, tuple(keys), None, note)
+    return (*key, batch, tuple(keys), None, note)
 
 
 def _overlap(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
-    return (a[2:4] == b[2:4] and a[0] <= b[1] and b[0] <= a[1]
-            and (a[4] is None or b[4] is None or a[4] == b[4]))
+    return (a[2] == b[2] and a[0] <= b[1] and b[0] <= a[1] and a[3] <= b[4] and b[3] <= a[4]
+            and (a[5] is None or b[5] is None or a[5] == b[5]))
 
 
 def expected_rows(document: Any) -> set[tuple[Any, ...]] | None:
-    """The (device key, op, dtype, m low, m high, n, k, batch, configs, pin, note) rows of a valid
+    """The (device key, op, dtype, m low, m high, n, k low, k high, batch, configs, pin, note) rows of a valid
     document, or None when the document is invalid."""
     try:
         return _rows(document)
@@ -245,7 +269,7 @@ def expected_rows(document: Any) -> set[tuple[Any, ...]] | None:
 def _rows(document: Any) -> set[tuple[Any, ...]]:
     _keys(document, {"schema_version"}, {"devices"})
     version = document["schema_version"]
-    if type(version) is not int or version not in (1, 2):
+    if type(version) is not int or version not in (1, 2, 3):
         raise Invalid(document)
     devices = document.get("devices", {})
     if not isinstance(devices, dict):
@@ -268,7 +292,7 @@ def _rows(document: Any) -> set[tuple[Any, ...]]:
 
 def parsed_rows(lut: Any) -> set[tuple[Any, ...]]:
     """The same rows, read from a parsed KernelLUT."""
-    return {(row.device, row.op, row.dtype, *row.entry.m_bounds, row.entry.n, row.entry.k,
+    return {(row.device, row.op, row.dtype, *row.entry.m_bounds, row.entry.n, *row.entry.k_bounds,
              row.entry.batch_key, tuple(config.key for config in row.entry.configs or ()),
              _pin_key(row.entry.pin), row.entry.note)
             for row in lut.entries()}

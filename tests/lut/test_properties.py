@@ -16,10 +16,11 @@ from hypothesis import strategies as st
 from kernel_select.configs import GemmConfig
 from kernel_select.device import KNOWN_DEVICES, DeviceSpec
 from kernel_select.errors import LUTError
-from kernel_select.lut import KernelLUT, dump_lut, empty_lut, load_lut, parse_lut
+from kernel_select.lut import (MAX_DIM, BatchedLUTEntry, KernelLUT, LUTEntry, LUTRow, SizeRange, dump_lut,
+                               empty_lut, load_lut, parse_lut)
 from kernel_select.problem import Problem
 from tests.lut.documents import documents, expected_rows, parsed_rows
-from tests.strategies import corrupted, examples, hand_written, luts, probes
+from tests.strategies import corrupted, entries_meet, examples, hand_written, luts, probes
 
 
 @examples(ci=6000)
@@ -145,9 +146,10 @@ def test_corrupted_documents_raise_only_lut_error_or_load_empty(scratch: Path, d
 def _reference_lookup(lut: KernelLUT, problem: Problem, device: str) -> tuple[list, object]:
     """(configs lookup() returns, the choice pinned() returns), found by a scan."""
     matches = [row.entry for row in lut.entries()
-               if (row.device, row.op, row.dtype, row.entry.n, row.entry.k)
-               == (device, problem.op, problem.dtype, problem.n, problem.k)
+               if (row.device, row.op, row.dtype, row.entry.n)
+               == (device, problem.op, problem.dtype, problem.n)
                and row.entry.m_bounds[0] <= problem.m <= row.entry.m_bounds[1]
+               and row.entry.k_bounds[0] <= problem.k <= row.entry.k_bounds[1]
                and row.entry.batch_key in (None, problem.batch)]
     assert len(matches) <= 1, "validation must have rejected overlapping entries"
     spec = KNOWN_DEVICES[device]
@@ -179,3 +181,45 @@ def test_lookup_agrees_with_brute_force(data: st.DataObject) -> None:
         device = data.draw(st.sampled_from(sorted(lut.devices) or ["h100"]))
         answer = (lut.lookup(problem, device), lut.pinned(problem, device))
         assert answer == _reference_lookup(lut, problem, device)
+
+
+_SIDES = st.sampled_from(("below", "low", "inside", "high", "above"))
+_REACH = st.sampled_from((0, 0, 1, 1000, MAX_DIM))  # how far a drawn range reaches from its point
+
+
+@st.composite
+def _size_around(draw: st.DrawFn, low: int, high: int) -> int | SizeRange:
+    """An exact size or a range, on, in or just beside [low, high]."""
+    point = {"below": low - 1, "low": low, "inside": (low + high) // 2, "high": high,
+             "above": high + 1}[draw(_SIDES)]
+    point = min(max(point, 1), MAX_DIM)
+    if draw(st.booleans()):
+        return point
+    return SizeRange(min=max(1, point - draw(_REACH)), max=min(MAX_DIM, point + draw(_REACH)))
+
+
+@examples(ci=1500)
+@given(luts(min_tables=1), st.data())
+def test_an_added_entry_is_rejected_exactly_when_it_overlaps_one(lut: KernelLUT, data: st.DataObject) -> None:
+    # The new entry sits on, around or beside a drawn entry, in m and in k (each exact or a range),
+    # so both outcomes are frequent; entries_meet is the overlap rule written out independently.
+    rows = list(lut.entries())
+    assume(rows)
+    row = rows[data.draw(st.integers(0, len(rows) - 1))]
+    fields = dict(m=data.draw(_size_around(*row.entry.m_bounds)), n=row.entry.n,
+                  k=data.draw(_size_around(*row.entry.k_bounds)), pin="aten")
+    if isinstance(row.entry, BatchedLUTEntry):
+        new: LUTEntry = BatchedLUTEntry(batch=data.draw(st.sampled_from((None, row.entry.batch_key, 3))),
+                                        **fields)
+    else:
+        new = LUTEntry(**fields)
+    table = [r.entry for r in rows if r[:3] == row[:3]]
+    added = [*rows, LUTRow(row.device, row.op, row.dtype, new)]
+    if any(entries_meet(new, entry) for entry in table):
+        with pytest.raises(LUTError, match="overlap") as info:
+            KernelLUT.from_rows(added)
+        assert f"({new.describe_key()})" in str(info.value)  # the message names the new entry
+    else:  # accepted, and found at a corner of its key
+        corner = Problem(new.m_bounds[0], new.n, new.k_bounds[1], row.dtype, batch=new.batch_key or 1,
+                         op=row.op)
+        assert KernelLUT.from_rows(added).match(corner, row.device) == new

@@ -11,7 +11,7 @@ import pytest
 from kernel_select.configs import GemmConfig
 from kernel_select.errors import LUTError
 from kernel_select.lut.torch_table import from_inductor_table, to_inductor_table
-from kernel_select.lut import BatchedLUTEntry, KernelLUT, LUTEntry, LUTRow, MRange, load_lut
+from kernel_select.lut import BatchedLUTEntry, KernelLUT, LUTEntry, LUTRow, MRange, SizeRange, load_lut
 
 SEED = Path(__file__).resolve().parents[2] / "luts" / "h100_seed.json"
 SEED_KEY = "((torch.bfloat16, [560, 3420], [3420, 1]), (torch.bfloat16, [3420, 1280], [1280, 1]))+mm"
@@ -99,7 +99,7 @@ def test_template_ids_and_even_k_follow_the_problem():
     assert all(set(e) - {"template_id"} == TEMPLATE_KWARGS_2_11 for es in table.values() for e in es)
 
 
-def test_ranges_and_batchless_bmm_entries_are_skipped_with_one_warning_each(caplog):
+def test_m_and_k_ranges_and_batchless_bmm_entries_are_skipped_with_one_warning_each(caplog):
     table = KernelLUT.from_rows([
         LUTRow("h100", "mm", "bfloat16",
                LUTEntry(m=MRange(min=1, max=512), n=8, k=8, configs=[cfg(16, 16, 16, 1, 1)])),
@@ -107,13 +107,20 @@ def test_ranges_and_batchless_bmm_entries_are_skipped_with_one_warning_each(capl
                LUTEntry(m=MRange(min=600, max=700), n=8, k=8, configs=[cfg(16, 16, 16, 1, 1)])),
         LUTRow("h100", "bmm", "bfloat16", BatchedLUTEntry(m=4, n=8, k=8, configs=[cfg(16, 16, 16, 1, 1)])),
         LUTRow("h100", "mm", "bfloat16", LUTEntry(m=560, n=8, k=8, configs=[cfg(16, 16, 16, 1, 1)])),
+        # A k range (a weight gradient over a sequence length) is skipped too, not expanded.
+        LUTRow("h100", "mm", "bfloat16", LUTEntry(m=560, n=8, k=SizeRange(min=9, max=8192), pin="aten")),
+        LUTRow("h100", "mm", "bfloat16",
+               LUTEntry(m=MRange(min=1, max=8), n=16, k=SizeRange(min=1, max=8), pin=cfg(16, 16, 16, 1, 1))),
     ])
     with caplog.at_level(logging.WARNING, logger="kernel_select.lut.torch_table"):
         exported = to_inductor_table(table)
     assert len(exported) == 1
     messages = [r.getMessage() for r in caplog.records]
-    assert len(messages) == 3
-    assert sum("m range cannot be exported" in m for m in messages) == 2
+    assert len(messages) == 5
+    assert sum("a range of m cannot be exported" in m for m in messages) == 2
+    assert sum("m=560 n=8 k=9..8192: torch's lookup_table keys are exact shapes, so a range of k cannot"
+               in m for m in messages) == 1
+    assert sum("a range of m and k cannot be exported" in m for m in messages) == 1
     assert sum("need the batch size" in m for m in messages) == 1
 
 

@@ -73,6 +73,20 @@ def test_shapes_files_name_sites(tmp_path: Path):
         pretune.load_shapes(path)
 
 
+def test_shapes_files_name_k_dynamic_sites_and_refuse_two_dynamic_sizes(tmp_path: Path):
+    path = _write(tmp_path / "shapes.json", [{"n": 3420, "m": 1280, "k": {"min": 560, "max": 8192}},
+                                             {"n": 64, "m": 32, "k": {"min": 48, "max": 48}}])
+    weight_gradient, fixed = pretune.load_shapes(path)
+    assert (weight_gradient.dynamic, weight_gradient.low, weight_gradient.high) == ("k", 560, 8192)
+    assert weight_gradient.problem == Problem(1280, 3420, 8192, "bfloat16")
+    assert weight_gradient.at(1024) == Problem(1280, 3420, 1024, "bfloat16")
+    assert fixed.dynamic is None and fixed.problem.k == 48
+    both = {"n": 64, "m": {"min": 1, "max": 8}, "k": {"min": 1, "max": 8}}
+    _write(path, [{"n": 64, "m": 32, "k": 64}, both])
+    with pytest.raises(KernelSelectError, match=r"entry \[1\].*m and k are both ranges"):
+        pretune.load_shapes(path)
+
+
 def test_the_choice_minimizes_the_geometric_mean_ratio_over_buckets():
     timings = {560: {"a": 1.0, "b": 1.05, "aten": 1.5}, 8192: {"a": 3.0, "b": 1.1, "aten": 1.0}}
     label, geomean, ratios = pretune.choose(timings)
@@ -97,7 +111,8 @@ def test_a_run_writes_pins_with_ranges_and_resumes(tmp_path: Path):
                        device, layout: str) -> dict[str, float]:  # noqa: ANN001
         calls.append((problem, layout))
         timings = {c.short(): 1.0 + i * 0.1 for i, c in enumerate(configs)}
-        timings[ATEN] = 0.5 if problem.k > 4000 else 2.0  # cuBLAS wins the big-K weight gradients
+        # cuBLAS wins the weight gradient (N=3420) at the two big-K buckets, loses it at K=560
+        timings[ATEN] = 0.5 if problem.n == 3420 and problem.k > 2000 else 2.0
         return timings
 
     out = tmp_path / "serving.json"
@@ -108,9 +123,17 @@ def test_a_run_writes_pins_with_ranges_and_resumes(tmp_path: Path):
     assert isinstance(lut.pinned(forward, "h100"), GemmConfig)
     assert lut.match(forward, "h100").m_bounds == (560, 8192)
     assert "kernel-select pretune" in lut.match(forward, "h100").note
-    assert lut.pinned(Problem(1280, 3420, 8192, "bfloat16"), "h100") == ATEN
-    assert isinstance(lut.pinned(Problem(1280, 3420, 560, "bfloat16"), "h100"), GemmConfig)
-    assert summary["entries"] == 4 and len(calls) == 6
+    # The weight gradient: ONE entry over the K range, its choice the best geometric mean over the
+    # buckets 560/2142/8192: aten (ratios 2, 1, 1) over the best Triton config (1, 2, 2), although
+    # the K=560 bucket alone would have pinned Triton.
+    weight_gradient = lut.match(Problem(1280, 3420, 560, "bfloat16"), "h100")
+    assert weight_gradient.k_bounds == (560, 8192) and weight_gradient.m_bounds == (1280, 1280)
+    for k in (560, 1000, 2048, 2143, 8192):  # every compile's hint, not only the buckets
+        assert lut.match(Problem(1280, 3420, k, "bfloat16"), "h100") == weight_gradient
+    assert lut.match(Problem(1280, 3420, 8193, "bfloat16"), "h100") is None
+    assert lut.pinned(Problem(1280, 3420, 1024, "bfloat16"), "h100") == ATEN
+    assert summary["entries"] == 2 and len(calls) == 6
+    assert [site["pin"] for site in summary["sites"]][1] == ATEN
     assert [layout for _, layout in calls] == ["nt"] * 3 + ["nn"] * 3  # each site's own layout
     pretune.pretune(sites, out=out, device=H100, model=FakeModel(), k=2, points=3, benchmark=fake_benchmark,
                     progress=False)
@@ -121,7 +144,8 @@ def test_the_serving_bench_compares_each_length_with_the_fastest_method(tmp_path
     from kernel_select.offline.serving import serving_bench
 
     sites = pretune.load_shapes(_write(tmp_path / "s.json", serving_bench.shapes()))
-    assert [s.dynamic for s in sites] == ["m", "m", None]
+    assert [s.dynamic for s in sites] == ["m", "m", "k"]
+    assert {(s.low, s.high) for s in sites} == {(serving_bench.LOW, serving_bench.HIGH)}
     per_method = {"a": {"compile_s": 1.0, "benchmarks": 0,
                         "lengths": {str(n): {"kernel_ms": 2.0} for n in serving_bench.LENGTHS}},
                   "b": {"compile_s": 2.0, "benchmarks": 9,

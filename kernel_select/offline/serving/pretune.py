@@ -5,22 +5,22 @@ entries, so that serving compiles with max-autotune benchmark nothing.
 
 The factory returns `(module, example_inputs, dynamic)` where `dynamic` maps an input index to
 `(dim, low, high)`: that dimension (a sequence length) takes values low..high at serve time. A
-shapes file (JSON list of {"op", "dtype", "n", "k", "m": int or {"min", "max"}, ["batch"],
-["layout"]}) names the GEMMs directly; `layout` is "nn" (default), "nt", "tn" or "tt": A then B,
-"n" row-major, "t" a transposed view (column-major).
+shapes file (JSON list of {"op", "dtype", "n", "m", "k", ["batch"], ["layout"]}, where m or k, not
+both, may be {"min", "max"}) names the GEMMs directly; `layout` is "nn" (default), "nt", "tn" or
+"tt": A then B, "n" row-major, "t" a transposed view (column-major).
 
 Steps, each its own function so all but the benchmark run (and are tested) on the CPU:
 1. discover: run the model once (forward, and backward when asked) under a dispatch mode that
    records every aten mm/addmm/bmm/baddbmm with its sizes; the dimension equal to the dynamic
-   size is the dynamic one (M: one entry over the range; K, as in a weight gradient: one exact
-   entry per bucket, since a LUT keys K exactly), and each operand's memory layout (`x @ W.t()`
-   reads B transposed), so the benchmark multiplies the layout the model serves;
+   size is the dynamic one (M, or K as in a weight gradient), and each operand's memory layout
+   (`x @ W.t()` reads B transposed), so the benchmark multiplies the layout the model serves;
 2. bucket: log-spaced Ms (or Ks) over the range;
 3. candidates: the union over the buckets of the model's top-k, so every bucket times the same set;
 4. benchmark (GPU): per bucket, Inductor's own autotuner times the candidates and ATen, caches
    off, through a temporary LUT and `kernel_select.inductor.record`;
 5. choose: the choice with the smallest geometric mean over the buckets of time / best time;
-6. write: pinned entries with m ranges and a note with the measured figures.
+6. write: one pinned entry per GEMM, with an m range or a k range over the dynamic size (the
+   range the GEMM serves, wider than the buckets) and a note with the measured figures.
 
 Measurements are kept in `<out>.progress.json` as they arrive, so an interrupted run resumes.
 """
@@ -38,7 +38,7 @@ from typing import Any
 from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec
 from kernel_select.errors import KernelSelectError
-from kernel_select.lut import ATEN, BatchedLUTEntry, KernelLUT, LUTEntry, LUTRow, MRange
+from kernel_select.lut import ATEN, BatchedLUTEntry, KernelLUT, LUTEntry, LUTRow, SizeRange
 from kernel_select.problem import Problem
 from kernel_select.select import spread_ms, top_k
 
@@ -157,19 +157,30 @@ def load_shapes(path: str | Path) -> list[Site]:
         raw = json.loads(Path(path).read_text())
         sites = []
         for index, item in enumerate(raw):
-            m = item["m"]
-            low, high = (m["min"], m["max"]) if isinstance(m, dict) else (m, m)
-            problem = Problem(int(high), int(item["n"]), int(item["k"]), item.get("dtype", "bfloat16"),
-                              batch=int(item.get("batch", 1)), op=item.get("op", "mm"))
-            layout = item.get("layout", "nn")
-            if layout not in LAYOUTS:
-                raise ValueError(f"layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
-            sites.append(Site(problem, "m", int(low), int(high), layout) if low != high
-                         else Site(problem, layout=layout))
+            sites.append(_shape_site(item))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         where = f" entry [{index}]" if "index" in locals() else ""
         raise KernelSelectError(f"{path}{where}: not a shapes file ({type(exc).__name__}: {exc})") from None
     return sites
+
+
+def _shape_site(item: dict[str, Any]) -> Site:
+    """One shapes-file entry as a Site; its problem has the dynamic size at the top of its range."""
+    ranges = {dim: (int(item[dim]["min"]), int(item[dim]["max"])) for dim in ("m", "k")
+              if isinstance(item[dim], dict)}
+    if len(ranges) > 1:
+        raise ValueError("m and k are both ranges; a GEMM follows one dynamic size, so give one "
+                         "of them as an integer (split the GEMM into one entry per fixed size)")
+    sizes = {dim: ranges[dim][1] if dim in ranges else int(item[dim]) for dim in ("m", "k")}
+    problem = Problem(sizes["m"], int(item["n"]), sizes["k"], item.get("dtype", "bfloat16"),
+                      batch=int(item.get("batch", 1)), op=item.get("op", "mm"))
+    layout = item.get("layout", "nn")
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
+    for dim, (low, high) in ranges.items():
+        if low != high:
+            return Site(problem, dim, low, high, layout)
+    return Site(problem, layout=layout)
 
 
 # -- 3. candidates, 5. choice, 6. LUT (pure) ----------------------------------------------------------
@@ -213,16 +224,17 @@ def choose(per_bucket: dict[int, Timings]) -> tuple[str, float, dict[int, float]
 
 
 def pinned_rows(site: Site, label: str, configs: Sequence[GemmConfig], geomean: float,
-                ratios: dict[int, float], device: DeviceSpec, bucket: int | None = None) -> LUTRow:
-    """The pinned LUT row for `site` (one exact-K bucket of a K-dynamic site when `bucket` is given)."""
+                ratios: dict[int, float], device: DeviceSpec) -> LUTRow:
+    """The pinned LUT row for `site`: its dynamic size (m or k) as a range over low..high."""
     pin: GemmConfig | str = ATEN if label == ATEN else next(c for c in configs if c.short() == label)
-    problem = site.at(bucket) if bucket is not None else site.problem
-    m: int | MRange = MRange(min=site.low, max=site.high) if site.dynamic == "m" else problem.m
+    problem = site.problem
+    m: int | SizeRange = SizeRange(min=site.low, max=site.high) if site.dynamic == "m" else problem.m
+    k: int | SizeRange = SizeRange(min=site.low, max=site.high) if site.dynamic == "k" else problem.k
     worst = max(ratios.values())
     note = (f"kernel-select pretune: {label}, {geomean:.3f}x the per-bucket best on average, "
             f"{worst:.3f}x at worst, over {'/'.join(str(b) for b in sorted(ratios))} "
             f"({len(configs)} Triton + aten timed)")
-    fields: dict[str, Any] = {"m": m, "n": problem.n, "k": problem.k, "pin": pin, "note": note}
+    fields: dict[str, Any] = {"m": m, "n": problem.n, "k": k, "pin": pin, "note": note}
     if problem.op in ("bmm", "baddbmm"):
         entry: LUTEntry = BatchedLUTEntry(batch=problem.batch, **fields)
     else:
@@ -274,16 +286,12 @@ def pretune(sites: Sequence[Site], *, out: str | Path, device: DeviceSpec, model
                     journal.write_text(json.dumps(done, indent=1))
                 per_bucket[value] = done[key]
                 bar.update()
-            groups = ([(None, per_bucket)] if site.dynamic != "k"
-                      else [(b, {b: per_bucket[b]}) for b in buckets])
-            for bucket, timings in groups:
-                label, geomean, ratios = choose(timings)
-                rows.append(pinned_rows(site, label, configs, geomean, ratios, device, bucket))
-                summary.append({"problem": str(site.at(bucket) if bucket else site.problem),
-                                "layout": site.layout, "dynamic": site.dynamic, "buckets": sorted(timings),
-                                "pin": label,
-                                "geomean_ratio": round(geomean, 4),
-                                "worst_ratio": round(max(ratios.values()), 4)})
+            # One choice over all buckets, whether the dynamic size is M or K (a k-range entry).
+            label, geomean, ratios = choose(per_bucket)
+            rows.append(pinned_rows(site, label, configs, geomean, ratios, device))
+            summary.append({"problem": str(site.problem), "layout": site.layout, "dynamic": site.dynamic,
+                            "buckets": sorted(per_bucket), "pin": label, "geomean_ratio": round(geomean, 4),
+                            "worst_ratio": round(max(ratios.values()), 4)})
     lut = KernelLUT.from_rows(rows, source="<pretune>")
     save_lut(lut, out)
     return {"out": str(out), "entries": lut.num_entries, "sites": summary}

@@ -33,14 +33,13 @@ METHODS = ("eager", "default", "max_autotune", "topk4_dynamic", "pinned_lut")
 
 
 def shapes() -> list[dict[str, Any]]:
-    """The program's GEMMs as a pretune shapes file. Forward and grad input have the length as M
-    (one pinned entry over the range). The grad weight has it as K, which a LUT keys exactly: it
-    is pinned at K = the first length, the hint Inductor compiles the dynamic graph for."""
-    m = {"min": LOW, "max": HIGH}
-    return [{"op": "mm", "n": OUT_FEATURES, "k": IN_FEATURES, "m": m, "layout": "nt"},   # x @ W^T
-            {"op": "mm", "n": IN_FEATURES, "k": OUT_FEATURES, "m": m, "layout": "nn"},   # grad_y @ W
-            {"op": "mm", "n": IN_FEATURES, "k": LENGTHS[0], "m": OUT_FEATURES,
-             "layout": "tn"}]  # grad_y^T @ x
+    """The program's GEMMs as a pretune shapes file, one pinned entry each over the length range:
+    forward and grad input have the length as M (an m range), the grad weight has it as K (a k
+    range), so every compile's hint finds its pin."""
+    length = {"min": LOW, "max": HIGH}
+    return [{"op": "mm", "n": OUT_FEATURES, "k": IN_FEATURES, "m": length, "layout": "nt"},   # x @ W^T
+            {"op": "mm", "n": IN_FEATURES, "k": OUT_FEATURES, "m": length, "layout": "nn"},   # grad_y @ W
+            {"op": "mm", "n": IN_FEATURES, "k": length, "m": OUT_FEATURES, "layout": "tn"}]  # grad_y^T @ x
 
 
 def harness_shapes() -> list[dict[str, Any]]:
