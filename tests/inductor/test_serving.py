@@ -17,7 +17,7 @@ import kernel_select.inductor as ks_inductor  # noqa: E402
 import kernel_select.knobs as ks_config  # noqa: E402
 from kernel_select.configs import GemmConfig  # noqa: E402
 from kernel_select.inductor import dynamic  # noqa: E402
-from kernel_select.lut import ATEN, KernelLUT, LUTEntry, MRange, save_lut  # noqa: E402
+from kernel_select.lut import ATEN, KernelLUT, LUTEntry, MRange, SizeRange, save_lut  # noqa: E402
 from kernel_select.select import default_spread, spread_ms, top_k  # noqa: E402
 from tests.inductor.kit import (  # noqa: E402
     FakeInputs, SEED, finalize, inductor_candidates, params_config, triton_of)
@@ -136,6 +136,22 @@ def test_a_triton_pin_is_the_only_choice_inductor_gets(tmp_path: Path):
     assert [c.template.uid for c in result] == ["triton::mm"]
     assert params_config(result[0]) == PINNED and result[0].params.to_kwargs()["hint_override"] is None
     assert handler.selections[-1].pinned == PINNED
+
+
+def test_a_k_range_pin_serves_a_weight_gradient_at_every_compiles_hint(tmp_path: Path):
+    # grad_y.t() @ x under mark_dynamic: M = 1280 and N = 3420 fixed, K = the sequence length,
+    # symbolic, hinted with whichever length a compile was for. One entry over the range serves all.
+    path = write_lut(tmp_path, LUTEntry(m=1280, n=3420, k=SizeRange(min=560, max=8192), pin=PINNED))
+    handler = ks_inductor.KernelSelectChoices(topk=4, model=FakeModel(), device="h100",
+                                              kernel_lut_path=path)
+    k = sympy.Symbol("s1", positive=True, integer=True)
+    for hint in (560, 1024, 2048, 8192):
+        inputs = FakeInputs(1280, 3420, hint, k_symbolic=k)
+        result = finalize(handler, inputs, inductor_candidates(inputs))
+        assert [c.template.uid for c in result] == ["triton::mm"] and params_config(result[0]) == PINNED
+        assert result[0].params.to_kwargs()["EVEN_K"] is False  # a symbolic K is never known even
+    outside = FakeInputs(1280, 3420, 9000, k_symbolic=k)  # a hint beyond the range: not pinned
+    assert len(triton_of(finalize(handler, outside, inductor_candidates(outside)))) == 4
 
 
 def test_an_aten_pin_offers_only_aten(tmp_path: Path):
