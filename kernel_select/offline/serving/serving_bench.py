@@ -153,8 +153,10 @@ def assemble(per_method: dict[str, dict[str, Any]],
             "fastest_method_ms": fastest, "methods": per_method}
 
 
-def plot(results: dict[str, Any], path: Path) -> None:
-    from matplotlib.figure import Figure
+def plot(results: dict[str, Any], path: str | Path | None = None) -> Any:
+    """Kernel time / best per length, one line per method (compile time and benchmarks in the
+    legend). Returns the matplotlib Figure; also saves it to `path` when given."""
+    from matplotlib.figure import Figure  # no pyplot: no global state, works headless
 
     figure = Figure(figsize=(7, 4))
     axes = figure.add_subplot()
@@ -166,9 +168,28 @@ def plot(results: dict[str, Any], path: Path) -> None:
                             f"{result['benchmarks']} benchmarks)")
     axes.set_xscale("log")
     axes.set_xlabel("sequence length")
-    axes.set_ylabel("kernel time / best measured")
+    axes.set_ylabel("kernel time / best")
+    axes.set_title(results.get("best_source", ""), fontsize=7)
     axes.legend(fontsize=7)
-    figure.savefig(path, dpi=120, bbox_inches="tight")
+    if path is not None:
+        figure.savefig(path, dpi=120, bbox_inches="tight")
+    return figure
+
+
+def table(results: dict[str, Any]) -> Any:
+    """One row per method: compile seconds, benchmarks, and per length kernel ms and ratio to best."""
+    import pandas as pd
+
+    rows = {}
+    for method, result in results["methods"].items():
+        row: dict[str, Any] = {"compile_s": result.get("compile_s"), "benchmarks": result.get("benchmarks"),
+                               "error": result.get("error")}
+        for length, entry in result.get("lengths", {}).items():
+            row[f"{length} ms"] = entry["kernel_ms"]
+            row[f"{length} / best"] = entry["ratio_to_best"]
+        rows[method] = row
+    frame = pd.DataFrame.from_dict(rows, orient="index")
+    return frame.drop(columns="error") if frame["error"].isna().all() else frame
 
 
 def main(argv: list[str] | None = None) -> int:
