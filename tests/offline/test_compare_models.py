@@ -169,3 +169,19 @@ def test_one_real_worker_process_on_cpu(tmp_path: Path, monkeypatch: pytest.Monk
     assert results["models"][0]["results"]["dynamo"]["compile_s"] > 0
     assert results["models"][0]["sizes"] == {"batch": 1}
     assert dataclasses.asdict(methods[1])["backend"] == "eager"
+
+
+@pytest.mark.parametrize("architecture", ["gpt2-small", "llama3-8b-2layer"])
+def test_decode_position_stays_inside_the_models_position_table(architecture: str) -> None:
+    """GPT-2 learns 1024 positions: decoding after a 1024-token prefill would index position 1024
+    (a device-side assert on the GPU). The real sizes, on the real configs (no weights built)."""
+    transformers = pytest.importorskip("transformers")
+    from kernel_select.offline.e2e import model_zoo
+
+    arch = model_zoo.ARCHITECTURES[architecture]
+    config = {"gpt2-small": lambda: transformers.GPT2Config(n_positions=1024),
+              "llama3-8b-2layer": lambda: transformers.LlamaConfig(max_position_embeddings=8192)}[architecture]()
+    context = model_zoo.decode_context(config, arch.sizes)
+    limit = getattr(config, "max_position_embeddings", None) or config.n_positions
+    assert context < limit  # the timed token sits at position `context`
+    assert context == min(arch.sizes.prefill_seq, limit - 1)

@@ -145,6 +145,8 @@ def measure(spec: dict[str, Any], timer: Timer | None = None) -> dict[str, Any]:
 
     device = torch.device(spec["device"])
     if device.type == "cuda":
+        # "cuda" without an index means the first GPU; set_device insists on an index.
+        device = torch.device("cuda", device.index or 0)
         torch.cuda.set_device(device)
     method = ModelMethod(**spec["method"])
     _warm_up(device, method)

@@ -262,7 +262,7 @@ def _decode_step(module: Any, sizes: Sizes, device: Any) -> tuple[dict[str, int]
     import torch
 
     t = _transformers()
-    batch, context = sizes.decode_batch, sizes.prefill_seq
+    batch, context = sizes.decode_batch, decode_context(module.config, sizes)
     cache = t.StaticCache(config=module.config, max_cache_len=context + 1)
     vocab = module.config.vocab_size
     prompt = torch.randint(0, vocab, (batch, context), device=device)
@@ -277,6 +277,14 @@ def _decode_step(module: Any, sizes: Sizes, device: Any) -> tuple[dict[str, int]
         return fn(input_ids=token, past_key_values=cache, use_cache=True, cache_position=position).logits
 
     return {"batch": batch, "context": context}, _inference(run)
+
+
+def decode_context(config: Any, sizes: Sizes) -> int:
+    """Tokens already in the cache when the timed token is decoded: the prefill length, but
+    below the model's position limit (GPT-2 has 1024 learned positions; decoding at position
+    1024 after a 1024-token prefill indexes past its embedding table)."""
+    limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    return min(sizes.prefill_seq, limit - 1) if limit else sizes.prefill_seq
 
 
 def _rewind(cache: Any, length: int) -> None:
