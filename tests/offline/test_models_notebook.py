@@ -40,8 +40,9 @@ def _results(methods: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, A
     results = compare_models.new_results("Fake GPU", "fake", names, {"samples": 3, "repeat": 1})
     for name, per_method in methods.items():
         arch, phase = name.split("/")
+        aggregated = {method: model_report.aggregate(runs) for method, runs in per_method.items()}
         results["models"].append({"name": name, "architecture": arch, "phase": phase, "sizes": {"batch": 2},
-                                  "results": {m: model_report.aggregate(runs) for m, runs in per_method.items()}})
+                                  "results": aggregated})
     return results
 
 
@@ -50,12 +51,13 @@ def _synthetic() -> dict[str, Any]:
         "tiny-gpt/prefill": {
             "default": [_run(2.0, 8.0, 10.0)],
             "stock": [_run(100.0, 5.0, 10.0, _gemms({"triton 64x64x32 s3 w4": 12}, "aten mm"))],
-            "topk-4": [_run(20.0, 3.0, 8.0, _gemms({"triton 32x64x64 s4 w4": 11, "triton 64x64x32 s3 w4": 1},
-                                                   "aten mm"))]},
+            "topk-4": [_run(20.0, 3.0, 8.0,
+                            _gemms({"triton 32x64x64 s4 w4": 11, "triton 64x64x32 s3 w4": 1}, "aten mm"))]},
         "tiny-gpt/decode": {
             "default": [_run(1.0, 0.9, 1.0)],
             "stock": [{"error": CRASH}],
-            "topk-4": [_run(10.0, 0.5, 1.0, _gemms({"triton 16x64x64 s4 w4": 12}, "triton 16x32x64 s5 w2"))]}})
+            "topk-4": [_run(10.0, 0.5, 1.0,
+                            _gemms({"triton 16x64x64 s4 w4": 12}, "triton 16x32x64 s5 w2"))]}})
 
 
 def test_table_values_by_hand_for_two_methods() -> None:
