@@ -179,8 +179,9 @@ def test_decode_position_stays_inside_the_models_position_table(architecture: st
     from kernel_select.offline.e2e import model_zoo
 
     arch = model_zoo.ARCHITECTURES[architecture]
-    config = {"gpt2-small": lambda: transformers.GPT2Config(n_positions=1024),
-              "llama3-8b-2layer": lambda: transformers.LlamaConfig(max_position_embeddings=8192)}[architecture]()
+    configs = {"gpt2-small": lambda: transformers.GPT2Config(n_positions=1024),
+               "llama3-8b-2layer": lambda: transformers.LlamaConfig(max_position_embeddings=8192)}
+    config = configs[architecture]()
     context = model_zoo.decode_context(config, arch.sizes)
     limit = getattr(config, "max_position_embeddings", None) or config.n_positions
     assert context < limit  # the timed token sits at position `context`

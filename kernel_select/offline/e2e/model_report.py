@@ -6,16 +6,20 @@ imported only by the functions that need them.
     results = model_report.load("results/models_h100.json")
     print(model_report.format_summary(model_report.summarize(results)))
     model_report.plot_models(results)          # a matplotlib Figure
+    model_report.table(results)                # per model and method: compile, step, ratios
+    model_report.gemm_frame(results, "gpt2-small/prefill")   # what each method's GEMMs picked
 """
 
 from __future__ import annotations
 
 import dataclasses
 import statistics
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from kernel_select.errors import OptionError
 from kernel_select.offline.compare.summary import counted
 from kernel_select.offline.metrics import geomean
 
@@ -66,6 +70,17 @@ def succeeded(result: dict[str, Any] | None) -> bool:
     return bool(result) and result.get("error") is None and (result.get("step_ms") or 0) > 0
 
 
+def relative_step(result: dict[str, Any]) -> float:
+    """Step time over the eager step timed in the same process. Every comparison between methods
+    goes through it: it cancels what differs between processes (clocks, a busy neighbour)."""
+    return result["step_ms"] / result["eager_step_ms"]
+
+
+def compiled_methods(results: dict[str, Any]) -> list[str]:
+    """The compared methods, in the file's order; eager is every method's reference, not one of them."""
+    return [m for m in results["methods"] if m != "eager"]
+
+
 # -- summary -------------------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +107,7 @@ class Summary:
 
 
 def summarize(results: dict[str, Any]) -> Summary:
-    methods = [m for m in results["methods"] if m != "eager"]
+    methods = compiled_methods(results)
     used, excluded = [], []
     for entry in results["models"]:
         ok = all(succeeded(entry["results"].get(m)) for m in methods)
@@ -103,8 +118,7 @@ def summarize(results: dict[str, Any]) -> Summary:
 
 def _row(method: str, used: list[dict[str, Any]]) -> MethodRow:
     def rel(entry: dict[str, Any], name: str) -> float:
-        result = entry["results"][name]
-        return result["step_ms"] / result["eager_step_ms"]
+        return relative_step(entry["results"][name])
 
     def versus(other: str) -> float | None:
         if not all(succeeded(e["results"].get(other)) for e in used):
@@ -164,17 +178,88 @@ def model_frame(results: dict[str, Any]) -> Any:
     return pd.DataFrame(rows).set_index(["model", "method"]) if rows else pd.DataFrame()
 
 
-def gemm_frame(results: dict[str, Any], model: str) -> Any:
-    """Each autotuned GEMM of `model`: op and shapes, and each method's winner."""
+#: The columns `table` gives each method.
+TABLE_METRICS = ("compile_s", "step_ms", "step/stock", "step/default", "vs eager")
+
+
+def table(results: dict[str, Any]) -> Any:
+    """One row per model, a column group per method (TABLE_METRICS): compile seconds, step ms,
+    the step against stock's and default's, and the speedup over eager. Ratios use each run's own
+    eager step (`relative_step`), as `summarize` does, so their geomeans are the summary's.
+    NaN where the method (or the reference) failed or was not run."""
     import pandas as pd
 
-    entry = next(e for e in results["models"] if e["name"] == model)
-    table: dict[tuple[str, str], dict[str, Any]] = {}
+    methods = compiled_methods(results)
+    rows = {}
+    for entry in results["models"]:
+        measured = {m: r for m, r in entry["results"].items() if succeeded(r)}
+        row: dict[tuple[str, str], float] = {}
+        for method in (m for m in methods if m in measured):
+            result = measured[method]
+            row[(method, "compile_s")] = result["compile_s"]
+            row[(method, "step_ms")] = result["step_ms"]
+            for reference in ("stock", "default"):
+                if reference in measured:
+                    row[(method, f"step/{reference}")] = (relative_step(result)
+                                                         / relative_step(measured[reference]))
+            row[(method, "vs eager")] = 1 / relative_step(result)
+        rows[entry["name"]] = row
+    columns = pd.MultiIndex.from_product([methods, TABLE_METRICS], names=["method", "metric"])
+    frame = pd.DataFrame(list(rows.values()), index=pd.Index(list(rows), name="model"), columns=columns)
+    return frame.astype(float)
+
+
+def failures(results: dict[str, Any]) -> list[str]:
+    """'model  method: the error's first line' for each failed run (or for a (model, method)
+    whose result carries an error and no runs)."""
+    lines = []
+    for entry in results["models"]:
+        for method, result in entry["results"].items():
+            errors = [run["error"] for run in result.get("runs") or [] if run.get("error")]
+            if not errors and result.get("error"):
+                errors = [result["error"]]
+            lines += [f"{entry['name']}  {method}: {_first_line(error)}" for error in errors]
+    return lines
+
+
+def _first_line(text: str) -> str:
+    lines = str(text).strip().splitlines()
+    return lines[0] if lines else ""
+
+
+def gemm_frame(results: dict[str, Any], model: str) -> Any:
+    """The GEMMs of `model` Inductor autotuned: one row per (op, shapes), `count` = how many the
+    network has (identical layers share a row), and per method what won. A cell lists
+    'choice ×n' when that method's instances did not all pick one winner, or it has fewer of them.
+    Methods that autotuned nothing (mode="default", a failed run) get no column.
+
+    Raises:
+        OptionError: `model` is not in the results.
+    """
+    import pandas as pd
+
+    entry = next((e for e in results["models"] if e["name"] == model), None)
+    if entry is None:
+        raise OptionError(f"no model {model!r} in the results; they hold "
+                          f"{', '.join(e['name'] for e in results['models']) or 'none'}")
+    winners: dict[tuple[str, str], dict[str, Counter[str]]] = {}
     for method, result in entry["results"].items():
         for gemm in result.get("gemms") or []:
             key = (gemm["op"], str(gemm["shapes"]))
-            table.setdefault(key, {"op": key[0], "shapes": key[1]})[method] = gemm["choice"]
-    return pd.DataFrame(list(table.values()))
+            winners.setdefault(key, {}).setdefault(method, Counter())[gemm["choice"]] += 1
+    rows = []
+    for (op, shapes), by_method in winners.items():
+        count = max(sum(choices.values()) for choices in by_method.values())
+        rows.append({"op": op, "shapes": shapes, "count": count,
+                     **{method: _winners_cell(choices, count) for method, choices in by_method.items()}})
+    methods = [m for m in results["methods"] if any(m in row for row in rows)]
+    return pd.DataFrame(rows, columns=["op", "shapes", "count", *methods])
+
+
+def _winners_cell(choices: Counter[str], count: int) -> str:
+    if len(choices) == 1 and sum(choices.values()) == count:
+        return next(iter(choices))
+    return ", ".join(f"{choice} ×{n}" for choice, n in choices.most_common())
 
 
 def plot_models(results: dict[str, Any], path: str | Path | None = None) -> Any:
