@@ -65,7 +65,8 @@ def pool_ready(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     # torch skips precompiling on Python 3.11.0-3.11.8 (cpython issue 106905), which this CPU
     # machine runs; the GPU machine's 3.12 does not, so pretend to be it.
     version = collections.namedtuple("version_info", "major minor micro")(3, 12, 0)
-    monkeypatch.setattr(select_algorithm, "sys", types.SimpleNamespace(**{**vars(sys), "version_info": version}))
+    fake_sys = types.SimpleNamespace(**{**vars(sys), "version_info": version})
+    monkeypatch.setattr(select_algorithm, "sys", fake_sys)
     return journal
 
 
@@ -136,7 +137,8 @@ def test_gate_answers_false_in_its_thread_only(monkeypatch: pytest.MonkeyPatch):
     seen: dict[str, bool] = {}
     with precompile.in_process_precompile():
         seen["inside"] = AsyncCompile().use_process_pool()
-        other = threading.Thread(target=lambda: seen.__setitem__("other thread", AsyncCompile.use_process_pool()))
+        other = threading.Thread(
+            target=lambda: seen.__setitem__("other thread", AsyncCompile.use_process_pool()))
         other.start()
         other.join()
         with precompile.in_process_precompile():
