@@ -56,7 +56,7 @@ def torch_shape_problem() -> str | None:
         from torch._inductor.select_algorithm import AlgorithmSelectorCache
     except Exception as exc:  # noqa: BLE001 -- any import failure means "leave torch alone"
         return f"cannot import Inductor's autotuning ({type(exc).__name__}: {exc})"
-    make_fn = getattr(AlgorithmSelectorCache, "make_precompile_fn", None)
+    make_fn = AlgorithmSelectorCache.__dict__.get("make_precompile_fn")  # its own, not inherited
     code = getattr(getattr(make_fn, _ORIGINAL, make_fn), "__code__", None)
     if code is None:
         return "torch._inductor.select_algorithm.AlgorithmSelectorCache has no make_precompile_fn"
