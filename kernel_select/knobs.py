@@ -34,6 +34,12 @@ Knobs:
                    buckets themselves) or a list of ints; None = the m range of the matching LUT
                    entry, else the symbol's declared range (mark_dynamic(min=, max=)), else
                    hint/4 .. hint*4. Environment: TORCHINDUCTOR_GEMM_DYNAMIC_M.
+  precompile_in_process  precompile every autotuned Triton choice in the compiling process's thread
+                   pool, never in Inductor's compile-worker pool, so benchmarking reuses what was
+                   compiled instead of compiling each choice again (kernel_select.inductor.precompile).
+                   A bool ("1"/"0", "true"/"false", "on"/"off", "yes"/"no"); default False until it
+                   is measured on a GPU. Takes effect through install().
+                   Environment: TORCHINDUCTOR_GEMM_PRECOMPILE_IN_PROCESS.
 
 Environment variables are read once, when this module is imported; the values live in this
 module. The knobs are process-wide (not thread-local), unlike Inductor's own config patches.
@@ -61,6 +67,7 @@ ENV_GEMM_TOPK = "TORCHINDUCTOR_GEMM_TOPK"
 ENV_CUBLAS_MARGIN = "TORCHINDUCTOR_GEMM_CUBLAS_MARGIN"
 ENV_DYNAMIC_M = "TORCHINDUCTOR_GEMM_DYNAMIC_M"
 ENV_AUTO_TOPK_CAP = "TORCHINDUCTOR_GEMM_AUTO_TOPK_CAP"
+ENV_PRECOMPILE_IN_PROCESS = "TORCHINDUCTOR_GEMM_PRECOMPILE_IN_PROCESS"
 DEFAULT_CUBLAS_MARGIN = DEFAULT_MARGIN  # the gate owns it: see kernel_select.model.gate for how it was chosen
 
 TopK = Union[int, str]
@@ -178,6 +185,19 @@ def parse_dynamic_m(value: object, *, source: str = "dynamic_m") -> tuple[int, .
     raise error
 
 
+_TRUE_WORDS = ("1", "true", "on", "yes")
+_FALSE_WORDS = ("0", "false", "off", "no")
+
+
+def parse_precompile_in_process(value: object, *, source: str = "precompile_in_process") -> bool:
+    """A bool, or one of "1"/"0", "true"/"false", "on"/"off", "yes"/"no" (case-insensitive)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _TRUE_WORDS + _FALSE_WORDS:
+        return value.strip().lower() in _TRUE_WORDS
+    raise OptionError(f"{source}: expected True or False (or '1'/'0', 'on'/'off'), got {value!r}")
+
+
 _PARSERS: dict[str, Callable[..., Any]] = {
     "kernel_lut_path": parse_lut_path,
     "topk": parse_topk,
@@ -186,6 +206,7 @@ _PARSERS: dict[str, Callable[..., Any]] = {
     "device": parse_device,
     "cublas_margin": parse_cublas_margin,
     "dynamic_m": parse_dynamic_m,
+    "precompile_in_process": parse_precompile_in_process,
 }
 
 
@@ -201,6 +222,7 @@ model: str | None = None
 device: str | None = None
 cublas_margin: float | None = _from_env(ENV_CUBLAS_MARGIN, parse_cublas_margin, DEFAULT_CUBLAS_MARGIN)
 dynamic_m: tuple[int, ...] | None = _from_env(ENV_DYNAMIC_M, parse_dynamic_m, None)
+precompile_in_process: bool = _from_env(ENV_PRECOMPILE_IN_PROCESS, parse_precompile_in_process, False)
 
 
 def snapshot() -> dict[str, Any]:

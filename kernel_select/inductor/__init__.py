@@ -8,6 +8,7 @@
 choices   the handler that replaces Triton GEMM candidates, and its cache-key uuid
 settings  knob precedence and the `gemm_topk` / `kernel_lut_path` torch.compile options
 install   the picklable factory, install / uninstall / enabled
+precompile  precompile_in_process: autotuned Triton choices precompiled in this process
 probe     experiment helpers (offline compare and fidelity): compile options, autotuning records
 eager_parity  config patches that keep GEMVs on cuBLAS as eager does
 dynamic   which Ms a symbolic M is ranked for; multi-kernel hints

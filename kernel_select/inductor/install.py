@@ -18,10 +18,12 @@ from torch._inductor import config as inductor_config
 from torch._inductor.choices import InductorChoices
 from torch._inductor.virtualized import V
 
-from kernel_select import runtime
+from kernel_select import knobs, runtime
 from kernel_select.errors import OptionError
+from kernel_select.inductor import precompile
 from kernel_select.inductor.choices import KernelSelectChoices
-from kernel_select.inductor.settings import register_options, validated_overrides
+from kernel_select.inductor.settings import (register_options, resolve_precompile_in_process,
+                                             validated_overrides)
 from kernel_select.model import PerformanceModel
 
 log = logging.getLogger(__name__)
@@ -87,6 +89,8 @@ class _Installed:
     handler: KernelSelectChoices
     previous_class: Any
     handler_scope: contextlib.AbstractContextManager[None]
+    precompile_in_process: bool | None = None  # install()'s argument; None = the knob
+    precompile_held: bool = False  # whether this install() holds the make_precompile_fn wrapper
 
 
 _thread_state = threading.local()
@@ -113,15 +117,21 @@ def _handler_to_wrap(factory: ChoicesFactory) -> InductorChoices | None:
 
 def install(*, topk: int | str | None = None, kernel_lut_path: str | None = None, model: str | None = None,
             device: str | None = None, cublas_margin: float | str | None = None,
-            dynamic_m: str | list[int] | None = None) -> KernelSelectChoices:
+            dynamic_m: str | list[int] | None = None,
+            precompile_in_process: bool | str | None = None) -> KernelSelectChoices:
     """Make torch.compile's max-autotune benchmark only the top-k Triton GEMM configs.
 
     Arguments override the kernel_select.knobs knobs (None = use the knob). Call it in the
     thread that compiles: the handler is per thread, and so are Inductor's config overrides on
     torch 2.13. A choices handler already in place is wrapped, not dropped (one INFO line says
     which). Undo with uninstall(). Also registers the `kernel_lut_path` / `gemm_topk` /
-    `gemm_dynamic_m` torch.compile options (see register_options). Returns the installed handler.
+    `gemm_dynamic_m` / `gemm_precompile_in_process` torch.compile options (see register_options).
+    `precompile_in_process` (None = the knob) precompiles this thread's autotuned Triton choices
+    in process, so benchmarking does not compile them again (see kernel_select.inductor.precompile).
+    Returns the installed handler.
     """
+    precompile_override = None if precompile_in_process is None else knobs.parse_precompile_in_process(
+        precompile_in_process, source="install(precompile_in_process=...)")
     previous_class = inductor_config.inductor_choices_class
     factory = ChoicesFactory(wraps=previous_class, topk=topk, kernel_lut_path=kernel_lut_path, model=model,
                              device=device, cublas_margin=cublas_margin, dynamic_m=dynamic_m)
@@ -140,7 +150,8 @@ def install(*, topk: int | str | None = None, kernel_lut_path: str | None = None
     handler_scope = V.set_choices_handler(handler)
     handler_scope.__enter__()
     inductor_config.inductor_choices_class = factory
-    _install_stack().append(_Installed(handler, previous_class, handler_scope))
+    _install_stack().append(_Installed(handler, previous_class, handler_scope, precompile_override,
+                                       _hold_precompile(precompile_override)))
     if handler.inner is not None:
         log.info("kernel_select: installed %r, wrapping the choices handler already in place (%s)",
                  handler, type(handler.inner).__qualname__)
@@ -162,17 +173,48 @@ def uninstall() -> bool:
     installed = stack.pop()
     inductor_config.inductor_choices_class = installed.previous_class
     installed.handler_scope.__exit__(None, None, None)
+    if installed.precompile_held:
+        precompile.release(_precompile_wanted)
     log.info("kernel_select: uninstalled %r", installed.handler)
     return True
+
+
+def _precompile_wanted() -> bool:
+    """Whether this thread's latest install() wants Triton choices precompiled in process. The
+    make_precompile_fn wrapper asks at every call, so a per-compile torch option counts too."""
+    stack = _install_stack()
+    return bool(stack) and resolve_precompile_in_process(stack[-1].precompile_in_process)
+
+
+def _hold_precompile(override: bool | None) -> bool:
+    """Put the precompile_in_process wrapper in force for as long as this install() lasts.
+
+    From install() rather than from the handler's hook on purpose: the hook returns its
+    candidates before Inductor calls make_precompile_fn, so a patch made there could not be
+    scoped to that call and would stay in force for the rest of the compile. The wrapper scopes
+    it to exactly each precompile submit loop of this thread: the handler's Triton GEMM configs,
+    Inductor's own ones it passes through, and other autotuned templates (which pay the same
+    double compile) alike. It is inert, one Python call, while the knob is off.
+    """
+    if precompile.hold(_precompile_wanted):
+        return True
+    problem = precompile.torch_shape_problem() or "the wrapper could not be installed"
+    if resolve_precompile_in_process(override):
+        precompile.warn_once(problem)
+    else:  # nobody asked for it (yet): not worth a warning
+        log.debug("kernel_select: precompile_in_process unavailable: %s", problem)
+    return False
 
 
 @contextlib.contextmanager
 def enabled(*, topk: int | str | None = None, kernel_lut_path: str | None = None, model: str | None = None,
             device: str | None = None, cublas_margin: float | str | None = None,
-            dynamic_m: str | list[int] | None = None) -> Iterator[KernelSelectChoices]:
+            dynamic_m: str | list[int] | None = None,
+            precompile_in_process: bool | str | None = None) -> Iterator[KernelSelectChoices]:
     """install() for the duration of a with-block, then uninstall()."""
     handler = install(topk=topk, kernel_lut_path=kernel_lut_path, model=model, device=device,
-                      cublas_margin=cublas_margin, dynamic_m=dynamic_m)
+                      cublas_margin=cublas_margin, dynamic_m=dynamic_m,
+                      precompile_in_process=precompile_in_process)
     try:
         yield handler
     finally:

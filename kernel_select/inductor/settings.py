@@ -24,7 +24,9 @@ log = logging.getLogger(__name__)
 OPTION_KERNEL_LUT_PATH = "kernel_lut_path"
 OPTION_GEMM_TOPK = "gemm_topk"
 OPTION_GEMM_DYNAMIC_M = "gemm_dynamic_m"
-OPTION_NAMES = (OPTION_KERNEL_LUT_PATH, OPTION_GEMM_TOPK, OPTION_GEMM_DYNAMIC_M)
+OPTION_GEMM_PRECOMPILE_IN_PROCESS = "gemm_precompile_in_process"
+OPTION_NAMES = (OPTION_KERNEL_LUT_PATH, OPTION_GEMM_TOPK, OPTION_GEMM_DYNAMIC_M,
+                OPTION_GEMM_PRECOMPILE_IN_PROCESS)
 GATE_OFF = "off"  # install(cublas_margin="off"): the cuBLAS gate is off for this handler
 
 _lock = threading.Lock()
@@ -96,6 +98,17 @@ def resolve_settings(overrides: dict[str, Any] | None = None) -> Settings:
                     dynamic_m=dynamic_m, auto_topk_cap=knobs.auto_topk_cap)
 
 
+def resolve_precompile_in_process(override: bool | None = None) -> bool:
+    """Whether Triton choices are precompiled in the compiling process right now. Same precedence
+    as resolve_settings: the torch option (per compile), then install()'s argument, then the knob.
+    Not part of Settings: it changes how choices are compiled, never which one is selected."""
+    option = _torch_option(OPTION_GEMM_PRECOMPILE_IN_PROCESS)
+    if option is not None:
+        return knobs.parse_precompile_in_process(
+            option, source=f"torch._inductor.config.{OPTION_GEMM_PRECOMPILE_IN_PROCESS}")
+    return knobs.precompile_in_process if override is None else override
+
+
 def _margin(value: float | str | None) -> float | None:
     return None if value == GATE_OFF else value  # type: ignore[return-value]
 
@@ -105,7 +118,8 @@ _options_registered: bool | None = None  # None = not tried yet
 
 
 def register_options() -> bool:
-    """Add `kernel_lut_path`, `gemm_topk` and `gemm_dynamic_m` to torch._inductor.config (idempotent).
+    """Add `kernel_lut_path`, `gemm_topk`, `gemm_dynamic_m` and `gemm_precompile_in_process` to
+    torch._inductor.config (idempotent).
 
     Afterwards `torch._inductor.config.gemm_topk = 4` and
     `torch.compile(options={"gemm_topk": 4, "kernel_lut_path": ..., "max_autotune": True})` work,
@@ -162,7 +176,8 @@ def _check_options() -> str | None:
             return "the new options do not read back as None"
         if not all(name in inductor_config.get_config_copy() for name in OPTION_NAMES):
             return "get_config_copy() does not list the new options"
-        probe = {OPTION_GEMM_TOPK: 3, OPTION_KERNEL_LUT_PATH: "probe.json", OPTION_GEMM_DYNAMIC_M: "1..2"}
+        probe = {OPTION_GEMM_TOPK: 3, OPTION_KERNEL_LUT_PATH: "probe.json", OPTION_GEMM_DYNAMIC_M: "1..2",
+                 OPTION_GEMM_PRECOMPILE_IN_PROCESS: True}
         with inductor_config.patch(probe):
             saved = pickle.loads(inductor_config.save_config())
             if any(saved.get(name) != value for name, value in probe.items()):

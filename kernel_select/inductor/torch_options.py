@@ -1,4 +1,4 @@
-# Declarations of the two options kernel_select adds to torch._inductor.config.
+# Declarations of the options kernel_select adds to torch._inductor.config.
 #
 # kernel_select.inductor.register_options() turns this module into a torch config module with
 # torch's own install_config_module() (so the entries are built by whichever torch is installed)
@@ -17,3 +17,6 @@ gemm_topk: Optional[Union[int, str]] = None
 
 # Values a dynamic M takes ("560..8192" or "560,1024,2048"); None = kernel_select.knobs.
 gemm_dynamic_m: Optional[str] = None
+
+# Precompile autotuned Triton choices in the compiling process (bool); None = kernel_select.knobs.
+gemm_precompile_in_process: Optional[bool] = None

@@ -151,6 +151,20 @@ def test_stock_options_are_inductors_max_autotune_mode() -> None:
     assert parity.topk == 4 and parity.compile_options()["coordinate_descent_tuning"] is False
 
 
+def test_inproc_method_passes_the_knob_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    import kernel_select.inductor as ks_inductor
+    import torch
+
+    calls: list[dict[str, object]] = []
+    monkeypatch.setattr(ks_inductor, "install", lambda **kwargs: calls.append(kwargs))
+    inproc, plain = select_methods("topk-4-inproc,topk-4")
+    # The worker rebuilds the method from JSON: the knob must survive the trip.
+    inproc = ModelMethod(**json.loads(json.dumps(dataclasses.asdict(inproc))))
+    for method in (inproc, plain):  # Dynamo without Inductor: compiles lazily, nothing runs here
+        dataclasses.replace(method, backend="eager").compile(torch.nn.Linear(2, 2))
+    assert [(c["topk"], c["precompile_in_process"]) for c in calls] == [(4, True), (4, False)]
+
+
 @pytest.mark.slow
 def test_one_real_worker_process_on_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The subprocess path end to end: the recommendation tower needs no transformers; Dynamo

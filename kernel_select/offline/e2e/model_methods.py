@@ -8,6 +8,8 @@ Built in, in this order:
   topk-1/4     the same, with kernel_select's handler at k = 1 and 4
   topk-auto    the handler with topk="auto", offered only when `kernel_select.knobs` accepts it
   topk-4-parity  the handler at k = 4 with `eager_parity_patches()` (GEMVs stay on cuBLAS)
+  topk-4-inproc  the handler at k = 4 with `precompile_in_process`: Triton choices precompiled in the
+               compiling process, so benchmarking does not compile them a second time
   lut          the handler at k = 1 with a pinned lookup table (offered only when one is given):
                the LUT's entry for a GEMM is the one Triton config benchmarked beside cuBLAS
 
@@ -38,6 +40,7 @@ class ModelMethod:
     cudagraphs: bool = True  # max-autotune only: Inductor's CUDA graphs, as mode="max-autotune" has
     backend: str = "inductor"  # "eager" = Dynamo without Inductor (CPU tests of the plumbing)
     eager_parity: bool = False  # keep GEMVs on cuBLAS (kernel_select.inductor.eager_parity)
+    precompile_in_process: bool = False  # the handler's knob (kernel_select.inductor.precompile)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -71,7 +74,10 @@ class ModelMethod:
         if self.uses_handler:
             import kernel_select.inductor as ks_inductor
 
-            ks_inductor.install(topk=self.topk, kernel_lut_path=self.lut)
+            # Passed even when False, so an environment variable cannot turn it on for the other
+            # handler methods of a comparison.
+            ks_inductor.install(topk=self.topk, kernel_lut_path=self.lut,
+                                precompile_in_process=self.precompile_in_process)
         if self.backend != "inductor":
             return torch.compile(module, backend=self.backend)
         options = self.compile_options()
@@ -117,6 +123,8 @@ register_method("topk-auto",
                 lambda ctx: _handler("topk-auto", "auto")(ctx) if supports_topk("auto") else None)
 register_method("topk-4-parity", lambda ctx: dataclasses.replace(_handler("topk-4-parity", 4)(ctx),
                                                                   eager_parity=True))
+register_method("topk-4-inproc", lambda ctx: dataclasses.replace(_handler("topk-4-inproc", 4)(ctx),
+                                                                  precompile_in_process=True))
 register_method("lut", lambda ctx: _handler("lut", 1)(ctx) if ctx.lut else None)
 
 
