@@ -176,12 +176,25 @@ def measure(spec: dict[str, Any], timer: Timer | None = None) -> dict[str, Any]:
     return result
 
 
+def _log_autotuning_times() -> None:
+    """Put Inductor's own per-choice lines ("Precompiling benchmark choice ... took 1.23s") into
+    the worker's log, with timestamps: they split a run's compile time into precompiling,
+    benchmarking and the rest, which the summary's totals cannot."""
+    import torch._logging
+
+    try:
+        torch._logging.set_logs(modules={"torch._inductor.select_algorithm": logging.INFO})
+    except (TypeError, ValueError) as exc:  # an older torch without `modules`: the log is only poorer
+        log.warning("cannot turn on Inductor's autotuning log (%s)", exc)
+
+
 def main(argv: Sequence[str]) -> int:
     if len(argv) != 2:
         print("usage: python -m kernel_select.offline.e2e.model_worker SPEC.json RESULT.json",
               file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    _log_autotuning_times()
     spec = json.loads(Path(argv[0]).read_text())
     try:
         result = measure(spec)
