@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from kernel_select.cli.common import int_at_least
+from kernel_select.cli.common import int_at_least, positive_float
 
 _positive_int = int_at_least(1)
 
@@ -42,6 +42,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--out", default="results", help="output directory (default: %(default)s)")
     p.add_argument("--timeout", type=float, default=1800.0,
                    help="seconds allowed per worker process (default: %(default)s)")
+    p.add_argument("--max-seconds", type=positive_float, default=None,
+                   help="stop before a run that would not finish within this many seconds of the "
+                        "whole comparison (judged by the method's longest run so far), and cut a worker "
+                        "at the limit; --resume runs the rest (default: no limit)")
     p.add_argument("--resume", action="store_true",
                    help="keep the runs in an existing OUT/models_<device>.json and add the missing ones")
     p.set_defaults(handler=run_compare_models)
@@ -58,7 +62,7 @@ def run_compare_models(args: argparse.Namespace) -> int:
     methods = select_methods(args.methods, MethodContext(lut=args.lut, cudagraphs=not args.no_cudagraphs))
     results, json_path, png_path = compare_models.run_compare_models(
         models, methods, out_dir=args.out, device=args.device, tiny=args.tiny, repeat=args.repeat,
-        samples=args.samples, timeout_s=args.timeout, resume=args.resume,
+        samples=args.samples, timeout_s=args.timeout, resume=args.resume, max_seconds=args.max_seconds,
         settings={"lut": args.lut, "cudagraphs": not args.no_cudagraphs})
     print(model_report.format_summary(model_report.summarize(results)))
     plot = f" and {png_path}" if png_path else " (no plot: matplotlib is not installed)"

@@ -53,6 +53,7 @@ def assert_one_line_exit_2(result: subprocess.CompletedProcess[str], *fragments:
      ["--torch-version", "banana"]),
     (["train", "--data", str(DATA), "--out", "{dir}/m", "--epochs", "-1"], ["--epochs", ">= 1"]),
     (["lut", "from-log", "-", "--top", "0"], ["--top", ">= 1"]),
+    (["compare-models", "--max-seconds", "0"], ["--max-seconds", "> 0"]),
     (["topk", "--m", "8", "--n", "8", "--k", "8", "--nosuch"], ["unrecognized arguments: --nosuch"]),
 ])
 def test_bad_input_exits_2_with_one_line(tmp_path: Path, argv: list[str], fragments: list[str]):

@@ -200,3 +200,40 @@ def test_decode_position_stays_inside_the_models_position_table(architecture: st
     limit = getattr(config, "max_position_embeddings", None) or config.n_positions
     assert context < limit  # the timed token sits at position `context`
     assert context == min(arch.sizes.prefill_seq, limit - 1)
+
+
+def test_time_budget_stops_before_a_run_that_cannot_finish(tmp_path: Path) -> None:
+    """Runs take 40 s on a fake clock and the budget is 100 s: two runs, then the third, which
+    the method's longest run says needs 40 s of the 20 left, is not started; resume runs it."""
+    now = [0.0]
+    timeouts: list[float] = []
+
+    def runner(spec: dict, log_path: Path, timeout_s: float) -> dict:
+        timeouts.append(timeout_s)
+        now[0] += 40.0
+        return fake_runner([])(spec, log_path, timeout_s)
+
+    models = ["recsys-mlp/prefill", "recsys-mlp/decode", "vit-b16/prefill"]
+    results, path, _ = compare_models.run_compare_models(
+        models, METHODS[1:2], out_dir=tmp_path, device="cpu", progress=False, runner=runner,
+        timeout_s=60.0, max_seconds=100.0, clock=lambda: now[0])
+    assert timeouts == [60.0, 60.0]  # the second started with 60 s left: the timeout, not the budget
+    assert [bool(e["results"]) for e in results["models"]] == [True, True, False]
+    now[0], timeouts[:] = 0.0, []
+    compare_models.run_compare_models(models, METHODS[1:2], out_dir=tmp_path, device="cpu", progress=False,
+                                      runner=runner, resume=True, timeout_s=60.0, max_seconds=50.0,
+                                      clock=lambda: now[0])
+    assert timeouts == [50.0]  # a worker never outlives the budget
+    assert all(e["results"] for e in compare_models.load_results(path)["models"])
+
+
+def test_time_budget_off_gives_every_run_the_timeout(tmp_path: Path) -> None:
+    timeouts: list[float] = []
+
+    def runner(spec: dict, log_path: Path, timeout_s: float) -> dict:
+        timeouts.append(timeout_s)
+        return fake_runner([])(spec, log_path, timeout_s)
+
+    compare_models.run_compare_models(["recsys-mlp/decode"], METHODS[:2], out_dir=tmp_path, device="cpu",
+                                      progress=False, runner=runner, timeout_s=7.0)
+    assert timeouts == [7.0, 7.0]

@@ -9,6 +9,10 @@ compiles the network and measures:
   eager_step_ms   the same network run eagerly, in the same process
   gemms           each GEMM Inductor autotuned: op, input shapes, the winner, choices timed
 
+With `max_seconds`, the comparison stops before a run it cannot finish in what is left of that
+budget (judged by the longest run of the same method so far in this invocation), and no worker
+outlives the budget; what was not run is run by the next `resume=True`.
+
 With `repeat=N` every (model, method) is measured N times, each in a new process, the repeats
 of a pass spread over the whole run (all models and methods, then again), so the spread includes
 drift over time. Per (model, method) the results file keeps every run and their medians, and the
@@ -34,6 +38,7 @@ import logging
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -75,9 +80,11 @@ def run_compare_models(models: Sequence[str], methods: Sequence[ModelMethod], *,
                        device: str = "cuda", tiny: bool = False, repeat: int = 1, samples: int = 30,
                        min_sample_ms: float = 20.0, timeout_s: float = 1800.0, resume: bool = False,
                        progress: bool = True, runner: Runner = run_in_subprocess,
-                       settings: dict[str, Any] | None = None) -> tuple[dict[str, Any], Path, Path | None]:
+                       settings: dict[str, Any] | None = None, max_seconds: float | None = None,
+                       clock: Callable[[], float] = time.monotonic) -> tuple[dict[str, Any], Path, Path | None]:
     """Measure every (model, method) `repeat` times, one worker per run; returns
-    (results, json_path, png_path). png_path is None without matplotlib.
+    (results, json_path, png_path). png_path is None without matplotlib. `max_seconds` bounds the
+    whole comparison (module docstring); `clock` is what measures it.
 
     Raises:
         DeviceError: for a CUDA device when none is present.
@@ -104,11 +111,20 @@ def run_compare_models(models: Sequence[str], methods: Sequence[ModelMethod], *,
             results["models"].append(entries[name])
     todo = [(rep, name, method) for rep in range(repeat) for name in models for method in methods
             if rep >= _good_runs(entries[name]["results"].get(method.name))]
-    for rep, name, method in tqdm(todo, desc="compare-models", unit="run", disable=not progress):
+    budget = _Budget(max_seconds, clock)
+    runs = tqdm(todo, desc="compare-models", unit="run", disable=not progress)
+    for done, (rep, name, method) in enumerate(runs):
+        allowed = budget.allows(method.name, timeout_s)
+        if allowed is None:
+            log.warning("compare-models: stopped at the time budget (%.0f s); %d run(s) not started, "
+                        "run again with --resume", max_seconds, len(todo) - done)
+            break
         spec = {"model": name, "method": dataclasses.asdict(method), "device": device, "tiny": tiny,
                 "samples": samples, "min_sample_ms": min_sample_ms}
         log_path = out_dir / "logs" / f"{name.replace('/', '_')}.{method.name}.{rep}.log"
-        raw = runner(spec, log_path, timeout_s)
+        started = clock()
+        raw = runner(spec, log_path, allowed)
+        budget.record(method.name, clock() - started)
         entry = entries[name]
         entry["sizes"] = entry["sizes"] or raw.get("sizes")
         runs = [r for r in entry["results"].get(method.name, {}).get("runs", []) if r.get("error") is None]
@@ -121,6 +137,27 @@ def run_compare_models(models: Sequence[str], methods: Sequence[ModelMethod], *,
         log.warning("matplotlib is not installed; skipped %s (pip install matplotlib)", png_path)
         png_path = None
     return results, json_path, png_path
+
+
+class _Budget:
+    """What is left of `max_seconds`, and whether a method's next run fits in it."""
+
+    def __init__(self, max_seconds: float | None, clock: Callable[[], float]) -> None:
+        self.max_seconds, self.clock, self.start = max_seconds, clock, clock()
+        self.longest: dict[str, float] = {}  # method -> its longest run so far (wall seconds)
+
+    def allows(self, method: str, timeout_s: float) -> float | None:
+        """The timeout to give the next run of `method`, or None when it should not start: the
+        budget is spent, or the method's longest run so far would not fit in what is left."""
+        if self.max_seconds is None:
+            return timeout_s
+        left = self.max_seconds - (self.clock() - self.start)
+        if left <= 0 or self.longest.get(method, 0.0) > left:
+            return None
+        return min(timeout_s, left)
+
+    def record(self, method: str, seconds: float) -> None:
+        self.longest[method] = max(self.longest.get(method, 0.0), seconds)
 
 
 def _good_runs(result: dict[str, Any] | None) -> int:
