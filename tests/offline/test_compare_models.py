@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,7 @@ import pytest
 from kernel_select.errors import DatasetError, OptionError
 from kernel_select.offline.e2e import compare_models, model_methods, model_report
 from kernel_select.offline.e2e.model_methods import MethodContext, ModelMethod, select_methods
-from kernel_select.offline.e2e.model_worker import interleaved_ms, relative_iqr
+from kernel_select.offline.e2e.model_worker import host_state, interleaved_ms, relative_iqr
 
 
 class FakeTimer:
@@ -237,3 +239,16 @@ def test_time_budget_off_gives_every_run_the_timeout(tmp_path: Path) -> None:
     compare_models.run_compare_models(["recsys-mlp/decode"], METHODS[:2], out_dir=tmp_path, device="cpu",
                                       progress=False, runner=runner, timeout_s=7.0)
     assert timeouts == [7.0, 7.0]
+
+
+def test_host_state_counts_this_process_children() -> None:
+    before = host_state()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        during = host_state()
+    finally:
+        child.kill()
+        child.wait()
+    assert during["threads"] >= 1
+    if "child_processes" in before:  # Linux: /proc exists
+        assert during["child_processes"] == before["child_processes"] + 1

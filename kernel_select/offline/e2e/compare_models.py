@@ -81,7 +81,8 @@ def run_compare_models(models: Sequence[str], methods: Sequence[ModelMethod], *,
                        min_sample_ms: float = 20.0, timeout_s: float = 1800.0, resume: bool = False,
                        progress: bool = True, runner: Runner = run_in_subprocess,
                        settings: dict[str, Any] | None = None, max_seconds: float | None = None,
-                       clock: Callable[[], float] = time.monotonic) -> tuple[dict[str, Any], Path, Path | None]:
+                       clock: Callable[[], float] = time.monotonic,
+                       ) -> tuple[dict[str, Any], Path, Path | None]:
     """Measure every (model, method) `repeat` times, one worker per run; returns
     (results, json_path, png_path). png_path is None without matplotlib. `max_seconds` bounds the
     whole comparison (module docstring); `clock` is what measures it.

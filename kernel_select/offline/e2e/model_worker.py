@@ -166,6 +166,7 @@ def measure(spec: dict[str, Any], timer: Timer | None = None) -> dict[str, Any]:
     if timer is None:
         timer = CudaEventTimer() if device.type == "cuda" else wall_clock_timer
     steps = {"step": step} if method.mode == "eager" else {"step": step, "eager": eager_step}
+    result["host_before_timing"] = host_state()
     samples = interleaved_ms(steps, timer, samples=int(spec.get("samples", 30)),
                              min_sample_ms=float(spec.get("min_sample_ms", 20.0)))
     samples.setdefault("eager", samples["step"])
@@ -174,6 +175,40 @@ def measure(spec: dict[str, Any], timer: Timer | None = None) -> dict[str, Any]:
     result["step_iqr"] = relative_iqr(samples["step"])
     result["timing"] = "cuda_events" if device.type == "cuda" else "wall_clock"
     return result
+
+
+def host_state() -> dict[str, Any]:
+    """What else runs on the host while steps are timed. Eager steps timed after a max-autotune
+    compile were 8-25% slower than after a default compile (docs/inductor.md); these are the
+    first suspects: load, the compile workers still alive, threads left running."""
+    import os
+    import threading
+
+    state: dict[str, Any] = {"threads": threading.active_count()}
+    try:
+        state["loadavg_1m"] = os.getloadavg()[0]
+    except OSError:  # not on every platform
+        pass
+    children = _child_processes(os.getpid())
+    if children is not None:
+        state["child_processes"] = children
+    return state
+
+
+def _child_processes(pid: int) -> int | None:
+    """Processes whose parent is `pid`, from /proc (None where there is no /proc)."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return None
+    count = 0
+    for stat in proc.glob("[0-9]*/stat"):
+        try:
+            # The fields after the command name (which may hold spaces) start at the last ")".
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # the process ended meanwhile
+        count += fields[1] == str(pid)
+    return count
 
 
 def _log_autotuning_times() -> None:
