@@ -252,3 +252,16 @@ def test_host_state_counts_this_process_children() -> None:
     assert during["threads"] >= 1
     if "child_processes" in before:  # Linux: /proc exists
         assert during["child_processes"] == before["child_processes"] + 1
+
+
+def test_plot_puts_each_method_at_its_step_over_stocks(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    results, _, _ = compare_models.run_compare_models(
+        ["recsys-mlp/decode"], METHODS, out_dir=tmp_path, device="cpu", progress=False,
+        runner=fake_runner([]))
+    fig = model_report.plot_models(results)
+    ax = fig.axes[0]
+    large = {line.get_label().split(" ")[0]: line.get_ydata()[0] for line in ax.lines
+             if line.get_marker() == "o"}
+    assert large["topk-4"] == pytest.approx(6.5 / 7.0) and large["default"] == pytest.approx(8.0 / 7.0)
+    assert "stock max-autotune" in ax.get_ylabel()

@@ -269,28 +269,46 @@ def _winners_cell(choices: Counter[str], count: int) -> str:
 
 
 def plot_models(results: dict[str, Any], path: str | Path | None = None) -> Any:
-    """Compile time (x, log) against step time relative to eager (y): a small point per model and
-    method, a large one per method at its total compile time and geomean. Needs matplotlib."""
+    """Compile time (x, log) against step time (y) relative to stock max-autotune's on the same
+    model (to eager's, timed in the same process, where stock was not measured everywhere): a small
+    point per model and method, a large one per method at its total compile time and geomean.
+    Needs matplotlib."""
     from matplotlib.figure import Figure  # no pyplot: no global state, works headless
+    from matplotlib.ticker import FuncFormatter
 
     summary = summarize(results)
+    versus_stock = bool(summary.rows) and all(row.step_vs_stock is not None for row in summary.rows)
+    reference = "stock max-autotune" if versus_stock else "eager"
+
+    def relative(entry: dict[str, Any], result: dict[str, Any]) -> float | None:
+        if not versus_stock:
+            return relative_step(result)
+        stock = entry["results"].get("stock")
+        return step_ratio(result, stock) if succeeded(stock) else None
+
     fig = Figure(figsize=(8, 5), layout="constrained")
     ax = fig.add_subplot()
     colors = dict(zip([r.method for r in summary.rows], _palette()))
     for entry in results["models"]:
         for method, color in colors.items():
             result = entry["results"].get(method)
-            if succeeded(result) and result["compile_s"] > 0:
-                ax.plot(result["compile_s"], 1 / result["speedup_vs_eager"], ".", color=color, alpha=0.4)
+            y = relative(entry, result) if succeeded(result) and result["compile_s"] > 0 else None
+            if y is not None:
+                ax.plot(result["compile_s"], y, ".", color=color, alpha=0.4)
     for row in summary.rows:
         if row.compile_s > 0:
-            ax.plot(row.compile_s, 1 / row.speedup_vs_eager, "o", color=colors[row.method], markersize=9,
+            y = row.step_vs_stock if versus_stock else 1 / row.speedup_vs_eager
+            ax.plot(row.compile_s, y, "o", color=colors[row.method], markersize=9,
                     label=f"{row.method} (total over {row.models} models)")
-    ax.axhline(1.0, color="gray", linestyle="--", linewidth=1, label="eager")
+    ax.axhline(1.0, color="gray", linestyle="--", linewidth=1, label=reference)
     ax.set_xscale("log")
+    ax.set_yscale("log")  # ratios: 2x slower and 2x faster sit equally far from the line
+    plain = FuncFormatter(lambda value, _: f"{value:g}")  # "1.5", not "1.5 x 10^0"
+    ax.yaxis.set_major_formatter(plain)
+    ax.yaxis.set_minor_formatter(plain)
     env = results.get("environment", {})
     ax.set_xlabel("compile time [s] (cold caches; totals for the large markers)")
-    ax.set_ylabel("step time / eager step time (geomean for the large markers)")
+    ax.set_ylabel(f"step time / {reference}'s (geomean for the large markers)")
     ax.set_title(f"Compile time vs step time -- {env.get('device', '?')}, torch {env.get('torch', '?')}",
                  fontsize=10)
     ax.grid(True, alpha=0.3)
