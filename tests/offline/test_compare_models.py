@@ -153,6 +153,21 @@ def test_stock_options_are_inductors_max_autotune_mode() -> None:
     assert parity.topk == 4 and parity.compile_options()["coordinate_descent_tuning"] is False
 
 
+def test_gemm_only_methods_tune_gemms_and_nothing_else() -> None:
+    import torch._inductor.config as inductor_config
+
+    stock_gemm, topk_gemm = select_methods("stock-gemm,topk-4-gemm")
+    assert stock_gemm.topk is None and topk_gemm.topk == 4 and topk_gemm.precompile_in_process
+    for method in (stock_gemm, topk_gemm):
+        options = method.compile_options()
+        with inductor_config.patch(options):  # Inductor refuses unknown keys here
+            assert inductor_config.max_autotune_gemm and inductor_config.triton.cudagraphs
+            assert not inductor_config.max_autotune and not inductor_config.max_autotune_pointwise
+            assert not inductor_config.coordinate_descent_tuning
+    no_graphs = select_methods("stock-gemm", MethodContext(cudagraphs=False))[0]
+    assert no_graphs.compile_options()["triton.cudagraphs"] is False
+
+
 def test_inproc_method_passes_the_knob_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     import kernel_select.inductor as ks_inductor
     import torch

@@ -10,6 +10,10 @@ Built in, in this order:
   topk-4-parity  the handler at k = 4 with `eager_parity_patches()` (GEMVs stay on cuBLAS)
   topk-4-inproc  the handler at k = 4 with `precompile_in_process`: Triton choices precompiled in the
                compiling process, so benchmarking does not compile them a second time
+  stock-gemm   Inductor alone with GEMM autotuning only: `max_autotune_gemm` and CUDA graphs, without
+               the mode's pointwise/reduction autotuning and coordinate-descent tuning
+  topk-4-gemm  the handler at k = 4 with those GEMM-only options, Triton choices precompiled in
+               process: what kernel_select adds when only the GEMMs are tuned
   lut          the handler at k = 1 with a pinned lookup table (offered only when one is given):
                the LUT's entry for a GEMM is the one Triton config benchmarked beside cuBLAS
 
@@ -41,6 +45,7 @@ class ModelMethod:
     backend: str = "inductor"  # "eager" = Dynamo without Inductor (CPU tests of the plumbing)
     eager_parity: bool = False  # keep GEMVs on cuBLAS (kernel_select.inductor.eager_parity)
     precompile_in_process: bool = False  # the handler's knob (kernel_select.inductor.precompile)
+    gemm_only: bool = False  # autotune GEMMs only (no pointwise autotuning, no coordinate descent)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -57,6 +62,10 @@ class ModelMethod:
             return None
         import torch._inductor as torch_inductor
 
+        if self.gemm_only:
+            # The mode's fixed 20-45 s per model (docs/inductor.md, "Whole models") is pointwise
+            # and reduction autotuning plus coordinate descent, neither of which kernel_select touches.
+            return {"max_autotune_gemm": True, "triton.cudagraphs": self.cudagraphs}
         mode = "max-autotune" if self.cudagraphs else "max-autotune-no-cudagraphs"
         options = dict(torch_inductor.list_mode_options(mode))
         if self.eager_parity:
@@ -125,6 +134,10 @@ register_method("topk-4-parity", lambda ctx: dataclasses.replace(_handler("topk-
                                                                   eager_parity=True))
 register_method("topk-4-inproc", lambda ctx: dataclasses.replace(_handler("topk-4-inproc", 4)(ctx),
                                                                   precompile_in_process=True))
+register_method("stock-gemm", lambda ctx: ModelMethod("stock-gemm", "max-autotune", cudagraphs=ctx.cudagraphs,
+                                                      gemm_only=True))
+register_method("topk-4-gemm", lambda ctx: dataclasses.replace(_handler("topk-4-gemm", 4)(ctx), gemm_only=True,
+                                                                precompile_in_process=True))
 register_method("lut", lambda ctx: _handler("lut", 1)(ctx) if ctx.lut else None)
 
 
