@@ -136,8 +136,8 @@ register_method("topk-4-inproc", lambda ctx: dataclasses.replace(_handler("topk-
                                                                   precompile_in_process=True))
 register_method("stock-gemm", lambda ctx: ModelMethod("stock-gemm", "max-autotune", cudagraphs=ctx.cudagraphs,
                                                       gemm_only=True))
-register_method("topk-4-gemm", lambda ctx: dataclasses.replace(_handler("topk-4-gemm", 4)(ctx), gemm_only=True,
-                                                                precompile_in_process=True))
+register_method("topk-4-gemm", lambda ctx: dataclasses.replace(
+    _handler("topk-4-gemm", 4)(ctx), gemm_only=True, precompile_in_process=True))
 register_method("lut", lambda ctx: _handler("lut", 1)(ctx) if ctx.lut else None)
 
 
