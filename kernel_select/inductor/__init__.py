@@ -2,14 +2,15 @@
 
     import kernel_select.inductor as ks_inductor
 
-    ks_inductor.install(topk=4, kernel_lut_path="luts/h100.json")
-    model = torch.compile(model, mode="max-autotune-no-cudagraphs")
+    ks_inductor.install(topk=4, kernel_lut_path="luts/h100.json", precompile_in_process=True)
+    model = torch.compile(model, options=ks_inductor.gemm_autotune_options())
 
 choices   the handler that replaces Triton GEMM candidates, and its cache-key uuid
 settings  knob precedence and the `gemm_topk` / `kernel_lut_path` torch.compile options
 install   the picklable factory, install / uninstall / enabled
 precompile  precompile_in_process: autotuned Triton choices precompiled in this process
-probe     experiment helpers (offline compare and fidelity): compile options, autotuning records
+modes     torch.compile options: max-autotune's, and GEMM-only autotuning (recommended for models)
+probe     experiment helpers (offline compare and fidelity): autotuning records
 eager_parity  config patches that keep GEMVs on cuBLAS as eager does
 dynamic   which Ms a symbolic M is ranked for; multi-kernel hints
 pinning   pinned LUT entries: exactly one choice, nothing benchmarked
@@ -20,10 +21,12 @@ record    record(): a LUT from Inductor's own autotuning (feedback saver, caches
 from kernel_select.inductor.choices import KernelSelectChoices, Selection
 from kernel_select.inductor.eager_parity import eager_parity_patches
 from kernel_select.inductor.install import ChoicesFactory, enabled, install, uninstall
-from kernel_select.inductor.probe import AutotuneRecord, ChoiceTiming, max_autotune_options, record_autotuning
+from kernel_select.inductor.modes import gemm_autotune_options, max_autotune_options
+from kernel_select.inductor.probe import AutotuneRecord, ChoiceTiming, record_autotuning
 from kernel_select.inductor.record import Recording, record
 from kernel_select.inductor.settings import Settings, register_options, resolve_settings
 
 __all__ = ["AutotuneRecord", "ChoiceTiming", "ChoicesFactory", "KernelSelectChoices", "Selection", "Settings",
-           "Recording", "eager_parity_patches", "enabled", "install", "max_autotune_options", "record",
-           "record_autotuning", "register_options", "resolve_settings", "uninstall"]
+           "Recording", "eager_parity_patches", "enabled", "gemm_autotune_options", "install",
+           "max_autotune_options", "record", "record_autotuning", "register_options", "resolve_settings",
+           "uninstall"]

@@ -1,5 +1,5 @@
-"""Helpers for experiments (offline compare and fidelity, tests): torch.compile options and a
-recorder of what Inductor's autotuner benchmarked. Not used by the compile path itself."""
+"""Helpers for experiments (offline compare and fidelity, tests): a recorder of what Inductor's
+autotuner benchmarked. Not used by the compile path itself (compile options: `modes`)."""
 
 from __future__ import annotations
 
@@ -12,21 +12,6 @@ from typing import Any
 from kernel_select.configs import GemmConfig, config_from_description
 
 log = logging.getLogger(__name__)
-
-def max_autotune_options(search_space: str = "DEFAULT", **extra: Any) -> dict[str, Any]:
-    """torch.compile options equal to mode="max-autotune-no-cudagraphs" with the given GEMM search
-    space (torch.compile takes either a mode or options, not both).
-
-    Caches are not an option here: `force_disable_caches` is an alias of
-    torch.compiler.config.force_disable_caches, which torch.compile(options=...) rejects; use
-    `torch.compiler.config.patch(force_disable_caches=True)` or TORCHINDUCTOR_FORCE_DISABLE_CACHES=1.
-    """
-    import torch._inductor as torch_inductor
-
-    options = dict(torch_inductor.list_mode_options("max-autotune-no-cudagraphs"))
-    options["max_autotune_gemm_search_space"] = search_space.upper()
-    options.update(extra)
-    return options
 
 
 @dataclasses.dataclass(frozen=True)

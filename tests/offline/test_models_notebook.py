@@ -86,6 +86,26 @@ def test_table_ratios_match_the_summary() -> None:
     assert table[("stock", "vs eager")].iloc[0] == pytest.approx(rows["stock"].speedup_vs_eager)
 
 
+def test_a_method_measured_on_some_models_is_summarized_over_those() -> None:
+    """A method added later on one model (or a run that failed) leaves every other row intact."""
+    results = _results({
+        "a/prefill": {"default": [_run(2.0, 8.0, 10.0)], "stock": [_run(100.0, 5.0, 10.0)],
+                      "topk-4": [_run(20.0, 4.0, 10.0)],
+                      "new": [_run(10.0, 2.5, 10.0), _run(12.0, 3.0, 9.0)]},
+        "b/prefill": {"default": [_run(1.0, 2.0, 4.0)], "stock": [_run(50.0, 1.0, 4.0)],
+                      "topk-4": [_run(10.0, 2.0, 4.0)], "new": [{"error": CRASH}]}})
+    summary = model_report.summarize(results)
+    rows = {row.method: row for row in summary.rows}
+    assert rows["topk-4"].model_names == ("a/prefill", "b/prefill")
+    assert rows["topk-4"].step_vs_stock == pytest.approx(math.sqrt(0.8 * 2.0))
+    assert rows["new"].model_names == ("a/prefill",) and rows["new"].compile_s == 11.0  # median of two
+    assert rows["new"].step_vs_stock == pytest.approx(2.75 / 5.0)
+    assert rows["new"].max_step_spread == pytest.approx(0.5 / 2.75)  # step_ms, not step / eager
+    assert summary.models_excluded == []
+    del results["models"][1]["results"]["stock"]  # no reference there: no row can use the model
+    assert model_report.summarize(results).models_excluded == ["b/prefill"]
+
+
 def test_failures_give_each_failed_runs_first_line() -> None:
     results = _synthetic()
     assert model_report.failures(results) == [
@@ -121,5 +141,5 @@ def test_models_notebook_executes_and_renders_table_failures_and_gemms(tmp_path:
     text = text_of(outputs)
     assert "tiny-gpt/decode  stock: AcceleratorError: CUDA error: device-side assert triggered" in text
     assert "cudaErrorAssert" not in text  # only the first line
-    assert "1 models (1 excluded, a method failed: tiny-gpt/decode)" in text  # the summary
+    assert "1 models (1 excluded, stock or default failed or not run: tiny-gpt/decode)" in text
     assert "tiny-gpt/prefill: 13 GEMMs autotuned" in text

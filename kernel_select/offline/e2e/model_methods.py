@@ -63,9 +63,9 @@ class ModelMethod:
         import torch._inductor as torch_inductor
 
         if self.gemm_only:
-            # The mode's fixed 20-45 s per model (docs/inductor.md, "Whole models") is pointwise
-            # and reduction autotuning plus coordinate descent, neither of which kernel_select touches.
-            return {"max_autotune_gemm": True, "triton.cudagraphs": self.cudagraphs}
+            from kernel_select.inductor import gemm_autotune_options
+
+            return gemm_autotune_options(cudagraphs=self.cudagraphs)
         mode = "max-autotune" if self.cudagraphs else "max-autotune-no-cudagraphs"
         options = dict(torch_inductor.list_mode_options(mode))
         if self.eager_parity:

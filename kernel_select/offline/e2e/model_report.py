@@ -92,7 +92,7 @@ def compiled_methods(results: dict[str, Any]) -> list[str]:
 
 @dataclasses.dataclass(frozen=True)
 class MethodRow:
-    """One method over the models every compared method measured."""
+    """One method over the models where it and the references (stock, default) all succeeded."""
 
     method: str
     models: int
@@ -103,32 +103,46 @@ class MethodRow:
     step_vs_default: float | None  # the same against mode="default"
     speedup_vs_eager: float  # geomean of eager / step
     slower_than_eager: int  # models whose step is more than SLOWER_BY slower than eager
-    max_step_spread: float | None  # the largest run-to-run spread of step/eager (repeated runs)
+    max_step_spread: float | None  # the largest run-to-run spread of step_ms (repeated runs)
+    model_names: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
 class Summary:
     rows: list[MethodRow]
-    models_used: list[str]
-    models_excluded: list[str]  # a method failed or is missing there
+    models_used: list[str]  # models at least one row uses
+    models_excluded: list[str]  # a reference (stock or default) failed or is missing there
+
+
+#: The methods every other one is compared with, where the results have them.
+REFERENCES = ("stock", "default")
 
 
 def summarize(results: dict[str, Any]) -> Summary:
+    """A row per method, each over its own models: a comparison that adds a method on some
+    models only (or where one run failed) still reports every method where it can be compared."""
     methods = compiled_methods(results)
-    used, excluded = [], []
-    for entry in results["models"]:
-        ok = all(succeeded(entry["results"].get(m)) for m in methods)
-        (used if ok else excluded).append(entry)
-    rows = [_row(method, used) for method in methods] if used else []
-    return Summary(rows, [e["name"] for e in used], [e["name"] for e in excluded])
+    references = [r for r in REFERENCES if r in methods]
+
+    def comparable(entry: dict[str, Any], method: str) -> bool:
+        return all(succeeded(entry["results"].get(m)) for m in (method, *references))
+
+    rows, used = [], set()
+    for method in methods:
+        entries = [e for e in results["models"] if comparable(e, method)]
+        if entries:
+            rows.append(_row(method, entries, references))
+            used.update(e["name"] for e in entries)
+    names = [e["name"] for e in results["models"]]
+    return Summary(rows, [n for n in names if n in used], [n for n in names if n not in used])
 
 
-def _row(method: str, used: list[dict[str, Any]]) -> MethodRow:
+def _row(method: str, used: list[dict[str, Any]], references: list[str]) -> MethodRow:
     def rel(entry: dict[str, Any], name: str) -> float:
         return relative_step(entry["results"][name])
 
     def versus(other: str) -> float | None:
-        if not all(succeeded(e["results"].get(other)) for e in used):
+        if other not in references:
             return None
         return geomean([step_ratio(e["results"][method], e["results"][other]) for e in used])
 
@@ -136,7 +150,7 @@ def _row(method: str, used: list[dict[str, Any]]) -> MethodRow:
                              e["results"].get("stock", {}).get("compile_s"))
                       for e in used]
     known = None not in compile_ratios
-    spreads = [e["results"][method].get("ratio_spread") for e in used]
+    spreads = [e["results"][method].get("step_spread") for e in used]
     return MethodRow(
         method=method, models=len(used),
         compile_s=sum(e["results"][method]["compile_s"] for e in used),
@@ -145,7 +159,8 @@ def _row(method: str, used: list[dict[str, Any]]) -> MethodRow:
         step_vs_stock=versus("stock"), step_vs_default=versus("default"),
         speedup_vs_eager=geomean([1 / rel(e, method) for e in used]),
         slower_than_eager=sum(rel(e, method) > 1 + SLOWER_BY for e in used),
-        max_step_spread=max((s for s in spreads if s is not None), default=None))
+        max_step_spread=max((s for s in spreads if s is not None), default=None),
+        model_names=tuple(e["name"] for e in used))
 
 
 def _ratio(value: float | None, reference: float | None) -> float | None:
@@ -157,12 +172,14 @@ def format_summary(summary: Summary) -> str:
     def num(value: float | None, width: int, fmt: str = ".3f") -> str:
         return f"{'-':>{width}}" if value is None else f"{value:>{width}{fmt}}"
 
-    header = (f"{'method':<12}{'compile [s]':>12}{'compile/stock':>15}{'worst':>8}{'step/stock':>12}"
+    header = (f"{'method':<14}{'models':>7}{'compile [s]':>12}{'compile/stock':>15}{'worst':>8}"
+              f"{'step/stock':>12}"
               f"{'step/default':>14}{'vs eager':>10}{'slower':>8}{'spread':>8}")
-    lines = [counted(len(summary.models_used), "models", summary.models_excluded, "a method failed"),
+    lines = [counted(len(summary.models_used), "models", summary.models_excluded,
+                     "stock or default failed or not run"),
              header, "-" * len(header)]
     for row in summary.rows:
-        lines.append(f"{row.method:<12}{row.compile_s:>12.1f}{num(row.compile_vs_stock, 15)}"
+        lines.append(f"{row.method:<14}{row.models:>7d}{row.compile_s:>12.1f}{num(row.compile_vs_stock, 15)}"
                      f"{num(row.worst_compile_vs_stock, 8, '.2f')}{num(row.step_vs_stock, 12)}"
                      f"{num(row.step_vs_default, 14)}{row.speedup_vs_eager:>9.3f}x{row.slower_than_eager:>8d}"
                      f"{num(row.max_step_spread, 8, '.1%')}")
