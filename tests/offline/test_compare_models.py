@@ -280,3 +280,30 @@ def test_plot_puts_each_method_at_its_step_over_stocks(tmp_path: Path) -> None:
              if line.get_marker() == "o"}
     assert large["topk-4"] == pytest.approx(6.5 / 7.0) and large["default"] == pytest.approx(8.0 / 7.0)
     assert "stock max-autotune" in ax.get_ylabel()
+
+
+def test_worker_records_every_choice_time_fastest_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    import contextlib
+
+    import kernel_select.inductor as ks_inductor
+    from kernel_select.inductor.probe import AutotuneRecord, ChoiceTiming
+    from kernel_select.offline.e2e import model_worker
+
+    record = AutotuneRecord("addmm", [ChoiceTiming("triton_mm_1", "triton", 0.0633, None),
+                                      ChoiceTiming("bias_addmm", "extern", 0.1228, None),
+                                      ChoiceTiming("triton_mm_2", "triton", float("inf"), None),
+                                      ChoiceTiming("addmm", "extern", 0.0956, None)],
+                            shapes=[[8192, 2304], [8192, 768], [768, 2304]])
+
+    @contextlib.contextmanager
+    def fake_recorder():
+        yield [record]
+
+    monkeypatch.setattr(ks_inductor, "record_autotuning", fake_recorder)
+    with model_worker.recording_gemms() as gemms:
+        pass
+    (gemm,) = gemms
+    assert gemm["choice"] == record.winner.label() and (gemm["n_triton"], gemm["n_choices"]) == (2, 4)
+    assert [ms for _, ms in gemm["timings"]] == [0.0633, 0.0956, 0.1228]  # the failed one left out
+    assert gemm["timings"][-1][0] == ChoiceTiming("bias_addmm", "extern", 0.1228, None).label()
+    json.dumps(gemms)  # it goes into the results file

@@ -8,7 +8,7 @@ a cold compile. The worker
      compile-worker pool are not billed to the model;
   2. builds the workload and times the compiled step's first call (`compile_s`: Dynamo,
      Inductor, autotuning, and for training the backward graph too), recording every GEMM
-     Inductor autotuned (op, input shapes, the winner, how many choices it timed);
+     Inductor autotuned (op, input shapes, the winner, how many choices it timed, their times);
   3. times the step and the eager step side by side, samples interleaved (`step_ms`,
      `eager_step_ms`: medians per step), so drift hits both alike and their ratio stays honest.
 
@@ -92,7 +92,8 @@ def relative_iqr(values: Sequence[float]) -> float | None:
 
 @contextmanager
 def recording_gemms() -> Iterator[list[dict[str, Any]]]:
-    """Every op Inductor autotunes inside the block: op, input shapes, winner, choices timed."""
+    """Every op Inductor autotunes inside the block: op, input shapes, winner, choices timed, and
+    each choice's time in ms (fastest first; failed choices left out)."""
     import kernel_select.inductor as ks_inductor
 
     gemms: list[dict[str, Any]] = []
@@ -102,9 +103,14 @@ def recording_gemms() -> Iterator[list[dict[str, Any]]]:
         finally:
             for record in records:
                 winner = record.winner
+                # Every choice's time, fastest first: a winner that differs between two runs of
+                # one method shows here as which choice Inductor timed differently.
+                timings = sorted(record.timings, key=lambda t: t.ms)
                 gemms.append({"op": record.op, "shapes": record.shapes,
                               "choice": winner.label() if winner else None,
-                              "n_triton": record.count("triton"), "n_choices": len(record.timings)})
+                              "n_triton": record.count("triton"), "n_choices": len(record.timings),
+                              "timings": [[t.label(), round(t.ms, 5)] for t in timings
+                                          if t.ms < float("inf")]})
 
 
 def _warm_up(device: Any, method: ModelMethod) -> None:
