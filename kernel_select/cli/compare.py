@@ -26,6 +26,10 @@ def register(sub: Subparsers) -> None:
     p.add_argument("--out", default="results", help="output directory (default: %(default)s)")
     p.add_argument("--exhaustive", action="store_true",
                    help="also time stock max-autotune with the EXHAUSTIVE search space (slow)")
+    p.add_argument("--gemm-only", action="store_true",
+                   help="compile every method with GEMM autotuning only (kernel_select.inductor."
+                        "gemm_autotune_options: no pointwise autotuning, no coordinate descent, so "
+                        "GEMVs stay on cuBLAS) in place of max-autotune's options")
     p.add_argument("--device-index", type=int, default=0, help="CUDA device to use (default: %(default)s)")
     p.add_argument("--lut", default=None,
                    help="kernel lookup table for the top-k runs (default: $TORCHINDUCTOR_KERNEL_LUT_PATH)")
@@ -50,7 +54,7 @@ def run_compare(args: argparse.Namespace) -> int:
     results, json_path, png_path = compare.run_compare(
         cases, out_dir=args.out, topks=topks, exhaustive=args.exhaustive, nogate_topks=nogate_topks,
         device_index=args.device_index, lut=args.lut, model=args.model, timeout_s=args.timeout,
-        shapes=args.shapes, resume=args.resume, only=only)
+        shapes=args.shapes, resume=args.resume, only=only, gemm_only=args.gemm_only)
     print(compare.format_summary(compare.summarize(results)))
     plot = f" and {png_path}" if png_path else " (no plot: matplotlib is not installed)"
     print(f"wrote {json_path}{plot}")

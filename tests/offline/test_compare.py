@@ -303,6 +303,15 @@ def test_driver_runs_every_method_per_problem_and_writes_valid_results(tmp_path:
     assert specs[0]["method"]["cublas_margin"] == "off"
     with pytest.raises(OptionError, match="stok"):
         compare.run_compare(cases, out_dir=tmp_path, topks=[1], progress=False, resume=True, only=["stok"])
+    # --gemm-only: every compiled method with GEMM-only options, never resumed into other results.
+    with pytest.raises(OptionError, match="without --gemm-only"):
+        compare.run_compare(cases, out_dir=tmp_path, topks=[1], progress=False, resume=True, gemm_only=True)
+    specs.clear()
+    gemm_results, _, _ = compare.run_compare(cases, out_dir=tmp_path / "gemm", topks=[1], progress=False,
+                                             gemm_only=True)
+    assert {(s["method"]["name"], s["method"]["gemm_only"]) for s in specs} == {
+        ("eager", False), ("stock", True), ("topk-1", True)}
+    assert gemm_results["settings"]["gemm_only"] is True
     if png_path is not None:
         assert png_path.exists()
 

@@ -36,18 +36,22 @@ def run_compare(cases: Sequence[Case], *, out_dir: str | Path, topks: Sequence[i
                 lut: str | None = None,
                 model: str | None = None, timeout_s: float = 1800.0, shapes: str | None = None,
                 progress: bool = True, resume: bool = False,
-                only: Sequence[str] | None = None) -> tuple[dict[str, Any], Path, Path | None]:
+                only: Sequence[str] | None = None,
+                gemm_only: bool = False) -> tuple[dict[str, Any], Path, Path | None]:
     """Measure every (case, method), one worker process per method; returns
     (results, json_path, png_path).
 
     The JSON is rewritten after every method, so an interrupted run keeps what it measured, and
     `resume=True` starts from an existing JSON and measures only the missing (case, method) pairs.
     `timeout_s` bounds each method's worker. `only` restricts this run to the named methods (the
-    others keep what an earlier run measured). png_path is None when matplotlib is not installed.
+    others keep what an earlier run measured). `gemm_only` compiles with `gemm_autotune_options()`
+    (GEMM autotuning only, no CUDA graphs) in place of max-autotune's options, every compiled method
+    alike. png_path is None when matplotlib is not installed.
 
     Raises:
         DeviceError: without a CUDA GPU.
-        OptionError: `only` names a method this run does not have.
+        OptionError: `only` names a method this run does not have, or `resume` would mix results
+            compiled with and without `gemm_only`.
     """
     import torch
 
@@ -56,7 +60,7 @@ def run_compare(cases: Sequence[Case], *, out_dir: str | Path, topks: Sequence[i
     if not torch.cuda.is_available():
         raise DeviceError("compare: needs a CUDA GPU (torch.cuda.is_available() is False); it "
                           "measures real torch.compile runs")
-    methods = methods_for(topks, exhaustive, nogate_topks)
+    methods = methods_for(topks, exhaustive, nogate_topks, gemm_only)
     to_run = _selected(methods, only)
     device = detect(device_index)
     out_dir = Path(out_dir)
@@ -66,9 +70,15 @@ def run_compare(cases: Sequence[Case], *, out_dir: str | Path, topks: Sequence[i
                model=model if model is not None else knobs.model)
     settings = {"shapes": shapes or "kernel_select/data/compare_suite.json", "topk": list(topks),
                 "nogate_topk": list(nogate_topks), "cublas_margin": knobs.cublas_margin,
-                "exhaustive": exhaustive, "lut": run.lut, "model": run.model, "timeout_s": timeout_s}
+                "exhaustive": exhaustive, "lut": run.lut, "model": run.model, "timeout_s": timeout_s,
+                "gemm_only": gemm_only}
     if resume and run.json_path.exists():
-        results = _resumed(load_results(run.json_path), methods, topks, nogate_topks)
+        results = load_results(run.json_path)
+        if results["settings"].get("gemm_only", False) != gemm_only:
+            raise OptionError(f"--resume: {run.json_path} was measured "
+                              f"{'with' if not gemm_only else 'without'} --gemm-only; resume it the same "
+                              "way or write to another --out")
+        results = _resumed(results, methods, topks, nogate_topks)
     else:
         results = new_results(device_name=device.name, device_key=device.key, l2_bytes=device.l2_bytes,
                               methods=[m.name for m in methods], settings=settings)

@@ -5,7 +5,7 @@ Results schema (version 2):
   {"schema_version": 2, "kind": "kernel_select.compare", "created": ISO time,
    "environment": {"device", "device_key", "torch", "triton", "python", "kernel_select", "l2_bytes"},
    "settings": {"shapes", "topk": [...], "nogate_topk": [...], "cublas_margin", "exhaustive", "lut",
-                "model", "timeout_s"[, "note"]},
+                "model", "timeout_s"[, "gemm_only"][, "note"]},
    "methods": ["eager", "stock", "topk-1", ...],
    "problems": [{"label", "m", "n", "k", "dtype",
                  "results": {method: {"tuning_s", "kernel_ms", "eager_ms", "speedup", "choice",

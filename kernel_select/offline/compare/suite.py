@@ -111,6 +111,7 @@ class Method:
     search_space: str = "DEFAULT"
     topk: int | str | None = None
     cublas_margin: str | None = None  # "off" turns the cuBLAS gate off; None keeps the knob's value
+    gemm_only: bool = False  # gemm_autotune_options() in place of max-autotune's options
 
 
 def parse_topks(text: str) -> list[int | str]:
@@ -122,12 +123,12 @@ def parse_topks(text: str) -> list[int | str]:
 
 
 def methods_for(topks: Sequence[int | str], exhaustive: bool = False,
-                nogate_topks: Sequence[int | str] = ()) -> list[Method]:
+                nogate_topks: Sequence[int | str] = (), gemm_only: bool = False) -> list[Method]:
     """eager, stock[, stock-exhaustive], topk-K per k, and topk-K-nogate (cuBLAS gate off) per k
-    of `nogate_topks`."""
-    methods = [Method("eager", "eager"), Method("stock", "stock")]
+    of `nogate_topks`; with `gemm_only`, every compiled method uses GEMM-only options."""
+    methods = [Method("stock", "stock")]
     if exhaustive:
         methods.append(Method("stock-exhaustive", "stock", search_space="EXHAUSTIVE"))
     methods += [Method(f"topk-{k}", "topk", topk=k) for k in topks]
     methods += [Method(f"topk-{k}-nogate", "topk", topk=k, cublas_margin="off") for k in nogate_topks]
-    return methods
+    return [Method("eager", "eager")] + [dataclasses.replace(m, gemm_only=gemm_only) for m in methods]

@@ -53,7 +53,12 @@ def _measure(spec: dict[str, Any]) -> dict[str, Any]:
         if method.kind == "topk":
             ks_inductor.install(topk=method.topk, kernel_lut_path=spec.get("lut"), model=spec.get("model"),
                                 cublas_margin=method.cublas_margin)
-        fn = torch.compile(mm, options=ks_inductor.max_autotune_options(method.search_space), dynamic=False)
+        if method.gemm_only:  # CUDA graphs off: the kernel is timed the same way for every method
+            options = ks_inductor.gemm_autotune_options(
+                cudagraphs=False, max_autotune_gemm_search_space=method.search_space)
+        else:
+            options = ks_inductor.max_autotune_options(method.search_space)
+        fn = torch.compile(mm, options=options, dynamic=False)
         with ks_inductor.record_autotuning() as records:
             torch.cuda.synchronize()
             start = time.perf_counter()
