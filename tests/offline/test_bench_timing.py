@@ -107,7 +107,8 @@ def test_each_binary_is_checked_on_its_first_problems_only(runs):
 
 def test_an_implausible_single_sample_gets_a_second_opinion(runs, monkeypatch):
     stalled = frozenset({200, 201})
-    monkeypatch.setattr(bench, "ProblemTimer", lambda p, d, o, layout: FakeTimer(p, d, o, frozenset({3}), stalled))
+    monkeypatch.setattr(bench, "ProblemTimer",
+                        lambda p, d, o, layout: FakeTimer(p, d, o, frozenset({3}), stalled))
     stats = bench.TimingStats()
     results, _ = bench.time_problem(runs, {}, DEVICE, bench.BenchOptions(reps=1), stats=stats)
     timer = FakeTimer.instances[-1]

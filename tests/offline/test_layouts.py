@@ -117,7 +117,8 @@ def test_every_layout_of_a_problem_shares_the_frozen_split():
 
 
 def test_shapes_files_carry_layouts_and_reject_bad_ones(tmp_path: Path):
-    chosen = [shapes.Shape(64, 128, 256, "bfloat16", "a"), shapes.Shape(64, 128, 256, "bfloat16", "b", layout="nt")]
+    chosen = [shapes.Shape(64, 128, 256, "bfloat16", "a"),
+              shapes.Shape(64, 128, 256, "bfloat16", "b", layout="nt")]
     path = tmp_path / "shapes.json"
     shapes.save(chosen, path)
     assert "layout" not in json.loads(path.read_text())[0]  # "nn" files stay as they were
@@ -138,6 +139,18 @@ def test_the_bench_command_exits_2_with_one_line_for_a_bad_layout(tmp_path: Path
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "layout: unsupported layout 'transposed'" in err
+
+
+def test_fidelity_refuses_layouts_it_cannot_compare(tmp_path: Path, capsys):
+    from kernel_select.cli.main import main
+
+    path = tmp_path / "shapes.json"
+    path.write_text(json.dumps([{"m": 64, "n": 64, "k": 64}, {"m": 64, "n": 64, "k": 64, "layout": "nt"}]))
+    with pytest.raises(SystemExit) as exit_:
+        main(["fidelity", "--shapes", str(path)])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert 'has entries in layouts nt; fidelity compares row-major ("nn") problems only' in err
 
 
 # -- rows, resume, the dataset's layout column ----------------------------------------------------------
@@ -198,7 +211,8 @@ def test_evaluation_scores_nn_rows_only():
 
     nn_only = synthetic_frame({"test": 3}, configs_per_problem=20)
     mixed, _ = _with_a_transposed_copy(nn_only)
-    both = [evaluate("synthetic.parquet", "test", ["analytical"], device=H100, frame=f) for f in (nn_only, mixed)]
+    both = [evaluate("synthetic.parquet", "test", ["analytical"], device=H100, frame=frame)
+            for frame in (nn_only, mixed)]
     assert both[0]["problems"] == both[1]["problems"] == 3 and both[0]["rows"] == both[1]["rows"]
     assert both[0]["methods"]["analytical"] == both[1]["methods"]["analytical"]
 
