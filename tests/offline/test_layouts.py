@@ -181,6 +181,15 @@ def test_resume_counts_a_problem_done_only_in_its_own_layout(tmp_path: Path):
     assert todo == [BenchProblem(Problem(64, 128, 256), "nt")]
 
 
+def test_the_active_pool_counts_a_shape_measured_only_in_its_own_layout(tmp_path: Path):
+    from kernel_select.offline.data import active
+
+    out = tmp_path / "rows.parquet"
+    dataset.write(_rows(BenchProblem(Problem(64, 128, 256))), out)
+    pool = [shapes.Shape(64, 128, 256, "bfloat16"), shapes.Shape(64, 128, 256, "bfloat16", layout="nt")]
+    assert [s.layout for s in active.unmeasured(pool, [out])] == ["nt"]
+
+
 def test_a_dataset_with_an_unknown_layout_is_rejected():
     rows = _rows(BenchProblem(Problem(64, 128, 256))).assign(layout="xx")
     with pytest.raises(DatasetError, match="column 'layout' has unknown values"):
