@@ -68,7 +68,9 @@ def register_bench(sub: Subparsers) -> None:
                                    "space with kernel_select's Inductor-equivalent Triton kernel, plus "
                                    "cuBLAS, and append rows to a parquet dataset. Re-running skips "
                                    "problems already in the output. Needs a CUDA GPU.")
-    p.add_argument("--shapes", required=True, help="JSON list of {m, n, k, dtype[, source]}")
+    p.add_argument("--shapes", required=True,
+                   help='JSON list of {m, n, k, dtype[, source][, layout]}; layout "nn" (default), "nt", '
+                        '"tn" or "tt": A then B, "t" stored transposed (as W in x @ W.t())')
     p.add_argument("--out", type=output_file, required=True, help="parquet file to create or extend")
     p.add_argument("--dtype", default=None,
                    help="only benchmark shapes of these dtypes (comma-separated; default: all)")
@@ -182,6 +184,7 @@ def _active_shapes(args: argparse.Namespace) -> int:
 def run_bench(args: argparse.Namespace) -> int:
     from kernel_select.device import detect
     from kernel_select.offline.harness import bench, pipeline
+    from kernel_select.offline.harness.bench_plan import BenchProblem
     from kernel_select.offline.data import shapes
     from kernel_select.problem import dtype_name
 
@@ -195,10 +198,10 @@ def run_bench(args: argparse.Namespace) -> int:
         chosen = chosen[: args.limit]
     options = bench.BenchOptions(search_space=args.search_space, workers=args.workers,
                                  max_seconds=args.max_seconds)
-    problems = [s.problem() for s in chosen]
+    problems = [BenchProblem(s.problem(), s.layout) for s in chosen]
     df = pipeline.run_sharded(problems, args.out, detect(), args.gpus, options,
                               origins={p: s.provenance() for p, s in zip(problems, chosen)},
-                              groups=[s.group or f"{s.dtype}/{s.family}" for s in chosen])
+                              groups=[s.group or f"{s.dtype}/{s.layout}/{s.family}" for s in chosen])
     print(f"{args.out}: {df['problem_id'].nunique()} problems, {len(df)} rows "
           f"({int((df['runtime_ms'] < float('inf')).sum())} finite)")
     return 0
@@ -209,7 +212,12 @@ def run_fidelity(args: argparse.Namespace) -> int:
     from kernel_select.offline.data import dataset, shapes
     from kernel_select.offline.harness import fidelity
 
-    problems = [s.problem() for s in shapes.load(args.shapes)]
+    chosen = shapes.load(args.shapes)
+    transposed = sorted({s.layout for s in chosen} - {"nn"})
+    if transposed:  # its Inductor side compiles contiguous operands only
+        raise OptionError(f"fidelity: {args.shapes} has entries in layouts {', '.join(transposed)}; "
+                          "fidelity compares row-major (\"nn\") problems only")
+    problems = [s.problem() for s in chosen]
     if args.resume and not args.json_out:
         raise OptionError("fidelity: --resume needs --json (the file to resume)")
     results = []

@@ -52,3 +52,34 @@ def test_every_config_of_a_problem_is_correct_against_torch():
         torch.cuda.synchronize()
         err = torch.linalg.vector_norm(timer.c.float() - timer.ref) / torch.linalg.vector_norm(timer.ref)
         assert err < 1e-2, run.config
+
+
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+def test_every_layout_is_timed_and_multiplies_like_torch_mm_on_the_same_operands(layout):
+    import torch
+
+    from kernel_select.device import detect
+    from kernel_select.layouts import layout_of
+    from kernel_select.offline.harness import bench
+    from kernel_select.offline.harness.bench_plan import BenchProblem, plan
+    from kernel_select.offline.harness.timer import ProblemTimer
+    from kernel_select.problem import Problem
+
+    device = detect()
+    problem = Problem(100, 272, 136, "float16")  # M = 4 mod 8: M_DIV 4 when A is read transposed
+    runs = plan([BenchProblem(problem, layout)], device)[0][::11]
+    keys = list(dict.fromkeys(run.key for run in runs))[:3]
+    compiled = {key: (status, text) for key, status, text in bench._compile_keys(keys)}  # workers' path
+    assert all(status is None for status, _ in compiled.values()), compiled
+    timer = ProblemTimer(problem, device, bench.BenchOptions(), layout=layout)
+    assert layout_of(timer.a, timer.b) == layout
+    expected = torch.mm(timer.a, timer.b).float()  # cuBLAS on the same views
+    for run in runs:
+        timer.c.fill_(float("nan"))
+        timer.launch(run)
+        torch.cuda.synchronize()
+        err = torch.linalg.vector_norm(timer.c.float() - expected) / torch.linalg.vector_norm(expected)
+        assert err < 1e-2, (layout, run.config)
+    results, cublas = bench.time_problem(runs, compiled, device, bench.BenchOptions(reps=1))
+    assert cublas.status == "ok" and all(r.status in ("ok", "capped") for r in results.values())
+    assert all(0 < s < 10 for r in [cublas, *results.values()] for s in r.samples)

@@ -166,9 +166,13 @@ def test_the_serving_bench_takes_each_lengths_best_from_the_harness_when_given()
 
     shapes = serving_bench.harness_shapes()
     assert len(shapes) == 3 * len(serving_bench.LENGTHS)
-    rows = pd.DataFrame([{"m": s["m"], "n": s["n"], "k": s["k"], "runtime_ms": ms, "status": status}
+    rows = pd.DataFrame([{"m": s["m"], "n": s["n"], "k": s["k"], "layout": s["layout"], "runtime_ms": ms,
+                          "status": status}
                          for s in shapes
                          for ms, status in ((0.5, "ok"), (0.25, "capped"), (0.1, "incorrect"))])
+    # The same sizes timed row-major do not count: the program reads transposed operands there.
+    row_major = rows[rows["layout"] != "nn"].assign(layout="nn", runtime_ms=0.01)
+    assert serving_bench.harness_best(pd.concat([rows, row_major]))["1024"] == pytest.approx(0.75)
     best = serving_bench.harness_best(rows[~((rows["m"] == 560) & (rows["n"] == 1280))])
     assert "560" not in best  # a GEMM of that length is missing
     assert best["1024"] == pytest.approx(0.75)  # three GEMMs x the fastest valid 0.25 ms
@@ -179,6 +183,35 @@ def test_the_serving_bench_takes_each_lengths_best_from_the_harness_when_given()
     assert full["methods"]["a"]["lengths"]["8192"]["ratio_to_best"] == pytest.approx(2.0)
     partial = serving_bench.assemble(per_method, best)  # not every length: fall back to the methods
     assert partial["best_source"] == "fastest measured method per length"
+
+
+def test_the_serving_harness_shapes_use_the_layouts_pretune_discovers_for_the_program():
+    from kernel_select.offline.serving import serving_bench
+
+    weight = torch.nn.Parameter(torch.randn(32, 64))  # the program's W[out, in], small
+
+    def step(x: torch.Tensor) -> torch.Tensor:  # forward x @ W.t(); backward: grad input, grad weight
+        return x @ weight.t()
+
+    x = torch.randn(48, 64, requires_grad=True)
+    sites = pretune.discover(step, (x,), {0: (0, 16, 4096)}, backward=True)
+    discovered = {(s.problem.m, s.problem.n, s.problem.k): s.layout for s in sites}
+    for gemm, (m, n, k) in {"forward": (48, 32, 64), "grad_input": (48, 64, 32),
+                            "grad_weight": (32, 64, 48)}.items():
+        assert discovered[(m, n, k)] == serving_bench.LAYOUTS[gemm], gemm
+    assert {(s["layout"], s["source"].split()[1]) for s in serving_bench.harness_shapes()} == {
+        (layout, gemm) for gemm, layout in serving_bench.LAYOUTS.items()}
+
+
+def test_the_serving_harness_shapes_file_loads_for_bench_with_its_layouts(tmp_path: Path):
+    from kernel_select.offline.data import shapes as shapes_module
+    from kernel_select.offline.serving import serving_bench
+
+    path = tmp_path / "harness_shapes.json"
+    assert serving_bench.main(["--harness-shapes", str(path)]) == 0
+    loaded = shapes_module.load(path)
+    assert [s.layout for s in loaded] == [s["layout"] for s in serving_bench.harness_shapes()]
+    assert {s.layout for s in loaded} == {"nt", "nn", "tn"}
 
 
 def _write(path: Path, value: object) -> Path:

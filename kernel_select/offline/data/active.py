@@ -143,13 +143,13 @@ def group_by_class(chosen: Sequence[Candidate]) -> list[Candidate]:
 
 
 def unmeasured(shapes: Iterable[Shape], measured: Iterable[str | Path]) -> list[Shape]:
-    """The shapes whose problem is in none of the `measured` dataset files (any device)."""
+    """The shapes whose problem (in its layout) is in none of the `measured` dataset files (any device)."""
     done: set[str] = set()
     for path in measured:
         if not Path(path).exists():
             raise DatasetError(f"{path}: no such dataset file (given as already measured)")
         done |= dataset.completed_problems(path)
-    return [s for s in shapes if dataset.problem_id(s.m, s.n, s.k, s.dtype) not in done]
+    return [s for s in shapes if dataset.problem_id(s.m, s.n, s.k, s.dtype, layout=s.layout) not in done]
 
 
 def plan_collection(pool: Sequence[Shape], rows: int, *, strategy: Strategy = DEFAULT_STRATEGY,

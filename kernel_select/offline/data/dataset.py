@@ -7,7 +7,9 @@ concurrent writers: see `kernel_select.offline.data.dataset_io`.
 Split rule (fixed; documented in data/README.md): a problem's split is decided by a hash of its
 identity (dtype, op, batch, m, n, k) alone, so every row of a problem lands in the same split and
 adding problems never moves existing ones: sha256(problem_id) mod 100 < 70 -> train, < 85 -> val,
-else test.
+else test. A problem timed in another operand layout than "nn" has its own id (the layout
+suffixed) but the split of its "nn" id, so a model never trains on one layout of a problem it is
+tested on in another.
 """
 
 from __future__ import annotations
@@ -15,12 +17,14 @@ from __future__ import annotations
 import glob
 import hashlib
 import json
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
 
 from kernel_select.errors import DatasetError
+from kernel_select.layouts import DEFAULT_LAYOUT, LAYOUTS, check_layout
 from kernel_select.offline.data.dataset_io import atomic_write_parquet, exclusive_lock
 
 #: Version 2 added the sampling provenance columns (family, layer, pass); version 1 files are read
@@ -33,7 +37,8 @@ READABLE_VERSIONS = (1, 2)
 COLUMNS: dict[str, str] = {
     "problem_id": "string",
     "m": "int64", "n": "int64", "k": "int64", "batch": "int64",
-    "dtype": "string", "op": "string", "layout": "string",  # layout "nn": A and B row-major
+    "dtype": "string", "op": "string",
+    "layout": "string",  # operand layout, A then B (kernel_select.layouts): "nn" both row-major
     "backend": "string",  # "triton" or "aten"
     "block_m": "int64", "block_n": "int64", "block_k": "int64",
     "num_stages": "int64", "num_warps": "int64", "group_m": "int64",
@@ -57,16 +62,27 @@ CONFIG_COLUMNS = ("block_m", "block_n", "block_k", "num_stages", "num_warps", "g
 STATUSES = ("ok", "capped", "out_of_resources", "compile_error", "runtime_error", "incorrect")
 SPLITS = ("train", "val", "test")
 PASSES = ("coverage", "active")
+#: Layouts the learned model trains and is evaluated on (it has no layout feature yet).
+MODELLED_LAYOUTS = (DEFAULT_LAYOUT,)
+
+log = logging.getLogger(__name__)
 
 
-def problem_id(m: int, n: int, k: int, dtype: str, op: str = "mm", batch: int = 1) -> str:
-    """Stable text id of a problem, e.g. 'bfloat16/mm/1x560x1280x3420'."""
-    return f"{dtype}/{op}/{batch}x{m}x{n}x{k}"
+def problem_id(m: int, n: int, k: int, dtype: str, op: str = "mm", batch: int = 1,
+               layout: str = DEFAULT_LAYOUT) -> str:
+    """Stable text id of a problem, e.g. 'bfloat16/mm/1x560x1280x3420'; a layout other than "nn"
+    is suffixed ('bfloat16/mm/1x560x1280x3420/nt'), so "nn" ids are those of datasets written
+    before layouts existed (the frozen split is a hash of them)."""
+    base = f"{dtype}/{op}/{batch}x{m}x{n}x{k}"
+    return base if check_layout(layout) == DEFAULT_LAYOUT else f"{base}/{layout}"
 
 
 def split_of(pid: str) -> str:
-    """The fixed split of a problem id (see module docstring)."""
-    bucket = int(hashlib.sha256(pid.encode()).hexdigest(), 16) % 100
+    """The fixed split of a problem id (see module docstring): every layout of a problem gets
+    the split of its "nn" id."""
+    head, _, last = pid.rpartition("/")
+    base = head if last in LAYOUTS else pid
+    bucket = int(hashlib.sha256(base.encode()).hexdigest(), 16) % 100
     return "train" if bucket < 70 else "val" if bucket < 85 else "test"
 
 
@@ -86,11 +102,25 @@ def conform(df: pd.DataFrame) -> pd.DataFrame:
             out[col] = out[col].astype(dtype)
         except (TypeError, ValueError) as exc:
             raise DatasetError(f"column {col!r} cannot be read as {dtype}: {exc}") from None
-    for col, allowed in (("status", STATUSES), ("pass", PASSES)):
+    for col, allowed in (("status", STATUSES), ("pass", PASSES), ("layout", LAYOUTS)):
         bad = set(out[col].unique()) - set(allowed)
         if bad:
             raise DatasetError(f"column {col!r} has unknown values {sorted(bad)}; expected {allowed}")
     return out
+
+
+def modelled_layout_rows(frame: pd.DataFrame, purpose: str = "training and evaluation") -> pd.DataFrame:
+    """The rows in MODELLED_LAYOUTS. The model has no layout feature yet, so rows of other layouts
+    (the same sizes, other runtimes) would silently mix into its targets and oracles; how many are
+    left out is logged."""
+    keep = frame["layout"].isin(MODELLED_LAYOUTS)
+    if keep.all():
+        return frame
+    others = frame[~keep]
+    log.info("%s: left out %d rows (%d problems) in layouts %s; the model has no layout feature yet "
+             "and uses %s rows only", purpose, len(others), others["problem_id"].nunique(),
+             ", ".join(sorted(others["layout"].astype(str).unique())), " / ".join(MODELLED_LAYOUTS))
+    return frame[keep].reset_index(drop=True)
 
 
 def _version_of(path: Path) -> int:

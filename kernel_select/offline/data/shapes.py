@@ -5,7 +5,8 @@ n = output features of a linear layer: y[m, n] = x[m, k] @ W[k, n]. The forward 
 projection is listed; the seed layer also gets its two backward GEMMs.
 
 Each problem's work is capped (MAX_FLOP) so that slow configs on huge problems cannot eat the GPU
-budget. Shapes files (JSON) are what `kernel-select bench` and `compare` read.
+budget. Shapes files (JSON) are what `kernel-select bench` and `compare` read; an entry may name
+the operands' memory layout (`"layout"`, kernel_select.layouts; default "nn", A and B row-major).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernel_select.errors import ProblemError
+from kernel_select.layouts import DEFAULT_LAYOUT, check_layout
 from kernel_select.problem import Problem
 
 MAX_FLOP = 1e12  # ~1.3 ms at the H100's achievable bf16 rate; the slowest configs take ~50x that
@@ -64,7 +66,7 @@ class Shape:
     `family` is the architecture ("llama3-8b"), "random", or "sampler:<stratum>"; `layer` the
     layer and GEMM ("q_proj fwd"); `pass_` the collection pass ("coverage" or "active", JSON key
     "pass"); `group` the compile class the sampler grouped it in (problems of one group share
-    compiled binaries).
+    compiled binaries); `layout` the operands' memory layout (kernel_select.layouts).
     """
 
     m: int
@@ -76,6 +78,7 @@ class Shape:
     layer: str = ""
     pass_: str = "coverage"
     group: str = ""
+    layout: str = DEFAULT_LAYOUT
 
     def problem(self) -> Problem:
         return Problem(self.m, self.n, self.k, self.dtype)
@@ -91,6 +94,8 @@ class Shape:
         if self.family:
             out.update(family=self.family, layer=self.layer, group=self.group)
         out["pass"] = self.pass_
+        if self.layout != DEFAULT_LAYOUT:  # files of "nn" shapes stay as they were
+            out["layout"] = self.layout
         return out
 
 
@@ -183,10 +188,10 @@ def model_subset(dtype: str, tokens: tuple[int, ...], max_flop: float) -> list[S
 
 
 def dedupe(shapes: list[Shape]) -> list[Shape]:
-    """First occurrence of each (m, n, k, dtype) wins (keeps the most descriptive source)."""
-    seen: dict[tuple[int, int, int, str], Shape] = {}
+    """First occurrence of each (m, n, k, dtype, layout) wins (keeps the most descriptive source)."""
+    seen: dict[tuple[int, int, int, str, str], Shape] = {}
     for shape in shapes:
-        seen.setdefault((shape.m, shape.n, shape.k, shape.dtype), shape)
+        seen.setdefault((shape.m, shape.n, shape.k, shape.dtype, shape.layout), shape)
     return list(seen.values())
 
 
@@ -201,7 +206,11 @@ def save(shapes: list[Shape], path: str | Path) -> None:
 
 
 def load(path: str | Path) -> list[Shape]:
-    """Read a shapes file: a JSON list of {m, n, k, dtype[, source]} objects."""
+    """Read a shapes file: a JSON list of {m, n, k, dtype[, source][, layout]} objects.
+
+    Raises:
+        ProblemError: naming the file and the entry, for a bad size, dtype or layout.
+    """
     path = Path(path)
     try:
         raw = json.loads(path.read_text())
@@ -216,7 +225,8 @@ def load(path: str | Path) -> list[Shape]:
                               str(item.get("dtype", "bfloat16")))  # validates sizes and dtype
             shape = Shape(problem.m, problem.n, problem.k, problem.dtype, str(item.get("source", "")),
                           str(item.get("family", "")), str(item.get("layer", "")),
-                          str(item.get("pass", "coverage")), str(item.get("group", "")))
+                          str(item.get("pass", "coverage")), str(item.get("group", "")),
+                          check_layout(item.get("layout", DEFAULT_LAYOUT)))
         except (KeyError, TypeError, ValueError) as exc:
             raise ProblemError(f"{path}[{i}]: {exc}") from None
         shapes.append(shape)

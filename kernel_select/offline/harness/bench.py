@@ -1,5 +1,7 @@
 """GPU benchmark harness: time every (problem, config) pair of the pruned space with our
-Inductor-equivalent Triton kernel, plus cuBLAS, and write parquet rows with provenance.
+Inductor-equivalent Triton kernel, plus cuBLAS, and write parquet rows with provenance. A problem
+is timed in one operand layout (kernel_select.layouts; "nn" unless its shapes-file entry says
+otherwise): the Triton kernel and cuBLAS read the same views.
 
 This module compiles keys (in worker processes, into Triton's on-disk cache) and times one problem;
 the collection driver that overlaps the two is `kernel_select.offline.harness.pipeline`.
@@ -159,7 +161,7 @@ def time_problem(runs: list[PlannedRun], compiled: dict[CompileKey, tuple[str | 
     import random
 
     problem = runs[0].problem
-    timer = ProblemTimer(problem, device, options)
+    timer = ProblemTimer(problem, device, options, layout=runs[0].layout)
     checked = {} if checked is None else checked
     rng = random.Random(zlib.crc32(str(problem).encode()))
     results = {i: _Timed() for i in range(len(runs))}
@@ -316,14 +318,15 @@ def rows_for(runs: list[PlannedRun], results: dict[int, _Timed], cublas: _Timed,
              stats: TimingStats | None = None) -> list[dict]:
     """Dataset rows of one timed problem; `origin` holds its family / layer / pass columns and
     `stats` (this problem's re-timings) is appended to the `timing_method` text."""
-    problem = runs[0].problem
-    pid = dataset.problem_id(problem.m, problem.n, problem.k, problem.dtype, problem.op, problem.batch)
+    problem, layout = runs[0].problem, runs[0].layout
+    pid = dataset.problem_id(problem.m, problem.n, problem.k, problem.dtype, problem.op, problem.batch,
+                             layout)
     method = TIMING_METHOD.format(reps=options.reps, factor=options.contender_factor, suspect=SUSPECT_RATIO)
     if stats is not None:
         method += f"; this problem: {stats.summary()}"
     stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
     base = dict(problem_id=pid, **(origin or dataset.OPTIONAL_DEFAULTS), m=problem.m, n=problem.n,
-                k=problem.k, batch=problem.batch, dtype=problem.dtype, op=problem.op, layout="nn",
+                k=problem.k, batch=problem.batch, dtype=problem.dtype, op=problem.op, layout=layout,
                 split=dataset.split_of(pid), timestamp=stamp, timing_method=method, **prov)
     rows = []
 

@@ -1,18 +1,20 @@
 """What the benchmark harness will compile and run: pure Python, no GPU needed.
 
 A *compile key* is everything that makes one Triton binary of the benchmark kernel distinct:
-the dtype, the config, and the specializations Inductor's literal shapes would imply (EVEN_K,
-ALLOW_TF32, the power-of-two divisibility of N and K, and the two offset hints). Problems that
-share a key share a binary; planning the keys up front lets the harness compile everything in
-parallel before timing anything.
+the dtype, the operand layout, the config, and the specializations Inductor's literal shapes and
+strides would imply (EVEN_K, ALLOW_TF32, the power-of-two divisibility of N and K, and of M when
+A is read transposed, and the two offset hints). Problems that share a key share a binary;
+planning the keys up front lets the harness compile everything in parallel before timing anything.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kernel_select.configs import GemmConfig, inductor_allow_tf32
 from kernel_select.device import DeviceSpec
+from kernel_select.layouts import DEFAULT_LAYOUT, a_transposed, check_layout, operand_strides
 from kernel_select.problem import Problem
 from kernel_select.space import for_problem
 
@@ -25,11 +27,32 @@ def pow2_divisor(x: int, cap: int = MAX_DIV) -> int:
 
 
 @dataclass(frozen=True)
+class BenchProblem:
+    """What the harness times: a problem and its operands' memory layout (kernel_select.layouts)."""
+
+    problem: Problem
+    layout: str = DEFAULT_LAYOUT
+
+    def __post_init__(self) -> None:
+        check_layout(self.layout)
+
+    def __str__(self) -> str:
+        return str(self.problem) if self.layout == DEFAULT_LAYOUT else f"{self.problem} {self.layout}"
+
+
+def as_bench_problem(item: Problem | BenchProblem) -> BenchProblem:
+    """A plain Problem is timed as `a @ b` on contiguous operands ("nn")."""
+    return item if isinstance(item, BenchProblem) else BenchProblem(item)
+
+
+@dataclass(frozen=True)
 class CompileKey:
     dtype: str
+    layout: str  # A_T / B_T: which operand is read through a transposed view
     config: tuple[int, int, int, int, int, int]  # GemmConfig.key
     even_k: bool
     allow_tf32: bool
+    m_div: int  # 1 unless A is transposed: then M is A's row stride and its divisibility matters
     n_div: int
     k_div: int
     a_hint: bool
@@ -40,14 +63,30 @@ class CompileKey:
         return GemmConfig.from_key(self.config)
 
 
-def compile_key(problem: Problem, config: GemmConfig, allow_tf32: bool) -> CompileKey:
-    # Inductor's hint condition: operand contiguous (always, here), M >= BLOCK_M (N >= BLOCK_N), K > 1.
+def inductor_hint(rows: int, k: int, stride_rows: int, stride_k: int, block: int) -> bool:
+    """Inductor's condition for the max_contiguous / multiple_of hints on one operand's wrapped
+    offsets (triton_mm.py.jinja). For A (rows = M, strides stride_am / stride_ak, block BLOCK_M):
+
+        ((stride_am == 1 and stride_ak == M) or (stride_am == K and stride_ak == 1))
+            and (M >= BLOCK_M and K > 1)
+
+    and for B the same with N, stride_bn / stride_bk and BLOCK_N."""
+    contiguous = (stride_rows == 1 and stride_k == rows) or (stride_rows == k and stride_k == 1)
+    return contiguous and rows >= block and k > 1
+
+
+def compile_key(problem: Problem, config: GemmConfig, allow_tf32: bool,
+                layout: str = DEFAULT_LAYOUT) -> CompileKey:
+    """The key of `problem` in `layout` with `config`; the hints follow the strides of the
+    operands the timer builds (kernel_select.layouts.operand_strides)."""
+    (stride_am, stride_ak), (stride_bk, stride_bn) = operand_strides(problem.m, problem.n, problem.k, layout)
     return CompileKey(
-        dtype=problem.dtype, config=config.key, even_k=problem.k % config.block_k == 0,
+        dtype=problem.dtype, layout=layout, config=config.key, even_k=problem.k % config.block_k == 0,
         allow_tf32=allow_tf32 and problem.dtype == "float32",
+        m_div=pow2_divisor(problem.m) if a_transposed(layout) else 1,
         n_div=pow2_divisor(problem.n), k_div=pow2_divisor(problem.k),
-        a_hint=problem.m >= config.block_m and problem.k > 1,
-        b_hint=problem.n >= config.block_n and problem.k > 1,
+        a_hint=inductor_hint(problem.m, problem.k, stride_am, stride_ak, config.block_m),
+        b_hint=inductor_hint(problem.n, problem.k, stride_bn, stride_bk, config.block_n),
     )
 
 
@@ -57,15 +96,21 @@ class PlannedRun:
     config: GemmConfig
     key: CompileKey
 
+    @property
+    def layout(self) -> str:
+        return self.key.layout
 
-def plan(problems: list[Problem], device: DeviceSpec, *, search_space: str = "exhaustive",
+
+def plan(problems: Sequence[Problem | BenchProblem], device: DeviceSpec, *, search_space: str = "exhaustive",
          torch_version: str | None = None, fp32_precision: str = "ieee") -> list[list[PlannedRun]]:
-    """For each problem, its configs (Inductor's pruned space for the device) with compile keys."""
+    """For each problem (a plain Problem is "nn"), its configs (Inductor's pruned space for the
+    device) with compile keys."""
     out = []
-    for problem in problems:
+    for item in map(as_bench_problem, problems):
+        problem = item.problem
         tf32 = inductor_allow_tf32(problem, torch_version=torch_version, fp32_precision=fp32_precision)
         configs = for_problem(problem, device, search_space, torch_version)  # type: ignore[arg-type]
-        out.append([PlannedRun(problem, c, compile_key(problem, c, tf32)) for c in configs])
+        out.append([PlannedRun(problem, c, compile_key(problem, c, tf32, item.layout)) for c in configs])
     return out
 
 

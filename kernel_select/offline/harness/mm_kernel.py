@@ -8,9 +8,14 @@ torch 2.11/2.13), line for line:
   * row/column offsets WRAP (rm % M, rn % N) instead of masking loads; out-of-range rows and
     columns are computed and only masked at the store;
   * the same max_contiguous/multiple_of hints on the wrapped offsets, under the same condition
-    (operand contiguous, M >= BLOCK_M resp. N >= BLOCK_N, K > 1) -> A_HINT / B_HINT;
+    (((stride_am == 1 and stride_ak == M) or (stride_am == K and stride_ak == 1)) and M >= BLOCK_M
+    and K > 1, and the same for B with N), evaluated on the host by bench_plan.inductor_hint from
+    the strides of the layout -> A_HINT / B_HINT;
   * K loop over tl.cdiv(K, BLOCK_K) with indices recomputed from k_idx (no pointer increments),
     masked only when EVEN_K is False (K % BLOCK_K != 0), exactly Inductor's EVEN_K specialization;
+  * load indices `idx_k + stride * idx_m` (A) and `idx_n + stride * idx_k` (B) as Inductor's
+    load_input writes them for a row-major operand, and `idx_m + M * idx_k` (A read transposed) /
+    `idx_k + K * idx_n` (B read transposed) for a transposed view, the unit stride first;
   * `acc += tl.dot(a, b, allow_tf32=ALLOW_TF32, out_dtype=ACC_TYPE)` with an fp32 accumulator,
     ALLOW_TF32 set by Inductor's rule (kernel_select.configs.inductor_allow_tf32);
   * masked store of the accumulator, converted to the output dtype by tl.store;
@@ -18,11 +23,17 @@ torch 2.11/2.13), line for line:
 
 The one deliberate difference: Inductor bakes M, N, K and the strides into the source as integer
 literals, which costs one compile per shape. Here they are runtime arguments, so one compile per
-(config, dtype, specialization) serves every shape. What the literals tell Triton's compiler is
-kept: N and K are passed as N // N_DIV and K // K_DIV and multiplied back by the constexprs N_DIV /
-K_DIV (the largest power of two dividing them, capped at 16), so the compiler sees the same
-divisibility (and hence the same vector widths) as with literals. Layout: A and B row-major
-("nn"), C row-major, as in `a @ b` on contiguous tensors.
+(config, dtype, layout, specialization) serves every shape. What the literals tell Triton's
+compiler is kept: N and K are passed as N // N_DIV and K // K_DIV and multiplied back by the
+constexprs N_DIV / K_DIV (the largest power of two dividing them, capped at 16), so the compiler
+sees the same divisibility (and hence the same vector widths) as with literals. M is a row stride
+only when A is read transposed (stride_ak == M); then it is passed the same way (M_DIV), else
+M_DIV is 1 and M is a plain argument, so row-major problems of any M share a binary.
+
+Layouts (kernel_select.layouts): the constexprs A_T / B_T pick each operand's strides, one compile
+per layout: A_T False reads A stored [M, K] (stride_am = K, stride_ak = 1), True a view of A
+stored [K, M] (stride_am = 1, stride_ak = M); B_T False reads B stored [K, N] (stride_bk = N,
+stride_bn = 1), True a view of B stored [N, K] (stride_bk = 1, stride_bn = K). C is row-major.
 """
 
 from __future__ import annotations
@@ -31,18 +42,17 @@ import triton
 import triton.language as tl
 
 
-@triton.jit(do_not_specialize=["M", "N_q", "K_q"])
+@triton.jit(do_not_specialize=["M_q", "N_q", "K_q"])
 def mm_kernel(
-    A, B, C, M, N_q, K_q,
-    N_DIV: tl.constexpr, K_DIV: tl.constexpr,
+    A, B, C, M_q, N_q, K_q,
+    M_DIV: tl.constexpr, N_DIV: tl.constexpr, K_DIV: tl.constexpr,
     EVEN_K: tl.constexpr, ALLOW_TF32: tl.constexpr, ACC_TYPE: tl.constexpr,
-    A_HINT: tl.constexpr, B_HINT: tl.constexpr,
+    A_T: tl.constexpr, B_T: tl.constexpr, A_HINT: tl.constexpr, B_HINT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):
+    M = M_q * M_DIV
     N = N_q * N_DIV
     K = K_q * K_DIV
-    stride_am = K  # A[M, K] row-major: stride_ak == 1
-    stride_bk = N  # B[K, N] row-major: stride_bn == 1
     stride_cm = N
     pid = tl.program_id(0)
     grid_m = (M + BLOCK_M - 1) // BLOCK_M
@@ -73,8 +83,14 @@ def mm_kernel(
     for k_idx in range(0, tl.cdiv(K, BLOCK_K)):
         a_k_idx_vals = offs_k[None, :] + (k_idx * BLOCK_K)
         b_k_idx_vals = offs_k[:, None] + (k_idx * BLOCK_K)
-        a_index = a_k_idx_vals + stride_am * offs_a_m[:, None]
-        b_index = offs_b_n[None, :] + stride_bk * b_k_idx_vals
+        if A_T:  # A stored [K, M]: stride_am == 1, stride_ak == M
+            a_index = offs_a_m[:, None] + M * a_k_idx_vals
+        else:  # A stored [M, K]: stride_am == K, stride_ak == 1
+            a_index = a_k_idx_vals + K * offs_a_m[:, None]
+        if B_T:  # B stored [N, K]: stride_bk == 1, stride_bn == K
+            b_index = b_k_idx_vals + K * offs_b_n[None, :]
+        else:  # B stored [K, N]: stride_bk == N, stride_bn == 1
+            b_index = offs_b_n[None, :] + N * b_k_idx_vals
         if EVEN_K:
             a = tl.load(A + a_index)
             b = tl.load(B + b_index)

@@ -4,7 +4,8 @@
   loop waits only for the keys of the problem it is about to time, so the pool compiles problem
   i+1 (and beyond) while the GPU times problem i. Keys already compiled (shared by an earlier
   problem of the same compile class) are never resubmitted: the sampler's groups make most
-  problems need no new binary at all.
+  problems need no new binary at all. The key holds the operand layout, so a binary is reused
+  only by problems of its own layout.
 * `max_seconds` bounds the wall time from the start of the run, compile included: the loop stops
   before a problem it does not expect to finish in time, and the pool is torn down.
 * After every problem its rows go to a writer thread that appends them (locked, atomic) to the
@@ -41,13 +42,20 @@ from kernel_select.offline.harness.bench import (
     time_problem,
 )
 from kernel_select.offline.harness.timer import TimingStats
-from kernel_select.offline.harness.bench_plan import CompileKey, PlannedRun, plan
+from kernel_select.offline.harness.bench_plan import (
+    BenchProblem,
+    CompileKey,
+    PlannedRun,
+    as_bench_problem,
+    plan,
+)
 from kernel_select.problem import Problem
 
 log = logging.getLogger(__name__)
 
 COMPILE_BATCH = 4  # keys per pool task: small, so the keys of the next problem arrive early
-Origins = dict[Problem, dict]  # problem -> its family / layer / pass columns
+Problems = Sequence[Problem | BenchProblem]  # a plain Problem is timed in the "nn" layout
+Origins = dict[Problem | BenchProblem, dict]  # problem -> its family / layer / pass columns
 
 
 class CompilePipeline:
@@ -136,10 +144,15 @@ class RowWriter:
             raise self.error
 
 
-def todo_problems(problems: Sequence[Problem], out: str | Path, device_name: str) -> list[Problem]:
+def bench_problem_id(item: BenchProblem) -> str:
+    p = item.problem
+    return dataset.problem_id(p.m, p.n, p.k, p.dtype, p.op, p.batch, item.layout)
+
+
+def todo_problems(problems: Problems, out: str | Path, device_name: str) -> list[BenchProblem]:
     """The problems not yet measured on this device in `out` (resume)."""
     done = dataset.completed_problems(out, device_name=device_name)
-    return [p for p in problems if dataset.problem_id(p.m, p.n, p.k, p.dtype, p.op, p.batch) not in done]
+    return [p for p in map(as_bench_problem, problems) if bench_problem_id(p) not in done]
 
 
 def _fp32_precision() -> str:
@@ -148,10 +161,13 @@ def _fp32_precision() -> str:
     return str(getattr(torch.backends.cuda.matmul, "fp32_precision", "ieee"))
 
 
-def run_bench(problems: list[Problem], out: str | Path, device: DeviceSpec,
+def run_bench(problems: Problems, out: str | Path, device: DeviceSpec,
               options: BenchOptions | None = None, origins: Origins | None = None) -> pd.DataFrame:
     """Benchmark `problems` in order (skipping those already in `out` for this GPU), appending
-    each problem's rows to `out` as soon as it is timed. Returns the whole output."""
+    each problem's rows to `out` as soon as it is timed. Returns the whole output.
+
+    A plain Problem is timed in the "nn" layout, a BenchProblem in its own; `origins` maps either
+    to the problem's family / layer / pass columns."""
     import torch
 
     options = options or BenchOptions()
@@ -163,7 +179,8 @@ def run_bench(problems: list[Problem], out: str | Path, device: DeviceSpec,
     if todo:
         planned = plan(todo, device, search_space=options.search_space, fp32_precision=_fp32_precision())
         workers = options.workers or max(1, (os.cpu_count() or 2) - 1)  # one core launches kernels
-        stats = _collect(planned, Path(out), device, options, prov, origins or {}, workers, started)
+        origins = {as_bench_problem(p): columns for p, columns in (origins or {}).items()}
+        stats = _collect(planned, Path(out), device, options, prov, origins, workers, started)
         wall = time.perf_counter() - started
         log.info("%d problems, %d rows in %.1f s wall (compile included; %d kernels compiled on %d "
                  "workers): %.0f rows per GPU-minute; timing: %s", stats["problems"], stats["rows"], wall,
@@ -202,8 +219,9 @@ def _collect(planned: list[list[PlannedRun]], out: Path, device: DeviceSpec, opt
             t0 = time.perf_counter()
             timing = TimingStats()
             results, cublas = time_problem(runs, compiled, device, options, checked, loaded, timing)
-            writer.put(rows_for(runs, results, cublas, prov, options, origins.get(runs[0].problem), timing))
-            _log_timing(runs[0].problem, timing)
+            timed = BenchProblem(runs[0].problem, runs[0].layout)
+            writer.put(rows_for(runs, results, cublas, prov, options, origins.get(timed), timing))
+            _log_timing(timed, timing)
             stats["timing"].add(timing)
             per_problem_s = max(per_problem_s * 0.7, time.perf_counter() - t0)
             stats["problems"] += 1
@@ -220,7 +238,7 @@ def _collect(planned: list[list[PlannedRun]], out: Path, device: DeviceSpec, opt
     return stats
 
 
-def _log_timing(problem: Problem, timing: TimingStats) -> None:
+def _log_timing(problem: BenchProblem, timing: TimingStats) -> None:
     """One line per problem; at INFO only when timing had to be redone, so clean runs stay quiet."""
     redone = timing.chunks_retimed or timing.suspects
     log.log(logging.WARNING if timing.chunks_unresolved else logging.INFO if redone else logging.DEBUG,
@@ -229,7 +247,7 @@ def _log_timing(problem: Problem, timing: TimingStats) -> None:
 
 # -- several GPUs ----------------------------------------------------------------------------------
 
-def shard_problems(problems: Sequence[Problem], groups: Sequence[str], gpus: int) -> list[list[int]]:
+def shard_problems(problems: Problems, groups: Sequence[str], gpus: int) -> list[list[int]]:
     """Indices of the problems each GPU times: whole groups (problems sharing compile keys) go to
     one GPU, so no binary is compiled twice; each group goes to the GPU with the fewest problems
     so far. Order within a GPU follows the input."""
@@ -242,7 +260,7 @@ def shard_problems(problems: Sequence[Problem], groups: Sequence[str], gpus: int
     return [sorted(s) for s in shards]
 
 
-def run_sharded(problems: list[Problem], out: str | Path, device: DeviceSpec, gpus: int,
+def run_sharded(problems: Problems, out: str | Path, device: DeviceSpec, gpus: int,
                 options: BenchOptions, origins: Origins | None = None,
                 groups: Sequence[str] | None = None) -> pd.DataFrame:
     """Shard problems over `gpus` GPUs of this host (one process each), then merge the parts."""
@@ -253,7 +271,9 @@ def run_sharded(problems: list[Problem], out: str | Path, device: DeviceSpec, gp
     from kernel_select.offline.harness.bench_plan import pow2_divisor
 
     out = Path(out)
-    groups = groups or [f"{p.dtype}/{pow2_divisor(p.n)}/{pow2_divisor(p.k)}" for p in problems]
+    problems = [as_bench_problem(p) for p in problems]
+    groups = groups or [f"{p.problem.dtype}/{p.layout}/{pow2_divisor(p.problem.n)}/"
+                        f"{pow2_divisor(p.problem.k)}" for p in problems]
     group_of = dict(zip(problems, groups))
     problems = todo_problems(problems, out, torch.cuda.get_device_properties(0).name)
     groups = [group_of[p] for p in problems]
@@ -305,7 +325,7 @@ def _start_on_gpu(ctx, gpu: int, args: tuple) -> multiprocessing.process.BasePro
     return proc
 
 
-def _shard_main(problems: list[Problem], part: Path, device: DeviceSpec, options: BenchOptions,
+def _shard_main(problems: list[BenchProblem], part: Path, device: DeviceSpec, options: BenchOptions,
                 origins: Origins, show_progress: bool) -> None:
     logging.basicConfig(level=logging.INFO, format=f"[{os.environ.get('CUDA_VISIBLE_DEVICES')}] %(message)s")
     shard_options = BenchOptions(**{**options.__dict__, "progress": show_progress})

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from kernel_select.device import DeviceSpec
+from kernel_select.layouts import DEFAULT_LAYOUT, a_transposed, b_transposed, stored_shape
 from kernel_select.offline.harness.bench_plan import CompileKey, PlannedRun
 from kernel_select.problem import Problem
 
@@ -93,26 +94,43 @@ def constexprs(key: CompileKey) -> dict:
     import triton.language as tl
 
     bm, bn, bk, _, _, group_m = key.config
-    return dict(N_DIV=key.n_div, K_DIV=key.k_div, EVEN_K=key.even_k, ALLOW_TF32=key.allow_tf32,
-                ACC_TYPE=tl.float32, A_HINT=key.a_hint, B_HINT=key.b_hint,
-                BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group_m)
+    return dict(M_DIV=key.m_div, N_DIV=key.n_div, K_DIV=key.k_div, EVEN_K=key.even_k,
+                ALLOW_TF32=key.allow_tf32, ACC_TYPE=tl.float32,
+                A_T=a_transposed(key.layout), B_T=b_transposed(key.layout), A_HINT=key.a_hint,
+                B_HINT=key.b_hint, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group_m)
+
+
+def operands(problem: Problem, layout: str, device: str = "cuda", generator: Any = None) -> tuple[Any, Any]:
+    """A[M, K] and B[K, N] for `problem`, each a view of a contiguous buffer stored as `layout`
+    says (a transposed operand is stored [K, M] resp. [N, K] and read through `.t()`, as W in
+    x @ W.t()). Random values scaled so that outputs stay O(1) in every dtype; never zeros (they
+    run faster)."""
+    import torch
+
+    dtype = torch_dtype(problem.dtype)
+
+    def operand(rows: int, cols: int, transposed: bool, scale: float) -> Any:
+        buffer = torch.randn(*stored_shape(rows, cols, transposed), device=device, generator=generator)
+        buffer = (buffer / scale if scale != 1.0 else buffer).to(dtype)  # still contiguous
+        return buffer.t() if transposed else buffer
+
+    a = operand(problem.m, problem.k, a_transposed(layout), 1.0)
+    b = operand(problem.k, problem.n, b_transposed(layout), math.sqrt(problem.k))
+    return a, b
 
 
 class ProblemTimer:
     """Times one problem's configs on the current CUDA device (see the module docstring)."""
 
-    def __init__(self, problem: Problem, device: DeviceSpec, options: BenchOptions):
+    def __init__(self, problem: Problem, device: DeviceSpec, options: BenchOptions,
+                 layout: str = DEFAULT_LAYOUT):
         import torch
 
         self.torch = torch
         self.problem = problem
-        dtype = torch_dtype(problem.dtype)
         gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(str(problem).encode()))
-        # Scaled so that outputs stay O(1) in every dtype; never zeros (they run faster).
-        self.a = torch.randn(problem.m, problem.k, device="cuda", generator=gen).to(dtype)
-        b = torch.randn(problem.k, problem.n, device="cuda", generator=gen) / math.sqrt(problem.k)
-        self.b = b.to(dtype)
-        self.c = torch.empty(problem.m, problem.n, device="cuda", dtype=dtype)
+        self.a, self.b = operands(problem, layout, "cuda", gen)  # views in `layout`
+        self.c = torch.empty(problem.m, problem.n, device="cuda", dtype=torch_dtype(problem.dtype))
         self.ref = torch.matmul(self.a.float(), self.b.float())
         self.ref_norm = float(torch.linalg.vector_norm(self.ref))
         flush_bytes = options.flush_bytes or device.l2_bytes
@@ -129,10 +147,11 @@ class ProblemTimer:
 
         key, cfg, p = run.key, run.config, self.problem
         grid = (math.ceil(p.m / cfg.block_m) * math.ceil(p.n / cfg.block_n),)
-        mm_kernel[grid](self.a, self.b, self.c, p.m, p.n // key.n_div, p.k // key.k_div,
+        mm_kernel[grid](self.a, self.b, self.c, p.m // key.m_div, p.n // key.n_div, p.k // key.k_div,
                         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **constexprs(key))
 
     def launch_cublas(self) -> None:
+        # The same views: cuBLAS reads a transposed operand in place (a transpose flag, no copy).
         self.torch.mm(self.a, self.b, out=self.c)
 
     def time_pass(self, items: list[Item], *, check: set | None = None,

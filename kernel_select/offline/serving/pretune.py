@@ -38,13 +38,12 @@ from typing import Any
 from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec
 from kernel_select.errors import KernelSelectError
+from kernel_select.layouts import check_layout, layout_of
 from kernel_select.lut import ATEN, BatchedLUTEntry, KernelLUT, LUTEntry, LUTRow, SizeRange
 from kernel_select.problem import Problem
 from kernel_select.select import spread_ms, top_k
 
 GEMM_OPS = ("mm", "addmm", "bmm", "baddbmm")
-#: Operand layouts, A then B: "n" row-major, "t" a transposed (column-major) view.
-LAYOUTS = ("nn", "nt", "tn", "tt")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +54,7 @@ class Site:
     dynamic: str | None = None  # "m", "k" or None
     low: int = 0
     high: int = 0
-    layout: str = "nn"  # A then B, see LAYOUTS
+    layout: str = "nn"  # A then B, see kernel_select.layouts
 
     def buckets(self, points: int) -> tuple[int, ...]:
         """The values of the dynamic size to benchmark at (the example size when static)."""
@@ -104,7 +103,7 @@ def discover(module: Any, inputs: Sequence[Any], dynamic: dict[int, tuple[int, i
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
             op = ops.get(func)
             if op is not None:
-                seen.append((_problem_of(op, args), _layout_of(args)))
+                seen.append((_problem_of(op, args), layout_of(args[-2], args[-1])))
             return func(*args, **(kwargs or {}))
 
     with Recorder():
@@ -126,17 +125,6 @@ def _problem_of(op: str, args: Sequence[Any]) -> Problem:
     batch = int(a.shape[0]) if op in ("bmm", "baddbmm") else 1
     return Problem(int(a.shape[-2]), int(b.shape[-1]), int(a.shape[-1]), dtype_name(a.dtype),
                    batch=batch, op=op)
-
-
-def _layout_of(args: Sequence[Any]) -> str:
-    """"n" or "t" for A then B: "t" when the operand is a transposed view (its rows are contiguous
-    in memory), as W.t() in a Linear's forward or grad_y.t() in its weight gradient."""
-    def one(x: Any) -> str:
-        rows, cols = x.shape[-2], x.shape[-1]
-        column_major = x.stride(-2) == 1 and x.stride(-1) >= rows and cols > 1 and rows > 1
-        return "t" if column_major else "n"
-
-    return one(args[-2]) + one(args[-1])
 
 
 def _site(problem: Problem, sizes: dict[int, tuple[int, int]], layout: str = "nn") -> Site:
@@ -174,9 +162,7 @@ def _shape_site(item: dict[str, Any]) -> Site:
     sizes = {dim: ranges[dim][1] if dim in ranges else int(item[dim]) for dim in ("m", "k")}
     problem = Problem(sizes["m"], int(item["n"]), sizes["k"], item.get("dtype", "bfloat16"),
                       batch=int(item.get("batch", 1)), op=item.get("op", "mm"))
-    layout = item.get("layout", "nn")
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
+    layout = check_layout(item.get("layout", "nn"))
     for dim, (low, high) in ranges.items():
         if low != high:
             return Site(problem, dim, low, high, layout)

@@ -16,8 +16,8 @@ from kernel_select.problem import Problem
 
 def benchmark_problem(problem: Problem, configs: list[GemmConfig], device: DeviceSpec,
                       layout: str = "nn") -> Timings:
-    """Inductor's timings of `configs` and ATen for `problem` with operands in `layout` (pretune's
-    LAYOUTS), as {label: ms}.
+    """Inductor's timings of `configs` and ATen for `problem` with operands in `layout`
+    (kernel_select.layouts), as {label: ms}.
 
     A temporary LUT lists exactly `configs` for the problem and the handler adds nothing (topk=1,
     cuBLAS gate off), so Inductor benchmarks those configs, ATen and whatever other templates it

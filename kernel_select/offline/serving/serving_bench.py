@@ -12,8 +12,9 @@ time (CUDA-graph replays over L2-cold input copies, offline.compare.timing).
 
 `best_ms` per length is the harness's best for the step when `--harness` names a parquet that
 `kernel-select bench` wrote for `--harness-shapes` (the sum over the step's three GEMMs of the
-fastest Triton config or cuBLAS, each timed alone with row-major operands), else the fastest
-measured method at that length; `best_source` says which.
+fastest Triton config or cuBLAS, each timed alone in the operand layout the program runs it in:
+forward x @ W.t() "nt", grad input grad_y @ W "nn", grad weight grad_y.t() @ x "tn", as pretune
+discovers them), else the fastest measured method at that length; `best_source` says which.
 """
 
 from __future__ import annotations
@@ -32,33 +33,45 @@ IN_FEATURES, OUT_FEATURES = 3420, 1280
 METHODS = ("eager", "default", "max_autotune", "topk4_dynamic", "pinned_lut")
 
 
+#: Each GEMM's operand layout in the program (`_program`): the layouts pretune discovers from the
+#: operands' strides for the same Linear.
+LAYOUTS = {"forward": "nt", "grad_input": "nn", "grad_weight": "tn"}
+
+
+def gemm_sizes(length: int) -> dict[str, tuple[int, int, int]]:
+    """The step's GEMMs at sequence length `length`: name -> (m, n, k)."""
+    return {"forward": (length, OUT_FEATURES, IN_FEATURES),  # x @ W^T
+            "grad_input": (length, IN_FEATURES, OUT_FEATURES),  # grad_y @ W
+            "grad_weight": (OUT_FEATURES, IN_FEATURES, length)}  # grad_y^T @ x
+
+
 def shapes() -> list[dict[str, Any]]:
     """The program's GEMMs as a pretune shapes file, one pinned entry each over the length range:
     forward and grad input have the length as M (an m range), the grad weight has it as K (a k
     range), so every compile's hint finds its pin."""
     length = {"min": LOW, "max": HIGH}
-    return [{"op": "mm", "n": OUT_FEATURES, "k": IN_FEATURES, "m": length, "layout": "nt"},   # x @ W^T
-            {"op": "mm", "n": IN_FEATURES, "k": OUT_FEATURES, "m": length, "layout": "nn"},   # grad_y @ W
-            {"op": "mm", "n": IN_FEATURES, "k": length, "m": OUT_FEATURES, "layout": "tn"}]  # grad_y^T @ x
+    return [{"op": "mm", "n": OUT_FEATURES, "k": IN_FEATURES, "m": length, "layout": LAYOUTS["forward"]},
+            {"op": "mm", "n": IN_FEATURES, "k": OUT_FEATURES, "m": length, "layout": LAYOUTS["grad_input"]},
+            {"op": "mm", "n": IN_FEATURES, "k": length, "m": OUT_FEATURES, "layout": LAYOUTS["grad_weight"]}]
 
 
 def harness_shapes() -> list[dict[str, Any]]:
-    """The step's three GEMMs at every served length, as a `kernel-select bench` shapes file."""
-    return [{"m": m, "n": n, "k": k, "dtype": "bfloat16", "source": f"serving {gemm} L={length}"}
-            for length in LENGTHS
-            for gemm, (m, n, k) in (("forward", (length, OUT_FEATURES, IN_FEATURES)),
-                                    ("grad_input", (length, IN_FEATURES, OUT_FEATURES)),
-                                    ("grad_weight", (OUT_FEATURES, IN_FEATURES, length)))]
+    """The step's three GEMMs at every served length, each in the layout the program runs it in,
+    as a `kernel-select bench` shapes file."""
+    return [{"m": m, "n": n, "k": k, "dtype": "bfloat16", "layout": LAYOUTS[gemm],
+             "source": f"serving {gemm} L={length}"}
+            for length in LENGTHS for gemm, (m, n, k) in gemm_sizes(length).items()]
 
 
 def harness_best(rows: Any) -> dict[str, float]:
     """Per served length, the sum over its three GEMMs of the fastest timed choice in `rows` (a
-    bench DataFrame); a length with a GEMM missing from `rows` is left out."""
+    bench DataFrame) in the GEMM's own layout; a length with a GEMM missing from `rows` is left out."""
     timed = rows[rows["status"].isin(("ok", "capped")) & rows["runtime_ms"].notna()]
-    fastest = timed.groupby(["m", "n", "k"])["runtime_ms"].min().to_dict()
+    fastest = timed.groupby(["m", "n", "k", "layout"])["runtime_ms"].min().to_dict()
     best = {}
     for length in LENGTHS:
-        gemms = [(s["m"], s["n"], s["k"]) for s in harness_shapes() if s["source"].endswith(f"L={length}")]
+        gemms = [(s["m"], s["n"], s["k"], s["layout"]) for s in harness_shapes()
+                 if s["source"].endswith(f"L={length}")]
         if all(g in fastest for g in gemms):
             best[str(length)] = float(sum(fastest[g] for g in gemms))
     return best
@@ -149,7 +162,8 @@ def assemble(per_method: dict[str, dict[str, Any]],
                        f"mark_dynamic length {LOW}..{HIGH}",
             "lengths": list(LENGTHS),
             "best_source": ("harness: per length, the sum over the three GEMMs of the fastest config or "
-                            "cuBLAS timed alone" if use_harness else "fastest measured method per length"),
+                            "cuBLAS timed alone in the program's operand layouts" if use_harness
+                            else "fastest measured method per length"),
             "fastest_method_ms": fastest, "methods": per_method}
 
 

@@ -5,7 +5,8 @@ For each problem of a split:
   score(k)    = oracle_ms / (fastest measured runtime among the method's k best-ranked configs)
 A method ranks the problem's successfully measured configs (the pruned exhaustive space); the
 score is 1.0 when the oracle config is among its top-k. Reported per method: the geometric mean
-of score(k) over problems for k = 1, 2, 4, 8, 16.
+of score(k) over problems for k = 1, 2, 4, 8, 16. Only "nn" rows are scored
+(`dataset.MODELLED_LAYOUTS`: the model has no layout feature yet).
 
 Baselines on the same problems: the analytical model, random k (mean over seeds), Inductor's
 DEFAULT list (best of its measured configs; its k is its size), nvMatmulHeuristics' Triton target
@@ -71,7 +72,7 @@ def evaluate(data_path: str | Path | Sequence[str | Path], split: str = "test",
     skipped with the reason, not raised. `frame`: the dataset, already read from `data_path`.
     """
     frame = dataset.read_many(data_path) if frame is None else frame
-    df = splits.split_rows(frame, split)
+    df = splits.split_rows(dataset.modelled_layout_rows(frame, "evaluation"), split)
     rows = usable_triton_rows(df).sort_values(["problem_id", *_CONFIG_COLS], kind="stable")
     if rows.empty:
         raise DatasetError(f"{data_path}: no usable Triton rows in split {split!r}")
@@ -152,6 +153,7 @@ def evaluate_splits(data_path: str | Path | Sequence[str | Path],
     from kernel_select.model import load_default
 
     frame = dataset.read_many(data_path) if frame is None else frame
+    frame = dataset.modelled_layout_rows(frame, "evaluation")
     spec = get_device(device) if device is not None else _dataset_device(frame, data_path)
     reports: dict[str, Any] = {}
     for name in splits.EVAL_SPLITS:

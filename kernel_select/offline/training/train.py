@@ -124,7 +124,7 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
     objectives = list(OBJECTIVES) if objective == "both" else [objective]
 
     paths = dataset.expand_paths(data_path)
-    frame = dataset.read_many(paths)
+    frame = dataset.modelled_layout_rows(dataset.read_many(paths))
     rows, aten = _training_rows(frame, spec, paths, cap, seed)
     names = FEATURE_SETS[feature_version][0]
     standardized, mean, std = _standardize(FEATURE_FRAMES[feature_version](rows, spec),
@@ -257,6 +257,7 @@ def _check_options(hparams: MLPHParams, objective: str, feature_version: int, ca
 def train_gate(frame: pd.DataFrame, spec: DeviceSpec, out_dir: str | Path, *, seed: int = 0,
                data_path: Path | None = None) -> CublasGate:
     """Fit the cuBLAS gate on the dataset's train/val problems of `spec` and save it to `out_dir`."""
+    frame = dataset.modelled_layout_rows(frame, "cuBLAS gate")
     on_device = frame["device_name"].map(lambda name: _device_key(name) == spec.key)
     masks = splits.split_masks(frame)
     trainable = masks["train"] | masks["val"]  # never the frozen test or family problems

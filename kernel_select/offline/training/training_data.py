@@ -1,9 +1,10 @@
 """The rows every learned model trains on, and the provenance a card records for them.
 
 One recipe for the shipped model, the model selection and the ensemble: the Triton rows that ran
-(single GEMMs, the device's own), of the trainable problems only (the hash split's train and val
-problems minus the frozen `family` holdout, see splits.py), at most `cap` configs per problem so
-that millions of rows train in minutes on a laptop-class CPU.
+(single GEMMs, the device's own, operands in the "nn" layout: the model has no layout feature
+yet), of the trainable problems only (the hash split's train and val problems minus the frozen
+`family` holdout, see splits.py), at most `cap` configs per problem so that millions of rows
+train in minutes on a laptop-class CPU.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ DEFAULT_CAP = 384
 
 
 def prepare_rows(frame: pd.DataFrame, spec: DeviceSpec) -> tuple[pd.DataFrame, pd.Series]:
-    """Usable single-GEMM Triton rows of `spec`, sorted by problem, and cuBLAS ms per problem."""
+    """Usable single-GEMM Triton rows of `spec` in the modelled layouts, sorted by problem, and
+    cuBLAS ms per problem."""
+    frame = dataset.modelled_layout_rows(frame)
     rows = usable_triton_rows(frame)
     rows = rows[(rows["batch"] == 1) & (rows["sm_count"] == spec.sm_count)]
     rows = rows.sort_values(["problem_id", *dataset.CONFIG_COLUMNS], kind="stable").reset_index(drop=True)
