@@ -176,7 +176,8 @@ def _layer_shapes(args: argparse.Namespace) -> int:
                                   skip=active.measured_check(args.measured) if args.measured else None)
     shapes.save(chosen, args.out)
     shares = sampler.strata_shares(chosen)
-    print(f"{args.out}: {len(chosen)} real layer problems in {len({s.group for s in chosen})} compile groups; "
+    groups = len({s.group for s in chosen})
+    print(f"{args.out}: {len(chosen)} real layer problems in {groups} compile groups; "
           + ", ".join(f"{key} {share:.0%}" for key, share in shares.items()
                       if share and (key in dtypes or key.startswith("layout "))))
     return 0

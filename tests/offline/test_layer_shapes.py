@@ -57,7 +57,9 @@ def test_layer_gemms_agree_with_what_pretune_discovers(weights, monkeypatch):
     weight, bias = torch.nn.Parameter(torch.randn(*stored)), torch.nn.Parameter(torch.randn(32))
 
     def layer(x: torch.Tensor) -> torch.Tensor:  # nn.Linear's F.linear, or GPT-2 Conv1D's addmm
-        return torch.nn.functional.linear(x, weight, bias) if weights == OUT_IN else torch.addmm(bias, x, weight)
+        if weights == OUT_IN:
+            return torch.nn.functional.linear(x, weight, bias)
+        return torch.addmm(bias, x, weight)
 
     sites = pretune.discover(layer, (torch.randn(48, 64, requires_grad=True),), {0: (0, 16, 4096)},
                              backward=True)
@@ -100,9 +102,11 @@ def test_a_transposed_a_puts_m_in_the_compile_class():
 def test_shapes_layers_writes_a_file_bench_reads_and_skips_measured_problems(tmp_path, capsys):
     served_nn = next(s for s in sampler.layer_shapes(dtypes=("bfloat16",)) if s.layout == "nn")
     measured = tmp_path / "measured.parquet"
-    dataset.write(_rows(dataset.problem_id(served_nn.m, served_nn.n, served_nn.k, "bfloat16"), [1.0]), measured)
+    pid = dataset.problem_id(served_nn.m, served_nn.n, served_nn.k, "bfloat16")
+    dataset.write(_rows(pid, [1.0]), measured)
     out = tmp_path / "layers.json"
-    assert main(["shapes", "--layers", "--dtype", "bf16", "--measured", str(measured), "--out", str(out)]) == 0
+    args = ["shapes", "--layers", "--dtype", "bf16", "--measured", str(measured), "--out", str(out)]
+    assert main(args) == 0
     loaded = shapes.load(out)  # what `kernel-select bench --shapes` reads
     keys = {(s.m, s.n, s.k, s.layout) for s in loaded}
     assert (served_nn.m, served_nn.n, served_nn.k, "nn") not in keys
@@ -125,4 +129,5 @@ def test_the_committed_layer_plan_holds_served_layer_problems_in_one_layout_per_
     assert len(committed) == 1000 and [s.dtype for s in committed] == ["bfloat16"] * 500 + ["float16"] * 500
     served = {(s.m, s.n, s.k, s.dtype, s.layout) for s in sampler.layer_shapes()}
     assert {(s.m, s.n, s.k, s.dtype, s.layout) for s in committed} <= served
-    assert all(len({s.layout for s in g}) == 1 for _, g in itertools.groupby(committed, key=lambda s: s.group))
+    groups = itertools.groupby(committed, key=lambda s: s.group)
+    assert all(len({s.layout for s in members}) == 1 for _, members in groups)

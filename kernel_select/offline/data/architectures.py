@@ -171,7 +171,8 @@ class LayerGemm:
 def _three_gemms(tokens: int, fan_in: int, fan_out: int, weights: str) -> dict[str, tuple[int, int, int]]:
     """(m, n, k) of the forward, input-gradient and weight-gradient GEMMs; dW has W's shape."""
     dw_rows, dw_cols = (fan_out, fan_in) if weights == OUT_IN else (fan_in, fan_out)
-    return {"fwd": (tokens, fan_out, fan_in), "dX": (tokens, fan_in, fan_out), "dW": (dw_rows, dw_cols, tokens)}
+    return {"fwd": (tokens, fan_out, fan_in), "dX": (tokens, fan_in, fan_out),
+            "dW": (dw_rows, dw_cols, tokens)}
 
 
 def layer_gemms(arch: Architecture, weights: str | None = None) -> list[LayerGemm]:

@@ -219,11 +219,12 @@ def layer_shapes(max_problems: int | None = None, dtypes: tuple[str, ...] = LAYE
     """Real layer GEMMs in their served layouts (`layer_groups(served_layouts=True)`) within
     `max_flop` (scaled per dtype as in the coverage sampler), each dtype after the previous one.
 
-    `skip` says which problems to leave out (already measured). With `max_problems`, each dtype gets an equal share
-    of it (what a dtype cannot fill passes to the next) and every compile class of the dtype
-    keeps a random part proportional to its size, so the plan keeps the architectures' mix.
-    Classes are cut into groups of at most `group_size` (shuffled chunks of one class) and the
-    groups take the layouts in turn, so every prefix of whole groups holds each layout.
+    `skip` says which problems to leave out (already measured). With `max_problems`, each dtype
+    gets an equal share of it (what a dtype cannot fill passes to the next) and every compile
+    class of the dtype keeps a random part proportional to its size, so the plan keeps the
+    architectures' mix. Classes are cut into groups of at most `group_size` (shuffled chunks of
+    one class) and the groups take the layouts in turn, so every prefix of whole groups holds
+    each layout.
     """
     check_max_flop(max_flop)
     if group_size <= 0 or (max_problems is not None and max_problems <= 0):
@@ -232,7 +233,8 @@ def layer_shapes(max_problems: int | None = None, dtypes: tuple[str, ...] = LAYE
     rng = random.Random(seed)
     out: list[Shape] = []
     for i, dtype in enumerate(dtypes):
-        groups = [kept for g in layer_groups(dtype, max_flop * FLOP_SCALE.get(dtype, 1.0), served_layouts=True)
+        cap = max_flop * FLOP_SCALE.get(dtype, 1.0)
+        groups = [kept for g in layer_groups(dtype, cap, served_layouts=True)
                   if (kept := [s for s in g if not (skip and skip(s))])]
         if max_problems is not None:
             groups = _thin(rng, groups, (max_problems - len(out)) // (len(dtypes) - i))
