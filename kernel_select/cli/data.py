@@ -23,20 +23,29 @@ def register_shapes(sub: Subparsers) -> None:
     p = sub.add_parser("shapes", help="write a shapes file of training problems",
                        description="Write the training problems: the seed layer (forward and backward), "
                                    "layer shapes of widely used open models, and log-uniform random "
-                                   "problems, each capped at --max-flop.")
+                                   "problems, each capped at --max-flop. --coverage, --layers and "
+                                   "--active write the sampled plans instead (data/README.md).")
     p.add_argument("--out", type=output_file, required=True, help="JSON file to write")
-    p.add_argument("--dtype", default="bfloat16", help="dtype of every problem (default: %(default)s)")
+    p.add_argument("--dtype", default=None,
+                   help="dtype of every problem (default: bfloat16); with --layers a comma-separated "
+                        "list in collection order (default: bfloat16,float16)")
     p.add_argument("--random", type=int_at_least(0), default=150,
                    help="how many random problems (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
     p.add_argument("--no-models", action="store_true", help="leave out the model layer shapes")
     p.add_argument("--max-flop", type=positive_float, default=None,
-                   help="work cap per problem (default: 1e12, with --coverage 1e11)")
+                   help="work cap per problem (default: 1e12, with --coverage or --layers 1e11)")
     p.add_argument("--coverage", type=int_at_least(0), default=0, metavar="N",
                    help="instead: N problems from the coverage sampler (strata and compile groups; "
                         "see data/README.md); --dtype, --random and --no-models are ignored")
     p.add_argument("--group-size", type=int_at_least(1), default=128,
-                   help="problems per compile group with --coverage (default: %(default)s)")
+                   help="problems per compile group with --coverage or --layers (default: %(default)s)")
+    p.add_argument("--layers", action="store_true",
+                   help="instead: the real layer GEMMs of the architecture table in the layouts programs "
+                        "run them (nn.Linear: forward nt, input gradient nn, weight gradient tn), grouped "
+                        "by compile class and layout; skips --measured problems")
+    p.add_argument("--max-problems", type=int_at_least(1), default=None, metavar="N",
+                   help="with --layers: at most N problems, an equal share per dtype (default: all)")
     _add_active_args(p)
     p.set_defaults(handler=run_shapes)
 
@@ -56,7 +65,7 @@ def _add_active_args(p: argparse.ArgumentParser) -> None:
                    help="model folders (kernel-select train --seed S --out DIR), at least 2 for "
                         "--strategy disagreement")
     g.add_argument("--measured", nargs="+", default=[], metavar="PARQUET",
-                   help="dataset files whose problems are skipped (already measured)")
+                   help="dataset files whose problems are skipped (already measured; --active or --layers)")
     g.add_argument("--device", default=None,
                    help="device whose config space sets the costs (default: the committee's, else this GPU)")
     g.add_argument("--json", dest="json_out", type=output_file, default=None, help="write a summary here")
@@ -124,11 +133,15 @@ def run_shapes(args: argparse.Namespace) -> int:
     from kernel_select.offline.data import shapes
     from kernel_select.problem import dtype_name
 
+    if sum(map(bool, (args.active, args.coverage, args.layers))) > 1:
+        raise OptionError("shapes: --active, --coverage and --layers each write a whole plan; pass one")
     if args.active:
         return _active_shapes(args)
     if args.coverage:
         return _coverage_shapes(args)
-    dtype = dtype_name(args.dtype)
+    if args.layers:
+        return _layer_shapes(args)
+    dtype = dtype_name(args.dtype or "bfloat16")
     max_flop = 1e12 if args.max_flop is None else args.max_flop
     chosen = shapes.random_shapes(args.random, dtype, args.seed, max_flop)  # validates the cap first
     if not args.no_models:
@@ -150,6 +163,23 @@ def _coverage_shapes(args: argparse.Namespace) -> int:
           + ", ".join(f"{key} {share:.0%}" for key, share in shares.items()))
     for line in sampler.check_shares(chosen):
         print(f"warning: stratum below its minimum share: {line}")
+    return 0
+
+
+def _layer_shapes(args: argparse.Namespace) -> int:
+    from kernel_select.offline.data import active, sampler, shapes
+    from kernel_select.problem import dtype_name
+
+    dtypes = tuple(dtype_name(d) for d in args.dtype.split(",")) if args.dtype else sampler.LAYER_DTYPES
+    chosen = sampler.layer_shapes(args.max_problems, dtypes, group_size=args.group_size, seed=args.seed,
+                                  max_flop=1e11 if args.max_flop is None else args.max_flop,
+                                  skip=active.measured_check(args.measured) if args.measured else None)
+    shapes.save(chosen, args.out)
+    shares = sampler.strata_shares(chosen)
+    groups = len({s.group for s in chosen})
+    print(f"{args.out}: {len(chosen)} real layer problems in {groups} compile groups; "
+          + ", ".join(f"{key} {share:.0%}" for key, share in shares.items()
+                      if share and (key in dtypes or key.startswith("layout "))))
     return 0
 
 

@@ -43,9 +43,10 @@ def test_groups_are_contiguous_and_share_compiled_binaries(coverage):
 def test_architecture_table_covers_kinds_and_backward_gemms():
     assert len(ARCHITECTURES) >= 30 and {a.kind for a in ARCHITECTURES} == set(KINDS)
     llama = next(a for a in ARCHITECTURES if a.name == "llama3-8b")
-    gemms = {(g.layer, g.m, g.n, g.k) for g in layer_gemms(llama)}
-    assert {("down_proj fwd", 4096, 4096, 14336), ("down_proj dX", 4096, 14336, 4096),
-            ("down_proj dW", 14336, 4096, 4096)} <= gemms
+    gemms = {(g.layer, g.m, g.n, g.k, g.layout) for g in layer_gemms(llama)}
+    # nn.Linear(14336 -> 4096): W stored (4096, 14336); dW has W's shape
+    assert {("down_proj fwd", 4096, 4096, 14336, "nt"), ("down_proj dX", 4096, 14336, 4096, "nn"),
+            ("down_proj dW", 4096, 14336, 4096, "tn")} <= gemms
 
 
 @pytest.mark.parametrize("cap", [0, -1, float("nan"), 100])

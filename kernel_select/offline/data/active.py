@@ -14,7 +14,7 @@ Budget (`select_for_budget`). A problem costs its number of configs (the harness
 config of the space, so that many rows). Problems are taken in priority order (highest score
 first, or a seeded random order for the `random` strategy) while they fit the remaining rows; a
 problem that does not fit is skipped and smaller ones after it may still fit, so the budget is
-never exceeded. Then the chosen problems are ordered by compile class (`sampler.compile_class`):
+never exceeded. Then the chosen problems are ordered by compile class (`sampler.shape_class`):
 classes in the order of their best problem, problems within a class by priority, and each
 problem's `group` is its class, so the pipelined harness compiles a class's binaries once and
 times all of its problems with them. Choosing per problem first and grouping second keeps the
@@ -29,7 +29,7 @@ the table is in data/README.md, "Active learning"), and a random draw needs no c
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
@@ -41,7 +41,7 @@ from kernel_select.device import DeviceSpec, get_device, resolve
 from kernel_select.errors import DatasetError, OptionError
 from kernel_select.model import PerformanceModel
 from kernel_select.offline.data import dataset
-from kernel_select.offline.data.sampler import compile_class
+from kernel_select.offline.data.sampler import shape_class
 from kernel_select.offline.data.shapes import Shape
 from kernel_select.space import for_problem
 
@@ -81,7 +81,7 @@ def committee_regret(predicted_ms: Sequence[np.ndarray]) -> float:
 def candidates(shapes: Iterable[Shape], device: DeviceSpec | str) -> list[Candidate]:
     """Each shape with its cost on `device` and its compile class (unscored)."""
     spec = get_device(device)
-    return [Candidate(s, len(for_problem(s.problem(), spec, "exhaustive")), compile_class(s.dtype, s.n, s.k))
+    return [Candidate(s, len(for_problem(s.problem(), spec, "exhaustive")), shape_class(s))
             for s in shapes]
 
 
@@ -142,14 +142,20 @@ def group_by_class(chosen: Sequence[Candidate]) -> list[Candidate]:
     return sorted(chosen, key=lambda c: first_seen[c.compile_class])  # stable within a class
 
 
-def unmeasured(shapes: Iterable[Shape], measured: Iterable[str | Path]) -> list[Shape]:
-    """The shapes whose problem (in its layout) is in none of the `measured` dataset files (any device)."""
+def measured_check(measured: Iterable[str | Path]) -> Callable[[Shape], bool]:
+    """Whether a shape's problem (in its layout) is in one of the `measured` dataset files (any device)."""
     done: set[str] = set()
     for path in measured:
         if not Path(path).exists():
             raise DatasetError(f"{path}: no such dataset file (given as already measured)")
         done |= dataset.completed_problems(path)
-    return [s for s in shapes if dataset.problem_id(s.m, s.n, s.k, s.dtype, layout=s.layout) not in done]
+    return lambda s: dataset.problem_id(s.m, s.n, s.k, s.dtype, layout=s.layout) in done
+
+
+def unmeasured(shapes: Iterable[Shape], measured: Iterable[str | Path]) -> list[Shape]:
+    """The shapes whose problem (in its layout) is in none of the `measured` dataset files (any device)."""
+    is_measured = measured_check(measured)
+    return [s for s in shapes if not is_measured(s)]
 
 
 def plan_collection(pool: Sequence[Shape], rows: int, *, strategy: Strategy = DEFAULT_STRATEGY,

@@ -1,12 +1,26 @@
-"""Layer dimensions of open architectures, for the training problems of the coverage sampler.
+"""Layer dimensions of open architectures, for the training problems of the samplers.
 
 Hand-written from each model's published configuration (config.json on its model card, or the
-paper's architecture table); nothing is downloaded. Each entry is a linear layer y = x @ W with
-W of shape (in_features, out_features). One layer gives three GEMMs (m x n x k):
+paper's architecture table); nothing is downloaded. Each entry is a linear layer of `in_features`
+and `out_features`; its architecture says how the weight W is stored (`Architecture.weights`):
 
-  forward  y  = x  @ W      tokens x out x in
-  dX       dx = dy @ W^T    tokens x in  x out
-  dW       dW = x^T @ dy    in     x out x tokens
+  * OUT_IN, (out, in): `nn.Linear`, almost every model;
+  * IN_OUT, (in, out): Hugging Face's GPT-2 `Conv1D` (`addmm(b, x, W)`).
+
+One layer gives three GEMMs, each with (m, n, k) and the operand layout (kernel_select.layouts:
+A's letter then B's, "t" = read through a transposed view) as Inductor's mm / addmm sees them,
+which is what `pretune` discovers in a compiled program (tests/offline/test_sampler.py checks it):
+
+  GEMM  weights (out, in)        weights (in, out)         m x n x k
+  fwd   y  = x @ W.t()     "nt"  y  = x @ W          "nn"  tokens x out x in
+  dX    dx = dy @ W        "nn"  dx = dy @ W.t()     "nt"  tokens x in  x out
+  dW    dW = dy.t() @ x    "tn"  dW = x.t() @ dy     "tn"  W's shape (out x in, or in x out) x tokens
+
+The rule: an operand is "t" exactly when the product reads a stored tensor transposed -- the
+weight where the GEMM needs it the other way round from its storage, and the activation or its
+gradient as the weight gradient's A. The coverage plan (`sampler.coverage_shapes`) predates
+layouts: it took every weight as (in, out) and timed every GEMM "nn"; it asks for
+`layer_gemms(arch, IN_OUT)` and drops the layout, so its problems do not change.
 
 Token counts are per kind (TOKENS): decode batches, prefill lengths and training micro-batches for
 language models; patches x images for vision; latent tokens for diffusion; frames for speech; the
@@ -17,7 +31,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kernel_select.errors import ProblemError
+
 KINDS = ("decoder-llm", "moe", "vision", "diffusion", "speech", "recommendation", "encoder")
+#: How a layer's weight is stored: nn.Linear's (out_features, in_features), or GPT-2 Conv1D's (in, out).
+OUT_IN = "out_in"
+IN_OUT = "in_out"
+WEIGHT_STORAGES = (OUT_IN, IN_OUT)
 
 
 @dataclass(frozen=True)
@@ -25,6 +45,7 @@ class Architecture:
     name: str
     kind: str
     layers: tuple[tuple[str, int, int], ...]  # (layer, in_features, out_features)
+    weights: str = OUT_IN  # OUT_IN (nn.Linear) or IN_OUT (GPT-2's Conv1D)
 
 
 def _llm(name: str, hidden: int, kv: int, ffn: int, q: int | None = None) -> Architecture:
@@ -35,10 +56,11 @@ def _llm(name: str, hidden: int, kv: int, ffn: int, q: int | None = None) -> Arc
         ("gate_up_proj", hidden, 2 * ffn), ("down_proj", ffn, hidden)))
 
 
-def _fused(name: str, kind: str, hidden: int, qkv: int, ffn: int) -> Architecture:
+def _fused(name: str, kind: str, hidden: int, qkv: int, ffn: int, weights: str = OUT_IN) -> Architecture:
     """A GPT/ViT-style block: fused qkv, output projection, two-layer MLP."""
     return Architecture(name, kind, (
-        ("qkv", hidden, qkv), ("attn_out", hidden, hidden), ("fc1", hidden, ffn), ("fc2", ffn, hidden)))
+        ("qkv", hidden, qkv), ("attn_out", hidden, hidden), ("fc1", hidden, ffn), ("fc2", ffn, hidden)),
+        weights)
 
 
 ARCHITECTURES: tuple[Architecture, ...] = (
@@ -60,8 +82,8 @@ ARCHITECTURES: tuple[Architecture, ...] = (
     Architecture("phi3-mini", "decoder-llm", (
         ("qkv_proj", 3072, 9216), ("o_proj", 3072, 3072), ("gate_up_proj", 3072, 16384),
         ("down_proj", 8192, 3072))),
-    _fused("gpt2", "decoder-llm", 768, 2304, 3072),
-    _fused("gpt2-xl", "decoder-llm", 1600, 4800, 6400),
+    _fused("gpt2", "decoder-llm", 768, 2304, 3072, IN_OUT),  # transformers' GPT-2 uses Conv1D
+    _fused("gpt2-xl", "decoder-llm", 1600, 4800, 6400, IN_OUT),
     _fused("falcon-7b", "decoder-llm", 4544, 4672, 18176),  # 71 heads x 64 + one shared k/v
     _fused("pythia-2.8b", "decoder-llm", 2560, 7680, 10240),
     _fused("opt-1.3b", "decoder-llm", 2048, 6144, 8192),
@@ -128,6 +150,13 @@ TOKENS: dict[str, dict[str, tuple[int, ...]]] = {
 }
 
 
+#: Layout of each GEMM of a layer per weight storage (see the module docstring).
+GEMM_LAYOUTS: dict[str, dict[str, str]] = {
+    OUT_IN: {"fwd": "nt", "dX": "nn", "dW": "tn"},
+    IN_OUT: {"fwd": "nn", "dX": "nt", "dW": "tn"},
+}
+
+
 @dataclass(frozen=True)
 class LayerGemm:
     m: int
@@ -136,21 +165,34 @@ class LayerGemm:
     family: str
     layer: str  # e.g. "q_proj fwd", "q_proj dX", "q_proj dW"
     regime: str  # decode | prefill | train
+    layout: str  # operand layout as Inductor's mm sees it (kernel_select.layouts)
 
 
-def layer_gemms(arch: Architecture) -> list[LayerGemm]:
+def _three_gemms(tokens: int, fan_in: int, fan_out: int, weights: str) -> dict[str, tuple[int, int, int]]:
+    """(m, n, k) of the forward, input-gradient and weight-gradient GEMMs; dW has W's shape."""
+    dw_rows, dw_cols = (fan_out, fan_in) if weights == OUT_IN else (fan_in, fan_out)
+    return {"fwd": (tokens, fan_out, fan_in), "dX": (tokens, fan_in, fan_out),
+            "dW": (dw_rows, dw_cols, tokens)}
+
+
+def layer_gemms(arch: Architecture, weights: str | None = None) -> list[LayerGemm]:
     """Every GEMM of `arch`: forward at every token count; both backward GEMMs at training sizes
-    (backward passes only run when training)."""
+    (backward passes only run when training). `weights` overrides how the architecture stores
+    its weights (IN_OUT gives the coverage plan's sizes for every architecture)."""
+    weights = weights or arch.weights
+    if weights not in WEIGHT_STORAGES:
+        raise ProblemError(f"weights: expected one of {', '.join(WEIGHT_STORAGES)}, got {weights!r}")
     out = []
     for layer, fan_in, fan_out in arch.layers:
         for regime, tokens in TOKENS[arch.kind].items():
             for t in tokens:
-                out.append(LayerGemm(t, fan_out, fan_in, arch.name, f"{layer} fwd", regime))
-                if regime == "train":
-                    out.append(LayerGemm(t, fan_in, fan_out, arch.name, f"{layer} dX", regime))
-                    out.append(LayerGemm(fan_in, fan_out, t, arch.name, f"{layer} dW", regime))
+                gemms = _three_gemms(t, fan_in, fan_out, weights)
+                for gemm in ("fwd", "dX", "dW") if regime == "train" else ("fwd",):
+                    m, n, k = gemms[gemm]
+                    out.append(LayerGemm(m, n, k, arch.name, f"{layer} {gemm}", regime,
+                                         GEMM_LAYOUTS[weights][gemm]))
     return out
 
 
-def all_layer_gemms() -> list[LayerGemm]:
-    return [g for arch in ARCHITECTURES for g in layer_gemms(arch)]
+def all_layer_gemms(weights: str | None = None) -> list[LayerGemm]:
+    return [g for arch in ARCHITECTURES for g in layer_gemms(arch, weights)]

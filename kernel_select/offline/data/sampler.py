@@ -14,7 +14,12 @@ Strata (each a minimum share of the problems; `check_shares` verifies them, MIN_
     the size, capped at 16), each at least 10%;
   * bfloat16 >= 50%, float16 >= 15%, float32 >= 15%;
   * real layer shapes (forward and both backward GEMMs) of the open architectures in
-    `kernel_select.offline.data.architectures`, at decode, prefill and training sizes.
+    `kernel_select.offline.data.architectures`, at decode, prefill and training sizes, all timed
+    "nn" as the measured plan was (`layer_groups` without `served_layouts`).
+
+`layer_shapes` is the next collection's plan: the same real layer GEMMs in the layouts programs
+run them ("nt" forward, "nn" input gradient, "tn" weight gradient for nn.Linear), grouped by a
+compile class that includes the layout (the harness compiles one binary per layout).
 """
 
 from __future__ import annotations
@@ -22,10 +27,12 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import replace
 
 from kernel_select.errors import ProblemError
-from kernel_select.offline.data.architectures import all_layer_gemms
+from kernel_select.layouts import DEFAULT_LAYOUT, LAYOUTS, a_transposed
+from kernel_select.offline.data.architectures import IN_OUT, all_layer_gemms
 from kernel_select.offline.harness.bench_plan import pow2_divisor
 from kernel_select.offline.data.shapes import Shape, check_max_flop
 
@@ -47,11 +54,25 @@ SMALL_M_SHARE = 0.6  # of sampled groups' problems; layer groups bring fewer sma
 K_RESIDUES_256 = (0, 16, 32, 64, 96, 128, 192, 208)  # K mod 256 for the ">= 16" class
 
 
-def compile_class(dtype: str, n: int, k: int) -> str:
-    """Problems with the same class (and M, N, K >= 256) share every compiled binary."""
+def compile_class(dtype: str, n: int, k: int, layout: str = DEFAULT_LAYOUT, m: int | None = None) -> str:
+    """Problems with the same class (and M, N, K >= 256) share every compiled binary. A layout
+    other than "nn" is part of the class (one binary per layout), and so is M's divisor when A
+    is read transposed (M is then A's row stride, compiled in as M_DIV): pass `m` for those."""
     k_div = pow2_divisor(k)
     residue = k % 256 if k_div == 16 else 0
-    return f"{dtype}/n{pow2_divisor(n)}/k{k_div}/r{residue}"
+    name = f"{dtype}/n{pow2_divisor(n)}/k{k_div}/r{residue}"  # "nn" classes keep their old names
+    if layout != DEFAULT_LAYOUT:
+        name += f"/{layout}"
+    if a_transposed(layout):
+        if m is None:
+            raise ProblemError(f"compile class of a {layout!r} problem: needs M (A is read transposed)")
+        name += f"/m{pow2_divisor(m)}"
+    return name
+
+
+def shape_class(shape: Shape) -> str:
+    """The compile class of a planned problem, in its own layout."""
+    return compile_class(shape.dtype, shape.n, shape.k, shape.layout, shape.m)
 
 
 def _snap(x: int, align: int, residue_256: int = 0) -> int:
@@ -122,20 +143,31 @@ def sampled_group(rng: random.Random, dtype: str, n_align: int, k_align: int, si
     return out
 
 
-def layer_groups(dtype: str, cap: float, min_size: int = 8) -> list[list[Shape]]:
+def layer_groups(dtype: str, cap: float, min_size: int = 8, *,
+                 served_layouts: bool = False) -> list[list[Shape]]:
     """Real layer GEMMs within the cap, grouped by compile class, biggest class first; classes
-    with fewer than `min_size` problems are pooled into one last group ("mixed")."""
+    with fewer than `min_size` problems are pooled into one group per layout ("mixed"), last.
+
+    Without `served_layouts`, the coverage plan's problems: every weight taken as (in, out) and
+    every GEMM "nn". With it, each GEMM's (m, n, k) and layout as Inductor sees them in the
+    architecture (architectures.GEMM_LAYOUTS); a group never holds two layouts.
+    """
+    gemms = all_layer_gemms() if served_layouts else all_layer_gemms(IN_OUT)
     by_class: dict[str, dict[tuple[int, int, int], Shape]] = defaultdict(dict)
-    for g in all_layer_gemms():
+    for g in gemms:
         if 2.0 * g.m * g.n * g.k <= cap:
-            cls = compile_class(dtype, g.n, g.k)
+            layout = g.layout if served_layouts else DEFAULT_LAYOUT
+            cls = compile_class(dtype, g.n, g.k, layout, g.m)
             by_class[cls].setdefault((g.m, g.n, g.k), Shape(
                 g.m, g.n, g.k, dtype, f"{g.family} {g.layer} ({g.regime})", family=g.family,
-                layer=g.layer, group=cls))
+                layer=g.layer, group=cls, layout=layout))
     groups = sorted((list(v.values()) for v in by_class.values()), key=len, reverse=True)
     big = [g for g in groups if len(g) >= min_size]
-    mixed = [replace(s, group=f"{dtype}/mixed") for g in groups if len(g) < min_size for s in g]
-    return big + ([mixed] if mixed else [])
+    mixed: dict[str, list[Shape]] = defaultdict(list)
+    for s in (s for g in groups if len(g) < min_size for s in g):
+        name = f"{dtype}/mixed" if s.layout == DEFAULT_LAYOUT else f"{dtype}/{s.layout}/mixed"
+        mixed[s.layout].append(replace(s, group=name))
+    return big + list(mixed.values())
 
 
 def coverage_shapes(total: int, *, seed: int = 0, max_flop: float = 1e11, group_size: int = 128,
@@ -177,6 +209,63 @@ def coverage_shapes(total: int, *, seed: int = 0, max_flop: float = 1e11, group_
     return out[:total]
 
 
+#: The dtypes of the next collection's layer plan, in collection order.
+LAYER_DTYPES = ("bfloat16", "float16")
+
+
+def layer_shapes(max_problems: int | None = None, dtypes: tuple[str, ...] = LAYER_DTYPES, *,
+                 max_flop: float = 1e11, group_size: int = 128, seed: int = 0,
+                 skip: Callable[[Shape], bool] | None = None) -> list[Shape]:
+    """Real layer GEMMs in their served layouts (`layer_groups(served_layouts=True)`) within
+    `max_flop` (scaled per dtype as in the coverage sampler), each dtype after the previous one.
+
+    `skip` says which problems to leave out (already measured). With `max_problems`, each dtype
+    gets an equal share of it (what a dtype cannot fill passes to the next) and every compile
+    class of the dtype keeps a random part proportional to its size, so the plan keeps the
+    architectures' mix. Classes are cut into groups of at most `group_size` (shuffled chunks of
+    one class) and the groups take the layouts in turn, so every prefix of whole groups holds
+    each layout.
+    """
+    check_max_flop(max_flop)
+    if group_size <= 0 or (max_problems is not None and max_problems <= 0):
+        raise ProblemError(f"layer shapes: expected positive group size and problem count, got "
+                           f"{group_size}, {max_problems}")
+    rng = random.Random(seed)
+    out: list[Shape] = []
+    for i, dtype in enumerate(dtypes):
+        cap = max_flop * FLOP_SCALE.get(dtype, 1.0)
+        groups = [kept for g in layer_groups(dtype, cap, served_layouts=True)
+                  if (kept := [s for s in g if not (skip and skip(s))])]
+        if max_problems is not None:
+            groups = _thin(rng, groups, (max_problems - len(out)) // (len(dtypes) - i))
+        out += _layouts_in_turn(rng, groups, group_size)
+    return out
+
+
+def _thin(rng: random.Random, groups: list[list[Shape]], keep: int) -> list[list[Shape]]:
+    """A random part of each group, proportional to its size, `keep` problems in all (largest
+    remainders round up); all of them when there are no more than `keep`."""
+    total = sum(map(len, groups))
+    if total <= keep:
+        return groups
+    quotas = [len(g) * keep / total for g in groups]
+    counts = [int(q) for q in quotas]
+    by_remainder = sorted(range(len(groups)), key=lambda i: counts[i] - quotas[i])
+    for i in by_remainder[:keep - sum(counts)]:
+        counts[i] += 1
+    return [rng.sample(g, c) for g, c in zip(groups, counts) if c]
+
+
+def _layouts_in_turn(rng: random.Random, groups: list[list[Shape]], size: int) -> list[Shape]:
+    """The groups cut into shuffled chunks of at most `size`, taking the layouts in turn."""
+    by_layout: dict[str, list[list[Shape]]] = defaultdict(list)
+    for group in groups:
+        by_layout[group[0].layout] += _chunks(rng, group, size)
+    queues = list(by_layout.values())
+    turns = max(map(len, queues), default=0)
+    return [s for i in range(turns) for q in queues if i < len(q) for s in q[i]]
+
+
 def _chunks(rng: random.Random, shapes: list[Shape], size: int) -> list[list[Shape]]:
     shapes = list(shapes)
     rng.shuffle(shapes)
@@ -184,7 +273,7 @@ def _chunks(rng: random.Random, shapes: list[Shape], size: int) -> list[list[Sha
 
 
 def strata_shares(shapes: list[Shape]) -> dict[str, float]:
-    """Share of problems in each stratum of MIN_SHARES, plus layer-shape and family counts."""
+    """Share of problems in each stratum of MIN_SHARES, of real layer shapes and of each layout."""
     count = max(len(shapes), 1)
     tally: Counter[str] = Counter()
     for s in shapes:
@@ -193,7 +282,9 @@ def strata_shares(shapes: list[Shape]) -> dict[str, float]:
         tally[f"k {ALIGNMENT_NAMES[pow2_divisor(s.k)]}"] += 1
         tally[s.dtype] += 1
         tally["layer shapes"] += not s.family.startswith(("sampler:", "random", "unknown"))
-    return {key: tally[key] / count for key in [*MIN_SHARES, "layer shapes"]}
+        tally[f"layout {s.layout}"] += 1
+    layouts = [f"layout {layout}" for layout in LAYOUTS]
+    return {key: tally[key] / count for key in [*MIN_SHARES, "layer shapes", *layouts]}
 
 
 def check_shares(shapes: list[Shape]) -> list[str]:

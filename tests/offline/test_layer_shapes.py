@@ -1,0 +1,133 @@
+"""Real layer GEMMs in their served layouts: the architecture table's layouts, pretune's agreement,
+the layer plan's groups, `kernel-select shapes --layers`, and the coverage plan left unchanged."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernel_select.cli.main import main
+from kernel_select.errors import ProblemError
+from kernel_select.offline.data import architectures, dataset, sampler, shapes
+from kernel_select.offline.data.architectures import IN_OUT, OUT_IN, Architecture, layer_gemms
+from tests.offline.test_bench_plan import _rows
+
+ROOT = Path(__file__).resolve().parents[2]
+#: sha256 of `shapes.save(coverage_shapes(4000, seed=0))` before layouts came in: the coverage
+#: sampler's problems must not move when the layer plan changes.
+COVERAGE_4000_SHA256 = "24577da5828bbeaf5b8f111ccdf445754664ac9d86310c96d28c9b9c07bc10f4"
+#: sha256 of data/shapes_coverage.json, the measured plan (bead81d): its problem ids are in datasets.
+COMMITTED_COVERAGE_SHA256 = "ed96ef4267f586c46abe3ed86b76faf210c01b623f53ad8fa6262ba52a9c63be"
+
+
+def _by_gemm(arch: Architecture, regime: str = "train") -> dict[str, tuple[int, int, int, str]]:
+    """The first token count's GEMMs of each kind: {"fwd": (m, n, k, layout), ...}."""
+    out: dict[str, tuple[int, int, int, str]] = {}
+    for g in layer_gemms(arch):
+        if g.regime == regime:
+            out.setdefault(g.layer.split()[-1], (g.m, g.n, g.k, g.layout))
+    return out
+
+
+def test_linear_and_conv1d_weights_give_their_layouts_and_sizes():
+    gpt2_xl = next(a for a in architectures.ARCHITECTURES if a.name == "gpt2-xl")
+    vit = next(a for a in architectures.ARCHITECTURES if a.name == "vit-l14")
+    assert (gpt2_xl.weights, vit.weights) == (IN_OUT, OUT_IN)
+    t = architectures.TOKENS["vision"]["train"][0]  # vit-l14 fc1: Linear(1024 -> 4096)
+    assert _by_gemm(Architecture("fc1", "vision", (("fc1", 1024, 4096),))) == {
+        "fwd": (t, 4096, 1024, "nt"), "dX": (t, 1024, 4096, "nn"), "dW": (4096, 1024, t, "tn")}
+    t = architectures.TOKENS["decoder-llm"]["train"][0]  # gpt2-xl c_attn: Conv1D(1600 -> 4800)
+    assert _by_gemm(Architecture("qkv", "decoder-llm", gpt2_xl.layers[:1], IN_OUT)) == {
+        "fwd": (t, 4800, 1600, "nn"), "dX": (t, 1600, 4800, "nt"), "dW": (1600, 4800, t, "tn")}
+    assert {g.layout for g in layer_gemms(vit) if g.regime != "train"} == {"nt"}  # inference: forward only
+
+
+@pytest.mark.parametrize("weights", [OUT_IN, IN_OUT])
+def test_layer_gemms_agree_with_what_pretune_discovers(weights, monkeypatch):
+    from kernel_select.offline.serving import pretune
+
+    torch.manual_seed(0)
+    monkeypatch.setitem(architectures.TOKENS, "decoder-llm", {"train": (48,)})
+    toy = Architecture("toy", "decoder-llm", (("proj", 64, 32),), weights)
+    stored = (32, 64) if weights == OUT_IN else (64, 32)
+    weight, bias = torch.nn.Parameter(torch.randn(*stored)), torch.nn.Parameter(torch.randn(32))
+
+    def layer(x: torch.Tensor) -> torch.Tensor:  # nn.Linear's F.linear, or GPT-2 Conv1D's addmm
+        if weights == OUT_IN:
+            return torch.nn.functional.linear(x, weight, bias)
+        return torch.addmm(bias, x, weight)
+
+    sites = pretune.discover(layer, (torch.randn(48, 64, requires_grad=True),), {0: (0, 16, 4096)},
+                             backward=True)
+    discovered = {(s.problem.m, s.problem.n, s.problem.k, s.layout) for s in sites}
+    assert discovered == {(g.m, g.n, g.k, g.layout) for g in layer_gemms(toy)}
+
+
+@pytest.fixture(scope="module")
+def plan() -> list[shapes.Shape]:
+    return sampler.layer_shapes(600, seed=3)
+
+
+def test_the_layer_plan_never_mixes_layouts_in_a_group(plan):
+    assert len(plan) == 600 and [s.dtype for s in plan] == ["bfloat16"] * 300 + ["float16"] * 300
+    assert {s.layout for s in plan} == {"nt", "nn", "tn"}
+    for group, members in itertools.groupby(plan, key=lambda s: s.group):
+        members = list(members)
+        assert len({s.layout for s in members}) == 1, group
+        if not group.endswith("/mixed"):
+            assert {sampler.shape_class(s) for s in members} == {group}
+    assert all(2.0 * s.m * s.n * s.k <= 1e11 for s in plan)
+
+
+def test_every_compile_class_keeps_its_share_of_a_capped_plan():
+    full = sampler.layer_shapes(dtypes=("bfloat16",))
+    capped = sampler.layer_shapes(len(full) // 2, dtypes=("bfloat16",))
+    full_classes = {s.group for s in full}
+    assert {s.group for s in capped} == full_classes  # thinning keeps every class
+    assert len({s.family for s in capped}) == len({s.family for s in full})
+
+
+def test_a_transposed_a_puts_m_in_the_compile_class():
+    assert sampler.compile_class("bfloat16", 4096, 4096) == "bfloat16/n16/k16/r0"  # "nn" names unchanged
+    assert sampler.compile_class("bfloat16", 4096, 4096, "nt") == "bfloat16/n16/k16/r0/nt"
+    assert sampler.compile_class("bfloat16", 4096, 4096, "tn", 1000) == "bfloat16/n16/k16/r0/tn/m8"
+    with pytest.raises(ProblemError, match="needs M"):
+        sampler.compile_class("bfloat16", 4096, 4096, "tn")
+
+
+def test_shapes_layers_writes_a_file_bench_reads_and_skips_measured_problems(tmp_path, capsys):
+    served_nn = next(s for s in sampler.layer_shapes(dtypes=("bfloat16",)) if s.layout == "nn")
+    measured = tmp_path / "measured.parquet"
+    pid = dataset.problem_id(served_nn.m, served_nn.n, served_nn.k, "bfloat16")
+    dataset.write(_rows(pid, [1.0]), measured)
+    out = tmp_path / "layers.json"
+    args = ["shapes", "--layers", "--dtype", "bf16", "--measured", str(measured), "--out", str(out)]
+    assert main(args) == 0
+    loaded = shapes.load(out)  # what `kernel-select bench --shapes` reads
+    keys = {(s.m, s.n, s.k, s.layout) for s in loaded}
+    assert (served_nn.m, served_nn.n, served_nn.k, "nn") not in keys
+    assert len(loaded) == len(sampler.layer_shapes(dtypes=("bfloat16",))) - 1
+    assert {s.layout for s in loaded} == {"nt", "nn", "tn"} and {s.dtype for s in loaded} == {"bfloat16"}
+    assert "layout nt" in capsys.readouterr().out
+
+
+def test_the_coverage_plan_does_not_move(tmp_path):
+    path = tmp_path / "coverage.json"
+    shapes.save(sampler.coverage_shapes(4000, seed=0), path)
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == COVERAGE_4000_SHA256
+    committed = ROOT / "data" / "shapes_coverage.json"
+    assert hashlib.sha256(committed.read_bytes()).hexdigest() == COMMITTED_COVERAGE_SHA256
+    assert {s.layout for s in shapes.load(committed)} == {"nn"}
+
+
+def test_the_committed_layer_plan_holds_served_layer_problems_in_one_layout_per_group():
+    committed = shapes.load(ROOT / "data" / "shapes_layers_h100.json")
+    assert len(committed) == 1000 and [s.dtype for s in committed] == ["bfloat16"] * 500 + ["float16"] * 500
+    served = {(s.m, s.n, s.k, s.dtype, s.layout) for s in sampler.layer_shapes()}
+    assert {(s.m, s.n, s.k, s.dtype, s.layout) for s in committed} <= served
+    groups = itertools.groupby(committed, key=lambda s: s.group)
+    assert all(len({s.layout for s in members}) == 1 for _, members in groups)
