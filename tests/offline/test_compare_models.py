@@ -244,6 +244,23 @@ def test_time_budget_stops_before_a_run_that_cannot_finish(tmp_path: Path) -> No
     assert all(e["results"] for e in compare_models.load_results(path)["models"])
 
 
+def test_a_run_cut_by_the_budget_says_so_and_a_real_timeout_does_not(tmp_path: Path) -> None:
+    def runner(spec: dict, log_path: Path, timeout_s: float) -> dict:
+        return {"error": f"timed out after {timeout_s:.0f} s; see {log_path}"}
+
+    models = ["recsys-mlp/prefill", "recsys-mlp/decode"]
+    results, _, _ = compare_models.run_compare_models(
+        models[:1], METHODS[1:2], out_dir=tmp_path, device="cpu", progress=False, runner=runner,
+        timeout_s=60.0, max_seconds=30.0, clock=lambda: 0.0)
+    (run,) = results["models"][0]["results"][METHODS[1].name]["runs"]
+    assert run["cut_by_budget"] is True and run["error"].startswith("cut by --max-seconds after 30 s")
+    results, _, _ = compare_models.run_compare_models(
+        models[1:], METHODS[1:2], out_dir=tmp_path / "b", device="cpu", progress=False, runner=runner,
+        timeout_s=60.0, clock=lambda: 0.0)
+    (run,) = results["models"][0]["results"][METHODS[1].name]["runs"]
+    assert "cut_by_budget" not in run and run["error"].startswith("timed out after 60 s")
+
+
 def test_time_budget_off_gives_every_run_the_timeout(tmp_path: Path) -> None:
     timeouts: list[float] = []
 

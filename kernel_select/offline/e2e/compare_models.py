@@ -126,6 +126,12 @@ def run_compare_models(models: Sequence[str], methods: Sequence[ModelMethod], *,
         started = clock()
         raw = runner(spec, log_path, allowed)
         budget.record(method.name, clock() - started)
+        if allowed < timeout_s and str(raw.get("error", "")).startswith("timed out"):
+            # Not a failure of the method: it ran out of this comparison's time, and its compile
+            # took at least `allowed` seconds (a lower bound worth keeping).
+            raw = dict(raw, cut_by_budget=True, error=(
+                f"cut by --max-seconds after {allowed:.0f} s (at least that much compile; --timeout "
+                f"{timeout_s:.0f} s); run again with --resume and a larger --max-seconds"))
         entry = entries[name]
         entry["sizes"] = entry["sizes"] or raw.get("sizes")
         runs = [r for r in entry["results"].get(method.name, {}).get("runs", []) if r.get("error") is None]
