@@ -74,3 +74,24 @@ def test_bmm_and_addmm_are_selected_too():
     expected = a[0].float() @ b[0].float() + bias.float()
     torch.testing.assert_close(out_addmm.float(), expected, rtol=2e-2, atol=0.5)
     torch._dynamo.reset()
+
+
+def test_the_recipe_tunes_gemms_with_the_handler_and_leaves_a_gemv_on_cublas():
+    """README's recipe: gemm_autotune_options() plus install(topk=4, precompile_in_process=True)."""
+    import kernel_select.inductor as ks_inductor
+
+    a, b = _inputs(560, 1280, 3420)
+    torch._dynamo.reset()
+    with ks_inductor.enabled(topk=4, precompile_in_process=True) as handler, \
+            torch._inductor.config.patch(force_disable_caches=True), \
+            ks_inductor.record_autotuning() as records:
+        options = ks_inductor.gemm_autotune_options(cudagraphs=False)
+        out = torch.compile(lambda x, y: x @ y, options=options)(a, b)
+        gemv = torch.compile(lambda x, y: x @ y, options=options)(a[:1], b)  # M = 1
+        torch.cuda.synchronize()
+    mm = [record for record in records if record.op == "mm"]
+    assert mm[0].count("triton") == 4 and mm[0].count("extern") == 1
+    assert handler.selections[0].problem.m == 560
+    _check_close(out, a, b)
+    _check_close(gemv, a[:1], b)  # that it stays a GEMM is checked on CPU (tests/inductor/test_modes.py)
+    torch._dynamo.reset()
