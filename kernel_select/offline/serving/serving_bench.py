@@ -5,7 +5,8 @@
 The program is the first user's: nn.Linear(3420 -> 1280) in bf16, its forward GEMM and both
 backward GEMMs (grad input, grad weight) in one compiled function, the sequence length marked
 dynamic (560..8192) and served at 560, 1024, 2048, 4096, 8192. Methods: eager, mode="default",
-stock max-autotune, kernel_select top-4 with dynamic ranking, and the pretuned pinned LUT (made
+stock max-autotune, kernel_select top-4 with dynamic ranking (under the mode, and as README's recipe:
+GEMM-only options with precompile_in_process), and the pretuned pinned LUT (made
 first with `pretune` on the same GEMMs unless --lut names one). Per method: compile wall time
 (all first calls), autotune benchmarks run (choices Inductor timed), and per length the kernel
 time (CUDA-graph replays over L2-cold input copies, offline.compare.timing).
@@ -30,7 +31,7 @@ from typing import Any
 LENGTHS = (560, 1024, 2048, 4096, 8192)
 LOW, HIGH = 560, 8192
 IN_FEATURES, OUT_FEATURES = 3420, 1280
-METHODS = ("eager", "default", "max_autotune", "topk4_dynamic", "pinned_lut")
+METHODS = ("eager", "default", "max_autotune", "topk4_dynamic", "topk4_dynamic_gemm", "pinned_lut")
 
 
 #: Each GEMM's operand layout in the program (`_program`): the layouts pretune discovers from the
@@ -101,11 +102,15 @@ def run_method(method: str, lut: str | None, samples: int) -> dict[str, Any]:
     if method == "default":
         fn = torch.compile(step)
     elif method != "eager":
+        options = ks_inductor.max_autotune_options()
         if method == "topk4_dynamic":
             handler = ks_inductor.install(topk=4, dynamic_m=f"{LOW}..{HIGH}")
+        elif method == "topk4_dynamic_gemm":  # CUDA graphs off, as for every method here
+            handler = ks_inductor.install(topk=4, dynamic_m=f"{LOW}..{HIGH}", precompile_in_process=True)
+            options = ks_inductor.gemm_autotune_options(cudagraphs=False)
         elif method == "pinned_lut":
             handler = ks_inductor.install(kernel_lut_path=lut)
-        fn = torch.compile(step, mode="max-autotune-no-cudagraphs")
+        fn = torch.compile(step, options=options)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     result: dict[str, Any] = {"compile_s": 0.0, "benchmarks": 0, "lengths": {}}
     with ks_inductor.record_autotuning() as records:
