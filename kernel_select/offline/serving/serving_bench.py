@@ -107,7 +107,9 @@ def run_method(method: str, lut: str | None, samples: int) -> dict[str, Any]:
             handler = ks_inductor.install(topk=4, dynamic_m=f"{LOW}..{HIGH}")
         elif method == "topk4_dynamic_gemm":  # CUDA graphs off, as for every method here
             handler = ks_inductor.install(topk=4, dynamic_m=f"{LOW}..{HIGH}", precompile_in_process=True)
-            options = ks_inductor.gemm_autotune_options(cudagraphs=False)
+            # Shape padding off: on torch 2.11 its heuristic guards the length below 1280 and splits
+            # the dynamic graph in three (docs/inductor.md, "Serving").
+            options = ks_inductor.gemm_autotune_options(cudagraphs=False, shape_padding=False)
         elif method == "pinned_lut":
             handler = ks_inductor.install(kernel_lut_path=lut)
         fn = torch.compile(step, options=options)
