@@ -33,7 +33,7 @@ from kernel_select import knobs, runtime, space
 from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import KernelSelectError, ProblemError
-from kernel_select.inductor import dynamic, pinning
+from kernel_select.inductor import dynamic, operand_layout, pinning
 from kernel_select.inductor.candidates import symbolic_k, synthesize
 from kernel_select.inductor.settings import Settings, resolve_settings, validated_overrides
 from kernel_select.model import PerformanceModel
@@ -345,11 +345,13 @@ def _device_index(kernel_inputs: Any) -> int:
 
 
 def _problem_from(kernel_inputs: Any, op_name: str) -> Problem | None:
-    """The Problem Inductor is lowering (hinted sizes), or None for one we do not model."""
+    """The Problem Inductor is lowering (hinted sizes, the operands' layout), or None for one we
+    do not model."""
     m, n, k = (int(x) for x in kernel_inputs.mnk_hinted())  # Inductor's order is M, N, K
     batch = int(kernel_inputs.batch_hinted()) if op_name in ("bmm", "baddbmm") else 1
     try:
-        return Problem(m, n, k, dtype_name(kernel_inputs.dtype()), batch=batch, op=op_name)
+        return Problem(m, n, k, dtype_name(kernel_inputs.dtype()), batch=batch, op=op_name,
+                       layout=operand_layout.layout_from(kernel_inputs))
     except ProblemError as exc:  # int8/fp8 inputs, empty tensors: not ours to rank
         log.debug("kernel_select: passing %s through: %s", op_name, exc)
         return None
