@@ -61,7 +61,8 @@ def test_bmm_reads_the_last_two_dimensions(graph: SizeVarAllocator):
 
 
 @pytest.mark.parametrize("case", ["symbolic stride", "symbolic leading dimension", "sliced", "broadcast"])
-def test_strides_that_prove_no_layout_read_as_nn(graph: SizeVarAllocator, case: str, caplog: pytest.LogCaptureFixture):
+def test_strides_that_prove_no_layout_read_as_nn(graph: SizeVarAllocator, case: str,
+                                                 caplog: pytest.LogCaptureFixture):
     s0, s1 = sympy.symbols("s0 s1", positive=True, integer=True)
     b = {"symbolic stride": (s0, s1), "symbolic leading dimension": (1, s0),
          "sliced": (2 * N, 2), "broadcast": (0, 0)}[case]
