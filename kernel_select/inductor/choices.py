@@ -63,6 +63,7 @@ class Selection:
     ms_origin: str = ""  # where `ms` came from: "lut m range", "dynamic_m", ...
     hint_override: int | None = None  # the multi-kernel hint these configs are for
     pinned: Any = None  # a pinned LUT entry's choice ("aten" or the config): the only one offered
+    hedged: str = ""  # why topk="auto" took its cap, not the model's estimate ("": it did not)
 
 
 class KernelSelectChoices(InductorChoices):
@@ -242,6 +243,7 @@ class KernelSelectChoices(InductorChoices):
     def _select(self, problem: Problem, device: DeviceSpec, settings: Settings, lut: Any,
                 ms: tuple[int, ...] = (), ms_origin: str = "", hint_override: int | None = None) -> Selection:
         from kernel_select.model.aten import CublasRule
+        from kernel_select.model.auto_topk import hedge_reason
         from kernel_select.select import LUT_SOURCE, top_k
 
         if settings.topk == knobs.DEFAULT:
@@ -251,6 +253,7 @@ class KernelSelectChoices(InductorChoices):
         widest = dataclasses.replace(problem, m=max(ms)) if ms else problem
         candidates = space.for_problem(widest, device, "exhaustive")
         model = runtime.model(settings.model, device)
+        hedged = hedge_reason(model, problem) if k == knobs.AUTO else ""
         margin = settings.cublas_margin
         # The shipped gate decides where there is one: on the held-out splits it loses less than
         # the two-sided rule from the model's own cuBLAS time (docs/model.md). Without a gate,
@@ -274,7 +277,7 @@ class KernelSelectChoices(InductorChoices):
         return Selection(problem=problem, device=device.key,
                          configs=tuple(c.config for c in chosen),
                          sources=tuple(c.source for c in chosen), space_size=len(candidates), gate=decision,
-                         ms=ms, ms_origin=ms_origin, hint_override=hint_override)
+                         ms=ms, ms_origin=ms_origin, hint_override=hint_override, hedged=hedged)
 
 
 #: Methods that make up the GEMM candidate path: ours, never delegated to a wrapped handler (its
@@ -323,9 +326,10 @@ def _log_selection(selection: Selection) -> None:
     spread = f" ranked over m={list(selection.ms)} ({selection.ms_origin})" if selection.ms else ""
     hint = (f" for multi-kernel hint m={selection.hint_override}"
             if selection.hint_override is not None else "")
-    log.info("kernel_select: %s on %s: benchmarking %d of %d Triton configs (%d from the LUT)%s%s%s",
+    hedged = f"; topk=auto at its cap: {selection.hedged}" if selection.hedged else ""
+    log.info("kernel_select: %s on %s: benchmarking %d of %d Triton configs (%d from the LUT)%s%s%s%s",
              selection.problem, selection.device, len(selection.configs), selection.space_size,
-             selection.sources.count("lut"), spread, hint,
+             selection.sources.count("lut"), spread, hint, hedged,
              f"; Triton skipped: predicted cuBLAS / best Triton time {gate.predicted_ratio:.2f}"
              if gated else "")
 

@@ -14,6 +14,7 @@ from torch.fx.experimental.symbolic_shapes import ShapeEnv
 from torch._inductor.virtualized import V
 
 import kernel_select.inductor as ks_inductor
+import kernel_select.knobs as ks_config
 from kernel_select.inductor.operand_layout import layout_from
 from kernel_select.problem import Problem
 from tests.inductor.kit import FakeInputs, finalize, inductor_candidates
@@ -86,3 +87,28 @@ def test_anything_failing_reads_as_nn_without_raising(caplog: pytest.LogCaptureF
     broken = FakeInputs(M, N, K)
     broken.mat1mat2 = None  # type: ignore[assignment]
     assert layout_from(broken) == "nn"
+
+
+class TrainedOnNN(FakeModel):
+    """A learned model whose card lists "nn" only and whose own estimate is always 2 configs."""
+
+    def trained_layouts(self) -> tuple[str, ...]:
+        return ("nn",)
+
+    def auto_topk(self, runtime_ms, cap, problem=None, configs=None) -> int:  # noqa: ANN001
+        return 2
+
+
+@pytest.mark.parametrize(("b", "count", "why"), [
+    (ROW_MAJOR_B, 2, ""), (TRANSPOSED_B, 5, "layout nt not in the model's training data")])
+def test_auto_takes_its_cap_for_a_layout_outside_training_and_says_why(
+        graph: SizeVarAllocator, b: tuple, count: int, why: str, caplog: pytest.LogCaptureFixture):
+    caplog.set_level(logging.INFO, logger="kernel_select.inductor")
+    inputs = FakeInputs(M, N, K, strides=(ROW_MAJOR_A, b))
+    with ks_config.patch(auto_topk_cap=5):
+        handler = ks_inductor.KernelSelectChoices(topk="auto", model=TrainedOnNN(), device="h100")
+        finalize(handler, inputs, inductor_candidates(inputs))
+    selection = handler.selections[-1]
+    assert len(selection.configs) == count and selection.hedged == why
+    line = next(r.getMessage() for r in caplog.records if "benchmarking" in r.getMessage())
+    assert (f"topk=auto at its cap: {why}" in line) == bool(why)
