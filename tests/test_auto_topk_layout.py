@@ -34,7 +34,8 @@ def test_a_layout_the_card_lists_is_trusted_again():
 def test_a_model_with_no_training_data_is_never_out_of_it():
     analytical = get_model("analytical", "h100")
     assert analytical.trained_layouts() is None and hedge_reason(analytical, NT) == ""
-    assert resolve_k("auto", 6, model=analytical, predicted_ms=CLEAR_WINNER, cap=8, problem=NT) == AUTO_FALLBACK
+    auto = resolve_k("auto", 6, model=analytical, predicted_ms=CLEAR_WINNER, cap=8, problem=NT)
+    assert auto == AUTO_FALLBACK
 
 
 def test_top_k_auto_benchmarks_the_cap_for_a_transposed_weight():
