@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from kernel_select.errors import ProblemError
+from kernel_select.layouts import DEFAULT_LAYOUT, check_layout
 
 DTypeName = Literal["float16", "bfloat16", "float32"]
 OpName = Literal["mm", "addmm", "bmm", "baddbmm"]
@@ -59,7 +60,9 @@ class Problem:
     """One GEMM: C[batch, m, n] = A[batch, m, k] @ B[batch, k, n] in `dtype`.
 
     `op` says which Inductor lowering produced it (mm, addmm, bmm, baddbmm); batch > 1 only
-    makes sense for bmm/baddbmm.
+    makes sense for bmm/baddbmm. `layout` is how A and B lie in memory (kernel_select.layouts:
+    "nt" for x @ W.t()). The model's features and the LUT do not read it yet; `topk="auto"`
+    does (a layout the model was not trained on gets the cap).
     """
 
     m: int
@@ -68,6 +71,7 @@ class Problem:
     dtype: str = "bfloat16"
     batch: int = 1
     op: str = "mm"
+    layout: str = DEFAULT_LAYOUT
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "m", _positive_int("m", self.m))
@@ -79,6 +83,7 @@ class Problem:
             raise ProblemError(f"op: unsupported op {self.op!r}; use one of {', '.join(SUPPORTED_OPS)}")
         if self.batch != 1 and self.op in ("mm", "addmm"):
             raise ProblemError(f"batch: op {self.op!r} has no batch dimension; use bmm or baddbmm")
+        check_layout(self.layout)
 
     @property
     def dtype_bytes(self) -> int:
@@ -95,4 +100,5 @@ class Problem:
 
     def __str__(self) -> str:
         batch = f"{self.batch}x" if self.batch != 1 else ""
-        return f"{self.op} {batch}{self.m}x{self.n}x{self.k} {self.dtype}"
+        layout = f" {self.layout}" if self.layout != DEFAULT_LAYOUT else ""
+        return f"{self.op} {batch}{self.m}x{self.n}x{self.k} {self.dtype}{layout}"

@@ -28,6 +28,7 @@ from kernel_select.errors import ConfigError, DeviceError, LUTError, ModelError,
 from kernel_select.knobs import AUTO
 from kernel_select.knobs import DEFAULT_AUTO_TOPK_CAP as AUTO_TOPK_CAP
 from kernel_select.model import PerformanceModel, load_default
+from kernel_select.model.auto_topk import hedge_reason
 from kernel_select.problem import Problem
 from kernel_select.space import for_problem
 
@@ -61,7 +62,8 @@ def resolve_k(k: int | float | str, num_candidates: int, *, model: PerformanceMo
     fraction of a small space still keeps one config. "auto" asks `model.auto_topk` given its
     predictions for the candidates (1..cap: few where the model is sure, more where it is not;
     with `problem` and the candidate `configs` a model may also ask its members);
-    a model without a measure of its uncertainty gets min(AUTO_FALLBACK, cap).
+    a model without a measure of its uncertainty gets min(AUTO_FALLBACK, cap), and a `problem`
+    outside the model's training data (a layout its card does not list: `hedge_reason`) the cap.
 
     Raises:
         ConfigError: for anything else (bool, zero, negative, NaN, a float above 1, another
@@ -70,6 +72,8 @@ def resolve_k(k: int | float | str, num_candidates: int, *, model: PerformanceMo
     if isinstance(k, str) and k == AUTO:
         if model is None or predicted_ms is None:
             raise ConfigError("k='auto' needs the model and its predictions for the candidates")
+        if hedge_reason(model, problem):
+            return cap
         auto = model.auto_topk(np.asarray(predicted_ms), cap, problem, configs) if len(predicted_ms) else 1
         return int(auto) if auto is not None else min(AUTO_FALLBACK, cap)
     if isinstance(k, bool) or not isinstance(k, (int, float, np.integer, np.floating)):

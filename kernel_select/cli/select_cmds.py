@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernel_select.cli.common import Subparsers, add_k_arg, add_problem_args, load_lut_file, parse_k
+from kernel_select.layouts import DEFAULT_LAYOUT, LAYOUTS
 
 if TYPE_CHECKING:
     from kernel_select.problem import Problem
@@ -24,6 +25,9 @@ def register_topk(sub: Subparsers) -> None:
                        description="Rank the problem's configs with a performance model and print the "
                                    "top k, lookup-table entries first (always kept, even beyond k).")
     add_problem_args(p)
+    p.add_argument("--layout", choices=LAYOUTS, default=DEFAULT_LAYOUT,
+                   help="operand layout, A then B ('t': stored transposed, as W in x @ W.t(); "
+                        "default: %(default)s); -k auto takes its cap for one the model was not trained on")
     add_k_arg(p)
     p.add_argument("--lut", default=None, metavar="PATH",
                    help="lookup table JSON whose entries for the problem come first")
@@ -51,23 +55,28 @@ def register_demo(sub: Subparsers) -> None:
 
 
 def run_topk(args: argparse.Namespace) -> int:
+    from kernel_select.knobs import AUTO
     from kernel_select.model import get_model, load_default
+    from kernel_select.model.auto_topk import hedge_reason
     from kernel_select.problem import Problem
     from kernel_select.select import top_k
     from kernel_select.space import for_problem
 
-    problem = Problem(args.m, args.n, args.k, args.dtype)
+    problem = Problem(args.m, args.n, args.k, args.dtype, layout=args.layout)
     k = parse_k(args.top_k)
     model = get_model(args.model, args.device) if args.model else load_default(args.device)
     lut = load_lut_file(args.lut) if args.lut else None
     candidates = for_problem(problem, model.device, args.search_space)
     choices = top_k(problem, k, lut=lut, model=model, candidates=candidates)
     decision = _gate_decision(problem, model.device)
+    hedged = hedge_reason(model, problem) if k == AUTO else ""
     if args.json:
         print(json.dumps(_topk_payload(args, problem, model, len(candidates), choices, decision)))
         return 0
     print(f"{problem} on {model.device.key}: {len(choices)} of {len(candidates)} {args.search_space} configs")
     print(f"ranked by: {model.describe()}")
+    if hedged:
+        print(f"-k auto took its cap: {hedged}")
     _print_choices(choices)
     _print_cublas(model, problem, decision)
     return 0
@@ -77,7 +86,7 @@ def _topk_payload(args: argparse.Namespace, problem: Problem, model: Any, candid
                   choices: Sequence[Choice], decision: Any) -> dict[str, Any]:
     return {
         "problem": {"m": problem.m, "n": problem.n, "k": problem.k, "dtype": problem.dtype,
-                    "op": problem.op},
+                    "op": problem.op, "layout": problem.layout},
         "device": model.device.key, "model": model.name, "model_description": model.describe(),
         "lut": args.lut, "search_space": args.search_space, "candidates": candidates,
         "choices": [{"rank": rank, "config": choice.config.model_dump(),

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import inspect
 import itertools
 import logging
@@ -33,7 +32,7 @@ from kernel_select import knobs, runtime, space
 from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import KernelSelectError, ProblemError
-from kernel_select.inductor import dynamic, pinning
+from kernel_select.inductor import cache_key, dynamic, operand_layout, pinning
 from kernel_select.inductor.candidates import symbolic_k, synthesize
 from kernel_select.inductor.settings import Settings, resolve_settings, validated_overrides
 from kernel_select.model import PerformanceModel
@@ -64,6 +63,7 @@ class Selection:
     ms_origin: str = ""  # where `ms` came from: "lut m range", "dynamic_m", ...
     hint_override: int | None = None  # the multi-kernel hint these configs are for
     pinned: Any = None  # a pinned LUT entry's choice ("aten" or the config): the only one offered
+    hedged: str = ""  # why topk="auto" took its cap, not the model's estimate ("": it did not)
 
 
 class KernelSelectChoices(InductorChoices):
@@ -105,23 +105,23 @@ class KernelSelectChoices(InductorChoices):
         2.11 pickles the factory, whose pickle carries it), so caches never serve choices made with
         other knobs. Never raises and never blocks: the LUT is hashed with a bounded read."""
         try:
-            return _hash_parts(self._uuid_parts())
+            return cache_key.hash_parts(self._uuid_parts())
         except Exception as exc:  # noqa: BLE001 -- a cache key must always be produced
             runtime.warn_fallback(exc, log, "Inductor benchmarks its own GEMM configs instead")
-            return _hash_parts([f"invalid:{runtime.cause_of(exc)}"])
+            return cache_key.hash_parts([f"invalid:{runtime.cause_of(exc)}"])
 
     def _uuid_parts(self) -> list[str]:
         settings = self.settings()
-        parts = [f"version={_package_version()}", f"topk={settings.topk}", f"inner={_inner_id(self.inner)}",
-                 f"dynamic_m={settings.dynamic_m}"]
+        parts = [f"version={cache_key.package_version()}", f"topk={settings.topk}",
+                 f"inner={cache_key.inner_id(self.inner)}", f"dynamic_m={settings.dynamic_m}"]
         if settings.topk == knobs.AUTO:
             parts.append(f"auto_topk_cap={settings.auto_topk_cap}")
         if settings.topk != knobs.SAME:
-            device = _device_or_none(settings.device)
+            device = cache_key.device_or_none(settings.device)
             parts.append(f"device={device.key if device else 'none'}")
             parts.append(f"lut={runtime.lut_fingerprint(settings.kernel_lut_path)}")
-            parts.append(f"model={_model_fingerprint(settings.model, device)}")
-            parts.append(f"cublas_gate={_gate_fingerprint(settings.cublas_margin, device)}")
+            parts.append(f"model={cache_key.model_fingerprint(settings.model, device)}")
+            parts.append(f"cublas_gate={cache_key.gate_fingerprint(settings.cublas_margin, device)}")
         return parts
 
     # -- the hook ---------------------------------------------------------------------------
@@ -243,6 +243,7 @@ class KernelSelectChoices(InductorChoices):
     def _select(self, problem: Problem, device: DeviceSpec, settings: Settings, lut: Any,
                 ms: tuple[int, ...] = (), ms_origin: str = "", hint_override: int | None = None) -> Selection:
         from kernel_select.model.aten import CublasRule
+        from kernel_select.model.auto_topk import hedge_reason
         from kernel_select.select import LUT_SOURCE, top_k
 
         if settings.topk == knobs.DEFAULT:
@@ -252,6 +253,7 @@ class KernelSelectChoices(InductorChoices):
         widest = dataclasses.replace(problem, m=max(ms)) if ms else problem
         candidates = space.for_problem(widest, device, "exhaustive")
         model = runtime.model(settings.model, device)
+        hedged = hedge_reason(model, problem) if k == knobs.AUTO else ""
         margin = settings.cublas_margin
         # The shipped gate decides where there is one: on the held-out splits it loses less than
         # the two-sided rule from the model's own cuBLAS time (docs/model.md). Without a gate,
@@ -275,7 +277,7 @@ class KernelSelectChoices(InductorChoices):
         return Selection(problem=problem, device=device.key,
                          configs=tuple(c.config for c in chosen),
                          sources=tuple(c.source for c in chosen), space_size=len(candidates), gate=decision,
-                         ms=ms, ms_origin=ms_origin, hint_override=hint_override)
+                         ms=ms, ms_origin=ms_origin, hint_override=hint_override, hedged=hedged)
 
 
 #: Methods that make up the GEMM candidate path: ours, never delegated to a wrapped handler (its
@@ -291,14 +293,6 @@ def _delegate_customized_heuristics(handler: KernelSelectChoices, inner: Inducto
             continue
         if inspect.getattr_static(type(inner), name, default) is not default:
             setattr(handler, name, getattr(inner, name))
-
-
-def _inner_id(inner: InductorChoices | None) -> str:
-    if inner is None:
-        return "none"
-    uuid = getattr(inner, "uuid", None)
-    ident = uuid() if callable(uuid) else ""
-    return f"{type(inner).__module__}.{type(inner).__qualname__}:{ident}"
 
 
 def _peek_first_candidates(choices: dict[str, Iterable[Any]], uids: list[str]) -> dict[str, Any]:
@@ -332,9 +326,10 @@ def _log_selection(selection: Selection) -> None:
     spread = f" ranked over m={list(selection.ms)} ({selection.ms_origin})" if selection.ms else ""
     hint = (f" for multi-kernel hint m={selection.hint_override}"
             if selection.hint_override is not None else "")
-    log.info("kernel_select: %s on %s: benchmarking %d of %d Triton configs (%d from the LUT)%s%s%s",
+    hedged = f"; topk=auto at its cap: {selection.hedged}" if selection.hedged else ""
+    log.info("kernel_select: %s on %s: benchmarking %d of %d Triton configs (%d from the LUT)%s%s%s%s",
              selection.problem, selection.device, len(selection.configs), selection.space_size,
-             selection.sources.count("lut"), spread, hint,
+             selection.sources.count("lut"), spread, hint, hedged,
              f"; Triton skipped: predicted cuBLAS / best Triton time {gate.predicted_ratio:.2f}"
              if gated else "")
 
@@ -345,53 +340,13 @@ def _device_index(kernel_inputs: Any) -> int:
 
 
 def _problem_from(kernel_inputs: Any, op_name: str) -> Problem | None:
-    """The Problem Inductor is lowering (hinted sizes), or None for one we do not model."""
+    """The Problem Inductor is lowering (hinted sizes, the operands' layout), or None for one we
+    do not model."""
     m, n, k = (int(x) for x in kernel_inputs.mnk_hinted())  # Inductor's order is M, N, K
     batch = int(kernel_inputs.batch_hinted()) if op_name in ("bmm", "baddbmm") else 1
     try:
-        return Problem(m, n, k, dtype_name(kernel_inputs.dtype()), batch=batch, op=op_name)
+        return Problem(m, n, k, dtype_name(kernel_inputs.dtype()), batch=batch, op=op_name,
+                       layout=operand_layout.layout_from(kernel_inputs))
     except ProblemError as exc:  # int8/fp8 inputs, empty tensors: not ours to rank
         log.debug("kernel_select: passing %s through: %s", op_name, exc)
         return None
-
-
-# -- uuid helpers -------------------------------------------------------------------------------
-
-def _hash_parts(parts: list[str]) -> str:
-    return "kernel_select-" + hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
-
-
-def _package_version() -> str:
-    import kernel_select
-
-    return kernel_select.__version__
-
-
-def _device_or_none(name: str | None) -> DeviceSpec | None:
-    try:
-        return get_device(name) if name else runtime.current_device()
-    except Exception:  # noqa: BLE001 -- an undetectable GPU shows up as "none" in the key
-        return None
-
-
-def _gate_fingerprint(margin: float | None, device: DeviceSpec | None) -> str:
-    if margin is None:
-        return "off"
-    try:
-        gate = runtime.gate(device) if device is not None else None
-    except Exception as exc:  # noqa: BLE001 -- a broken gate file must not break cache keys
-        return f"{margin}:unloadable:{type(exc).__name__}"
-    return f"{margin}:{gate.digest() if gate is not None else 'none'}"
-
-
-def _model_fingerprint(model: str | PerformanceModel | None, device: DeviceSpec | None) -> str:
-    if device is None:
-        return f"{model!r}:no-device"
-    try:
-        instance = runtime.model(model, device)
-        digest = getattr(instance, "digest", None)
-        ident = digest() if callable(digest) else ""
-        return f"{type(instance).__qualname__}:{instance.describe()}:{ident}"
-    except Exception as exc:  # noqa: BLE001
-        return f"{model!r}:unloadable:{type(exc).__name__}:{exc}"
-

@@ -93,6 +93,12 @@ class PerformanceModel(abc.ABC):
         again), or None when the model has no measure of its own uncertainty."""
         return None
 
+    def trained_layouts(self) -> tuple[str, ...] | None:
+        """The operand layouts (kernel_select.layouts) this model's training data had, from its
+        card; None for a model that is not trained on data (its predictions have no layout
+        to be out of)."""
+        return None
+
     def describe(self) -> str:
         """One line for humans: which model, for which device, trained on what."""
         return f"{self.name} model for {self.device.key}"

@@ -18,13 +18,14 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from kernel_select.atomic_write import write_atomic
 from kernel_select.device import DeviceSpec
 from kernel_select.errors import ModelCardMismatchError, ModelError
+from kernel_select.layouts import DEFAULT_LAYOUT, check_layout
 
 CARD_SCHEMA_VERSION = 2
 
@@ -32,6 +33,11 @@ CARD_SCHEMA_VERSION = 2
 #: before reading keeps a wrong path (a dataset, a device file) from exhausting memory.
 MAX_WEIGHTS_BYTES = 256 * 1024 * 1024
 MAX_CARD_BYTES = 16 * 1024 * 1024
+
+
+#: A card's `layouts`: operand layouts (kernel_select.layouts) the training rows had; a
+#: misspelled one fails the card like any other bad field (check_layout's ProblemError is a ValueError).
+TrainedLayouts = Annotated[list[str], AfterValidator(lambda layouts: [check_layout(x) for x in layouts])]
 
 
 class Architecture(BaseModel):
@@ -86,6 +92,9 @@ class ModelCard(BaseModel):
     feature_std: list[float]
     kernel_overhead_ms: float | None = None  # learned launch floor (the weights hold the exact value)
     dtypes: list[str] = []  # dtypes present in training; empty: not restricted
+    # operand layouts (kernel_select.layouts) present in training: every card written before the
+    # field existed was trained on "nn" rows only; topk="auto" hedges outside them
+    layouts: TrainedLayouts = [DEFAULT_LAYOUT]
     hyperparameters: dict[str, Any] = {}
     data: DataProvenance | None = None
     metrics: dict[str, Any] = {}

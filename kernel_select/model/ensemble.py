@@ -35,7 +35,9 @@ from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import ModelCardMismatchError, ModelError, ProblemError, UnsupportedProblemError
 from kernel_select.model import features as v1
 from kernel_select.model import features_v2 as v2
+from kernel_select.layouts import DEFAULT_LAYOUT
 from kernel_select.model.auto_topk import spread_k
+from kernel_select.model.card import TrainedLayouts
 from kernel_select.model import PerformanceModel, models_dir
 from kernel_select.problem import Problem, dtype_name
 
@@ -72,6 +74,7 @@ class EnsembleCard(BaseModel):
     calibrated_top: int = 16  # shortlisted configs whose time the regression trees refine
     auto_threshold: float | None = None  # s0 of `auto_k`, chosen on the validation problems
     dtypes: list[str]
+    layouts: TrainedLayouts = [DEFAULT_LAYOUT]  # operand layouts in training (ModelCard.layouts)
     hyperparameters: dict[str, Any] = {}
     data: dict[str, Any] = {}
     metrics: dict[str, Any] = {}
@@ -144,6 +147,9 @@ class EnsembleModel(PerformanceModel):
         if self.card.auto_threshold is None:
             raise ModelError(f"{self.describe()}: no auto threshold in its card; retrain")
         return int(auto_k(self.spread(m, n, k, dtype, configs), self.card.auto_threshold)[()])
+
+    def trained_layouts(self) -> tuple[str, ...]:
+        return tuple(self.card.layouts)
 
     def _check_dtype(self, dtype: str) -> str:
         try:

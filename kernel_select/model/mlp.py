@@ -172,6 +172,9 @@ class MLPModel(PerformanceModel):
             return int(min(spread_k(spread, float(hp["auto_topk_spread"]), cap, floor)[()], len(configs)))
         return auto_k_from_gap(runtime_ms, float(hp.get("auto_topk_gap", DEFAULT_AUTO_GAP)), cap, floor)
 
+    def trained_layouts(self) -> tuple[str, ...]:
+        return tuple(self.card.layouts)
+
     def member_spread(self, problem: Problem, configs: Sequence[GemmConfig], runtime_ms: np.ndarray) -> float:
         """The members' disagreement about a problem (0 for a single network): the mean range of
         their log-ms predictions over the SPREAD_TOP configs of `runtime_ms` (this model's

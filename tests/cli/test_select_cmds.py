@@ -82,6 +82,18 @@ def test_topk_json_matches_the_library(capsys):
     assert [c["predicted_ms"] for c in payload["choices"]] == [c.predicted_ms for c in expected]
 
 
+def test_topk_layout_is_printed_and_auto_takes_its_cap_outside_training(capsys):
+    code, out, _ = run(capsys, "topk", *SEED_ARGS, "--layout", "nt", "-k", "auto")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].startswith("mm 560x1280x3420 bfloat16 nt on h100: 8 of ")  # the cap (default 8)
+    assert lines[2] == "-k auto took its cap: layout nt not in the model's training data"
+    code, out, _ = run(capsys, "topk", *SEED_ARGS, "-k", "auto")
+    assert code == 0 and "took its cap" not in out and " nn " not in out.splitlines()[0]
+    code, out, _ = run(capsys, "topk", *SEED_ARGS, "--layout", "tn", "-k", "2", "--json")
+    assert code == 0 and json.loads(out)["problem"]["layout"] == "tn"
+
+
 def test_topk_fraction_and_default_search_space(capsys):
     code, out, _ = run(capsys, "topk", *SEED_ARGS, "-k", "0.5", "--search-space", "default", "--json")
     assert code == 0
@@ -111,6 +123,8 @@ def test_topk_bad_problem_and_device_exit_2(capsys):
     assert code == 2 and "unknown device 'tpu'" in err
     code, _, err = run(capsys, "topk", *SEED_ARGS[:6], "--dtype", "int8", "-k", "2")
     assert code == 2 and "int8" in err
+    code, out, err = run(capsys, "topk", *SEED_ARGS, "--layout", "NT", "-k", "2")
+    assert code == 2 and out == "" and err.count("\n") == 1 and "--layout: invalid choice: 'NT'" in err
 
 
 def test_demo_prints_all_seed_problems_and_the_model(capsys):

@@ -32,14 +32,34 @@ class FakeTemplate:
         self.uid = uid
 
 
+class FakeNode:
+    """An Inductor IR node as the layout reader sees it: sizes and strides (ints or sympy)."""
+
+    def __init__(self, size: tuple[object, ...], stride: tuple[object, ...]) -> None:
+        self.size, self.stride = size, stride
+
+    def get_size(self) -> tuple[object, ...]:
+        return self.size
+
+    def get_stride(self) -> tuple[object, ...]:
+        return self.stride
+
+
 class FakeInputs:
-    """What the handler reads from Inductor's MMKernelInputs."""
+    """What the handler reads from Inductor's MMKernelInputs. `strides`: those of the views A[M, K]
+    and B[K, N] ((stride_am, stride_ak), (stride_bk, stride_bn)); default both row-major."""
 
     def __init__(self, m: int, n: int, k: int, dtype: torch.dtype = torch.bfloat16, device_type: str = "cuda",
-                 batch: int = 1, k_symbolic: object = None) -> None:
+                 batch: int = 1, k_symbolic: object = None,
+                 strides: tuple[tuple[object, object], tuple[object, object]] | None = None) -> None:
         self.m, self.n, self.k, self.batch = m, n, k, batch
         self._dtype, self.device_type = dtype, device_type
         self.k_symbolic = k if k_symbolic is None else k_symbolic
+        self.strides = strides or ((k, 1), (n, 1))
+
+    def mat1mat2(self) -> tuple[FakeNode, FakeNode]:
+        return (FakeNode((self.m, self.k_symbolic), self.strides[0]),
+                FakeNode((self.k_symbolic, self.n), self.strides[1]))
 
     def mnk_hinted(self) -> tuple[int, int, int]:
         return self.m, self.n, self.k

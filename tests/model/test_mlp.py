@@ -87,12 +87,24 @@ def _edit_card(path, **changes):
     ({"schema_version": 3}, "schema_version"),
     ({"model": "cublas_gate"}, "not 'mlp'"),
     ({"unknown_field": 1}, "unknown_field"),
+    ({"layouts": ["nn", "NT"]}, "layouts.*unsupported layout 'NT'"),
 ])
 def test_mismatched_card_is_refused_with_the_retrain_command(tmp_path, changes, message):
     _edit_card(_saved(tmp_path), **changes)
     with pytest.raises(ModelCardMismatchError, match=message) as info:
         MLPModel.load(tmp_path, "h100")
     assert f"kernel-select train --data <dataset.parquet> --out {tmp_path} --device h100" in str(info.value)
+
+
+def test_the_card_lists_the_layouts_trained_on_and_old_cards_mean_nn(tmp_path):
+    saved = _saved(tmp_path)
+    assert "layouts" in json.loads((saved / CARD_FILE).read_text())
+    _edit_card(saved, layouts=["nn", "nt"])
+    assert MLPModel.load(saved, "h100").trained_layouts() == ("nn", "nt")
+    card = json.loads((saved / CARD_FILE).read_text())
+    del card["layouts"]  # a card written before the field existed
+    (saved / CARD_FILE).write_text(json.dumps(card))
+    assert MLPModel.load(saved, "h100").trained_layouts() == ("nn",)
 
 
 def test_loading_for_another_device_is_refused(tmp_path):

@@ -1,0 +1,60 @@
+"""The parts of the choices handler's cache key (`KernelSelectChoices.uuid`): fingerprints of the
+model, the cuBLAS gate and a wrapped handler, each produced without raising (an unloadable file
+shows up in the key instead), so a cache never serves choices made with other knobs."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from kernel_select import runtime
+from kernel_select.device import DeviceSpec, get_device
+from kernel_select.model import PerformanceModel
+
+
+def inner_id(inner: Any) -> str:
+    if inner is None:
+        return "none"
+    uuid = getattr(inner, "uuid", None)
+    ident = uuid() if callable(uuid) else ""
+    return f"{type(inner).__module__}.{type(inner).__qualname__}:{ident}"
+
+
+def hash_parts(parts: list[str]) -> str:
+    return "kernel_select-" + hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
+
+
+def package_version() -> str:
+    import kernel_select
+
+    return kernel_select.__version__
+
+
+def device_or_none(name: str | None) -> DeviceSpec | None:
+    try:
+        return get_device(name) if name else runtime.current_device()
+    except Exception:  # noqa: BLE001 -- an undetectable GPU shows up as "none" in the key
+        return None
+
+
+def gate_fingerprint(margin: float | None, device: DeviceSpec | None) -> str:
+    if margin is None:
+        return "off"
+    try:
+        gate = runtime.gate(device) if device is not None else None
+    except Exception as exc:  # noqa: BLE001 -- a broken gate file must not break cache keys
+        return f"{margin}:unloadable:{type(exc).__name__}"
+    return f"{margin}:{gate.digest() if gate is not None else 'none'}"
+
+
+def model_fingerprint(model: str | PerformanceModel | None, device: DeviceSpec | None) -> str:
+    if device is None:
+        return f"{model!r}:no-device"
+    try:
+        instance = runtime.model(model, device)
+        digest = getattr(instance, "digest", None)
+        ident = digest() if callable(digest) else ""
+        return f"{type(instance).__qualname__}:{instance.describe()}:{ident}"
+    except Exception as exc:  # noqa: BLE001
+        return f"{model!r}:unloadable:{type(exc).__name__}:{exc}"
+
