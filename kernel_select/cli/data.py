@@ -214,7 +214,6 @@ def _active_shapes(args: argparse.Namespace) -> int:
 def run_bench(args: argparse.Namespace) -> int:
     from kernel_select.device import detect
     from kernel_select.offline.harness import bench, pipeline
-    from kernel_select.offline.harness.bench_plan import BenchProblem
     from kernel_select.offline.data import shapes
     from kernel_select.problem import dtype_name
 
@@ -228,7 +227,7 @@ def run_bench(args: argparse.Namespace) -> int:
         chosen = chosen[: args.limit]
     options = bench.BenchOptions(search_space=args.search_space, workers=args.workers,
                                  max_seconds=args.max_seconds)
-    problems = [BenchProblem(s.problem(), s.layout) for s in chosen]
+    problems = [s.problem() for s in chosen]  # each in its entry's layout
     df = pipeline.run_sharded(problems, args.out, detect(), args.gpus, options,
                               origins={p: s.provenance() for p, s in zip(problems, chosen)},
                               groups=[s.group or f"{s.dtype}/{s.layout}/{s.family}" for s in chosen])

@@ -61,17 +61,17 @@ def test_every_layout_is_timed_and_multiplies_like_torch_mm_on_the_same_operands
     from kernel_select.device import detect
     from kernel_select.layouts import layout_of
     from kernel_select.offline.harness import bench
-    from kernel_select.offline.harness.bench_plan import BenchProblem, plan
+    from kernel_select.offline.harness.bench_plan import plan
     from kernel_select.offline.harness.timer import ProblemTimer
     from kernel_select.problem import Problem
 
     device = detect()
-    problem = Problem(100, 272, 136, "float16")  # M = 4 mod 8: M_DIV 4 when A is read transposed
-    runs = plan([BenchProblem(problem, layout)], device)[0][::11]
+    problem = Problem(100, 272, 136, "float16", layout=layout)  # M = 4 mod 8: M_DIV 4 when A is transposed
+    runs = plan([problem], device)[0][::11]
     keys = list(dict.fromkeys(run.key for run in runs))[:3]
     compiled = {key: (status, text) for key, status, text in bench._compile_keys(keys)}  # workers' path
     assert all(status is None for status, _ in compiled.values()), compiled
-    timer = ProblemTimer(problem, device, bench.BenchOptions(), layout=layout)
+    timer = ProblemTimer(problem, device, bench.BenchOptions())
     assert layout_of(timer.a, timer.b) == layout
     expected = torch.mm(timer.a, timer.b).float()  # cuBLAS on the same views
     for run in runs:

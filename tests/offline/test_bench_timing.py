@@ -3,13 +3,14 @@ checked here is which configs are warmed up, checked, re-timed and marked capped
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 
 from kernel_select.device import get_device
 from kernel_select.offline.harness import bench
-from kernel_select.offline.harness.bench_plan import BenchProblem, plan
+from kernel_select.offline.harness.bench_plan import plan
 from kernel_select.offline.harness.timer import TimingStats
 from kernel_select.problem import Problem
 
@@ -26,8 +27,8 @@ class FakeTimer:
     instances: list[FakeTimer] = []
 
     def __init__(self, problem: Problem, device: object, options: object, wrong: frozenset = frozenset(),
-                 stalled: frozenset = frozenset(), layout: str = "nn"):
-        self.layout = layout
+                 stalled: frozenset = frozenset()):
+        self.layout = problem.layout
         self.torch = type("T", (), {"cuda": type("C", (), {"synchronize": staticmethod(lambda: None)})})
         self.wrong, self.stalled, self.warmups, self.passes = wrong, set(stalled), 0, []
         self.stats = TimingStats()
@@ -57,16 +58,15 @@ def runs(monkeypatch: pytest.MonkeyPatch):
     FakeTimer.instances.clear()
     planned = plan([PROBLEM], DEVICE)[0]
     monkeypatch.setattr(bench, "ProblemTimer",
-                        lambda p, d, o, layout: FakeTimer(p, d, o, frozenset({3}), layout=layout))
+                        lambda p, d, o: FakeTimer(p, d, o, frozenset({3})))
     return planned
 
 
 def test_the_timer_builds_operands_in_the_planned_layout(monkeypatch: pytest.MonkeyPatch):
     FakeTimer.instances.clear()
-    monkeypatch.setattr(bench, "ProblemTimer",
-                        lambda p, d, o, layout: FakeTimer(p, d, o, layout=layout))
+    monkeypatch.setattr(bench, "ProblemTimer", FakeTimer)
     for layout in ("nn", "tn"):
-        runs = plan([BenchProblem(PROBLEM, layout)], DEVICE)[0]
+        runs = plan([dataclasses.replace(PROBLEM, layout=layout)], DEVICE)[0]
         bench.time_problem(runs, {}, DEVICE, bench.BenchOptions(reps=1))
         assert FakeTimer.instances[-1].layout == layout
 
@@ -108,7 +108,7 @@ def test_each_binary_is_checked_on_its_first_problems_only(runs):
 def test_an_implausible_single_sample_gets_a_second_opinion(runs, monkeypatch):
     stalled = frozenset({200, 201})
     monkeypatch.setattr(bench, "ProblemTimer",
-                        lambda p, d, o, layout: FakeTimer(p, d, o, frozenset({3}), stalled))
+                        lambda p, d, o: FakeTimer(p, d, o, frozenset({3}), stalled))
     stats = bench.TimingStats()
     results, _ = bench.time_problem(runs, {}, DEVICE, bench.BenchOptions(reps=1), stats=stats)
     timer = FakeTimer.instances[-1]
@@ -133,7 +133,7 @@ def test_the_suspect_ratio_is_measured_against_the_configs_of_the_same_tile(runs
             out = super().time_pass(items, **kw)
             return {i: (ms * 100 if i == target or i in tile_mates else ms, e) for i, (ms, e) in out.items()}
 
-    monkeypatch.setattr(bench, "ProblemTimer", lambda p, d, o, layout: Slow(p, d, o))
+    monkeypatch.setattr(bench, "ProblemTimer", lambda p, d, o: Slow(p, d, o))
     stats = bench.TimingStats()
     bench.time_problem(runs, {}, DEVICE, bench.BenchOptions(reps=1), stats=stats)
     assert stats.suspects == 0

@@ -3,6 +3,8 @@ ids and splits, shapes files, resume, rows, and the layout filter of training an
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import logging
 from pathlib import Path
@@ -17,7 +19,7 @@ from kernel_select.errors import DatasetError, ProblemError
 from kernel_select.layouts import LAYOUTS, check_layout, layout_of, operand_strides
 from kernel_select.offline.data import dataset, shapes
 from kernel_select.offline.harness import bench, pipeline
-from kernel_select.offline.harness.bench_plan import BenchProblem, compile_key, inductor_hint, plan
+from kernel_select.offline.harness.bench_plan import compile_key, inductor_hint, plan
 from kernel_select.offline.harness.timer import operands
 from kernel_select.offline.training.training_data import prepare_rows
 from kernel_select.problem import Problem
@@ -31,16 +33,17 @@ CONFIG = GemmConfig(block_m=64, block_n=128, block_k=64, num_stages=3, num_warps
 
 def test_each_layout_is_its_own_compile_key():
     problem = Problem(560, 1280, 3420)
-    keys = {layout: compile_key(problem, CONFIG, False, layout) for layout in LAYOUTS}
+    keys = {layout: compile_key(dataclasses.replace(problem, layout=layout), CONFIG, False)
+            for layout in LAYOUTS}
     assert len(set(keys.values())) == 4
-    assert keys["nn"] == compile_key(problem, CONFIG, False)  # "nn" is the default
+    assert keys["nn"] == compile_key(problem, CONFIG, False)  # "nn" is Problem's default
     assert {layout: key.m_div for layout, key in keys.items()} == {"nn": 1, "nt": 1, "tn": 16, "tt": 16}
     assert all(key.n_div == 16 and key.k_div == 4 for key in keys.values())
 
 
 def test_transposed_a_keys_differ_by_the_divisibility_of_m_and_row_major_ones_do_not():
     def key(m: int, layout: str):
-        return compile_key(Problem(m, 1280, 3420), CONFIG, False, layout)
+        return compile_key(Problem(m, 1280, 3420, layout=layout), CONFIG, False)
 
     assert key(560, "nn") == key(561, "nn") == key(1024, "nn")  # one binary for every M
     assert key(560, "tn") != key(561, "tn")  # M is A's row stride: its alignment is compiled in
@@ -55,23 +58,17 @@ def test_the_hints_follow_inductors_template_condition():
     assert not inductor_hint(rows=32, k=64, stride_rows=64, stride_k=1, block=64)  # M < BLOCK_M
     assert not inductor_hint(rows=128, k=1, stride_rows=1, stride_k=1, block=64)  # K == 1
     for layout in LAYOUTS:
-        key = compile_key(Problem(32, 1280, 3420), CONFIG, False, layout)
+        key = compile_key(Problem(32, 1280, 3420, layout=layout), CONFIG, False)
         assert (key.a_hint, key.b_hint) == (False, True), layout  # M = 32 < BLOCK_M = 64
-        key = compile_key(Problem(560, 64, 1), CONFIG, False, layout)
+        key = compile_key(Problem(560, 64, 1, layout=layout), CONFIG, False)
         assert (key.a_hint, key.b_hint) == (False, False), layout  # K == 1
 
 
 def test_plan_gives_every_run_its_problems_layout():
-    planned = plan([Problem(64, 128, 256), BenchProblem(Problem(64, 128, 256), "nt")], H100)
+    planned = plan([Problem(64, 128, 256), Problem(64, 128, 256, layout="nt")], H100)
     assert {run.layout for run in planned[0]} == {"nn"}
     assert {run.layout for run in planned[1]} == {"nt"}
     assert not {run.key for run in planned[0]} & {run.key for run in planned[1]}  # no shared binary
-
-
-def test_a_bench_problem_rejects_an_unknown_layout():
-    with pytest.raises(ProblemError, match="layout: unsupported layout 'nx'; use one of nn, nt, tn, tt"):
-        BenchProblem(Problem(64, 128, 256), "nx")
-    assert str(BenchProblem(Problem(64, 128, 256), "tn")) == "mm 64x128x256 bfloat16 tn"
 
 
 # -- the timer's operands ----------------------------------------------------------------------------
@@ -159,7 +156,7 @@ PROV = dict(device_name="NVIDIA H100 80GB HBM3", sm_count=132, torch_version="2.
             triton_version="3.6.0", git_sha="abc")
 
 
-def _rows(item: BenchProblem) -> pd.DataFrame:
+def _rows(item: Problem) -> pd.DataFrame:
     runs = plan([item], H100)[0][:2]
     results = {0: bench._Timed(samples=[1.0]), 1: bench._Timed(samples=[2.0])}
     return dataset.conform(pd.DataFrame(bench.rows_for(runs, results, bench._Timed(samples=[1.5]), PROV,
@@ -167,7 +164,7 @@ def _rows(item: BenchProblem) -> pd.DataFrame:
 
 
 def test_rows_carry_the_layout_and_its_problem_id():
-    rows = _rows(BenchProblem(Problem(64, 128, 256), "tn"))
+    rows = _rows(Problem(64, 128, 256, layout="tn"))
     assert set(rows["layout"]) == {"tn"}
     assert set(rows["problem_id"]) == {"bfloat16/mm/1x64x128x256/tn"}
     assert set(rows["split"]) == {dataset.split_of("bfloat16/mm/1x64x128x256")}
@@ -175,23 +172,23 @@ def test_rows_carry_the_layout_and_its_problem_id():
 
 def test_resume_counts_a_problem_done_only_in_its_own_layout(tmp_path: Path):
     out = tmp_path / "rows.parquet"
-    dataset.write(_rows(BenchProblem(Problem(64, 128, 256))), out)
-    todo = pipeline.todo_problems([Problem(64, 128, 256), BenchProblem(Problem(64, 128, 256), "nt")], out,
+    dataset.write(_rows(Problem(64, 128, 256)), out)
+    todo = pipeline.todo_problems([Problem(64, 128, 256), Problem(64, 128, 256, layout="nt")], out,
                                   PROV["device_name"])
-    assert todo == [BenchProblem(Problem(64, 128, 256), "nt")]
+    assert todo == [Problem(64, 128, 256, layout="nt")]
 
 
 def test_the_active_pool_counts_a_shape_measured_only_in_its_own_layout(tmp_path: Path):
     from kernel_select.offline.data import active
 
     out = tmp_path / "rows.parquet"
-    dataset.write(_rows(BenchProblem(Problem(64, 128, 256))), out)
+    dataset.write(_rows(Problem(64, 128, 256)), out)
     pool = [shapes.Shape(64, 128, 256, "bfloat16"), shapes.Shape(64, 128, 256, "bfloat16", layout="nt")]
     assert [s.layout for s in active.unmeasured(pool, [out])] == ["nt"]
 
 
 def test_a_dataset_with_an_unknown_layout_is_rejected():
-    rows = _rows(BenchProblem(Problem(64, 128, 256))).assign(layout="xx")
+    rows = _rows(Problem(64, 128, 256)).assign(layout="xx")
     with pytest.raises(DatasetError, match="column 'layout' has unknown values"):
         dataset.conform(rows)
 

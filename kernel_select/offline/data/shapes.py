@@ -81,7 +81,7 @@ class Shape:
     layout: str = DEFAULT_LAYOUT
 
     def problem(self) -> Problem:
-        return Problem(self.m, self.n, self.k, self.dtype)
+        return Problem(self.m, self.n, self.k, self.dtype, layout=self.layout)
 
     def provenance(self) -> dict[str, str]:
         """The dataset columns family / layer / pass; older files derive them from `source`."""

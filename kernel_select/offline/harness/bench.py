@@ -161,7 +161,7 @@ def time_problem(runs: list[PlannedRun], compiled: dict[CompileKey, tuple[str | 
     import random
 
     problem = runs[0].problem
-    timer = ProblemTimer(problem, device, options, layout=runs[0].layout)
+    timer = ProblemTimer(problem, device, options)
     checked = {} if checked is None else checked
     rng = random.Random(zlib.crc32(str(problem).encode()))
     results = {i: _Timed() for i in range(len(runs))}

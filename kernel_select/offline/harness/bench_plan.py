@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from kernel_select.configs import GemmConfig, inductor_allow_tf32
 from kernel_select.device import DeviceSpec
-from kernel_select.layouts import DEFAULT_LAYOUT, a_transposed, check_layout, operand_strides
+from kernel_select.layouts import a_transposed, operand_strides
 from kernel_select.problem import Problem
 from kernel_select.space import for_problem
 
@@ -24,25 +24,6 @@ MAX_DIV = 16  # Triton's own integer specialization stops at 16; wider never cha
 def pow2_divisor(x: int, cap: int = MAX_DIV) -> int:
     """Largest power of two dividing x, capped (what an integer literal tells the compiler)."""
     return min(x & -x, cap)
-
-
-@dataclass(frozen=True)
-class BenchProblem:
-    """What the harness times: a problem and its operands' memory layout (kernel_select.layouts)."""
-
-    problem: Problem
-    layout: str = DEFAULT_LAYOUT
-
-    def __post_init__(self) -> None:
-        check_layout(self.layout)
-
-    def __str__(self) -> str:
-        return str(self.problem) if self.layout == DEFAULT_LAYOUT else f"{self.problem} {self.layout}"
-
-
-def as_bench_problem(item: Problem | BenchProblem) -> BenchProblem:
-    """A plain Problem is timed as `a @ b` on contiguous operands ("nn")."""
-    return item if isinstance(item, BenchProblem) else BenchProblem(item)
 
 
 @dataclass(frozen=True)
@@ -75,10 +56,10 @@ def inductor_hint(rows: int, k: int, stride_rows: int, stride_k: int, block: int
     return contiguous and rows >= block and k > 1
 
 
-def compile_key(problem: Problem, config: GemmConfig, allow_tf32: bool,
-                layout: str = DEFAULT_LAYOUT) -> CompileKey:
-    """The key of `problem` in `layout` with `config`; the hints follow the strides of the
+def compile_key(problem: Problem, config: GemmConfig, allow_tf32: bool) -> CompileKey:
+    """The key of `problem` (in its layout) with `config`; the hints follow the strides of the
     operands the timer builds (kernel_select.layouts.operand_strides)."""
+    layout = problem.layout
     (stride_am, stride_ak), (stride_bk, stride_bn) = operand_strides(problem.m, problem.n, problem.k, layout)
     return CompileKey(
         dtype=problem.dtype, layout=layout, config=config.key, even_k=problem.k % config.block_k == 0,
@@ -101,16 +82,15 @@ class PlannedRun:
         return self.key.layout
 
 
-def plan(problems: Sequence[Problem | BenchProblem], device: DeviceSpec, *, search_space: str = "exhaustive",
+def plan(problems: Sequence[Problem], device: DeviceSpec, *, search_space: str = "exhaustive",
          torch_version: str | None = None, fp32_precision: str = "ieee") -> list[list[PlannedRun]]:
-    """For each problem (a plain Problem is "nn"), its configs (Inductor's pruned space for the
-    device) with compile keys."""
+    """For each problem, its configs (Inductor's pruned space for the device) with compile keys
+    for the problem's operand layout."""
     out = []
-    for item in map(as_bench_problem, problems):
-        problem = item.problem
+    for problem in problems:
         tf32 = inductor_allow_tf32(problem, torch_version=torch_version, fp32_precision=fp32_precision)
         configs = for_problem(problem, device, search_space, torch_version)  # type: ignore[arg-type]
-        out.append([PlannedRun(problem, c, compile_key(problem, c, tf32, item.layout)) for c in configs])
+        out.append([PlannedRun(problem, c, compile_key(problem, c, tf32)) for c in configs])
     return out
 
 

@@ -42,20 +42,14 @@ from kernel_select.offline.harness.bench import (
     time_problem,
 )
 from kernel_select.offline.harness.timer import TimingStats
-from kernel_select.offline.harness.bench_plan import (
-    BenchProblem,
-    CompileKey,
-    PlannedRun,
-    as_bench_problem,
-    plan,
-)
+from kernel_select.offline.harness.bench_plan import CompileKey, PlannedRun, plan
 from kernel_select.problem import Problem
 
 log = logging.getLogger(__name__)
 
 COMPILE_BATCH = 4  # keys per pool task: small, so the keys of the next problem arrive early
-Problems = Sequence[Problem | BenchProblem]  # a plain Problem is timed in the "nn" layout
-Origins = dict[Problem | BenchProblem, dict]  # problem -> its family / layer / pass columns
+Problems = Sequence[Problem]  # each timed in its own operand layout (Problem.layout)
+Origins = dict[Problem, dict]  # problem -> its family / layer / pass columns
 
 
 class CompilePipeline:
@@ -144,15 +138,14 @@ class RowWriter:
             raise self.error
 
 
-def bench_problem_id(item: BenchProblem) -> str:
-    p = item.problem
-    return dataset.problem_id(p.m, p.n, p.k, p.dtype, p.op, p.batch, item.layout)
+def bench_problem_id(p: Problem) -> str:
+    return dataset.problem_id(p.m, p.n, p.k, p.dtype, p.op, p.batch, p.layout)
 
 
-def todo_problems(problems: Problems, out: str | Path, device_name: str) -> list[BenchProblem]:
+def todo_problems(problems: Problems, out: str | Path, device_name: str) -> list[Problem]:
     """The problems not yet measured on this device in `out` (resume)."""
     done = dataset.completed_problems(out, device_name=device_name)
-    return [p for p in map(as_bench_problem, problems) if bench_problem_id(p) not in done]
+    return [p for p in problems if bench_problem_id(p) not in done]
 
 
 def _fp32_precision() -> str:
@@ -166,8 +159,8 @@ def run_bench(problems: Problems, out: str | Path, device: DeviceSpec,
     """Benchmark `problems` in order (skipping those already in `out` for this GPU), appending
     each problem's rows to `out` as soon as it is timed. Returns the whole output.
 
-    A plain Problem is timed in the "nn" layout, a BenchProblem in its own; `origins` maps either
-    to the problem's family / layer / pass columns."""
+    Each problem is timed in its own operand layout; `origins` maps a problem to its family /
+    layer / pass columns."""
     import torch
 
     options = options or BenchOptions()
@@ -179,8 +172,7 @@ def run_bench(problems: Problems, out: str | Path, device: DeviceSpec,
     if todo:
         planned = plan(todo, device, search_space=options.search_space, fp32_precision=_fp32_precision())
         workers = options.workers or max(1, (os.cpu_count() or 2) - 1)  # one core launches kernels
-        origins = {as_bench_problem(p): columns for p, columns in (origins or {}).items()}
-        stats = _collect(planned, Path(out), device, options, prov, origins, workers, started)
+        stats = _collect(planned, Path(out), device, options, prov, origins or {}, workers, started)
         wall = time.perf_counter() - started
         log.info("%d problems, %d rows in %.1f s wall (compile included; %d kernels compiled on %d "
                  "workers): %.0f rows per GPU-minute; timing: %s", stats["problems"], stats["rows"], wall,
@@ -219,7 +211,7 @@ def _collect(planned: list[list[PlannedRun]], out: Path, device: DeviceSpec, opt
             t0 = time.perf_counter()
             timing = TimingStats()
             results, cublas = time_problem(runs, compiled, device, options, checked, loaded, timing)
-            timed = BenchProblem(runs[0].problem, runs[0].layout)
+            timed = runs[0].problem
             writer.put(rows_for(runs, results, cublas, prov, options, origins.get(timed), timing))
             _log_timing(timed, timing)
             stats["timing"].add(timing)
@@ -238,7 +230,7 @@ def _collect(planned: list[list[PlannedRun]], out: Path, device: DeviceSpec, opt
     return stats
 
 
-def _log_timing(problem: BenchProblem, timing: TimingStats) -> None:
+def _log_timing(problem: Problem, timing: TimingStats) -> None:
     """One line per problem; at INFO only when timing had to be redone, so clean runs stay quiet."""
     redone = timing.chunks_retimed or timing.suspects
     log.log(logging.WARNING if timing.chunks_unresolved else logging.INFO if redone else logging.DEBUG,
@@ -271,9 +263,8 @@ def run_sharded(problems: Problems, out: str | Path, device: DeviceSpec, gpus: i
     from kernel_select.offline.harness.bench_plan import pow2_divisor
 
     out = Path(out)
-    problems = [as_bench_problem(p) for p in problems]
-    groups = groups or [f"{p.problem.dtype}/{p.layout}/{pow2_divisor(p.problem.n)}/"
-                        f"{pow2_divisor(p.problem.k)}" for p in problems]
+    problems = list(problems)
+    groups = groups or [f"{p.dtype}/{p.layout}/{pow2_divisor(p.n)}/{pow2_divisor(p.k)}" for p in problems]
     group_of = dict(zip(problems, groups))
     problems = todo_problems(problems, out, torch.cuda.get_device_properties(0).name)
     groups = [group_of[p] for p in problems]
@@ -325,7 +316,7 @@ def _start_on_gpu(ctx, gpu: int, args: tuple) -> multiprocessing.process.BasePro
     return proc
 
 
-def _shard_main(problems: list[BenchProblem], part: Path, device: DeviceSpec, options: BenchOptions,
+def _shard_main(problems: list[Problem], part: Path, device: DeviceSpec, options: BenchOptions,
                 origins: Origins, show_progress: bool) -> None:
     logging.basicConfig(level=logging.INFO, format=f"[{os.environ.get('CUDA_VISIBLE_DEVICES')}] %(message)s")
     shard_options = BenchOptions(**{**options.__dict__, "progress": show_progress})

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from kernel_select.device import DeviceSpec
-from kernel_select.layouts import DEFAULT_LAYOUT, a_transposed, b_transposed, stored_shape
+from kernel_select.layouts import a_transposed, b_transposed, stored_shape
 from kernel_select.offline.harness.bench_plan import CompileKey, PlannedRun
 from kernel_select.problem import Problem
 
@@ -122,14 +122,13 @@ def operands(problem: Problem, layout: str, device: str = "cuda", generator: Any
 class ProblemTimer:
     """Times one problem's configs on the current CUDA device (see the module docstring)."""
 
-    def __init__(self, problem: Problem, device: DeviceSpec, options: BenchOptions,
-                 layout: str = DEFAULT_LAYOUT):
+    def __init__(self, problem: Problem, device: DeviceSpec, options: BenchOptions):
         import torch
 
         self.torch = torch
         self.problem = problem
         gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(str(problem).encode()))
-        self.a, self.b = operands(problem, layout, "cuda", gen)  # views in `layout`
+        self.a, self.b = operands(problem, problem.layout, "cuda", gen)  # views in its layout
         self.c = torch.empty(problem.m, problem.n, device="cuda", dtype=torch_dtype(problem.dtype))
         self.ref = torch.matmul(self.a.float(), self.b.float())
         self.ref_norm = float(torch.linalg.vector_norm(self.ref))
