@@ -75,8 +75,8 @@ def test_plan_gives_every_run_its_problems_layout():
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_the_timer_builds_each_operand_stored_as_its_layout_says(layout: str):
-    problem = Problem(5, 24, 40, "float32")
-    a, b = operands(problem, layout, device="cpu", generator=torch.Generator().manual_seed(0))
+    problem = Problem(5, 24, 40, "float32", layout=layout)
+    a, b = operands(problem, device="cpu", generator=torch.Generator().manual_seed(0))
     assert a.shape == (5, 40) and b.shape == (40, 24) and a.dtype == b.dtype == torch.float32
     assert (a.stride(), b.stride()) == operand_strides(5, 24, 40, layout)  # what the hints assume
     assert a.is_contiguous() == (layout[0] == "n") and b.is_contiguous() == (layout[1] == "n")
@@ -87,7 +87,7 @@ def test_the_timer_builds_each_operand_stored_as_its_layout_says(layout: str):
 
 def test_a_row_major_problems_operands_are_the_values_the_harness_always_drew():
     problem = Problem(6, 10, 12, "bfloat16")
-    a, b = operands(problem, "nn", device="cpu", generator=torch.Generator().manual_seed(3))
+    a, b = operands(problem, device="cpu", generator=torch.Generator().manual_seed(3))
     gen = torch.Generator().manual_seed(3)
     assert torch.equal(a, torch.randn(6, 12, generator=gen).to(torch.bfloat16))
     assert torch.equal(b, (torch.randn(12, 10, generator=gen) / 12 ** 0.5).to(torch.bfloat16))

@@ -20,12 +20,16 @@ import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from kernel_select.errors import DatasetError
 from kernel_select.layouts import DEFAULT_LAYOUT, LAYOUTS, check_layout
 from kernel_select.offline.data.dataset_io import atomic_write_parquet, exclusive_lock
+
+if TYPE_CHECKING:
+    from kernel_select.problem import Problem
 
 #: Version 2 added the sampling provenance columns (family, layer, pass); version 1 files are read
 #: with those filled in (OPTIONAL_DEFAULTS).
@@ -75,6 +79,12 @@ def problem_id(m: int, n: int, k: int, dtype: str, op: str = "mm", batch: int = 
     before layouts existed (the frozen split is a hash of them)."""
     base = f"{dtype}/{op}/{batch}x{m}x{n}x{k}"
     return base if check_layout(layout) == DEFAULT_LAYOUT else f"{base}/{layout}"
+
+
+def id_of(problem: Problem) -> str:
+    """`problem_id` of a kernel_select.problem.Problem, its operand layout included."""
+    return problem_id(problem.m, problem.n, problem.k, problem.dtype, problem.op, problem.batch,
+                      problem.layout)
 
 
 def split_of(pid: str) -> str:

@@ -318,15 +318,14 @@ def rows_for(runs: list[PlannedRun], results: dict[int, _Timed], cublas: _Timed,
              stats: TimingStats | None = None) -> list[dict]:
     """Dataset rows of one timed problem; `origin` holds its family / layer / pass columns and
     `stats` (this problem's re-timings) is appended to the `timing_method` text."""
-    problem, layout = runs[0].problem, runs[0].layout
-    pid = dataset.problem_id(problem.m, problem.n, problem.k, problem.dtype, problem.op, problem.batch,
-                             layout)
+    problem = runs[0].problem
+    pid = dataset.id_of(problem)
     method = TIMING_METHOD.format(reps=options.reps, factor=options.contender_factor, suspect=SUSPECT_RATIO)
     if stats is not None:
         method += f"; this problem: {stats.summary()}"
     stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
     base = dict(problem_id=pid, **(origin or dataset.OPTIONAL_DEFAULTS), m=problem.m, n=problem.n,
-                k=problem.k, batch=problem.batch, dtype=problem.dtype, op=problem.op, layout=layout,
+                k=problem.k, batch=problem.batch, dtype=problem.dtype, op=problem.op, layout=problem.layout,
                 split=dataset.split_of(pid), timestamp=stamp, timing_method=method, **prov)
     rows = []
 

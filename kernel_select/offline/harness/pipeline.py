@@ -139,7 +139,7 @@ class RowWriter:
 
 
 def bench_problem_id(p: Problem) -> str:
-    return dataset.problem_id(p.m, p.n, p.k, p.dtype, p.op, p.batch, p.layout)
+    return dataset.id_of(p)
 
 
 def todo_problems(problems: Problems, out: str | Path, device_name: str) -> list[Problem]:

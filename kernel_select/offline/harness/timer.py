@@ -100,8 +100,8 @@ def constexprs(key: CompileKey) -> dict:
                 B_HINT=key.b_hint, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group_m)
 
 
-def operands(problem: Problem, layout: str, device: str = "cuda", generator: Any = None) -> tuple[Any, Any]:
-    """A[M, K] and B[K, N] for `problem`, each a view of a contiguous buffer stored as `layout`
+def operands(problem: Problem, device: str = "cuda", generator: Any = None) -> tuple[Any, Any]:
+    """A[M, K] and B[K, N] for `problem`, each a view of a contiguous buffer stored as its layout
     says (a transposed operand is stored [K, M] resp. [N, K] and read through `.t()`, as W in
     x @ W.t()). Random values scaled so that outputs stay O(1) in every dtype; never zeros (they
     run faster)."""
@@ -114,8 +114,8 @@ def operands(problem: Problem, layout: str, device: str = "cuda", generator: Any
         buffer = (buffer / scale if scale != 1.0 else buffer).to(dtype)  # still contiguous
         return buffer.t() if transposed else buffer
 
-    a = operand(problem.m, problem.k, a_transposed(layout), 1.0)
-    b = operand(problem.k, problem.n, b_transposed(layout), math.sqrt(problem.k))
+    a = operand(problem.m, problem.k, a_transposed(problem.layout), 1.0)
+    b = operand(problem.k, problem.n, b_transposed(problem.layout), math.sqrt(problem.k))
     return a, b
 
 
@@ -128,7 +128,7 @@ class ProblemTimer:
         self.torch = torch
         self.problem = problem
         gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(str(problem).encode()))
-        self.a, self.b = operands(problem, problem.layout, "cuda", gen)  # views in its layout
+        self.a, self.b = operands(problem, "cuda", gen)  # views in the problem's layout
         self.c = torch.empty(problem.m, problem.n, device="cuda", dtype=torch_dtype(problem.dtype))
         self.ref = torch.matmul(self.a.float(), self.b.float())
         self.ref_norm = float(torch.linalg.vector_norm(self.ref))
