@@ -163,6 +163,22 @@ def test_problems_with_a_failed_measurement_are_excluded_everywhere():
     assert "2 excluded" in text and "p1" in text and "topk-1" in text
 
 
+
+def test_a_method_no_problem_ran_is_listed_not_counted_as_a_failure():
+    # `compare --only eager,topk-1` measures no stock: every problem still counts, ratios to stock are n/a.
+    results = results_of([
+        {"eager": result(1.0), "topk-1": result(0.5, 1.0)},
+        {"eager": result(2.0), "topk-1": result(2.1, 2.0)},
+    ])
+    results["methods"] = ["eager", "stock", "topk-1"]
+    summary = compare.summarize(results)
+    assert summary.problems_used == 2 and summary.methods_not_run == ["stock"]
+    (topk,) = summary.rows
+    assert math.isnan(topk.kernel_ratio_vs_stock) and math.isnan(topk.tuning_ratio_vs_stock)
+    assert topk.speedup_vs_eager == pytest.approx(math.sqrt(2.0 * 2.0 / 2.1)) and topk.slower_than_eager == 1
+    text = compare.format_summary(summary)
+    assert "not run: stock" in text and "nan" not in text
+
 # -- schema ---------------------------------------------------------------------------------------
 
 def test_fixture_validates_and_round_trips(tmp_path: Path):

@@ -33,21 +33,29 @@ class Summary:
     rows: list[MethodSummary]
     problems_used: int
     problems_excluded: list[str]  # labels with a failed or missing measurement
+    methods_not_run: list[str] = dataclasses.field(default_factory=list)  # no problem has a result
 
 
 def summarize(results: dict[str, Any]) -> Summary:
-    """Per-method aggregates over the problems where eager, stock and every method succeeded."""
-    methods = [m for m in results["methods"] if m != "eager"]
+    """Per-method aggregates over the problems where eager and every method run succeeded.
+
+    A method no problem has a result for (a `--only` run that left it out) is not a failure: it is
+    listed in `methods_not_run` and left out. Without stock, the ratios to stock are NaN."""
+    ran = {m for p in results["problems"] for m in p["results"]}
+    methods = [m for m in results["methods"] if m != "eager" and m in ran]
+    not_run = [m for m in results["methods"] if m not in ran]
     used, excluded = [], []
     for problem in results["problems"]:
         ok = all(succeeded(problem["results"].get(m)) for m in ["eager", *methods])
         (used if ok else excluded).append(problem)
     rows = []
     if used:
-        stock_tuning = sum(p["results"]["stock"]["tuning_s"] or 0.0 for p in used)
+        has_stock = "stock" in methods
+        stock_tuning = sum(p["results"]["stock"]["tuning_s"] or 0.0 for p in used) if has_stock else 0.0
         # Kernel times relative to the eager time measured beside them: ratios between methods
         # (measured in different processes) are ratios of these.
-        stock_rel = [p["results"]["stock"]["kernel_ms"] / eager_ms_for(p, "stock") for p in used]
+        stock_rel = ([p["results"]["stock"]["kernel_ms"] / eager_ms_for(p, "stock") for p in used]
+                     if has_stock else [math.nan] * len(used))
         for method in methods:
             rel = [p["results"][method]["kernel_ms"] / eager_ms_for(p, method) for p in used]
             tuning = sum(p["results"][method]["tuning_s"] or 0.0 for p in used)
@@ -59,7 +67,8 @@ def summarize(results: dict[str, Any]) -> Summary:
                 speedup_vs_eager=geomean([1 / r for r in rel]),
                 slower_than_eager=sum(r > 1 + SLOWER_THAN_EAGER for r in rel),
             ))
-    return Summary(rows=rows, problems_used=len(used), problems_excluded=[p["label"] for p in excluded])
+    return Summary(rows=rows, problems_used=len(used), problems_excluded=[p["label"] for p in excluded],
+                   methods_not_run=not_run)
 
 
 def counted(used: int, noun: str, excluded: Sequence[str], why: str) -> str:
@@ -76,9 +85,16 @@ def format_summary(summary: Summary) -> str:
     lines = [counted(summary.problems_used, "problems", summary.problems_excluded, "a measurement failed"),
              header, "-" * len(header)]
     for row in summary.rows:
-        lines.append(f"{row.method:<18}{row.kernel_ratio_vs_stock:>14.3f}{row.tuning_ratio_vs_stock:>14.3f}"
+        lines.append(f"{row.method:<18}{_ratio(row.kernel_ratio_vs_stock):>14}"
+                     f"{_ratio(row.tuning_ratio_vs_stock):>14}"
                      f"{row.total_tuning_s:>12.1f}{row.speedup_vs_eager:>9.3f}x{row.slower_than_eager:>19d}")
+    if summary.methods_not_run:
+        lines.append(f"not run: {', '.join(summary.methods_not_run)}")
     return "\n".join(lines)
+
+
+def _ratio(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:.3f}"
 
 
 def summary_frame(results: dict[str, Any]) -> Any:
