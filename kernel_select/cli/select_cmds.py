@@ -68,7 +68,7 @@ def run_topk(args: argparse.Namespace) -> int:
     lut = load_lut_file(args.lut) if args.lut else None
     candidates = for_problem(problem, model.device, args.search_space)
     choices = top_k(problem, k, lut=lut, model=model, candidates=candidates)
-    decision = _gate_decision(problem, model.device)
+    decision = _gate_decision(problem, model)
     hedged = hedge_reason(model, problem) if k == AUTO else ""
     if args.json:
         print(json.dumps(_topk_payload(args, problem, model, len(candidates), choices, decision)))
@@ -95,11 +95,11 @@ def _topk_payload(args: argparse.Namespace, problem: Problem, model: Any, candid
         "predicted_cublas_ms": model.estimate_aten(problem),
         "cublas_gate": None if decision is None else {
             "predicted_cublas_over_triton": decision.predicted_ratio, "margin": decision.margin,
-            "skips_triton": decision.prefers_cublas},
+            "small_gemm": decision.small, "skips_triton": decision.prefers_cublas},
     }
 
 
-def _gate_decision(problem: Problem, device: object) -> Any:
+def _gate_decision(problem: Problem, model: Any) -> Any:
     """The shipped cuBLAS gate's verdict at the configured margin; None when there is no gate or
     the gate is off (kernel_select.knobs.cublas_margin / TORCHINDUCTOR_GEMM_CUBLAS_MARGIN)."""
     from kernel_select import knobs
@@ -107,8 +107,10 @@ def _gate_decision(problem: Problem, device: object) -> Any:
 
     if knobs.cublas_margin is None:
         return None
-    gate = load_default_gate(device)
-    return gate.decide(problem, knobs.cublas_margin) if gate is not None else None
+    gate = load_default_gate(model.device)
+    if gate is None:
+        return None
+    return gate.decide(problem, knobs.cublas_margin, model.estimate_aten(problem))
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -135,7 +137,7 @@ def run_demo(args: argparse.Namespace) -> int:
         choices = top_k(problem, k, lut=lut, model=model, candidates=candidates)
         print(f"\n{label:<14} {problem}  ({len(candidates)} candidates)")
         _print_choices(choices)
-        _print_cublas(model, problem, _gate_decision(problem, model.device))
+        _print_cublas(model, problem, _gate_decision(problem, model))
     return 0
 
 

@@ -259,8 +259,8 @@ class KernelSelectChoices(InductorChoices):
         # the two-sided rule from the model's own cuBLAS time (docs/model.md). Without a gate,
         # the rule decides where the model predicts cuBLAS (`estimate_aten`).
         gate = runtime.gate(device) if margin is not None else None
-        decision: Any = gate.decide(problem, margin) if gate is not None else None
-        aten_ms = model.estimate_aten(problem) if margin is not None and gate is None else None
+        aten_ms = model.estimate_aten(problem) if margin is not None else None
+        decision: Any = gate.decide(problem, margin, aten_ms) if gate is not None else None
         # Where cuBLAS is predicted to win, offer only what the LUT pins (often nothing): Inductor
         # then compiles and benchmarks no Triton kernel it would not pick anyway.
         skip_triton = decision is not None and decision.prefers_cublas
@@ -268,7 +268,7 @@ class KernelSelectChoices(InductorChoices):
                        candidates=[] if skip_triton else candidates, ms=ms or None,
                        auto_cap=settings.auto_topk_cap)
         ranked = [c.predicted_ms for c in chosen if c.source != LUT_SOURCE]
-        if aten_ms is not None and ranked:
+        if gate is None and aten_ms is not None and ranked:
             decision = CublasRule(problem, aten_ms, min(ranked), margin)
             if decision.prefers_cublas:  # the two-sided rule: Triton only where clearly faster
                 chosen, skip_triton = [c for c in chosen if c.source == LUT_SOURCE], True

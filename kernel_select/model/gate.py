@@ -51,6 +51,13 @@ GATE_FEATURE_NAMES: tuple[str, ...] = (
 #: 0.15: 11% gated, none wrongly; at 0.05, 27% gated, 10 of them wrongly (a Triton config faster,
 #: by up to 4.1x); at 0.10, 16% gated, 4 wrongly.
 DEFAULT_MARGIN = 0.15
+#: Below this predicted cuBLAS time (ms, the shipped model's `estimate_aten`), the gate skips Triton
+#: wherever it predicts cuBLAS faster at all, not only by `margin`: there Inductor's autotune benchmark
+#: times the ATen choice 1.3x to 5x slower than it runs in the program (torch 2.11 on the H100: every
+#: GEMM of the single-GEMM suite under 0.05 ms, results/compare_gemm_only_logs), so a GEMM where cuBLAS
+#: is truly faster gets a slower Triton kernel (8.3 us eager, 9.2 us compiled for 16x1024x4096).
+#: Measured in docs/inductor.md ("Small GEMMs").
+SMALL_GEMM_MS = 0.05
 #: The margins a gate's validation report covers (the card's metrics.validation.margins).
 GATE_MARGINS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3)
 #: The network a new gate is trained with; a saved gate rebuilds the one its card describes.
@@ -81,14 +88,16 @@ class GateDecision:
     problem: Problem
     predicted_ratio: float  # predicted cuBLAS time / fastest Triton time (< 1: cuBLAS faster)
     margin: float
+    small: bool = False  # predicted cuBLAS time under SMALL_GEMM_MS: any predicted cuBLAS win counts
 
     @property
     def prefers_cublas(self) -> bool:
-        return self.predicted_ratio <= 1.0 - self.margin
+        return self.predicted_ratio <= 1.0 - self.margin or (self.small and self.predicted_ratio < 1.0)
 
     def describe(self) -> str:
+        small = f", small GEMM (< {SMALL_GEMM_MS} ms): no margin" if self.small else ""
         return (f"cuBLAS gate: predicted cuBLAS / best Triton time {self.predicted_ratio:.2f} "
-                f"(margin {self.margin:.2f}): {verdict(self.prefers_cublas)}")
+                f"(margin {self.margin:.2f}{small}): {verdict(self.prefers_cublas)}")
 
 
 def verdict(prefers_cublas: bool) -> str:
@@ -111,9 +120,13 @@ class CublasGate(ProblemNetCheckpoint):
         """Per problem, whether cuBLAS is predicted faster by at least `margin` (Triton skipped)."""
         return self.predict_log_ratio(problems) <= math.log(1.0 - margin)
 
-    def decide(self, problem: Problem, margin: float = DEFAULT_MARGIN) -> GateDecision:
+    def decide(self, problem: Problem, margin: float = DEFAULT_MARGIN,
+               predicted_cublas_ms: float | None = None) -> GateDecision:
+        """The verdict at `margin`; `predicted_cublas_ms` (the model's cuBLAS time, when it has
+        one) marks GEMMs under SMALL_GEMM_MS, where any predicted cuBLAS win skips Triton."""
         ratio = float(np.exp(self.predict_log_ratio([problem])[0]))
-        return GateDecision(problem=problem, predicted_ratio=ratio, margin=margin)
+        small = predicted_cublas_ms is not None and predicted_cublas_ms < SMALL_GEMM_MS
+        return GateDecision(problem=problem, predicted_ratio=ratio, margin=margin, small=small)
 
     def digest(self) -> str:
         """Identifies the weights (for Inductor cache keys)."""

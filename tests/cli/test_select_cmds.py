@@ -11,7 +11,7 @@ import pytest
 
 from tests.subprocess_env import package_env
 import kernel_select.knobs as ks_config
-from kernel_select.model.gate import DEFAULT_MARGIN
+from kernel_select.model.gate import DEFAULT_MARGIN, SMALL_GEMM_MS
 from kernel_select.cli import main
 from kernel_select.configs import GemmConfig
 from kernel_select.problem import Problem
@@ -60,7 +60,9 @@ def test_topk_reports_when_the_cublas_gate_would_skip_triton(capsys):
     code, out, _ = run(capsys, "topk", "--m", "16", "--n", "1024", "--k", "4096", "--json")
     gate = json.loads(out)["cublas_gate"]
     assert code == 0 and gate["margin"] == DEFAULT_MARGIN == 0.15
-    assert gate["skips_triton"] == (gate["predicted_cublas_over_triton"] <= 1 - DEFAULT_MARGIN)
+    ratio, small = gate["predicted_cublas_over_triton"], gate["small_gemm"]
+    assert small == (json.loads(out)["predicted_cublas_ms"] < SMALL_GEMM_MS)
+    assert gate["skips_triton"] == (ratio <= 1 - DEFAULT_MARGIN or (small and ratio < 1))
     with ks_config.patch(cublas_margin=None):
         code, out, _ = run(capsys, "topk", "--m", "16", "--n", "1024", "--k", "4096")
     assert "cuBLAS gate" not in out

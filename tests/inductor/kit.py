@@ -115,11 +115,12 @@ class FakeGate:
     def __init__(self, ratio: float, tag: str = "g1") -> None:
         self.ratio, self.tag, self.calls = ratio, tag, 0
 
-    def decide(self, problem: Problem, margin: float):  # noqa: ANN201
-        from kernel_select.model.gate import GateDecision
+    def decide(self, problem: Problem, margin: float, predicted_cublas_ms: float | None = None):  # noqa: ANN201
+        from kernel_select.model.gate import SMALL_GEMM_MS, GateDecision
 
         self.calls += 1
-        return GateDecision(problem=problem, predicted_ratio=self.ratio, margin=margin)
+        small = predicted_cublas_ms is not None and predicted_cublas_ms < SMALL_GEMM_MS
+        return GateDecision(problem=problem, predicted_ratio=self.ratio, margin=margin, small=small)
 
     def digest(self) -> str:
         return self.tag

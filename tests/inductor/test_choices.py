@@ -212,6 +212,29 @@ def test_gate_within_its_margin_changes_nothing(monkeypatch: pytest.MonkeyPatch,
     assert not handler.selections[-1].gate.prefers_cublas
 
 
+
+class SmallCublasModel(FakeModel):
+    """FakeModel that predicts cuBLAS at `aten_ms` for every problem."""
+
+    def __init__(self, aten_ms: float) -> None:
+        super().__init__()
+        self.aten_ms = aten_ms
+
+    def estimate_aten(self, problem: Problem) -> float:
+        return self.aten_ms
+
+
+@pytest.mark.parametrize("aten_ms, skips", [(0.01, True), (0.2, False)])
+def test_a_small_gemm_skips_triton_on_any_predicted_cublas_win(monkeypatch: pytest.MonkeyPatch,
+                                                               aten_ms: float, skips: bool):
+    # Ratio 0.96 is within the 0.15 margin; below SMALL_GEMM_MS the margin no longer applies.
+    use_gate(monkeypatch, FakeGate(ratio=0.96))
+    inputs = FakeInputs(16, 1024, 4096)
+    handler = ks_inductor.KernelSelectChoices(topk=4, model=SmallCublasModel(aten_ms), device="h100",
+                                              cublas_margin=0.15)
+    triton = triton_of(finalize(handler, inputs, inductor_candidates(inputs)))
+    assert handler.selections[-1].gate.small is skips and (triton == []) is skips
+
 def test_gate_off_is_never_consulted(monkeypatch: pytest.MonkeyPatch):
     gate = FakeGate(ratio=0.1)
     use_gate(monkeypatch, gate)

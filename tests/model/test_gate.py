@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 from kernel_select.model.gate import (
+    SMALL_GEMM_MS,
+    GateDecision,
     GATE_FEATURE_NAMES,
     GATE_FILE,
     CublasGate,
@@ -75,6 +77,23 @@ def test_decisions_follow_the_margin(gate):
     assert not gate.decide(problem, margin=max(0.0, 1.0 - ratio) + 0.01).prefers_cublas
     assert "cuBLAS gate" in gate.decide(problem).describe()
 
+
+
+@pytest.mark.parametrize("ratio, small, skips", [
+    (0.95, False, False), (0.95, True, True), (0.84, False, True), (1.0, True, False), (1.2, True, False)])
+def test_small_gemms_skip_triton_on_any_predicted_cublas_win(ratio: float, small: bool, skips: bool):
+    # Below SMALL_GEMM_MS Inductor's benchmark over-times ATen, so a near-tie is no longer a tie.
+    decision = GateDecision(problem=Problem(16, 1024, 4096, "bfloat16"), predicted_ratio=ratio, margin=0.15,
+                            small=small)
+    assert decision.prefers_cublas is skips
+    assert ("small GEMM" in decision.describe()) is small
+
+
+def test_decide_marks_small_gemms_by_the_predicted_cublas_time(gate):
+    problem = Problem(16, 1024, 4096, "bfloat16")
+    assert gate.decide(problem, 0.15, predicted_cublas_ms=SMALL_GEMM_MS / 2).small
+    assert not gate.decide(problem, 0.15, predicted_cublas_ms=SMALL_GEMM_MS * 2).small
+    assert not gate.decide(problem, 0.15).small  # no cuBLAS time: the margin alone decides
 
 def test_load_errors_name_the_file(gate, tmp_path: Path):
     with pytest.raises(ModelError, match="no trained cublas_gate model"):
