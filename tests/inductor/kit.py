@@ -115,7 +115,8 @@ class FakeGate:
     def __init__(self, ratio: float, tag: str = "g1") -> None:
         self.ratio, self.tag, self.calls = ratio, tag, 0
 
-    def decide(self, problem: Problem, margin: float, predicted_cublas_ms: float | None = None):  # noqa: ANN201
+    def decide(self, problem: Problem, margin: float,
+               predicted_cublas_ms: float | None = None):  # noqa: ANN201
         from kernel_select.model.gate import SMALL_GEMM_MS, GateDecision
 
         self.calls += 1
