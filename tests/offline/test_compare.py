@@ -179,6 +179,14 @@ def test_a_method_no_problem_ran_is_listed_not_counted_as_a_failure():
     text = compare.format_summary(summary)
     assert "not run: stock" in text and "nan" not in text
 
+
+def test_methods_with_eager_times_beside_them_need_no_eager_run():
+    results = results_of([{"topk-1": result(0.5, 1.0, eager_ms=1.0)}, {"topk-1": result(1.0, 1.0)}])
+    results["methods"] = ["eager", "topk-1"]
+    summary = compare.summarize(results)
+    assert summary.problems_used == 1 and summary.problems_excluded == ["p1"]  # p1: no eager time at all
+    assert summary.methods_not_run == ["eager"] and summary.rows[0].speedup_vs_eager == pytest.approx(2.0)
+
 # -- schema ---------------------------------------------------------------------------------------
 
 def test_fixture_validates_and_round_trips(tmp_path: Path):

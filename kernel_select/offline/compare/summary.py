@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kernel_select.offline.metrics import geomean
-from kernel_select.offline.compare.results import eager_ms_for, succeeded
+from kernel_select.offline.compare.results import eager_ms_for, is_positive, succeeded
 
 #: A method counts as slower than eager when its kernel takes more than this much longer.
 SLOWER_THAN_EAGER = 0.02
@@ -37,7 +37,8 @@ class Summary:
 
 
 def summarize(results: dict[str, Any]) -> Summary:
-    """Per-method aggregates over the problems where eager and every method run succeeded.
+    """Per-method aggregates over the problems where every method run succeeded and has an eager
+    time (measured beside it in its own process, else by the eager method).
 
     A method no problem has a result for (a `--only` run that left it out) is not a failure: it is
     listed in `methods_not_run` and left out. Without stock, the ratios to stock are NaN."""
@@ -46,7 +47,9 @@ def summarize(results: dict[str, Any]) -> Summary:
     not_run = [m for m in results["methods"] if m not in ran]
     used, excluded = [], []
     for problem in results["problems"]:
-        ok = all(succeeded(problem["results"].get(m)) for m in ["eager", *methods])
+        # Eager is needed only where a method has no eager time measured beside it.
+        ok = (all(succeeded(problem["results"].get(m)) for m in methods)
+              and all(is_positive(eager_ms_for(problem, m)) for m in methods))
         (used if ok else excluded).append(problem)
     rows = []
     if used:
