@@ -46,7 +46,6 @@ log = logging.getLogger(__name__)
 TRITON_GEMM_TEMPLATES = frozenset({"triton::mm", "triton::bmm"})
 #: Inductor op names we rank for (others, e.g. "mm-ah", "int_mm", "scaled_mm", pass through).
 GEMM_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm"})
-GATE_OFF = "off"  # install(cublas_margin="off"): the cuBLAS gate is off for this handler
 PIN_SOURCE = "pin"  # Selection.sources of a pinned Triton config
 
 @dataclasses.dataclass(frozen=True)
