@@ -48,6 +48,7 @@ TRITON_GEMM_TEMPLATES = frozenset({"triton::mm", "triton::bmm"})
 GEMM_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm"})
 PIN_SOURCE = "pin"  # Selection.sources of a pinned Triton config
 
+
 @dataclasses.dataclass(frozen=True)
 class Selection:
     """What the handler chose for one GEMM (kept for inspection: `handler.selections`)."""
