@@ -111,7 +111,8 @@ class _Index(NamedTuple):
 
     # (device, op, dtype, n, k) -> ((m_low, m_high, batch, layout, entry), ...) of the exact-k
     # entries; batch and layout are None where the entry serves any
-    exact: dict[tuple[str, str, str, int, int], tuple[tuple[int, int, int | None, str | None, LUTEntry], ...]]
+    exact: dict[tuple[str, str, str, int, int],
+                tuple[tuple[int, int, int | None, str | None, LUTEntry], ...]]
     # (device, op, dtype, n) -> ((k_low, k_high, m_low, m_high, batch, layout, entry), ...) of the
     # k-range entries, read only when no exact-k entry matches; one per dynamic-K GEMM, so a scan
     k_ranges: dict[tuple[str, str, str, int],
@@ -192,7 +193,8 @@ class KernelLUT(Strict):
         m, wanted, served = problem.m, problem.batch, problem.layout
         key = (spec.key, problem.op, problem.dtype, problem.n)
         for low, high, batch, layout, entry in exact.get((*key, problem.k), ()):
-            if low <= m <= high and (batch is None or batch == wanted) and (layout is None or layout == served):
+            if (low <= m <= high and (batch is None or batch == wanted)
+                    and (layout is None or layout == served)):
                 return entry
         # Entries never overlap, so an exact-k miss is the only case a k range can answer.
         if k_ranges:
