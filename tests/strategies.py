@@ -133,7 +133,8 @@ def lut_entries(draw: st.DrawFn, op: str = "mm") -> list[LUTEntry]:
             for layout in draw(_LAYOUT_SETS):
                 for m in shared if draw(_BOOLS) else draw(_M_KEYS):
                     fields = dict(m=m, n=n, k=k_key, layout=layout, note=draw(notes), **draw(_CHOICES))
-                    entry = BatchedLUTEntry(batch=batch, **fields) if op in BATCHED_OPS else LUTEntry(**fields)
+                    entry = (BatchedLUTEntry(batch=batch, **fields) if op in BATCHED_OPS
+                             else LUTEntry(**fields))
                     if not any(entries_meet(entry, other) for other in entries):
                         entries.append(entry)
     return entries

@@ -70,8 +70,9 @@ def _valid_shape(rng: random.Random) -> dict[str, Any]:
     # entries allow, or a newer one.
     entries = [entry for tables in devices.values() for per_dtype in tables.values()
                for listed in per_dtype.values() for entry in listed]
-    oldest = 4 if any("layout" in e for e in entries) else 3 if any(isinstance(e["k"], dict) for e in entries) \
-        else 2 if any("pin" in e for e in entries) else 1
+    oldest = (4 if any("layout" in e for e in entries)
+              else 3 if any(isinstance(e["k"], dict) for e in entries)
+              else 2 if any("pin" in e for e in entries) else 1)
     return {"schema_version": rng.randint(oldest, 4), "devices": devices}
 
 
