@@ -85,7 +85,7 @@ def _register_converters(lut_sub: Subparsers) -> None:
 
     q = lut_sub.add_parser("schema", help="print the JSON schema of the LUT format",
                            description="Print the JSON schema generated from the LUT models; it is "
-                                       "committed as luts/schema/lut.v3.schema.json.")
+                                       "committed as luts/schema/lut.v4.schema.json.")
     q.add_argument("--out", type=output_file, default=None,
                    help="write the schema here instead of printing it")
     q.set_defaults(handler=run_schema)

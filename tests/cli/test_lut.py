@@ -126,7 +126,7 @@ def test_torch_format_round_trip_through_files(capsys, tmp_path):
 
 def test_schema_command_prints_the_committed_schema(capsys):
     assert main(["lut", "schema"]) == 0
-    assert capsys.readouterr().out == json_schema() == (ROOT / "luts/schema/lut.v3.schema.json").read_text()
+    assert capsys.readouterr().out == json_schema() == (ROOT / "luts/schema/lut.v4.schema.json").read_text()
 
 
 @pytest.mark.parametrize("command", ["validate", "fmt", "show", "from-log", "to-inductor", "from-inductor",
