@@ -68,3 +68,24 @@ def layout_of(a: Any, b: Any) -> str:
         return "t" if column_major else "n"
 
     return one(a) + one(b)
+
+
+def layout_from_strides(a: tuple[list[int], list[int]], b: tuple[list[int], list[int]]) -> str | None:
+    """The layout of operands given as (shape, strides) pairs (the last two dimensions count), as
+    Inductor's AUTOTUNE log and lookup_table keys spell them; None when an operand is neither a
+    row-major [rows, cols] nor a transposed view of one (a slice with a step, a broadcast), so a
+    writer leaves the layout out instead of guessing."""
+    letters = [_letter(*operand) for operand in (a, b)]
+    return None if None in letters else "".join(letters)  # type: ignore[arg-type]
+
+
+def _letter(shape: list[int], strides: list[int]) -> str | None:
+    if len(shape) < 2 or len(strides) != len(shape):
+        return None
+    rows, cols = shape[-2:]
+    row_stride, col_stride = strides[-2:]
+    if row_stride == 1 and col_stride >= rows and rows > 1 and cols > 1:
+        return "t"
+    if col_stride == 1 or rows == 1 or cols == 1:
+        return "n"
+    return None

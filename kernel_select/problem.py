@@ -61,8 +61,8 @@ class Problem:
 
     `op` says which Inductor lowering produced it (mm, addmm, bmm, baddbmm); batch > 1 only
     makes sense for bmm/baddbmm. `layout` is how A and B lie in memory (kernel_select.layouts:
-    "nt" for x @ W.t()). The model's features and the LUT do not read it yet; `topk="auto"`
-    does (a layout the model was not trained on gets the cap).
+    "nt" for x @ W.t()). The model's features do not read it yet; a LUT entry with a layout
+    matches only its layout, and `topk="auto"` reads it (a layout the model was not trained on gets the cap).
     """
 
     m: int

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from kernel_select.configs import GemmConfig
 from kernel_select.device import KNOWN_DEVICES
+from kernel_select.layouts import LAYOUTS
 from kernel_select.lut import (BATCHED_OPS, MAX_DIM, BatchedLUTEntry, KernelLUT, LUTEntry, LUTRow, SizeRange,
                                dump_lut)
 from kernel_select.problem import SUPPORTED_DTYPES, SUPPORTED_OPS, Problem
@@ -52,6 +53,12 @@ _M_SHAPES = st.sampled_from(("exact", "range", "range"))  # a single value is dr
 _K_WIDTHS = st.sampled_from((None, None, None, 0, 1, 4096, MAX_DIM))
 _NK = st.lists(st.tuples(DIMS, DIMS, _K_WIDTHS), min_size=1, max_size=3)
 _BATCHES = st.lists(st.integers(1, 64), min_size=1, max_size=2)
+# The layouts the entries of one (n, k) name (None: every layout). Mostly one, often several, so
+# that entries of one key told apart only by their layouts are frequent; None beside a layout
+# overlaps it, and lut_entries leaves the later one out.
+_LAYOUT_SETS = st.sampled_from(((None,), (None,), ("nt",), ("nn", "tn"), ("nn", "nt", "tn", "tt"),
+                                (None, "nt"), ("tn", None)))
+_LAYOUTS = st.sampled_from(LAYOUTS)
 
 
 def dims() -> st.SearchStrategy[int]:
@@ -122,11 +129,14 @@ def lut_entries(draw: st.DrawFn, op: str = "mm") -> list[LUTEntry]:
         if op in BATCHED_OPS and draw(_BOOLS):
             batches = sorted(set(draw(_BATCHES)))
         for batch in batches:
-            for m in draw(_M_KEYS):
-                fields = dict(m=m, n=n, k=k_key, note=draw(notes), **draw(_CHOICES))
-                entry = BatchedLUTEntry(batch=batch, **fields) if op in BATCHED_OPS else LUTEntry(**fields)
-                if not any(entries_meet(entry, other) for other in entries):
-                    entries.append(entry)
+            shared = draw(_M_KEYS)  # m keys that several layouts reuse: one key, told apart by layout
+            for layout in draw(_LAYOUT_SETS):
+                for m in shared if draw(_BOOLS) else draw(_M_KEYS):
+                    fields = dict(m=m, n=n, k=k_key, layout=layout, note=draw(notes), **draw(_CHOICES))
+                    entry = (BatchedLUTEntry(batch=batch, **fields) if op in BATCHED_OPS
+                             else LUTEntry(**fields))
+                    if not any(entries_meet(entry, other) for other in entries):
+                        entries.append(entry)
     return entries
 
 
@@ -138,8 +148,11 @@ def entries_meet(a: LUTEntry, b: LUTEntry) -> bool:
         y_low, y_high = (y.min, y.max) if isinstance(y, SizeRange) else (y, y)
         return x_low <= y_high and y_low <= x_high
 
-    return (a.n == b.n and intersect(a.m, b.m) and intersect(a.k, b.k)
-            and (a.batch_key is None or b.batch_key is None or a.batch_key == b.batch_key))
+    def coincide(x: object, y: object) -> bool:  # a batch or a layout; None serves every one
+        return x is None or y is None or x == y
+
+    return (a.n == b.n and intersect(a.m, b.m) and intersect(a.k, b.k) and coincide(a.batch_key, b.batch_key)
+            and coincide(a.layout, b.layout))
 
 
 _CELLS = [(device, op, dtype) for device in sorted(KNOWN_DEVICES) for op in SUPPORTED_OPS
@@ -168,7 +181,7 @@ _SMALL_BATCH = st.integers(1, 64)
 
 @st.composite
 def probes(draw: st.DrawFn, lut: KernelLUT) -> Problem:
-    """A problem on a key of `lut`, just outside one, or anywhere."""
+    """A problem on a key of `lut` (in its layout or another), just outside one, or anywhere."""
     rows = list(lut.entries())
     if rows and draw(_PROBE_KIND) == "near":
         row = rows[draw(_PICK) % len(rows)]
@@ -179,10 +192,11 @@ def probes(draw: st.DrawFn, lut: KernelLUT) -> Problem:
             batch = row.entry.batch_key or 1
             if draw(_BOOLS):
                 batch = draw(_SMALL_BATCH)
-        return Problem(m, row.entry.n, k, row.dtype, batch=batch, op=row.op)
+        layout = row.entry.layout if row.entry.layout and draw(_BOOLS) else draw(_LAYOUTS)
+        return Problem(m, row.entry.n, k, row.dtype, batch=batch, op=row.op, layout=layout)
     op = draw(_OPS)
     return Problem(draw(DIMS), draw(DIMS), draw(DIMS), draw(_DTYPES),
-                   batch=draw(_SMALL_BATCH) if op in BATCHED_OPS else 1, op=op)
+                   batch=draw(_SMALL_BATCH) if op in BATCHED_OPS else 1, op=op, layout=draw(_LAYOUTS))
 
 
 def _near(draw: st.DrawFn, low: int, high: int) -> int:
@@ -201,7 +215,7 @@ def hand_written(draw: st.DrawFn, lut: KernelLUT) -> str:
     """`lut` as a person might write it: any indent and key order, marketing device names, entries
     in any order, group_m left out when it is the default."""
     shuffle = random.Random(draw(_PICK)).shuffle
-    doc: dict[str, Any] = {"devices": {}, "schema_version": 3}
+    doc: dict[str, Any] = {"devices": {}, "schema_version": 4}
     names = {key: KNOWN_DEVICES[key].name if draw(_BOOLS) else key for key in sorted(lut.devices)}
     for row in lut.entries():
         name = names[row.device]
@@ -247,9 +261,9 @@ _CORRUPTIONS = st.sampled_from(("delete", "retype", "add_key", "overlap", "trunc
 _BAD_BYTES = st.sampled_from((b"\xff", b"\xc3", b"\xed\xa0\x80", b"\x80", b"\x00"))
 _BYTES = st.integers(0, 255)
 _FLIPS = st.integers(1, 4)
-_VERSIONS = st.sampled_from((0, 4, -1, "3", 3.0, None, True, 10**30))
+_VERSIONS = st.sampled_from((0, 5, -1, "4", 4.0, None, True, 10**30))
 _RETYPES = st.sampled_from(_WRONG_VALUES)
-_UNKNOWN_KEYS = st.sampled_from(("mmm", "Block_M", "note2", "batch", "bf16", "a100x", "min"))
+_UNKNOWN_KEYS = st.sampled_from(("mmm", "Block_M", "note2", "batch", "bf16", "a100x", "min", "Layout"))
 _SMALL_LUTS = luts(max_tables=1)
 
 
@@ -301,4 +315,6 @@ def _add_overlap(draw: st.DrawFn, doc: dict[str, Any]) -> None:
             clone["m"] = {"min": 1, "max": MAX_DIM}
         if draw(_BOOLS):
             clone["k"] = {"min": 1, "max": MAX_DIM}
+        if draw(_BOOLS):  # an entry without a layout serves the clone's layout too
+            clone.pop("layout", None)
         entries.append(clone)

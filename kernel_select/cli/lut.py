@@ -85,7 +85,7 @@ def _register_converters(lut_sub: Subparsers) -> None:
 
     q = lut_sub.add_parser("schema", help="print the JSON schema of the LUT format",
                            description="Print the JSON schema generated from the LUT models; it is "
-                                       "committed as luts/schema/lut.v3.schema.json.")
+                                       "committed as luts/schema/lut.v4.schema.json.")
     q.add_argument("--out", type=output_file, default=None,
                    help="write the schema here instead of printing it")
     q.set_defaults(handler=run_schema)
@@ -149,13 +149,13 @@ def run_show(args: argparse.Namespace) -> int:
     if not rows:
         print(f"{args.path}: no entries")
         return 0
-    table = [("device", "op", "dtype", "m", "n", "k", "batch", "configs (in order)", "note")]
+    table = [("device", "op", "dtype", "m", "n", "k", "batch", "layout", "configs (in order)", "note")]
     for row in rows:
         batch = row.entry.batch_key
         table.append((row.device, row.op, row.dtype, describe_bounds(row.entry.m),
                       str(row.entry.n), describe_bounds(row.entry.k),
                       "-" if row.op not in BATCHED_OPS else "any" if batch is None else str(batch),
-                      _choices_text(row.entry), row.entry.note or ""))
+                      row.entry.layout or "any", _choices_text(row.entry), row.entry.note or ""))
     widths = [max(len(line[i]) for line in table) for i in range(len(table[0]) - 1)]
     for line in table:
         print("  ".join(cell.ljust(width) for cell, width in zip(line, widths)) + "  " + line[-1])

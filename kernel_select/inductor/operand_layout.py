@@ -25,19 +25,29 @@ def layout_from(kernel_inputs: Any) -> str:
     `topk="auto"` (and, later, the layout feature), not the compile.
     """
     try:
-        from torch._inductor.virtualized import V
-
-        sizevars = V.graph.sizevars
         nodes = kernel_inputs.mat1mat2()
-        letters = [_letter(node, sizevars) for node in nodes]
     except Exception as exc:  # noqa: BLE001 -- nothing may raise inside torch.compile
         log.debug("kernel_select: operand layout unknown (%s: %s); ranking as %s",
                   type(exc).__name__, exc, DEFAULT_LAYOUT)
         return DEFAULT_LAYOUT
+    return proven_layout(*nodes) or DEFAULT_LAYOUT
+
+
+def proven_layout(mat1: Any, mat2: Any) -> str | None:
+    """The layout the strides of input nodes `mat1` and `mat2` prove, or None where they prove
+    none (a LUT writer then leaves the layout out). Never raises."""
+    try:
+        from torch._inductor.virtualized import V
+
+        sizevars = V.graph.sizevars
+        letters = [_letter(node, sizevars) for node in (mat1, mat2)]
+    except Exception as exc:  # noqa: BLE001 -- nothing may raise inside torch.compile
+        log.debug("kernel_select: operand layout unknown (%s: %s)", type(exc).__name__, exc)
+        return None
     if None in letters:
-        log.debug("kernel_select: operand strides %s are neither row-major nor transposed; ranking as %s",
-                  [tuple(node.get_stride()) for node in nodes], DEFAULT_LAYOUT)
-        return DEFAULT_LAYOUT
+        log.debug("kernel_select: operand strides %s are neither row-major nor transposed",
+                  [tuple(node.get_stride()) for node in (mat1, mat2)])
+        return None
     return "".join(letters)  # type: ignore[arg-type]
 
 

@@ -8,7 +8,8 @@ Inductor calls feedback savers (torch._inductor.select_algorithm.add_feedback_sa
 timings of every GEMM it really benchmarks. A warm cache benchmarks nothing, so the block runs
 with `torch.compiler.config.force_disable_caches` on (restored afterwards). Each autotuned GEMM
 becomes a pinned entry (its fastest pinnable choice: a Triton GEMM config or ATen), or with
-`pin=False` an entry of its fastest Triton configs to benchmark. Inductor does not catch
+`pin=False` an entry of its fastest Triton configs to benchmark; an entry names the operand
+layout its input nodes' strides prove (none where they prove none). Inductor does not catch
 exceptions raised in a feedback saver, so the saver here never raises.
 
 The conversion from feedback to a LUT (`lut_from_feedback`) is pure and runs on the CPU.
@@ -27,7 +28,9 @@ from typing import Any
 from kernel_select import runtime
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import DeviceError
+from kernel_select.inductor import operand_layout
 from kernel_select.inductor.probe import ChoiceTiming, choice_timing, feedback_saver
+from kernel_select.layouts import DEFAULT_LAYOUT
 from kernel_select.lut import ATEN, BatchedLUTEntry, KernelLUT, LUTEntry, LUTRow, MRange, load_lut, save_lut
 from kernel_select.problem import Problem, dtype_name
 
@@ -39,11 +42,13 @@ RECORDED_OPS = ("mm", "addmm", "bmm", "baddbmm")
 @dataclasses.dataclass(frozen=True)
 class Feedback:
     """What Inductor measured for one GEMM: the problem (hinted sizes), the m range a symbolic M
-    was declared with (None for a static M), and every choice's time."""
+    was declared with (None for a static M), every choice's time, and the operand layout the
+    strides prove (None where they prove none: the problem says "nn", the entry names none)."""
 
     problem: Problem
     m_range: tuple[int, int] | None
     timings: tuple[ChoiceTiming, ...]
+    layout: str | None = None
 
 
 @dataclasses.dataclass
@@ -70,7 +75,7 @@ def lut_from_feedback(feedback: Sequence[Feedback], device: DeviceSpec | str, *,
         if entry is None:
             log.info("kernel_select.record: %s: no Triton or ATen choice ran; left out", item.problem)
             continue
-        key = (item.problem.op, item.problem.dtype, entry.n, entry.k, entry.m_bounds)
+        key = (item.problem.op, item.problem.dtype, entry.n, entry.k, entry.m_bounds, entry.layout)
         rows[key] = LUTRow(spec.key, item.problem.op, item.problem.dtype, entry)
     return KernelLUT.from_rows(rows.values(), source="<recorded>")
 
@@ -84,7 +89,7 @@ def _entry(item: Feedback, pin: bool, top: int, source: str) -> LUTEntry | None:
     problem = item.problem
     m: int | MRange = problem.m if item.m_range is None else MRange(min=item.m_range[0], max=item.m_range[1])
     best = nameable[0]
-    fields: dict[str, Any] = {"m": m, "n": problem.n, "k": problem.k}
+    fields: dict[str, Any] = {"m": m, "n": problem.n, "k": problem.k, "layout": item.layout}
     if problem.op in ("bmm", "baddbmm"):
         fields["batch"] = problem.batch
     if pin:
@@ -112,10 +117,12 @@ def feedback_of(name: str, input_nodes: Sequence[Any], timings: dict[Any, float]
     hint = [int(sizevars.size_hint(s)) for s in sizes1]
     n = int(sizevars.size_hint(sizes2[-1]))
     batch = hint[0] if name in ("bmm", "baddbmm") and len(hint) == 3 else 1
-    problem = Problem(hint[-2], n, hint[-1], dtype_name(mat1.get_dtype()), batch=batch, op=name)
+    layout = operand_layout.proven_layout(mat1, mat2)
+    problem = Problem(hint[-2], n, hint[-1], dtype_name(mat1.get_dtype()), batch=batch, op=name,
+                      layout=layout or DEFAULT_LAYOUT)
     m_range = _declared(sizes1[-2])
     choices = tuple(choice_timing(select_algorithm, c, ms) for c, ms in timings.items())
-    return Feedback(problem, m_range, choices)
+    return Feedback(problem, m_range, choices, layout)
 
 
 def _declared(m_expr: Any) -> tuple[int, int] | None:

@@ -10,7 +10,10 @@ With max-autotune, Inductor prints one block per tuned GEMM to stderr:
     SingleProcess AUTOTUNE benchmarking takes 0.4721 seconds and ...
 
 Sizes are the input nodes' shapes: mm(MxK, KxN), addmm(bias, MxK, KxN), bmm(BxMxK, BxKxN),
-baddbmm(bias, BxMxK, BxKxN). Choices are sorted fastest first; ATen choices have no description.
+baddbmm(bias, BxMxK, BxKxN); strides are theirs in the same order, and tell the operand layout
+(kernel_select.layouts: above, A = 560x3420 row-major, B = 3420x1280 row-major, "nn"). An entry
+names the layout where the strides prove one and serves every layout where they do not. Choices
+are sorted fastest first; ATen choices have no description.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 from kernel_select.configs import GemmConfig, config_from_description
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import KernelSelectError, LUTError, ProblemError
+from kernel_select.layouts import DEFAULT_LAYOUT, layout_from_strides
 from kernel_select.lut import BATCHED_OPS, BatchedLUTEntry, KernelLUT, LUTEntry, LUTRow
 from kernel_select.problem import SUPPORTED_OPS, Problem, dtype_name
 
@@ -66,6 +70,15 @@ class AutotuneBlock:
     dtypes: tuple[str, ...]
     choices: tuple[AutotuneChoice, ...]
     line: int  # 1-based line number of the header
+    strides: tuple[tuple[int, ...], ...] = ()  # per input node; () when missing or symbolic
+
+    def layout(self) -> str | None:
+        """The operand layout the strides prove, or None (no strides line, symbolic strides, or
+        an operand that is neither row-major nor a transposed view)."""
+        if len(self.strides) != len(self.sizes) or len(self.sizes) < 2:
+            return None
+        a, b = zip(self.sizes[-2:], self.strides[-2:])
+        return layout_from_strides(a, b)
 
     def problem(self) -> Problem:
         """The GEMM of this block.
@@ -84,7 +97,7 @@ class AutotuneBlock:
         if not self.dtypes:
             raise ProblemError("no dtypes line after the AUTOTUNE header")
         return Problem(m=a[-2], n=b[-1], k=a[-1], dtype=dtype_name(self.dtypes[-2]),
-                       batch=a[0] if rank == 3 else 1, op=self.op)
+                       batch=a[0] if rank == 3 else 1, op=self.op, layout=self.layout() or DEFAULT_LAYOUT)
 
     def best_configs(self, top: int) -> list[GemmConfig]:
         """The `top` fastest distinct mm/bmm template configs that ran, in log order."""
@@ -103,19 +116,22 @@ def parse_autotune_log(text: str) -> list[AutotuneBlock]:
     blocks: list[AutotuneBlock] = []
     header: tuple[str, str, int] | None = None
     dtypes: tuple[str, ...] = ()
+    strides: tuple[tuple[int, ...], ...] = ()
     choices: list[AutotuneChoice] = []
 
     def close() -> None:
         if header is not None:
             op, sizes, line = header
-            blocks.append(AutotuneBlock(op, _sizes(sizes), dtypes, tuple(choices), line))
+            blocks.append(AutotuneBlock(op, _sizes(sizes), dtypes, tuple(choices), line, strides))
 
     for number, line in enumerate(text.splitlines(), start=1):
         if match := _HEADER.match(line):
             close()
-            header, dtypes, choices = (match.group(1), match.group(2), number), (), []
-        elif header is None or _STRIDES.match(line):
+            header, dtypes, strides, choices = (match.group(1), match.group(2), number), (), (), []
+        elif header is None:
             continue
+        elif match := _STRIDES.match(line):
+            strides = _strides(match.group(1))
         elif match := _DTYPES.match(line):
             dtypes = tuple(part.strip() for part in match.group(1).split(","))
         elif match := _CHOICE.match(line):
@@ -134,6 +150,15 @@ def _sizes(text: str) -> tuple[tuple[int, ...], ...]:
         return ()
 
 
+def _strides(text: str) -> tuple[tuple[int, ...], ...]:
+    """"[1, 1280], [3420, 1]" -> ((1, 1280), (3420, 1)); () when a stride is symbolic."""
+    try:
+        return tuple(tuple(int(part) for part in group.split(",") if part.strip())
+                     for group in re.findall(r"\[([^\]]*)\]", text))
+    except ValueError:
+        return ()
+
+
 def _time(text: str) -> float:
     try:
         return float(text)
@@ -145,8 +170,10 @@ def lut_from_autotune_log(text: str, device: str | DeviceSpec, *, top: int = 1,
                           source: str = "<log>") -> KernelLUT:
     """A LUT holding the `top` fastest Triton configs of every GEMM autotuned in `text`.
 
-    The first block wins when a problem was tuned more than once. Blocks that are not GEMMs or
-    have no usable Triton choice are skipped with a log message.
+    The first block wins when a problem was tuned more than once. An entry names the operand
+    layout its block's strides prove (none where they prove none; such a block is skipped when
+    its shape was read with a layout, or the reverse, since the two entries would overlap).
+    Blocks that are not GEMMs or have no usable Triton choice are skipped with a log message.
 
     Raises:
         LUTError: if `top` < 1 or the text has no usable AUTOTUNE block.
@@ -155,7 +182,7 @@ def lut_from_autotune_log(text: str, device: str | DeviceSpec, *, top: int = 1,
     if top < 1:
         raise LUTError(f"top: keep at least one config per problem, got {top}")
     key = get_device(device).key
-    rows: dict[tuple[str, str, int, int, int, int], LUTRow] = {}
+    rows: dict[tuple[str, str, int, int, int, int], dict[str | None, LUTRow]] = {}
     blocks = parse_autotune_log(text)
     for block in blocks:
         try:
@@ -163,24 +190,26 @@ def lut_from_autotune_log(text: str, device: str | DeviceSpec, *, top: int = 1,
         except KernelSelectError as exc:
             log.info("%s:%d: skipping AUTOTUNE %s block: %s", source, block.line, block.op, exc)
             continue
-        configs = block.best_configs(top)
-        ident = (problem.op, problem.dtype, problem.batch, problem.m, problem.n, problem.k)
-        if not configs or ident in rows:
+        configs, layout = block.best_configs(top), block.layout()
+        shape = (problem.op, problem.dtype, problem.batch, problem.m, problem.n, problem.k)
+        read = rows.setdefault(shape, {})  # layout (None: unknown) -> row
+        if not configs or layout in read or (read and None in (layout, *read)):
             reason = ("no Triton mm choice ran" if not configs
                       else "problem already read from an earlier block")
             log.info("%s:%d: skipping AUTOTUNE block for %s: %s", source, block.line, problem, reason)
             continue
         note = (f"Inductor AUTOTUNE log {source}:{block.line}: top {len(configs)} Triton of "
                 f"{len(block.choices)} shown choices")
-        rows[ident] = LUTRow(key, problem.op, problem.dtype, _entry(problem, configs, note))
-    if not rows:
+        read[layout] = LUTRow(key, problem.op, problem.dtype, _entry(problem, layout, configs, note))
+    if not any(rows.values()):
         raise LUTError(f"{source}: no usable AUTOTUNE mm/addmm/bmm/baddbmm block with Triton choices "
                        f"({len(blocks)} blocks found); run with max-autotune and stderr captured")
-    return KernelLUT.from_rows(rows.values(), source=source)
+    return KernelLUT.from_rows((row for read in rows.values() for row in read.values()), source=source)
 
 
-def _entry(problem: Problem, configs: list[GemmConfig], note: str) -> LUTEntry:
+def _entry(problem: Problem, layout: str | None, configs: list[GemmConfig], note: str) -> LUTEntry:
+    fields = {"m": problem.m, "n": problem.n, "k": problem.k, "layout": layout, "configs": configs,
+              "note": note}
     if problem.op in BATCHED_OPS:
-        return BatchedLUTEntry(m=problem.m, n=problem.n, k=problem.k, batch=problem.batch,
-                               configs=configs, note=note)
-    return LUTEntry(m=problem.m, n=problem.n, k=problem.k, configs=configs, note=note)
+        return BatchedLUTEntry(batch=problem.batch, **fields)
+    return LUTEntry(**fields)

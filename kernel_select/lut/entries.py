@@ -1,5 +1,7 @@
 """One LUT entry (a problem key and its configs, or its pinned choice) and the rule that entries
-may not overlap. m and k are each an exact size or an inclusive range (`SizeRange`)."""
+may not overlap. m and k are each an exact size or an inclusive range (`SizeRange`); `layout`
+(schema_version 4) narrows an entry to one operand layout, as `batch` narrows a bmm entry to one
+batch size."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Fiel
                       model_validator)
 
 from kernel_select.configs import GemmConfig
+from kernel_select.layouts import LAYOUTS
 
 #: Largest matrix dimension an entry may name. Inductor indexes with int32 by default, and a
 #: bound keeps a typo such as an extra digit from silently producing a useless entry.
@@ -75,6 +78,10 @@ def describe_bounds(size: int | SizeRange) -> str:
     return str(low) if low == high else f"{low}..{high}"
 
 
+#: An operand layout an entry may name (kernel_select.layouts): A then B, "t" stored transposed.
+LayoutName = Literal["nn", "nt", "tn", "tt"]
+
+
 #: A pinned choice that is not a Triton config: Inductor's ATen (cuBLAS) kernel.
 ATEN = "aten"
 
@@ -107,7 +114,20 @@ class LUTEntry(Strict):
         default=None,
         description='the only choice Inductor gets, benchmarked against nothing: "aten" (cuBLAS) or one '
                     "Triton config (an entry has either configs or pin; schema_version 2)")
+    layout: LayoutName | None = Field(
+        default=None,
+        description='operand layout this entry serves, A then B: "nn", "nt" (x @ W.t()), "tn" or "tt"; '
+                    "omit to serve every layout (schema_version 4)")
     note: str | None = Field(default=None, description="free text: where these configs came from")
+
+    @field_validator("layout", mode="before")
+    @classmethod
+    def _known_layout(cls, layout: Any) -> Any:
+        # Before pydantic's own check, whose "Input should be 'nn', ..." says nothing of the letters.
+        if layout is not None and layout not in LAYOUTS:
+            raise ValueError(f"unsupported layout {layout!r}; use one of {', '.join(LAYOUTS)} (A then B; "
+                             "'t': stored transposed, as W in x @ W.t()), or omit it to serve every layout")
+        return layout
 
     @model_validator(mode="after")
     def _configs_or_pin(self) -> LUTEntry:
@@ -159,9 +179,11 @@ class LUTEntry(Strict):
             return list(self.configs)
         return [] if self.pin == ATEN else [self.pin]  # type: ignore[list-item]
 
-    def describe_key(self) -> str:
+    def describe_key(self, *, any_layout: bool = False) -> str:
+        """"m=1..512 n=1280 k=3420 layout=nt"; `any_layout` says "any layout" for an entry without one."""
         batch = "" if self.batch_key is None else f" batch={self.batch_key}"
-        return f"m={describe_bounds(self.m)} n={self.n} k={describe_bounds(self.k)}{batch}"
+        layout = f" layout={self.layout}" if self.layout else " any layout" if any_layout else ""
+        return f"m={describe_bounds(self.m)} n={self.n} k={describe_bounds(self.k)}{batch}{layout}"
 
 
 class BatchedLUTEntry(LUTEntry):
@@ -174,13 +196,13 @@ class BatchedLUTEntry(LUTEntry):
         return self.batch
 
 
-def _sort_key(entry: LUTEntry) -> tuple[int, ...]:
-    return (entry.n, *entry.k_bounds, *entry.m_bounds, entry.batch_key or 0)
+def _sort_key(entry: LUTEntry) -> tuple[int | str, ...]:
+    return (entry.n, *entry.k_bounds, *entry.m_bounds, entry.batch_key or 0, entry.layout or "")
 
 
 def _check_disjoint(entries: list[LUTEntry]) -> list[LUTEntry]:
-    """Reject entries whose keys intersect (same n, intersecting m and k, batches that can
-    coincide); sort the rest.
+    """Reject entries whose keys intersect (same n, intersecting m and k, batches and layouts that
+    can coincide); sort the rest.
 
     Exact-k entries, nearly all of a table, are grouped by (n, k) and each group is one sweep over
     m, so thousands of them cost O(E log E). An entry with a k range joins the sweep of each
@@ -229,11 +251,21 @@ def _groups_meeting_k_ranges(exact: dict[tuple[int, int], list[int]],
 
 
 def _check_group_disjoint(entries: list[LUTEntry], members: list[int]) -> None:
-    # An entry without batch serves every batch, so it is compared with all others; entries with
-    # a batch only with entries of the same batch. Each comparison set is a sweep over m.
+    # An entry without batch (or layout) serves every batch (or layout), so it is compared with
+    # all others; entries with one only with entries of the same one. Two entries that can serve
+    # one problem both fall in the comparison set of their batch and layout (where either names
+    # one), and each set is a sweep over m: at most 4 layouts, so the cost stays O(E log E).
     batches = {entries[i].batch_key for i in members} - {None}
+    layouts = {entries[i].layout for i in members} - {None}
     for batch in batches or {None}:
-        chosen = [i for i in members if entries[i].batch_key in (None, batch)]
+        for layout in layouts or {None}:
+            _sweep_m(entries, [i for i in members if entries[i].batch_key in (None, batch)
+                               and entries[i].layout in (None, layout)])
+
+
+def _sweep_m(entries: list[LUTEntry], chosen: list[int]) -> None:
+    """Raise for the first two of `chosen` (entries that agree in everything but m) whose m meet."""
+    if len(chosen) > 1:
         chosen.sort(key=lambda i: entries[i].m_bounds)
         widest = chosen[0]
         for index in chosen[1:]:
@@ -244,10 +276,17 @@ def _check_group_disjoint(entries: list[LUTEntry], members: list[int]) -> None:
 
 
 def _overlap_error(entries: list[LUTEntry], first: int, second: int) -> ValueError:
-    ranged_k = any(isinstance(entries[i].k, SizeRange) for i in (first, second))
-    return ValueError(f"entries [{first}] ({entries[first].describe_key()}) and [{second}] "
-                      f"({entries[second].describe_key()}) overlap; make their "
-                      f"{'m or k' if ranged_k else 'm'} ranges disjoint or merge them into one entry")
+    pair = (entries[first], entries[second])
+    ranged_k = any(isinstance(entry.k, SizeRange) for entry in pair)
+    # Where either names a layout, both do in the message: "any layout" is why they still meet.
+    named = any(entry.layout for entry in pair)
+    first_key, second_key = (entry.describe_key(any_layout=named) for entry in pair)
+    # Two entries of one layout can only be told apart by their sizes.
+    relayout = "" if all(entry.layout for entry in pair) else \
+        ', give each the operand layout it serves ("layout": "nt", ...),'
+    return ValueError(f"entries [{first}] ({first_key}) and [{second}] ({second_key}) overlap; make their "
+                      f"{'m or k' if ranged_k else 'm'} ranges disjoint{relayout} or merge them "
+                      "into one entry")
 
 
 EntryList = Annotated[list[LUTEntry], AfterValidator(_check_disjoint)]
@@ -255,11 +294,13 @@ BatchedEntryList = Annotated[list[BatchedLUTEntry], AfterValidator(_check_disjoi
 
 
 def entry_dict(entry: LUTEntry) -> dict[str, Any]:
-    """The canonical JSON object of an entry: m, n, k (a range as {"min", "max"}), [batch], configs
-    or pin, [note], in that order."""
+    """The canonical JSON object of an entry: m, n, k (a range as {"min", "max"}), [batch], [layout],
+    configs or pin, [note], in that order."""
     out: dict[str, Any] = {"m": _size_json(entry.m), "n": entry.n, "k": _size_json(entry.k)}
     if entry.batch_key is not None:
         out["batch"] = entry.batch_key
+    if entry.layout is not None:
+        out["layout"] = entry.layout
     if entry.configs is not None:
         out["configs"] = [config.model_dump() for config in entry.configs]
     else:

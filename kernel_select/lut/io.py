@@ -42,7 +42,7 @@ def _v1_to_v2(raw: dict[str, Any]) -> dict[str, Any]:
     file was never valid, so it is refused here instead of silently gaining a meaning."""
     for where in _entry_locations_where(raw, lambda entry: "pin" in entry):
         raise ValueError(f"{where}.pin: pinned entries need schema_version 2; set "
-                         "\"schema_version\": 3 at the top of the file")
+                         f"\"schema_version\": {SCHEMA_VERSION} at the top of the file")
     return {**raw, "schema_version": 2}
 
 
@@ -50,9 +50,19 @@ def _v2_to_v3(raw: dict[str, Any]) -> dict[str, Any]:
     """Version 3 added k ranges (`"k": {"min", "max"}`); a v2 entry means the same in v3. A k range
     in a v2 file was never valid, so it is refused here instead of silently gaining a meaning."""
     for where in _entry_locations_where(raw, lambda entry: isinstance(entry.get("k"), dict)):
-        raise ValueError(f"{where}.k: k ranges need schema_version 3; set \"schema_version\": 3 "
-                         "at the top of the file")
+        raise ValueError(f"{where}.k: k ranges need schema_version 3; set \"schema_version\": "
+                         f"{SCHEMA_VERSION} at the top of the file")
     return {**raw, "schema_version": 3}
+
+
+def _v3_to_v4(raw: dict[str, Any]) -> dict[str, Any]:
+    """Version 4 added operand layouts (`"layout": "nt"`); a v3 entry serves every layout, as an
+    entry without one does in v4. A layout in a v3 file was never valid, so it is refused here
+    instead of silently gaining a meaning."""
+    for where in _entry_locations_where(raw, lambda entry: "layout" in entry):
+        raise ValueError(f"{where}.layout: operand layouts need schema_version 4; set "
+                         f"\"schema_version\": {SCHEMA_VERSION} at the top of the file")
+    return {**raw, "schema_version": 4}
 
 
 def _entry_locations_where(raw: dict[str, Any], test: Callable[[dict[str, Any]], bool]) -> Iterable[str]:
@@ -69,7 +79,8 @@ def _entry_locations_where(raw: dict[str, Any], test: Callable[[dict[str, Any]],
 
 #: One step per old version: MIGRATIONS[v] turns a raw v document into a raw v + 1 document (or
 #: raises ValueError with a located message). tests/data/lut_v1.json is the v1 golden file.
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3,
+                                                                     3: _v3_to_v4}
 
 
 def migrate(raw: dict[str, Any], *, source: str = "<string>") -> dict[str, Any]:

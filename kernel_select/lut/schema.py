@@ -2,19 +2,24 @@
 
 A LUT is a versioned JSON document keyed device -> op -> dtype -> a flat list of entries:
 
-    {"schema_version": 3,
+    {"schema_version": 4,
      "devices": {"h100": {"mm": {"bfloat16": [
          {"m": 560, "n": 1280, "k": 3420,
           "configs": [{"block_m": 64, "block_n": 128, "block_k": 128, "num_stages": 4, "num_warps": 4,
                        "group_m": 8}],
           "note": "where this came from"},
          {"m": {"min": 1, "max": 512}, "n": 1280, "k": 3420, "configs": [...]},
-         {"m": {"min": 513, "max": 8192}, "n": 1280, "k": 3420, "pin": "aten"},
-         {"m": 1280, "n": 3420, "k": {"min": 560, "max": 8192}, "pin": "aten"}]}}}}
+         {"m": {"min": 513, "max": 8192}, "n": 1280, "k": 3420, "layout": "nt", "pin": "aten"},
+         {"m": 1280, "n": 3420, "k": {"min": 560, "max": 8192}, "layout": "tn", "pin": "aten"},
+         {"m": 1280, "n": 3420, "k": 1280, "layout": "nn", "pin": "aten"}]}}}}
 
 An entry matches exactly one n, one m or an inclusive m range, and one k or an inclusive k range
 (schema_version 3), so one entry can serve a dynamic sequence length: M in a forward GEMM, K in a
-weight gradient. Entries of one device/op/dtype may not overlap; configs are tried in the order
+weight gradient. An entry with a `layout` (schema_version 4: "nn", "nt", "tn", "tt", A then B)
+serves only problems whose operands lie that way, one without serves every layout; two GEMMs of
+one step may share (m, n, k) and differ only in layout (a Linear's input and weight gradients at
+a sequence length equal to the output features). Entries of one device/op/dtype may not overlap
+(intersecting sizes, and layouts and batches that can coincide); configs are tried in the order
 written. A pinned entry (schema_version 2) names the one choice to use, "aten" or a Triton config,
 and nothing is benchmarked. Reading and writing files is `kernel_select.lut.io`'s job.
 """
@@ -39,7 +44,7 @@ from kernel_select.problem import Problem
 
 log = logging.getLogger("kernel_select.lut")
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 def _exact_device_key(name: str) -> str | None:
@@ -104,11 +109,14 @@ class _Index(NamedTuple):
     """What lookup reads, built once per table: lookup runs inside every GEMM lowering of
     torch.compile, so it must not scan the table."""
 
-    # (device, op, dtype, n, k) -> ((m_low, m_high, batch, entry), ...) of the exact-k entries
-    exact: dict[tuple[str, str, str, int, int], tuple[tuple[int, int, int | None, LUTEntry], ...]]
-    # (device, op, dtype, n) -> ((k_low, k_high, m_low, m_high, batch, entry), ...) of the k-range
-    # entries, read only when no exact-k entry matches; one per dynamic-K GEMM, so a scan
-    k_ranges: dict[tuple[str, str, str, int], tuple[tuple[int, int, int, int, int | None, LUTEntry], ...]]
+    # (device, op, dtype, n, k) -> ((m_low, m_high, batch, layout, entry), ...) of the exact-k
+    # entries; batch and layout are None where the entry serves any
+    exact: dict[tuple[str, str, str, int, int],
+                tuple[tuple[int, int, int | None, str | None, LUTEntry], ...]]
+    # (device, op, dtype, n) -> ((k_low, k_high, m_low, m_high, batch, layout, entry), ...) of the
+    # k-range entries, read only when no exact-k entry matches; one per dynamic-K GEMM, so a scan
+    k_ranges: dict[tuple[str, str, str, int],
+                   tuple[tuple[int, int, int, int, int | None, str | None, LUTEntry], ...]]
 
 
 class KernelLUT(Strict):
@@ -116,7 +124,7 @@ class KernelLUT(Strict):
 
     model_config = ConfigDict(title="kernel_select kernel lookup table")
 
-    schema_version: Literal[3] = Field(default=SCHEMA_VERSION, description="format version of this file")
+    schema_version: Literal[4] = Field(default=SCHEMA_VERSION, description="format version of this file")
     devices: dict[DeviceKey, OpTables] = Field(
         default_factory=dict,
         description="per device key (" + ", ".join(KNOWN_DEVICES) + ", or the name torch reports)")
@@ -147,7 +155,7 @@ class KernelLUT(Strict):
         index: dict[tuple[str, str, str, int, int], list] = {}
         k_range_index: dict[tuple[str, str, str, int], list] = {}
         for device, op, dtype, entry in self.entries():
-            m_key = (*entry.m_bounds, entry.batch_key, entry)
+            m_key = (*entry.m_bounds, entry.batch_key, entry.layout, entry)
             if isinstance(entry.k, SizeRange):
                 k_range_index.setdefault((device, op, dtype, entry.n), []).append((*entry.k_bounds, *m_key))
             else:
@@ -174,22 +182,25 @@ class KernelLUT(Strict):
 
     def match(self, problem: Problem, device: str | DeviceSpec) -> LUTEntry | None:
         """The entry serving `problem` on `device` (its m and k ranges tell which sizes it was made
-        for), or None. A pinned entry whose config cannot run on `device` is reported by `pinned()`.
+        for, its layout, if any, which operand layout), or None. A pinned entry whose config cannot
+        run on `device` is reported by `pinned()`.
 
         Raises:
             DeviceError: if `device` is not a known device name.
         """
         spec = _device_spec(device)
         exact, k_ranges = self._index
-        m, wanted = problem.m, problem.batch
+        m, wanted, served = problem.m, problem.batch, problem.layout
         key = (spec.key, problem.op, problem.dtype, problem.n)
-        for low, high, batch, entry in exact.get((*key, problem.k), ()):
-            if low <= m <= high and (batch is None or batch == wanted):
+        for low, high, batch, layout, entry in exact.get((*key, problem.k), ()):
+            if (low <= m <= high and (batch is None or batch == wanted)
+                    and (layout is None or layout == served)):
                 return entry
         # Entries never overlap, so an exact-k miss is the only case a k range can answer.
         if k_ranges:
-            for k_low, k_high, low, high, batch, entry in k_ranges.get(key, ()):
-                if k_low <= problem.k <= k_high and low <= m <= high and (batch is None or batch == wanted):
+            for k_low, k_high, low, high, batch, layout, entry in k_ranges.get(key, ()):
+                if (k_low <= problem.k <= k_high and low <= m <= high and (batch is None or batch == wanted)
+                        and (layout is None or layout == served)):
                     return entry
         if self.devices and spec.key not in self.devices:
             self._warn_once(("other device", spec.key),
@@ -269,7 +280,7 @@ class KernelLUT(Strict):
         """
         def ident(row: LUTRow) -> tuple[Any, ...]:
             return (row.device, row.op, row.dtype, row.entry.n, row.entry.k_bounds, row.entry.m_bounds,
-                    row.entry.batch_key)
+                    row.entry.batch_key, row.entry.layout)
 
         merged = {ident(row): row for row in self.entries()}
         merged.update((ident(row), row) for row in other.entries())
@@ -292,6 +303,6 @@ def _device_spec(device: str | DeviceSpec) -> DeviceSpec:
 
 
 def json_schema() -> str:
-    """The JSON schema of the current format, as committed in luts/schema/lut.v3.schema.json."""
+    """The JSON schema of the current format, as committed in luts/schema/lut.v4.schema.json."""
     schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", **KernelLUT.model_json_schema()}
     return json.dumps(schema, indent=2) + "\n"

@@ -10,10 +10,17 @@ with "+alpha=1&beta=1" before the op name. On torch 2.11 an entry must carry eve
 (BLOCK_*, GROUP_M, num_stages, num_warps, EVEN_K, ACC_TYPE, USE_FAST_ACCUM); ALLOW_TF32 is left to
 Inductor. Nothing here imports torch: the table is plain data.
 
+Operand layouts: a key spells each operand's strides, so it names a layout. An entry with a
+`layout` is exported under the strides of that layout (for "nt", B [K, N] as the transposed view
+[1, K] of an [N, K] buffer, as W.t() in x @ W.t()); an entry without one under row-major strides
+only, so in torch's table it serves "nn" operands and no others (Inductor then autotunes the
+others as usual: a miss, never a wrong match). Reading back, a key whose operands are each
+row-major or an exact transposed view gives an entry of that layout, "nn" included: a key never
+serves another layout, so neither does its entry. Other strides (padded, sliced) are skipped.
+
 Limits: torch's keys are exact shapes, so LUT entries with an m or k range (and bmm entries
 without a batch) cannot be exported and are skipped with a warning: a range is not expanded, since
-one covering a sequence length would become thousands of keys. Only contiguous row-major operands
-are read back.
+one covering a sequence length would become thousands of keys.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from typing import Any
 from kernel_select.configs import GemmConfig, mm_template_kwargs
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import KernelSelectError, LUTError
+from kernel_select.layouts import DEFAULT_LAYOUT, layout_from_strides
 from kernel_select.lut import ATEN, BATCHED_OPS, BatchedLUTEntry, KernelLUT, LUTEntry, LUTRow, SizeRange
 from kernel_select.problem import Problem, dtype_name
 
@@ -75,7 +83,7 @@ def to_inductor_table(lut: KernelLUT, device_name: str | None = None, *,
         # A pinned entry exports exactly its one choice: aten alone, or the Triton config alone.
         if row.entry.pin == ATEN or (keep_aten and row.entry.pin is None):
             entries.append({"template_id": f"aten::{row.op}"})
-        for key in _keys(problem, device_name):
+        for key in _keys(problem, device_name, row.entry.layout or DEFAULT_LAYOUT):
             table[key] = [dict(entry) for entry in entries]
     return table
 
@@ -109,13 +117,23 @@ def _contiguous(shape: list[int]) -> list[int]:
     return strides[::-1]
 
 
+def _view_strides(shape: list[int], transposed: bool) -> list[int]:
+    """The strides of an operand of `shape`: row-major, or the transposed view of a row-major
+    buffer with its last two dimensions swapped (as torch's .transpose(-2, -1) gives them)."""
+    if not transposed:
+        return _contiguous(shape)
+    stored = _contiguous([*shape[:-2], shape[-1], shape[-2]])
+    return [*stored[:-2], stored[-1], stored[-2]]
+
+
 def _node(dtype: str, shape: list[int], stride: list[int]) -> str:
     # Matches str() of Inductor's (torch.dtype, list(shape), list(stride)) tuple.
     return f"(torch.{dtype}, {shape}, {stride})"
 
 
-def _keys(problem: Problem, device_name: str | None) -> list[str]:
-    """Every key under which Inductor may look `problem` up (one per bias layout we export)."""
+def _keys(problem: Problem, device_name: str | None, layout: str) -> list[str]:
+    """Every key under which Inductor may look `problem` up with operands in `layout` (one per
+    bias layout we export)."""
     m, n, k, b, dtype = problem.m, problem.n, problem.k, problem.batch, problem.dtype
     if problem.op in BATCHED_OPS:
         a_shape, b_shape, out_shape = [b, m, k], [b, k, n], [b, m, n]
@@ -125,7 +143,8 @@ def _keys(problem: Problem, device_name: str | None) -> list[str]:
         a_shape, b_shape, out_shape = [m, k], [k, n], [m, n]
         # A full [m, n] bias, and nn.Linear's [n] bias broadcast over rows.
         bias_strides = [_contiguous(out_shape), [0, 1]]
-    mats = [_node(dtype, a_shape, _contiguous(a_shape)), _node(dtype, b_shape, _contiguous(b_shape))]
+    mats = [_node(dtype, shape, _view_strides(shape, letter == "t"))
+            for shape, letter in zip((a_shape, b_shape), layout)]
     if problem.op in _SCALARS:
         inputs = [f"({_node(dtype, out_shape, stride)}, {', '.join(mats)})+{_SCALARS[problem.op]}"
                   for stride in bias_strides]
@@ -156,25 +175,26 @@ def from_inductor_table(table: dict[str, list[dict[str, Any]]], device: str | De
         raise LUTError(f"an Inductor lookup table is a JSON object of key -> [config, ...], got "
                        f"{type(table).__name__}")
     target = get_device(device).key
-    found: dict[tuple[str, int, int, int, int, str], list[GemmConfig]] = {}
+    found: dict[tuple[str, int, int, int, int, str, str], list[GemmConfig]] = {}
     # Device-specific keys first, so their configs lead when both spellings are present.
     for key in sorted(table, key=lambda key: not _has_device(key)):
         parsed = _parse_key(key, target)
         if parsed is None:
             continue
-        configs = _configs(key, table[key], parsed[-1])
+        configs = _configs(key, table[key], parsed[-2])
         slot = found.setdefault(parsed, [])
         slot.extend(config for config in configs if config not in slot)
-    rows = [LUTRow(target, op, dtype, _entry(op, batch, m, n, k, configs))
-            for (dtype, batch, m, n, k, op), configs in found.items() if configs]
+    rows = [LUTRow(target, op, dtype, _entry(op, batch, m, n, k, layout, configs))
+            for (dtype, batch, m, n, k, op, layout), configs in found.items() if configs]
     return KernelLUT.from_rows(rows, source="<inductor table>")
 
 
-def _entry(op: str, batch: int, m: int, n: int, k: int, configs: list[GemmConfig]) -> LUTEntry:
-    note = "from an Inductor lookup_table"
+def _entry(op: str, batch: int, m: int, n: int, k: int, layout: str, configs: list[GemmConfig]) -> LUTEntry:
+    fields = {"m": m, "n": n, "k": k, "layout": layout, "configs": configs,
+              "note": "from an Inductor lookup_table"}
     if op in BATCHED_OPS:
-        return BatchedLUTEntry(m=m, n=n, k=k, batch=batch, configs=configs, note=note)
-    return LUTEntry(m=m, n=n, k=k, configs=configs, note=note)
+        return BatchedLUTEntry(batch=batch, **fields)
+    return LUTEntry(**fields)
 
 
 def _has_device(key: str) -> bool:
@@ -182,8 +202,9 @@ def _has_device(key: str) -> bool:
     return bool(match and match.group("device"))
 
 
-def _parse_key(key: str, target: str) -> tuple[str, int, int, int, int, str] | None:
-    """(dtype, batch, m, n, k, op) of a key with contiguous operands on `target`, else None."""
+def _parse_key(key: str, target: str) -> tuple[str, int, int, int, int, str, str] | None:
+    """(dtype, batch, m, n, k, op, layout) of a key on `target` whose operands are each row-major
+    or a transposed view, else None."""
     match = _KEY.match(key)
     if match is None or match.group("op") not in ("mm", "addmm", "bmm", "baddbmm"):
         log.warning("Skipping Inductor lookup_table key %r: not an mm/addmm/bmm/baddbmm key", key)
@@ -205,9 +226,11 @@ def _parse_key(key: str, target: str) -> tuple[str, int, int, int, int, str] | N
     if len(nodes) != (3 if op in _SCALARS else 2) or any(len(shape) != rank for _, shape, _ in mats):
         log.warning("Skipping Inductor lookup_table key %r: unexpected inputs for %s", key, op)
         return None
-    if any(stride != _contiguous(shape) for _, shape, stride in mats):
-        log.warning("Skipping Inductor lookup_table key %r: only contiguous row-major operands "
-                    "map to LUT entries", key)
+    layout = layout_from_strides(*((shape, stride) for _, shape, stride in mats))
+    if layout is None or any(stride != _view_strides(shape, letter == "t")
+                             for (_, shape, stride), letter in zip(mats, layout)):
+        log.warning("Skipping Inductor lookup_table key %r: only row-major operands and transposed "
+                    "views of row-major buffers map to LUT entries", key)
         return None
     (a_dtype, a_shape, _), (b_dtype, b_shape, _) = mats
     try:
@@ -218,7 +241,7 @@ def _parse_key(key: str, target: str) -> tuple[str, int, int, int, int, str] | N
         log.warning("Skipping Inductor lookup_table key %r: %s", key, exc)
         return None
     batch = a_shape[0] if rank == 3 else 1
-    return (dtype, batch, a_shape[-2], b_shape[-1], a_shape[-1], op)
+    return (dtype, batch, a_shape[-2], b_shape[-1], a_shape[-1], op, layout)
 
 
 def _ints(text: str) -> list[int]:

@@ -76,8 +76,9 @@ def test_bad_input_exits_2_with_one_line(capsys, tmp_path):
 def test_show_prints_a_table_or_json(capsys):
     assert main(["lut", "show", str(SEED)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split()[:7] == ["device", "op", "dtype", "m", "n", "k", "batch"]
-    assert lines[1].split()[:9] == ["h100", "mm", "bfloat16", "560", "1280", "3420", "-", "64x128x64", "s5"]
+    assert lines[0].split()[:8] == ["device", "op", "dtype", "m", "n", "k", "batch", "layout"]
+    assert lines[1].split()[:10] == ["h100", "mm", "bfloat16", "560", "1280", "3420", "-", "any", "64x128x64",
+                                     "s5"]
     assert len(lines) == 4
     assert main(["lut", "show", str(SEED), "--json"]) == 0
     assert capsys.readouterr().out == SEED.read_text()
@@ -85,17 +86,18 @@ def test_show_prints_a_table_or_json(capsys):
     assert capsys.readouterr().out == f"{SEED}: no entries\n"
 
 
-def test_show_prints_k_ranges_and_pins(capsys, tmp_path):
+def test_show_prints_k_ranges_pins_and_layouts(capsys, tmp_path):
     path = tmp_path / "pins.json"
-    path.write_text(json.dumps({"schema_version": 3, "devices": {"h100": {"mm": {"bfloat16": [
-        {"m": 1280, "n": 3420, "k": {"min": 560, "max": 8192}, "pin": "aten", "note": "weight gradient"},
+    path.write_text(json.dumps({"schema_version": 4, "devices": {"h100": {"mm": {"bfloat16": [
+        {"m": 1280, "n": 3420, "k": {"min": 560, "max": 8192}, "layout": "tn", "pin": "aten",
+         "note": "weight gradient"},
         {"m": {"min": 560, "max": 8192}, "n": 1280, "k": 3420,
          "pin": {"block_m": 64, "block_n": 128, "block_k": 64, "num_stages": 3, "num_warps": 4}}]}}}}))
     assert main(["lut", "show", str(path)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[1].split() == ["h100", "mm", "bfloat16", "560..8192", "1280", "3420", "-",
+    assert lines[1].split() == ["h100", "mm", "bfloat16", "560..8192", "1280", "3420", "-", "any",
                                 "pin:", "64x128x64", "s3", "w4"]
-    assert lines[2].split() == ["h100", "mm", "bfloat16", "1280", "3420", "560..8192", "-",
+    assert lines[2].split() == ["h100", "mm", "bfloat16", "1280", "3420", "560..8192", "-", "tn",
                                 "pin:", "aten", "weight", "gradient"]
 
 
@@ -126,7 +128,7 @@ def test_torch_format_round_trip_through_files(capsys, tmp_path):
 
 def test_schema_command_prints_the_committed_schema(capsys):
     assert main(["lut", "schema"]) == 0
-    assert capsys.readouterr().out == json_schema() == (ROOT / "luts/schema/lut.v3.schema.json").read_text()
+    assert capsys.readouterr().out == json_schema() == (ROOT / "luts/schema/lut.v4.schema.json").read_text()
 
 
 @pytest.mark.parametrize("command", ["validate", "fmt", "show", "from-log", "to-inductor", "from-inductor",

@@ -112,3 +112,25 @@ def test_auto_takes_its_cap_for_a_layout_outside_training_and_says_why(
     assert len(selection.configs) == count and selection.hedged == why
     line = next(r.getMessage() for r in caplog.records if "benchmarking" in r.getMessage())
     assert (f"topk=auto at its cap: {why}" in line) == bool(why)
+
+
+def test_a_lut_pin_serves_only_the_layout_it_names(graph: SizeVarAllocator, tmp_path):  # noqa: ANN001
+    # A Linear's weight gradient grad_y.t() @ x ("tn") at a length of 1280 has the sizes of its
+    # input gradient grad_y @ W ("nn"): one (m, n, k), two layouts, and a pin for one only.
+    from kernel_select.configs import GemmConfig
+    from kernel_select.layouts import operand_strides
+    from kernel_select.lut import KernelLUT, LUTEntry, save_lut
+    from tests.inductor.kit import triton_of
+
+    pinned = GemmConfig(block_m=64, block_n=128, block_k=64, num_stages=4, num_warps=4)
+    inputs = FakeInputs(1280, 3420, 1280, strides=operand_strides(1280, 3420, 1280, "tn"))
+    for layout, expected in (("nt", None), ("tn", pinned)):
+        path = tmp_path / f"{layout}.json"
+        save_lut(KernelLUT.from_rows([("h100", "mm", "bfloat16",
+                                       LUTEntry(m=1280, n=3420, k=1280, layout=layout, pin=pinned))]), path)
+        handler = ks_inductor.KernelSelectChoices(topk=4, model=FakeModel(), device="h100",
+                                                  kernel_lut_path=str(path))
+        offered = triton_of(finalize(handler, inputs, inductor_candidates(inputs)))
+        assert handler.selections[-1].problem.layout == "tn"
+        assert handler.selections[-1].pinned == expected, layout
+        assert len(offered) == (1 if expected else 4), layout  # the "nt" pin leaves the model's top-4

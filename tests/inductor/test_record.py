@@ -19,8 +19,9 @@ SLOW = GemmConfig(block_m=128, block_n=64, block_k=32, num_stages=4, num_warps=8
 PROBLEM = Problem(560, 1280, 3420, "bfloat16")
 
 
-def feedback(aten_ms: float, m_range: tuple[int, int] | None = None, problem: Problem = PROBLEM) -> Feedback:
-    return Feedback(problem, m_range, (
+def feedback(aten_ms: float, m_range: tuple[int, int] | None = None, problem: Problem = PROBLEM,
+             layout: str | None = None) -> Feedback:
+    return Feedback(problem, m_range, layout=layout, timings=(
         ChoiceTiming("triton_mm_1", "triton", 0.020, FAST),
         ChoiceTiming("triton_mm_2", "triton", 0.030, SLOW),
         ChoiceTiming("mm", "extern", aten_ms, None), ChoiceTiming("decompose_k_mm", "other", 0.001, None),
@@ -39,6 +40,17 @@ def test_a_declared_dynamic_range_becomes_the_m_range_and_no_pin_lists_the_top_c
     lut = lut_from_feedback([feedback(0.025, m_range=(16, 8192))], "h100", pin=False, top=4)
     entry = lut.match(Problem(4096, 1280, 3420, "bfloat16"), "h100")
     assert entry.m_bounds == (16, 8192) and entry.configs == [FAST, SLOW] and entry.pin is None
+
+
+def test_entries_name_the_layout_the_strides_proved_and_none_where_they_proved_none():
+    # A Linear's input and weight gradients at L = 1280: one (m, n, k), two layouts, two pins.
+    square = Problem(1280, 3420, 1280, "bfloat16")
+    lut = lut_from_feedback([feedback(0.025, problem=square, layout="nn"),
+                             feedback(0.001, problem=square, layout="tn"), feedback(0.025)], "h100")
+    assert lut.pinned(Problem(1280, 3420, 1280, layout="nn"), "h100") == FAST
+    assert lut.pinned(Problem(1280, 3420, 1280, layout="tn"), "h100") == ATEN
+    assert lut.match(Problem(1280, 3420, 1280, layout="nt"), "h100") is None
+    assert lut.match(Problem(560, 1280, 3420, layout="tt"), "h100").layout is None  # unproven: any
 
 
 def test_the_last_recording_of_a_problem_wins():

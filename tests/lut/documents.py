@@ -3,8 +3,9 @@
 `documents()` draws a document the way a person gets one wrong: the right shape with, now and
 then, a size of 0 or 2^31, m or k ranges backwards, a k range in a version 2 file, an unknown
 field, an unknown device, two devices naming one GPU, overlapping entries (in m, in k or both),
-repeated configs, a duplicate JSON key, Latin-1 bytes, or a pinned entry gone wrong (pin and
-configs, a bad pin, a pin in a version 1 file).
+repeated configs, a duplicate JSON key, Latin-1 bytes, a pinned entry gone wrong (pin and
+configs, a bad pin, a pin in a version 1 file), or a layout gone wrong (an unknown layout, a
+layout in a version 3 file, two entries of one key apart only by a layout and no layout).
 `expected_rows()` says, from the format's rules as docs/lut.md states them and without using
 kernel_select.lut, whether the document is valid and which entries it holds.
 """
@@ -23,6 +24,7 @@ MAX_DIM = 2**31 - 1
 OPS = ("mm", "addmm", "bmm", "baddbmm")
 BATCHED = ("bmm", "baddbmm")
 DTYPES = ("float16", "bfloat16", "float32")
+LAYOUTS = ("nn", "nt", "tn", "tt")
 CONFIG_FIELDS = ("block_m", "block_n", "block_k", "num_stages", "num_warps", "group_m")
 _BLOCKS = (16, 32, 64, 128, 256, 512, 1024)
 _LEGAL = {"block_m": _BLOCKS, "block_n": _BLOCKS, "block_k": _BLOCKS, "num_stages": range(1, 9),
@@ -37,7 +39,8 @@ _FAULTS = ("size 0", "size over 2^31-1", "m range backwards", "k range backwards
            "unknown field", "unknown device",
            "one GPU under two names", "overlap", "repeated config", "bad config value", "float size",
            "batch on mm", "no configs", "schema_version", "unknown dtype", "duplicate JSON key", "Latin-1",
-           "pin and configs", "bad pin", "pin in version 1")
+           "pin and configs", "bad pin", "pin in version 1", "bad layout", "layout in version 3",
+           "layout twin")
 
 
 @st.composite
@@ -63,12 +66,14 @@ def _valid_shape(rng: random.Random) -> dict[str, Any]:
         devices[name] = {op: {dtype: _entries(rng, op) for dtype in rng.sample(DTYPES, rng.randint(1, 2))}
                          for op in rng.sample(OPS, rng.randint(1, 2))}
     # Older versions are still read (migrated): version 1 cannot pin, versions 1 and 2 cannot give k
-    # a range, so a document says the oldest version its entries allow, or a newer one.
+    # a range, versions 1 to 3 cannot name a layout, so a document says the oldest version its
+    # entries allow, or a newer one.
     entries = [entry for tables in devices.values() for per_dtype in tables.values()
                for listed in per_dtype.values() for entry in listed]
-    oldest = 3 if any(isinstance(e["k"], dict) for e in entries) else 2 if any("pin" in e for e in entries) \
-        else 1
-    return {"schema_version": rng.randint(oldest, 3), "devices": devices}
+    oldest = (4 if any("layout" in e for e in entries)
+              else 3 if any(isinstance(e["k"], dict) for e in entries)
+              else 2 if any("pin" in e for e in entries) else 1)
+    return {"schema_version": rng.randint(oldest, 4), "devices": devices}
 
 
 def _entries(rng: random.Random, op: str) -> list[dict[str, Any]]:
@@ -81,6 +86,8 @@ def _entries(rng: random.Random, op: str) -> list[dict[str, Any]]:
                                  "k": rng.choice(_K_RANGES) if rng.random() < 0.2 else 3420}
         if op in BATCHED and rng.random() < 0.5:
             entry["batch"] = rng.choice((None, 1, 3))
+        if rng.random() < 0.3:
+            entry["layout"] = rng.choice((None, *LAYOUTS))
         if rng.random() < 0.3:
             entry["pin"] = "aten" if rng.random() < 0.4 else dict(rng.choice(_CONFIG_POOL))
         else:
@@ -152,8 +159,20 @@ def _apply(rng: random.Random, document: dict[str, Any], fault: str) -> dict[str
         entry["pin"] = rng.choice(("cublas", "ATEN", "", None, 0, [dict(_CONFIG_POOL[0])]))
     elif fault == "pin in version 1":
         document["schema_version"] = 1
+    elif fault == "bad layout":
+        entry["layout"] = rng.choice(("NT", "n", "ntn", "", "tt ", 1, ["nt"]))
+    elif fault == "layout in version 3":
+        entry["layout"] = rng.choice(LAYOUTS)
+        document["schema_version"] = rng.choice((1, 2, 3))
+    elif fault == "layout twin" and lists:
+        # The same key once with a layout and once without (or with another): valid exactly when
+        # both name a layout and the layouts differ.
+        twin = json.loads(json.dumps(entry))
+        entry["layout"], twin["layout"] = rng.choice(LAYOUTS), rng.choice((None, *LAYOUTS))
+        listed.append(twin)
+        document["schema_version"] = 4
     elif fault == "schema_version":
-        document["schema_version"] = rng.choice((0, 4, "1", "3", True, 1.0, 3.0))
+        document["schema_version"] = rng.choice((0, 5, "1", "4", True, 1.0, 4.0))
     elif fault == "unknown dtype" and document["devices"]:
         next(iter(next(iter(document["devices"].values())).values()))[rng.choice(("bf16", "int8"))] = []
     elif fault == "duplicate JSON key":
@@ -226,11 +245,14 @@ def _bounds(size: Any) -> tuple[int, int]:
 
 
 def _entry_row(entry: Any, op: str, version: int) -> tuple[Any, ...]:
-    """(m low, m high, n, k low, k high, batch, configs, pin, note) of a valid entry."""
-    optional = {"configs", "pin", "note"} | ({"batch"} if op in BATCHED else set())
+    """(m low, m high, n, k low, k high, batch, layout, configs, pin, note) of a valid entry."""
+    optional = {"configs", "pin", "note", "layout"} | ({"batch"} if op in BATCHED else set())
     entry = _keys(entry, {"m", "n", "k"}, optional)
     if isinstance(entry["k"], dict) and version < 3:
         raise Invalid(entry)  # k ranges arrived in version 3
+    layout = entry.get("layout")
+    if ("layout" in entry and version < 4) or (layout is not None and layout not in LAYOUTS):
+        raise Invalid(entry)  # layouts arrived in version 4
     key = (*_bounds(entry["m"]), _int(entry["n"]), *_bounds(entry["k"]))
     batch = entry.get("batch")
     if batch is not None:
@@ -242,24 +264,27 @@ def _entry_row(entry: Any, op: str, version: int) -> tuple[Any, ...]:
         raise Invalid(entry)  # exactly one of them; pins arrived in version 2
     if "pin" in entry:
         pin = entry["pin"] if entry["pin"] == "aten" else _config_key(entry["pin"])
-        return (*key, batch, (), pin, note)
+        return (*key, batch, layout, (), pin, note)
     configs = entry["configs"]
     if not isinstance(configs, list) or not configs:
         raise Invalid(configs)
     keys = [_config_key(config) for config in configs]
     if len(set(keys)) != len(keys):
         raise Invalid(configs)
-    return (*key, batch, tuple(keys), None, note)
+    return (*key, batch, layout, tuple(keys), None, note)
 
 
 def _overlap(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    def coincide(x: Any, y: Any) -> bool:  # batch or layout: None serves every value
+        return x is None or y is None or x == y
+
     return (a[2] == b[2] and a[0] <= b[1] and b[0] <= a[1] and a[3] <= b[4] and b[3] <= a[4]
-            and (a[5] is None or b[5] is None or a[5] == b[5]))
+            and coincide(a[5], b[5]) and coincide(a[6], b[6]))
 
 
 def expected_rows(document: Any) -> set[tuple[Any, ...]] | None:
-    """The (device key, op, dtype, m low, m high, n, k low, k high, batch, configs, pin, note) rows of a valid
-    document, or None when the document is invalid."""
+    """The (device key, op, dtype, m low, m high, n, k low, k high, batch, layout, configs, pin, note)
+    rows of a valid document, or None when the document is invalid."""
     try:
         return _rows(document)
     except Invalid:
@@ -269,7 +294,7 @@ def expected_rows(document: Any) -> set[tuple[Any, ...]] | None:
 def _rows(document: Any) -> set[tuple[Any, ...]]:
     _keys(document, {"schema_version"}, {"devices"})
     version = document["schema_version"]
-    if type(version) is not int or version not in (1, 2, 3):
+    if type(version) is not int or version not in (1, 2, 3, 4):
         raise Invalid(document)
     devices = document.get("devices", {})
     if not isinstance(devices, dict):
@@ -293,7 +318,7 @@ def _rows(document: Any) -> set[tuple[Any, ...]]:
 def parsed_rows(lut: Any) -> set[tuple[Any, ...]]:
     """The same rows, read from a parsed KernelLUT."""
     return {(row.device, row.op, row.dtype, *row.entry.m_bounds, row.entry.n, *row.entry.k_bounds,
-             row.entry.batch_key, tuple(config.key for config in row.entry.configs or ()),
+             row.entry.batch_key, row.entry.layout, tuple(config.key for config in row.entry.configs or ()),
              _pin_key(row.entry.pin), row.entry.note)
             for row in lut.entries()}
 

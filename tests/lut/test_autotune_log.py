@@ -66,3 +66,33 @@ def test_logs_without_triton_choices_are_an_error(text):
 def test_top_must_be_positive():
     with pytest.raises(LUTError, match="top"):
         lut_from_autotune_log(LOG, "h100", top=0)
+
+
+def _block(sizes: str, strides: str, line: int) -> str:
+    return (f"AUTOTUNE mm({sizes})\nstrides: {strides}\ndtypes: torch.bfloat16, torch.bfloat16\n"
+            f"  triton_mm_{line} 0.0303 ms 100.0% ACC_TYPE='tl.float32', ALLOW_TF32=False, BLOCK_K=64, "
+            "BLOCK_M=64, BLOCK_N=128, EVEN_K=False, GROUP_M=8, USE_FAST_ACCUM=False, num_stages=3, "
+            "num_warps=4\nSingleProcess AUTOTUNE benchmarking takes 0.1 seconds\n")
+
+
+def test_entries_name_the_layout_the_strides_prove():
+    # The user's Linear(3420 -> 1280) step at L = 1280: the input gradient and the weight gradient
+    # are both 1280 x 3420 x 1280, told apart only by their strides.
+    text = (_block("1280x3420, 3420x1280", "[3420, 1], [1, 3420]", 1)  # forward x @ W.t()
+            + _block("1280x1280, 1280x3420", "[1280, 1], [3420, 1]", 2)  # grad input grad_y @ W
+            + _block("1280x1280, 1280x3420", "[1, 1280], [3420, 1]", 3))  # grad weight grad_y.t() @ x
+    assert [block.layout() for block in parse_autotune_log(text)] == ["nt", "nn", "tn"]
+    lut = lut_from_autotune_log(text, "h100")
+    assert sorted(row.entry.layout for row in lut.entries()) == ["nn", "nt", "tn"]
+    for layout in ("nn", "tn"):
+        assert lut.match(Problem(1280, 3420, 1280, layout=layout), "h100").note.endswith("shown choices")
+    assert lut.match(Problem(1280, 3420, 1280, layout="tt"), "h100") is None
+
+
+def test_strides_that_prove_no_layout_leave_it_out_and_do_not_collide():
+    strided = _block("64x64, 64x64", "[128, 2], [64, 1]", 1)  # A sliced with a step: neither n nor t
+    symbolic = _block("64x64, 64x64", "[s0, 1], [64, 1]", 2)
+    assert [block.layout() for block in parse_autotune_log(strided + symbolic)] == [None, None]
+    lut = lut_from_autotune_log(strided + _block("64x64, 64x64", "[64, 1], [1, 64]", 3), "h100")
+    (row,) = lut.entries()  # the "nt" block meets the layout-less entry: the first block wins
+    assert row.entry.layout is None and "log>:1" in row.entry.note

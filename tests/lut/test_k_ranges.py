@@ -28,14 +28,15 @@ def weight_gradient(k: int, m: int = 1280) -> Problem:
     return Problem(m, 3420, k, "bfloat16")
 
 
-def test_a_version_2_file_loads_and_dumps_as_version_3():
+def test_a_version_2_file_loads_and_dumps_as_the_current_version():
     entries = [{"m": {"min": 1, "max": 512}, "n": 1280, "k": 3420, "pin": "aten"},
                {"m": 560, "n": 1280, "k": 3420, "configs": [TRITON_JSON | {"group_m": 8}],
                 "note": "measured"}]
     lut = parse_lut(document(*entries, version=2))
-    assert SCHEMA_VERSION == 3 and lut.schema_version == 3
-    assert dump_lut(lut) == dump_lut(parse_lut(document(*entries, version=3)))
-    assert json.loads(dump_lut(lut)) == json.loads(document(*entries, version=3))
+    assert SCHEMA_VERSION == 4 and lut.schema_version == 4
+    for newer in (3, 4):  # version 4 added layouts; an entry without one serves every layout
+        assert dump_lut(lut) == dump_lut(parse_lut(document(*entries, version=newer)))
+    assert json.loads(dump_lut(lut)) == json.loads(document(*entries, version=4))
 
 
 @pytest.mark.parametrize("version", [1, 2])
@@ -43,13 +44,13 @@ def test_a_k_range_in_an_older_file_is_refused_not_migrated(version: int):
     entry = {**WEIGHT_GRADIENT, "configs": [TRITON_JSON]}
     del entry["pin"]  # a version 1 file cannot pin either; the k range is what is refused
     with pytest.raises(LUTError, match=r"^doc.json: devices.h100.mm.bfloat16\[0\].k: k ranges need "
-                                       r"schema_version 3; set \"schema_version\": 3"):
+                                       r"schema_version 3; set \"schema_version\": 4"):
         parse_lut(document(entry, version=version), source="doc.json")
 
 
 def test_a_newer_file_is_refused_by_name():
-    with pytest.raises(LUTError, match="schema_version: 4 was written by a newer kernel_select"):
-        parse_lut(document(WEIGHT_GRADIENT, version=4))
+    with pytest.raises(LUTError, match="schema_version: 5 was written by a newer kernel_select"):
+        parse_lut(document(WEIGHT_GRADIENT, version=5))
 
 
 def test_the_pin_serves_every_k_of_its_range_and_no_other():

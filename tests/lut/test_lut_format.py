@@ -32,7 +32,7 @@ from kernel_select.problem import Problem
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = ROOT / "luts" / "h100_seed.json"
-SCHEMA = ROOT / "luts" / "schema" / "lut.v3.schema.json"
+SCHEMA = ROOT / "luts" / "schema" / "lut.v4.schema.json"
 
 
 def cfg(bm: int, bn: int, bk: int, stages: int, warps: int, group_m: int = 8) -> GemmConfig:
@@ -40,7 +40,7 @@ def cfg(bm: int, bn: int, bk: int, stages: int, warps: int, group_m: int = 8) ->
 
 
 def doc(*entries: dict, op: str = "mm", dtype: str = "bfloat16", device: str = "h100") -> dict:
-    return {"schema_version": 3, "devices": {device: {op: {dtype: list(entries)}}}}
+    return {"schema_version": 4, "devices": {device: {op: {dtype: list(entries)}}}}
 
 
 def entry(m: object = 560, n: int = 1280, k: int = 3420, **extra: object) -> dict:
@@ -69,7 +69,7 @@ def test_seed_lut_holds_the_measured_best_and_is_canonical():
 
 
 def test_committed_schema_matches_the_models():
-    # Regenerate with: kernel-select lut schema --out luts/schema/lut.v3.schema.json
+    # Regenerate with: kernel-select lut schema --out luts/schema/lut.v4.schema.json
     assert SCHEMA.read_text() == json_schema()
 
 
@@ -152,10 +152,10 @@ BAD_DOCUMENTS = [
      "devices.tpu-v5 (the key): unknown device 'tpu-v5'; use one of h100, h100-pcie, h200, a100"),
     (_set(("devices", "NVIDIA H100 80GB HBM3"), {}),
      "devices: 'h100' and 'NVIDIA H100 80GB HBM3' both name device 'h100'"),
-    (_set(("schema_version",), 4), "schema_version: 4 was written by a newer kernel_select"),
+    (_set(("schema_version",), 5), "schema_version: 5 was written by a newer kernel_select"),
     (_set(("schema_version",), 0), "schema_version: unknown version 0"),
     (_set(("schema_version",), "1"), "schema_version: expected an integer, got '1'"),
-    (lambda d: d.pop("schema_version"), 'schema_version: missing; add "schema_version": 3'),
+    (lambda d: d.pop("schema_version"), 'schema_version: missing; add "schema_version": 4'),
     (_set(("comment",), "x"),
      "comment: Extra inputs are not permitted (unknown field 'comment'; allowed: schema_version, devices"),
 ]
@@ -227,7 +227,7 @@ def test_missing_file_strict_names_the_path(tmp_path):
         load_lut(tmp_path)
 
 
-@pytest.mark.parametrize("content", [None, b"{", b'{"schema_version": 4, "devices": {}}', b"\xff\xfe"])
+@pytest.mark.parametrize("content", [None, b"{", b'{"schema_version": 5, "devices": {}}', b"\xff\xfe"])
 def test_lenient_loading_logs_one_warning_and_returns_an_empty_table(tmp_path, caplog, content):
     path = tmp_path / "lut.json"
     if content is not None:
@@ -298,7 +298,7 @@ def test_canonical_layout_puts_one_config_per_line():
     assert ('              {"block_m": 64, "block_n": 128, "block_k": 64, "num_stages": 5, '
             '"num_warps": 8, "group_m": 8},\n') in text
     assert text.endswith("}\n") and not text.endswith("\n\n")
-    assert dump_lut(empty_lut()) == '{\n  "schema_version": 3,\n  "devices": {}\n}\n'
+    assert dump_lut(empty_lut()) == '{\n  "schema_version": 4,\n  "devices": {}\n}\n'
 
 
 # -- migrations ----------------------------------------------------------------------------------

@@ -30,11 +30,11 @@ def test_a_v1_file_migrates_to_the_same_table_in_the_current_version():
     v1 = (DATA / "lut_v1.json").read_text()
     assert json.loads(v1)["schema_version"] == 1
     lut = parse_lut(v1)
-    assert lut.schema_version == SCHEMA_VERSION == 3
-    for version in (2, 3):
+    assert lut.schema_version == SCHEMA_VERSION == 4
+    for version in (2, 3, 4):
         assert parse_lut(json.dumps(json.loads(v1) | {"schema_version": version})) == lut
     assert all(row.entry.pin is None and row.entry.configs for row in lut.entries())
-    assert json.loads(dump_lut(lut))["schema_version"] == 3
+    assert json.loads(dump_lut(lut))["schema_version"] == 4
 
 
 def test_pinned_entries_round_trip_and_answer_lookups():

@@ -150,7 +150,8 @@ def _reference_lookup(lut: KernelLUT, problem: Problem, device: str) -> tuple[li
                == (device, problem.op, problem.dtype, problem.n)
                and row.entry.m_bounds[0] <= problem.m <= row.entry.m_bounds[1]
                and row.entry.k_bounds[0] <= problem.k <= row.entry.k_bounds[1]
-               and row.entry.batch_key in (None, problem.batch)]
+               and row.entry.batch_key in (None, problem.batch)
+               and row.entry.layout in (None, problem.layout)]
     assert len(matches) <= 1, "validation must have rejected overlapping entries"
     spec = KNOWN_DEVICES[device]
     entry = matches[0] if matches else None
@@ -202,12 +203,14 @@ def _size_around(draw: st.DrawFn, low: int, high: int) -> int | SizeRange:
 @given(luts(min_tables=1), st.data())
 def test_an_added_entry_is_rejected_exactly_when_it_overlaps_one(lut: KernelLUT, data: st.DataObject) -> None:
     # The new entry sits on, around or beside a drawn entry, in m and in k (each exact or a range),
-    # so both outcomes are frequent; entries_meet is the overlap rule written out independently.
+    # in its layout, another or none, so both outcomes are frequent; entries_meet is the overlap
+    # rule written out independently.
     rows = list(lut.entries())
     assume(rows)
     row = rows[data.draw(st.integers(0, len(rows) - 1))]
     fields = dict(m=data.draw(_size_around(*row.entry.m_bounds)), n=row.entry.n,
-                  k=data.draw(_size_around(*row.entry.k_bounds)), pin="aten")
+                  k=data.draw(_size_around(*row.entry.k_bounds)), pin="aten",
+                  layout=data.draw(st.sampled_from((None, row.entry.layout, "nn", "tn"))))
     if isinstance(row.entry, BatchedLUTEntry):
         new: LUTEntry = BatchedLUTEntry(batch=data.draw(st.sampled_from((None, row.entry.batch_key, 3))),
                                         **fields)
@@ -218,8 +221,9 @@ def test_an_added_entry_is_rejected_exactly_when_it_overlaps_one(lut: KernelLUT,
     if any(entries_meet(new, entry) for entry in table):
         with pytest.raises(LUTError, match="overlap") as info:
             KernelLUT.from_rows(added)
-        assert f"({new.describe_key()})" in str(info.value)  # the message names the new entry
+        # The message names the new entry ("any layout" where the other entry names one).
+        assert any(f"({new.describe_key(any_layout=named)})" in str(info.value) for named in (False, True))
     else:  # accepted, and found at a corner of its key
         corner = Problem(new.m_bounds[0], new.n, new.k_bounds[1], row.dtype, batch=new.batch_key or 1,
-                         op=row.op)
+                         op=row.op, layout=new.layout or "tt")
         assert KernelLUT.from_rows(added).match(corner, row.device) == new

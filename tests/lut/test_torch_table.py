@@ -139,11 +139,33 @@ def _strip_notes(table: KernelLUT) -> KernelLUT:
                                for row in table.entries())
 
 
+def _with_layouts(table: KernelLUT, layouts: str) -> KernelLUT:
+    return KernelLUT.from_rows(row._replace(entry=row.entry.model_copy(update={"layout": layout}))
+                               for row, layout in zip(table.entries(), layouts))
+
+
 def test_round_trip_through_the_torch_format():
-    original = all_ops_lut()
-    for device_name in (None, "NVIDIA H100 80GB HBM3"):
-        exported = json.loads(json.dumps(to_inductor_table(original, device_name)))
-        assert _strip_notes(from_inductor_table(exported, "h100")) == original
+    # A layout-less entry is exported under row-major keys, and read back as the "nn" entry it is
+    # in torch's table; entries with a layout come back as they were.
+    for original in (all_ops_lut(), _with_layouts(all_ops_lut(), ("tn", "nt", "nn", "tt", "nt"))):
+        for device_name in (None, "NVIDIA H100 80GB HBM3"):
+            exported = json.loads(json.dumps(to_inductor_table(original, device_name)))
+            assert _strip_notes(from_inductor_table(exported, "h100")) == _with_layouts(
+                original, [row.entry.layout or "nn" for row in original.entries()])
+
+
+def test_layouts_export_under_the_strides_inductor_sees():
+    torch = pytest.importorskip("torch")
+    x, w = torch.empty(560, 3420, dtype=torch.bfloat16), torch.empty(1280, 3420, dtype=torch.bfloat16)
+    gy = torch.empty(560, 1280, dtype=torch.bfloat16)
+
+    def key(a, b) -> str:  # noqa: ANN001 -- str() of Inductor's (dtype, shape, stride) node tuples
+        return str(tuple((t.dtype, list(t.shape), list(t.stride())) for t in (a, b))) + "+mm"
+
+    rows = [LUTRow("h100", "mm", "bfloat16", LUTEntry(m=560, n=1280, k=3420, layout="nt", pin="aten")),
+            LUTRow("h100", "mm", "bfloat16", LUTEntry(m=1280, n=3420, k=560, layout="tn", pin="aten"))]
+    table = to_inductor_table(KernelLUT.from_rows(rows))
+    assert set(table) == {key(x, w.t()), key(gy.t(), x)}  # forward x @ W.t(), grad weight grad_y.t() @ x
 
 
 def test_import_skips_what_a_lut_cannot_express(caplog):
@@ -153,7 +175,8 @@ def test_import_skips_what_a_lut_cannot_express(caplog):
         SEED_KEY: [triton, {"template_id": "aten::mm"}, {"template_id": "decompose_k", "k_split": 4},
                    {"template_id": "triton::mm", "BLOCK_M": 64}],
         "NVIDIA A100-SXM4-80GB+" + SEED_KEY: [triton],
-        "((torch.bfloat16, [560, 3420], [1, 560]), (torch.bfloat16, [3420, 1280], [1280, 1]))+mm": [triton],
+        # A padded leading dimension: neither row-major nor an exact transposed view.
+        "((torch.bfloat16, [560, 3420], [1, 576]), (torch.bfloat16, [3420, 1280], [1280, 1]))+mm": [triton],
         "((torch.int8, [8, 8], [8, 1]), (torch.int8, [8, 8], [8, 1]))+mm": [triton],
         "((torch.bfloat16, [8, 8], [8, 1]), (torch.bfloat16, [8, 8], [8, 1]))+int_mm": [triton],
     }
@@ -165,7 +188,7 @@ def test_import_skips_what_a_lut_cannot_express(caplog):
     assert rows[0].entry.configs == [cfg(64, 64, 32, 3, 4)]
     text = "\n".join(r.getMessage() for r in caplog.records)
     assert "decompose_k" in text and "BLOCK_N" in text and "not h100" in text
-    assert "contiguous row-major" in text and "int8" in text and "int_mm" in text
+    assert "only row-major operands and transposed views" in text and "int8" in text and "int_mm" in text
     assert "aten::mm" not in text
 
 

@@ -11,7 +11,7 @@ import torch
 from kernel_select.configs import GemmConfig
 from kernel_select.device import get_device
 from kernel_select.errors import KernelSelectError
-from kernel_select.lut import ATEN, load_lut
+from kernel_select.lut import ATEN, KernelLUT, load_lut
 from kernel_select.offline.serving import pretune
 from kernel_select.problem import Problem
 from kernel_select.select import spread_ms
@@ -119,8 +119,9 @@ def test_a_run_writes_pins_with_ranges_and_resumes(tmp_path: Path):
     summary = pretune.pretune(sites, out=out, device=H100, model=FakeModel(), k=2, points=3,
                               benchmark=fake_benchmark, progress=False)
     lut = load_lut(out)
-    forward = Problem(2048, 1280, 3420, "bfloat16")
+    forward = Problem(2048, 1280, 3420, "bfloat16", layout="nt")
     assert isinstance(lut.pinned(forward, "h100"), GemmConfig)
+    assert lut.match(Problem(2048, 1280, 3420, "bfloat16", layout="nn"), "h100") is None  # for "nt" only
     assert lut.match(forward, "h100").m_bounds == (560, 8192)
     assert "kernel-select pretune" in lut.match(forward, "h100").note
     # The weight gradient: ONE entry over the K range, its choice the best geometric mean over the
@@ -131,6 +132,7 @@ def test_a_run_writes_pins_with_ranges_and_resumes(tmp_path: Path):
     for k in (560, 1000, 2048, 2143, 8192):  # every compile's hint, not only the buckets
         assert lut.match(Problem(1280, 3420, k, "bfloat16"), "h100") == weight_gradient
     assert lut.match(Problem(1280, 3420, 8193, "bfloat16"), "h100") is None
+    assert weight_gradient.layout == "nn"  # written, not left out: a layout-less entry serves every layout
     assert lut.pinned(Problem(1280, 3420, 1024, "bfloat16"), "h100") == ATEN
     assert summary["entries"] == 2 and len(calls) == 6
     assert [site["pin"] for site in summary["sites"]][1] == ATEN
@@ -217,3 +219,39 @@ def test_the_serving_harness_shapes_file_loads_for_bench_with_its_layouts(tmp_pa
 def _write(path: Path, value: object) -> Path:
     path.write_text(json.dumps(value))
     return path
+
+
+def _serving_bench_sites(tmp_path: Path) -> list[pretune.Site]:
+    from kernel_select.offline.serving import serving_bench
+
+    return pretune.load_shapes(_write(tmp_path / "shapes.json", serving_bench.shapes()))
+
+
+def _fastest_first(problem: Problem, configs: list[GemmConfig], device,  # noqa: ANN001
+                   layout: str) -> dict[str, float]:
+    """A stand-in for the GPU benchmark: the model's first candidate is the fastest."""
+    return {**{c.short(): 1.0 + i * 0.1 for i, c in enumerate(configs)}, ATEN: 1.05}
+
+
+def test_the_serving_bench_shapes_pretune_into_a_lut_that_validates(tmp_path: Path):
+    # The user's Linear(3420 -> 1280) step: its input gradient (L x 3420 x 1280, "nn") and weight
+    # gradient (1280 x 3420 x L, "tn") are the same GEMM at L = 1280 apart from the layout, which
+    # a LUT keyed on (m, n, k) alone refused as overlapping entries.
+    from kernel_select.cli.main import main
+
+    out = tmp_path / "serving.json"
+    pretune.pretune(_serving_bench_sites(tmp_path), out=out, device=H100, model=FakeModel(), k=2, points=3,
+                    benchmark=_fastest_first, progress=False)
+    assert main(["lut", "validate", str(out)]) == 0
+    lut = load_lut(out)
+    assert {row.entry.layout for row in lut.entries()} == {"nt", "nn", "tn"}
+    grad_input, grad_weight = (lut.match(Problem(1280, 3420, 1280, layout=layout), "h100")
+                               for layout in ("nn", "tn"))
+    assert grad_input.m_bounds == (560, 8192) and grad_input.k_bounds == (1280, 1280)
+    assert grad_weight.m_bounds == (1280, 1280) and grad_weight.k_bounds == (560, 8192)
+    assert lut.match(Problem(1280, 3420, 1280, layout="nt"), "h100") is None  # the step has no such GEMM
+    # Without layouts the same entries are the overlap pretune failed on.
+    rows = [row._replace(entry=row.entry.model_copy(update={"layout": None})) for row in lut.entries()]
+    with pytest.raises(KernelSelectError, match=r"\(m=1280 n=3420 k=560\.\.8192\) and \[2\] "
+                                                r"\(m=560\.\.8192 n=3420 k=1280\) overlap"):
+        KernelLUT.from_rows(rows)

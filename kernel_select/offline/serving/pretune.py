@@ -20,7 +20,14 @@ Steps, each its own function so all but the benchmark run (and are tested) on th
    off, through a temporary LUT and `kernel_select.inductor.record`;
 5. choose: the choice with the smallest geometric mean over the buckets of time / best time;
 6. write: one pinned entry per GEMM, with an m range or a k range over the dynamic size (the
-   range the GEMM serves, wider than the buckets) and a note with the measured figures.
+   range the GEMM serves, wider than the buckets), the GEMM's operand layout and a note with the
+   measured figures.
+
+Every entry names its layout, "nn" too: an entry without one serves every layout, and one step's
+GEMMs may share (m, n, k) apart from the layout (nn.Linear(3420 -> 1280): the input gradient
+L x 3420 x 1280 "nn" and the weight gradient 1280 x 3420 x L "tn" meet at L = 1280), so a
+layout-less "nn" entry would overlap them and the LUT would be refused. The pin was measured in
+its layout only, too, so it claims no other.
 
 Measurements are kept in `<out>.progress.json` as they arrive, so an interrupted run resumes.
 """
@@ -211,7 +218,8 @@ def choose(per_bucket: dict[int, Timings]) -> tuple[str, float, dict[int, float]
 
 def pinned_rows(site: Site, label: str, configs: Sequence[GemmConfig], geomean: float,
                 ratios: dict[int, float], device: DeviceSpec) -> LUTRow:
-    """The pinned LUT row for `site`: its dynamic size (m or k) as a range over low..high."""
+    """The pinned LUT row for `site`: its dynamic size (m or k) as a range over low..high, in the
+    site's operand layout (written for "nn" too, see the module doc)."""
     pin: GemmConfig | str = ATEN if label == ATEN else next(c for c in configs if c.short() == label)
     problem = site.problem
     m: int | SizeRange = SizeRange(min=site.low, max=site.high) if site.dynamic == "m" else problem.m
@@ -220,7 +228,7 @@ def pinned_rows(site: Site, label: str, configs: Sequence[GemmConfig], geomean: 
     note = (f"kernel-select pretune: {label}, {geomean:.3f}x the per-bucket best on average, "
             f"{worst:.3f}x at worst, over {'/'.join(str(b) for b in sorted(ratios))} "
             f"({len(configs)} Triton + aten timed)")
-    fields: dict[str, Any] = {"m": m, "n": problem.n, "k": k, "pin": pin, "note": note}
+    fields: dict[str, Any] = {"m": m, "n": problem.n, "k": k, "layout": site.layout, "pin": pin, "note": note}
     if problem.op in ("bmm", "baddbmm"):
         entry: LUTEntry = BatchedLUTEntry(batch=problem.batch, **fields)
     else:

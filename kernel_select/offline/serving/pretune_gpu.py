@@ -3,6 +3,7 @@ static problem, caches off. Everything else in pretune is pure and runs on the C
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from pathlib import Path
 
@@ -24,6 +25,8 @@ def benchmark_problem(problem: Problem, configs: list[GemmConfig], device: Devic
     adds itself (their timings are dropped: a LUT cannot name them). Shape padding is off: a
     static compile may pad K (3420 -> 3424) before the GEMM is lowered, so the problem Inductor
     benchmarks would not be the one pinned, while the dynamic graphs pins serve are never padded.
+    The temporary entry names no layout: it is the compile's only GEMM, and an entry for every
+    layout still matches should the handler fail to prove the operands' layout from their strides.
     """
     import torch
     import torch._inductor.config
@@ -47,7 +50,8 @@ def benchmark_problem(problem: Problem, configs: list[GemmConfig], device: Devic
             torch.cuda.synchronize()
     timings: Timings = {}
     for item in recording.feedback:
-        if item.problem == problem:
+        # The recorded problem carries the layout its strides prove; `problem` may say "nn".
+        if dataclasses.replace(item.problem, layout=problem.layout) == problem:
             for t in item.timings:
                 label = label_of(t.kind, t.config)
                 if label is not None:
