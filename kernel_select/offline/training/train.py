@@ -218,9 +218,9 @@ def auto_hyperparameters(auto: dict[str, Any]) -> dict[str, Any]:
 
 def _fit_aten_head(rows: pd.DataFrame, aten: pd.Series, spec: DeviceSpec, seed: int,
                    metrics: dict[str, Any]) -> AtenHead | None:
-    """The cuBLAS time head on the same "nn" problems (it has no layout input), or None (noted in
-    `metrics`) without enough cuBLAS rows."""
-    problems = aten_problems(dataset.modelled_layout_rows(rows, "cuBLAS time head"), aten)
+    """The cuBLAS time head on the same problems (layouts included), or None (noted in `metrics`)
+    without enough cuBLAS rows."""
+    problems = aten_problems(rows, aten)
     try:
         head = fit_aten(problems[problems["split"] == "train"], problems[problems["split"] == "val"], spec,
                         seed=seed)
@@ -263,8 +263,8 @@ def _check_options(hparams: MLPHParams, objective: str, feature_version: int, ca
 
 def train_gate(frame: pd.DataFrame, spec: DeviceSpec, out_dir: str | Path, *, seed: int = 0,
                data_path: Path | None = None) -> CublasGate:
-    """Fit the cuBLAS gate on the dataset's train/val problems of `spec` and save it to `out_dir`."""
-    frame = dataset.modelled_layout_rows(frame, "cuBLAS gate")
+    """Fit the cuBLAS gate on the dataset's train/val problems of `spec` (every layout in `frame`: the
+    gate reads the layout) and save it to `out_dir`."""
     on_device = frame["device_name"].map(lambda name: _device_key(name) == spec.key)
     masks = splits.split_masks(frame)
     trainable = masks["train"] | masks["val"]  # never the frozen test or family problems

@@ -60,8 +60,8 @@ def cap_rows_per_problem(rows: pd.DataFrame, cap: int, seed: int) -> np.ndarray:
 
 
 def aten_problems(rows: pd.DataFrame, aten: pd.Series) -> pd.DataFrame:
-    """One row per problem of `rows` that has a cuBLAS time: m, n, k, dtype, split, aten_ms."""
-    problems = rows.groupby("problem_id", sort=True)[["m", "n", "k", "dtype", "split"]].first()
+    """One row per problem of `rows` that has a cuBLAS time: m, n, k, dtype, split, layout, aten_ms."""
+    problems = rows.groupby("problem_id", sort=True)[["m", "n", "k", "dtype", "split", "layout"]].first()
     problems["aten_ms"] = aten.reindex(problems.index)
     return problems[np.isfinite(problems["aten_ms"]) & (problems["aten_ms"] > 0)]
 
