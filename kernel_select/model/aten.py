@@ -74,7 +74,8 @@ class AtenHead(ProblemNetCheckpoint):
 
 
 def problem_features(table: Any, device: DeviceSpec) -> np.ndarray:
-    """Head features of a frame with m, n, k, dtype and (else all "nn") layout columns, one row per problem."""
+    """Head features of a frame with m, n, k, dtype and (else all "nn") layout columns, one row per
+    problem."""
     return table_features(table, device)
 
 

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from kernel_select.configs import GemmConfig
-from kernel_select.device import DeviceSpec, get_device
+from kernel_select.device import DeviceSpec
 from kernel_select.layouts import DEFAULT_LAYOUT, a_transposed, b_transposed, check_layout
 from kernel_select.model import features as v1
 from kernel_select.model import features_v3 as v3
@@ -83,7 +83,8 @@ def featurize_frame(df: pd.DataFrame, device: DeviceSpec | str) -> np.ndarray:
     b_t = (layouts.str[1] == "t").to_numpy(np.float64)
     dtype_bytes = df["dtype"].map(lambda d: DTYPE_BYTES[dtype_name(d)]).to_numpy(np.float64)
     cols = (df[c].to_numpy(np.float64) for c in ("m", "n", "k"))
-    config = (df[c].to_numpy(np.float64) for c in ("block_m", "block_n", "block_k", "num_stages", "num_warps"))
+    config = (df[c].to_numpy(np.float64)
+              for c in ("block_m", "block_n", "block_k", "num_stages", "num_warps"))
     extra = _extra(*cols, a_t, b_t, dtype_bytes, *config)
     return np.concatenate([base, extra], axis=1)
 

@@ -65,7 +65,8 @@ GATE_MARGINS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3)
 DEFAULT_ARCHITECTURE = Architecture(inputs=len(GATE_FEATURE_NAMES), hidden_widths=[32, 32], activation="silu")
 
 
-def gate_features(m: Any, n: Any, k: Any, dtype_bytes: Any, device: DeviceSpec, layout: Any = None) -> np.ndarray:
+def gate_features(m: Any, n: Any, k: Any, dtype_bytes: Any, device: DeviceSpec,
+                  layout: Any = None) -> np.ndarray:
     """Problem-level features, one row per problem (arguments are scalars or 1-D arrays): version 2
     with `layout` (one for all problems, or one each), version 1 without."""
     m, n, k, db = (np.atleast_1d(np.asarray(x, dtype=np.float64)) for x in (m, n, k, dtype_bytes))
@@ -87,7 +88,8 @@ def table_features(table: Any, device: DeviceSpec) -> np.ndarray:
                          table["dtype"].map(lambda d: DTYPE_BYTES[dtype_name(d)]), device, layout)
 
 
-def _size_features(m: np.ndarray, n: np.ndarray, k: np.ndarray, db: np.ndarray, device: DeviceSpec) -> np.ndarray:
+def _size_features(m: np.ndarray, n: np.ndarray, k: np.ndarray, db: np.ndarray,
+                   device: DeviceSpec) -> np.ndarray:
     flops = 2.0 * m * n * k
     nbytes = (m * k + k * n + m * n) * db
     peak = np.where(db == 2, device.peak_flops("bfloat16"), device.peak_flops("float32"))
@@ -202,7 +204,8 @@ def fit_gate(df: Any, device: DeviceSpec | str, *, seed: int = 0, epochs: int = 
         raise ModelError(f"cuBLAS gate: need >= 10 train and >= 5 validation problems with a cuBLAS row, "
                          f"got {len(train)} and {len(val)}")
 
-    fitted = fit_problem_net(table_features(train, spec), train["log_ratio"].to_numpy(), table_features(val, spec),
+    fitted = fit_problem_net(table_features(train, spec), train["log_ratio"].to_numpy(),
+                             table_features(val, spec),
                              val["log_ratio"].to_numpy(), DEFAULT_ARCHITECTURE, seed=seed, epochs=epochs,
                              check_every=check_every)
     net, mean, std, best_rmse, best_epoch = (fitted.net, fitted.mean, fitted.std, fitted.val_rmse,

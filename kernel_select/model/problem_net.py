@@ -50,7 +50,8 @@ class ProblemNetCheckpoint:
 
         if not problems:
             return np.zeros(0)
-        layout = [p.layout for p in problems] if self.card.feature_version >= 2 else None  # v1: no layout input
+        # gate features v1 have no layout input
+        layout = [p.layout for p in problems] if self.card.feature_version >= 2 else None
         x = gate_features([p.m for p in problems], [p.n for p in problems], [p.k for p in problems],
                           [DTYPE_BYTES[dtype_name(p.dtype)] for p in problems], self.device, layout)
         with torch.inference_mode():

@@ -30,9 +30,10 @@ def test_v3_is_a_prefix_and_the_frame_path_equals_the_config_path():
                    for p, c in zip(problems, configs)]
     for p, c, x in zip(problems, configs, per_problem):
         assert x.shape == (len(c), len(v4.FEATURE_NAMES)) and x.dtype == np.float32 and np.isfinite(x).all()
-        np.testing.assert_array_equal(x[:, :len(v3.FEATURE_NAMES)], v3.featurize(p.m, p.n, p.k, p.dtype, c, "h100"))
-    frame = pd.DataFrame([{"m": p.m, "n": p.n, "k": p.k, "dtype": p.dtype, "layout": p.layout, **cfg.model_dump()}
-                          for p, c in zip(problems, configs) for cfg in c])
+        v3_part = v3.featurize(p.m, p.n, p.k, p.dtype, c, "h100")
+        np.testing.assert_array_equal(x[:, :len(v3.FEATURE_NAMES)], v3_part)
+    frame = pd.DataFrame([{"m": p.m, "n": p.n, "k": p.k, "dtype": p.dtype, "layout": p.layout,
+                           **cfg.model_dump()} for p, c in zip(problems, configs) for cfg in c])
     np.testing.assert_array_equal(v4.featurize_frame(frame, "h100"), np.concatenate(per_problem))
 
 
@@ -40,8 +41,9 @@ def test_nn_layout_columns_repeat_what_v3_sees():
     # "nn": A is read along K, B along N, exactly v3's per-operand alignment and loads
     for m, n, k in ((512, 512, 512), (512, 511, 512), (512, 512, 511), (17, 96, 4095)):
         assert _value("a_transposed", m, n, k, "nn") == 0 and _value("b_transposed", m, n, k, "nn") == 0
-        assert _value("log2_a_contig_align_bytes", m, n, k, "nn") == _value("log2_k_align_bytes", m, n, k, "nn")
-        assert _value("log2_b_contig_align_bytes", m, n, k, "nn") == _value("log2_n_align_bytes", m, n, k, "nn")
+        for layout_name, v3_name in (("log2_a_contig_align_bytes", "log2_k_align_bytes"),
+                                     ("log2_b_contig_align_bytes", "log2_n_align_bytes")):
+            assert _value(layout_name, m, n, k, "nn") == _value(v3_name, m, n, k, "nn")
         assert _value("log_a_layout_loads_per_thread_step", m, n, k, "nn") == pytest.approx(
             _value("log_a_loads_per_thread_step", m, n, k, "nn"))
 

@@ -42,7 +42,8 @@ def gate(frame):
 
 
 def test_features_are_finite_for_extreme_problems():
-    x = gate_features([1, 16384, 7], [16, 32768, 3420], [16, 32768, 28672], [2, 4, 2], H100, ["nn", "nt", "tn"])
+    x = gate_features([1, 16384, 7], [16, 32768, 3420], [16, 32768, 28672], [2, 4, 2], H100,
+                      ["nn", "nt", "tn"])
     assert x.shape == (3, len(GATE_FEATURE_NAMES)) and np.all(np.isfinite(x))
 
 
@@ -63,8 +64,9 @@ def test_a_version_1_gate_still_loads_and_scores_every_layout_as_nn(tmp_path):
 
     arch = DEFAULT_ARCHITECTURE.model_copy(update={"inputs": len(GATE_V1_FEATURE_NAMES)})
     names = list(GATE_V1_FEATURE_NAMES)
-    card = ModelCard(model="cublas_gate", device="h100", architecture=arch, feature_version=1, feature_names=names,
-                     feature_mean=[0.0] * len(names), feature_std=[1.0] * len(names), dtypes=["bfloat16"])
+    card = ModelCard(model="cublas_gate", device="h100", architecture=arch, feature_version=1,
+                     feature_names=names, feature_mean=[0.0] * len(names), feature_std=[1.0] * len(names),
+                     dtypes=["bfloat16"])
     CublasGate(H100, build_body(arch), card).save(tmp_path)
     assert json.loads((tmp_path / "cublas_gate.json").read_text())["feature_version"] == 1
     gate = CublasGate.load(tmp_path, H100)

@@ -182,7 +182,8 @@ def test_an_averaged_model_predicts_the_mean_log_ms_of_its_members(tmp_path):
 
     model = untrained_mlp(feature_version=3, members=2)
     assert isinstance(model.net, AveragedRuntimeNet) and model.card.architecture.members == 2
-    x = torch.from_numpy(((model.features(SEED, CONFIGS, model.device) - model._mean) * model._inv_std).astype(np.float32))
+    x = model.features(SEED, CONFIGS, model.device)
+    x = torch.from_numpy(((x - model._mean) * model._inv_std).astype(np.float32))
     with torch.inference_mode():
         members = [m(x).numpy() for m in model.net.members]
     assert all(isinstance(m, RuntimeNet) for m in model.net.members)

@@ -234,7 +234,8 @@ def test_evaluation_scores_the_layouts_a_model_reads_and_reports_each():
     report = evaluate("synthetic.parquet", "test", [v3, v4], device=H100, frame=mixed)
     assert report["problems"] == 6
     for method in ("mlp_v3", "mlp_v4"):
-        assert {k: v["problems"] for k, v in report["methods"][method]["layouts"].items()} == {"nn": 3, "nt": 3}
+        per_layout = report["methods"][method]["layouts"]
+        assert {k: v["problems"] for k, v in per_layout.items()} == {"nn": 3, "nt": 3}
     # the v3 model's top-k stays its "nn" figure; the v4 model's covers both layouts
     nn_alone = evaluate("synthetic.parquet", "test", [v3], device=H100, frame=nn_only)["methods"]["mlp_v3"]
     v3_report = report["methods"]["mlp_v3"]

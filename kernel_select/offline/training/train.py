@@ -218,8 +218,7 @@ def auto_hyperparameters(auto: dict[str, Any]) -> dict[str, Any]:
 
 def _fit_aten_head(rows: pd.DataFrame, aten: pd.Series, spec: DeviceSpec, seed: int,
                    metrics: dict[str, Any]) -> AtenHead | None:
-    """The cuBLAS time head on the same problems (layouts included), or None (noted in `metrics`)
-    without enough cuBLAS rows."""
+    """The cuBLAS time head on the same problems, or None (noted in `metrics`) without enough cuBLAS rows."""
     problems = aten_problems(rows, aten)
     try:
         head = fit_aten(problems[problems["split"] == "train"], problems[problems["split"] == "val"], spec,
@@ -263,8 +262,7 @@ def _check_options(hparams: MLPHParams, objective: str, feature_version: int, ca
 
 def train_gate(frame: pd.DataFrame, spec: DeviceSpec, out_dir: str | Path, *, seed: int = 0,
                data_path: Path | None = None) -> CublasGate:
-    """Fit the cuBLAS gate on the dataset's train/val problems of `spec` (every layout in `frame`: the
-    gate reads the layout) and save it to `out_dir`."""
+    """Fit the cuBLAS gate on the train/val problems of `spec` (every layout in `frame`), save it to `out_dir`."""
     on_device = frame["device_name"].map(lambda name: _device_key(name) == spec.key)
     masks = splits.split_masks(frame)
     trainable = masks["train"] | masks["val"]  # never the frozen test or family problems
@@ -277,9 +275,8 @@ def train_gate(frame: pd.DataFrame, spec: DeviceSpec, out_dir: str | Path, *, se
     return gate
 
 
-def _training_rows(df: pd.DataFrame, spec: DeviceSpec, paths: Sequence[Path], cap: int,
-                   seed: int, layouts: Sequence[str] = dataset.MODELLED_LAYOUTS,
-                   ) -> tuple[pd.DataFrame, pd.Series]:
+def _training_rows(df: pd.DataFrame, spec: DeviceSpec, paths: Sequence[Path], cap: int, seed: int,
+                   layouts: Sequence[str] = dataset.MODELLED_LAYOUTS) -> tuple[pd.DataFrame, pd.Series]:
     """Capped Triton rows of the trainable problems (never `test` or `family`), and cuBLAS ms per problem."""
     on_device = df["device_name"].map(lambda name: _device_key(name) == spec.key)
     if not on_device.all():

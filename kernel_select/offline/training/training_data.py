@@ -2,9 +2,9 @@
 
 One recipe for the shipped model, the model selection and the ensemble: the Triton rows that ran
 (single GEMMs, the device's own, in the operand layouts the feature version can tell apart: "nn"
-only before version 4, every layout from version 4 on), of the trainable problems only (the hash split's train and val problems minus the frozen
-`family` holdout, see splits.py), at most `cap` configs per problem so that millions of rows
-train in minutes on a laptop-class CPU.
+only before version 4, every layout from version 4 on), of the trainable problems only (the hash
+split's train and val problems minus the frozen `family` holdout, see splits.py), at most `cap`
+configs per problem so that millions of rows train in minutes on a laptop-class CPU.
 """
 
 from __future__ import annotations
