@@ -262,7 +262,7 @@ def _check_options(hparams: MLPHParams, objective: str, feature_version: int, ca
 
 def train_gate(frame: pd.DataFrame, spec: DeviceSpec, out_dir: str | Path, *, seed: int = 0,
                data_path: Path | None = None) -> CublasGate:
-    """Fit the cuBLAS gate on the train/val problems of `spec` (every layout in `frame`), save it to `out_dir`."""
+    """Fit the cuBLAS gate on the train/val problems of `spec` (all layouts of `frame`); save to `out_dir`."""
     on_device = frame["device_name"].map(lambda name: _device_key(name) == spec.key)
     masks = splits.split_masks(frame)
     trainable = masks["train"] | masks["val"]  # never the frozen test or family problems
