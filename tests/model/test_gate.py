@@ -122,8 +122,10 @@ def test_shipped_gate_reproduces_its_validation_figures():
     """The card's numbers are what the shipped weights do on the dataset's validation problems."""
     shipped = load_default_gate("h100")
     assert shipped is not None
-    # trained on both H100 files, validated on their val problems outside the frozen family holdout
-    frame = read_many([REPO / "data" / "h100.parquet", REPO / "data" / "h100_coverage.parquet"])
+    # trained on the three H100 files (every layout), validated on their val problems outside the
+    # frozen family holdout
+    frame = read_many([REPO / "data" / name for name in ("h100.parquet", "h100_coverage.parquet",
+                                                         "h100_layers.parquet")])
     table = problem_ratios(frame[split_masks(frame)["val"]])
     recomputed = gate_metrics(shipped, table)
     card = shipped.card.metrics["validation"]
