@@ -111,8 +111,7 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
         data_path: one dataset file, several, or glob patterns (read as one, see dataset.read_many).
         objective: "mse", "rank", or "both" (train each, keep the better on validation).
         epochs: overrides `hparams.epochs`.
-        feature_version: 1 to 4 (`mlp.FEATURE_SETS`); from 4 on the model reads the operand layout
-            and trains on every layout in the data, before that on "nn" rows only.
+        feature_version: 1 to 4 (`mlp.FEATURE_SETS`); 4 reads the layout and trains on every layout.
         cap: configs per problem (every contender within 1.5x of the oracle, then a sample).
     Raises:
         DatasetError: a file is unreadable, or a split has no usable rows for `device`.
@@ -124,19 +123,17 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
     if epochs is not None:
         hparams = dataclasses.replace(hparams, epochs=epochs)
     _check_options(hparams, objective, feature_version, cap)
-    objectives = list(OBJECTIVES) if objective == "both" else [objective]
 
     paths = dataset.expand_paths(data_path)
-    layouts = layouts_for(feature_version)
-    frame = dataset.modelled_layout_rows(dataset.read_many(paths), layouts=layouts)
-    rows, aten = _training_rows(frame, spec, paths, cap, seed, layouts)
+    frame = dataset.modelled_layout_rows(dataset.read_many(paths), layouts=layouts_for(feature_version))
+    rows, aten = _training_rows(frame, spec, paths, cap, seed, layouts_for(feature_version))
     names = FEATURE_SETS[feature_version][0]
     standardized, mean, std = _standardize(FEATURE_FRAMES[feature_version](rows, spec),
                                            (rows["split"] == "train").to_numpy())
     splits_ = {name: _make_split(rows, standardized, name) for name in ("train", "val")}
 
     runs: dict[str, tuple[RuntimeNet, dict[str, Any]]] = {}
-    for name in objectives:
+    for name in (list(OBJECTIVES) if objective == "both" else [objective]):
         runs[name] = _fit(name, splits_["train"], splits_["val"], hparams, seed, progress)
     best = max(runs, key=lambda name: runs[name][1]["selection_score"])
     net, member_metrics = _train_members(runs[best][0], best, splits_, hparams, seed, progress)
@@ -145,8 +142,7 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
     metrics: dict[str, Any] = {"selected_objective": best, "val": {name: m for name, (_, m) in runs.items()},
                                "auto_topk_val": auto, **member_metrics}
     head = _fit_aten_head(rows, aten, spec, seed, metrics)
-    metrics["cublas_gate"] = _train_gate_or_remove(frame, spec, out_dir, seed, paths)
-    gate = CublasGate.load(out_dir, spec) if (Path(out_dir) / GATE_FILE).exists() else None
+    metrics["cublas_gate"], gate = _train_gate_or_remove(frame, spec, out_dir, seed, paths)
     metrics["cublas_by_layout"] = cublas_errors_by_layout(frame, head, gate)
     metrics["train_seconds"] = round(time.perf_counter() - started, 1)
     card = ModelCard(
@@ -232,17 +228,18 @@ def _fit_aten_head(rows: pd.DataFrame, aten: pd.Series, spec: DeviceSpec, seed: 
 
 
 def _train_gate_or_remove(frame: pd.DataFrame, spec: DeviceSpec, out_dir: str | Path, seed: int,
-                          paths: Sequence[Path]) -> dict[str, Any]:
+                          paths: Sequence[Path]) -> tuple[dict[str, Any], CublasGate | None]:
+    """The gate's validation figures and the gate, or why none was trained and None."""
     try:
         gate = train_gate(frame, spec, out_dir, seed=seed, data_path=paths[0] if len(paths) == 1 else None)
-        return gate.card.metrics["validation"]
+        return gate.card.metrics["validation"], gate
     except ModelError as exc:  # too few problems with a cuBLAS row: the MLP is still worth keeping
         stale = Path(out_dir) / GATE_FILE
         removed = f"; removed the old {stale}" if stale.exists() else ""
         log.warning("no cuBLAS gate trained (%s)%s", exc, removed)
         stale.unlink(missing_ok=True)
         stale.with_suffix(".json").unlink(missing_ok=True)
-        return {"skipped": str(exc)}
+        return {"skipped": str(exc)}, None
 
 
 def _check_options(hparams: MLPHParams, objective: str, feature_version: int, cap: int) -> None:
