@@ -33,8 +33,9 @@ def register_train(sub: Subparsers) -> None:
     p.add_argument("--method", choices=("mlp", "ensemble"), default="mlp",
                    help="mlp: the MLP and the cuBLAS gate; ensemble: MLP + LightGBM shortlist ensemble "
                         "trained without the frozen test and family splits (default: %(default)s)")
-    p.add_argument("--features", type=int, choices=(1, 2, 3), default=None,
-                   help="feature version of the MLP (default: the training default, 3)")
+    p.add_argument("--features", type=int, choices=(1, 2, 3, 4), default=None,
+                   help="feature version of the MLP; 4 reads the operand layout and trains on every layout "
+                        "in the data (default: the training default, 4)")
     p.add_argument("--members", type=int_at_least(1), default=None,
                    help="MLPs trained from seeds seed, seed+1, ... whose log-ms predictions the model "
                         "averages (default: the training default, 2)")

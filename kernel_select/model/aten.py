@@ -21,9 +21,9 @@ import numpy as np
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import ModelError
 from kernel_select.model.card import Architecture, ModelCard, training_versions, utc_now
-from kernel_select.model.gate import GATE_FEATURE_NAMES, GATE_FEATURE_VERSION, gate_features, verdict
+from kernel_select.model.gate import GATE_FEATURE_NAMES, GATE_FEATURE_VERSION, table_features, verdict
 from kernel_select.model.problem_net import ProblemNetCheckpoint, fit_problem_net
-from kernel_select.problem import DTYPE_BYTES, Problem, dtype_name
+from kernel_select.problem import Problem, dtype_name
 
 STEM = "aten"
 ATEN_FILE = f"{STEM}.pt"
@@ -74,9 +74,9 @@ class AtenHead(ProblemNetCheckpoint):
 
 
 def problem_features(table: Any, device: DeviceSpec) -> np.ndarray:
-    """Head features of a frame with m, n, k and dtype columns, one row per problem."""
-    return gate_features(table["m"], table["n"], table["k"],
-                         table["dtype"].map(lambda d: DTYPE_BYTES[dtype_name(d)]), device)
+    """Head features of a frame with m, n, k, dtype and (else all "nn") layout columns, one row per
+    problem."""
+    return table_features(table, device)
 
 
 def fit_aten(train: Any, val: Any, device: DeviceSpec | str, *, seed: int = 0,

@@ -30,6 +30,7 @@ import numpy as np
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import ModelError
 from kernel_select.model.card import Architecture, ModelCard, training_versions, utc_now
+from kernel_select.layouts import DEFAULT_LAYOUT, check_layout
 from kernel_select.model.features import log2_alignment
 from kernel_select.model.problem_net import ProblemNetCheckpoint, fit_problem_net
 from kernel_select.problem import DTYPE_BYTES, Problem, dtype_name
@@ -39,12 +40,19 @@ log = logging.getLogger(__name__)
 STEM = "cublas_gate"
 GATE_FILE = f"{STEM}.pt"
 GATE_CARD_FILE = f"{STEM}.json"
-GATE_FEATURE_VERSION = 1
-GATE_FEATURE_NAMES: tuple[str, ...] = (
+#: Version 2 adds the operand layout: cuBLAS picks other kernels for "nt" and "tn", and the Triton
+#: oracle moves with the alignment of each operand's contiguous dimension (features_v4.py).
+GATE_FEATURE_VERSION = 2
+GATE_V1_FEATURE_NAMES: tuple[str, ...] = (
     "log_m", "log_n", "log_k", "log_dtype_bytes", "log_gflop", "log_gb", "log_flops_per_byte",
     "log2_m_align", "log2_n_align", "log2_k_align", "log_roofline_compute_ms", "log_roofline_memory_ms",
     "log_waves_128x128", "tile_eff_m_128", "tile_eff_n_128", "log_min_mn", "log_k_over_max_mn",
 )
+GATE_FEATURE_NAMES: tuple[str, ...] = GATE_V1_FEATURE_NAMES + (
+    "a_transposed", "b_transposed", "log2_a_contig_align", "log2_b_contig_align",
+)
+#: version -> feature names: a version-1 card (no layout input) still loads and scores every layout as "nn".
+GATE_FEATURE_SETS: dict[int, tuple[str, ...]] = {1: GATE_V1_FEATURE_NAMES, 2: GATE_FEATURE_NAMES}
 #: Default margin (the `cublas_margin` knob's default): skip Triton when cuBLAS is predicted >= 15%
 #: faster. The rule: the smallest margin of GATE_MARGINS at which no validation problem is gated
 #: while a Triton config beats cuBLAS. For the shipped H100 gate (187 validation problems) that is
@@ -64,9 +72,31 @@ GATE_MARGINS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3)
 DEFAULT_ARCHITECTURE = Architecture(inputs=len(GATE_FEATURE_NAMES), hidden_widths=[32, 32], activation="silu")
 
 
-def gate_features(m: Any, n: Any, k: Any, dtype_bytes: Any, device: DeviceSpec) -> np.ndarray:
-    """Problem-level features, one row per problem (arguments are scalars or 1-D arrays)."""
+def gate_features(m: Any, n: Any, k: Any, dtype_bytes: Any, device: DeviceSpec,
+                  layout: Any = None) -> np.ndarray:
+    """Problem-level features, one row per problem (arguments are scalars or 1-D arrays): version 2
+    with `layout` (one for all problems, or one each), version 1 without."""
     m, n, k, db = (np.atleast_1d(np.asarray(x, dtype=np.float64)) for x in (m, n, k, dtype_bytes))
+    base = _size_features(m, n, k, db, device)
+    if layout is None:
+        return base
+    layouts = np.broadcast_to(np.asarray(layout, dtype=object), m.shape)
+    a_t = np.array([check_layout(str(x))[0] == "t" for x in layouts], dtype=np.float64).reshape(m.shape)
+    b_t = np.array([str(x)[1] == "t" for x in layouts], dtype=np.float64).reshape(m.shape)
+    # each operand's contiguous dimension (its leading stride): K or M for A, N or K for B
+    columns = (a_t, b_t, log2_alignment(np.where(a_t == 1, m, k)), log2_alignment(np.where(b_t == 1, k, n)))
+    return np.concatenate([base, np.stack(columns, axis=1).astype(np.float32)], axis=1)
+
+
+def table_features(table: Any, device: DeviceSpec) -> np.ndarray:
+    """Version-2 features of a frame with m, n, k, dtype and (else all "nn") layout columns."""
+    layout = table["layout"].astype(str).to_numpy() if "layout" in table.columns else DEFAULT_LAYOUT
+    return gate_features(table["m"], table["n"], table["k"],
+                         table["dtype"].map(lambda d: DTYPE_BYTES[dtype_name(d)]), device, layout)
+
+
+def _size_features(m: np.ndarray, n: np.ndarray, k: np.ndarray, db: np.ndarray,
+                   device: DeviceSpec) -> np.ndarray:
     flops = 2.0 * m * n * k
     nbytes = (m * k + k * n + m * n) * db
     peak = np.where(db == 2, device.peak_flops("bfloat16"), device.peak_flops("float32"))
@@ -153,7 +183,7 @@ def load_default_gate(device: DeviceSpec | str | None = None) -> CublasGate | No
 # -- training ------------------------------------------------------------------------------------
 
 def problem_ratios(df: Any) -> Any:
-    """Per problem of a dataset frame: m, n, k, dtype, split and log(cuBLAS ms / Triton oracle ms).
+    """Per problem of a dataset frame: m, n, k, dtype, split, layout and log(cuBLAS ms / Triton oracle ms).
 
     Problems without a finite cuBLAS row or without a finite Triton row are left out.
     """
@@ -162,7 +192,7 @@ def problem_ratios(df: Any) -> Any:
     finite = df[np.isfinite(df["runtime_ms"]) & (df["runtime_ms"] > 0)]
     aten = finite[finite["backend"] == "aten"].groupby("problem_id")["runtime_ms"].min()
     triton = finite[finite["backend"] == "triton"].groupby("problem_id")["runtime_ms"].min()
-    meta = df.groupby("problem_id")[["m", "n", "k", "dtype", "split"]].first()
+    meta = df.groupby("problem_id")[["m", "n", "k", "dtype", "split", "layout"]].first()
     both = pd.concat({"aten": aten, "triton": triton}, axis=1, join="inner")
     out = meta.join(both, how="inner")
     out["log_ratio"] = np.log(out["aten"] / out["triton"])
@@ -170,9 +200,10 @@ def problem_ratios(df: Any) -> Any:
 
 
 def problems_of(table: Any) -> list[Problem]:
-    """The Problems of a frame with m, n, k and dtype columns, in row order."""
-    return [Problem(int(m), int(n), int(k), str(d))
-            for m, n, k, d in table[["m", "n", "k", "dtype"]].itertuples(index=False, name=None)]
+    """The Problems of a frame with m, n, k, dtype and (else all "nn") layout columns, in row order."""
+    columns = table.reindex(columns=["m", "n", "k", "dtype", "layout"], fill_value=DEFAULT_LAYOUT)
+    return [Problem(int(m), int(n), int(k), str(d), layout=str(layout))
+            for m, n, k, d, layout in columns.itertuples(index=False, name=None)]
 
 
 def fit_gate(df: Any, device: DeviceSpec | str, *, seed: int = 0, epochs: int = 1500,
@@ -186,11 +217,8 @@ def fit_gate(df: Any, device: DeviceSpec | str, *, seed: int = 0, epochs: int = 
         raise ModelError(f"cuBLAS gate: need >= 10 train and >= 5 validation problems with a cuBLAS row, "
                          f"got {len(train)} and {len(val)}")
 
-    def features(frame: Any) -> np.ndarray:
-        return gate_features(frame["m"], frame["n"], frame["k"],
-                             frame["dtype"].map(lambda d: DTYPE_BYTES[dtype_name(d)]), spec)
-
-    fitted = fit_problem_net(features(train), train["log_ratio"].to_numpy(), features(val),
+    fitted = fit_problem_net(table_features(train, spec), train["log_ratio"].to_numpy(),
+                             table_features(val, spec),
                              val["log_ratio"].to_numpy(), DEFAULT_ARCHITECTURE, seed=seed, epochs=epochs,
                              check_every=check_every)
     net, mean, std, best_rmse, best_epoch = (fitted.net, fitted.mean, fitted.std, fitted.val_rmse,

@@ -41,7 +41,7 @@ from kernel_select.model.card import (
     retrain_hint,
     save_checkpoint,
 )
-from kernel_select.model import features, features_v2, features_v3
+from kernel_select.model import features, features_v2, features_v3, features_v4
 from kernel_select.model.auto_topk import SPREAD_TOP, auto_k_from_gap, spread_k
 from kernel_select.model.features import FEATURE_NAMES, FEATURE_VERSION
 from kernel_select.problem import Problem
@@ -62,7 +62,10 @@ FEATURE_SETS = {
     FEATURE_VERSION: (FEATURE_NAMES, features.featurize),
     features_v2.FEATURE_VERSION: (features_v2.FEATURE_NAMES, features_v2.featurize),
     features_v3.FEATURE_VERSION: (features_v3.FEATURE_NAMES, features_v3.featurize),
+    features_v4.FEATURE_VERSION: (features_v4.FEATURE_NAMES, features_v4.featurize),
 }
+#: Feature versions whose featurize reads the problem's operand layout (a `layout=` argument).
+LAYOUT_AWARE_VERSIONS = frozenset({features_v4.FEATURE_VERSION})
 #: `topk="auto"` without a gap in the card: k = the configs predicted within 5% of the best.
 DEFAULT_AUTO_GAP = 0.05
 
@@ -132,6 +135,7 @@ class MLPModel(PerformanceModel):
         self.card = card
         self.aten = aten  # the cuBLAS time head shipped with this MLP, if any
         self._featurize = FEATURE_SETS[card.feature_version][1]
+        self._reads_layout = card.feature_version in LAYOUT_AWARE_VERSIONS
         self._mean = np.asarray(card.feature_mean, dtype=np.float32)
         self._inv_std = (1.0 / np.asarray(card.feature_std, dtype=np.float64)).astype(np.float32)
         self._digest: str | None = None
@@ -142,7 +146,7 @@ class MLPModel(PerformanceModel):
             raise UnsupportedProblemError(
                 f"mlp model for {device.key}: trained on {self.card.dtypes}, not {dtype}; "
                 f"collect {dtype} data and retrain, or use the analytical model")
-        x = self._featurize(problem.m, problem.n, problem.k, dtype, configs, device)
+        x = self.features(problem, configs, device)
         x -= self._mean
         x *= self._inv_std
         with torch.inference_mode():
@@ -150,6 +154,14 @@ class MLPModel(PerformanceModel):
         runtime_ms = np.exp(log_ms.numpy().astype(np.float64))
         # The MLP is trained on single GEMMs: batch elements are more CTAs of the same kernel.
         return runtime_ms * problem.batch if problem.batch != 1 else runtime_ms
+
+    def features(self, problem: Problem, configs: Sequence[GemmConfig], device: DeviceSpec) -> np.ndarray:
+        """The card's feature version of `configs` for `problem` (unstandardized); versions before 4
+        have no layout input and score every layout as "nn"."""
+        if self._reads_layout:
+            return self._featurize(problem.m, problem.n, problem.k, problem.dtype, configs, device,
+                                   layout=problem.layout)
+        return self._featurize(problem.m, problem.n, problem.k, problem.dtype, configs, device)
 
     def estimate_aten(self, problem: Problem) -> float | None:
         """Predicted cuBLAS (ATen mm) ms, in the units of `estimate`; None without a head or for
@@ -183,7 +195,7 @@ class MLPModel(PerformanceModel):
             return 0.0
         best = np.argsort(np.asarray(runtime_ms), kind="stable")[:SPREAD_TOP]
         chosen = [configs[i] for i in best]
-        x = self._featurize(problem.m, problem.n, problem.k, problem.dtype, chosen, self.device)
+        x = self.features(problem, chosen, self.device)
         x = (x - self._mean) * self._inv_std
         with torch.inference_mode():
             members = self.net.member_outputs(torch.from_numpy(x.astype(np.float32))).numpy()

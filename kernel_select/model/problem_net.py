@@ -50,8 +50,10 @@ class ProblemNetCheckpoint:
 
         if not problems:
             return np.zeros(0)
+        # gate features v1 have no layout input
+        layout = [p.layout for p in problems] if self.card.feature_version >= 2 else None
         x = gate_features([p.m for p in problems], [p.n for p in problems], [p.k for p in problems],
-                          [DTYPE_BYTES[dtype_name(p.dtype)] for p in problems], self.device)
+                          [DTYPE_BYTES[dtype_name(p.dtype)] for p in problems], self.device, layout)
         with torch.inference_mode():
             out = self.net(torch.from_numpy((x - self.mean) / self.std)).squeeze(1).double().numpy()
         if not np.all(np.isfinite(out)):
@@ -66,16 +68,29 @@ class ProblemNetCheckpoint:
     def load(cls, model_dir: str | Path, device: DeviceSpec | str, *,
              allow_same_architecture: bool = False) -> Any:
         """Raises ModelError naming the file when it is missing, unreadable or for another device."""
-        from kernel_select.model.gate import GATE_FEATURE_NAMES, GATE_FEATURE_VERSION
+        from kernel_select.model.gate import GATE_FEATURE_SETS
 
         spec = get_device(device)
         model_dir = Path(model_dir)
+        version = _card_feature_version(model_dir / f"{cls.STEM}.json", retrain_hint(model_dir, spec.key))
         state, card = load_checkpoint(model_dir, cls.STEM, spec, model=cls.STEM,
-                                      feature_version=GATE_FEATURE_VERSION, feature_names=GATE_FEATURE_NAMES,
+                                      feature_version=version, feature_names=GATE_FEATURE_SETS[version],
                                       allow_same_architecture=allow_same_architecture)
         net = load_state(build_body(card.architecture), state, model_dir / f"{cls.STEM}.pt", card,
                          retrain_hint(model_dir, spec.key))
         return cls(spec, net, card)
+
+
+def _card_feature_version(card_path: Path, hint: str) -> int:
+    """The card's gate feature version where this code computes it, else the current one (which
+    the checkpoint check then refuses with the retrain hint; a missing card is reported there too)."""
+    from kernel_select.model.card import read_card
+    from kernel_select.model.gate import GATE_FEATURE_SETS, GATE_FEATURE_VERSION
+
+    if not card_path.is_file():
+        return GATE_FEATURE_VERSION
+    version = read_card(card_path, hint).feature_version
+    return version if version in GATE_FEATURE_SETS else GATE_FEATURE_VERSION
 
 
 @dataclass

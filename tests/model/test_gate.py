@@ -8,9 +8,11 @@ import numpy as np
 import pytest
 
 from kernel_select.model.gate import (
+    DEFAULT_ARCHITECTURE,
     SMALL_GEMM_MS,
     GateDecision,
     GATE_FEATURE_NAMES,
+    GATE_V1_FEATURE_NAMES,
     GATE_FILE,
     CublasGate,
     fit_gate,
@@ -23,6 +25,7 @@ from kernel_select.offline.data.dataset import read_many
 from kernel_select.offline.data.splits import split_masks
 from kernel_select.device import get_device
 from kernel_select.errors import ModelError
+from kernel_select.model.card import ModelCard
 from kernel_select.problem import Problem
 from tests.synthetic import synthetic_frame
 
@@ -41,8 +44,36 @@ def gate(frame):
 
 
 def test_features_are_finite_for_extreme_problems():
-    x = gate_features([1, 16384, 7], [16, 32768, 3420], [16, 32768, 28672], [2, 4, 2], H100)
+    x = gate_features([1, 16384, 7], [16, 32768, 3420], [16, 32768, 28672], [2, 4, 2], H100,
+                      ["nn", "nt", "tn"])
     assert x.shape == (3, len(GATE_FEATURE_NAMES)) and np.all(np.isfinite(x))
+
+
+def test_version_2_features_read_each_operands_contiguous_dimension():
+    x = gate_features([511, 511], [512, 512], [512, 512], [2, 2], H100, ["nn", "tn"])
+    names = list(GATE_FEATURE_NAMES)
+    assert x[0, names.index("a_transposed")] == 0 and x[1, names.index("a_transposed")] == 1
+    # "nn": A is aligned by K (512); "tn": by M (511, odd)
+    assert x[0, names.index("log2_a_contig_align")] > 0 and x[1, names.index("log2_a_contig_align")] == 0
+    np.testing.assert_array_equal(x[:, :len(GATE_V1_FEATURE_NAMES)],
+                                  gate_features([511, 511], [512, 512], [512, 512], [2, 2], H100))
+
+
+def test_a_version_1_gate_still_loads_and_scores_every_layout_as_nn(tmp_path):
+    import json
+
+    from kernel_select.model.card import build_body
+
+    arch = DEFAULT_ARCHITECTURE.model_copy(update={"inputs": len(GATE_V1_FEATURE_NAMES)})
+    names = list(GATE_V1_FEATURE_NAMES)
+    card = ModelCard(model="cublas_gate", device="h100", architecture=arch, feature_version=1,
+                     feature_names=names, feature_mean=[0.0] * len(names), feature_std=[1.0] * len(names),
+                     dtypes=["bfloat16"])
+    CublasGate(H100, build_body(arch), card).save(tmp_path)
+    assert json.loads((tmp_path / "cublas_gate.json").read_text())["feature_version"] == 1
+    gate = CublasGate.load(tmp_path, H100)
+    nn, nt = Problem(64, 4096, 4096, "bfloat16"), Problem(64, 4096, 4096, "bfloat16", layout="nt")
+    assert gate.predict_log_ratio([nn]) == gate.predict_log_ratio([nt])
 
 
 def test_problem_ratios_need_both_a_cublas_and_a_triton_row(frame):
@@ -110,8 +141,10 @@ def test_shipped_gate_reproduces_its_validation_figures():
     """The card's numbers are what the shipped weights do on the dataset's validation problems."""
     shipped = load_default_gate("h100")
     assert shipped is not None
-    # trained on both H100 files, validated on their val problems outside the frozen family holdout
-    frame = read_many([REPO / "data" / "h100.parquet", REPO / "data" / "h100_coverage.parquet"])
+    # trained on the three H100 files (every layout), validated on their val problems outside the
+    # frozen family holdout
+    frame = read_many([REPO / "data" / name for name in ("h100.parquet", "h100_coverage.parquet",
+                                                         "h100_layers.parquet")])
     table = problem_ratios(frame[split_masks(frame)["val"]])
     recomputed = gate_metrics(shipped, table)
     card = shipped.card.metrics["validation"]

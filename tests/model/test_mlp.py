@@ -107,6 +107,25 @@ def test_the_card_lists_the_layouts_trained_on_and_old_cards_mean_nn(tmp_path):
     assert MLPModel.load(saved, "h100").trained_layouts() == ("nn",)
 
 
+def test_a_v3_card_still_loads_and_scores_every_layout_as_nn(tmp_path):
+    untrained_mlp(feature_version=3).save(tmp_path)
+    loaded = MLPModel.load(tmp_path, "h100")
+    assert loaded.card.feature_version == 3 and loaded.trained_layouts() == ("nn",)
+    nt = Problem(SEED.m, SEED.n, SEED.k, SEED.dtype, layout="nt")
+    np.testing.assert_array_equal(loaded.estimate(nt, CONFIGS), loaded.estimate(SEED, CONFIGS))
+
+
+def test_a_v4_model_reads_the_layout_and_round_trips(tmp_path):
+    model = untrained_mlp(feature_version=4)
+    model.save(tmp_path)
+    loaded = MLPModel.load(tmp_path, "h100")
+    for layout in ("nn", "nt", "tn"):
+        problem = Problem(SEED.m, SEED.n, SEED.k, SEED.dtype, layout=layout)
+        np.testing.assert_array_equal(loaded.estimate(problem, CONFIGS), model.estimate(problem, CONFIGS))
+    nt = Problem(SEED.m, SEED.n, SEED.k, SEED.dtype, layout="nt")
+    assert not np.array_equal(model.estimate(nt, CONFIGS), model.estimate(SEED, CONFIGS))
+
+
 def test_loading_for_another_device_is_refused(tmp_path):
     with pytest.raises(ModelCardMismatchError, match="not 'h200'"):
         MLPModel.load(_saved(tmp_path), "h200")
@@ -163,8 +182,8 @@ def test_an_averaged_model_predicts_the_mean_log_ms_of_its_members(tmp_path):
 
     model = untrained_mlp(feature_version=3, members=2)
     assert isinstance(model.net, AveragedRuntimeNet) and model.card.architecture.members == 2
-    x = torch.from_numpy(((model._featurize(SEED.m, SEED.n, SEED.k, "bfloat16", CONFIGS, model.device)
-                           - model._mean) * model._inv_std).astype(np.float32))
+    x = model.features(SEED, CONFIGS, model.device)
+    x = torch.from_numpy(((x - model._mean) * model._inv_std).astype(np.float32))
     with torch.inference_mode():
         members = [m(x).numpy() for m in model.net.members]
     assert all(isinstance(m, RuntimeNet) for m in model.net.members)

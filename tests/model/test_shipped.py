@@ -109,3 +109,20 @@ def test_shipped_checkpoints_carry_their_architecture():
         card = ModelCard.model_validate_json((SHIPPED_H100 / f"{stem}.json").read_text())
         assert card.model == stem and card.device == "h100" and card.architecture.activation == activation
         assert card.architecture.inputs == len(card.feature_names) == len(card.feature_mean)
+
+
+def test_the_shipped_model_ranks_one_size_differently_per_layout():
+    """Features v4 read the layout: GPT-2's LM head (x @ W.t(), "nt") and the same sizes in the
+    other layouts get different orders, while a v3-style model would score all three alike."""
+    import numpy as np
+
+    from kernel_select.problem import Problem
+    from kernel_select.space import for_problem
+
+    model = MLPModel.load(models_dir() / "h100", "h100")
+    assert model.card.feature_version == 4 and model.trained_layouts() == ("nn", "nt", "tn")
+    configs = for_problem(Problem(1024, 50257, 768, "bfloat16"), "h100")
+    firsts = {layout: tuple(np.argsort(model.estimate(Problem(1024, 50257, 768, "bfloat16", layout=layout),
+                                                      configs), kind="stable")[:4])
+              for layout in ("nn", "nt", "tn")}
+    assert len(set(firsts.values())) == 3

@@ -23,7 +23,7 @@ from kernel_select.offline.harness.bench_plan import compile_key, inductor_hint,
 from kernel_select.offline.harness.timer import operands
 from kernel_select.offline.training.training_data import prepare_rows
 from kernel_select.problem import Problem
-from tests.synthetic import synthetic_frame
+from tests.synthetic import synthetic_frame, untrained_mlp
 
 H100 = get_device("h100")
 CONFIG = GemmConfig(block_m=64, block_n=128, block_k=64, num_stages=3, num_warps=4)
@@ -209,7 +209,7 @@ def test_training_rows_leave_other_layouts_out_and_say_so(caplog):
     assert set(rows["layout"]) == {"nn"} and not aten.index.str.endswith("/nt").any()
     left_out = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
     assert left_out == [f"training and evaluation: left out {len(other)} rows (4 problems) in layouts nt; "
-                        "the model has no layout feature yet and uses nn rows only"]
+                        "using nn rows only"]
 
 
 def test_evaluation_scores_nn_rows_only():
@@ -221,6 +221,26 @@ def test_evaluation_scores_nn_rows_only():
             for frame in (nn_only, mixed)]
     assert both[0]["problems"] == both[1]["problems"] == 3 and both[0]["rows"] == both[1]["rows"]
     assert both[0]["methods"]["analytical"] == both[1]["methods"]["analytical"]
+
+
+def test_evaluation_scores_the_layouts_a_model_reads_and_reports_each():
+    from kernel_select.offline.training.evaluate import evaluate
+
+    nn_only = synthetic_frame({"test": 3}, configs_per_problem=20)
+    mixed, _ = _with_a_transposed_copy(nn_only)
+    v3, v4 = untrained_mlp(feature_version=3), untrained_mlp(feature_version=4)
+    v4.card = v4.card.model_copy(update={"layouts": ["nn", "nt"]})
+    v3.name, v4.name = "mlp_v3", "mlp_v4"
+    report = evaluate("synthetic.parquet", "test", [v3, v4], device=H100, frame=mixed)
+    assert report["problems"] == 6
+    for method in ("mlp_v3", "mlp_v4"):
+        per_layout = report["methods"][method]["layouts"]
+        assert {k: v["problems"] for k, v in per_layout.items()} == {"nn": 3, "nt": 3}
+    # the v3 model's top-k stays its "nn" figure; the v4 model's covers both layouts
+    nn_alone = evaluate("synthetic.parquet", "test", [v3], device=H100, frame=nn_only)["methods"]["mlp_v3"]
+    v3_report = report["methods"]["mlp_v3"]
+    assert v3_report["topk"] == nn_alone["topk"] == v3_report["layouts"]["nn"]["topk"]
+    assert report["methods"]["mlp_v4"]["topk_layouts"] == ["nn", "nt"]
 
 
 def test_the_layout_filter_keeps_a_frame_of_nn_rows_as_it_is():

@@ -12,7 +12,7 @@ import torch
 from kernel_select.offline.data import dataset, splits
 from kernel_select.cli import main
 from kernel_select.errors import DatasetError, OptionError
-from kernel_select.model.features_v3 import FEATURE_VERSION
+from kernel_select.model.features_v4 import FEATURE_VERSION
 from kernel_select.model.mlp import CARD_FILE, MLPModel
 from kernel_select.offline.training.train import MLPHParams, _make_split, _training_rows, train, validate
 from tests.synthetic import synthetic_frame
@@ -42,7 +42,7 @@ def test_both_objectives_are_compared_and_the_better_is_kept(trained):
 
 def test_the_kept_model_is_better_than_its_initialization(data, trained):
     rows, _ = _training_rows(dataset.read(data), trained.model.device, [data], 384, 0)
-    from kernel_select.model.features_v3 import featurize_frame
+    from kernel_select.model.features_v4 import featurize_frame
 
     mean = np.asarray(trained.model.card.feature_mean)
     std = np.asarray(trained.model.card.feature_std)

@@ -66,7 +66,7 @@ CONFIG_COLUMNS = ("block_m", "block_n", "block_k", "num_stages", "num_warps", "g
 STATUSES = ("ok", "capped", "out_of_resources", "compile_error", "runtime_error", "incorrect")
 SPLITS = ("train", "val", "test")
 PASSES = ("coverage", "active")
-#: Layouts the learned model trains and is evaluated on (it has no layout feature yet).
+#: Layouts a model without a layout input (features before version 4) trains and is evaluated on.
 MODELLED_LAYOUTS = (DEFAULT_LAYOUT,)
 
 log = logging.getLogger(__name__)
@@ -119,17 +119,18 @@ def conform(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def modelled_layout_rows(frame: pd.DataFrame, purpose: str = "training and evaluation") -> pd.DataFrame:
-    """The rows in MODELLED_LAYOUTS. The model has no layout feature yet, so rows of other layouts
-    (the same sizes, other runtimes) would silently mix into its targets and oracles; how many are
-    left out is logged."""
-    keep = frame["layout"].isin(MODELLED_LAYOUTS)
+def modelled_layout_rows(frame: pd.DataFrame, purpose: str = "training and evaluation",
+                         layouts: Sequence[str] = MODELLED_LAYOUTS) -> pd.DataFrame:
+    """The rows in `layouts` (default MODELLED_LAYOUTS, for a model without a layout input: rows of
+    other layouts have the same sizes and other runtimes, and would silently mix into its targets
+    and oracles); how many are left out is logged."""
+    keep = frame["layout"].isin(list(layouts))
     if keep.all():
         return frame
     others = frame[~keep]
-    log.info("%s: left out %d rows (%d problems) in layouts %s; the model has no layout feature yet "
-             "and uses %s rows only", purpose, len(others), others["problem_id"].nunique(),
-             ", ".join(sorted(others["layout"].astype(str).unique())), " / ".join(MODELLED_LAYOUTS))
+    log.info("%s: left out %d rows (%d problems) in layouts %s; using %s rows only", purpose, len(others),
+             others["problem_id"].nunique(), ", ".join(sorted(others["layout"].astype(str).unique())),
+             " / ".join(layouts))
     return frame[keep].reset_index(drop=True)
 
 

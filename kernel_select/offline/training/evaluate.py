@@ -5,8 +5,12 @@ For each problem of a split:
   score(k)    = oracle_ms / (fastest measured runtime among the method's k best-ranked configs)
 A method ranks the problem's successfully measured configs (the pruned exhaustive space); the
 score is 1.0 when the oracle config is among its top-k. Reported per method: the geometric mean
-of score(k) over problems for k = 1, 2, 4, 8, 16. Only "nn" rows are scored
-(`dataset.MODELLED_LAYOUTS`: the model has no layout feature yet).
+of score(k) over problems for k = 1, 2, 4, 8, 16.
+
+Layouts: the rows scored are those in the operand layouts the evaluated models were trained on
+(the union of their cards' `layouts`; "nn" alone, `dataset.MODELLED_LAYOUTS`, when none names
+any). A model's `topk` covers the problems in its own trained layouts, so a model without a
+layout input keeps its "nn" figures; `layouts` gives its top-k per layout of every problem scored.
 
 Baselines on the same problems: the analytical model, random k (mean over seeds), Inductor's
 DEFAULT list (best of its measured configs; its k is its size), nvMatmulHeuristics' Triton target
@@ -29,6 +33,7 @@ from kernel_select.offline.training import model_extras
 from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import DatasetError, KernelSelectError
+from kernel_select.layouts import DEFAULT_LAYOUT
 from kernel_select.model import PerformanceModel, get_model
 from kernel_select.offline.metrics import (  # noqa: F401 - re-exported for callers
     DEFAULT_KS,
@@ -72,15 +77,17 @@ def evaluate(data_path: str | Path | Sequence[str | Path], split: str = "test",
     skipped with the reason, not raised. `frame`: the dataset, already read from `data_path`.
     """
     frame = dataset.read_many(data_path) if frame is None else frame
-    df = splits.split_rows(dataset.modelled_layout_rows(frame, "evaluation"), split)
+    frame = splits.split_rows(frame, split)
+    spec = get_device(device) if device is not None else _dataset_device(frame, data_path)
+    resolved = _resolve_models(models, spec)
+    df = dataset.modelled_layout_rows(frame, "evaluation", evaluated_layouts(resolved.values()))
     rows = usable_triton_rows(df).sort_values(["problem_id", *_CONFIG_COLS], kind="stable")
     if rows.empty:
         raise DatasetError(f"{data_path}: no usable Triton rows in split {split!r}")
-    spec = get_device(device) if device is not None else _dataset_device(rows, data_path)
     rows = rows.reset_index(drop=True)
     groups, problem_ids = pd.factorize(rows["problem_id"], sort=True)
     runtime = rows["runtime_ms"].to_numpy(np.float64)
-    problems = rows.groupby("problem_id", sort=True)[["m", "n", "k", "dtype"]].first()
+    problems = rows.groupby("problem_id", sort=True)[["m", "n", "k", "dtype", "layout"]].first()
     cases = problem_cases(rows, problems)
 
     report: dict[str, Any] = {
@@ -91,16 +98,18 @@ def evaluate(data_path: str | Path | Sequence[str | Path], split: str = "test",
     default_best = _default_best(rows, problems, groups, runtime, spec, default_torch_version)
     aten = _aten_ms(df).reindex(problem_ids).to_numpy(np.float64)
     topk_best: dict[str, np.ndarray] = {}  # model name -> best measured ms in its top-k, per problem
-    for entry in models:
-        name = entry if isinstance(entry, str) else entry.name
+    for name, model in resolved.items():
         try:
-            model = get_model(entry, spec) if isinstance(entry, str) else entry
+            if isinstance(model, str):  # the reason it could not be loaded
+                raise KernelSelectError(model)
             predicted = predict_cases(model, cases)
         except (KernelSelectError, ImportError) as exc:
             log.warning("evaluate: skipping model %s: %s", name, exc)
             methods[name] = {"skipped": str(exc)}
             continue
         methods[name] = _model_report(name, model, groups, problem_ids, rows, predicted, runtime, ks)
+        methods[name].update(layout_report(model, problems["layout"].to_numpy(), groups, predicted, runtime,
+                                           ks))
         topk_best[name] = best_in_top_k(groups, predicted, runtime, ks)
         methods[name].update(_model_extras(model, cases, problems, groups, predicted, runtime, aten,
                                            topk_best[name], default_best, ks))
@@ -111,6 +120,43 @@ def evaluate(data_path: str | Path | Sequence[str | Path], split: str = "test",
     report["with_cublas"] = _with_cublas_report(df, split, problem_ids, groups, runtime, topk_best,
                                                 default_best, spec, ks)
     return report
+
+
+def _resolve_models(models: Sequence[str | PerformanceModel], spec: DeviceSpec,
+                    ) -> dict[str, PerformanceModel | str]:
+    """name -> the model, or the reason it cannot be loaded (reported as skipped, not raised)."""
+    resolved: dict[str, PerformanceModel | str] = {}
+    for entry in models:
+        name = entry if isinstance(entry, str) else entry.name
+        try:
+            resolved[name] = get_model(entry, spec) if isinstance(entry, str) else entry
+        except (KernelSelectError, ImportError) as exc:
+            resolved[name] = str(exc)
+    return resolved
+
+
+def evaluated_layouts(models: Sequence[PerformanceModel | str]) -> tuple[str, ...]:
+    """The layouts the models' cards name (those not loaded are strings, and count for none), or
+    `dataset.MODELLED_LAYOUTS` when none names any."""
+    named = {layout for model in models if not isinstance(model, str)
+             for layout in (model.trained_layouts() or ())}
+    return tuple(sorted(named)) or dataset.MODELLED_LAYOUTS
+
+
+def layout_report(model: PerformanceModel, layouts: np.ndarray, groups: np.ndarray, predicted: np.ndarray,
+                  runtime: np.ndarray, ks: Sequence[int]) -> dict[str, Any]:
+    """The model's `topk` over the problems in its trained layouts (all for a model without any),
+    and `layouts`: {layout: {problems, topk}} for every layout scored."""
+    per_problem = topk_scores(groups, predicted, runtime, ks)
+    trained = model.trained_layouts()
+    own = np.isin(layouts, list(trained)) if trained else np.ones(len(layouts), dtype=bool)
+    by_layout = {str(layout): {"problems": int((layouts == layout).sum()),
+                               "topk": topk_dict(per_problem[layouts == layout], ks)}
+                 for layout in sorted(set(layouts.tolist()))}
+    out: dict[str, Any] = {"layouts": by_layout, "topk_layouts": sorted(trained) if trained else None}
+    if own.any():
+        out["topk"] = topk_dict(per_problem[own], ks)
+    return out
 
 
 def _model_extras(model: PerformanceModel, cases: Sequence[tuple[Problem, list[GemmConfig]]],
@@ -134,10 +180,13 @@ def _model_extras(model: PerformanceModel, cases: Sequence[tuple[Problem, list[G
 
 
 def problem_cases(rows: pd.DataFrame, problems: pd.DataFrame) -> list[tuple[Problem, list[GemmConfig]]]:
-    """Each problem with its configs, in `problems` order (rows are sorted by problem the same way)."""
+    """Each problem with its configs, in `problems` order (rows are sorted by problem the same way);
+    problems without a `layout` column are "nn"."""
+    columns = problems.reindex(columns=["m", "n", "k", "dtype", "layout"], fill_value=DEFAULT_LAYOUT)
     bounds = np.r_[0, np.cumsum(rows.groupby("problem_id", sort=True).size().to_numpy())]
-    return [(Problem(int(m), int(n), int(k), str(dtype)), configs_of(rows.iloc[bounds[i]:bounds[i + 1]]))
-            for i, (m, n, k, dtype) in enumerate(problems.itertuples(index=False, name=None))]
+    return [(Problem(int(m), int(n), int(k), str(dtype), layout=str(layout)),
+             configs_of(rows.iloc[bounds[i]:bounds[i + 1]]))
+            for i, (m, n, k, dtype, layout) in enumerate(columns.itertuples(index=False, name=None))]
 
 
 def _names(data_path: str | Path | Sequence[str | Path]) -> str:
@@ -153,7 +202,6 @@ def evaluate_splits(data_path: str | Path | Sequence[str | Path],
     from kernel_select.model import load_default
 
     frame = dataset.read_many(data_path) if frame is None else frame
-    frame = dataset.modelled_layout_rows(frame, "evaluation")
     spec = get_device(device) if device is not None else _dataset_device(frame, data_path)
     reports: dict[str, Any] = {}
     for name in splits.EVAL_SPLITS:
@@ -236,7 +284,8 @@ def _default_best(rows: pd.DataFrame, problems: pd.DataFrame, groups: np.ndarray
 
     measured = measured_lookup(groups, rows[_CONFIG_COLS].itertuples(index=False, name=None), runtime)
     best, sizes, found = [], [], []
-    for i, (m, n, k, dtype) in enumerate(problems.itertuples(index=False, name=None)):
+    sizes_dtypes = problems[["m", "n", "k", "dtype"]].itertuples(index=False, name=None)
+    for i, (m, n, k, dtype) in enumerate(sizes_dtypes):
         default = for_problem(Problem(int(m), int(n), int(k), str(dtype)), spec, "default", torch_version)
         hits = [measured[(i, c.key)] for c in default if (i, c.key) in measured]
         sizes.append(len(default))

@@ -38,12 +38,14 @@ def alignment_class(values: np.ndarray) -> np.ndarray:
 
 
 def strata_labels(problems: pd.DataFrame) -> dict[str, np.ndarray]:
-    """Per problem (rows of `problems`: m, n, k, dtype): its dtype, M bucket, N and K alignment class."""
+    """Per problem (rows of `problems`: m, n, k, dtype, maybe layout): its dtype, M bucket, N and K
+    alignment class, and its operand layout where `problems` has one."""
     m = problems["m"].to_numpy()
     bucket = np.select([m <= edge for edge, _ in M_BUCKETS], [name for _, name in M_BUCKETS], default="")
     return {"dtype": problems["dtype"].astype(str).to_numpy(), "m": bucket,
             "n_align": alignment_class(problems["n"].to_numpy()),
-            "k_align": alignment_class(problems["k"].to_numpy())}
+            "k_align": alignment_class(problems["k"].to_numpy()),
+            **({"layout": problems["layout"].astype(str).to_numpy()} if "layout" in problems else {})}
 
 
 def strata_report(per_problem: np.ndarray, default_ratio: np.ndarray, labels: dict[str, np.ndarray],

@@ -31,7 +31,7 @@ import torch
 from tqdm.auto import tqdm
 
 from kernel_select.offline.data import dataset, splits
-from kernel_select.model import features, features_v2, features_v3
+from kernel_select.model import features, features_v2, features_v3, features_v4
 from kernel_select.model.aten import AtenHead, fit_aten
 from kernel_select.model.gate import GATE_FILE, CublasGate, fit_gate
 from kernel_select.device import DeviceSpec, get_device
@@ -42,8 +42,9 @@ from kernel_select.model.mlp import (
     FEATURE_SETS, AveragedRuntimeNet, MLPModel, ModelCard, RuntimeNet, architecture,
 )
 from kernel_select.offline.training.training_data import (
-    DEFAULT_CAP, aten_problems, cap_rows_per_problem, prepare_rows, provenance,
+    DEFAULT_CAP, aten_problems, cap_rows_per_problem, layouts_for, prepare_rows, provenance,
 )
+from kernel_select.offline.training.layout_errors import cublas_errors_by_layout
 from kernel_select.offline.training.uncertainty import choose_auto_rule as uncertainty_rule
 from kernel_select.offline.training.uncertainty import members_spread
 
@@ -56,7 +57,8 @@ MAX_MEMBERS = 8  # the card's limit: each member adds its forward pass to every 
 _SELECTION_KS = (1, 2, 4, 8)  # the validation score is the mean of the geomean top-k scores at these k
 FEATURE_FRAMES = {features.FEATURE_VERSION: features.featurize_frame,
                   features_v2.FEATURE_VERSION: features_v2.featurize_frame,
-                  features_v3.FEATURE_VERSION: features_v3.featurize_frame}
+                  features_v3.FEATURE_VERSION: features_v3.featurize_frame,
+                  features_v4.FEATURE_VERSION: features_v4.featurize_frame}
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,7 @@ class _Split:
 def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, device: DeviceSpec | str,
           seed: int = 0, epochs: int | None = None, objective: str = "both",
           hparams: MLPHParams | None = None,
-          feature_version: int = features_v3.FEATURE_VERSION, cap: int = DEFAULT_CAP,
+          feature_version: int = features_v4.FEATURE_VERSION, cap: int = DEFAULT_CAP,
           progress: bool = True) -> TrainResult:
     """Fit the MLP on the trainable problems of the dataset file(s) and save it to `out_dir`,
     with the cuBLAS time head, the `topk="auto"` rule, and the cuBLAS gate.
@@ -109,7 +111,7 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
         data_path: one dataset file, several, or glob patterns (read as one, see dataset.read_many).
         objective: "mse", "rank", or "both" (train each, keep the better on validation).
         epochs: overrides `hparams.epochs`.
-        feature_version: 1, 2 or 3 (`mlp.FEATURE_SETS`).
+        feature_version: 1 to 4 (`mlp.FEATURE_SETS`); 4 reads the layout and trains on every layout.
         cap: configs per problem (every contender within 1.5x of the oracle, then a sample).
     Raises:
         DatasetError: a file is unreadable, or a split has no usable rows for `device`.
@@ -121,18 +123,17 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
     if epochs is not None:
         hparams = dataclasses.replace(hparams, epochs=epochs)
     _check_options(hparams, objective, feature_version, cap)
-    objectives = list(OBJECTIVES) if objective == "both" else [objective]
 
     paths = dataset.expand_paths(data_path)
-    frame = dataset.modelled_layout_rows(dataset.read_many(paths))
-    rows, aten = _training_rows(frame, spec, paths, cap, seed)
+    frame = dataset.modelled_layout_rows(dataset.read_many(paths), layouts=layouts_for(feature_version))
+    rows, aten = _training_rows(frame, spec, paths, cap, seed, layouts_for(feature_version))
     names = FEATURE_SETS[feature_version][0]
     standardized, mean, std = _standardize(FEATURE_FRAMES[feature_version](rows, spec),
                                            (rows["split"] == "train").to_numpy())
     splits_ = {name: _make_split(rows, standardized, name) for name in ("train", "val")}
 
     runs: dict[str, tuple[RuntimeNet, dict[str, Any]]] = {}
-    for name in objectives:
+    for name in (list(OBJECTIVES) if objective == "both" else [objective]):
         runs[name] = _fit(name, splits_["train"], splits_["val"], hparams, seed, progress)
     best = max(runs, key=lambda name: runs[name][1]["selection_score"])
     net, member_metrics = _train_members(runs[best][0], best, splits_, hparams, seed, progress)
@@ -141,13 +142,14 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
     metrics: dict[str, Any] = {"selected_objective": best, "val": {name: m for name, (_, m) in runs.items()},
                                "auto_topk_val": auto, **member_metrics}
     head = _fit_aten_head(rows, aten, spec, seed, metrics)
-    metrics["cublas_gate"] = _train_gate_or_remove(frame, spec, out_dir, seed, paths)
+    metrics["cublas_gate"], gate = _train_gate_or_remove(frame, spec, out_dir, seed, paths)
+    metrics["cublas_by_layout"] = cublas_errors_by_layout(frame, head, gate)
     metrics["train_seconds"] = round(time.perf_counter() - started, 1)
     card = ModelCard(
         model="mlp", device=spec.key, feature_version=feature_version, feature_names=list(names),
         feature_mean=mean.tolist(), feature_std=std.tolist(), kernel_overhead_ms=net.kernel_overhead_ms,
         architecture=architecture(len(names), hparams.hidden_widths, hparams.members),
-        dtypes=sorted(rows["dtype"].unique()),
+        dtypes=sorted(rows["dtype"].unique()), layouts=sorted(rows["layout"].astype(str).unique()),
         hyperparameters={**dataclasses.asdict(hparams), "seed": seed, "objective": objective,
                          "cap_rows_per_problem": cap, **auto_hyperparameters(auto)},
         data=provenance(paths, rows), metrics=metrics, trained_at=utc_now(), versions=training_versions())
@@ -226,17 +228,18 @@ def _fit_aten_head(rows: pd.DataFrame, aten: pd.Series, spec: DeviceSpec, seed: 
 
 
 def _train_gate_or_remove(frame: pd.DataFrame, spec: DeviceSpec, out_dir: str | Path, seed: int,
-                          paths: Sequence[Path]) -> dict[str, Any]:
+                          paths: Sequence[Path]) -> tuple[dict[str, Any], CublasGate | None]:
+    """The gate's validation figures and the gate, or why none was trained and None."""
     try:
         gate = train_gate(frame, spec, out_dir, seed=seed, data_path=paths[0] if len(paths) == 1 else None)
-        return gate.card.metrics["validation"]
+        return gate.card.metrics["validation"], gate
     except ModelError as exc:  # too few problems with a cuBLAS row: the MLP is still worth keeping
         stale = Path(out_dir) / GATE_FILE
         removed = f"; removed the old {stale}" if stale.exists() else ""
         log.warning("no cuBLAS gate trained (%s)%s", exc, removed)
         stale.unlink(missing_ok=True)
         stale.with_suffix(".json").unlink(missing_ok=True)
-        return {"skipped": str(exc)}
+        return {"skipped": str(exc)}, None
 
 
 def _check_options(hparams: MLPHParams, objective: str, feature_version: int, cap: int) -> None:
@@ -256,8 +259,7 @@ def _check_options(hparams: MLPHParams, objective: str, feature_version: int, ca
 
 def train_gate(frame: pd.DataFrame, spec: DeviceSpec, out_dir: str | Path, *, seed: int = 0,
                data_path: Path | None = None) -> CublasGate:
-    """Fit the cuBLAS gate on the dataset's train/val problems of `spec` and save it to `out_dir`."""
-    frame = dataset.modelled_layout_rows(frame, "cuBLAS gate")
+    """Fit the cuBLAS gate on the train/val problems of `spec` (all layouts of `frame`); save to `out_dir`."""
     on_device = frame["device_name"].map(lambda name: _device_key(name) == spec.key)
     masks = splits.split_masks(frame)
     trainable = masks["train"] | masks["val"]  # never the frozen test or family problems
@@ -270,14 +272,14 @@ def train_gate(frame: pd.DataFrame, spec: DeviceSpec, out_dir: str | Path, *, se
     return gate
 
 
-def _training_rows(df: pd.DataFrame, spec: DeviceSpec, paths: Sequence[Path], cap: int,
-                   seed: int) -> tuple[pd.DataFrame, pd.Series]:
+def _training_rows(df: pd.DataFrame, spec: DeviceSpec, paths: Sequence[Path], cap: int, seed: int,
+                   layouts: Sequence[str] = dataset.MODELLED_LAYOUTS) -> tuple[pd.DataFrame, pd.Series]:
     """Capped Triton rows of the trainable problems (never `test` or `family`), and cuBLAS ms per problem."""
     on_device = df["device_name"].map(lambda name: _device_key(name) == spec.key)
     if not on_device.all():
         log.warning("%s: ignoring %d rows measured on devices other than %s", ", ".join(map(str, paths)),
                     int((~on_device).sum()), spec.key)
-    rows, aten = prepare_rows(df[on_device], spec)
+    rows, aten = prepare_rows(df[on_device], spec, layouts)
     masks = splits.split_masks(rows)
     keep = (masks["train"] | masks["val"]) & cap_rows_per_problem(rows, cap, seed)
     rows = rows[keep].reset_index(drop=True)

@@ -1,10 +1,10 @@
 """The rows every learned model trains on, and the provenance a card records for them.
 
 One recipe for the shipped model, the model selection and the ensemble: the Triton rows that ran
-(single GEMMs, the device's own, operands in the "nn" layout: the model has no layout feature
-yet), of the trainable problems only (the hash split's train and val problems minus the frozen
-`family` holdout, see splits.py), at most `cap` configs per problem so that millions of rows
-train in minutes on a laptop-class CPU.
+(single GEMMs, the device's own, in the operand layouts the feature version can tell apart: "nn"
+only before version 4, every layout from version 4 on), of the trainable problems only (the hash
+split's train and val problems minus the frozen `family` holdout, see splits.py), at most `cap`
+configs per problem so that millions of rows train in minutes on a laptop-class CPU.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from kernel_select.device import DeviceSpec
+from kernel_select.layouts import LAYOUTS
 from kernel_select.model.card import DataFile, DataProvenance
 from kernel_select.offline.data import dataset
 from kernel_select.offline.training.evaluate import usable_triton_rows
@@ -25,10 +26,19 @@ from kernel_select.offline.training.evaluate import usable_triton_rows
 DEFAULT_CAP = 384
 
 
-def prepare_rows(frame: pd.DataFrame, spec: DeviceSpec) -> tuple[pd.DataFrame, pd.Series]:
-    """Usable single-GEMM Triton rows of `spec` in the modelled layouts, sorted by problem, and
-    cuBLAS ms per problem."""
-    frame = dataset.modelled_layout_rows(frame)
+def layouts_for(feature_version: int) -> tuple[str, ...]:
+    """The operand layouts a model of `feature_version` trains and is evaluated on: every layout
+    where its features read the layout, else "nn" alone (dataset.MODELLED_LAYOUTS)."""
+    from kernel_select.model.mlp import LAYOUT_AWARE_VERSIONS
+
+    return LAYOUTS if feature_version in LAYOUT_AWARE_VERSIONS else dataset.MODELLED_LAYOUTS
+
+
+def prepare_rows(frame: pd.DataFrame, spec: DeviceSpec,
+                 layouts: Sequence[str] = dataset.MODELLED_LAYOUTS) -> tuple[pd.DataFrame, pd.Series]:
+    """Usable single-GEMM Triton rows of `spec` in `layouts`, sorted by problem, and cuBLAS ms per
+    problem."""
+    frame = dataset.modelled_layout_rows(frame, layouts=layouts)
     rows = usable_triton_rows(frame)
     rows = rows[(rows["batch"] == 1) & (rows["sm_count"] == spec.sm_count)]
     rows = rows.sort_values(["problem_id", *dataset.CONFIG_COLUMNS], kind="stable").reset_index(drop=True)
@@ -50,8 +60,8 @@ def cap_rows_per_problem(rows: pd.DataFrame, cap: int, seed: int) -> np.ndarray:
 
 
 def aten_problems(rows: pd.DataFrame, aten: pd.Series) -> pd.DataFrame:
-    """One row per problem of `rows` that has a cuBLAS time: m, n, k, dtype, split, aten_ms."""
-    problems = rows.groupby("problem_id", sort=True)[["m", "n", "k", "dtype", "split"]].first()
+    """One row per problem of `rows` that has a cuBLAS time: m, n, k, dtype, split, layout, aten_ms."""
+    problems = rows.groupby("problem_id", sort=True)[["m", "n", "k", "dtype", "split", "layout"]].first()
     problems["aten_ms"] = aten.reindex(problems.index)
     return problems[np.isfinite(problems["aten_ms"]) & (problems["aten_ms"] > 0)]
 
