@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from kernel_select.configs import GemmConfig
-from kernel_select.device import DeviceSpec
+from kernel_select.device import DeviceSpec, get_device
 from kernel_select.layouts import DEFAULT_LAYOUT, a_transposed, b_transposed, check_layout
 from kernel_select.model import features as v1
 from kernel_select.model import features_v3 as v3
@@ -65,9 +65,10 @@ def featurize(m: int, n: int, k: int, dtype: str, configs: Sequence[GemmConfig],
     if len(configs) == 0:
         return np.zeros((0, len(FEATURE_NAMES)), dtype=np.float32)
     a_t, b_t = float(a_transposed(layout)), float(b_transposed(layout))
-    base = v3.featurize(m, n, k, dtype, configs, device)
-    bm, bn, bk, stages, warps, _group_m = v1.config_columns(configs)
     dtype_bytes = float(DTYPE_BYTES[dtype_name(dtype)])
+    cols = v1.config_columns(configs)  # read once for v3's columns and the layout columns
+    base = v3.feature_matrix(m, n, k, dtype_bytes, cols, get_device(device))
+    bm, bn, bk, stages, warps, _group_m = cols
     sizes = (np.float64(m), np.float64(n), np.float64(k))
     extra = _extra(*sizes, np.float64(a_t), np.float64(b_t), dtype_bytes, bm, bn, bk, stages, warps)
     return np.concatenate([base, extra], axis=1)

@@ -61,8 +61,8 @@ GATE_FEATURE_SETS: dict[int, tuple[str, ...]] = {1: GATE_V1_FEATURE_NAMES, 2: GA
 DEFAULT_MARGIN = 0.15
 #: Below this predicted cuBLAS time (ms, the shipped model's `estimate_aten`), the gate skips Triton
 #: wherever it predicts cuBLAS faster at all, not only by `margin`: there Inductor's autotune benchmark
-#: times the ATen choice 1.3x to 5x slower than it runs in the program (torch 2.11 on the H100: every
-#: GEMM of the single-GEMM suite under 0.05 ms, results/compare_gemm_only_logs), so a GEMM where cuBLAS
+#: times the ATen choice 1.03x to 5.6x slower than it runs in the program (torch 2.11 on the H100: every
+#: GEMM of the single-GEMM suite under 0.055 ms, results/compare_gemm_only_logs), so a GEMM where cuBLAS
 #: is truly faster gets a slower Triton kernel (8.3 us eager, 9.2 us compiled for 16x1024x4096).
 #: Measured in docs/inductor.md ("Small GEMMs").
 SMALL_GEMM_MS = 0.05
