@@ -62,12 +62,7 @@ def layout_of(a: Any, b: Any) -> str:
     """The layout of the last two dimensions of tensors `a` and `b` (A then B): "t" for an operand
     that is a transposed view (its rows are contiguous in memory), as W.t() in a Linear's forward or
     grad_y.t() in its weight gradient; "n" otherwise."""
-    def one(x: Any) -> str:
-        rows, cols = x.shape[-2], x.shape[-1]
-        column_major = x.stride(-2) == 1 and x.stride(-1) >= rows and cols > 1 and rows > 1
-        return "t" if column_major else "n"
-
-    return one(a) + one(b)
+    return "".join("t" if _letter(list(x.shape), list(x.stride())) == "t" else "n" for x in (a, b))
 
 
 def layout_from_strides(a: tuple[list[int], list[int]], b: tuple[list[int], list[int]]) -> str | None:
