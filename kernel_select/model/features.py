@@ -14,7 +14,6 @@ a model card records the version it was trained with, and loading refuses a mism
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -22,6 +21,7 @@ import numpy as np
 
 from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec, get_device
+from kernel_select.model.config_columns import ConfigColumns
 from kernel_select.problem import DTYPE_BYTES, dtype_name
 
 if TYPE_CHECKING:
@@ -46,13 +46,13 @@ FEATURE_NAMES: tuple[str, ...] = (
     "log_roofline_compute_ms", "log_roofline_memory_ms", "log_tiled_memory_ms",
 )
 
-_CONFIG_FIELDS = ("block_m", "block_n", "block_k", "num_stages", "num_warps", "group_m")
 _ALIGN_LOG2_CAP = 7  # alignment beyond 128 elements no longer changes how loads vectorize
 _MAX_WARPS_PER_SM = 64  # 2048 resident threads per SM on sm_80 .. sm_90
 _MAX_CTAS_PER_SM = 32
 # The opt-in limit is per CTA; an SM holds a little more (228 KiB on Hopper, 164 KiB on A100),
 # so two CTAs of half the limit fit. 1 KiB per CTA is reserved by the driver.
 _SMEM_RESERVED_PER_CTA = 1024
+_CONFIG_COLUMNS = ConfigColumns()
 
 
 def featurize(m: int, n: int, k: int, dtype: str, configs: Sequence[GemmConfig],
@@ -71,13 +71,12 @@ def featurize(m: int, n: int, k: int, dtype: str, configs: Sequence[GemmConfig],
                            *config_columns(configs), get_device(device))
 
 
-def config_columns(configs: Sequence[GemmConfig]) -> list[np.ndarray]:
-    """block_m, block_n, block_k, num_stages, num_warps, group_m of `configs` as float64 columns."""
-    # pydantic attribute access costs ~50 ns a field; reading the instance dicts is several
-    # times faster, and this runs once per GEMM inside torch.compile.
-    dicts = [c.__dict__ for c in configs]
-    return [np.fromiter(map(operator.itemgetter(field), dicts), np.float64, len(dicts))
-            for field in _CONFIG_FIELDS]
+def config_columns(configs: Sequence[GemmConfig]) -> np.ndarray:
+    """block_m, block_n, block_k, num_stages, num_warps, group_m of `configs`: float64 rows of a
+    (6, len(configs)) array."""
+    # This runs once per GEMM inside torch.compile, and the configs repeat between calls: each
+    # config object's fields are read once (model/config_columns.py).
+    return _CONFIG_COLUMNS(configs)
 
 
 def featurize_frame(df: pd.DataFrame, device: DeviceSpec | str) -> np.ndarray:

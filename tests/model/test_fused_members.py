@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
@@ -9,9 +10,10 @@ from kernel_select.model.fused_members import fused_forward
 from kernel_select.model.mlp import AveragedRuntimeNet, RuntimeNet
 
 
-def test_fused_forward_equals_the_members_mean() -> None:
+@pytest.mark.parametrize("widths", [[16], [16, 8], [24, 16, 8]])
+def test_fused_forward_equals_the_members_mean(widths: list[int]) -> None:
     torch.manual_seed(0)
-    net = AveragedRuntimeNet([RuntimeNet(11, [16, 8], kernel_overhead_ms=0.004 * (i + 1)) for i in range(3)])
+    net = AveragedRuntimeNet([RuntimeNet(11, widths, kernel_overhead_ms=0.004 * (i + 1)) for i in range(3)])
     x = torch.randn(257, 11)
     fused = fused_forward(net)
     assert fused is not None
