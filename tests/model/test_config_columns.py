@@ -15,7 +15,8 @@ from kernel_select.space import for_problem
 def _configs(count: int, stages: int = 3) -> list[GemmConfig]:
     blocks = (16, 32, 64, 128)
     return [GemmConfig(block_m=blocks[i % 4], block_n=blocks[i // 4 % 4], block_k=blocks[i // 16 % 4],
-                       num_stages=stages, num_warps=(2, 4, 8)[i % 3], group_m=1 + i % 8) for i in range(count)]
+                       num_stages=stages, num_warps=(2, 4, 8)[i % 3], group_m=1 + i % 8)
+            for i in range(count)]
 
 
 def test_columns_are_the_fields_in_order():

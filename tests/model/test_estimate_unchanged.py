@@ -60,5 +60,6 @@ def test_estimates_equal_the_slow_path(model, problem):
 def _frame_features(model: MLPModel, frame: pd.DataFrame) -> np.ndarray:
     from kernel_select.model import features, features_v2, features_v3, features_v4
 
-    by_version = {module.FEATURE_VERSION: module for module in (features, features_v2, features_v3, features_v4)}
+    modules = (features, features_v2, features_v3, features_v4)
+    by_version = {module.FEATURE_VERSION: module for module in modules}
     return by_version[model.card.feature_version].featurize_frame(frame, model.device)
