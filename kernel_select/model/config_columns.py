@@ -8,8 +8,10 @@ for 1,206) and takes their columns.
 
 An id names an object only while it lives, so the table holds a reference to every config it
 indexes: an indexed id cannot pass to another object. GemmConfig is frozen, so a config's fields
-never change. The table is bounded (it starts over past `max_configs`), and each state is published
-as one immutable snapshot, so a thread compiling beside another never reads a half-built table.
+never change. The table is bounded: past `max_configs` it starts over with a new one. New configs
+are appended under a lock, their columns written before their ids enter the index, so a thread
+compiling beside another finds a config either complete or not at all (a miss, which takes the
+lock and waits).
 """
 
 from __future__ import annotations
@@ -24,14 +26,19 @@ import numpy as np
 from kernel_select.configs import GemmConfig
 
 FIELDS = ("block_m", "block_n", "block_k", "num_stages", "num_warps", "group_m")
-#: About 50 exhaustive spaces: a few MB, far more than one process's distinct GEMM sizes need.
-MAX_CONFIGS = 1 << 16
+#: About 13 exhaustive spaces (up to ~8 MB of configs kept alive): the spaces of one process's
+#: distinct GEMM size classes, several times over.
+MAX_CONFIGS = 1 << 14
 
 
 class _Table(NamedTuple):
     index: dict[int, int]  # id(config) -> its column in `columns`
-    columns: np.ndarray  # (len(FIELDS), indexed configs), float64
+    columns: np.ndarray  # (len(FIELDS), capacity) float64; the first len(configs) columns are filled
     configs: list[GemmConfig]  # keeps every indexed config alive, so its id stays its own
+
+    @classmethod
+    def empty(cls, capacity: int) -> _Table:
+        return cls({}, np.empty((len(FIELDS), capacity)), [])
 
 
 class ConfigColumns:
@@ -39,7 +46,7 @@ class ConfigColumns:
 
     def __init__(self, max_configs: int = MAX_CONFIGS) -> None:
         self.max_configs = max_configs
-        self._table = _Table({}, np.empty((len(FIELDS), 0)), [])
+        self._table = _Table.empty(0)
         self._lock = threading.Lock()
 
     def __call__(self, configs: Sequence[GemmConfig]) -> np.ndarray:
@@ -55,18 +62,21 @@ class ConfigColumns:
         return len(self._table.configs)
 
     def _add(self, configs: Sequence[GemmConfig]) -> tuple[_Table, np.ndarray]:
+        # A config listed twice while unseen gets two columns with the same fields: harmless.
         with self._lock:
             table = self._table
-            unseen = list({id(c): c for c in configs if id(c) not in table.index}.values())
-            if len(table.configs) + len(unseen) > self.max_configs:
-                table = _Table({}, np.empty((len(FIELDS), 0)), [])
-                unseen = list({id(c): c for c in configs}.values())
+            unseen = [c for c in configs if id(c) not in table.index]
             start = len(table.configs)
-            index = {**table.index, **{id(c): start + i for i, c in enumerate(unseen)}}
-            columns = np.concatenate([table.columns, read_columns(unseen)], axis=1)
-            self._table = table = _Table(index, columns, table.configs + unseen)
-        where = np.fromiter(map(table.index.__getitem__, map(id, configs)), np.intp, len(configs))
-        return table, where
+            if start + len(unseen) > table.columns.shape[1]:  # full (or not yet allocated): a new table
+                table, unseen, start = _Table.empty(max(self.max_configs, len(configs))), list(configs), 0
+            stop = start + len(unseen)
+            table.columns[:, start:stop] = read_columns(unseen)
+            table.configs.extend(unseen)
+            table.index.update(zip(map(id, unseen), range(start, stop)))  # last: now visible
+            self._table = table
+        if len(unseen) == len(configs):  # all new (the first call for a space): in order
+            return table, np.arange(start, stop)
+        return table, np.fromiter(map(table.index.__getitem__, map(id, configs)), np.intp, len(configs))
 
 
 def read_columns(configs: Sequence[GemmConfig]) -> np.ndarray:

@@ -2,7 +2,7 @@
 
 A feature row describes one (problem, config) pair. Training featurizes hundreds of thousands of
 dataset rows at once (`featurize_frame`); inference featurizes the ~1400 configs of one problem
-(`featurize`). Both go through `_feature_matrix`, so the two can never drift apart.
+(`featurize`). Both go through `feature_columns`, so the two can never drift apart.
 
 Positive magnitudes enter as natural logs: runtimes are multiplicative in sizes and tile counts,
 and the model predicts log runtime. Ratios in (0, 1] (padding efficiency, fill of the last wave,
@@ -67,8 +67,9 @@ def featurize(m: int, n: int, k: int, dtype: str, configs: Sequence[GemmConfig],
     dtype_bytes = DTYPE_BYTES[dtype_name(dtype)]
     if len(configs) == 0:
         return np.zeros((0, len(FEATURE_NAMES)), dtype=np.float32)
-    return _feature_matrix(np.float64(m), np.float64(n), np.float64(k), np.float64(dtype_bytes),
-                           *config_columns(configs), get_device(device))
+    columns = feature_columns(np.float64(m), np.float64(n), np.float64(k), np.float64(dtype_bytes),
+                              *config_columns(configs), get_device(device))
+    return stack_columns(columns, len(configs))
 
 
 def config_columns(configs: Sequence[GemmConfig]) -> np.ndarray:
@@ -87,9 +88,10 @@ def featurize_frame(df: pd.DataFrame, device: DeviceSpec | str) -> np.ndarray:
     def col(name: str) -> np.ndarray:
         return df[name].to_numpy(np.float64)
 
-    return _feature_matrix(col("m"), col("n"), col("k"), dtype_bytes, col("block_m"), col("block_n"),
-                           col("block_k"), col("num_stages"), col("num_warps"), col("group_m"),
-                           get_device(device))
+    columns = feature_columns(col("m"), col("n"), col("k"), dtype_bytes, col("block_m"), col("block_n"),
+                              col("block_k"), col("num_stages"), col("num_warps"), col("group_m"),
+                              get_device(device))
+    return stack_columns(columns, len(df))
 
 
 def log2_alignment(x: np.ndarray) -> np.ndarray:
@@ -99,8 +101,19 @@ def log2_alignment(x: np.ndarray) -> np.ndarray:
     return np.minimum(np.log2(lowest_bit.astype(np.float64)), _ALIGN_LOG2_CAP)
 
 
-def _feature_matrix(m, n, k, dtype_bytes, bm, bn, bk, stages, warps, group_m,
-                    device: DeviceSpec) -> np.ndarray:
+def stack_columns(columns: Sequence[np.ndarray | np.float64], rows: int) -> np.ndarray:
+    """float32 (rows, len(columns)) from float64 columns: 1-D arrays of `rows`, or scalars (repeated)."""
+    # One matrix written column by column: stacking each version's columns and concatenating the
+    # versions copied every feature three more times (a sixth of `estimate`).
+    out = np.empty((rows, len(columns)), dtype=np.float32)
+    for j, column in enumerate(columns):
+        out[:, j] = column
+    return out
+
+
+def feature_columns(m, n, k, dtype_bytes, bm, bn, bk, stages, warps, group_m,
+                    device: DeviceSpec) -> tuple[np.ndarray | np.float64, ...]:
+    """The columns of FEATURE_NAMES, in order, as float64 arrays or scalars (`stack_columns`)."""
     # All arguments are float64 scalars or 1-D arrays that broadcast together.
     size = np.broadcast(m, n, k, bm).shape
     tiles_m, tiles_n, k_iters = np.ceil(m / bm), np.ceil(n / bn), np.ceil(k / bk)
@@ -128,7 +141,7 @@ def _feature_matrix(m, n, k, dtype_bytes, bm, bn, bk, stages, warps, group_m,
     # Half types run on tensor cores; 4-byte inputs at the fp32 rate (TF32 is off by default).
     peak = np.where(dtype_bytes == 2, device.peak_flops("bfloat16"), device.peak_flops("float32"))
     ms = 1e3
-    columns = (
+    return (
         np.log(dtype_bytes), np.log(m), np.log(n), np.log(k), np.log(min_bytes / 1e9),
         np.log(flops / 1e9), np.log(flops / min_bytes), np.log(bk), np.log(bm), np.log(bn),
         np.log(stages), np.log(warps),
@@ -142,8 +155,4 @@ def _feature_matrix(m, n, k, dtype_bytes, bm, bn, bk, stages, warps, group_m,
         np.log(padded_flops / peak * ms), np.log(min_bytes / device.hbm_bytes_per_s * ms),
         np.log(tiled_bytes / device.hbm_bytes_per_s * ms),
     )
-    out = np.empty((size[0] if size else 1, len(FEATURE_NAMES)), dtype=np.float32)
-    for j, column in enumerate(columns):
-        out[:, j] = column
-    return out
 

@@ -42,17 +42,17 @@ def featurize(m: int, n: int, k: int, dtype: str, configs: Sequence[GemmConfig],
     dtype_bytes = float(DTYPE_BYTES[dtype_name(dtype)])
     if len(configs) == 0:
         return np.zeros((0, len(FEATURE_NAMES)), dtype=np.float32)
-    # the config columns are read once for both halves: reading them is a third of the cost
-    return feature_matrix(m, n, k, dtype_bytes, v1.config_columns(configs), spec)
+    columns = feature_columns(m, n, k, dtype_bytes, v1.config_columns(configs), spec)
+    return v1.stack_columns(columns, len(configs))
 
 
-def feature_matrix(m: int, n: int, k: int, dtype_bytes: float, cols: Sequence[np.ndarray],
-                   spec: DeviceSpec) -> np.ndarray:
-    """v2 features of one problem from its configs' columns (`features.config_columns`)."""
+def feature_columns(m: int, n: int, k: int, dtype_bytes: float, cols: Sequence[np.ndarray],
+                    spec: DeviceSpec) -> tuple[np.ndarray | np.float64, ...]:
+    """The columns of FEATURE_NAMES for one problem (`features.stack_columns` makes them the
+    matrix), from its configs' columns (`features.config_columns`)."""
     sizes = (np.float64(m), np.float64(n), np.float64(k))
-    base = v1._feature_matrix(*sizes, np.float64(dtype_bytes), *cols, spec)
-    extra = _extra(*sizes, dtype_bytes, *cols, spec)
-    return np.concatenate([base, extra], axis=1)
+    base = v1.feature_columns(*sizes, np.float64(dtype_bytes), *cols, spec)
+    return base + _extra(*sizes, dtype_bytes, *cols, spec)
 
 
 def featurize_frame(df: pd.DataFrame, device: DeviceSpec | str) -> np.ndarray:
@@ -64,11 +64,11 @@ def featurize_frame(df: pd.DataFrame, device: DeviceSpec | str) -> np.ndarray:
                                                  "group_m")]
     extra = _extra(df["m"].to_numpy(np.float64), df["n"].to_numpy(np.float64), df["k"].to_numpy(np.float64),
                    dtype_bytes, *cols, spec)
-    return np.concatenate([base, extra], axis=1)
+    return np.concatenate([base, v1.stack_columns(extra, len(df))], axis=1)
 
 
-def _extra(m, n, k, dtype_bytes, bm, bn, bk, stages, warps, group_m, device: DeviceSpec) -> np.ndarray:
-    size = np.broadcast(m, n, k, bm).shape
+def _extra(m, n, k, dtype_bytes, bm, bn, bk, stages, warps, group_m,
+           device: DeviceSpec) -> tuple[np.ndarray | np.float64, ...]:
     log2_bytes = np.log2(dtype_bytes)
     n_align = np.minimum(v1.log2_alignment(n) + log2_bytes, v1._ALIGN_LOG2_CAP + 2)
     k_align = np.minimum(v1.log2_alignment(k) + log2_bytes, v1._ALIGN_LOG2_CAP + 2)
@@ -78,12 +78,8 @@ def _extra(m, n, k, dtype_bytes, bm, bn, bk, stages, warps, group_m, device: Dev
     ctas = np.ceil(m / bm) * np.ceil(n / bn)
     # bytes one CTA streams per K step, and the FLOP it does with them (per-tile intensity in bytes)
     step_bytes = (bm + bn) * bk * dtype_bytes
-    columns = (
+    return (
         n_align, k_align, n_vec, k_vec, unaligned * np.log(stages), (stages == 1).astype(np.float64),
         np.log(ctas / device.sm_count), np.log(2.0 * bm * bn * bk / step_bytes),
         np.log(k * (bm + bn) * dtype_bytes), np.log(np.minimum(m, n)),
     )
-    out = np.empty((size[0] if size else 1, len(EXTRA_FEATURE_NAMES)), dtype=np.float32)
-    for j, column in enumerate(columns):
-        out[:, j] = column
-    return out

@@ -47,18 +47,16 @@ def featurize(m: int, n: int, k: int, dtype: str, configs: Sequence[GemmConfig],
     if len(configs) == 0:
         return np.zeros((0, len(FEATURE_NAMES)), dtype=np.float32)
     dtype_bytes = float(DTYPE_BYTES[dtype_name(dtype)])
-    cols = v1.config_columns(configs)  # read once for all three versions' columns
-    return feature_matrix(m, n, k, dtype_bytes, cols, get_device(device))
+    columns = feature_columns(m, n, k, dtype_bytes, v1.config_columns(configs), get_device(device))
+    return v1.stack_columns(columns, len(configs))
 
 
-def feature_matrix(m: int, n: int, k: int, dtype_bytes: float, cols: Sequence[np.ndarray],
-                   spec: DeviceSpec) -> np.ndarray:
-    """`featurize` from config columns already read (`features.config_columns`), for later versions
-    that need the same columns: reading them is a third of the time."""
-    base = v2.feature_matrix(m, n, k, dtype_bytes, cols, spec)
+def feature_columns(m: int, n: int, k: int, dtype_bytes: float, cols: Sequence[np.ndarray],
+                    spec: DeviceSpec) -> tuple[np.ndarray | np.float64, ...]:
+    """The columns of FEATURE_NAMES for one problem, from its configs' columns (as v2's)."""
     bm, bn, bk, _stages, warps, _group_m = cols
     extra = _extra(np.float64(n), np.float64(k), dtype_bytes, bm, bn, bk, warps)
-    return np.concatenate([base, extra], axis=1)
+    return v2.feature_columns(m, n, k, dtype_bytes, cols, spec) + extra
 
 
 def featurize_frame(df: pd.DataFrame, device: DeviceSpec | str) -> np.ndarray:
@@ -67,10 +65,10 @@ def featurize_frame(df: pd.DataFrame, device: DeviceSpec | str) -> np.ndarray:
     dtype_bytes = df["dtype"].map(lambda d: DTYPE_BYTES[dtype_name(d)]).to_numpy(np.float64)
     bm, bn, bk, warps = (df[c].to_numpy(np.float64) for c in ("block_m", "block_n", "block_k", "num_warps"))
     extra = _extra(df["n"].to_numpy(np.float64), df["k"].to_numpy(np.float64), dtype_bytes, bm, bn, bk, warps)
-    return np.concatenate([base, extra], axis=1)
+    return np.concatenate([base, v1.stack_columns(extra, len(df))], axis=1)
 
 
-def _extra(n, k, dtype_bytes, bm, bn, bk, warps) -> np.ndarray:
+def _extra(n, k, dtype_bytes, bm, bn, bk, warps) -> tuple[np.ndarray, ...]:
     log2_bytes = np.log2(dtype_bytes)
     # vector width in bytes: the alignment of the row stride in bytes, at most 16
     a_vector = 2.0 ** np.minimum(v1.log2_alignment(k) + log2_bytes, _VECTOR_BYTES_LOG2)
@@ -79,5 +77,4 @@ def _extra(n, k, dtype_bytes, bm, bn, bk, warps) -> np.ndarray:
     a_loads = bm * bk * dtype_bytes / a_vector / threads
     b_loads = bk * bn * dtype_bytes / b_vector / threads
     c_stores = bm * bn * dtype_bytes / b_vector / threads
-    columns = (np.log(a_loads), np.log(b_loads), np.log(a_loads + b_loads), np.log(c_stores))
-    return np.stack(np.broadcast_arrays(*columns), axis=1).astype(np.float32)
+    return np.log(a_loads), np.log(b_loads), np.log(a_loads + b_loads), np.log(c_stores)

@@ -67,11 +67,11 @@ def featurize(m: int, n: int, k: int, dtype: str, configs: Sequence[GemmConfig],
     a_t, b_t = float(a_transposed(layout)), float(b_transposed(layout))
     dtype_bytes = float(DTYPE_BYTES[dtype_name(dtype)])
     cols = v1.config_columns(configs)  # read once for v3's columns and the layout columns
-    base = v3.feature_matrix(m, n, k, dtype_bytes, cols, get_device(device))
     bm, bn, bk, stages, warps, _group_m = cols
     sizes = (np.float64(m), np.float64(n), np.float64(k))
+    base = v3.feature_columns(m, n, k, dtype_bytes, cols, get_device(device))
     extra = _extra(*sizes, np.float64(a_t), np.float64(b_t), dtype_bytes, bm, bn, bk, stages, warps)
-    return np.concatenate([base, extra], axis=1)
+    return v1.stack_columns(base + extra, len(configs))  # one float32 matrix, written once
 
 
 def featurize_frame(df: pd.DataFrame, device: DeviceSpec | str) -> np.ndarray:
@@ -87,10 +87,10 @@ def featurize_frame(df: pd.DataFrame, device: DeviceSpec | str) -> np.ndarray:
     config = (df[c].to_numpy(np.float64)
               for c in ("block_m", "block_n", "block_k", "num_stages", "num_warps"))
     extra = _extra(*cols, a_t, b_t, dtype_bytes, *config)
-    return np.concatenate([base, extra], axis=1)
+    return np.concatenate([base, v1.stack_columns(extra, len(df))], axis=1)
 
 
-def _extra(m, n, k, a_t, b_t, dtype_bytes, bm, bn, bk, stages, warps) -> np.ndarray:
+def _extra(m, n, k, a_t, b_t, dtype_bytes, bm, bn, bk, stages, warps) -> tuple[np.ndarray | np.float64, ...]:
     # All arguments are float64 scalars or 1-D arrays that broadcast together; a_t / b_t are 0 or 1.
     log2_bytes = np.log2(dtype_bytes)
     a_contig = np.where(a_t == 1.0, m, k)
@@ -108,6 +108,5 @@ def _extra(m, n, k, a_t, b_t, dtype_bytes, bm, bn, bk, stages, warps) -> np.ndar
     a_loads = bm * bk * dtype_bytes / a_vector / threads
     b_loads = bk * bn * dtype_bytes / b_vector / threads
     unaligned = 1.0 - a_vec * b_vec
-    columns = (a_t, b_t, a_align, b_align, a_vec, b_vec, a_hinted, b_hinted,
-               np.log(a_loads), np.log(b_loads), np.log(a_loads + b_loads), unaligned * np.log(stages))
-    return np.stack(np.broadcast_arrays(*columns), axis=1).astype(np.float32)
+    return (a_t, b_t, a_align, b_align, a_vec, b_vec, a_hinted, b_hinted,
+            np.log(a_loads), np.log(b_loads), np.log(a_loads + b_loads), unaligned * np.log(stages))
