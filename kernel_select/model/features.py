@@ -102,13 +102,17 @@ def log2_alignment(x: np.ndarray) -> np.ndarray:
 
 
 def stack_columns(columns: Sequence[np.ndarray | np.float64], rows: int) -> np.ndarray:
-    """float32 (rows, len(columns)) from float64 columns: 1-D arrays of `rows`, or scalars (repeated)."""
-    # One matrix written column by column: stacking each version's columns and concatenating the
-    # versions copied every feature three more times (a sixth of `estimate`).
-    out = np.empty((rows, len(columns)), dtype=np.float32)
-    for j, column in enumerate(columns):
-        out[:, j] = column
-    return out
+    """float32 (rows, len(columns)) from float64 columns: 1-D arrays of `rows`, or scalars (repeated).
+
+    The matrix is column-major (Fortran order): each column is written as one contiguous run, half
+    the time of writing it across rows, and numpy and torch read either order.
+    """
+    # One matrix written once: stacking each version's columns and concatenating the versions
+    # copied every feature three more times (a sixth of `estimate`).
+    out = np.empty((len(columns), rows), dtype=np.float32)
+    for row, column in zip(out, columns):
+        row[...] = column
+    return out.T
 
 
 def feature_columns(m, n, k, dtype_bytes, bm, bn, bk, stages, warps, group_m,
