@@ -3,6 +3,10 @@
 Run with `make bench`. The seed problem (bf16 560x1280x3420 on h100) has ~1206 configs; the MLP
 must score them in <= 2 ms median. Without a shipped MLP the benchmark times a randomly
 initialized one of the default architecture (the time does not depend on the weight values).
+
+`space.for_problem` hands out the same config objects for every problem of a size class, and the
+features read each object's fields once (model/config_columns.py), so the usual call finds them
+read; `test_estimate_speed_first_call` times the first call for a size class, configs never seen.
 """
 
 from __future__ import annotations
@@ -52,3 +56,15 @@ def test_estimate_speed(benchmark, one_thread, name):
     assert len(configs) == 1206
     out = benchmark(model.estimate, SEED.m, SEED.n, SEED.k, SEED.dtype, configs)
     assert out.shape == (len(configs),)
+
+
+@pytest.mark.parametrize("name", registered_models("h100"))
+def test_estimate_speed_first_call(benchmark, one_thread, name):
+    model = _model(name)
+    space = for_problem(SEED, "h100")
+
+    def never_seen():  # new objects each round: the config-column table has not read them
+        return (SEED.m, SEED.n, SEED.k, SEED.dtype, [config.model_copy() for config in space]), {}
+
+    out = benchmark.pedantic(model.estimate, setup=never_seen, rounds=100)
+    assert out.shape == (len(space),)
