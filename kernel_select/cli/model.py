@@ -43,6 +43,10 @@ def register_train(sub: Subparsers) -> None:
                    help="configs per problem trained on: every one within 1.5x of the oracle, then a "
                         "random sample (default: %(default)s)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--refit-auto", action="store_true",
+                   help="train nothing: choose the topk='auto' rule of the MLP already in --out again on the "
+                        "'val' problems of --data (every usable row, as eval scores them) and rewrite only "
+                        "its card, mlp.json")
     p.set_defaults(handler=run_train)
 
 
@@ -82,6 +86,8 @@ def register_eval(sub: Subparsers) -> None:
 def run_train(args: argparse.Namespace) -> int:
     from kernel_select.offline.training.train import MLPHParams, train
 
+    if args.refit_auto:
+        return _run_refit_auto(args)
     if args.method == "ensemble":
         return _run_train_ensemble(args)
     options = {} if args.features is None else {"feature_version": args.features}
@@ -97,6 +103,18 @@ def run_train(args: argparse.Namespace) -> int:
         print(f"no cuBLAS gate: {gate['skipped']}")
     else:
         _print_gate_validation(gate)
+    return 0
+
+
+def _run_refit_auto(args: argparse.Namespace) -> int:
+    from kernel_select.offline.training.auto_refit import refit_auto_dir
+
+    chosen = refit_auto_dir(args.out, args.data, args.device)
+    threshold = (f"spread {chosen['spread']:g}" if chosen["rule"] == "spread" else f"gap {chosen['gap']:g}")
+    print(f"topk='auto' on {chosen['problems']} val problems: {chosen['rule']} rule, {threshold}, "
+          f"floor {chosen['floor']}: {chosen['score']:.4f} at {chosen['mean_k']:.2f} configs per problem "
+          f"(top-4 {chosen['top4_score']:.4f})")
+    print(f"wrote {Path(args.out) / 'mlp.json'}")
     return 0
 
 

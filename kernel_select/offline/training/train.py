@@ -45,8 +45,7 @@ from kernel_select.offline.training.training_data import (
     DEFAULT_CAP, aten_problems, cap_rows_per_problem, layouts_for, prepare_rows, provenance,
 )
 from kernel_select.offline.training.layout_errors import cublas_errors_by_layout
-from kernel_select.offline.training.uncertainty import choose_auto_rule as uncertainty_rule
-from kernel_select.offline.training.uncertainty import members_spread
+from kernel_select.offline.training.auto_refit import refit_auto
 
 log = logging.getLogger(__name__)
 
@@ -137,10 +136,9 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
         runs[name] = _fit(name, splits_["train"], splits_["val"], hparams, seed, progress)
     best = max(runs, key=lambda name: runs[name][1]["selection_score"])
     net, member_metrics = _train_members(runs[best][0], best, splits_, hparams, seed, progress)
-    auto = choose_auto_rule(splits_["val"], net)
 
     metrics: dict[str, Any] = {"selected_objective": best, "val": {name: m for name, (_, m) in runs.items()},
-                               "auto_topk_val": auto, **member_metrics}
+                               **member_metrics}
     head = _fit_aten_head(rows, aten, spec, seed, metrics)
     metrics["cublas_gate"], gate = _train_gate_or_remove(frame, spec, out_dir, seed, paths)
     metrics["cublas_by_layout"] = cublas_errors_by_layout(frame, head, gate)
@@ -151,9 +149,10 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
         architecture=architecture(len(names), hparams.hidden_widths, hparams.members),
         dtypes=sorted(rows["dtype"].unique()), layouts=sorted(rows["layout"].astype(str).unique()),
         hyperparameters={**dataclasses.asdict(hparams), "seed": seed, "objective": objective,
-                         "cap_rows_per_problem": cap, **auto_hyperparameters(auto)},
+                         "cap_rows_per_problem": cap},
         data=provenance(paths, rows), metrics=metrics, trained_at=utc_now(), versions=training_versions())
     model = MLPModel(spec, net, card, head)
+    refit_auto(model, frame)  # the rule, on every val row as `evaluate` scores them (auto_refit.py)
     attach_held_out(model, paths, frame)
     model.save(out_dir)
     seconds = time.perf_counter() - started
@@ -190,26 +189,6 @@ def attach_held_out(model: MLPModel, paths: Sequence[Path], frame: pd.DataFrame 
 
     report = evaluate_splits(paths, [model], device=model.device, frame=frame)
     model.card.metrics["held_out"] = held_out_summary(report, model.name)
-
-
-def choose_auto_rule(val: _Split, net: RuntimeNet | AveragedRuntimeNet) -> dict[str, Any]:
-    """`topk="auto"`'s rule for this net, chosen on the validation problems: the gap rule, or for
-    several members the spread rule where it scores better (uncertainty.choose_auto_rule)."""
-    with torch.inference_mode():
-        chunks = torch.split(val.x, 65536)
-        log_pred = torch.cat([net(chunk) for chunk in chunks]).numpy().astype(np.float64)
-        spread = None
-        if isinstance(net, AveragedRuntimeNet):
-            members = torch.cat([net.member_outputs(chunk) for chunk in chunks], dim=1)
-            members = members.numpy().astype(np.float64)
-            spread = members_spread(val.groups, members, log_pred)
-    return uncertainty_rule(val.groups, log_pred, np.exp(val.y.numpy().astype(np.float64)), spread)
-
-
-def auto_hyperparameters(auto: dict[str, Any]) -> dict[str, Any]:
-    """The card's `topk="auto"` entries (MLPModel.auto_topk reads them)."""
-    return {"auto_topk_rule": auto["rule"], "auto_topk_gap": auto["gap"], "auto_topk_floor": auto["floor"],
-            "auto_topk_spread": auto.get("spread")}
 
 
 def _fit_aten_head(rows: pd.DataFrame, aten: pd.Series, spec: DeviceSpec, seed: int,
