@@ -91,6 +91,9 @@ def register_bench(sub: Subparsers) -> None:
     p.add_argument("--max-seconds", type=non_negative_float, default=0.0,
                    help="bound the run's wall time, compile included (stops between problems; re-run "
                         "to resume)")
+    p.add_argument("--order", choices=("reuse", "file"), default="reuse",
+                   help="reuse (default): time problems that share compiled kernels together, so a "
+                        "bounded run reaches more of them; file: the shapes file's order")
     p.set_defaults(handler=run_bench)
 
 
@@ -226,7 +229,7 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.limit:
         chosen = chosen[: args.limit]
     options = bench.BenchOptions(search_space=args.search_space, workers=args.workers,
-                                 max_seconds=args.max_seconds)
+                                 max_seconds=args.max_seconds, order=args.order)
     problems = [s.problem() for s in chosen]  # each in its entry's layout
     df = pipeline.run_sharded(problems, args.out, detect(), args.gpus, options,
                               origins={p: s.provenance() for p, s in zip(problems, chosen)},

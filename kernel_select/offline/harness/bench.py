@@ -76,6 +76,7 @@ class BenchOptions:
     progress: bool = True
     flush_bytes: int = 0  # 0 = the device's L2 size
     max_seconds: float = 0.0  # wall-time bound, compile included (stops between problems); 0 = none
+    order: str = "reuse"  # "reuse": problems sharing compile keys together (bench_plan.reuse_order); "file"
 
 
 # -- compiling ----------------------------------------------------------------------------------

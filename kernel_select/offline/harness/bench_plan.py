@@ -101,3 +101,26 @@ def distinct_keys(planned: list[list[PlannedRun]]) -> list[CompileKey]:
         for run in runs:
             seen.setdefault(run.key, None)
     return list(seen)
+
+
+def reuse_order(planned: list[list[PlannedRun]]) -> list[list[PlannedRun]]:
+    """The same problems, reordered so that problems needing the same compile keys run together.
+
+    Compiling is the wall (about 0.65 core-seconds a kernel): a file in random order makes almost
+    every problem a new compile class, so a run bounded by --max-seconds spends its time compiling
+    keys of problems it never reaches (a random 1,000-problem sample on an H200: 24 problems in 530 s
+    from a cold cache). Problems with identical key sets form a class, kept in file order; classes
+    follow greedily, each next the one adding the fewest keys not yet needed, ties in file order.
+    Every problem is still measured once; only which ones a bounded run reaches changes."""
+    classes: dict[frozenset[CompileKey], list[list[PlannedRun]]] = {}
+    for runs in planned:
+        classes.setdefault(frozenset(r.key for r in runs), []).append(runs)
+    pending = list(classes)
+    needed: set[CompileKey] = set()
+    ordered: list[list[PlannedRun]] = []
+    while pending:
+        best = min(range(len(pending)), key=lambda i: (len(pending[i] - needed), i))
+        keys = pending.pop(best)
+        needed |= keys
+        ordered.extend(classes[keys])
+    return ordered

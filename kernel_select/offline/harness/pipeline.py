@@ -42,7 +42,7 @@ from kernel_select.offline.harness.bench import (
     time_problem,
 )
 from kernel_select.offline.harness.timer import TimingStats
-from kernel_select.offline.harness.bench_plan import CompileKey, PlannedRun, plan
+from kernel_select.offline.harness.bench_plan import CompileKey, PlannedRun, plan, reuse_order
 from kernel_select.problem import Problem
 
 log = logging.getLogger(__name__)
@@ -171,6 +171,8 @@ def run_bench(problems: Problems, out: str | Path, device: DeviceSpec,
         log.info("resuming: %d of %d problems already in %s", len(problems) - len(todo), len(problems), out)
     if todo:
         planned = plan(todo, device, search_space=options.search_space, fp32_precision=_fp32_precision())
+        if options.order == "reuse":
+            planned = reuse_order(planned)
         workers = options.workers or max(1, (os.cpu_count() or 2) - 1)  # one core launches kernels
         stats = _collect(planned, Path(out), device, options, prov, origins or {}, workers, started)
         wall = time.perf_counter() - started

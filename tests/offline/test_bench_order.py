@@ -1,0 +1,66 @@
+"""The order `kernel-select bench` times problems in: problems that share compiled kernels together."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernel_select.device import get_device
+from kernel_select.offline.harness.bench import BenchOptions
+from kernel_select.offline.harness.bench_plan import plan, reuse_order
+from kernel_select.problem import Problem
+
+H100 = get_device("h100")
+
+
+def _interleaved() -> list[Problem]:
+    # Four compile classes (dtype x layout), each with sizes that share binaries, in round-robin
+    # order: the worst case for a bounded run, every problem a new class until all four are seen.
+    classes = [("bfloat16", "nn"), ("float16", "nt"), ("float32", "nn"), ("bfloat16", "tn")]
+    sizes = [(512, 1024, 4096), (768, 2048, 1024), (1024, 4096, 2048)]
+    return [Problem(m, n, k, dtype, layout=layout) for m, n, k in sizes for dtype, layout in classes]
+
+
+def _keys_after_each(planned):
+    seen, counts = set(), []
+    for runs in planned:
+        seen |= {r.key for r in runs}
+        counts.append(len(seen))
+    return counts
+
+
+@pytest.fixture(scope="module")
+def planned():
+    return plan(_interleaved(), H100, torch_version="2.11.0")
+
+
+def test_reuse_order_keeps_every_problem_once(planned):
+    ordered = reuse_order(planned)
+    assert sorted(str(runs[0].problem) for runs in ordered) == sorted(str(runs[0].problem) for runs in planned)
+    assert len(ordered) == len(planned)
+
+
+def test_reuse_order_groups_classes_and_keeps_file_order_within_them(planned):
+    ordered = reuse_order(planned)
+    signatures = [frozenset(r.key for r in runs) for runs in ordered]
+    seen_done: set = set()
+    for before, after in zip(signatures, signatures[1:]):
+        if after != before:
+            assert after not in seen_done, "a compile class was split"
+            seen_done.add(before)
+    file_position = {str(runs[0].problem): i for i, runs in enumerate(planned)}
+    for signature in set(signatures):
+        members = [file_position[str(runs[0].problem)] for runs, s in zip(ordered, signatures) if s == signature]
+        assert members == sorted(members)
+
+
+def test_reuse_order_needs_fewer_kernels_for_every_prefix(planned):
+    """What a bounded run gains: after any number of problems, no more compile keys are needed
+    than in file order, and strictly fewer early on."""
+    reused, in_file = _keys_after_each(reuse_order(planned)), _keys_after_each(planned)
+    assert all(r <= f for r, f in zip(reused, in_file))
+    assert reused[2] < in_file[2]
+    assert reused[-1] == in_file[-1]
+
+
+def test_bench_reorders_by_default():
+    assert BenchOptions().order == "reuse"
