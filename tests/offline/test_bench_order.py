@@ -35,7 +35,8 @@ def planned():
 
 def test_reuse_order_keeps_every_problem_once(planned):
     ordered = reuse_order(planned)
-    assert sorted(str(runs[0].problem) for runs in ordered) == sorted(str(runs[0].problem) for runs in planned)
+    names = sorted(str(runs[0].problem) for runs in ordered)
+    assert names == sorted(str(runs[0].problem) for runs in planned)
     assert len(ordered) == len(planned)
 
 
@@ -49,7 +50,8 @@ def test_reuse_order_groups_classes_and_keeps_file_order_within_them(planned):
             seen_done.add(before)
     file_position = {str(runs[0].problem): i for i, runs in enumerate(planned)}
     for signature in set(signatures):
-        members = [file_position[str(runs[0].problem)] for runs, s in zip(ordered, signatures) if s == signature]
+        members = [file_position[str(runs[0].problem)]
+                   for runs, s in zip(ordered, signatures) if s == signature]
         assert members == sorted(members)
 
 
