@@ -30,6 +30,7 @@ from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import ModelError, UnsupportedProblemError
 from kernel_select.model.aten import ATEN_FILE, AtenHead
+from kernel_select.model.aten import STEM as ATEN_STEM
 from kernel_select.model.base import PerformanceModel, register_model, shipped_model_dir
 from kernel_select.model.card import (
     Architecture,
@@ -293,7 +294,12 @@ def _load_shipped(device: DeviceSpec) -> MLPModel:
     if found is None:
         raise ModelError(f"no trained mlp model shipped for {device.key}; "
                          f"{retrain_hint(Path('models') / device.key, device.key)}")
-    return MLPModel.load(found[0], device, allow_same_architecture=True)
+    model = MLPModel.load(found[0], device, allow_same_architecture=True)
+    if model.aten is None:  # a device's own MLP before its own cuBLAS head: borrow it, as the gate is
+        borrowed = shipped_model_dir(device, ATEN_STEM)
+        if borrowed is not None:
+            model.aten = AtenHead.load(borrowed[0], device, allow_same_architecture=True)
+    return model
 
 
 register_model("mlp", _load_shipped)
