@@ -225,6 +225,9 @@ class MLPModel(PerformanceModel):
         trained_on = f"{data.file} ({data.rows} rows)" if data else "no recorded data"
         if self.card.device != self.device.key:  # a same-architecture stand-in (see load_default)
             trained_on += f" measured on {self.card.device}"
+        init = self.card.hyperparameters.get("init")
+        if isinstance(init, dict):  # fine-tuned (train --init): say from what
+            trained_on += f", fine-tuned from the {init.get('device')} model"
         members = self.card.architecture.members
         averaged = f" x {members} averaged" if members > 1 else ""
         return (f"mlp model for {self.device.key}, features v{self.card.feature_version}, "

@@ -47,6 +47,8 @@ def test_each_member_starts_from_its_saved_member_with_its_statistics(data, base
             assert torch.allclose(a, b, atol=1e-6), name
     init = result.model.card.hyperparameters["init"]
     assert init["device"] == "h100" and init["digest"] == base.model.digest()
+    assert result.model.describe().endswith("fine-tuned from the h100 model")
+    assert "fine-tuned" not in base.model.describe()
 
 
 def test_the_saved_weights_win_when_fine_tuning_only_makes_them_worse(data, base, tmp_path):
