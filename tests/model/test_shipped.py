@@ -106,14 +106,15 @@ def test_the_h200_borrows_the_h100_cublas_head_and_gate_until_its_own_beat_them(
     # checkpoint falls back on its own.
     monkeypatch.delenv(MODELS_DIR_ENV, raising=False)
     model, gate = load_default("h200"), load_default_gate("h200")
-    assert sorted(p.name for p in (models_dir() / "h200").iterdir()) == ["eval.json", "mlp.json", "mlp.pt"]
+    shipped = sorted(path.name for path in (models_dir() / "h200").iterdir())
+    assert shipped == ["eval.json", "mlp.json", "mlp.pt"]
     assert model.aten is not None and model.aten.card.device == "h100" and model.aten.device.key == "h200"
     assert gate is not None and gate.card.device == "h100" and gate.device.key == "h200"
 
 
 def test_the_h200_model_is_the_h100_model_fine_tuned_on_h200_data():
-    h200 = MLPModel.load(models_dir() / "h200", "h200")
-    assert h200.card.hyperparameters["init"]["digest"] == MLPModel.load(models_dir() / "h100", "h100").digest()
+    h200, h100 = MLPModel.load(models_dir() / "h200", "h200"), MLPModel.load(models_dir() / "h100", "h100")
+    assert h200.card.hyperparameters["init"]["digest"] == h100.digest()
     assert h200.card.data.file == "h200.parquet" and h200.card.data.device_names == ["NVIDIA H200"]
 
 

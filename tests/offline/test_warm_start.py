@@ -9,24 +9,17 @@ import torch
 
 from kernel_select.cli import main
 from kernel_select.errors import ModelError, OptionError
-from kernel_select.offline.data import dataset
-from kernel_select.offline.training.train import MLPHParams, train
-from tests.synthetic import synthetic_frame
+from kernel_select.offline.training.train import train
+from tests.offline.test_train import SMALL, data  # noqa: F401  (data: the module's dataset fixture)
 
-SMALL = MLPHParams(hidden_widths=(32, 32), epochs=4, batch_rows=256, batch_problems=8, configs_per_problem=64)
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    path = tmp_path_factory.mktemp("data") / "synthetic.parquet"
-    dataset.write(synthetic_frame(), path)
-    return path
+# the same small recipe and synthetic dataset as test_train.py
+BASE = dataclasses.replace(SMALL, epochs=4)
 
 
 @pytest.fixture(scope="module")
 def base(data, tmp_path_factory):
     """The model to start from (saved in its `out_dir`)."""
-    return train(data, tmp_path_factory.mktemp("base"), device="h100", objective="rank", hparams=SMALL,
+    return train(data, tmp_path_factory.mktemp("base"), device="h100", objective="rank", hparams=BASE,
                  progress=False)
 
 
@@ -37,7 +30,7 @@ def _members(model):
 def test_each_member_starts_from_its_saved_member_with_its_statistics(data, base, tmp_path):
     # a learning rate this small leaves the weights where they started: they must be the saved ones
     result = train(data, tmp_path, device="h100", objective="rank", epochs=1, progress=False,
-                   hparams=dataclasses.replace(SMALL, lr=1e-12), init=base.out_dir)
+                   hparams=dataclasses.replace(BASE, lr=1e-12), init=base.out_dir)
     assert result.model.card.feature_mean == base.model.card.feature_mean
     assert result.model.card.feature_std == base.model.card.feature_std
     first, second = _members(base.model)
@@ -54,7 +47,7 @@ def test_each_member_starts_from_its_saved_member_with_its_statistics(data, base
 def test_the_saved_weights_win_when_fine_tuning_only_makes_them_worse(data, base, tmp_path):
     # a learning rate of 10 wrecks the net in one epoch: epoch 0 (the saved weights) must be kept
     result = train(data, tmp_path, device="h100", objective="rank", epochs=1, progress=False,
-                   hparams=dataclasses.replace(SMALL, lr=10.0), init=base.out_dir)
+                   hparams=dataclasses.replace(BASE, lr=10.0), init=base.out_dir)
     assert result.metrics["val"]["rank"]["epoch"] == 0
     for saved, kept in zip(_members(base.model), _members(result.model)):
         for (name, a), b in zip(saved.state_dict().items(), kept.state_dict().values()):
@@ -62,7 +55,7 @@ def test_the_saved_weights_win_when_fine_tuning_only_makes_them_worse(data, base
 
 
 def test_fine_tuning_with_the_recipe_changes_the_weights(data, base, tmp_path):
-    result = train(data, tmp_path, device="h100", objective="rank", epochs=2, progress=False, hparams=SMALL,
+    result = train(data, tmp_path, device="h100", objective="rank", epochs=2, progress=False, hparams=BASE,
                    init=base.out_dir)
     assert result.metrics["val"]["rank"]["epoch"] > 0  # more training on the same data helped on val
     for saved, tuned in zip(_members(base.model), _members(result.model)):
@@ -73,14 +66,14 @@ def test_fine_tuning_with_the_recipe_changes_the_weights(data, base, tmp_path):
 def test_another_shape_is_refused_before_anything_is_written(data, base, tmp_path, change):
     out = tmp_path / "never"
     with pytest.raises(OptionError, match="--init .*needs the same shape"):
-        train(data, out, device="h100", hparams=dataclasses.replace(SMALL, **change), init=base.out_dir,
+        train(data, out, device="h100", hparams=dataclasses.replace(BASE, **change), init=base.out_dir,
               progress=False)
     assert not out.exists()
 
 
 def test_an_empty_init_dir_is_refused(data, tmp_path):
     with pytest.raises(ModelError, match="no trained mlp model"):
-        train(data, tmp_path / "out", device="h100", hparams=SMALL, init=tmp_path, progress=False)
+        train(data, tmp_path / "out", device="h100", hparams=BASE, init=tmp_path, progress=False)
 
 
 def test_cli_init_without_a_model_exits_2_with_one_line(data, tmp_path, capsys):
