@@ -73,6 +73,7 @@ def test_the_installed_package_is_the_wheel_with_its_data(installed, tmp_path):
     for path in (package, models, lut):
         assert path.is_relative_to(venv_root), f"{path} is not inside the installed venv {venv_root}"
     assert (models / "h100" / "mlp.pt").is_file() and (models / "h100" / "cublas_gate.json").is_file()
+    assert (models / "h200" / "mlp.pt").is_file() and (models / "h200" / "mlp.json").is_file()
     assert lut.is_file() and (package.parent / "py.typed").is_file()
 
 
@@ -82,6 +83,14 @@ def test_installed_topk_ranks_with_the_mlp_and_the_gate(installed, tmp_path):
                 "--device", "h100", "-k", "4"], cwd=tmp_path, env=_clean_env())
     assert "ranked by: mlp model for h100" in out
     assert "cuBLAS gate: predicted cuBLAS / best Triton time" in out
+
+
+@pytest.mark.slow
+def test_installed_topk_on_an_h200_ranks_with_its_own_mlp(installed, tmp_path):
+    out = _run([str(installed / "kernel-select"), "topk", "--m", "560", "--n", "1280", "--k", "3420",
+                "--device", "h200", "-k", "4"], cwd=tmp_path, env=_clean_env())
+    assert "ranked by: mlp model for h200" in out and "measured on h100" not in out.split("ranked by:")[1]
+    assert "cuBLAS gate: predicted cuBLAS / best Triton time" in out  # the H100 gate, borrowed
 
 
 @pytest.mark.slow

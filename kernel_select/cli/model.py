@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from kernel_select.cli.common import Subparsers, emit_text, int_at_least, output_file
+from kernel_select.cli.common import Subparsers, emit_text, int_at_least, output_file, positive_float
 from kernel_select.errors import OptionError
 
 
@@ -42,6 +42,11 @@ def register_train(sub: Subparsers) -> None:
     p.add_argument("--cap", type=int_at_least(1), default=384,
                    help="configs per problem trained on: every one within 1.5x of the oracle, then a "
                         "random sample (default: %(default)s)")
+    p.add_argument("--init", default=None, metavar="DIR",
+                   help="fine-tune the MLP saved in DIR (same feature version, widths and members; a device "
+                        "of the same architecture) instead of starting from random weights")
+    p.add_argument("--lr", type=positive_float, default=None,
+                   help="peak learning rate (default: the training default, 2e-3; lower it with --init)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--refit-auto", action="store_true",
                    help="train nothing: choose the topk='auto' rule of the MLP already in --out again on the "
@@ -91,9 +96,11 @@ def run_train(args: argparse.Namespace) -> int:
     if args.method == "ensemble":
         return _run_train_ensemble(args)
     options = {} if args.features is None else {"feature_version": args.features}
-    hparams = MLPHParams() if args.members is None else MLPHParams(members=args.members)
+    chosen = {name: value for name, value in (("members", args.members), ("lr", args.lr))
+              if value is not None}  # the rest: MLPHParams' defaults
     result = train(args.data, args.out, seed=args.seed, epochs=args.epochs, objective=args.objective,
-                   device=args.device, cap=args.cap, progress=not args.quiet, hparams=hparams, **options)
+                   device=args.device, cap=args.cap, progress=not args.quiet, hparams=MLPHParams(**chosen),
+                   init=args.init, **options)
     for objective, metrics in result.metrics["val"].items():
         topk = "  ".join(f"k={k}: {v:.4f}" for k, v in metrics["topk"].items())
         print(f"val [{objective}] epoch {metrics['epoch']}: {topk}")

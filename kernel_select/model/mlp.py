@@ -30,6 +30,7 @@ from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import ModelError, UnsupportedProblemError
 from kernel_select.model.aten import ATEN_FILE, AtenHead
+from kernel_select.model.aten import STEM as ATEN_STEM
 from kernel_select.model.base import PerformanceModel, register_model, shipped_model_dir
 from kernel_select.model.card import (
     Architecture,
@@ -224,6 +225,9 @@ class MLPModel(PerformanceModel):
         trained_on = f"{data.file} ({data.rows} rows)" if data else "no recorded data"
         if self.card.device != self.device.key:  # a same-architecture stand-in (see load_default)
             trained_on += f" measured on {self.card.device}"
+        init = self.card.hyperparameters.get("init")
+        if isinstance(init, dict):  # fine-tuned (train --init): say from what
+            trained_on += f", fine-tuned from the {init.get('device')} model"
         members = self.card.architecture.members
         averaged = f" x {members} averaged" if members > 1 else ""
         return (f"mlp model for {self.device.key}, features v{self.card.feature_version}, "
@@ -293,7 +297,12 @@ def _load_shipped(device: DeviceSpec) -> MLPModel:
     if found is None:
         raise ModelError(f"no trained mlp model shipped for {device.key}; "
                          f"{retrain_hint(Path('models') / device.key, device.key)}")
-    return MLPModel.load(found[0], device, allow_same_architecture=True)
+    model = MLPModel.load(found[0], device, allow_same_architecture=True)
+    if model.aten is None:  # a device's own MLP before its own cuBLAS head: borrow it, as the gate is
+        borrowed = shipped_model_dir(device, ATEN_STEM)
+        if borrowed is not None:
+            model.aten = AtenHead.load(borrowed[0], device, allow_same_architecture=True)
+    return model
 
 
 register_model("mlp", _load_shipped)

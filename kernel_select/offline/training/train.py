@@ -46,6 +46,7 @@ from kernel_select.offline.training.training_data import (
 )
 from kernel_select.offline.training.layout_errors import cublas_errors_by_layout
 from kernel_select.offline.training.auto_refit import refit_auto
+from kernel_select.offline.training.warm_start import WarmStart, load_warm_start
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +103,7 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
           seed: int = 0, epochs: int | None = None, objective: str = "both",
           hparams: MLPHParams | None = None,
           feature_version: int = features_v4.FEATURE_VERSION, cap: int = DEFAULT_CAP,
-          progress: bool = True) -> TrainResult:
+          progress: bool = True, init: str | Path | None = None) -> TrainResult:
     """Fit the MLP on the trainable problems of the dataset file(s) and save it to `out_dir`,
     with the cuBLAS time head, the `topk="auto"` rule, and the cuBLAS gate.
 
@@ -112,6 +113,8 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
         epochs: overrides `hparams.epochs`.
         feature_version: 1 to 4 (`mlp.FEATURE_SETS`); 4 reads the layout and trains on every layout.
         cap: configs per problem (every contender within 1.5x of the oracle, then a sample).
+        init: a saved MLP directory to fine-tune (warm_start.py): member i starts from its member i,
+            with its standardization; the saved weights compete as "epoch 0" on validation.
     Raises:
         DatasetError: a file is unreadable, or a split has no usable rows for `device`.
         OptionError: bad epochs, objective, feature version or cap.
@@ -122,20 +125,24 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
     if epochs is not None:
         hparams = dataclasses.replace(hparams, epochs=epochs)
     _check_options(hparams, objective, feature_version, cap)
+    warm = None if init is None else load_warm_start(
+        init, spec, feature_version=feature_version, hidden_widths=hparams.hidden_widths,
+        members=hparams.members)
 
     paths = dataset.expand_paths(data_path)
     frame = dataset.modelled_layout_rows(dataset.read_many(paths), layouts=layouts_for(feature_version))
     rows, aten = _training_rows(frame, spec, paths, cap, seed, layouts_for(feature_version))
     names = FEATURE_SETS[feature_version][0]
     standardized, mean, std = _standardize(FEATURE_FRAMES[feature_version](rows, spec),
-                                           (rows["split"] == "train").to_numpy())
+                                           (rows["split"] == "train").to_numpy(), warm)
     splits_ = {name: _make_split(rows, standardized, name) for name in ("train", "val")}
 
     runs: dict[str, tuple[RuntimeNet, dict[str, Any]]] = {}
     for name in (list(OBJECTIVES) if objective == "both" else [objective]):
-        runs[name] = _fit(name, splits_["train"], splits_["val"], hparams, seed, progress)
+        runs[name] = _fit(name, splits_["train"], splits_["val"], hparams, seed, progress,
+                          start=warm.members[0] if warm else None)
     best = max(runs, key=lambda name: runs[name][1]["selection_score"])
-    net, member_metrics = _train_members(runs[best][0], best, splits_, hparams, seed, progress)
+    net, member_metrics = _train_members(runs[best][0], best, splits_, hparams, seed, progress, warm)
 
     metrics: dict[str, Any] = {"selected_objective": best, "val": {name: m for name, (_, m) in runs.items()},
                                **member_metrics}
@@ -149,7 +156,7 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
         architecture=architecture(len(names), hparams.hidden_widths, hparams.members),
         dtypes=sorted(rows["dtype"].unique()), layouts=sorted(rows["layout"].astype(str).unique()),
         hyperparameters={**dataclasses.asdict(hparams), "seed": seed, "objective": objective,
-                         "cap_rows_per_problem": cap},
+                         "cap_rows_per_problem": cap, **({"init": warm.record} if warm else {})},
         data=provenance(paths, rows), metrics=metrics, trained_at=utc_now(), versions=training_versions())
     model = MLPModel(spec, net, card, head)
     refit_auto(model, frame)  # the rule, on every val row as `evaluate` scores them (auto_refit.py)
@@ -161,20 +168,27 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
 
 
 def _train_members(first: RuntimeNet, objective: str, splits_: dict[str, _Split], hp: MLPHParams, seed: int,
-                   progress: bool) -> tuple[RuntimeNet | AveragedRuntimeNet, dict[str, Any]]:
-    """With `hp.members` > 1: train the other members (objective of the first, seeds seed+1, ...)
-    and return their average, with the validation figures of each member and of the average."""
+                   progress: bool, warm: WarmStart | None = None
+                   ) -> tuple[RuntimeNet | AveragedRuntimeNet, dict[str, Any]]:
+    """With `hp.members` > 1: train the other members (objective of the first, seeds seed+1, ...;
+    from the warm start's member i, if any) and return their average, with the validation figures
+    of each member and of the average."""
     if hp.members == 1:
         return first, {}
-    members = [first] + [_fit(objective, splits_["train"], splits_["val"], hp, seed + i, progress)[0]
+    members = [first] + [_fit(objective, splits_["train"], splits_["val"], hp, seed + i, progress,
+                              start=warm.members[i] if warm else None)[0]
                          for i in range(1, hp.members)]
     net = AveragedRuntimeNet(members).eval()
     return net, {"members_val": [validate(m, splits_["val"])["topk"] for m in members],
                  "averaged_val": validate(net, splits_["val"])}
 
 
-def _standardize(features: np.ndarray, train_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """float32 standardized features, with the training rows' mean and std (float64)."""
+def _standardize(features: np.ndarray, train_mask: np.ndarray, warm: WarmStart | None = None
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """float32 standardized features, with the training rows' mean and std (float64), or the
+    warm start's (its first layer was trained on inputs scaled that way)."""
+    if warm is not None:
+        return warm.standardize(features), warm.feature_mean, warm.feature_std
     mean = features[train_mask].mean(axis=0, dtype=np.float64)
     std = features[train_mask].std(axis=0, dtype=np.float64)
     std = np.where(std > 1e-6, std, 1.0)  # a constant feature (e.g. one dtype) must not divide by 0
@@ -287,22 +301,21 @@ def _make_split(rows: pd.DataFrame, standardized: np.ndarray, split: str) -> _Sp
 
 
 def _fit(objective: str, train_split: _Split, val: _Split, hp: MLPHParams, seed: int,
-         progress: bool, make_net: Any = None) -> tuple[RuntimeNet, dict[str, Any]]:
+         progress: bool, make_net: Any = None,
+         start: RuntimeNet | None = None) -> tuple[RuntimeNet, dict[str, Any]]:
     """Fit a net (default: RuntimeNet of `hp.hidden_widths`; `make_net(n_features)` builds another
-    architecture with the same `body[-1]` output layer) and keep its best epoch on `val`."""
+    architecture with the same `body[-1]` output layer; `start`: a copy of these trained weights)
+    and keep its best epoch on `val` (with `start`, its weights untouched count as epoch 0)."""
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
-    n_features = train_split.x.shape[1]
-    net = (make_net(n_features) if make_net is not None
-           else RuntimeNet(n_features, hp.hidden_widths, hp.initial_overhead_ms))
-    with torch.no_grad():  # start at the mean log runtime rather than at 0 = 1 ms
-        net.body[-1].bias.fill_(float(train_split.y.mean()))
+    net = _initial_net(train_split, hp, make_net, start)
     optimizer = torch.optim.AdamW(net.parameters(), lr=hp.lr, weight_decay=hp.weight_decay)
     steps_per_epoch = _steps_per_epoch(objective, train_split, hp)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(
         optimizer, T_max=hp.epochs * steps_per_epoch, eta_min=hp.lr / 20)
 
-    best_state, best = copy.deepcopy(net.state_dict()), {"selection_score": -math.inf}
+    best_state = copy.deepcopy(net.state_dict())
+    best = {**validate(net, val), "epoch": 0} if start is not None else {"selection_score": -math.inf}
     bar = tqdm(range(hp.epochs), desc=f"train[{objective}]", unit="epoch", disable=not progress)
     for epoch in bar:
         net.train()
@@ -322,6 +335,17 @@ def _fit(objective: str, train_split: _Split, val: _Split, hp: MLPHParams, seed:
                         best=f"{best['selection_score']:.4f}")
     net.load_state_dict(best_state)
     return net.eval(), best
+
+
+def _initial_net(train_split: _Split, hp: MLPHParams, make_net: Any, start: RuntimeNet | None) -> RuntimeNet:
+    if start is not None:
+        return copy.deepcopy(start).train()
+    n_features = train_split.x.shape[1]
+    net = (make_net(n_features) if make_net is not None
+           else RuntimeNet(n_features, hp.hidden_widths, hp.initial_overhead_ms))
+    with torch.no_grad():  # start at the mean log runtime rather than at 0 = 1 ms
+        net.body[-1].bias.fill_(float(train_split.y.mean()))
+    return net
 
 
 def _steps_per_epoch(objective: str, split: _Split, hp: MLPHParams) -> int:

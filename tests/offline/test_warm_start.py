@@ -1,0 +1,86 @@
+"""Fine-tuning a saved MLP (`train(init=...)`, `kernel-select train --init`)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from kernel_select.cli import main
+from kernel_select.errors import ModelError, OptionError
+from kernel_select.offline.training.train import train
+from tests.offline.test_train import SMALL, data  # noqa: F401  (data: the module's dataset fixture)
+
+# the same small recipe and synthetic dataset as test_train.py
+BASE = dataclasses.replace(SMALL, epochs=4)
+
+
+@pytest.fixture(scope="module")
+def base(data, tmp_path_factory):
+    """The model to start from (saved in its `out_dir`)."""
+    return train(data, tmp_path_factory.mktemp("base"), device="h100", objective="rank", hparams=BASE,
+                 progress=False)
+
+
+def _members(model):
+    return list(model.net.members)
+
+
+def test_each_member_starts_from_its_saved_member_with_its_statistics(data, base, tmp_path):
+    # a learning rate this small leaves the weights where they started: they must be the saved ones
+    result = train(data, tmp_path, device="h100", objective="rank", epochs=1, progress=False,
+                   hparams=dataclasses.replace(BASE, lr=1e-12), init=base.out_dir)
+    assert result.model.card.feature_mean == base.model.card.feature_mean
+    assert result.model.card.feature_std == base.model.card.feature_std
+    first, second = _members(base.model)
+    assert not torch.allclose(first.body[0].weight, second.body[0].weight)  # distinct seeds
+    for saved, tuned in zip(_members(base.model), _members(result.model)):
+        for (name, a), b in zip(saved.state_dict().items(), tuned.state_dict().values()):
+            assert torch.allclose(a, b, atol=1e-6), name
+    init = result.model.card.hyperparameters["init"]
+    assert init["device"] == "h100" and init["digest"] == base.model.digest()
+    assert result.model.describe().endswith("fine-tuned from the h100 model")
+    assert "fine-tuned" not in base.model.describe()
+
+
+def test_the_saved_weights_win_when_fine_tuning_only_makes_them_worse(data, base, tmp_path):
+    # a learning rate of 10 wrecks the net in one epoch: epoch 0 (the saved weights) must be kept
+    result = train(data, tmp_path, device="h100", objective="rank", epochs=1, progress=False,
+                   hparams=dataclasses.replace(BASE, lr=10.0), init=base.out_dir)
+    assert result.metrics["val"]["rank"]["epoch"] == 0
+    for saved, kept in zip(_members(base.model), _members(result.model)):
+        for (name, a), b in zip(saved.state_dict().items(), kept.state_dict().values()):
+            assert torch.equal(a, b), name
+
+
+def test_fine_tuning_with_the_recipe_changes_the_weights(data, base, tmp_path):
+    result = train(data, tmp_path, device="h100", objective="rank", epochs=2, progress=False, hparams=BASE,
+                   init=base.out_dir)
+    assert result.metrics["val"]["rank"]["epoch"] > 0  # more training on the same data helped on val
+    for saved, tuned in zip(_members(base.model), _members(result.model)):
+        assert not torch.equal(saved.body[0].weight, tuned.body[0].weight)
+
+
+@pytest.mark.parametrize("change", [{"hidden_widths": (16,)}, {"members": 3}])
+def test_another_shape_is_refused_before_anything_is_written(data, base, tmp_path, change):
+    out = tmp_path / "never"
+    with pytest.raises(OptionError, match="--init .*needs the same shape"):
+        train(data, out, device="h100", hparams=dataclasses.replace(BASE, **change), init=base.out_dir,
+              progress=False)
+    assert not out.exists()
+
+
+def test_an_empty_init_dir_is_refused(data, tmp_path):
+    with pytest.raises(ModelError, match="no trained mlp model"):
+        train(data, tmp_path / "out", device="h100", hparams=BASE, init=tmp_path, progress=False)
+
+
+def test_cli_init_without_a_model_exits_2_with_one_line(data, tmp_path, capsys):
+    out = tmp_path / "never"
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "--data", str(data), "--out", str(out), "--device", "h100", "--init", str(tmp_path),
+              "--lr", "2e-4", "--quiet"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1 and "no trained mlp model" in err
+    assert not out.exists()
