@@ -177,24 +177,29 @@ def _model_names(text: str, device: str | None) -> list[str]:
 def run_eval(args: argparse.Namespace) -> int:
     models: list = _model_names(args.model, args.device)  # a typo fails before the dataset is read
 
-    from kernel_select.offline.training.evaluate import evaluate, evaluate_splits
+    from kernel_select.offline.data import dataset
+    from kernel_select.offline.training.evaluate import dataset_device, evaluate, evaluate_splits
     from kernel_select.offline.training.report import format_report
 
+    frame, device = None, args.device
+    if device is None and (args.mlp_dir is not None or args.ensemble_dir is not None):
+        # A model folder is loaded for a device: the one the data was measured on, unless named.
+        frame = dataset.read_many(args.data)
+        device = dataset_device(frame, args.data).key
     if args.mlp_dir is not None:
         from kernel_select.model.mlp import MLPModel
 
-        device = args.device or "h100"
         models = [MLPModel.load(args.mlp_dir, device) if name == "mlp" else name for name in models]
     if args.ensemble_dir is not None:
         from kernel_select.model.ensemble import EnsembleModel
 
-        models.append(EnsembleModel.load(args.ensemble_dir, args.device or "h100"))
+        models.append(EnsembleModel.load(args.ensemble_dir, device))
     if args.split == "held-out":
-        report = evaluate_splits(args.data, models, device=args.device)
+        report = evaluate_splits(args.data, models, device=device, frame=frame)
         print("\n\n".join(format_report(r) for r in report["splits"].values()))
         print(f"shipped: {report['shipped_model']}")
     else:
-        report = evaluate(args.data, args.split, models, device=args.device)
+        report = evaluate(args.data, args.split, models, device=device, frame=frame)
         print(format_report(report))
     if args.json:
         emit_text(json.dumps(report, indent=2) + "\n", args.json)

@@ -31,6 +31,32 @@ def test_train_then_eval_json(tmp_path, capsys):
     assert "mlp" in printed and "k=16" in printed
 
 
+def test_eval_loads_a_model_folder_for_the_device_the_data_was_measured_on(tmp_path, capsys, monkeypatch):
+    """No --device: a model folder is loaded for the data's device, not an assumed H100."""
+    data, out = tmp_path / "synthetic.parquet", tmp_path / "models" / "h200"
+    frame = synthetic_frame(configs_per_problem=40)
+    frame["device_name"] = "NVIDIA H200"
+    dataset.write(frame, data)
+    assert main(["train", "--data", str(data), "--out", str(out), "--epochs", "2", "--quiet",
+                 "--device", "h200"]) == 0
+    from kernel_select.model.mlp import MLPModel
+
+    loaded_for = []
+    real_load = MLPModel.load.__func__
+
+    def recording_load(cls, folder, device, *args, **kwargs):
+        loaded_for.append(device)
+        return real_load(cls, folder, device, *args, **kwargs)
+
+    monkeypatch.setattr(MLPModel, "load", classmethod(recording_load))
+    report_path = tmp_path / "eval.json"
+    assert main(["eval", "--data", str(data), "--split", "test", "--mlp-dir", str(out), "--model", "mlp",
+                 "--json", str(report_path)]) == 0
+    capsys.readouterr()
+    assert loaded_for == ["h200"]
+    assert json.loads(report_path.read_text())["device"] == "h200"
+
+
 def test_bad_input_is_a_one_line_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["eval", "--data", str(tmp_path / "missing.parquet")])

@@ -78,7 +78,7 @@ def evaluate(data_path: str | Path | Sequence[str | Path], split: str = "test",
     """
     frame = dataset.read_many(data_path) if frame is None else frame
     frame = splits.split_rows(frame, split)
-    spec = get_device(device) if device is not None else _dataset_device(frame, data_path)
+    spec = get_device(device) if device is not None else dataset_device(frame, data_path)
     resolved = _resolve_models(models, spec)
     df = dataset.modelled_layout_rows(frame, "evaluation", evaluated_layouts(resolved.values()))
     rows = usable_triton_rows(df).sort_values(["problem_id", *_CONFIG_COLS], kind="stable")
@@ -202,7 +202,7 @@ def evaluate_splits(data_path: str | Path | Sequence[str | Path],
     from kernel_select.model import load_default
 
     frame = dataset.read_many(data_path) if frame is None else frame
-    spec = get_device(device) if device is not None else _dataset_device(frame, data_path)
+    spec = get_device(device) if device is not None else dataset_device(frame, data_path)
     reports: dict[str, Any] = {}
     for name in splits.EVAL_SPLITS:
         if not splits.split_masks(frame)[name].any():  # e.g. no held-out family measured yet
@@ -214,7 +214,8 @@ def evaluate_splits(data_path: str | Path | Sequence[str | Path],
             "shipped_model": shipped.describe(), "splits": reports}
 
 
-def _dataset_device(rows: pd.DataFrame, data_path: str | Path) -> DeviceSpec:
+def dataset_device(rows: pd.DataFrame, data_path: str | Path) -> DeviceSpec:
+    """The one device the rows were measured on (a file of several devices needs it named)."""
     names = rows["device_name"].dropna().unique()
     if len(names) != 1:
         raise DatasetError(f"{data_path}: rows come from devices {list(names)}; pass device=... explicitly")
