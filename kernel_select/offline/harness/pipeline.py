@@ -33,6 +33,7 @@ from pathlib import Path
 import pandas as pd
 
 from kernel_select.device import DeviceSpec
+from kernel_select.errors import OptionError
 from kernel_select.offline.data import dataset
 from kernel_select.offline.harness.bench import (
     BenchOptions,
@@ -264,15 +265,24 @@ def run_sharded(problems: Problems, out: str | Path, device: DeviceSpec, gpus: i
 
     from kernel_select.offline.harness.bench_plan import pow2_divisor
 
+    started = time.perf_counter()
+    if gpus > torch.cuda.device_count():
+        raise OptionError(f"--gpus {gpus}: this host has {torch.cuda.device_count()} visible CUDA GPUs")
     out = Path(out)
+    parts = [part_path(out, i) for i in range(gpus)]
+    leftover = merge_parts(out, sorted(out.parent.glob(f"{out.stem}.gpu*{out.suffix}")))
+    if any(rows for _, rows in leftover):  # a killed sharded run: its timed problems count as done
+        log.info("merged %d problems from part files of an earlier run", sum(p for p, _ in leftover))
     problems = list(problems)
     groups = groups or [f"{p.dtype}/{p.layout}/{pow2_divisor(p.n)}/{pow2_divisor(p.k)}" for p in problems]
     group_of = dict(zip(problems, groups))
     problems = todo_problems(problems, out, torch.cuda.get_device_properties(0).name)
+    if not problems:
+        log.info("every problem is already in %s for this GPU", out)
+        return dataset.read(out)
     groups = [group_of[p] for p in problems]
     workers = options.workers or max(1, (os.cpu_count() or 2) // gpus - 1)
     shard_options = BenchOptions(**{**options.__dict__, "workers": workers})
-    parts = [part_path(out, i) for i in range(gpus)]
     ctx = multiprocessing.get_context("spawn")
     procs = []
     for gpu, indices in enumerate(shard_problems(problems, groups, gpus)):
@@ -282,7 +292,8 @@ def run_sharded(problems: Problems, out: str | Path, device: DeviceSpec, gpus: i
         procs.append(_start_on_gpu(ctx, gpu, args))
     for proc in procs:
         proc.join()
-    merge_parts(out, parts)
+    merged = merge_parts(out, parts)
+    log.info("%s", sharded_summary(merged, time.perf_counter() - started))
     failed = [i for i, p in enumerate(procs) if p.exitcode != 0]
     if failed:
         log.warning("GPU workers %s exited with an error; their finished problems were kept", failed)
@@ -293,12 +304,30 @@ def part_path(out: Path, gpu: int) -> Path:
     return out.with_name(f"{out.stem}.gpu{gpu}{out.suffix}")
 
 
-def merge_parts(out: Path, parts: Sequence[Path]) -> None:
-    """Append every existing part file to `out`, then remove the parts."""
+def merge_parts(out: Path, parts: Sequence[Path]) -> list[tuple[int, int]]:
+    """Append every existing part file to `out`, then remove the parts. Returns each part's
+    (problems, rows), (0, 0) for a GPU that wrote none."""
+    merged = []
     for part in parts:
-        if part.exists():
-            dataset.append(out, dataset.read(part))
-            part.unlink()
+        if not part.exists():
+            merged.append((0, 0))
+            continue
+        rows = dataset.read(part)
+        dataset.append(out, rows)
+        part.unlink()
+        merged.append((int(rows["problem_id"].nunique()), len(rows)))
+    return merged
+
+
+def sharded_summary(merged: Sequence[tuple[int, int]], wall_s: float) -> str:
+    """The whole run's throughput, compile included: rows per minute of wall time on all GPUs,
+    then per GPU-minute (what one GPU adds), then each GPU's share."""
+    problems, rows = sum(p for p, _ in merged), sum(r for _, r in merged)
+    per_minute = 60 * rows / max(wall_s, 1e-9)
+    shares = ", ".join(f"GPU {i}: {p} problems, {r} rows" for i, (p, r) in enumerate(merged))
+    return (f"{len(merged)} GPUs: {problems} problems, {rows} rows in {wall_s:.1f} s wall (compile "
+            f"included): {per_minute:.0f} rows per minute, {per_minute / len(merged):.0f} per "
+            f"GPU-minute ({shares})")
 
 
 def _start_on_gpu(ctx, gpu: int, args: tuple) -> multiprocessing.process.BaseProcess:
