@@ -233,7 +233,7 @@ def run_bench(args: argparse.Namespace) -> int:
     problems = [s.problem() for s in chosen]  # each in its entry's layout
     df = pipeline.run_sharded(problems, args.out, detect(), args.gpus, options,
                               origins={p: s.provenance() for p, s in zip(problems, chosen)},
-                              groups=[s.group or f"{s.dtype}/{s.layout}/{s.family}" for s in chosen])
+                              groups=[s.group for s in chosen])  # "" for none: see default_group
     print(f"{args.out}: {df['problem_id'].nunique()} problems, {len(df)} rows "
           f"({int((df['runtime_ms'] < float('inf')).sum())} finite)")
     return 0

@@ -96,6 +96,27 @@ def test_sharding_keeps_groups_whole_and_balances_gpus():
     assert abs(len(shards[0]) - len(shards[1])) <= 10
 
 
+def test_sharding_weighs_groups_by_cost_so_the_gpus_finish_together():
+    problems = [Problem(m, 256, 256) for m in range(1, 9)]
+    groups = ["big", "a", "a", "b", "b", "c", "c", "c"]
+    costs = [9.0] + [1.0] * 7  # one expensive problem outweighs three cheap groups
+    shards = shard_problems(problems, groups, 2, costs)
+    assert shards == [[0], [1, 2, 3, 4, 5, 6, 7]]
+    assert shard_problems(problems, groups, 2) == [[0, 5, 6, 7], [1, 2, 3, 4]]  # by count: 4 and 4
+
+
+def test_group_costs_charge_compile_where_a_group_needs_many_keys():
+    from kernel_select.offline.harness.pipeline import group_costs
+
+    device = get_device("h100")
+    shared = [Problem(m, 4096, 4096, "bfloat16") for m in (512, 1024, 2048)]  # one key set, reused
+    odd = [Problem(512, n, 4096, "bfloat16") for n in (4095, 4093, 4091)]  # same keys too, fewer reuses
+    costs = group_costs(shared + odd[:1], ["s"] * 3 + ["o"], device, "exhaustive")
+    rows = len(plan(shared[:1], device)[0]) + 1
+    assert costs[0] == costs[1] == costs[2] >= rows  # timing bound: rows plus the fixed cost
+    assert costs[3] > costs[0]  # a lone problem pays its whole compile
+
+
 def test_gpu_parts_merge_into_the_output_and_the_summary_counts_each_gpu(tmp_path):
     from kernel_select.offline.data import dataset
 
@@ -154,7 +175,8 @@ def test_sharded_run_merges_leftover_parts_then_gives_each_gpu_whole_groups(tmp_
     df = pipeline.run_sharded(problems, out, get_device("h100"), 2, bench.BenchOptions(),
                               groups=["a", "a", "b", "b", "c"])
     assert sorted(p.m for ps in given.values() for p in ps) == [17, 18, 19, 20]  # 16 was in the part
-    # whole groups, each to the GPU with the fewest problems so far: a -> 0, b -> 1, c -> 0
+    # whole groups, each to the GPU with the least work so far; compiling one key set outweighs
+    # timing two tiny problems, so a, b and c weigh the same: a -> 0, b -> 1, c -> 0
     assert {gpu: [p.m for p in ps] for gpu, ps in given.items()} == {0: [17, 20], 1: [18, 19]}
     assert df["problem_id"].nunique() == 5
     assert not list(tmp_path.glob("d.gpu*.parquet"))

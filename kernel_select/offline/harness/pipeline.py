@@ -43,7 +43,7 @@ from kernel_select.offline.harness.bench import (
     time_problem,
 )
 from kernel_select.offline.harness.timer import TimingStats
-from kernel_select.offline.harness.bench_plan import CompileKey, PlannedRun, plan, reuse_order
+from kernel_select.offline.harness.bench_plan import CompileKey, PlannedRun, plan, pow2_divisor, reuse_order
 from kernel_select.problem import Problem
 
 log = logging.getLogger(__name__)
@@ -242,17 +242,55 @@ def _log_timing(problem: Problem, timing: TimingStats) -> None:
 
 # -- several GPUs ----------------------------------------------------------------------------------
 
-def shard_problems(problems: Problems, groups: Sequence[str], gpus: int) -> list[list[int]]:
+#: Row-equivalents (at about 1,000 rows a second on one GPU) for what a problem costs besides its
+#: rows (operands, reference, cuBLAS, checks), and for compiling one key on one GPU's share of the
+#: cores (0.65 core-seconds on 15 of them).
+PROBLEM_COST_ROWS = 200
+KEY_COST_ROWS = 43
+
+
+def shard_problems(problems: Problems, groups: Sequence[str], gpus: int,
+                   costs: Sequence[float] | None = None) -> list[list[int]]:
     """Indices of the problems each GPU times: whole groups (problems sharing compile keys) go to
-    one GPU, so no binary is compiled twice; each group goes to the GPU with the fewest problems
-    so far. Order within a GPU follows the input."""
+    one GPU, so no binary is compiled twice. Groups go largest first (by `costs` summed over the
+    group, else by problem count) to the GPU with the least work so far, so the GPUs finish
+    together. Order within a GPU follows the input."""
     by_group: dict[str, list[int]] = {}
     for i, group in enumerate(groups):
         by_group.setdefault(group, []).append(i)
+    weight = [1.0] * len(groups) if costs is None else list(costs)
+    totals = {g: sum(weight[i] for i in members) for g, members in by_group.items()}
     shards: list[list[int]] = [[] for _ in range(gpus)]
-    for members in by_group.values():
-        min(shards, key=len).extend(members)
+    load = [0.0] * gpus
+    for group in sorted(by_group, key=lambda g: -totals[g]):  # stable: ties keep input order
+        gpu = min(range(gpus), key=lambda i: load[i])
+        shards[gpu].extend(by_group[group])
+        load[gpu] += totals[group]
     return [sorted(s) for s in shards]
+
+
+def group_costs(problems: Problems, groups: Sequence[str], device: DeviceSpec,
+                search_space: str) -> list[float]:
+    """Each problem's estimated share of its group's work, in rows: its rows plus a fixed cost,
+    or its share of compiling the group's distinct keys where that is larger (compile and timing
+    overlap, so the slower of the two bounds the group)."""
+    planned = plan(problems, device, search_space=search_space)
+    timing = [len(runs) + 1 + PROBLEM_COST_ROWS for runs in planned]
+    keys: dict[str, set[CompileKey]] = {}
+    members: dict[str, int] = {}
+    for group, runs in zip(groups, planned):
+        keys.setdefault(group, set()).update(r.key for r in runs)
+        members[group] = members.get(group, 0) + 1
+    group_timing: dict[str, float] = {}
+    for group, t in zip(groups, timing):
+        group_timing[group] = group_timing.get(group, 0.0) + t
+    scale = {g: max(1.0, KEY_COST_ROWS * len(keys[g]) / group_timing[g]) for g in keys}
+    return [t * scale[g] for g, t in zip(groups, timing)]
+
+
+def default_group(problem: Problem) -> str:
+    """The group of a problem its plan gave none: what most of its compile keys depend on."""
+    return f"{problem.dtype}/{problem.layout}/n{pow2_divisor(problem.n)}/k{pow2_divisor(problem.k)}"
 
 
 def run_sharded(problems: Problems, out: str | Path, device: DeviceSpec, gpus: int,
@@ -263,8 +301,6 @@ def run_sharded(problems: Problems, out: str | Path, device: DeviceSpec, gpus: i
         return run_bench(problems, out, device, options, origins)
     import torch
 
-    from kernel_select.offline.harness.bench_plan import pow2_divisor
-
     started = time.perf_counter()
     if gpus > torch.cuda.device_count():
         raise OptionError(f"--gpus {gpus}: this host has {torch.cuda.device_count()} visible CUDA GPUs")
@@ -274,7 +310,7 @@ def run_sharded(problems: Problems, out: str | Path, device: DeviceSpec, gpus: i
     if any(rows for _, rows in leftover):  # a killed sharded run: its timed problems count as done
         log.info("merged %d problems from part files of an earlier run", sum(p for p, _ in leftover))
     problems = list(problems)
-    groups = groups or [f"{p.dtype}/{p.layout}/{pow2_divisor(p.n)}/{pow2_divisor(p.k)}" for p in problems]
+    groups = [g or default_group(p) for g, p in zip(groups or [""] * len(problems), problems)]
     group_of = dict(zip(problems, groups))
     problems = todo_problems(problems, out, torch.cuda.get_device_properties(0).name)
     if not problems:
@@ -285,7 +321,8 @@ def run_sharded(problems: Problems, out: str | Path, device: DeviceSpec, gpus: i
     shard_options = BenchOptions(**{**options.__dict__, "workers": workers})
     ctx = multiprocessing.get_context("spawn")
     procs = []
-    for gpu, indices in enumerate(shard_problems(problems, groups, gpus)):
+    costs = group_costs(problems, groups, device, options.search_space)
+    for gpu, indices in enumerate(shard_problems(problems, groups, gpus, costs)):
         chosen = [problems[i] for i in indices]
         shard_origins = {p: (origins or {}).get(p) for p in chosen}
         args = (chosen, parts[gpu], device, shard_options, shard_origins, gpu == 0)
