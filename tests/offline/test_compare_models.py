@@ -156,9 +156,10 @@ def test_stock_options_are_inductors_max_autotune_mode() -> None:
 def test_gemm_only_methods_tune_gemms_and_nothing_else() -> None:
     import torch._inductor.config as inductor_config
 
-    stock_gemm, topk_gemm = select_methods("stock-gemm,topk-4-gemm")
+    stock_gemm, topk_gemm, auto_gemm = select_methods("stock-gemm,topk-4-gemm,topk-auto-gemm")
     assert stock_gemm.topk is None and topk_gemm.topk == 4 and topk_gemm.precompile_in_process
-    for method in (stock_gemm, topk_gemm):
+    assert auto_gemm.topk == "auto" and auto_gemm.precompile_in_process
+    for method in (stock_gemm, topk_gemm, auto_gemm):
         options = method.compile_options()
         with inductor_config.patch(options):  # Inductor refuses unknown keys here
             assert inductor_config.max_autotune_gemm and inductor_config.triton.cudagraphs

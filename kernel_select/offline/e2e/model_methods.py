@@ -14,6 +14,7 @@ Built in, in this order:
                the mode's pointwise/reduction autotuning and coordinate-descent tuning
   topk-4-gemm  the handler at k = 4 with those GEMM-only options, Triton choices precompiled in
                process: what kernel_select adds when only the GEMMs are tuned
+  topk-auto-gemm  the same with topk="auto" (the model's own cut per GEMM)
   lut          the handler at k = 1 with a pinned lookup table (offered only when one is given):
                the LUT's entry for a GEMM is the one Triton config benchmarked beside cuBLAS
 
@@ -138,6 +139,9 @@ register_method("stock-gemm", lambda ctx: ModelMethod("stock-gemm", "max-autotun
                                                       gemm_only=True))
 register_method("topk-4-gemm", lambda ctx: dataclasses.replace(
     _handler("topk-4-gemm", 4)(ctx), gemm_only=True, precompile_in_process=True))
+register_method("topk-auto-gemm", lambda ctx: dataclasses.replace(
+    _handler("topk-auto-gemm", "auto")(ctx), gemm_only=True, precompile_in_process=True)
+    if supports_topk("auto") else None)
 register_method("lut", lambda ctx: _handler("lut", 1)(ctx) if ctx.lut else None)
 
 
