@@ -27,8 +27,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "default: all")
     p.add_argument("--methods", default=None,
                    help="comma-separated methods among eager, default, stock, topk-1, topk-4, topk-auto, "
-                        "topk-4-parity, topk-4-inproc, stock-gemm, topk-4-gemm, topk-auto-gemm, lut; default: all "
-                        "that apply")
+                        "topk-4-parity, topk-4-inproc, stock-gemm, topk-4-gemm, topk-auto-gemm, lut; "
+                        "default: all that apply")
     p.add_argument("--lut", default=None, help="lookup table for the 'lut' method (pinned, k = 1)")
     p.add_argument("--no-cudagraphs", action="store_true",
                    help="max-autotune methods without Inductor's CUDA graphs "

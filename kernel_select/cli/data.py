@@ -216,7 +216,7 @@ def _active_shapes(args: argparse.Namespace) -> int:
 
 def run_bench(args: argparse.Namespace) -> int:
     from kernel_select.device import detect
-    from kernel_select.offline.harness import bench, pipeline
+    from kernel_select.offline.harness import bench, sharding
     from kernel_select.offline.data import shapes
     from kernel_select.problem import dtype_name
 
@@ -231,7 +231,7 @@ def run_bench(args: argparse.Namespace) -> int:
     options = bench.BenchOptions(search_space=args.search_space, workers=args.workers,
                                  max_seconds=args.max_seconds, order=args.order)
     problems = [s.problem() for s in chosen]  # each in its entry's layout
-    df = pipeline.run_sharded(problems, args.out, detect(), args.gpus, options,
+    df = sharding.run_sharded(problems, args.out, detect(), args.gpus, options,
                               origins={p: s.provenance() for p, s in zip(problems, chosen)},
                               groups=[s.group for s in chosen])  # "" for none: see default_group
     print(f"{args.out}: {df['problem_id'].nunique()} problems, {len(df)} rows "

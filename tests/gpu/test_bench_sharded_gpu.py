@@ -14,8 +14,7 @@ pytestmark = [pytest.mark.gpu,
 
 def test_two_gpus_each_time_their_groups_and_the_parts_merge(tmp_path, caplog):
     from kernel_select.device import detect
-    from kernel_select.offline.data import dataset
-    from kernel_select.offline.harness import bench, pipeline
+    from kernel_select.offline.harness import bench, sharding
     from kernel_select.problem import Problem
 
     problems = [Problem(m, 256, 512, "bfloat16") for m in (64, 96)] + \
@@ -23,14 +22,14 @@ def test_two_gpus_each_time_their_groups_and_the_parts_merge(tmp_path, caplog):
     groups = ["bf16", "bf16", "fp16", "fp16"]
     out = tmp_path / "rows.parquet"
     options = bench.BenchOptions(search_space="default", progress=False, reps=2)
-    with caplog.at_level(logging.INFO, logger=pipeline.__name__):
-        df = pipeline.run_sharded(problems, out, detect(), 2, options, groups=groups)
+    with caplog.at_level(logging.INFO, logger=sharding.__name__):
+        df = sharding.run_sharded(problems, out, detect(), 2, options, groups=groups)
     assert df["problem_id"].nunique() == 4
     assert (df["backend"] == "aten").sum() == 4
     assert set(df["status"]) <= {"ok", "capped"}
-    assert not any(pipeline.part_path(out, gpu).exists() for gpu in range(2))
+    assert not any(sharding.part_path(out, gpu).exists() for gpu in range(2))
     summary = [r.getMessage() for r in caplog.records if r.getMessage().startswith("2 GPUs:")]
     assert summary and "GPU 0: 2 problems" in summary[0] and "GPU 1: 2 problems" in summary[0]
     # Resuming with every problem measured starts no worker and changes nothing.
-    again = pipeline.run_sharded(problems, out, detect(), 2, options, groups=groups)
+    again = sharding.run_sharded(problems, out, detect(), 2, options, groups=groups)
     assert len(again) == len(df)

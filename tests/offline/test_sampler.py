@@ -13,7 +13,8 @@ from kernel_select.errors import ProblemError
 from kernel_select.offline.data import sampler, shapes
 from kernel_select.offline.data.architectures import ARCHITECTURES, KINDS, layer_gemms
 from kernel_select.offline.harness.bench_plan import distinct_keys, plan
-from kernel_select.offline.harness.pipeline import RowWriter, merge_parts, part_path, shard_problems, sharded_summary
+from kernel_select.offline.harness.pipeline import RowWriter
+from kernel_select.offline.harness.sharding import merge_parts, part_path, shard_problems, sharded_summary
 from kernel_select.offline.data.splits import family_holdout
 from kernel_select.problem import Problem
 from tests.offline.test_bench_plan import _rows
@@ -106,7 +107,7 @@ def test_sharding_weighs_groups_by_cost_so_the_gpus_finish_together():
 
 
 def test_group_costs_charge_compile_where_a_group_needs_many_keys():
-    from kernel_select.offline.harness.pipeline import group_costs
+    from kernel_select.offline.harness.sharding import group_costs
 
     device = get_device("h100")
     shared = [Problem(m, 4096, 4096, "bfloat16") for m in (512, 1024, 2048)]  # one key set, reused
@@ -153,11 +154,11 @@ def test_sharded_run_merges_leftover_parts_then_gives_each_gpu_whole_groups(tmp_
     import torch
 
     from kernel_select.offline.data import dataset
-    from kernel_select.offline.harness import bench, pipeline
+    from kernel_select.offline.harness import bench, sharding
 
     out = tmp_path / "d.parquet"
     leftover = _rows("bfloat16/mm/1x16x16x16", [1.0])  # a killed run's part: counts as measured
-    dataset.append(pipeline.part_path(out, 1), leftover)
+    dataset.append(sharding.part_path(out, 1), leftover)
     name = leftover["device_name"][0]
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: types.SimpleNamespace(name=name))
@@ -170,9 +171,9 @@ def test_sharded_run_merges_leftover_parts_then_gives_each_gpu_whole_groups(tmp_
             dataset.append(part, _rows(f"bfloat16/mm/1x{p.m}x{p.n}x{p.k}", [float(gpu + 1)]))
         return types.SimpleNamespace(join=lambda: None, exitcode=0)
 
-    monkeypatch.setattr(pipeline, "_start_on_gpu", fake_worker)
+    monkeypatch.setattr(sharding, "_start_on_gpu", fake_worker)
     problems = [Problem(m, 16, 16) for m in (16, 17, 18, 19, 20)]
-    df = pipeline.run_sharded(problems, out, get_device("h100"), 2, bench.BenchOptions(),
+    df = sharding.run_sharded(problems, out, get_device("h100"), 2, bench.BenchOptions(),
                               groups=["a", "a", "b", "b", "c"])
     assert sorted(p.m for ps in given.values() for p in ps) == [17, 18, 19, 20]  # 16 was in the part
     # whole groups, each to the GPU with the least work so far; compiling one key set outweighs
@@ -186,9 +187,9 @@ def test_more_gpus_than_the_host_has_is_refused(tmp_path, monkeypatch):
     import torch
 
     from kernel_select.errors import OptionError
-    from kernel_select.offline.harness import bench, pipeline
+    from kernel_select.offline.harness import bench, sharding
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     with pytest.raises(OptionError, match="--gpus 2: this host has 1"):
-        pipeline.run_sharded([Problem(16, 16, 16)], tmp_path / "d.parquet", get_device("h100"), 2,
+        sharding.run_sharded([Problem(16, 16, 16)], tmp_path / "d.parquet", get_device("h100"), 2,
                              bench.BenchOptions())
