@@ -74,6 +74,7 @@ def test_the_installed_package_is_the_wheel_with_its_data(installed, tmp_path):
         assert path.is_relative_to(venv_root), f"{path} is not inside the installed venv {venv_root}"
     assert (models / "h100" / "mlp.pt").is_file() and (models / "h100" / "cublas_gate.json").is_file()
     assert (models / "h200" / "mlp.pt").is_file() and (models / "h200" / "mlp.json").is_file()
+    assert (models / "h200" / "aten.pt").is_file() and (models / "h200" / "aten.json").is_file()
     assert lut.is_file() and (package.parent / "py.typed").is_file()
 
 
