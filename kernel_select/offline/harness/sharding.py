@@ -64,12 +64,9 @@ def group_costs(problems: Problems, groups: Sequence[str], device: DeviceSpec,
     planned = plan(problems, device, search_space=search_space)
     timing = [len(runs) + 1 + PROBLEM_COST_ROWS for runs in planned]
     keys: dict[str, set[CompileKey]] = {}
-    members: dict[str, int] = {}
-    for group, runs in zip(groups, planned):
-        keys.setdefault(group, set()).update(r.key for r in runs)
-        members[group] = members.get(group, 0) + 1
     group_timing: dict[str, float] = {}
-    for group, t in zip(groups, timing):
+    for group, runs, t in zip(groups, planned, timing):
+        keys.setdefault(group, set()).update(r.key for r in runs)
         group_timing[group] = group_timing.get(group, 0.0) + t
     scale = {g: max(1.0, KEY_COST_ROWS * len(keys[g]) / group_timing[g]) for g in keys}
     return [t * scale[g] for g, t in zip(groups, timing)]
