@@ -53,3 +53,37 @@ def test_measure_through_dynamo_with_a_fake_timer(name: str) -> None:
                      timer=lambda step, repeats: (step(), 3.0 * repeats)[1])
     assert result["compile_s"] > 0 and result["step_ms"] == 3.0 and result["eager_step_ms"] == 3.0
     assert result["gemms"] == []  # Dynamo alone autotunes nothing
+
+
+def test_vit_attention_gets_no_mask_without_padding() -> None:
+    """The zoo's ViT computes what transformers' own SDPA attention does, but builds no all-True
+    mask, eagerly or under Dynamo (a mask sends compiled SDPA to its slow math path)."""
+    pytest.importorskip("transformers")
+    from transformers.masking_utils import create_bidirectional_mask
+
+    model = model_zoo.vit_b16(tiny=True).eval()
+    assert model.config._attn_implementation == model_zoo.UNMASKED_SDPA
+    pixels = torch.randn(2, 3, 32, 32)
+    plain = model_zoo.vit_b16(tiny=True).eval()
+    plain.load_state_dict(model.state_dict())
+    plain.set_attn_implementation("sdpa")
+    with torch.no_grad():
+        torch.testing.assert_close(model(pixel_values=pixels).logits, plain(pixel_values=pixels).logits)
+
+    embeds = torch.randn(2, 5, 64)
+    assert create_bidirectional_mask(config=model.config, inputs_embeds=embeds, attention_mask=None) is None
+    padding = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+    masked = create_bidirectional_mask(config=model.config, inputs_embeds=embeds, attention_mask=padding)
+    assert masked is not None and not bool(masked.all())  # real padding is still masked
+
+    masks = []
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list) -> object:
+        masks.extend(n.kwargs.get("attn_mask", "absent") for n in gm.graph.nodes
+                     if n.target is torch._C._nn.scaled_dot_product_attention)
+        return gm
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(model, backend=backend)(pixel_values=pixels)
+    assert masks and all(mask is None for mask in masks)

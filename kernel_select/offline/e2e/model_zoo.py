@@ -106,7 +106,42 @@ def vit_b16(tiny: bool = False) -> Any:
     else:
         config = t.ViTConfig(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                              intermediate_size=3072, image_size=224, patch_size=16)
-    return t.ViTForImageClassification(config)
+    model = t.ViTForImageClassification(config)
+    model.set_attn_implementation(unmasked_sdpa())
+    return model
+
+
+#: The attention implementation `unmasked_sdpa` registers with transformers.
+UNMASKED_SDPA = "sdpa_unmasked"
+
+
+def unmasked_sdpa() -> str:
+    """Register (once) and name an attention implementation that is transformers' SDPA, except
+    that a bidirectional mask with no padding is never built: SDPA gets no mask at all.
+
+    Why: transformers skips that mask in eager mode, but some releases (5.17, which the GPU
+    machine has) build it anyway while Dynamo traces, "to avoid data-dependent control flow". A
+    compiled ViT then hands SDPA an all-True [B, 1, 197, 197] mask that no fused kernel takes
+    (197 is not a multiple of 8), so the graph falls back to SDPA's math path: float32 `bmm`s
+    around a softmax, 1.9x slower than the cuDNN attention eager runs. Newer releases skip the
+    mask under Dynamo too; with this, every transformers version compiles the same graph."""
+    t = _transformers()
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+
+    if UNMASKED_SDPA not in ALL_MASK_ATTENTION_FUNCTIONS:
+        sdpa_mask = ALL_MASK_ATTENTION_FUNCTIONS["sdpa"]
+
+        def mask(*args: Any, **kwargs: Any) -> Any:
+            # `allow_is_bidirectional_skip` is transformers' own flag for "plain bidirectional,
+            # nothing added to the mask function"; with no padding mask there is nothing to mask.
+            if kwargs.get("attention_mask") is None and kwargs.get("allow_is_bidirectional_skip", False):
+                return None
+            return sdpa_mask(*args, **kwargs)
+
+        t.AttentionInterface.register(UNMASKED_SDPA, sdpa_attention_forward)
+        AttentionMaskInterface.register(UNMASKED_SDPA, mask)
+    return UNMASKED_SDPA
 
 
 def recsys_tower(tiny: bool = False) -> Any:
