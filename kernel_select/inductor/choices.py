@@ -33,6 +33,7 @@ from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import KernelSelectError, ProblemError
 from kernel_select.inductor import cache_key, dynamic, operand_layout, pinning
+from kernel_select.inductor.bias_epilogue import prefer_bias_epilogue
 from kernel_select.inductor.candidates import symbolic_k, synthesize
 from kernel_select.inductor.settings import Settings, resolve_settings, validated_overrides
 from kernel_select.model import PerformanceModel
@@ -134,6 +135,8 @@ class KernelSelectChoices(InductorChoices):
         choices = dict(template_choices)
         try:
             replaced = self._replace_triton_candidates(choices, kernel_inputs, op_name, kwarg_overrides or {})
+            if self.settings().topk != knobs.SAME:  # "same": Inductor's own list, untouched
+                replaced = prefer_bias_epilogue(replaced if replaced is not None else choices, op_name)
         except Exception as exc:  # noqa: BLE001 -- nothing may raise inside torch.compile
             runtime.warn_fallback(exc, log, "Inductor benchmarks its own GEMM configs instead")
             replaced = None

@@ -65,6 +65,35 @@ def test_aten_and_other_templates_pass_through_in_order():
     assert [c.template.uid for c in result] == ["aten::mm", "triton::mm", "triton::mm", "decompose_k"]
 
 
+def _addmm_candidates(inputs: FakeInputs) -> dict[str, list]:
+    """tuned_addmm's ATen call as torch 2.11 makes it (bias epilogue first), plus Triton."""
+    from tests.inductor.kit import ktc
+
+    return {"aten::bias_addmm": [ktc("aten::bias_addmm", inputs)], "aten::addmm": [ktc("aten::addmm", inputs)],
+            "triton::mm": inductor_candidates(inputs)["triton::mm"]}
+
+
+def test_addmm_offers_the_bias_epilogue_alone_of_the_aten_choices():
+    inputs = FakeInputs(560, 1280, 3420)
+    candidates = _addmm_candidates(inputs)
+    handler = ks_inductor.KernelSelectChoices(topk=2, model=FakeModel(), device="h100")
+    result = finalize(handler, inputs, candidates, op="addmm")
+    assert [c.template.uid for c in result] == ["aten::bias_addmm", "triton::mm", "triton::mm"]
+    assert result[0] is candidates["aten::bias_addmm"][0]
+
+
+def test_plain_addmm_stays_where_it_is_the_only_aten_choice_or_the_handler_is_off():
+    inputs = FakeInputs(560, 1280, 3420)
+    only_addmm = {uid: c for uid, c in _addmm_candidates(inputs).items() if uid != "aten::bias_addmm"}
+    handler = ks_inductor.KernelSelectChoices(topk=2, model=FakeModel(), device="h100")
+    assert [c.template.uid for c in finalize(handler, inputs, only_addmm, op="addmm")][0] == "aten::addmm"
+    same = ks_inductor.KernelSelectChoices(topk="SAME", model=FakeModel(), device="h100")
+    uids = [c.template.uid for c in finalize(same, inputs, _addmm_candidates(inputs), op="addmm")]
+    assert uids[:2] == ["aten::bias_addmm", "aten::addmm"] and len(uids) == 22  # Inductor's list, untouched
+    mm_call = {"aten::addmm": [c for c in _addmm_candidates(inputs)["aten::addmm"]]}
+    assert len(finalize(handler, inputs, {**mm_call, "aten::bias_addmm": []}, op="addmm")) == 1
+
+
 def test_synthesized_candidates_keep_inductors_problem_kwargs_and_extras():
     inputs = FakeInputs(512, 1024, 4096)
     candidates = inductor_candidates(inputs)
