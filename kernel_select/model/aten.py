@@ -65,8 +65,10 @@ class AtenHead(ProblemNetCheckpoint):
     WHAT = "cuBLAS time head"
 
     def supports(self, problem: Problem) -> bool:
-        """Single GEMMs (`mm`, batch 1) of a trained dtype: what the cuBLAS rows measured."""
-        return problem.op == "mm" and problem.batch == 1 and problem.dtype in self.card.dtypes
+        """Single GEMMs (batch 1) of a trained dtype: `mm`, what the cuBLAS rows measured, and
+        `addmm`, which the handler hands cuBLAS as `bias_addmm` (inductor/bias_epilogue.py): the
+        same GEMM with the bias added in cuBLASLt's epilogue, N more elements read."""
+        return problem.op in ("mm", "addmm") and problem.batch == 1 and problem.dtype in self.card.dtypes
 
     def predict_ms(self, problems: Sequence[Problem]) -> np.ndarray:
         """float64 ms per problem (callers check `supports` first)."""

@@ -48,6 +48,8 @@ def test_the_mlp_saves_and_loads_its_head_and_scores_cublas_only_where_it_can(he
     loaded = MLPModel.load(tmp_path)
     problem = Problem(512, 1024, 2048, "bfloat16")
     assert loaded.estimate_aten(problem) == pytest.approx(head.predict_ms([problem])[0])
+    linear = Problem(512, 1024, 2048, "bfloat16", op="addmm")  # a biased nn.Linear: the same cuBLAS GEMM
+    assert loaded.estimate_aten(linear) == pytest.approx(head.predict_ms([problem])[0])
     batched = Problem(512, 1024, 2048, "bfloat16", op="bmm", batch=4)
     assert loaded.estimate_aten(batched) is None  # not measured
     assert loaded.digest() != mlp.digest()  # the head is part of what Inductor's cache keys see
