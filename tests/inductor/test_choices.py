@@ -69,7 +69,8 @@ def _addmm_candidates(inputs: FakeInputs) -> dict[str, list]:
     """tuned_addmm's ATen call as torch 2.11 makes it (bias epilogue first), plus Triton."""
     from tests.inductor.kit import ktc
 
-    return {"aten::bias_addmm": [ktc("aten::bias_addmm", inputs)], "aten::addmm": [ktc("aten::addmm", inputs)],
+    return {"aten::bias_addmm": [ktc("aten::bias_addmm", inputs)],
+            "aten::addmm": [ktc("aten::addmm", inputs)],
             "triton::mm": inductor_candidates(inputs)["triton::mm"]}
 
 
