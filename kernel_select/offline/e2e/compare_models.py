@@ -165,7 +165,8 @@ class _Runs:
                  common: dict[str, Any]) -> None:
         self.out_dir, self.runner, self.pretuner = out_dir, runner, pretuner
         self.budget, self.timeout_s, self.common = budget, timeout_s, common
-        self.pretune_failed: dict[str, dict[str, Any]] = {}  # workload -> its pretune's error, this invocation
+        # workload -> the error of its pretune in this invocation (not retried before --resume)
+        self.pretune_failed: dict[str, dict[str, Any]] = {}
 
     def run(self, rep: int, name: str, method: ModelMethod) -> dict[str, Any] | None:
         """The raw result of one run of `method` on workload `name`; None when the time budget
