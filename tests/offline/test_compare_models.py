@@ -382,8 +382,9 @@ def test_pinned_gemm_pretunes_each_workload_once_and_serves_its_lut(tmp_path: Pa
     pinned = results["models"][0]["results"]["pinned-gemm"]
     assert len(pinned["runs"]) == 3 and pinned["runs"][-1]["pretune_s"] == 12.0
 
-    compare_models.run_compare_models(models, METHODS, out_dir=tmp_path / "other", device="cpu",
-                                      progress=False, runner=fake_runner([]), pretuner=fake_pretuner(pretunes))
+    compare_models.run_compare_models(
+        models, METHODS, out_dir=tmp_path / "other", device="cpu", progress=False, runner=fake_runner([]),
+        pretuner=fake_pretuner(pretunes))
     assert pretunes == []  # no pretuned method, no pretune
 
 
