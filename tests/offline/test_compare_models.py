@@ -387,6 +387,14 @@ def test_pinned_gemm_pretunes_each_workload_once_and_serves_its_lut(tmp_path: Pa
         pretuner=fake_pretuner(pretunes))
     assert pretunes == []  # no pretuned method, no pretune
 
+    journal = tmp_path / "luts" / "recsys-mlp_prefill.json.progress.json"
+    journal.write_text("{}")  # a new comparison (no --resume) starts over, in the same folder too
+    results, _, _ = compare_models.run_compare_models(
+        models[:1], [PINNED], out_dir=tmp_path, device="cpu", progress=False, runner=recording_runner(calls),
+        pretuner=fake_pretuner(pretunes, seconds=5.0))
+    assert pretunes == [("recsys-mlp/prefill", "recsys-mlp_prefill.pretune.log")] and not journal.exists()
+    assert results["models"][0]["results"]["pinned-gemm"]["pretune_s"] == 5.0
+
 
 def test_a_failed_pretune_fails_the_runs_that_need_it(tmp_path: Path) -> None:
     pretunes: list = []

@@ -16,10 +16,12 @@ outlives the budget; what was not run is run by the next `resume=True`.
 A method with `pretuned=True` (`pinned-gemm`) serves a LUT made for the workload: before its
 first run on a workload, a pretune worker (`model_pretune`: fresh caches, the same timeout and
 time budget as a run, log OUT/logs/<arch>_<phase>.pretune.log) writes OUT/luts/<arch>_<phase>.json
-and its result is kept beside it (<arch>_<phase>.pretune.json). A LUT file that exists is reused
-(repeats, `resume=True`); an interrupted pretune resumes from its own journal
-(`<lut>.progress.json`). A failed pretune fails the runs that need it ("pretune failed: ...")
-without being retried in the same invocation; `resume=True` retries it.
+and its result is kept beside it (<arch>_<phase>.pretune.json). The LUT is reused by the
+method's other runs and by `resume=True`; an interrupted pretune resumes from its own journal
+(`<lut>.progress.json`). Without `resume` the comparison starts over: an earlier comparison's
+LUT, record and journal there are removed before the workload's pretune. A failed pretune fails
+the runs that need it ("pretune failed: ...") without being retried in the same invocation;
+`resume=True` retries it.
 
 With `repeat=N` every (model, method) is measured N times, each in a new process, the repeats
 of a pass spread over the whole run (all models and methods, then again), so the spread includes
@@ -102,7 +104,7 @@ def run_compare_models(models: Sequence[str], methods: Sequence[ModelMethod], *,
     entries = _model_entries(results, models)
     todo = [(rep, name, method) for rep in range(repeat) for name in models for method in methods
             if rep >= _good_runs(entries[name]["results"].get(method.name))]
-    runs = _Runs(out_dir, runner, pretuner, _Budget(max_seconds, clock), timeout_s,
+    runs = _Runs(out_dir, runner, pretuner, _Budget(max_seconds, clock), timeout_s, resume,
                  {"device": device, "tiny": tiny, "samples": samples, "min_sample_ms": min_sample_ms})
     for done, (rep, name, method) in enumerate(tqdm(todo, desc="compare-models", unit="run",
                                                      disable=not progress)):
@@ -162,9 +164,10 @@ class _Runs:
     the pretune of its workload, each within the timeout and the time budget."""
 
     def __init__(self, out_dir: Path, runner: Runner, pretuner: Runner, budget: _Budget, timeout_s: float,
-                 common: dict[str, Any]) -> None:
+                 resume: bool, common: dict[str, Any]) -> None:
         self.out_dir, self.runner, self.pretuner = out_dir, runner, pretuner
-        self.budget, self.timeout_s, self.common = budget, timeout_s, common
+        self.budget, self.timeout_s, self.resume, self.common = budget, timeout_s, resume, common
+        self.pretuned: set[str] = set()  # workloads whose pretune started in this invocation
         # workload -> the error of its pretune in this invocation (not retried before --resume)
         self.pretune_failed: dict[str, dict[str, Any]] = {}
 
@@ -194,10 +197,16 @@ class _Runs:
         # The pretune worker's result, kept beside the LUT: a resumed comparison that reuses the
         # LUT still reports what making it cost.
         record = lut.with_name(lut.stem + ".pretune.json")
-        if lut.exists():
+        if lut.exists() and (self.resume or name in self.pretuned):
             return {**(json.loads(record.read_text()) if record.exists() else {}), "lut": str(lut)}
         if name in self.pretune_failed:  # tried once already in this invocation: --resume retries it
             return self.pretune_failed[name]
+        if not self.resume and name not in self.pretuned:
+            # A new comparison starts over, as its results file does: what an earlier one left in
+            # this folder may be for other sizes (--tiny) or an older model.
+            for stale in (lut, record, lut.with_name(lut.name + ".progress.json")):
+                stale.unlink(missing_ok=True)
+        self.pretuned.add(name)
         lut.parent.mkdir(parents=True, exist_ok=True)
         spec = {"model": name, "device": self.common["device"], "tiny": self.common["tiny"], "lut": str(lut),
                 "k": model_pretune.DEFAULT_K}
