@@ -175,7 +175,7 @@ class _Runs:
         """The raw result of one run of `method` on workload `name`; None when the time budget
         does not let it (or its pretune) start."""
         spec = {"model": name, "method": dataclasses.asdict(method), **self.common}
-        pinned: dict[str, Any] = {}
+        pinned: dict[str, Any] | None = {}
         if method.pretuned:
             pinned = self.pinned_lut(name, method.name)
             if pinned is None:
