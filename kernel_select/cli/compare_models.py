@@ -20,6 +20,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                     "recommendation MLP tower; prefill, decode and a training step) and every method "
                     "(eager, default, stock max-autotune, kernel_select top-k, a pinned LUT), one "
                     "process with fresh caches compiles the model and times its step beside eager. "
+                    "pinned-gemm first pretunes each model's GEMMs in a process of its own into "
+                    "OUT/luts/<model>_<phase>.json (kept and reused) and serves that LUT at k = 1; "
+                    "its pretune time is reported apart from its compile time (pretune_s). "
                     "Writes OUT/models_<device>.json (resumable) and OUT/models_<device>.png, and "
                     "prints a summary. Needs the transformers package (pip install 'kernel_select[models]').")
     p.add_argument("--models", default=None,
@@ -27,8 +30,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "default: all")
     p.add_argument("--methods", default=None,
                    help="comma-separated methods among eager, default, stock, topk-1, topk-4, topk-auto, "
-                        "topk-4-parity, topk-4-inproc, stock-gemm, topk-4-gemm, topk-auto-gemm, lut; "
-                        "default: all that apply")
+                        "topk-4-parity, topk-4-inproc, stock-gemm, topk-4-gemm, topk-auto-gemm, lut, "
+                        "pinned-gemm (pretunes each model first; GPU); default: all that apply")
     p.add_argument("--lut", default=None, help="lookup table for the 'lut' method (pinned, k = 1)")
     p.add_argument("--no-cudagraphs", action="store_true",
                    help="max-autotune methods without Inductor's CUDA graphs "

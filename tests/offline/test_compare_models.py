@@ -325,3 +325,125 @@ def test_worker_records_every_choice_time_fastest_first(monkeypatch: pytest.Monk
     assert [ms for _, ms in gemm["timings"]] == [0.0633, 0.0956, 0.1228]  # the failed one left out
     assert gemm["timings"][-1][0] == ChoiceTiming("bias_addmm", "extern", 0.1228, None).label()
     json.dumps(gemms)  # it goes into the results file
+
+
+# -- pinned-gemm: a pretuned LUT per workload ---------------------------------------------------------
+
+PINNED = select_methods("pinned-gemm")[0]
+
+
+def test_pinned_gemm_needs_no_lut_and_tunes_gemms_only() -> None:
+    assert "pinned-gemm" in [m.name for m in model_methods.available_methods()]
+    assert (PINNED.topk, PINNED.lut, PINNED.gemm_only, PINNED.precompile_in_process, PINNED.pretuned) == \
+        (1, None, True, True, True)
+    assert not any(m.pretuned for m in model_methods.available_methods() if m.name != "pinned-gemm")
+    assert ModelMethod(**json.loads(json.dumps(dataclasses.asdict(PINNED)))) == PINNED  # the trip to a worker
+
+
+def recording_runner(calls: list) -> Any:
+    """A measurement worker that records (model, method, the method's LUT)."""
+    def run(spec: dict, log_path: Path, timeout_s: float) -> dict:
+        calls.append((spec["model"], spec["method"]["name"], spec["method"]["lut"]))
+        return _run(6.0)
+
+    return run
+
+
+def fake_pretuner(calls: list, seconds: float = 12.0) -> Any:
+    """A pretune worker that writes a LUT file where it is told to, as the real one does."""
+    def run(spec: dict, log_path: Path, timeout_s: float) -> dict:
+        calls.append((spec["model"], log_path.name))
+        Path(spec["lut"]).write_text("{}")
+        return {"pretune_s": seconds, "entries": 7, "sites": [], "lut": spec["lut"], "k": spec["k"]}
+
+    return run
+
+
+def test_pinned_gemm_pretunes_each_workload_once_and_serves_its_lut(tmp_path: Path) -> None:
+    pretunes: list = []
+    calls: list = []
+    models = ["recsys-mlp/prefill", "recsys-mlp/decode"]
+    luts = {name: str(tmp_path / "luts" / f"{name.replace('/', '_')}.json") for name in models}
+    results, path, _ = compare_models.run_compare_models(
+        models, [METHODS[0], PINNED], out_dir=tmp_path, device="cpu", repeat=2, progress=False,
+        runner=recording_runner(calls), pretuner=fake_pretuner(pretunes))
+    assert pretunes == [(name, f"{name.replace('/', '_')}.pretune.log") for name in models]  # not per repeat
+    assert calls == [(name, method, lut) for _ in range(2) for name in models
+                     for method, lut in (("eager", None), ("pinned-gemm", luts[name]))]
+    saved = compare_models.load_results(path)["models"][0]["results"]
+    assert saved["pinned-gemm"]["pretune_s"] == 12.0 and saved["eager"]["pretune_s"] is None
+    assert [run["lut"] for run in saved["pinned-gemm"]["runs"]] == [luts["recsys-mlp/prefill"]] * 2
+
+    pretunes.clear()  # resume: the LUT exists and what it cost is kept beside it
+    results, _, _ = compare_models.run_compare_models(
+        models[:1], [PINNED], out_dir=tmp_path, device="cpu", repeat=3, resume=True, progress=False,
+        runner=recording_runner(calls), pretuner=fake_pretuner(pretunes))
+    assert pretunes == [] and calls[-1] == ("recsys-mlp/prefill", "pinned-gemm", luts["recsys-mlp/prefill"])
+    pinned = results["models"][0]["results"]["pinned-gemm"]
+    assert len(pinned["runs"]) == 3 and pinned["runs"][-1]["pretune_s"] == 12.0
+
+    compare_models.run_compare_models(
+        models, METHODS, out_dir=tmp_path / "other", device="cpu", progress=False, runner=fake_runner([]),
+        pretuner=fake_pretuner(pretunes))
+    assert pretunes == []  # no pretuned method, no pretune
+
+    journal = tmp_path / "luts" / "recsys-mlp_prefill.json.progress.json"
+    journal.write_text("{}")  # a new comparison (no --resume) starts over, in the same folder too
+    results, _, _ = compare_models.run_compare_models(
+        models[:1], [PINNED], out_dir=tmp_path, device="cpu", progress=False, runner=recording_runner(calls),
+        pretuner=fake_pretuner(pretunes, seconds=5.0))
+    assert pretunes == [("recsys-mlp/prefill", "recsys-mlp_prefill.pretune.log")] and not journal.exists()
+    assert results["models"][0]["results"]["pinned-gemm"]["pretune_s"] == 5.0
+
+
+def test_a_failed_pretune_fails_the_runs_that_need_it(tmp_path: Path) -> None:
+    pretunes: list = []
+
+    def failing(spec: dict, log_path: Path, timeout_s: float) -> dict:
+        pretunes.append(spec["model"])
+        return {"error": "RuntimeError: CUDA out of memory"}
+
+    calls: list = []
+    results, path, _ = compare_models.run_compare_models(
+        ["recsys-mlp/decode"], [PINNED, METHODS[0]], out_dir=tmp_path, device="cpu", repeat=2, progress=False,
+        runner=recording_runner(calls), pretuner=failing)
+    pinned = results["models"][0]["results"]["pinned-gemm"]
+    assert pinned["error"] == "pretune failed: RuntimeError: CUDA out of memory"
+    assert pretunes == ["recsys-mlp/decode"]  # not tried again in the same invocation
+    assert [method for _, method, _ in calls] == ["eager", "eager"]  # the method itself never ran
+
+    def no_lut(spec: dict, log_path: Path, timeout_s: float) -> dict:
+        return {"pretune_s": 1.0, "entries": 0, "sites": [], "lut": spec["lut"]}
+
+    results, _, _ = compare_models.run_compare_models(
+        ["recsys-mlp/decode"], [PINNED], out_dir=tmp_path, device="cpu", resume=True, progress=False,
+        runner=recording_runner(calls), pretuner=no_lut)
+    error = results["models"][0]["results"]["pinned-gemm"]["error"]
+    assert error.startswith("pretune failed: the pretune worker wrote no LUT")
+    results, _, _ = compare_models.run_compare_models(
+        ["recsys-mlp/decode"], [PINNED], out_dir=tmp_path, device="cpu", resume=True, progress=False,
+        runner=recording_runner(calls), pretuner=fake_pretuner(pretunes))
+    assert results["models"][0]["results"]["pinned-gemm"]["error"] is None  # --resume retried it
+
+
+def test_a_pretune_counts_against_the_time_budget(tmp_path: Path) -> None:
+    now = [0.0]
+    timeouts: list = []
+
+    def pretuner(spec: dict, log_path: Path, timeout_s: float) -> dict:
+        timeouts.append(("pretune", timeout_s))
+        now[0] += 70.0
+        return fake_pretuner([])(spec, log_path, timeout_s)
+
+    def runner(spec: dict, log_path: Path, timeout_s: float) -> dict:
+        timeouts.append(("run", timeout_s))
+        now[0] += 20.0
+        return _run(6.0)
+
+    results, _, _ = compare_models.run_compare_models(
+        ["recsys-mlp/decode", "recsys-mlp/prefill"], [PINNED], out_dir=tmp_path, device="cpu", progress=False,
+        runner=runner, pretuner=pretuner, timeout_s=60.0, max_seconds=100.0, clock=lambda: now[0])
+    # the pretune gets the timeout, the run what is left of 100 s; the second workload's pretune
+    # (70 s before) does not fit in the 10 s left, so it is not started
+    assert timeouts == [("pretune", 60.0), ("run", 30.0)]
+    assert [bool(e["results"]) for e in results["models"]] == [True, False]

@@ -13,6 +13,16 @@ With `max_seconds`, the comparison stops before a run it cannot finish in what i
 budget (judged by the longest run of the same method so far in this invocation), and no worker
 outlives the budget; what was not run is run by the next `resume=True`.
 
+A method with `pretuned=True` (`pinned-gemm`) serves a LUT made for the workload: before its
+first run on a workload, a pretune worker (`model_pretune`: fresh caches, the same timeout and
+time budget as a run, log OUT/logs/<arch>_<phase>.pretune.log) writes OUT/luts/<arch>_<phase>.json
+and its result is kept beside it (<arch>_<phase>.pretune.json). The LUT is reused by the
+method's other runs and by `resume=True`; an interrupted pretune resumes from its own journal
+(`<lut>.progress.json`). Without `resume` the comparison starts over: an earlier comparison's
+LUT, record and journal there are removed before the workload's pretune. A failed pretune fails
+the runs that need it ("pretune failed: ...") without being retried in the same invocation;
+`resume=True` retries it.
+
 With `repeat=N` every (model, method) is measured N times, each in a new process, the repeats
 of a pass spread over the whole run (all models and methods, then again), so the spread includes
 drift over time. Per (model, method) the results file keeps every run and their medians, and the
@@ -26,7 +36,9 @@ resumes where it was with `resume=True`):
    "models": [{"name", "architecture", "phase", "sizes",
                "results": {method: {"compile_s", "step_ms", "eager_step_ms", "speedup_vs_eager",
                                     "compile_spread", "step_spread", "ratio_spread", "choices_stable",
-                                    "gemms", "error", "runs": [raw worker results]}}}]}
+                                    "pretune_s", "gemms", "error", "runs": [raw worker results]}}}]}
+`pretune_s` (a pretuned method only, else null): the median over its runs of the wall time of
+discovering and pretuning the workload's GEMMs; a run of such a method also names its `lut`.
 """
 
 from __future__ import annotations
@@ -35,17 +47,14 @@ import dataclasses
 import datetime
 import json
 import logging
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from kernel_select.offline.fresh_process import fresh_cache_env
 from kernel_select.errors import DatasetError
-from kernel_select.offline.e2e import model_report
+from kernel_select.offline.e2e import model_pretune, model_report
+from kernel_select.offline.e2e.json_worker import run_worker
 from kernel_select.offline.e2e.model_methods import ModelMethod
 
 log = logging.getLogger(__name__)
@@ -58,34 +67,22 @@ Runner = Callable[[dict[str, Any], Path, float], dict[str, Any]]
 
 
 def run_in_subprocess(spec: dict[str, Any], log_path: Path, timeout_s: float) -> dict[str, Any]:
-    """One worker process with empty Inductor and Triton caches; its raw result or an error."""
-    with tempfile.TemporaryDirectory(prefix="kernel-select-models-") as tmp:
-        spec_path, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
-        spec_path.write_text(json.dumps(spec))
-        env = fresh_cache_env(tmp)
-        command = [sys.executable, "-m", "kernel_select.offline.e2e.model_worker",
-                   str(spec_path), str(result_path)]
-        try:
-            with open(log_path, "w") as log_file:
-                subprocess.run(command, env=env, stdout=log_file, stderr=subprocess.STDOUT,
-                               timeout=timeout_s, check=False)
-        except subprocess.TimeoutExpired:
-            return {"error": f"timed out after {timeout_s:.0f} s; see {log_path}"}
-        if not result_path.exists():
-            return {"error": f"the worker stopped without a result; see {log_path}"}
-        return json.loads(result_path.read_text())
+    """One measurement worker process with empty Inductor and Triton caches; its raw result or an error."""
+    return run_worker("kernel_select.offline.e2e.model_worker", spec, log_path, timeout_s)
 
 
 def run_compare_models(models: Sequence[str], methods: Sequence[ModelMethod], *, out_dir: str | Path,
                        device: str = "cuda", tiny: bool = False, repeat: int = 1, samples: int = 30,
                        min_sample_ms: float = 20.0, timeout_s: float = 1800.0, resume: bool = False,
                        progress: bool = True, runner: Runner = run_in_subprocess,
+                       pretuner: Runner = model_pretune.run_pretune_in_subprocess,
                        settings: dict[str, Any] | None = None, max_seconds: float | None = None,
                        clock: Callable[[], float] = time.monotonic,
                        ) -> tuple[dict[str, Any], Path, Path | None]:
-    """Measure every (model, method) `repeat` times, one worker per run; returns
-    (results, json_path, png_path). png_path is None without matplotlib. `max_seconds` bounds the
-    whole comparison (module docstring); `clock` is what measures it.
+    """Measure every (model, method) `repeat` times, one worker per run (a pretuned method's
+    workload pretuned first, by `pretuner`, once); returns (results, json_path, png_path).
+    png_path is None without matplotlib. `max_seconds` bounds the whole comparison (module
+    docstring); `clock` is what measures it.
 
     Raises:
         DeviceError: for a CUDA device when none is present.
@@ -104,38 +101,22 @@ def run_compare_models(models: Sequence[str], methods: Sequence[ModelMethod], *,
         results["settings"].update(settings)
     else:
         results = new_results(device_name, device_key, [m.name for m in methods], settings)
-    entries = {entry["name"]: entry for entry in results["models"]}
-    for name in models:
-        if name not in entries:
-            arch, phase = name.split("/")
-            entries[name] = {"name": name, "architecture": arch, "phase": phase, "sizes": None, "results": {}}
-            results["models"].append(entries[name])
+    entries = _model_entries(results, models)
     todo = [(rep, name, method) for rep in range(repeat) for name in models for method in methods
             if rep >= _good_runs(entries[name]["results"].get(method.name))]
-    budget = _Budget(max_seconds, clock)
-    runs = tqdm(todo, desc="compare-models", unit="run", disable=not progress)
-    for done, (rep, name, method) in enumerate(runs):
-        allowed = budget.allows(method.name, timeout_s)
-        if allowed is None:
+    runs = _Runs(out_dir, runner, pretuner, _Budget(max_seconds, clock), timeout_s, resume,
+                 {"device": device, "tiny": tiny, "samples": samples, "min_sample_ms": min_sample_ms})
+    for done, (rep, name, method) in enumerate(tqdm(todo, desc="compare-models", unit="run",
+                                                     disable=not progress)):
+        raw = runs.run(rep, name, method)
+        if raw is None:
             log.warning("compare-models: stopped at the time budget (%.0f s); %d run(s) not started, "
                         "run again with --resume", max_seconds, len(todo) - done)
             break
-        spec = {"model": name, "method": dataclasses.asdict(method), "device": device, "tiny": tiny,
-                "samples": samples, "min_sample_ms": min_sample_ms}
-        log_path = out_dir / "logs" / f"{name.replace('/', '_')}.{method.name}.{rep}.log"
-        started = clock()
-        raw = runner(spec, log_path, allowed)
-        budget.record(method.name, clock() - started)
-        if allowed < timeout_s and str(raw.get("error", "")).startswith("timed out"):
-            # Not a failure of the method: it ran out of this comparison's time, and its compile
-            # took at least `allowed` seconds (a lower bound worth keeping).
-            raw = dict(raw, cut_by_budget=True, error=(
-                f"cut by --max-seconds after {allowed:.0f} s (at least that much compile; --timeout "
-                f"{timeout_s:.0f} s); run again with --resume and a larger --max-seconds"))
         entry = entries[name]
         entry["sizes"] = entry["sizes"] or raw.get("sizes")
-        runs = [r for r in entry["results"].get(method.name, {}).get("runs", []) if r.get("error") is None]
-        entry["results"][method.name] = model_report.aggregate(runs + [raw])
+        good = [r for r in entry["results"].get(method.name, {}).get("runs", []) if r.get("error") is None]
+        entry["results"][method.name] = model_report.aggregate(good + [raw])
         write_results(results, json_path)
     png_path: Path | None = out_dir / f"models_{device_key}.png"
     try:
@@ -144,6 +125,17 @@ def run_compare_models(models: Sequence[str], methods: Sequence[ModelMethod], *,
         log.warning("matplotlib is not installed; skipped %s (pip install matplotlib)", png_path)
         png_path = None
     return results, json_path, png_path
+
+
+def _model_entries(results: dict[str, Any], models: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """name -> the results' entry of each model, new (empty) entries added for models it lacks."""
+    entries = {entry["name"]: entry for entry in results["models"]}
+    for name in models:
+        if name not in entries:
+            arch, phase = name.split("/")
+            entries[name] = {"name": name, "architecture": arch, "phase": phase, "sizes": None, "results": {}}
+            results["models"].append(entries[name])
+    return entries
 
 
 class _Budget:
@@ -165,6 +157,90 @@ class _Budget:
 
     def record(self, method: str, seconds: float) -> None:
         self.longest[method] = max(self.longest.get(method, 0.0), seconds)
+
+
+class _Runs:
+    """Starts the worker processes of one invocation: a run, and before a pretuned method's run
+    the pretune of its workload, each within the timeout and the time budget."""
+
+    def __init__(self, out_dir: Path, runner: Runner, pretuner: Runner, budget: _Budget, timeout_s: float,
+                 resume: bool, common: dict[str, Any]) -> None:
+        self.out_dir, self.runner, self.pretuner = out_dir, runner, pretuner
+        self.budget, self.timeout_s, self.resume, self.common = budget, timeout_s, resume, common
+        self.pretuned: set[str] = set()  # workloads whose pretune started in this invocation
+        # workload -> the error of its pretune in this invocation (not retried before --resume)
+        self.pretune_failed: dict[str, dict[str, Any]] = {}
+
+    def run(self, rep: int, name: str, method: ModelMethod) -> dict[str, Any] | None:
+        """The raw result of one run of `method` on workload `name`; None when the time budget
+        does not let it (or its pretune) start."""
+        spec = {"model": name, "method": dataclasses.asdict(method), **self.common}
+        pinned: dict[str, Any] | None = {}
+        if method.pretuned:
+            pinned = self.pinned_lut(name, method.name)
+            if pinned is None:
+                return None
+            if pinned.get("error") is not None:
+                return {"error": f"pretune failed: {pinned['error']}"}
+            spec["method"]["lut"] = pinned["lut"]
+        log_path = self.out_dir / "logs" / f"{_file_name(name)}.{method.name}.{rep}.log"
+        raw = self.timed(self.runner, spec, log_path, method.name)
+        if raw is None:
+            return None
+        return {**raw, **{key: pinned[key] for key in ("pretune_s", "lut") if key in pinned}}
+
+    def pinned_lut(self, name: str, method: str) -> dict[str, Any] | None:
+        """The pretune result of workload `name` ({"lut", "pretune_s", ...} or {"error"}): its
+        LUT file when it exists (with the result kept beside it), else a pretune worker's; None
+        when the time budget does not let the pretune start."""
+        lut = self.out_dir / "luts" / f"{_file_name(name)}.json"
+        # The pretune worker's result, kept beside the LUT: a resumed comparison that reuses the
+        # LUT still reports what making it cost.
+        record = lut.with_name(lut.stem + ".pretune.json")
+        if lut.exists() and (self.resume or name in self.pretuned):
+            return {**(json.loads(record.read_text()) if record.exists() else {}), "lut": str(lut)}
+        if name in self.pretune_failed:  # tried once already in this invocation: --resume retries it
+            return self.pretune_failed[name]
+        if not self.resume and name not in self.pretuned:
+            # A new comparison starts over, as its results file does: what an earlier one left in
+            # this folder may be for other sizes (--tiny) or an older model.
+            for stale in (lut, record, lut.with_name(lut.name + ".progress.json")):
+                stale.unlink(missing_ok=True)
+        self.pretuned.add(name)
+        lut.parent.mkdir(parents=True, exist_ok=True)
+        spec = {"model": name, "device": self.common["device"], "tiny": self.common["tiny"], "lut": str(lut),
+                "k": model_pretune.DEFAULT_K}
+        log_path = self.out_dir / "logs" / f"{_file_name(name)}.pretune.log"
+        raw = self.timed(self.pretuner, spec, log_path, f"{method} pretune")
+        if raw is not None and raw.get("error") is None and not lut.exists():
+            raw = {"error": f"the pretune worker wrote no LUT at {lut}; see {log_path}"}
+        if raw is not None and raw.get("error") is not None:
+            self.pretune_failed[name] = raw
+        elif raw is not None:
+            write_results(dict(raw, lut=str(lut)), record)
+        return raw
+
+    def timed(self, runner: Runner, spec: dict[str, Any], log_path: Path, key: str) -> dict[str, Any] | None:
+        """`runner`'s result within the timeout and what is left of the budget (judged by the
+        longest run of `key` so far); None when it should not start."""
+        allowed = self.budget.allows(key, self.timeout_s)
+        if allowed is None:
+            return None
+        started = self.budget.clock()
+        raw = runner(spec, log_path, allowed)
+        self.budget.record(key, self.budget.clock() - started)
+        if allowed < self.timeout_s and str(raw.get("error", "")).startswith("timed out"):
+            # Not a failure of the method: it ran out of this comparison's time, and its compile
+            # (or pretune) took at least `allowed` seconds (a lower bound worth keeping).
+            raw = dict(raw, cut_by_budget=True, error=(
+                f"cut by --max-seconds after {allowed:.0f} s (it takes at least that long; --timeout "
+                f"{self.timeout_s:.0f} s); run again with --resume and a larger --max-seconds"))
+        return raw
+
+
+def _file_name(workload: str) -> str:
+    """A workload's name ("<arch>/<phase>") as part of a file name."""
+    return workload.replace("/", "_")
 
 
 def _good_runs(result: dict[str, Any] | None) -> int:

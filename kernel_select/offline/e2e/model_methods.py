@@ -17,6 +17,10 @@ Built in, in this order:
   topk-auto-gemm  the same with topk="auto" (the model's own cut per GEMM)
   lut          the handler at k = 1 with a pinned lookup table (offered only when one is given):
                the LUT's entry for a GEMM is the one Triton config benchmarked beside cuBLAS
+  pinned-gemm  the handler at k = 1 with the GEMM-only options, Triton choices precompiled in
+               process, serving a LUT that `pretune` pinned for this very workload first
+               (`pretuned`: compare_models makes one LUT per workload, model_pretune, and fills
+               in `lut`); a GEMM the LUT pins to one choice is not benchmarked at all
 
 More can be added with `register_method(name, factory)`: a factory gets the `MethodContext` of
 the run and returns a `ModelMethod`, or None where the method does not apply.
@@ -47,6 +51,7 @@ class ModelMethod:
     eager_parity: bool = False  # keep GEMVs on cuBLAS (kernel_select.inductor.eager_parity)
     precompile_in_process: bool = False  # the handler's knob (kernel_select.inductor.precompile)
     gemm_only: bool = False  # autotune GEMMs only (no pointwise autotuning, no coordinate descent)
+    pretuned: bool = False  # `lut` is the workload's own, made by pretune before the run (compare_models)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -143,6 +148,8 @@ register_method("topk-auto-gemm", lambda ctx: dataclasses.replace(
     _handler("topk-auto-gemm", "auto")(ctx), gemm_only=True, precompile_in_process=True)
     if supports_topk("auto") else None)
 register_method("lut", lambda ctx: _handler("lut", 1)(ctx) if ctx.lut else None)
+register_method("pinned-gemm", lambda ctx: dataclasses.replace(
+    _handler("pinned-gemm", 1)(ctx), lut=None, gemm_only=True, precompile_in_process=True, pretuned=True))
 
 
 #: Why a built-in method can be missing from a run.

@@ -26,7 +26,7 @@ from kernel_select.offline.metrics import geomean
 #: A step counts as slower than eager (or than another method) beyond this fraction.
 SLOWER_BY = 0.02
 RESULT_FIELDS = ("compile_s", "step_ms", "eager_step_ms", "speedup_vs_eager", "compile_spread", "step_spread",
-                 "ratio_spread", "choices_stable", "gemms", "error", "runs")
+                 "ratio_spread", "choices_stable", "pretune_s", "gemms", "error", "runs")
 
 
 def load(path: str | Path) -> dict[str, Any]:
@@ -49,6 +49,9 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
         result[key] = statistics.median(r[key] for r in good)
     result["speedup_vs_eager"] = statistics.median(r["eager_step_ms"] / r["step_ms"] for r in good)
     result["gemms"] = good[0].get("gemms", [])
+    # Only a pretuned method's runs carry it: what making the workload's pinned LUT took.
+    pretune_s = [r["pretune_s"] for r in good if r.get("pretune_s") is not None]
+    result["pretune_s"] = statistics.median(pretune_s) if pretune_s else None
     if len(good) > 1:
         result["compile_spread"] = _spread([r["compile_s"] for r in good])
         result["step_spread"] = _spread([r["step_ms"] for r in good])

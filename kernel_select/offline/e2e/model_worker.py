@@ -18,7 +18,6 @@ the wall clock on a CPU; tests pass a fake `Timer`.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import statistics
@@ -29,6 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
+from kernel_select.offline.e2e.json_worker import worker_main
 from kernel_select.offline.e2e.model_methods import ModelMethod
 from kernel_select.offline.e2e.model_zoo import build_workload
 
@@ -144,16 +144,22 @@ def _marking_steps(step: Callable[[], Any]) -> Callable[[], Any]:
     return marked
 
 
-def measure(spec: dict[str, Any], timer: Timer | None = None) -> dict[str, Any]:
-    """Run one (model, method) measurement described by `spec` (keys: model, method, device,
-    tiny, samples, min_sample_ms); returns the raw result the driver stores as a run."""
+def worker_device(name: str) -> Any:
+    """The torch device a worker runs on, made current (a CUDA one with its index)."""
     import torch
 
-    device = torch.device(spec["device"])
+    device = torch.device(name)
     if device.type == "cuda":
         # "cuda" without an index means the first GPU; set_device insists on an index.
         device = torch.device("cuda", device.index or 0)
         torch.cuda.set_device(device)
+    return device
+
+
+def measure(spec: dict[str, Any], timer: Timer | None = None) -> dict[str, Any]:
+    """Run one (model, method) measurement described by `spec` (keys: model, method, device,
+    tiny, samples, min_sample_ms); returns the raw result the driver stores as a run."""
+    device = worker_device(spec["device"])
     method = ModelMethod(**spec["method"])
     _warm_up(device, method)
     workload = build_workload(spec["model"], device=device, tiny=bool(spec.get("tiny")))
@@ -217,7 +223,7 @@ def _child_processes(pid: int) -> int | None:
     return count
 
 
-def _log_autotuning_times() -> None:
+def log_autotuning_times() -> None:
     """Put Inductor's own per-choice lines ("Precompiling benchmark choice ... took 1.23s") into
     the worker's log, with timestamps: they split a run's compile time into precompiling,
     benchmarking and the rest, which the summary's totals cannot."""
@@ -230,20 +236,7 @@ def _log_autotuning_times() -> None:
 
 
 def main(argv: Sequence[str]) -> int:
-    if len(argv) != 2:
-        print("usage: python -m kernel_select.offline.e2e.model_worker SPEC.json RESULT.json",
-              file=sys.stderr)
-        return 2
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    _log_autotuning_times()
-    spec = json.loads(Path(argv[0]).read_text())
-    try:
-        result = measure(spec)
-    except Exception as exc:  # noqa: BLE001 -- report it in the results; the driver goes on
-        log.exception("measurement of %s with %s failed", spec["model"], spec["method"]["name"])
-        result = {"error": f"{type(exc).__name__}: {exc}"}
-    Path(argv[1]).write_text(json.dumps(result))
-    return 0
+    return worker_main(argv, "kernel_select.offline.e2e.model_worker", measure, setup=log_autotuning_times)
 
 
 if __name__ == "__main__":
