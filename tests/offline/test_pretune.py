@@ -142,6 +142,28 @@ def test_a_run_writes_pins_with_ranges_and_resumes(tmp_path: Path):
     assert len(calls) == 6  # resumed from OUT.progress.json: nothing measured twice
 
 
+def test_a_gemm_inductor_does_not_autotune_is_left_out_not_fatal(tmp_path: Path):
+    """A tiny float32 GEMV (a rotary embedding's) gets no autotuning: nothing to pin, so the LUT
+    pins the others; a run where Inductor autotuned nothing at all is an error."""
+    gemv = pretune.Site(Problem(64, 1, 1, "float32", op="bmm", batch=1))
+    linear = pretune.Site(Problem(8, 4096, 4096, "bfloat16"), layout="nt")
+
+    def fake_benchmark(problem: Problem, configs: list[GemmConfig], device, layout: str):  # noqa: ANN001, ANN202
+        if problem.dtype == "float32":
+            raise pretune.NotAutotunedError(f"{problem}: Inductor benchmarked nothing for it")
+        return {ATEN: 1.0, **{c.short(): 2.0 for c in configs}}
+
+    out = tmp_path / "model.json"
+    summary = pretune.pretune([gemv, linear], out=out, device=H100, model=FakeModel(), k=2, points=1,
+                              benchmark=fake_benchmark, progress=False)
+    assert summary["entries"] == 1 and "benchmarked nothing" in summary["sites"][0]["skipped"]
+    assert load_lut(out).pinned(Problem(8, 4096, 4096, "bfloat16", layout="nt"), "h100") == ATEN
+    with pytest.raises(KernelSelectError, match="autotuned none of the 1 GEMMs"):
+        pretune.pretune([gemv], out=tmp_path / "none.json", device=H100, model=FakeModel(), k=2,
+                        points=1, benchmark=fake_benchmark, progress=False)
+    assert not (tmp_path / "none.json").exists()
+
+
 def test_the_serving_bench_compares_each_length_with_the_fastest_method(tmp_path: Path):
     from kernel_select.offline.serving import serving_bench
 

@@ -17,7 +17,9 @@ Steps, each its own function so all but the benchmark run (and are tested) on th
 2. bucket: log-spaced Ms (or Ks) over the range;
 3. candidates: the union over the buckets of the model's top-k, so every bucket times the same set;
 4. benchmark (GPU): per bucket, Inductor's own autotuner times the candidates and ATen, caches
-   off, through a temporary LUT and `kernel_select.inductor.record`;
+   off, through a temporary LUT and `kernel_select.inductor.record`; a GEMM Inductor lowers
+   without autotuning (nothing timed) is left out of the LUT with a warning, and a run where
+   that is every GEMM is an error;
 5. choose: the choice with the smallest geometric mean over the buckets of time / best time;
 6. write: one pinned entry per GEMM, with an m range or a k range over the dynamic size (the
    range the GEMM serves, wider than the buckets), the GEMM's operand layout and a note with the
@@ -37,6 +39,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
+import logging
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -50,7 +53,13 @@ from kernel_select.lut import ATEN, BatchedLUTEntry, KernelLUT, LUTEntry, LUTRow
 from kernel_select.problem import Problem
 from kernel_select.select import spread_ms, top_k
 
+log = logging.getLogger(__name__)
+
 GEMM_OPS = ("mm", "addmm", "bmm", "baddbmm")
+
+
+class NotAutotunedError(KernelSelectError):
+    """Inductor benchmarked no choice for a GEMM: it lowers it without autotuning."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -271,21 +280,32 @@ def pretune(sites: Sequence[Site], *, out: str | Path, device: DeviceSpec, model
         for site, buckets in plan:
             configs = candidates(site, buckets, k, model, device)
             per_bucket: dict[int, Timings] = {}
-            for value in buckets:
-                # "nn" adds nothing to the key, so progress files written before layouts stay valid
-                layout = "" if site.layout == "nn" else f"|{site.layout}"
-                key = f"{site.at(value)}|{','.join(c.short() for c in configs)}{layout}"
-                if key not in done:
-                    done[key] = benchmark(site.at(value), configs, device, site.layout)
-                    journal.write_text(json.dumps(done, indent=1))
-                per_bucket[value] = done[key]
-                bar.update()
+            try:
+                for value in buckets:
+                    # "nn" adds nothing to the key, so progress files written before layouts stay valid
+                    layout = "" if site.layout == "nn" else f"|{site.layout}"
+                    key = f"{site.at(value)}|{','.join(c.short() for c in configs)}{layout}"
+                    if key not in done:
+                        done[key] = benchmark(site.at(value), configs, device, site.layout)
+                        journal.write_text(json.dumps(done, indent=1))
+                    per_bucket[value] = done[key]
+                    bar.update()
+            except NotAutotunedError as exc:
+                # Inductor lowers this GEMM without autotuning (a tiny float32 GEMV of a rotary
+                # embedding, say): there is no choice to pin, and serving will not autotune it either.
+                log.warning("pretune: %s %s left out of the LUT: %s", site.problem, site.layout, exc)
+                summary.append({"problem": str(site.problem), "layout": site.layout, "skipped": str(exc)})
+                bar.update(len(buckets) - len(per_bucket))
+                continue
             # One choice over all buckets, whether the dynamic size is M or K (a k-range entry).
             label, geomean, ratios = choose(per_bucket)
             rows.append(pinned_rows(site, label, configs, geomean, ratios, device))
             summary.append({"problem": str(site.problem), "layout": site.layout, "dynamic": site.dynamic,
                             "buckets": sorted(per_bucket), "pin": label, "geomean_ratio": round(geomean, 4),
                             "worst_ratio": round(max(ratios.values()), 4)})
+    if not rows and sites:
+        raise KernelSelectError(f"pretune: Inductor autotuned none of the {len(sites)} GEMMs "
+                                "(is max-autotune on?); no LUT written")
     lut = KernelLUT.from_rows(rows, source="<pretune>")
     save_lut(lut, out)
     return {"out": str(out), "entries": lut.num_entries, "sites": summary}

@@ -9,9 +9,8 @@ from pathlib import Path
 
 from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec
-from kernel_select.errors import KernelSelectError
 from kernel_select.lut import BatchedLUTEntry, KernelLUT, LUTEntry, save_lut
-from kernel_select.offline.serving.pretune import Timings, label_of
+from kernel_select.offline.serving.pretune import NotAutotunedError, Timings, label_of
 from kernel_select.problem import Problem
 
 
@@ -57,7 +56,7 @@ def benchmark_problem(problem: Problem, configs: list[GemmConfig], device: Devic
                 if label is not None:
                     timings[label] = min(t.ms, timings.get(label, float("inf")))
     if not timings:
-        raise KernelSelectError(f"{problem}: Inductor benchmarked nothing for it (is max-autotune on?)")
+        raise NotAutotunedError(f"{problem}: Inductor benchmarked nothing for it (is max-autotune on?)")
     return timings
 
 
