@@ -148,7 +148,8 @@ def test_a_gemm_inductor_does_not_autotune_is_left_out_not_fatal(tmp_path: Path)
     gemv = pretune.Site(Problem(64, 1, 1, "float32", op="bmm", batch=1))
     linear = pretune.Site(Problem(8, 4096, 4096, "bfloat16"), layout="nt")
 
-    def fake_benchmark(problem: Problem, configs: list[GemmConfig], device, layout: str):  # noqa: ANN001, ANN202
+    def fake_benchmark(problem: Problem, configs: list[GemmConfig],
+                       device, layout: str) -> dict[str, float]:  # noqa: ANN001
         if problem.dtype == "float32":
             raise pretune.NotAutotunedError(f"{problem}: Inductor benchmarked nothing for it")
         return {ATEN: 1.0, **{c.short(): 2.0 for c in configs}}
