@@ -87,3 +87,15 @@ def test_vit_attention_gets_no_mask_without_padding() -> None:
     with torch.no_grad():
         torch.compile(model, backend=backend)(pixel_values=pixels)
     assert masks and all(mask is None for mask in masks)
+
+
+def test_vit_builds_on_a_transformers_without_mask_interfaces(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Older transformers (no masking_utils) build no mask for ViT anyway: the zoo keeps their default."""
+    pytest.importorskip("transformers")
+    import sys
+
+    import transformers.models.vit.modeling_vit  # noqa: F401 -- loaded before the module is hidden
+
+    monkeypatch.setitem(sys.modules, "transformers.masking_utils", None)  # import fails as on < 4.53
+    assert model_zoo.unmasked_sdpa() is None
+    assert model_zoo.vit_b16(tiny=True).config._attn_implementation != model_zoo.UNMASKED_SDPA

@@ -107,7 +107,9 @@ def vit_b16(tiny: bool = False) -> Any:
         config = t.ViTConfig(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                              intermediate_size=3072, image_size=224, patch_size=16)
     model = t.ViTForImageClassification(config)
-    model.set_attn_implementation(unmasked_sdpa())
+    implementation = unmasked_sdpa()
+    if implementation is not None and hasattr(model, "set_attn_implementation"):
+        model.set_attn_implementation(implementation)
     return model
 
 
@@ -115,7 +117,7 @@ def vit_b16(tiny: bool = False) -> Any:
 UNMASKED_SDPA = "sdpa_unmasked"
 
 
-def unmasked_sdpa() -> str:
+def unmasked_sdpa() -> str | None:
     """Register (once) and name an attention implementation that is transformers' SDPA, except
     that a bidirectional mask with no padding is never built: SDPA gets no mask at all.
 
@@ -124,10 +126,15 @@ def unmasked_sdpa() -> str:
     compiled ViT then hands SDPA an all-True [B, 1, 197, 197] mask that no fused kernel takes
     (197 is not a multiple of 8), so the graph falls back to SDPA's math path: float32 `bmm`s
     around a softmax, 1.9x slower than the cuDNN attention eager runs. Newer releases skip the
-    mask under Dynamo too; with this, every transformers version compiles the same graph."""
+    mask under Dynamo too; with this, every transformers version compiles the same graph.
+    None on a transformers without attention and mask interfaces (before about 4.53): its ViT has
+    its own SDPA attention, which builds no mask."""
     t = _transformers()
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+    try:
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+        from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+    except ImportError:
+        return None
 
     if UNMASKED_SDPA not in ALL_MASK_ATTENTION_FUNCTIONS:
         sdpa_mask = ALL_MASK_ATTENTION_FUNCTIONS["sdpa"]
