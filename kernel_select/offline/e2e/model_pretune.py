@@ -9,7 +9,8 @@ training step runs its backward and optimizer inside the step, so their GEMMs ar
 and pretunes every GEMM at its one size: the workloads have static shapes, so each GEMM is one
 bucket, at which Inductor's autotuner times the model's top-k and ATen (`pretune_gpu`, GPU only).
 RESULT: {"pretune_s" (wall seconds of discovery and pretuning), "entries", "sites" (pretune's
-per-GEMM summary: the pin and its ratio to the best), "lut", "k"}, or {"error"}.
+per-GEMM summary: the pin and its ratio to the best, or why it was skipped), "lut", "k"},
+or {"error"}.
 
 pretune keeps its measurements in `<lut>.progress.json` as they arrive, so a worker cut short
 (a timeout, the comparison's time budget) resumes where it stopped; `pretune_s` then counts only
