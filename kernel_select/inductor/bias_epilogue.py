@@ -12,6 +12,12 @@ its host-side launch, and can rank it first (ViT-B/16 on an H100, 12608 x 768 x 
 docs/inductor.md). The epilogue call never does more work than the pair, so it is offered
 alone; Triton candidates still compete with it. Where `bias_addmm` is the only ATen choice left
 and no Triton candidate is offered, Inductor takes it without benchmarking anything.
+
+Inductor's benchmark also over-times the epilogue call itself against Triton (up to 2.4x on GPT-2's
+projections), so for an `addmm` whose bias is one row (`row_bias`) the cuBLAS gate drops its margin
+(`gate.RULE`). That is decided in `addmm`'s Triton call, which no longer sees the ATen choices:
+torch 2.11 offers `bias_addmm` exactly when the bias is a row broadcast over M (and torch 2.13 then
+hands ATen's `addmm` the row itself, the same cuBLASLt call).
 """
 
 from __future__ import annotations
@@ -30,3 +36,16 @@ def prefer_bias_epilogue(choices: dict[str, Iterable[Any]], op_name: str) -> dic
     if not epilogue:
         return {**choices, BIAS_ADDMM: epilogue}
     return {**choices, BIAS_ADDMM: epilogue, ADDMM: []}
+
+
+def row_bias(kernel_inputs: Any, op_name: str) -> bool:
+    """Whether an `addmm`'s bias is one row broadcast over M (a biased nn.Linear), so that cuBLAS
+    runs it as the bias-epilogue call; False where that cannot be read (a symbolic stride)."""
+    if op_name != "addmm":
+        return False
+    try:
+        bias = kernel_inputs.nodes()[0]
+        size, stride = bias.get_size(), bias.get_stride()
+        return len(size) == 1 or (len(size) == 2 and int(stride[0]) == 0)
+    except (TypeError, AttributeError, IndexError):  # symbolic stride, or inputs we cannot read
+        return False

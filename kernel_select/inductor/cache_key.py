@@ -44,9 +44,9 @@ def gate_fingerprint(margin: float | None, device: DeviceSpec | None) -> str:
         gate = runtime.gate(device) if device is not None else None
     except Exception as exc:  # noqa: BLE001 -- a broken gate file must not break cache keys
         return f"{margin}:unloadable:{type(exc).__name__}"
-    from kernel_select.model.gate import SMALL_GEMM_MS  # the decision's rule is part of the key
+    from kernel_select.model.gate import RULE  # the decision's rule is part of the key
 
-    return f"{margin}:small<{SMALL_GEMM_MS}:{gate.digest() if gate is not None else 'none'}"
+    return f"{margin}:{RULE}:{gate.digest() if gate is not None else 'none'}"
 
 
 def model_fingerprint(model: str | PerformanceModel | None, device: DeviceSpec | None) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import inspect
 import itertools
 import logging
@@ -33,7 +34,7 @@ from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import KernelSelectError, ProblemError
 from kernel_select.inductor import cache_key, dynamic, operand_layout, pinning
-from kernel_select.inductor.bias_epilogue import prefer_bias_epilogue
+from kernel_select.inductor.bias_epilogue import prefer_bias_epilogue, row_bias
 from kernel_select.inductor.candidates import symbolic_k, synthesize
 from kernel_select.inductor.settings import Settings, resolve_settings, validated_overrides
 from kernel_select.model import PerformanceModel
@@ -134,9 +135,9 @@ class KernelSelectChoices(InductorChoices):
         # fails, `choices` still holds Inductor's complete candidate generators.
         choices = dict(template_choices)
         try:
-            replaced = self._replace_triton_candidates(choices, kernel_inputs, op_name, kwarg_overrides or {})
             if self.settings().topk != knobs.SAME:  # "same": Inductor's own list, untouched
-                replaced = prefer_bias_epilogue(replaced if replaced is not None else choices, op_name)
+                choices = prefer_bias_epilogue(choices, op_name)
+            replaced = self._replace_triton_candidates(choices, kernel_inputs, op_name, kwarg_overrides or {})
         except Exception as exc:  # noqa: BLE001 -- nothing may raise inside torch.compile
             runtime.warn_fallback(exc, log, "Inductor benchmarks its own GEMM configs instead")
             replaced = None
@@ -173,7 +174,8 @@ class KernelSelectChoices(InductorChoices):
         if not bases:  # Inductor generates no Triton candidates here
             return None
         with _stack_headroom():
-            selections = self._select_all(problem, device, settings, lut, dynamic.symbolic_m(kernel_inputs))
+            selections = self._select_all(problem, device, settings, lut, dynamic.symbolic_m(kernel_inputs),
+                                          bias_epilogue=row_bias(kernel_inputs, op_name))
         replaced = dict(choices)
         for uid, base in bases.items():
             overrides = kwarg_overrides.get(uid, {})
@@ -209,19 +211,21 @@ class KernelSelectChoices(InductorChoices):
         return offered
 
     def _select_all(self, problem: Problem, device: DeviceSpec, settings: Settings, lut: Any,
-                    m_symbolic: Any) -> list[Selection]:
+                    m_symbolic: Any, bias_epilogue: bool = False) -> list[Selection]:
         """One selection for a static M; for a symbolic M, one over the Ms it will take plus one
-        per Inductor multi-kernel hint (each for its hint, tagged with it)."""
+        per Inductor multi-kernel hint (each for its hint, tagged with it). `bias_epilogue`: cuBLAS
+        runs as the bias-epilogue call (the gate then drops its margin)."""
+        select = functools.partial(self._select, device=device, settings=settings, lut=lut,
+                                   bias_epilogue=bias_epilogue)
         if m_symbolic is None:
-            return [self._select(problem, device, settings, lut)]
+            return [select(problem)]
         match = getattr(lut, "match", None)
         entry = match(problem, device) if match is not None else None
         ms, origin = dynamic.ms_to_rank(problem.m, entry.m_bounds if entry is not None else None,
                                         settings.dynamic_m, dynamic.declared_range(m_symbolic))
-        selections = [self._select(problem, device, settings, lut, ms=ms, ms_origin=origin)]
+        selections = [select(problem, ms=ms, ms_origin=origin)]
         for hint in dynamic.multi_kernel_hints():
-            hinted = dataclasses.replace(problem, m=hint)
-            selections.append(self._select(hinted, device, settings, lut, hint_override=hint))
+            selections.append(select(dataclasses.replace(problem, m=hint), hint_override=hint))
         return selections
 
     def preload(self) -> None:
@@ -244,7 +248,8 @@ class KernelSelectChoices(InductorChoices):
             runtime.gate(device)
 
     def _select(self, problem: Problem, device: DeviceSpec, settings: Settings, lut: Any,
-                ms: tuple[int, ...] = (), ms_origin: str = "", hint_override: int | None = None) -> Selection:
+                ms: tuple[int, ...] = (), ms_origin: str = "", hint_override: int | None = None,
+                bias_epilogue: bool = False) -> Selection:
         from kernel_select.model.aten import CublasRule
         from kernel_select.model.auto_topk import hedge_reason
         from kernel_select.select import LUT_SOURCE, top_k
@@ -263,7 +268,7 @@ class KernelSelectChoices(InductorChoices):
         # the rule decides where the model predicts cuBLAS (`estimate_aten`).
         gate = runtime.gate(device) if margin is not None else None
         aten_ms = model.estimate_aten(problem) if margin is not None else None
-        decision: Any = gate.decide(problem, margin, aten_ms) if gate is not None else None
+        decision: Any = gate.decide(problem, margin, aten_ms, bias_epilogue) if gate is not None else None
         # Where cuBLAS is predicted to win, offer only what the LUT pins (often nothing): Inductor
         # then compiles and benchmarks no Triton kernel it would not pick anyway.
         skip_triton = decision is not None and decision.prefers_cublas

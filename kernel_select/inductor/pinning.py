@@ -40,10 +40,15 @@ def offer_only_pin(choices: dict[str, Iterable[Any]], pin: GemmConfig | str, op_
     """
     empty: dict[str, list[Any]] = {uid: [] for uid in choices}
     if pin == ATEN:
-        aten = next((uid for uid in choices if uid.startswith("aten::")), None)
-        if aten is not None:
+        # The first ATen template with a candidate: addmm's plain `addmm` comes before `bias_addmm`
+        # but may have been left out (bias_epilogue.py)
+        atens = [uid for uid in choices if uid.startswith("aten::")]
+        for aten in atens:
             first = next(iter(choices[aten]), None)
-            return None if first is None else {**empty, aten: [first]}
+            if first is not None:
+                return {**empty, aten: [first]}
+        if atens:
+            return None
         return empty if op_name in SPLIT_CALL_OPS and _aten_offered() else _cannot_pin(pin, op_name)
     triton = next((uid for uid in choices if uid in triton_uids), None)
     if triton is not None:

@@ -51,8 +51,10 @@ class FakeInputs:
 
     def __init__(self, m: int, n: int, k: int, dtype: torch.dtype = torch.bfloat16, device_type: str = "cuda",
                  batch: int = 1, k_symbolic: object = None,
-                 strides: tuple[tuple[object, object], tuple[object, object]] | None = None) -> None:
+                 strides: tuple[tuple[object, object], tuple[object, object]] | None = None,
+                 bias: FakeNode | None = None) -> None:
         self.m, self.n, self.k, self.batch = m, n, k, batch
+        self.bias = bias  # addmm's first input
         self._dtype, self.device_type = dtype, device_type
         self.k_symbolic = k if k_symbolic is None else k_symbolic
         self.strides = strides or ((k, 1), (n, 1))
@@ -60,6 +62,9 @@ class FakeInputs:
     def mat1mat2(self) -> tuple[FakeNode, FakeNode]:
         return (FakeNode((self.m, self.k_symbolic), self.strides[0]),
                 FakeNode((self.k_symbolic, self.n), self.strides[1]))
+
+    def nodes(self) -> list[FakeNode]:
+        return [*([self.bias] if self.bias is not None else []), *self.mat1mat2()]
 
     def mnk_hinted(self) -> tuple[int, int, int]:
         return self.m, self.n, self.k
@@ -115,13 +120,14 @@ class FakeGate:
     def __init__(self, ratio: float, tag: str = "g1") -> None:
         self.ratio, self.tag, self.calls = ratio, tag, 0
 
-    def decide(self, problem: Problem, margin: float,
-               predicted_cublas_ms: float | None = None):  # noqa: ANN201
+    def decide(self, problem: Problem, margin: float, predicted_cublas_ms: float | None = None,
+               bias_epilogue: bool = False):  # noqa: ANN201
         from kernel_select.model.gate import SMALL_GEMM_MS, GateDecision
 
         self.calls += 1
         small = predicted_cublas_ms is not None and predicted_cublas_ms < SMALL_GEMM_MS
-        return GateDecision(problem=problem, predicted_ratio=self.ratio, margin=margin, small=small)
+        return GateDecision(problem=problem, predicted_ratio=self.ratio, margin=margin, small=small,
+                            bias_epilogue=bias_epilogue)
 
     def digest(self) -> str:
         return self.tag

@@ -7,6 +7,7 @@ import pickle
 from pathlib import Path
 
 import pytest
+import sympy
 import torch
 
 pytest.importorskip("torch._inductor.kernel_template_choice")
@@ -18,10 +19,11 @@ from torch._inductor import config as inductor_config  # noqa: E402
 import kernel_select.inductor as ks_inductor  # noqa: E402
 import kernel_select.knobs as ks_config  # noqa: E402
 from kernel_select import runtime  # noqa: E402
+from kernel_select.inductor.bias_epilogue import row_bias  # noqa: E402
 from kernel_select.problem import Problem  # noqa: E402
 from kernel_select.space import for_problem  # noqa: E402
 from tests.inductor.kit import (  # noqa: E402
-    FakeGate, FakeInputs, INDUCTOR_FIRST, LUT_A, LUT_B, SEED, finalize, inductor_candidates, params_config,
+    FakeGate, FakeInputs, FakeNode, INDUCTOR_FIRST, LUT_A, LUT_B, SEED, finalize, inductor_candidates, params_config,
     triton_of, use_gate, warnings_of)
 from tests.inductor_doubles import BrokenModel, FakeModel, expected_top  # noqa: E402
 
@@ -93,6 +95,31 @@ def test_plain_addmm_stays_where_it_is_the_only_aten_choice_or_the_handler_is_of
     assert uids[:2] == ["aten::bias_addmm", "aten::addmm"] and len(uids) == 22  # Inductor's list, untouched
     mm_call = {"aten::addmm": [c for c in _addmm_candidates(inputs)["aten::addmm"]]}
     assert len(finalize(handler, inputs, {**mm_call, "aten::bias_addmm": []}, op="addmm")) == 1
+
+
+ROW_BIAS = FakeNode((560, 1280), (0, 1))  # nn.Linear's bias as tuned_addmm expands it
+
+
+@pytest.mark.parametrize("bias, expected", [
+    (ROW_BIAS, True), (FakeNode((1280,), (1,)), True), (FakeNode((560, 1280), (1280, 1)), False),
+    (FakeNode((560, 1280), (sympy.Symbol("s0"), 1)), False), (None, False)])
+def test_row_bias_reads_whether_the_bias_is_one_row(bias: FakeNode | None, expected: bool):
+    inputs = FakeInputs(560, 1280, 3420, bias=bias)
+    assert row_bias(inputs, "addmm") is expected
+    assert row_bias(inputs, "mm") is False
+
+
+@pytest.mark.parametrize("bias, skips", [(ROW_BIAS, True), (FakeNode((560, 1280), (1280, 1)), False)])
+def test_addmms_triton_call_drops_the_margin_for_a_row_bias(monkeypatch: pytest.MonkeyPatch,
+                                                           bias: FakeNode, skips: bool):
+    # tuned_addmm asks for the Triton templates in a call of their own, without the ATen choices: the
+    # bias input tells that cuBLAS runs the bias-epilogue call there. Ratio 0.9 is inside the 0.15 margin.
+    use_gate(monkeypatch, FakeGate(ratio=0.9))
+    inputs = FakeInputs(560, 1280, 3420, bias=bias)
+    handler = ks_inductor.KernelSelectChoices(topk=4, model=FakeModel(), device="h100", cublas_margin=0.15)
+    triton_call = {"triton::mm": inductor_candidates(inputs)["triton::mm"]}
+    triton = triton_of(finalize(handler, inputs, triton_call, op="addmm"))
+    assert handler.selections[-1].gate.bias_epilogue is skips and (triton == []) is skips
 
 
 def test_synthesized_candidates_keep_inductors_problem_kwargs_and_extras():

@@ -165,6 +165,21 @@ def test_an_aten_pin_offers_only_aten(tmp_path: Path):
     assert handler.selections[-1].pinned == ATEN and handler.selections[-1].configs == ()
 
 
+def test_an_aten_pin_on_addmm_offers_the_bias_epilogue_call(tmp_path: Path):
+    # torch 2.11's addmm ATen call lists plain addmm first; the handler leaves it out for bias_addmm
+    from tests.inductor.kit import ktc
+
+    path = write_lut(tmp_path, LUTEntry(m=560, n=1280, k=3420, pin=ATEN), op="addmm")
+    inputs = FakeInputs(560, 1280, 3420)
+    handler = ks_inductor.KernelSelectChoices(topk=4, model=FakeModel(), device="h100",
+                                              kernel_lut_path=path)
+    aten_call = {"aten::addmm": [ktc("aten::addmm", inputs)], "aten::bias_addmm": [ktc("aten::bias_addmm", inputs)]}
+    result = finalize(handler, inputs, aten_call, op="addmm")
+    assert [c.template.uid for c in result] == ["aten::bias_addmm"] and handler.selections[-1].pinned == ATEN
+    only_plain = {"aten::addmm": aten_call["aten::addmm"]}
+    assert [c.template.uid for c in finalize(handler, inputs, only_plain, op="addmm")] == ["aten::addmm"]
+
+
 def test_a_pin_for_a_template_inductor_does_not_offer_keeps_inductors_candidates(
         tmp_path: Path, caplog: pytest.LogCaptureFixture):
     path = write_lut(tmp_path, LUTEntry(m=560, n=1280, k=3420, pin=ATEN))

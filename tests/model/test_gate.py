@@ -120,11 +120,24 @@ def test_small_gemms_skip_triton_on_any_predicted_cublas_win(ratio: float, small
     assert ("small GEMM" in decision.describe()) is small
 
 
+@pytest.mark.parametrize("ratio, bias_epilogue, skips", [
+    (0.90, False, False), (0.90, True, True), (0.99, True, True), (1.01, True, False), (0.84, False, True)])
+def test_a_bias_epilogue_gemm_skips_triton_on_any_predicted_cublas_win(ratio: float, bias_epilogue: bool,
+                                                                      skips: bool):
+    # Inductor over-times cuBLAS's bias-epilogue call, so there the margin would hand ties to Triton.
+    decision = GateDecision(problem=Problem(8192, 3072, 768, "bfloat16", op="addmm"), predicted_ratio=ratio,
+                            margin=0.15, bias_epilogue=bias_epilogue)
+    assert decision.prefers_cublas is skips
+    assert ("bias_addmm" in decision.describe()) is bias_epilogue
+
+
 def test_decide_marks_small_gemms_by_the_predicted_cublas_time(gate):
     problem = Problem(16, 1024, 4096, "bfloat16")
     assert gate.decide(problem, 0.15, predicted_cublas_ms=SMALL_GEMM_MS / 2).small
     assert not gate.decide(problem, 0.15, predicted_cublas_ms=SMALL_GEMM_MS * 2).small
     assert not gate.decide(problem, 0.15).small  # no cuBLAS time: the margin alone decides
+    assert gate.decide(problem, 0.15, bias_epilogue=True).no_margin
+    assert not gate.decide(problem, 0.15).no_margin
 
 def test_load_errors_name_the_file(gate, tmp_path: Path):
     with pytest.raises(ModelError, match="no trained cublas_gate model"):
