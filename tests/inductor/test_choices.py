@@ -23,8 +23,8 @@ from kernel_select.inductor.bias_epilogue import row_bias  # noqa: E402
 from kernel_select.problem import Problem  # noqa: E402
 from kernel_select.space import for_problem  # noqa: E402
 from tests.inductor.kit import (  # noqa: E402
-    FakeGate, FakeInputs, FakeNode, INDUCTOR_FIRST, LUT_A, LUT_B, SEED, finalize, inductor_candidates, params_config,
-    triton_of, use_gate, warnings_of)
+    FakeGate, FakeInputs, FakeNode, INDUCTOR_FIRST, LUT_A, LUT_B, SEED, finalize, inductor_candidates,
+    params_config, triton_of, use_gate, warnings_of)
 from tests.inductor_doubles import BrokenModel, FakeModel, expected_top  # noqa: E402
 
 

@@ -173,7 +173,8 @@ def test_an_aten_pin_on_addmm_offers_the_bias_epilogue_call(tmp_path: Path):
     inputs = FakeInputs(560, 1280, 3420)
     handler = ks_inductor.KernelSelectChoices(topk=4, model=FakeModel(), device="h100",
                                               kernel_lut_path=path)
-    aten_call = {"aten::addmm": [ktc("aten::addmm", inputs)], "aten::bias_addmm": [ktc("aten::bias_addmm", inputs)]}
+    aten_call = {"aten::addmm": [ktc("aten::addmm", inputs)],
+                 "aten::bias_addmm": [ktc("aten::bias_addmm", inputs)]}
     result = finalize(handler, inputs, aten_call, op="addmm")
     assert [c.template.uid for c in result] == ["aten::bias_addmm"] and handler.selections[-1].pinned == ATEN
     only_plain = {"aten::addmm": aten_call["aten::addmm"]}

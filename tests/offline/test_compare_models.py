@@ -7,6 +7,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,8 @@ import pytest
 from kernel_select.errors import DatasetError, OptionError
 from kernel_select.offline.e2e import compare_models, model_methods, model_report
 from kernel_select.offline.e2e.model_methods import MethodContext, ModelMethod, select_methods
-from kernel_select.offline.e2e.model_worker import host_state, interleaved_ms, relative_iqr
+from kernel_select.offline.e2e.model_worker import host_state
+from kernel_select.offline.e2e.step_timing import DeviceTimeTimer, interleaved_ms, relative_iqr
 
 
 class FakeTimer:
@@ -60,6 +62,47 @@ def test_aggregate_takes_medians_and_spread_of_good_runs() -> None:
     assert result["error"] is None and len(result["runs"]) == 3
     failed = model_report.aggregate([{"error": "boom"}])
     assert failed["error"] == "boom" and not model_report.succeeded(failed)
+
+
+def test_aggregate_takes_the_device_time_where_runs_have_it() -> None:
+    with_device = [{**_run(9.0), "step_device_ms": 4.0, "eager_device_ms": 8.0},
+                   {**_run(11.0), "step_device_ms": 5.0, "eager_device_ms": 8.0}]
+    result = model_report.aggregate([*with_device, _run(10.0)])  # a run from before device times
+    assert result["step_device_ms"] == 4.5 and result["eager_device_ms"] == 8.0
+    assert result["device_spread"] == pytest.approx(1.0 / 4.5)
+    older = model_report.aggregate([_run(9.0), _run(11.0)])
+    assert older["step_device_ms"] is None and older["device_spread"] is None
+
+
+class FakeSpinTimer(DeviceTimeTimer):
+    """DeviceTimeTimer without a GPU: the host 'enqueues' for `host_ms`, the GPU reaches the steps
+    when the spin ends; the spins are recorded."""
+
+    def __init__(self, host_ms: float) -> None:  # no super().__init__: no CUDA events here
+        self.spin_ms, self.uncovered, self.host_ms, self.spins = 1.0, 0, host_ms, []
+
+    def _spin(self, ms: float) -> None:
+        self.spins.append(ms)
+
+    def _enqueue(self, step: Any, repeats: int) -> None:
+        time.sleep(self.host_ms / 1e3)
+
+    def _elapsed_ms(self) -> float:
+        return 1.0
+
+    def _gpu_lead_ms(self) -> float:
+        return self.spins[-1]
+
+
+def test_device_timer_retimes_a_sample_behind_a_longer_spin_until_the_host_kept_up() -> None:
+    timer = FakeSpinTimer(host_ms=5.0)
+    assert timer(lambda: None, 1) == 1.0 and timer.uncovered == 0
+    assert timer.spins[0] == 1.0 and len(timer.spins) == 2 and timer.spins[1] >= 9.0  # 1 + 2 x 4 ms short
+    timer(lambda: None, 1)
+    assert len(timer.spins) == 3  # the longer spin is kept: the next sample is covered at once
+    slow = FakeSpinTimer(host_ms=250.0)  # a host slower than any spin: capped, the sample flagged
+    slow(lambda: None, 1)
+    assert slow.spin_ms == DeviceTimeTimer.MAX_SPIN_MS and slow.uncovered == 1
 
 
 METHODS = [ModelMethod("eager", "eager"), ModelMethod("default", "default"),

@@ -26,7 +26,10 @@ from kernel_select.offline.metrics import geomean
 #: A step counts as slower than eager (or than another method) beyond this fraction.
 SLOWER_BY = 0.02
 RESULT_FIELDS = ("compile_s", "step_ms", "eager_step_ms", "speedup_vs_eager", "compile_spread", "step_spread",
-                 "ratio_spread", "choices_stable", "pretune_s", "gemms", "error", "runs")
+                 "ratio_spread", "step_device_ms", "eager_device_ms", "device_spread", "choices_stable",
+                 "pretune_s", "gemms", "error", "runs")
+#: The GPU's view of a step (model_worker.device_times); runs from before it was measured lack it.
+DEVICE_FIELDS = ("step_device_ms", "eager_device_ms")
 
 
 def load(path: str | Path) -> dict[str, Any]:
@@ -49,6 +52,11 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
         result[key] = statistics.median(r[key] for r in good)
     result["speedup_vs_eager"] = statistics.median(r["eager_step_ms"] / r["step_ms"] for r in good)
     result["gemms"] = good[0].get("gemms", [])
+    on_device = [r for r in good if r.get("step_device_ms") is not None]
+    for key in DEVICE_FIELDS:
+        result[key] = statistics.median(r[key] for r in on_device) if on_device else None
+    if len(on_device) > 1:
+        result["device_spread"] = _spread([r["step_device_ms"] for r in on_device])
     # Only a pretuned method's runs carry it: what making the workload's pinned LUT took.
     pretune_s = [r["pretune_s"] for r in good if r.get("pretune_s") is not None]
     result["pretune_s"] = statistics.median(pretune_s) if pretune_s else None
@@ -58,6 +66,10 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
         result["ratio_spread"] = _spread([r["step_ms"] / r["eager_step_ms"] for r in good])
         result["choices_stable"] = all(_choices(r) == _choices(good[0]) for r in good)
     return result
+
+
+def _largest(values: Sequence[float | None]) -> float | None:
+    return max((v for v in values if v is not None), default=None)
 
 
 def _spread(values: Sequence[float]) -> float | None:
@@ -107,6 +119,8 @@ class MethodRow:
     speedup_vs_eager: float  # geomean of eager / step
     slower_than_eager: int  # models whose step is more than SLOWER_BY slower than eager
     max_step_spread: float | None  # the largest run-to-run spread of step_ms (repeated runs)
+    max_device_spread: float | None = None  # the same for step_device_ms
+    device_vs_stock: float | None = None  # geomean of step_device_ms / stock's, where both have one
     model_names: tuple[str, ...] = ()
 
 
@@ -154,6 +168,8 @@ def _row(method: str, used: list[dict[str, Any]], references: list[str]) -> Meth
                       for e in used]
     known = None not in compile_ratios
     spreads = [e["results"][method].get("step_spread") for e in used]
+    device = [_ratio(e["results"][method].get("step_device_ms"),
+                     e["results"].get("stock", {}).get("step_device_ms")) for e in used]
     return MethodRow(
         method=method, models=len(used),
         compile_s=sum(e["results"][method]["compile_s"] for e in used),
@@ -162,7 +178,9 @@ def _row(method: str, used: list[dict[str, Any]], references: list[str]) -> Meth
         step_vs_stock=versus("stock"), step_vs_default=versus("default"),
         speedup_vs_eager=geomean([1 / rel(e, method) for e in used]),
         slower_than_eager=sum(rel(e, method) > 1 + SLOWER_BY for e in used),
-        max_step_spread=max((s for s in spreads if s is not None), default=None),
+        max_step_spread=_largest(spreads),
+        max_device_spread=_largest([e["results"][method].get("device_spread") for e in used]),
+        device_vs_stock=geomean(device) if device and None not in device else None,
         model_names=tuple(e["name"] for e in used))
 
 
@@ -177,7 +195,7 @@ def format_summary(summary: Summary) -> str:
 
     header = (f"{'method':<14}{'models':>7}{'compile [s]':>12}{'compile/stock':>15}{'worst':>8}"
               f"{'step/stock':>12}"
-              f"{'step/default':>14}{'vs eager':>10}{'slower':>8}{'spread':>8}")
+              f"{'step/default':>14}{'vs eager':>10}{'slower':>8}{'spread':>8}{'device':>8}")
     lines = [counted(len(summary.models_used), "models", summary.models_excluded,
                      "stock or default failed or not run"),
              header, "-" * len(header)]
@@ -185,7 +203,8 @@ def format_summary(summary: Summary) -> str:
         lines.append(f"{row.method:<14}{row.models:>7d}{row.compile_s:>12.1f}{num(row.compile_vs_stock, 15)}"
                      f"{num(row.worst_compile_vs_stock, 8, '.2f')}{num(row.step_vs_stock, 12)}"
                      f"{num(row.step_vs_default, 14)}{row.speedup_vs_eager:>9.3f}x{row.slower_than_eager:>8d}"
-                     f"{num(row.max_step_spread, 8, '.1%')}")
+                     f"{num(row.max_step_spread, 8, '.1%')}{num(row.device_vs_stock, 11)}"
+                     f"{num(row.max_device_spread, 12, '.1%')}")
     return "\n".join(lines)
 
 
@@ -200,7 +219,8 @@ def model_frame(results: dict[str, Any]) -> Any:
         for method, result in entry["results"].items():
             rows.append({"model": entry["name"], "method": method,
                          **{k: result.get(k) for k in ("compile_s", "step_ms", "eager_step_ms",
-                                                       "speedup_vs_eager", "step_spread", "ratio_spread")},
+                                                       "speedup_vs_eager", "step_spread", "ratio_spread",
+                                                       "step_device_ms", "device_spread")},
                          "gemms": len(result.get("gemms") or []), "error": result.get("error")})
     return pd.DataFrame(rows).set_index(["model", "method"]) if rows else pd.DataFrame()
 

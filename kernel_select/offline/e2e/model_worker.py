@@ -10,7 +10,9 @@ a cold compile. The worker
      Inductor, autotuning, and for training the backward graph too), recording every GEMM
      Inductor autotuned (op, input shapes, the winner, how many choices it timed, their times);
   3. times the step and the eager step side by side, samples interleaved (`step_ms`,
-     `eager_step_ms`: medians per step), so drift hits both alike and their ratio stays honest.
+     `eager_step_ms`: medians per step), so drift hits both alike and their ratio stays honest;
+     on a GPU it then takes the GPU's view of both, without the host's launch time
+     (`step_device_ms`, `eager_device_ms`; step_timing.py says how and why).
 
 Timing uses CUDA events on a GPU (a mode with CUDA graphs replays them inside the step) and
 the wall clock on a CPU; tests pass a fake `Timer`.
@@ -19,75 +21,25 @@ the wall clock on a CPU; tests pass a fake `Timer`.
 from __future__ import annotations
 
 import logging
-import math
 import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from kernel_select.offline.e2e.json_worker import worker_main
 from kernel_select.offline.e2e.model_methods import ModelMethod
 from kernel_select.offline.e2e.model_zoo import build_workload
+from kernel_select.offline.e2e.step_timing import (
+    CudaEventTimer, DeviceTimeTimer, Timer, interleaved_ms, relative_iqr, wall_clock_timer)
 
 log = logging.getLogger(__name__)
 
-WARMUP_STEPS = 3
-
-
-class Timer(Protocol):
-    def __call__(self, step: Callable[[], Any], repeats: int) -> float:
-        """Milliseconds that `repeats` back-to-back calls of `step` take."""
-
-
-class CudaEventTimer:
-    def __init__(self) -> None:
-        import torch
-
-        self._start = torch.cuda.Event(enable_timing=True)
-        self._end = torch.cuda.Event(enable_timing=True)
-
-    def __call__(self, step: Callable[[], Any], repeats: int) -> float:
-        self._start.record()
-        for _ in range(repeats):
-            step()
-        self._end.record()
-        self._end.synchronize()
-        return float(self._start.elapsed_time(self._end))
-
-
-def wall_clock_timer(step: Callable[[], Any], repeats: int) -> float:
-    start = time.perf_counter()
-    for _ in range(repeats):
-        step()
-    return (time.perf_counter() - start) * 1e3
-
-
-def interleaved_ms(steps: dict[str, Callable[[], Any]], timer: Timer, *, samples: int,
-                   min_sample_ms: float) -> dict[str, list[float]]:
-    """Per-step milliseconds of each step, `samples` samples each, taken in rounds (one sample of
-    every step per round). A sample runs enough steps to last about `min_sample_ms`."""
-    repeats = {}
-    for name, step in steps.items():
-        for _ in range(WARMUP_STEPS):
-            step()
-        once = timer(step, 1)
-        repeats[name] = max(1, math.ceil(min_sample_ms / max(once, 1e-3)))
-    per_step: dict[str, list[float]] = {name: [] for name in steps}
-    for _ in range(samples):
-        for name, step in steps.items():
-            per_step[name].append(timer(step, repeats[name]) / repeats[name])
-    return per_step
-
-
-def relative_iqr(values: Sequence[float]) -> float | None:
-    """Interquartile range over median: the within-run spread of a step's samples."""
-    if len(values) < 4:
-        return None
-    q1, median, q3 = statistics.quantiles(values, n=4)
-    return (q3 - q1) / median if median > 0 else None
+#: A device-time sample's length: short, so that its steps' launches fit in the launch queue
+#: behind the spin (a longer one blocks the host there; step_timing.py).
+DEVICE_SAMPLE_MS = 2.0
 
 
 @contextmanager
@@ -179,14 +131,28 @@ def measure(spec: dict[str, Any], timer: Timer | None = None) -> dict[str, Any]:
         timer = CudaEventTimer() if device.type == "cuda" else wall_clock_timer
     steps = {"step": step} if method.mode == "eager" else {"step": step, "eager": eager_step}
     result["host_before_timing"] = host_state()
-    samples = interleaved_ms(steps, timer, samples=int(spec.get("samples", 30)),
+    count = int(spec.get("samples", 30))
+    samples = interleaved_ms(steps, timer, samples=count,
                              min_sample_ms=float(spec.get("min_sample_ms", 20.0)))
     samples.setdefault("eager", samples["step"])
     result["step_ms"] = statistics.median(samples["step"])
     result["eager_step_ms"] = statistics.median(samples["eager"])
     result["step_iqr"] = relative_iqr(samples["step"])
     result["timing"] = "cuda_events" if device.type == "cuda" else "wall_clock"
+    if device.type == "cuda":
+        result.update(device_times(steps, DeviceTimeTimer(), count))
     return result
+
+
+def device_times(steps: dict[str, Callable[[], Any]], timer: DeviceTimeTimer,
+                 samples: int) -> dict[str, Any]:
+    """The GPU's view of the same steps (step_timing.py): `step_device_ms`, `eager_device_ms`, the
+    samples' spread and how many samples the host was still enqueueing when the spin ended."""
+    times = interleaved_ms(steps, timer, samples=samples, min_sample_ms=DEVICE_SAMPLE_MS)
+    times.setdefault("eager", times["step"])
+    return {"step_device_ms": statistics.median(times["step"]),
+            "eager_device_ms": statistics.median(times["eager"]),
+            "step_device_iqr": relative_iqr(times["step"]), "device_uncovered": timer.uncovered}
 
 
 def host_state() -> dict[str, Any]:
