@@ -120,7 +120,8 @@ class MethodRow:
     slower_than_eager: int  # models whose step is more than SLOWER_BY slower than eager
     max_step_spread: float | None  # the largest run-to-run spread of step_ms (repeated runs)
     max_device_spread: float | None = None  # the same for step_device_ms
-    device_vs_stock: float | None = None  # geomean of step_device_ms / stock's, where both have one
+    device_vs_stock: float | None = None  # geomean of step_device_ms / stock's over `device_models`
+    device_models: int = 0  # the models where both have a device time
     model_names: tuple[str, ...] = ()
 
 
@@ -168,8 +169,9 @@ def _row(method: str, used: list[dict[str, Any]], references: list[str]) -> Meth
                       for e in used]
     known = None not in compile_ratios
     spreads = [e["results"][method].get("step_spread") for e in used]
-    device = [_ratio(e["results"][method].get("step_device_ms"),
-                     e["results"].get("stock", {}).get("step_device_ms")) for e in used]
+    device = [r for r in (_ratio(e["results"][method].get("step_device_ms"),
+                                 e["results"].get("stock", {}).get("step_device_ms")) for e in used)
+              if r is not None]
     return MethodRow(
         method=method, models=len(used),
         compile_s=sum(e["results"][method]["compile_s"] for e in used),
@@ -180,7 +182,7 @@ def _row(method: str, used: list[dict[str, Any]], references: list[str]) -> Meth
         slower_than_eager=sum(rel(e, method) > 1 + SLOWER_BY for e in used),
         max_step_spread=_largest(spreads),
         max_device_spread=_largest([e["results"][method].get("device_spread") for e in used]),
-        device_vs_stock=geomean(device) if device and None not in device else None,
+        device_vs_stock=geomean(device) if device else None, device_models=len(device),
         model_names=tuple(e["name"] for e in used))
 
 
@@ -195,7 +197,7 @@ def format_summary(summary: Summary) -> str:
 
     header = (f"{'method':<14}{'models':>7}{'compile [s]':>12}{'compile/stock':>15}{'worst':>8}"
               f"{'step/stock':>12}"
-              f"{'step/default':>14}{'vs eager':>10}{'slower':>8}{'spread':>8}{'device':>8}")
+              f"{'step/default':>14}{'vs eager':>10}{'slower':>8}{'spread':>8}{'device/stock':>15}{'dev spread':>12}")
     lines = [counted(len(summary.models_used), "models", summary.models_excluded,
                      "stock or default failed or not run"),
              header, "-" * len(header)]
@@ -203,7 +205,8 @@ def format_summary(summary: Summary) -> str:
         lines.append(f"{row.method:<14}{row.models:>7d}{row.compile_s:>12.1f}{num(row.compile_vs_stock, 15)}"
                      f"{num(row.worst_compile_vs_stock, 8, '.2f')}{num(row.step_vs_stock, 12)}"
                      f"{num(row.step_vs_default, 14)}{row.speedup_vs_eager:>9.3f}x{row.slower_than_eager:>8d}"
-                     f"{num(row.max_step_spread, 8, '.1%')}{num(row.device_vs_stock, 11)}"
+                     f"{num(row.max_step_spread, 8, '.1%')}"
+                     f"{num(row.device_vs_stock, 10)}{f' ({row.device_models})' if row.device_vs_stock else '':<5}"
                      f"{num(row.max_device_spread, 12, '.1%')}")
     return "\n".join(lines)
 
