@@ -57,7 +57,7 @@ def run_pretune(args: argparse.Namespace) -> int:
     else:
         sites = pretune.load_shapes(args.shapes)
     summary = pretune.pretune(sites, out=args.out, device=device, model=runtime.model(None, device), k=args.k,
-                              points=args.buckets, progress=not args.json)
+                              points=args.buckets, progress=not args.json, **pretune.gate_settings(device))
     _report(summary, args.json, f"pinned {summary['entries']} GEMMs into {summary['out']}")
     return 0
 

@@ -74,6 +74,24 @@ def test_aggregate_takes_the_device_time_where_runs_have_it() -> None:
     assert older["step_device_ms"] is None and older["device_spread"] is None
 
 
+def test_summary_compares_device_times_over_the_models_that_have_them() -> None:
+    def run(step_ms: float, device_ms: float | None) -> dict:
+        device = {"step_device_ms": device_ms, "eager_device_ms": 9.0} if device_ms else {}
+        return {**_run(step_ms), **device}
+
+    def entry(name: str, topk_device: float | None, stock_device: float | None) -> dict:
+        return {"name": name, "results": {
+            "default": model_report.aggregate([run(8.0, None)]),
+            "stock": model_report.aggregate([run(7.0, stock_device)]),
+            "topk-4": model_report.aggregate([run(6.0, topk_device)])}}
+
+    results = {"methods": ["default", "stock", "topk-4"],
+               "models": [entry("a", 3.0, 4.0), entry("b", 2.0, 2.0), entry("c", None, 5.0)]}
+    row = next(r for r in model_report.summarize(results).rows if r.method == "topk-4")
+    assert row.device_models == 2 and row.device_vs_stock == pytest.approx((0.75 * 1.0) ** 0.5)
+    assert "device/stock" in model_report.format_summary(model_report.summarize(results))
+
+
 class FakeSpinTimer(DeviceTimeTimer):
     """DeviceTimeTimer without a GPU: the host 'enqueues' for `host_ms`, the GPU reaches the steps
     when the spin ends; the spins are recorded."""

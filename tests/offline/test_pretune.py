@@ -165,6 +165,35 @@ def test_a_gemm_inductor_does_not_autotune_is_left_out_not_fatal(tmp_path: Path)
     assert not (tmp_path / "none.json").exists()
 
 
+def test_a_gemm_the_gate_sends_to_cublas_is_pinned_to_aten_without_a_benchmark(tmp_path: Path):
+    """The handler's cuBLAS decision, clauses included: at a predicted ratio of 0.9 (inside the 0.15
+    margin) a plain mm is benchmarked, a biased Linear's addmm goes to cuBLAS, as serving would send it."""
+    from tests.inductor.kit import FakeGate
+
+    linear = pretune.Site(Problem(560, 1280, 3420, "bfloat16", op="addmm"), "m", 560, 8192, "nt")
+    plain = pretune.Site(Problem(560, 1280, 3420, "bfloat16"), "m", 560, 8192, "nt")
+    benchmarked = []
+
+    def fake_benchmark(problem: Problem, configs: list[GemmConfig],
+                       device, layout: str) -> dict[str, float]:  # noqa: ANN001
+        benchmarked.append(problem.op)
+        return {ATEN: 2.0, **{c.short(): 1.0 for c in configs}}  # Inductor's timing: Triton faster
+
+    out = tmp_path / "gated.json"
+    summary = pretune.pretune([linear, plain], out=out, device=H100, model=FakeModel(), k=2, points=3,
+                              benchmark=fake_benchmark, progress=False, gate=FakeGate(ratio=0.9),
+                              cublas_margin=0.15)
+    lut = load_lut(out)
+    entry = lut.match(Problem(1024, 1280, 3420, "bfloat16", op="addmm", layout="nt"), "h100")
+    assert entry.pin == ATEN and "not benchmarked" in entry.note and "bias_addmm" in entry.note
+    assert entry.m_bounds == (560, 8192)
+    assert isinstance(lut.pinned(Problem(1024, 1280, 3420, "bfloat16", layout="nt"), "h100"), GemmConfig)
+    assert benchmarked == ["mm"] * 3 and "gated" in summary["sites"][0]
+    ungated = pretune.pretune([linear], out=tmp_path / "off.json", device=H100, model=FakeModel(), k=2,
+                              points=3, benchmark=fake_benchmark, progress=False)
+    assert ungated["sites"][0]["pin"] != ATEN and benchmarked.count("addmm") == 3  # no gate: timed
+
+
 def test_the_serving_bench_compares_each_length_with_the_fastest_method(tmp_path: Path):
     from kernel_select.offline.serving import serving_bench
 

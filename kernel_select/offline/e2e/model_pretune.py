@@ -70,7 +70,7 @@ def make_pinned_lut(spec: dict[str, Any], *, device_spec: Any = None, benchmark:
     # points=1: a static site has one bucket, at its own M, whatever `points` says.
     summary = pretune.pretune(sites, out=spec["lut"], device=device_spec,
                               model=runtime.model(None, device_spec), k=k, points=1,
-                              benchmark=benchmark, progress=progress)
+                              benchmark=benchmark, progress=progress, **pretune.gate_settings(device_spec))
     return {"pretune_s": time.perf_counter() - start, "entries": summary["entries"],
             "sites": summary["sites"], "lut": summary["out"], "k": k}
 

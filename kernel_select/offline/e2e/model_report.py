@@ -196,17 +196,18 @@ def format_summary(summary: Summary) -> str:
         return f"{'-':>{width}}" if value is None else f"{value:>{width}{fmt}}"
 
     header = (f"{'method':<14}{'models':>7}{'compile [s]':>12}{'compile/stock':>15}{'worst':>8}"
-              f"{'step/stock':>12}"
-              f"{'step/default':>14}{'vs eager':>10}{'slower':>8}{'spread':>8}{'device/stock':>15}{'dev spread':>12}")
+              f"{'step/stock':>12}{'step/default':>14}{'vs eager':>10}{'slower':>8}{'spread':>8}"
+              f"{'device/stock':>15}{'dev spread':>12}")
     lines = [counted(len(summary.models_used), "models", summary.models_excluded,
                      "stock or default failed or not run"),
              header, "-" * len(header)]
     for row in summary.rows:
+        device_models = f" ({row.device_models})" if row.device_vs_stock is not None else ""
         lines.append(f"{row.method:<14}{row.models:>7d}{row.compile_s:>12.1f}{num(row.compile_vs_stock, 15)}"
                      f"{num(row.worst_compile_vs_stock, 8, '.2f')}{num(row.step_vs_stock, 12)}"
                      f"{num(row.step_vs_default, 14)}{row.speedup_vs_eager:>9.3f}x{row.slower_than_eager:>8d}"
                      f"{num(row.max_step_spread, 8, '.1%')}"
-                     f"{num(row.device_vs_stock, 10)}{f' ({row.device_models})' if row.device_vs_stock else '':<5}"
+                     f"{num(row.device_vs_stock, 10)}{device_models:<5}"
                      f"{num(row.max_device_spread, 12, '.1%')}")
     return "\n".join(lines)
 

@@ -16,6 +16,10 @@ Steps, each its own function so all but the benchmark run (and are tested) on th
    (`x @ W.t()` reads B transposed), so the benchmark multiplies the layout the model serves;
 2. bucket: log-spaced Ms (or Ks) over the range;
 3. candidates: the union over the buckets of the model's top-k, so every bucket times the same set;
+   where the cuBLAS gate skips Triton at every bucket (the handler's decision, margin and clauses
+   included), ATen is pinned without a benchmark: Inductor's benchmark over-times cuBLAS where the
+   clauses apply, so timing would pin a Triton config the handler itself would not offer (an
+   `addmm` counts as a biased nn.Linear: the benchmark gives it a bias row);
 4. benchmark (GPU): per bucket, Inductor's own autotuner times the candidates and ATen, caches
    off, through a temporary LUT and `kernel_select.inductor.record`; a GEMM Inductor lowers
    without autotuning (nothing timed) is left out of the LUT with a warning, and a run where
@@ -225,18 +229,44 @@ def choose(per_bucket: dict[int, Timings]) -> tuple[str, float, dict[int, float]
     return label, geomean(label), ratios(label)
 
 
+def gated_to_cublas(site: Site, buckets: Sequence[int], model: Any, gate: Any,
+                    margin: float | None) -> Any:
+    """The gate's decision at the bucket where cuBLAS is least favoured, when the gate skips Triton
+    at every bucket (the handler would offer Inductor ATen alone there); else None."""
+    if gate is None or margin is None:
+        return None
+    decisions = []
+    for value in buckets:
+        problem = site.at(value)
+        decision = gate.decide(problem, margin, model.estimate_aten(problem),
+                               bias_epilogue=problem.op == "addmm")
+        if not decision.prefers_cublas:
+            return None
+        decisions.append(decision)
+    return max(decisions, key=lambda d: d.predicted_ratio)
+
+
 def pinned_rows(site: Site, label: str, configs: Sequence[GemmConfig], geomean: float,
                 ratios: dict[int, float], device: DeviceSpec) -> LUTRow:
     """The pinned LUT row for `site`: its dynamic size (m or k) as a range over low..high, in the
     site's operand layout (written for "nn" too, see the module doc)."""
     pin: GemmConfig | str = ATEN if label == ATEN else next(c for c in configs if c.short() == label)
-    problem = site.problem
-    m: int | SizeRange = SizeRange(min=site.low, max=site.high) if site.dynamic == "m" else problem.m
-    k: int | SizeRange = SizeRange(min=site.low, max=site.high) if site.dynamic == "k" else problem.k
     worst = max(ratios.values())
     note = (f"kernel-select pretune: {label}, {geomean:.3f}x the per-bucket best on average, "
             f"{worst:.3f}x at worst, over {'/'.join(str(b) for b in sorted(ratios))} "
             f"({len(configs)} Triton + aten timed)")
+    return _row(site, pin, note, device)
+
+
+def gated_row(site: Site, decision: Any, device: DeviceSpec) -> LUTRow:
+    """The ATen pin of a site the cuBLAS gate sends to cuBLAS (`gated_to_cublas`), not benchmarked."""
+    return _row(site, ATEN, f"kernel-select pretune: aten, not benchmarked: {decision.describe()}", device)
+
+
+def _row(site: Site, pin: GemmConfig | str, note: str, device: DeviceSpec) -> LUTRow:
+    problem = site.problem
+    m: int | SizeRange = SizeRange(min=site.low, max=site.high) if site.dynamic == "m" else problem.m
+    k: int | SizeRange = SizeRange(min=site.low, max=site.high) if site.dynamic == "k" else problem.k
     fields: dict[str, Any] = {"m": m, "n": problem.n, "k": k, "layout": site.layout, "pin": pin, "note": note}
     if problem.op in ("bmm", "baddbmm"):
         entry: LUTEntry = BatchedLUTEntry(batch=problem.batch, **fields)
@@ -254,16 +284,27 @@ def label_of(kind: str, config: GemmConfig | None) -> str | None:
 
 # -- the run --------------------------------------------------------------------------------------
 
+def gate_settings(device: DeviceSpec) -> dict[str, Any]:
+    """`pretune`'s gate and margin as the handler would use them: the shipped gate for `device`
+    and the `cublas_margin` knob (its environment variable, else the default)."""
+    from kernel_select import knobs, runtime
+
+    margin = knobs.snapshot()["cublas_margin"]
+    return {"gate": runtime.gate(device) if margin is not None else None, "cublas_margin": margin}
+
 #: (problem, candidates, device, operand layout) -> timings
 Benchmark = Callable[[Problem, list[GemmConfig], DeviceSpec, str], Timings]
 
 
 def pretune(sites: Sequence[Site], *, out: str | Path, device: DeviceSpec, model: Any, k: int = 4,
-            points: int = 5, benchmark: Benchmark | None = None, progress: bool = True) -> dict[str, Any]:
+            points: int = 5, benchmark: Benchmark | None = None, progress: bool = True,
+            gate: Any = None, cublas_margin: float | None = None) -> dict[str, Any]:
     """Benchmark every site per bucket, write the pinned LUT to `out`, and return a summary.
 
     `benchmark` times a problem's candidates and ATen (default: `pretune_gpu.benchmark_problem`,
     on the GPU); measurements are saved to `<out>.progress.json` after each one, and reused.
+    `gate` (a CublasGate) at `cublas_margin` pins ATen, unbenchmarked, where it skips Triton at
+    every bucket (`gated_to_cublas`); None benchmarks every site.
     """
     from tqdm import tqdm
 
@@ -278,6 +319,13 @@ def pretune(sites: Sequence[Site], *, out: str | Path, device: DeviceSpec, model
     rows, summary = [], []
     with tqdm(total=sum(len(b) for _, b in plan), desc="pretune", unit="bucket", disable=not progress) as bar:
         for site, buckets in plan:
+            gated = gated_to_cublas(site, buckets, model, gate, cublas_margin)
+            if gated is not None:
+                rows.append(gated_row(site, gated, device))
+                summary.append({"problem": str(site.problem), "layout": site.layout, "dynamic": site.dynamic,
+                                "buckets": list(buckets), "pin": ATEN, "gated": gated.describe()})
+                bar.update(len(buckets))
+                continue
             configs = candidates(site, buckets, k, model, device)
             per_bucket: dict[int, Timings] = {}
             try:
