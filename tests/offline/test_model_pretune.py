@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from kernel_select import knobs
 from kernel_select.configs import GemmConfig
 from kernel_select.device import get_device
 from kernel_select.lut import ATEN, load_lut
@@ -61,7 +62,8 @@ def fake_benchmark(problem: Problem, configs: list[GemmConfig], device: object,
 def test_the_worker_pins_every_gemm_of_the_workload(tmp_path: Path) -> None:
     out = tmp_path / "recsys-mlp_decode.json"
     spec = {"model": "recsys-mlp/decode", "device": "cpu", "tiny": True, "lut": str(out), "k": 2}
-    result = make_pinned_lut(spec, device_spec=H100, benchmark=fake_benchmark)
+    with knobs.patch(cublas_margin="off"):  # every GEMM benchmarked: the pins follow fake_benchmark
+        result = make_pinned_lut(spec, device_spec=H100, benchmark=fake_benchmark)
     sites = discover_sites(model_zoo.build_workload("recsys-mlp/decode", device="cpu", tiny=True))
     assert result["lut"] == str(out) and result["k"] == 2 and result["pretune_s"] > 0
     assert result["entries"] == len(sites) == len(result["sites"])
@@ -70,6 +72,16 @@ def test_the_worker_pins_every_gemm_of_the_workload(tmp_path: Path) -> None:
         pin = lut.pinned(dataclasses.replace(site.problem, layout=site.layout), H100)
         assert pin == ATEN if site.problem.n < 32 else isinstance(pin, GemmConfig)
     json.dumps(result)  # it goes into the results file
+
+
+def test_the_worker_pins_aten_where_the_shipped_gate_skips_triton(tmp_path: Path) -> None:
+    # The recsys tower's batch-1 Linears are small biased GEMMs: the gate sends them to cuBLAS
+    out = tmp_path / "gated.json"
+    spec = {"model": "recsys-mlp/decode", "device": "cpu", "tiny": True, "lut": str(out), "k": 2}
+    result = make_pinned_lut(spec, device_spec=H100, benchmark=fake_benchmark)
+    gated = [site for site in result["sites"] if "gated" in site]
+    assert gated and all(site["pin"] == ATEN and "cuBLAS gate" in site["gated"] for site in gated)
+    assert result["entries"] == len(result["sites"])
 
 
 @pytest.mark.slow
