@@ -66,14 +66,15 @@ DEFAULT_MARGIN = 0.15
 #: is truly faster gets a slower Triton kernel (8.3 us eager, 9.2 us compiled for 16x1024x4096).
 #: Measured in docs/inductor.md ("Small GEMMs").
 SMALL_GEMM_MS = 0.05
-#: Where Inductor offers cuBLAS as `bias_addmm` (a biased nn.Linear), the gate also skips Triton
+#: For an addmm whose bias is one row (a biased nn.Linear: cuBLAS runs it as one cuBLASLt call with the
+#: bias in its epilogue, Inductor's `bias_addmm` in torch 2.11), the gate also skips Triton
 #: wherever it predicts cuBLAS faster at all. Inductor's benchmark timed that cuBLASLt epilogue call
 #: 1.8x-2.4x its in-program time on GPT-2's projections in some processes (8192 x 3072 x 768: 0.110 ms
 #: timed, 0.061 ms by the harness), within 10% in others, so the margin that guards against the gate's
 #: own error hands such GEMMs to a slower Triton kernel. Simulated on the H100 dataset's held-out
 #: splits (model top-4, Inductor picking the faster of cuBLAS timed at b x its time and the top-4):
 #: no margin costs 0.05% (`test`) / 0.2% (`family`) of the oracle where b = 1 and gains 1.0% / 0.9%
-#: at b = 1.3 and 1.6% / 1.7% at b = 2 (docs/inductor.md, "Biased nn.Linear layers").
+#: at b = 1.3 and 1.6% / 1.7% at b = 2 (docs/inductor.md, "Whole models on the H100 (third run)").
 #: The decision rule's name in Inductor cache keys: a changed rule must not reuse old choices.
 RULE = f"small<{SMALL_GEMM_MS}:bias_addmm-no-margin"
 #: The margins a gate's validation report covers (the card's metrics.validation.margins).
@@ -129,7 +130,7 @@ class GateDecision:
     predicted_ratio: float  # predicted cuBLAS time / fastest Triton time (< 1: cuBLAS faster)
     margin: float
     small: bool = False  # predicted cuBLAS time under SMALL_GEMM_MS: any predicted cuBLAS win counts
-    bias_epilogue: bool = False  # cuBLAS offered as bias_addmm: any predicted cuBLAS win counts
+    bias_epilogue: bool = False  # an addmm with a bias row (cuBLAS's epilogue call): any predicted win counts
 
     @property
     def no_margin(self) -> bool:
@@ -171,8 +172,8 @@ class CublasGate(ProblemNetCheckpoint):
     def decide(self, problem: Problem, margin: float = DEFAULT_MARGIN,
                predicted_cublas_ms: float | None = None, bias_epilogue: bool = False) -> GateDecision:
         """The verdict at `margin`; `predicted_cublas_ms` (the model's cuBLAS time, when it has
-        one) marks GEMMs under SMALL_GEMM_MS, and `bias_epilogue` (Inductor offers cuBLAS as
-        `bias_addmm`, see RULE): there any predicted cuBLAS win skips Triton."""
+        one) marks GEMMs under SMALL_GEMM_MS, and `bias_epilogue` an addmm whose bias is one row
+        (see RULE): there any predicted cuBLAS win skips Triton."""
         ratio = float(np.exp(self.predict_log_ratio([problem])[0]))
         small = predicted_cublas_ms is not None and predicted_cublas_ms < SMALL_GEMM_MS
         return GateDecision(problem=problem, predicted_ratio=ratio, margin=margin, small=small,
