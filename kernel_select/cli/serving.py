@@ -12,7 +12,9 @@ def register(sub: Subparsers) -> None:
     q = sub.add_parser("pretune", help="benchmark a model's GEMMs per M bucket and write a pinned LUT",
                        description="Discover every GEMM a model runs (or read a shapes file), benchmark "
                                    "the model's top-k per GEMM and M bucket with Inductor's autotuner "
-                                   "(caches off), and write a LUT of pinned entries: serving then "
+                                   "(caches off; where the cuBLAS gate skips Triton, ATen is pinned "
+                                   "unbenchmarked), "
+                                   "and write a LUT of pinned entries: serving then "
                                    "benchmarks nothing. Resumable: measurements are kept in "
                                    "OUT.progress.json.")
     source = q.add_mutually_exclusive_group(required=True)
