@@ -9,6 +9,7 @@ import pytest
 
 from kernel_select.model.gate import (
     DEFAULT_ARCHITECTURE,
+    NO_MARGIN_TIE,
     SMALL_GEMM_MS,
     GateDecision,
     GATE_FEATURE_NAMES,
@@ -111,9 +112,12 @@ def test_decisions_follow_the_margin(gate):
 
 
 @pytest.mark.parametrize("ratio, small, skips", [
-    (0.95, False, False), (0.95, True, True), (0.84, False, True), (1.0, True, False), (1.2, True, False)])
-def test_small_gemms_skip_triton_on_any_predicted_cublas_win(ratio: float, small: bool, skips: bool):
-    # Below SMALL_GEMM_MS Inductor's benchmark over-times ATen, so a near-tie is no longer a tie.
+    (0.95, False, False), (0.95, True, True), (0.84, False, True), (1.0, True, True), (1.01, True, True),
+    (1.0 + NO_MARGIN_TIE + 0.001, True, False), (1.2, True, False)])
+def test_small_gemms_skip_triton_unless_triton_is_predicted_clearly_faster(ratio: float, small: bool,
+                                                                          skips: bool):
+    # Below SMALL_GEMM_MS Inductor's benchmark over-times ATen: a near-win for cuBLAS is no longer a
+    # tie, and a predicted tie goes to cuBLAS (Inductor cannot fall back to it).
     decision = GateDecision(problem=Problem(16, 1024, 4096, "bfloat16"), predicted_ratio=ratio, margin=0.15,
                             small=small)
     assert decision.prefers_cublas is skips
@@ -121,7 +125,8 @@ def test_small_gemms_skip_triton_on_any_predicted_cublas_win(ratio: float, small
 
 
 @pytest.mark.parametrize("ratio, bias_epilogue, skips", [
-    (0.90, False, False), (0.90, True, True), (0.99, True, True), (1.01, True, False), (0.84, False, True)])
+    (0.90, False, False), (0.90, True, True), (0.99, True, True), (1.01, True, True), (1.03, True, False),
+    (1.01, False, False), (0.84, False, True)])
 def test_a_bias_epilogue_gemm_skips_triton_on_any_predicted_cublas_win(ratio: float, bias_epilogue: bool,
                                                                       skips: bool):
     # Inductor over-times cuBLAS's bias-epilogue call, so there the margin would hand ties to Triton.
