@@ -28,8 +28,9 @@ Knobs:
                    (`estimate_aten`), the two-sided rule decides instead: Triton configs only where
                    the best predicted Triton time beats predicted cuBLAS by this fraction. A float
                    in [0, 1); None (or "off") disables both. Where the model predicts cuBLAS under
-                   0.05 ms (`gate.SMALL_GEMM_MS`), and for an addmm whose bias is one row (a biased
-                   nn.Linear), any predicted cuBLAS win skips Triton: Inductor's benchmark over-times
+                   0.06 ms (`gate.SMALL_GEMM_MS`), and for an addmm whose bias is one row (a biased
+                   nn.Linear), the margin is dropped and Triton is offered only where predicted more
+                   than 2% faster (`gate.NO_MARGIN_TIE`): Inductor's benchmark over-times
                    ATen there (docs/inductor.md, "Small GEMMs" and "The cuBLAS gate").
                    Default 0.15. Environment: TORCHINDUCTOR_GEMM_CUBLAS_MARGIN.
   dynamic_m        the values a dynamic (symbolic) M will take, for ranking configs that serve all

@@ -24,7 +24,8 @@ _REGISTER: tuple[Callable[[Subparsers], None], ...] = (
     space.register, select_cmds.register_topk, select_cmds.register_demo, data.register_shapes,
     data.register_bench, data.register_audit, data.register_fidelity, lut.register, compare.register,
     compare_models.register,
-    model.register_train, model.register_train_gate, model.register_eval, serving.register,
+    model.register_train, model.register_train_gate, model.register_eval, model.register_gate_rules,
+    serving.register,
 )
 
 

@@ -1,4 +1,4 @@
-"""`kernel-select train`, `train-gate` and `eval`: fit the learned models and score them."""
+"""`kernel-select train`, `train-gate`, `eval` and `gate-rules`: fit the learned models and score them."""
 
 from __future__ import annotations
 
@@ -86,6 +86,53 @@ def register_eval(sub: Subparsers) -> None:
     p.add_argument("--json", type=output_file, default=None, metavar="OUT",
                    help="also write the report as JSON to OUT")
     p.set_defaults(handler=run_eval)
+
+
+def register_gate_rules(sub: Subparsers) -> None:
+    p = sub.add_parser("gate-rules", help="replay the cuBLAS gate's small-GEMM rule on measured data",
+                       description="Where Inductor's benchmark over-times cuBLAS (small GEMMs), the gate "
+                                   "decides alone. For each held-out split, k and over-timing scenario, "
+                                   "score each (small-GEMM zone, tie) rule with the shipped model and gate: "
+                                   "geomean of min(cuBLAS, oracle) / time taken, and how many problems end "
+                                   "more than 2%% slower than cuBLAS. The shipped rule is marked *.")
+    p.add_argument("--data", required=True, nargs="+", metavar="PARQUET",
+                   help="benchmark dataset file(s) or glob patterns, read as one")
+    p.add_argument("--split", type=_names_among(("test", "family", "train", "val")), default="test,family",
+                   help="comma-separated splits among test, family, train, val (default: %(default)s)")
+    p.add_argument("--k", type=_positive_ints, default="1,4",
+                   help="comma-separated top-k values (default: %(default)s)")
+    p.add_argument("--device", default=None, help="device key (default: from the dataset)")
+    p.add_argument("--json", type=output_file, default=None, metavar="OUT",
+                   help="also write the rows as JSON")
+    p.set_defaults(handler=run_gate_rules)
+
+
+def run_gate_rules(args: argparse.Namespace) -> int:
+    from kernel_select.offline.training.gate_rules import format_table, simulate
+
+    rows = simulate(args.data, args.split, args.k, device=args.device)
+    print(format_table(rows))
+    if args.json is not None:
+        emit_text(json.dumps(rows, indent=1) + "\n", args.json)
+    return 0
+
+
+def _positive_ints(text: str) -> list[int]:
+    """An argparse type: comma-separated integers >= 1."""
+    return [int_at_least(1)(part) for part in text.split(",")]
+
+
+def _names_among(allowed: tuple[str, ...]):  # noqa: ANN202
+    """An argparse type: comma-separated names, each one of `allowed`."""
+
+    def parse(text: str) -> list[str]:
+        names = [part.strip() for part in text.split(",") if part.strip()]
+        unknown = [name for name in names if name not in allowed]
+        if unknown or not names:
+            raise argparse.ArgumentTypeError(f"expected names among {', '.join(allowed)}, got {text!r}")
+        return names
+
+    return parse
 
 
 def run_train(args: argparse.Namespace) -> int:

@@ -96,7 +96,7 @@ def evaluate(data_path: str | Path | Sequence[str | Path], split: str = "test",
     }
     methods = report["methods"]
     default_best = _default_best(rows, problems, groups, runtime, spec, default_torch_version)
-    aten = _aten_ms(df).reindex(problem_ids).to_numpy(np.float64)
+    aten = aten_ms(df).reindex(problem_ids).to_numpy(np.float64)
     topk_best: dict[str, np.ndarray] = {}  # model name -> best measured ms in its top-k, per problem
     for name, model in resolved.items():
         try:
@@ -318,7 +318,7 @@ def _with_cublas_report(df: pd.DataFrame, split: str, problem_ids: pd.Index, gro
         DEFAULT_MARGIN, gate_metrics, load_default_gate, problem_ratios, problems_of,
     )
 
-    aten = _aten_ms(df).reindex(problem_ids).to_numpy()
+    aten = aten_ms(df).reindex(problem_ids).to_numpy()
     have = np.isfinite(aten)
     if not have.any():
         return {"problems": 0}
@@ -347,7 +347,7 @@ def _with_cublas_report(df: pd.DataFrame, split: str, problem_ids: pd.Index, gro
     return out
 
 
-def _aten_ms(df: pd.DataFrame) -> pd.Series:
+def aten_ms(df: pd.DataFrame) -> pd.Series:
     """The fastest finite cuBLAS (aten) time per problem_id."""
     aten = df[(df["backend"] == "aten") & np.isfinite(df["runtime_ms"])]
     return aten.groupby("problem_id")["runtime_ms"].min()
@@ -355,7 +355,7 @@ def _aten_ms(df: pd.DataFrame) -> pd.Series:
 
 def _cublas_report(df: pd.DataFrame, groups: np.ndarray, problem_ids: pd.Index,
                    runtime: np.ndarray) -> dict[str, Any]:
-    aten = _aten_ms(df)
+    aten = aten_ms(df)
     oracle = pd.Series(oracle_ms(groups, runtime), index=problem_ids)
     both = pd.concat({"aten": aten, "oracle": oracle}, axis=1, join="inner")
     if both.empty:

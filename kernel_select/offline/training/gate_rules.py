@@ -1,0 +1,140 @@
+"""The cuBLAS gate's no-margin zone, replayed on measured data: what a zone and a tie rule cost and save.
+
+Inductor's autotune benchmark times small cuBLAS calls slower than they run in the program
+(docs/inductor.md, "Small GEMMs"). Where the gate offers Triton there, Inductor may take a Triton
+kernel slower than cuBLAS, and the compiled GEMM is slower than eager. This module replays that on a
+dataset split, per problem:
+
+- the model's top-k (the best measured runtime among its k best-ranked configs) and the measured
+  cuBLAS time;
+- a `Scenario`: Inductor times cuBLAS at `factor` x its true time wherever that is under `below_ms`;
+- a `Rule`: Triton is skipped where the gate predicts cuBLAS faster by the margin, or, where the model
+  predicts cuBLAS under `small_ms`, wherever Triton is not predicted more than `tie` faster
+  (`gate.SMALL_GEMM_MS`, `gate.NO_MARGIN_TIE` for the shipped rule). Where Triton is offered,
+  Inductor takes the faster of the over-timed cuBLAS and the top-k's best.
+
+Reported per (split, k, scenario, rule): `score`, the geomean of min(cuBLAS, oracle) / time taken,
+and `slower`, the problems whose time taken is more than 2% above cuBLAS (eager's kernel).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from kernel_select.model.gate import DEFAULT_MARGIN, NO_MARGIN_TIE, SMALL_GEMM_MS
+
+#: "Slower than eager" as the issue counts it: more than 2% above cuBLAS.
+SLOWER_BY = 1.02
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """How Inductor's benchmark over-times cuBLAS: `factor` x its time below `below_ms` true time."""
+
+    below_ms: float
+    factor: float
+
+
+@dataclass(frozen=True)
+class Rule:
+    """The gate's no-margin zone (`small_ms` of predicted cuBLAS) and its tie tolerance."""
+
+    small_ms: float
+    tie: float
+
+
+#: The boundary measured on the single-GEMM suite (inflated under 0.055 ms, none from 0.066 ms)
+#: at the median and a high over-timing factor.
+DEFAULT_SCENARIOS = (Scenario(0.055, 1.3), Scenario(0.066, 1.3), Scenario(0.066, 2.0))
+DEFAULT_RULES = tuple(Rule(s, t) for s in (0.05, SMALL_GEMM_MS, 0.07) for t in (0.0, NO_MARGIN_TIE, 0.05))
+
+
+@dataclass(frozen=True)
+class SplitCase:
+    """Per problem of one split at one k: measured and predicted times (ms) and the gate's ratio."""
+
+    top_k_ms: np.ndarray  # best measured among the model's top-k
+    cublas_ms: np.ndarray
+    oracle_ms: np.ndarray  # best measured Triton config
+    predicted_ratio: np.ndarray  # the gate's cuBLAS / best Triton (< 1: cuBLAS faster)
+    predicted_cublas_ms: np.ndarray
+
+
+def outcome(case: SplitCase, scenario: Scenario, rule: Rule,
+            margin: float = DEFAULT_MARGIN) -> tuple[float, int]:
+    """(score, slower) of `rule` under `scenario` (see the module docstring)."""
+    zone = case.predicted_cublas_ms < rule.small_ms
+    skipped = (case.predicted_ratio <= 1.0 - margin) | (zone & (case.predicted_ratio < 1.0 + rule.tie))
+    timed = np.where(case.cublas_ms < scenario.below_ms, scenario.factor, 1.0) * case.cublas_ms
+    offered = np.where(timed <= case.top_k_ms, case.cublas_ms, case.top_k_ms)
+    taken = np.where(skipped, case.cublas_ms, offered)
+    best = np.minimum(case.cublas_ms, case.oracle_ms)
+    return float(np.exp(np.mean(np.log(best / taken)))), int(np.sum(taken > SLOWER_BY * case.cublas_ms))
+
+
+def split_case(frame: pd.DataFrame, split: str, k: int, model, gate) -> SplitCase:  # noqa: ANN001
+    """The problems of `split` that have a cuBLAS row, in the layouts `model` was trained on."""
+    from kernel_select.model.gate import problems_of
+    from kernel_select.offline.data import dataset, splits
+    from kernel_select.offline.metrics import best_in_top_k, oracle_ms
+    from kernel_select.offline.training import evaluate
+
+    df = dataset.modelled_layout_rows(splits.split_rows(frame, split), "evaluation",
+                                      evaluate.evaluated_layouts([model]))
+    rows = evaluate.usable_triton_rows(df).sort_values(["problem_id", *dataset.CONFIG_COLUMNS], kind="stable")
+    rows = rows.reset_index(drop=True)
+    groups, problem_ids = pd.factorize(rows["problem_id"], sort=True)
+    runtime = rows["runtime_ms"].to_numpy(np.float64)
+    problems = rows.groupby("problem_id", sort=True)[["m", "n", "k", "dtype", "layout"]].first()
+    predicted = evaluate.predict_cases(model, evaluate.problem_cases(rows, problems))
+    cublas = evaluate.aten_ms(df).reindex(problem_ids).to_numpy(np.float64)
+    have = np.isfinite(cublas)
+    listed = [p for p, h in zip(problems_of(problems), have) if h]
+    return SplitCase(top_k_ms=best_in_top_k(groups, predicted, runtime, [k])[have, 0], cublas_ms=cublas[have],
+                     oracle_ms=oracle_ms(groups, runtime)[have],
+                     predicted_ratio=np.exp(gate.predict_log_ratio(listed)),
+                     predicted_cublas_ms=np.array([model.estimate_aten(p) or np.inf for p in listed]))
+
+
+def simulate(data: str | Path | Sequence[str | Path], splits: Sequence[str] = ("test", "family"),
+             ks: Sequence[int] = (1, 4), scenarios: Sequence[Scenario] = DEFAULT_SCENARIOS,
+             rules: Sequence[Rule] = DEFAULT_RULES, device: str | None = None) -> list[dict]:
+    """One row per (split, k, scenario, rule) with the shipped model and gate for the data's device."""
+    from kernel_select.errors import ModelError
+    from kernel_select.model import load_default
+    from kernel_select.model.gate import load_default_gate
+    from kernel_select.offline.data import dataset
+    from kernel_select.offline.training.evaluate import dataset_device
+
+    frame = dataset.read_many(data)
+    first = data if isinstance(data, (str, Path)) else data[0]
+    spec = dataset_device(frame, first) if device is None else device
+    model, gate = load_default(spec), load_default_gate(spec)
+    if gate is None:
+        raise ModelError(f"no cuBLAS gate is shipped for {getattr(spec, 'key', spec)}: nothing to simulate")
+    out = []
+    for split in splits:
+        for k in ks:
+            case = split_case(frame, split, k, model, gate)
+            for scenario in scenarios:
+                for rule in rules:
+                    score, slower = outcome(case, scenario, rule)
+                    out.append({"split": split, "k": k, "problems": len(case.cublas_ms), **asdict(scenario),
+                                **asdict(rule), "score": score, "slower": slower})
+    return out
+
+
+def format_table(rows: Sequence[dict]) -> str:
+    """A markdown table, the shipped rule marked with *."""
+    lines = ["| split | k | cuBLAS timed (below ms, x) | zone ms | tie | score | slower than cuBLAS > 2% |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        mark = " *" if (r["small_ms"], r["tie"]) == (SMALL_GEMM_MS, NO_MARGIN_TIE) else ""
+        lines.append(f"| {r['split']} ({r['problems']}) | {r['k']} | {r['below_ms']:g}, {r['factor']:g} | "
+                     f"{r['small_ms']:g}{mark} | {r['tie']:g} | {r['score']:.4f} | {r['slower']} |")
+    return "\n".join(lines)

@@ -1,0 +1,73 @@
+"""The gate-rule replay: what a small-GEMM zone and a tie tolerance do to the time taken per problem."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from kernel_select.cli import main
+from kernel_select.offline.data import dataset
+from kernel_select.offline.training.gate_rules import (
+    DEFAULT_RULES,
+    DEFAULT_SCENARIOS,
+    Rule,
+    Scenario,
+    SplitCase,
+    outcome,
+)
+from tests.synthetic import synthetic_frame
+
+
+def one_problem(cublas: float, top_k: float, ratio: float, predicted_cublas: float) -> SplitCase:
+    return SplitCase(top_k_ms=np.array([top_k]), cublas_ms=np.array([cublas]), oracle_ms=np.array([top_k]),
+                     predicted_ratio=np.array([ratio]), predicted_cublas_ms=np.array([predicted_cublas]))
+
+
+def test_an_over_timed_cublas_hands_a_slower_triton_kernel_the_win_unless_the_gate_skips_triton():
+    # cuBLAS 0.054 ms, the top-k's best 0.056 ms; Inductor times cuBLAS at 1.3x: Triton is taken.
+    case = one_problem(cublas=0.054, top_k=0.056, ratio=1.002, predicted_cublas=0.051)
+    over_timed = Scenario(below_ms=0.055, factor=1.3)
+    score, slower = outcome(case, over_timed, Rule(small_ms=0.05, tie=0.0))
+    assert slower == 1 and score == pytest.approx(0.054 / 0.056)
+    # In the zone with a 2% tie, the predicted tie goes to cuBLAS: eager's time, no loss.
+    assert outcome(case, over_timed, Rule(small_ms=0.06, tie=0.02)) == (pytest.approx(1.0), 0)
+    # Zone alone is not enough at a predicted ratio just above 1; an honest benchmark needs no rule.
+    assert outcome(case, over_timed, Rule(small_ms=0.06, tie=0.0))[1] == 1
+    honest = Scenario(below_ms=0.055, factor=1.0)
+    assert outcome(case, honest, Rule(small_ms=0.05, tie=0.0)) == (pytest.approx(1.0), 0)
+
+
+def test_skipping_triton_where_it_is_truly_faster_costs_the_difference():
+    case = one_problem(cublas=0.062, top_k=0.054, ratio=0.976, predicted_cublas=0.0547)
+    over_timed = Scenario(below_ms=0.066, factor=1.3)
+    assert outcome(case, over_timed, Rule(small_ms=0.05, tie=0.0)) == (pytest.approx(1.0), 0)
+    score, slower = outcome(case, over_timed, Rule(small_ms=0.06, tie=0.0))
+    assert score == pytest.approx(0.054 / 0.062) and slower == 0
+
+
+def test_the_margin_skips_triton_outside_the_zone():
+    case = one_problem(cublas=0.5, top_k=0.7, ratio=0.8, predicted_cublas=0.5)
+    rule = Rule(small_ms=0.06, tie=0.0)
+    assert outcome(case, DEFAULT_SCENARIOS[0], rule, margin=0.15) == (pytest.approx(1.0), 0)
+    assert outcome(case, Scenario(below_ms=1.0, factor=2.0), Rule(small_ms=0.06, tie=0.0), margin=0.0)[1] == 0
+
+
+def test_cli_prints_every_scenario_and_rule_and_marks_the_shipped_rule(tmp_path, capsys):
+    data, out = tmp_path / "synthetic.parquet", tmp_path / "rules.json"
+    dataset.write(synthetic_frame(configs_per_problem=40), data)
+    assert main(["gate-rules", "--data", str(data), "--split", "test", "--k", "1,4", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    assert len(rows) == 2 * len(DEFAULT_SCENARIOS) * len(DEFAULT_RULES)
+    assert all(0 < r["score"] <= 1 and 0 <= r["slower"] <= r["problems"] for r in rows)
+    printed = capsys.readouterr().out
+    assert printed.count(" * |") == 2 * len(DEFAULT_SCENARIOS)
+
+
+@pytest.mark.parametrize("args, message", [(["--split", "tset"], "expected names among"),
+                                           (["--k", "0"], "expected an integer >= 1")])
+def test_cli_rejects_bad_splits_and_k(tmp_path, capsys, args, message):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["gate-rules", "--data", str(tmp_path / "x.parquet"), *args])
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
