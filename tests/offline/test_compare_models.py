@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ from kernel_select.errors import DatasetError, OptionError
 from kernel_select.offline.e2e import compare_models, model_methods, model_report
 from kernel_select.offline.e2e.model_methods import MethodContext, ModelMethod, select_methods
 from kernel_select.offline.e2e.model_worker import host_state
-from kernel_select.offline.e2e.step_timing import DeviceTimeTimer, interleaved_ms, on_one_cpu, relative_iqr
+from kernel_select.offline.e2e.step_timing import DeviceTimeTimer, interleaved_ms, relative_iqr
 
 
 class FakeTimer:
@@ -41,24 +40,6 @@ def test_interleaved_samples_alternate_and_divide_by_repeats() -> None:
     timed = timer.order[2:]  # after one calibration call per step
     assert [name for name, _ in timed] == ["step", "eager"] * 3
     assert dict(timed) == {"step": 5, "eager": 3}  # enough repeats to last 20 ms
-
-
-@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux-only")
-def test_steps_are_timed_on_one_cpu_and_the_affinity_comes_back() -> None:
-    before = os.sched_getaffinity(0)
-    with on_one_cpu("last") as cpu:
-        assert cpu == max(before) and os.sched_getaffinity(0) == {cpu}
-    assert os.sched_getaffinity(0) == before
-    with on_one_cpu("off") as cpu:
-        assert cpu is None and os.sched_getaffinity(0) == before
-    with on_one_cpu(str(max(before) + 10_000)) as cpu:  # not a CPU this process may use
-        assert cpu is None and os.sched_getaffinity(0) == before
-
-
-def test_one_cpu_follows_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("KERNEL_SELECT_TIMING_CPU", "off")
-    with on_one_cpu() as cpu:
-        assert cpu is None
 
 
 def test_relative_iqr() -> None:
