@@ -33,7 +33,7 @@ from kernel_select.offline.e2e.json_worker import worker_main
 from kernel_select.offline.e2e.model_methods import ModelMethod
 from kernel_select.offline.e2e.model_zoo import build_workload
 from kernel_select.offline.e2e.step_timing import (
-    CudaEventTimer, DeviceTimeTimer, Timer, interleaved_ms, on_one_cpu, relative_iqr, wall_clock_timer)
+    CudaEventTimer, DeviceTimeTimer, Timer, interleaved_ms, relative_iqr, wall_clock_timer)
 
 log = logging.getLogger(__name__)
 
@@ -132,17 +132,15 @@ def measure(spec: dict[str, Any], timer: Timer | None = None) -> dict[str, Any]:
     steps = {"step": step} if method.mode == "eager" else {"step": step, "eager": eager_step}
     result["host_before_timing"] = host_state()
     count = int(spec.get("samples", 30))
-    with on_one_cpu() as cpu:
-        result["timing_cpu"] = cpu
-        samples = interleaved_ms(steps, timer, samples=count,
-                                 min_sample_ms=float(spec.get("min_sample_ms", 20.0)))
-        if device.type == "cuda":
-            result.update(device_times(steps, DeviceTimeTimer(), count))
+    samples = interleaved_ms(steps, timer, samples=count,
+                             min_sample_ms=float(spec.get("min_sample_ms", 20.0)))
     samples.setdefault("eager", samples["step"])
     result["step_ms"] = statistics.median(samples["step"])
     result["eager_step_ms"] = statistics.median(samples["eager"])
     result["step_iqr"] = relative_iqr(samples["step"])
     result["timing"] = "cuda_events" if device.type == "cuda" else "wall_clock"
+    if device.type == "cuda":
+        result.update(device_times(steps, DeviceTimeTimer(), count))
     return result
 
 

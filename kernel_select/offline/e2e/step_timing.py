@@ -18,12 +18,10 @@ in on a CPU; tests pass their own timer.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
 import statistics
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from kernel_select.offline.harness.timer import DRAIN_GROWTH, DRAIN_RETRIES, SLEEP_CLOCK_HZ
@@ -132,32 +130,3 @@ def relative_iqr(values: Sequence[float]) -> float | None:
         return None
     q1, median, q3 = statistics.quantiles(values, n=4)
     return (q3 - q1) / median if median > 0 else None
-
-
-#: Where the timing thread runs: "last" (the highest CPU this process may use), "off" (wherever
-#: the scheduler puts it) or a CPU index. Environment: KERNEL_SELECT_TIMING_CPU.
-TIMING_CPU_ENV = "KERNEL_SELECT_TIMING_CPU"
-
-
-@contextlib.contextmanager
-def on_one_cpu(choice: str | None = None) -> Iterator[int | None]:
-    """Keep the calling thread on one CPU while steps are timed; yields that CPU (None: not pinned).
-
-    Why: a launch-bound step's time is the host's, and it moved with the process (the recsys
-    tower's step and its eager step, timed interleaved in one process, were both 25-45% slower in
-    one process than in another), so every process is timed on the same CPU. Linux only; elsewhere,
-    or where the CPU is not ours, nothing changes."""
-    choice = (choice or os.environ.get(TIMING_CPU_ENV) or "last").strip().lower()
-    if choice == "off" or not hasattr(os, "sched_setaffinity"):
-        yield None
-        return
-    before = os.sched_getaffinity(0)
-    cpu = max(before) if choice == "last" else int(choice)
-    if cpu not in before:
-        yield None
-        return
-    os.sched_setaffinity(0, {cpu})
-    try:
-        yield cpu
-    finally:
-        os.sched_setaffinity(0, before)
