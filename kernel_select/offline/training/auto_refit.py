@@ -25,7 +25,6 @@ import numpy as np
 import pandas as pd
 
 from kernel_select.atomic_write import write_atomic
-from kernel_select.errors import DatasetError
 from kernel_select.offline.data import dataset, splits
 from kernel_select.offline.training.uncertainty import choose_auto_rule
 
@@ -39,18 +38,15 @@ def validation_predictions(model: Any, frame: pd.DataFrame) -> dict[str, np.ndar
     selects and orders them), their measured ms, problem codes and, for a model of several
     members, each problem's member spread (`MLPModel.member_spread`); spread is None otherwise."""
     from kernel_select.offline.training.evaluate import (
-        evaluated_layouts, predict_cases, problem_cases, usable_triton_rows,
+        evaluated_layouts, predict_cases, problem_cases, problem_rows,
     )
 
     val = dataset.modelled_layout_rows(splits.split_rows(frame, VALIDATION_SPLIT), "auto rule",
                                        evaluated_layouts([model]))
-    rows = usable_triton_rows(val).sort_values(["problem_id", *dataset.CONFIG_COLUMNS], kind="stable")
-    if rows.empty:
-        raise DatasetError(f"no usable Triton rows in split {VALIDATION_SPLIT!r} to choose topk='auto' on")
-    rows = rows.reset_index(drop=True)
-    groups, _ = pd.factorize(rows["problem_id"], sort=True)
-    problems = rows.groupby("problem_id", sort=True)[["m", "n", "k", "dtype", "layout"]].first()
-    cases = problem_cases(rows, problems)
+    scored = problem_rows(val, f"no usable Triton rows in split {VALIDATION_SPLIT!r} "
+                               "to choose topk='auto' on")
+    rows, groups = scored.rows, scored.groups
+    cases = problem_cases(rows, scored.problems)
     predicted = predict_cases(model, cases)
     spread = None
     if model.card.architecture.members > 1:

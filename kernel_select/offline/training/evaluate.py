@@ -57,6 +57,29 @@ _CONFIG_COLS = list(dataset.CONFIG_COLUMNS)
 # -- the evaluation ------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class ProblemRows:
+    """A split's usable Triton rows in the one order every score uses (problem, then config)."""
+
+    rows: pd.DataFrame
+    groups: np.ndarray  # each row's problem code
+    problem_ids: pd.Index  # code -> problem_id
+    runtime: np.ndarray  # each row's measured ms
+    problems: pd.DataFrame  # one row per problem: m, n, k, dtype, layout
+
+
+def problem_rows(df: pd.DataFrame, empty_error: str) -> ProblemRows:
+    """`df`'s usable Triton rows, ordered and coded by problem; DatasetError(`empty_error`) if none."""
+    rows = usable_triton_rows(df).sort_values(["problem_id", *_CONFIG_COLS], kind="stable")
+    if rows.empty:
+        raise DatasetError(empty_error)
+    rows = rows.reset_index(drop=True)
+    groups, problem_ids = pd.factorize(rows["problem_id"], sort=True)
+    problems = rows.groupby("problem_id", sort=True)[["m", "n", "k", "dtype", "layout"]].first()
+    return ProblemRows(rows=rows, groups=groups, problem_ids=problem_ids,
+                       runtime=rows["runtime_ms"].to_numpy(np.float64), problems=problems)
+
+
 def usable_triton_rows(df: pd.DataFrame) -> pd.DataFrame:
     """Triton rows that measured a finite, positive runtime (what both training and evaluation use)."""
     keep = ((df["backend"] == "triton") & df["status"].isin(USABLE_STATUSES)
@@ -81,13 +104,9 @@ def evaluate(data_path: str | Path | Sequence[str | Path], split: str = "test",
     spec = get_device(device) if device is not None else dataset_device(frame, data_path)
     resolved = _resolve_models(models, spec)
     df = dataset.modelled_layout_rows(frame, "evaluation", evaluated_layouts(resolved.values()))
-    rows = usable_triton_rows(df).sort_values(["problem_id", *_CONFIG_COLS], kind="stable")
-    if rows.empty:
-        raise DatasetError(f"{data_path}: no usable Triton rows in split {split!r}")
-    rows = rows.reset_index(drop=True)
-    groups, problem_ids = pd.factorize(rows["problem_id"], sort=True)
-    runtime = rows["runtime_ms"].to_numpy(np.float64)
-    problems = rows.groupby("problem_id", sort=True)[["m", "n", "k", "dtype", "layout"]].first()
+    scored = problem_rows(df, f"{data_path}: no usable Triton rows in split {split!r}")
+    rows, groups, problem_ids, runtime, problems = (scored.rows, scored.groups, scored.problem_ids,
+                                                    scored.runtime, scored.problems)
     cases = problem_cases(rows, problems)
 
     report: dict[str, Any] = {

@@ -86,15 +86,12 @@ def split_case(frame: pd.DataFrame, split: str, k: int, model, gate) -> SplitCas
 
     df = dataset.modelled_layout_rows(splits.split_rows(frame, split), "evaluation",
                                       evaluate.evaluated_layouts([model]))
-    rows = evaluate.usable_triton_rows(df).sort_values(["problem_id", *dataset.CONFIG_COLUMNS], kind="stable")
-    rows = rows.reset_index(drop=True)
-    groups, problem_ids = pd.factorize(rows["problem_id"], sort=True)
-    runtime = rows["runtime_ms"].to_numpy(np.float64)
-    problems = rows.groupby("problem_id", sort=True)[["m", "n", "k", "dtype", "layout"]].first()
-    predicted = evaluate.predict_cases(model, evaluate.problem_cases(rows, problems))
-    cublas = evaluate.aten_ms(df).reindex(problem_ids).to_numpy(np.float64)
+    scored = evaluate.problem_rows(df, f"no usable Triton rows in split {split!r}")
+    groups, runtime = scored.groups, scored.runtime
+    predicted = evaluate.predict_cases(model, evaluate.problem_cases(scored.rows, scored.problems))
+    cublas = evaluate.aten_ms(df).reindex(scored.problem_ids).to_numpy(np.float64)
     have = np.isfinite(cublas)
-    listed = [p for p, h in zip(problems_of(problems), have) if h]
+    listed = [p for p, h in zip(problems_of(scored.problems), have) if h]
     return SplitCase(top_k_ms=best_in_top_k(groups, predicted, runtime, [k])[have, 0], cublas_ms=cublas[have],
                      oracle_ms=oracle_ms(groups, runtime)[have],
                      predicted_ratio=np.exp(gate.predict_log_ratio(listed)),
