@@ -22,11 +22,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from kernel_select.model.gate import DEFAULT_MARGIN, NO_MARGIN_TIE, SMALL_GEMM_MS
+
+if TYPE_CHECKING:
+    from kernel_select.model import PerformanceModel
+    from kernel_select.model.gate import CublasGate
 
 #: "Slower than eager" as the issue counts it: more than 2% above cuBLAS.
 SLOWER_BY = 1.02
@@ -77,7 +82,8 @@ def outcome(case: SplitCase, scenario: Scenario, rule: Rule,
     return float(np.exp(np.mean(np.log(best / taken)))), int(np.sum(taken > SLOWER_BY * case.cublas_ms))
 
 
-def split_case(frame: pd.DataFrame, split: str, k: int, model, gate) -> SplitCase:  # noqa: ANN001
+def split_case(frame: pd.DataFrame, split: str, k: int, model: PerformanceModel,
+               gate: CublasGate) -> SplitCase:
     """The problems of `split` that have a cuBLAS row, in the layouts `model` was trained on."""
     from kernel_select.model.gate import problems_of
     from kernel_select.offline.data import dataset, splits
