@@ -91,10 +91,11 @@ def register_eval(sub: Subparsers) -> None:
 def register_gate_rules(sub: Subparsers) -> None:
     p = sub.add_parser("gate-rules", help="replay the cuBLAS gate's small-GEMM rule on measured data",
                        description="Where Inductor's benchmark over-times cuBLAS (small GEMMs), the gate "
-                                   "decides alone. For each held-out split, k and over-timing scenario, "
-                                   "score each (small-GEMM zone, tie) rule with the shipped model and gate: "
-                                   "geomean of min(cuBLAS, oracle) / time taken, and how many problems end "
-                                   "more than 2%% slower than cuBLAS. The shipped rule is marked *.")
+                                   "decides alone. For each split (default: the held-out test and family), "
+                                   "k and over-timing scenario, score each (small-GEMM zone, tie) rule with "
+                                   "the shipped model and gate: geomean of min(cuBLAS, oracle) / time taken, "
+                                   "and how many problems end more than 2% slower than cuBLAS. The shipped "
+                                   "rule is marked *.")
     p.add_argument("--data", required=True, nargs="+", metavar="PARQUET",
                    help="benchmark dataset file(s) or glob patterns, read as one")
     p.add_argument("--split", type=_names_among(("test", "family", "train", "val")), default="test,family",
