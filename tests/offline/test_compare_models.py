@@ -74,6 +74,36 @@ def test_aggregate_takes_the_device_time_where_runs_have_it() -> None:
     assert older["step_device_ms"] is None and older["device_spread"] is None
 
 
+def test_aggregate_reports_how_much_the_hosts_speed_moved() -> None:
+    runs = [{**_run(9.0), "host_ref_ms": 0.20}, {**_run(11.0), "host_ref_ms": 0.30}, _run(10.0)]
+    result = model_report.aggregate(runs)
+    assert result["host_ref_ms"] == 0.25 and result["host_spread"] == pytest.approx(0.4)
+    assert model_report.aggregate([_run(9.0), _run(11.0)])["host_spread"] is None  # older runs
+    entry = {"name": "a", "results": {"stock": result, "topk-4": result}}
+    summary = model_report.summarize({"methods": ["stock", "topk-4"], "models": [entry]})
+    assert summary.rows[0].max_host_spread == pytest.approx(0.4)
+    assert "host spread" in model_report.format_summary(summary)
+
+
+def test_worker_times_the_host_reference_beside_the_steps() -> None:
+    from kernel_select.offline.e2e.model_worker import measure
+    from kernel_select.offline.e2e.step_timing import host_reference
+
+    timed = []
+
+    def timer(step: Any, repeats: int) -> float:
+        timed.append(step)
+        step()
+        return (0.5 if step is host_reference else 2.0) * repeats
+
+    spec = {"model": "recsys-mlp/decode", "method": dataclasses.asdict(ModelMethod("eager", "eager")),
+            "device": "cpu", "tiny": True, "samples": 3, "min_sample_ms": 1.0}
+    result = measure(spec, timer=timer)
+    assert result["host_ref_ms"] == 0.5 and result["step_ms"] == 2.0 and result["host_ref_iqr"] is None
+    assert timed.count(host_reference) == 1 + 3  # calibrated once, then one sample per round
+    assert host_reference() == host_reference()  # the same work every call
+
+
 def test_summary_compares_device_times_over_the_models_that_have_them() -> None:
     def run(step_ms: float, device_ms: float | None) -> dict:
         device = {"step_device_ms": device_ms, "eager_device_ms": 9.0} if device_ms else {}

@@ -7,6 +7,7 @@ compiles the network and measures:
   step_ms         median time of one step (CUDA events around the step; modes with CUDA graphs
                   replay them inside it), samples interleaved with
   eager_step_ms   the same network run eagerly, in the same process
+  host_ref_ms     a fixed piece of host-only work timed in the same rounds: the host's speed meanwhile
   step_device_ms  on a GPU, the GPU's view of the step: its kernels queued behind a spin, without the
                   host's launch time (step_timing.py), and eager_device_ms beside it
   gemms           each GEMM Inductor autotuned: op, input shapes, the winner, choices timed
@@ -28,7 +29,8 @@ the runs that need it ("pretune failed: ...") without being retried in the same 
 With `repeat=N` every (model, method) is measured N times, each in a new process, the repeats
 of a pass spread over the whole run (all models and methods, then again), so the spread includes
 drift over time. Per (model, method) the results file keeps every run and their medians, and the
-spread (max - min) / median of compile_s, step_ms, the step's ratio to eager and step_device_ms.
+spread (max - min) / median of compile_s, step_ms, the step's ratio to eager, step_device_ms and
+host_ref_ms (a step spread that the host's spread matches is the host's, not the method's).
 
 Results file `<out>/models_<device>.json` (rewritten after every run, so a stopped comparison
 resumes where it was with `resume=True`):
@@ -38,7 +40,8 @@ resumes where it was with `resume=True`):
    "models": [{"name", "architecture", "phase", "sizes",
                "results": {method: {"compile_s", "step_ms", "eager_step_ms", "speedup_vs_eager",
                                     "compile_spread", "step_spread", "ratio_spread", "step_device_ms",
-                                    "eager_device_ms", "device_spread", "choices_stable",
+                                    "eager_device_ms", "device_spread", "host_ref_ms", "host_spread",
+                                    "choices_stable",
                                     "pretune_s", "gemms", "error", "runs": [raw worker results]}}}]}
 `pretune_s` (a pretuned method only, else null): the median over its runs of the wall time of
 discovering and pretuning the workload's GEMMs; a run of such a method also names its `lut`.

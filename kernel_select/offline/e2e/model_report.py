@@ -26,8 +26,8 @@ from kernel_select.offline.metrics import geomean
 #: A step counts as slower than eager (or than another method) beyond this fraction.
 SLOWER_BY = 0.02
 RESULT_FIELDS = ("compile_s", "step_ms", "eager_step_ms", "speedup_vs_eager", "compile_spread", "step_spread",
-                 "ratio_spread", "step_device_ms", "eager_device_ms", "device_spread", "choices_stable",
-                 "pretune_s", "gemms", "error", "runs")
+                 "ratio_spread", "step_device_ms", "eager_device_ms", "device_spread", "host_ref_ms",
+                 "host_spread", "choices_stable", "pretune_s", "gemms", "error", "runs")
 #: The GPU's view of a step (model_worker.device_times); runs from before it was measured lack it.
 DEVICE_FIELDS = ("step_device_ms", "eager_device_ms")
 
@@ -57,6 +57,11 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
         result[key] = statistics.median(r[key] for r in on_device) if on_device else None
     if len(on_device) > 1:
         result["device_spread"] = _spread([r["step_device_ms"] for r in on_device])
+    # The host's own speed while the step was timed (step_timing.host_reference); older runs lack it.
+    host = [r["host_ref_ms"] for r in good if r.get("host_ref_ms") is not None]
+    result["host_ref_ms"] = statistics.median(host) if host else None
+    if len(host) > 1:
+        result["host_spread"] = _spread(host)
     # Only a pretuned method's runs carry it: what making the workload's pinned LUT took.
     pretune_s = [r["pretune_s"] for r in good if r.get("pretune_s") is not None]
     result["pretune_s"] = statistics.median(pretune_s) if pretune_s else None
@@ -120,6 +125,7 @@ class MethodRow:
     slower_than_eager: int  # models whose step is more than SLOWER_BY slower than eager
     max_step_spread: float | None  # the largest run-to-run spread of step_ms (repeated runs)
     max_device_spread: float | None = None  # the same for step_device_ms
+    max_host_spread: float | None = None  # the same for host_ref_ms: how much the host's speed moved
     device_vs_stock: float | None = None  # geomean of step_device_ms / stock's over `device_models`
     device_models: int = 0  # the models where both have a device time
     model_names: tuple[str, ...] = ()
@@ -182,6 +188,7 @@ def _row(method: str, used: list[dict[str, Any]], references: list[str]) -> Meth
         slower_than_eager=sum(rel(e, method) > 1 + SLOWER_BY for e in used),
         max_step_spread=_largest(spreads),
         max_device_spread=_largest([e["results"][method].get("device_spread") for e in used]),
+        max_host_spread=_largest([e["results"][method].get("host_spread") for e in used]),
         device_vs_stock=geomean(device) if device else None, device_models=len(device),
         model_names=tuple(e["name"] for e in used))
 
@@ -197,7 +204,7 @@ def format_summary(summary: Summary) -> str:
 
     header = (f"{'method':<14}{'models':>7}{'compile [s]':>12}{'compile/stock':>15}{'worst':>8}"
               f"{'step/stock':>12}{'step/default':>14}{'vs eager':>10}{'slower':>8}{'spread':>8}"
-              f"{'device/stock':>15}{'dev spread':>12}")
+              f"{'host spread':>13}{'device/stock':>15}{'dev spread':>12}")
     lines = [counted(len(summary.models_used), "models", summary.models_excluded,
                      "stock or default failed or not run"),
              header, "-" * len(header)]
@@ -206,7 +213,7 @@ def format_summary(summary: Summary) -> str:
         lines.append(f"{row.method:<14}{row.models:>7d}{row.compile_s:>12.1f}{num(row.compile_vs_stock, 15)}"
                      f"{num(row.worst_compile_vs_stock, 8, '.2f')}{num(row.step_vs_stock, 12)}"
                      f"{num(row.step_vs_default, 14)}{row.speedup_vs_eager:>9.3f}x{row.slower_than_eager:>8d}"
-                     f"{num(row.max_step_spread, 8, '.1%')}"
+                     f"{num(row.max_step_spread, 8, '.1%')}{num(row.max_host_spread, 13, '.1%')}"
                      f"{num(row.device_vs_stock, 10)}{device_models:<5}"
                      f"{num(row.max_device_spread, 12, '.1%')}")
     return "\n".join(lines)

@@ -11,6 +11,8 @@ a cold compile. The worker
      Inductor autotuned (op, input shapes, the winner, how many choices it timed, their times);
   3. times the step and the eager step side by side, samples interleaved (`step_ms`,
      `eager_step_ms`: medians per step), so drift hits both alike and their ratio stays honest;
+     a fixed piece of host-only work is timed in the same rounds (`host_ref_ms`): how fast the
+     host ran meanwhile, which launch-bound steps follow;
      on a GPU it then takes the GPU's view of both, without the host's launch time
      (`step_device_ms`, `eager_device_ms`; step_timing.py says how and why).
 
@@ -33,7 +35,7 @@ from kernel_select.offline.e2e.json_worker import worker_main
 from kernel_select.offline.e2e.model_methods import ModelMethod
 from kernel_select.offline.e2e.model_zoo import build_workload
 from kernel_select.offline.e2e.step_timing import (
-    CudaEventTimer, DeviceTimeTimer, Timer, interleaved_ms, relative_iqr, wall_clock_timer)
+    CudaEventTimer, DeviceTimeTimer, Timer, host_reference, interleaved_ms, relative_iqr, wall_clock_timer)
 
 log = logging.getLogger(__name__)
 
@@ -132,12 +134,14 @@ def measure(spec: dict[str, Any], timer: Timer | None = None) -> dict[str, Any]:
     steps = {"step": step} if method.mode == "eager" else {"step": step, "eager": eager_step}
     result["host_before_timing"] = host_state()
     count = int(spec.get("samples", 30))
-    samples = interleaved_ms(steps, timer, samples=count,
+    samples = interleaved_ms({**steps, "host": host_reference}, timer, samples=count,
                              min_sample_ms=float(spec.get("min_sample_ms", 20.0)))
     samples.setdefault("eager", samples["step"])
     result["step_ms"] = statistics.median(samples["step"])
     result["eager_step_ms"] = statistics.median(samples["eager"])
     result["step_iqr"] = relative_iqr(samples["step"])
+    result["host_ref_ms"] = statistics.median(samples["host"])
+    result["host_ref_iqr"] = relative_iqr(samples["host"])
     result["timing"] = "cuda_events" if device.type == "cuda" else "wall_clock"
     if device.type == "cuda":
         result.update(device_times(steps, DeviceTimeTimer(), count))
