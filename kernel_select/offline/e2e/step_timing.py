@@ -17,9 +17,9 @@ in on a CPU; tests pass their own timer.
 
 `host_reference` is a fixed piece of pure-Python work with no GPU work in it. Timed beside the
 steps, it shows how fast the host itself ran while they were timed. On the H100 machine its
-samples spread 14-50% (interquartile range over median) within one process and its median moved
-up to 1.6x between processes, with no garbage collection, context switch or stolen time counted.
-That is the spread the launch-bound step times inherit.
+30 samples spread 7-50% (interquartile range over median) and its median moved 1.7x across 18
+such sets in six processes, with no garbage collection, context switch or stolen time counted:
+the spread that launch-bound step times inherit (docs/inductor.md, "fifth run").
 """
 
 from __future__ import annotations
