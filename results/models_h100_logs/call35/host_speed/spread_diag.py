@@ -1,4 +1,10 @@
-"""Per-process host spread of a launch-bound compiled step: which host factor moves it."""
+"""Per-process host spread of a launch-bound compiled step: which host factor moves it.
+
+    python spread_diag.py MODEL METHOD OUT.json [gc]
+
+Without `gc` (call35): three sets of rounds, a fixed pure-Python loop timed beside the steps.
+With `gc` (call34): sets as timed, again, after gc.collect() + gc.freeze(), with gc disabled, and
+after Inductor's compile workers were shut down; no host loop (call34 ran it that way)."""
 import gc, json, os, statistics, sys, time
 import torch
 from kernel_select.offline.e2e.model_worker import worker_device, _warm_up, _marking_steps, recording_gemms
@@ -7,6 +13,7 @@ from kernel_select.offline.e2e.model_zoo import build_workload
 from kernel_select.offline.e2e.step_timing import CudaEventTimer, interleaved_ms, relative_iqr
 
 model, method_name, out = sys.argv[1], sys.argv[2], sys.argv[3]
+GC_MODE = sys.argv[4:] == ["gc"]
 
 def proc_stat():
     f = open("/proc/stat").readline().split()[1:]
@@ -53,6 +60,9 @@ def phase(name, steps):
          "ctx": {k: c1[k] - c0[k] for k in c1}, "gc_n": list(gc_events["n"]), "gc_ms": round(gc_events["ms"], 2),
          "gc_counts": gc.get_count(), "gc_tracked": len(gc.get_objects()) if name == "base" else None,
          "samples_step": [round(x, 4) for x in samples["step"]]}
+    if GC_MODE:
+        print(json.dumps({k: v for k, v in r.items() if k != "samples_step"}), flush=True)
+        return r
     r["samples_cpu"] = [round(x, 4) for x in samples["cpu"]]
     r["cpu_ms"] = statistics.median(samples["cpu"]); r["cpu_iqr"] = relative_iqr(samples["cpu"])
     r["samples_eager"] = [round(x, 4) for x in samples["eager"]]
@@ -74,9 +84,23 @@ print("compile", time.perf_counter() - t, "cpu", os.sched_getaffinity(0).__len__
 def cpu_work():
     # A fixed amount of pure-Python work: the host's own speed, timed beside the steps.
     return sum(i * i for i in range(4000))
-steps = {"step": step, "eager": eager, "cpu": cpu_work}
+steps = {"step": step, "eager": eager} if GC_MODE else {"step": step, "eager": eager, "cpu": cpu_work}
 res = {"model": model, "method": method_name, "pid": os.getpid(), "phases": []}
 res["phases"].append(phase("base", steps))
 res["phases"].append(phase("base2", steps))
-res["phases"].append(phase("base3", steps))
+if not GC_MODE:
+    res["phases"].append(phase("base3", steps))
+else:
+    gc.collect(); gc.freeze()
+    res["phases"].append(phase("frozen", steps))
+    gc.disable()
+    res["phases"].append(phase("gc_off", steps))
+    try:
+        from torch._inductor import async_compile
+        async_compile.shutdown_compile_workers()
+        res["shutdown"] = True
+    except Exception as e:
+        res["shutdown"] = repr(e)
+    time.sleep(1)
+    res["phases"].append(phase("no_pool", steps))
 json.dump(res, open(out, "w"))
