@@ -33,7 +33,7 @@ from kernel_select import knobs, runtime, space
 from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import KernelSelectError, ProblemError
-from kernel_select.inductor import cache_key, dynamic, operand_layout, pinning
+from kernel_select.inductor import cache_key, dynamic, operand_layout, pinning, pointwise_epilogue
 from kernel_select.inductor.bias_epilogue import prefer_bias_epilogue, row_bias
 from kernel_select.inductor.candidates import symbolic_k, synthesize
 from kernel_select.inductor.settings import Settings, resolve_settings, validated_overrides
@@ -66,6 +66,14 @@ class Selection:
     hint_override: int | None = None  # the multi-kernel hint these configs are for
     pinned: Any = None  # a pinned LUT entry's choice ("aten" or the config): the only one offered
     hedged: str = ""  # why topk="auto" took its cap, not the model's estimate ("": it did not)
+
+
+@dataclasses.dataclass(frozen=True)
+class Epilogue:
+    """What runs after the GEMM in the graph being lowered, as far as the cuBLAS decision cares."""
+
+    bias_row: bool = False  # an addmm cuBLAS runs as its bias-epilogue call (bias_epilogue.py)
+    separate_pointwise: bool = False  # consumers cuBLAS leaves as a kernel of its own (pointwise_epilogue.py)
 
 
 class KernelSelectChoices(InductorChoices):
@@ -173,9 +181,12 @@ class KernelSelectChoices(InductorChoices):
         bases = _peek_first_candidates(choices, uids) if uids else {}
         if not bases:  # Inductor generates no Triton candidates here
             return None
+        epilogue = Epilogue(bias_row=row_bias(kernel_inputs, op_name),
+                            separate_pointwise=pointwise_epilogue.lowering_has_separate_epilogue(
+                                problem.batch * problem.m * problem.n))
         with _stack_headroom():
             selections = self._select_all(problem, device, settings, lut, dynamic.symbolic_m(kernel_inputs),
-                                          bias_epilogue=row_bias(kernel_inputs, op_name))
+                                          epilogue)
         replaced = dict(choices)
         for uid, base in bases.items():
             overrides = kwarg_overrides.get(uid, {})
@@ -211,12 +222,12 @@ class KernelSelectChoices(InductorChoices):
         return offered
 
     def _select_all(self, problem: Problem, device: DeviceSpec, settings: Settings, lut: Any,
-                    m_symbolic: Any, bias_epilogue: bool = False) -> list[Selection]:
+                    m_symbolic: Any, epilogue: Epilogue = Epilogue()) -> list[Selection]:
         """One selection for a static M; for a symbolic M, one over the Ms it will take plus one
-        per Inductor multi-kernel hint (each for its hint, tagged with it). `bias_epilogue`: cuBLAS
-        runs as the bias-epilogue call (the gate then drops its margin)."""
+        per Inductor multi-kernel hint (each for its hint, tagged with it). `epilogue`: what the
+        cuBLAS decision takes into account beside the GEMM."""
         select = functools.partial(self._select, device=device, settings=settings, lut=lut,
-                                   bias_epilogue=bias_epilogue)
+                                   epilogue=epilogue)
         if m_symbolic is None:
             return [select(problem)]
         match = getattr(lut, "match", None)
@@ -249,8 +260,9 @@ class KernelSelectChoices(InductorChoices):
 
     def _select(self, problem: Problem, device: DeviceSpec, settings: Settings, lut: Any,
                 ms: tuple[int, ...] = (), ms_origin: str = "", hint_override: int | None = None,
-                bias_epilogue: bool = False) -> Selection:
+                epilogue: Epilogue = Epilogue()) -> Selection:
         from kernel_select.model.aten import CublasRule
+        from kernel_select.model.gate import separate_epilogue_ms
         from kernel_select.model.auto_topk import hedge_reason
         from kernel_select.select import LUT_SOURCE, top_k
 
@@ -268,7 +280,8 @@ class KernelSelectChoices(InductorChoices):
         # the rule decides where the model predicts cuBLAS (`estimate_aten`).
         gate = runtime.gate(device) if margin is not None else None
         aten_ms = model.estimate_aten(problem) if margin is not None else None
-        decision: Any = gate.decide(problem, margin, aten_ms, bias_epilogue) if gate is not None else None
+        decision: Any = (gate.decide(problem, margin, aten_ms, epilogue.bias_row, epilogue.separate_pointwise)
+                         if gate is not None else None)
         # Where cuBLAS is predicted to win, offer only what the LUT pins (often nothing): Inductor
         # then compiles and benchmarks no Triton kernel it would not pick anyway.
         skip_triton = decision is not None and decision.prefers_cublas
@@ -277,7 +290,8 @@ class KernelSelectChoices(InductorChoices):
                        auto_cap=settings.auto_topk_cap)
         ranked = [c.predicted_ms for c in chosen if c.source != LUT_SOURCE]
         if gate is None and aten_ms is not None and ranked:
-            decision = CublasRule(problem, aten_ms, min(ranked), margin)
+            decision = CublasRule(problem, aten_ms, min(ranked), margin, separate_epilogue_ms(problem, device)
+                                  if epilogue.separate_pointwise else 0.0)
             if decision.prefers_cublas:  # the two-sided rule: Triton only where clearly faster
                 chosen, skip_triton = [c for c in chosen if c.source == LUT_SOURCE], True
         if not chosen and not skip_triton:
@@ -338,8 +352,7 @@ def _log_selection(selection: Selection) -> None:
     log.info("kernel_select: %s on %s: benchmarking %d of %d Triton configs (%d from the LUT)%s%s%s%s",
              selection.problem, selection.device, len(selection.configs), selection.space_size,
              selection.sources.count("lut"), spread, hint, hedged,
-             f"; Triton skipped: predicted cuBLAS / best Triton time {gate.predicted_ratio:.2f}"
-             if gated else "")
+             f"; {gate.describe()}" if gated or getattr(gate, "epilogue_factor", 1.0) != 1.0 else "")
 
 
 def _device_index(kernel_inputs: Any) -> int:

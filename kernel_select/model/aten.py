@@ -42,6 +42,8 @@ class CublasRule:
     predicted_aten_ms: float
     predicted_triton_ms: float  # the best predicted Triton config
     margin: float
+    #: the pointwise kernel cuBLAS leaves unfused beside it (gate.separate_epilogue_ms), else 0
+    epilogue_ms: float = 0.0
 
     @property
     def predicted_ratio(self) -> float:
@@ -50,10 +52,12 @@ class CublasRule:
 
     @property
     def prefers_cublas(self) -> bool:
-        return not self.predicted_triton_ms <= (1.0 - self.margin) * self.predicted_aten_ms
+        cublas_ms = self.predicted_aten_ms + self.epilogue_ms
+        return not self.predicted_triton_ms <= (1.0 - self.margin) * cublas_ms
 
     def describe(self) -> str:
-        return (f"cuBLAS rule: predicted cuBLAS {self.predicted_aten_ms * 1e3:.1f} us, best Triton "
+        epilogue = f" + {self.epilogue_ms * 1e3:.1f} us unfused epilogue" if self.epilogue_ms else ""
+        return (f"cuBLAS rule: predicted cuBLAS {self.predicted_aten_ms * 1e3:.1f} us{epilogue}, best Triton "
                 f"{self.predicted_triton_ms * 1e3:.1f} us (margin {self.margin:.2f}): "
                 f"{verdict(self.prefers_cublas)}")
 

@@ -84,12 +84,27 @@ NO_MARGIN_TIE = 0.02
 #: splits (model top-4, Inductor picking the faster of cuBLAS timed at b x its time and the top-4):
 #: no margin costs 0.05% (`test`) / 0.2% (`family`) of the oracle where b = 1 and gains 1.0% / 0.9%
 #: at b = 1.3 and 1.6% / 1.7% at b = 2 (docs/inductor.md, "Whole models on the H100 (third run)").
+#: Where the GEMM feeds a pointwise epilogue that a Triton template fuses and cuBLAS leaves as a
+#: kernel of its own (inductor/pointwise_epilogue.py), cuBLAS is charged for that kernel: this
+#: floor, the shortest kernels in the H100 profiles (a ReLU over 1 x 1024 elements and Inductor's
+#: small pointwise kernels, 1.0-1.2 us; results/models_h100_logs/call38), plus one more read and
+#: write of the GEMM's output at HBM bandwidth (`separate_epilogue_ms`). The gap a CUDA graph leaves
+#: between two kernels is not counted, so the charge errs towards cuBLAS.
+POINTWISE_KERNEL_MS = 0.001
 #: The decision rule's name in Inductor cache keys: a changed rule must not reuse old choices.
-RULE = f"small<{SMALL_GEMM_MS}:bias_addmm-no-margin:tie<{1 + NO_MARGIN_TIE}"
+RULE = (f"small<{SMALL_GEMM_MS}:bias_addmm-no-margin:tie<{1 + NO_MARGIN_TIE}"
+        f":epilogue+{POINTWISE_KERNEL_MS}ms+2x-output")
 #: The margins a gate's validation report covers (the card's metrics.validation.margins).
 GATE_MARGINS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3)
 #: The network a new gate is trained with; a saved gate rebuilds the one its card describes.
 DEFAULT_ARCHITECTURE = Architecture(inputs=len(GATE_FEATURE_NAMES), hidden_widths=[32, 32], activation="silu")
+
+
+def separate_epilogue_ms(problem: Problem, device: DeviceSpec) -> float:
+    """What a pointwise kernel over a GEMM's output costs beside cuBLAS (ms): POINTWISE_KERNEL_MS
+    plus reading and writing the output once more (a fused epilogue does neither)."""
+    output_bytes = problem.batch * problem.m * problem.n * DTYPE_BYTES[dtype_name(problem.dtype)]
+    return POINTWISE_KERNEL_MS + 2.0 * output_bytes / device.hbm_bytes_per_s * 1e3
 
 
 def gate_features(m: Any, n: Any, k: Any, dtype_bytes: Any, device: DeviceSpec,
@@ -140,6 +155,14 @@ class GateDecision:
     margin: float
     small: bool = False  # predicted cuBLAS time under SMALL_GEMM_MS: no margin (see NO_MARGIN_TIE)
     bias_epilogue: bool = False  # an addmm with a bias row (cuBLAS's epilogue call): no margin either
+    #: (cuBLAS time + the separate epilogue kernel it needs) / cuBLAS time; 1.0 where there is none
+    epilogue_factor: float = 1.0
+
+    @property
+    def ratio(self) -> float:
+        """What the rule compares: cuBLAS's time, with its separate epilogue kernel where it needs
+        one, over the fastest Triton time (a Triton template fuses the epilogue)."""
+        return self.predicted_ratio * self.epilogue_factor
 
     @property
     def no_margin(self) -> bool:
@@ -149,15 +172,29 @@ class GateDecision:
 
     @property
     def prefers_cublas(self) -> bool:
-        return (self.predicted_ratio <= 1.0 - self.margin
-                or (self.no_margin and self.predicted_ratio < 1.0 + NO_MARGIN_TIE))
+        return (self.ratio <= 1.0 - self.margin
+                or (self.no_margin and self.ratio < 1.0 + NO_MARGIN_TIE))
 
     def describe(self) -> str:
         why = [f"small GEMM (< {SMALL_GEMM_MS} ms)"] if self.small else []
         why += ["cuBLAS as bias_addmm"] if self.bias_epilogue else []
         clause = f", {' and '.join(why)}: no margin, ties to cuBLAS" if why else ""
-        return (f"cuBLAS gate: predicted cuBLAS / best Triton time {self.predicted_ratio:.2f} "
+        epilogue = (f", {self.ratio:.2f} with the pointwise kernel cuBLAS leaves unfused"
+                    if self.epilogue_factor != 1.0 else "")
+        return (f"cuBLAS gate: predicted cuBLAS / best Triton time {self.predicted_ratio:.2f}{epilogue} "
                 f"(margin {self.margin:.2f}{clause}): {verdict(self.prefers_cublas)}")
+
+
+def make_decision(problem: Problem, predicted_ratio: float, device: DeviceSpec, margin: float,
+                  predicted_cublas_ms: float | None = None, bias_epilogue: bool = False,
+                  separate_epilogue: bool = False) -> GateDecision:
+    """The verdict for a predicted cuBLAS / best Triton ratio (arguments as `CublasGate.decide`)."""
+    small = predicted_cublas_ms is not None and predicted_cublas_ms < SMALL_GEMM_MS
+    factor = 1.0
+    if separate_epilogue and predicted_cublas_ms is not None and predicted_cublas_ms > 0:
+        factor = 1.0 + separate_epilogue_ms(problem, device) / predicted_cublas_ms
+    return GateDecision(problem=problem, predicted_ratio=predicted_ratio, margin=margin, small=small,
+                        bias_epilogue=bias_epilogue, epilogue_factor=factor)
 
 
 def verdict(prefers_cublas: bool) -> str:
@@ -181,14 +218,16 @@ class CublasGate(ProblemNetCheckpoint):
         return self.predict_log_ratio(problems) <= math.log(1.0 - margin)
 
     def decide(self, problem: Problem, margin: float = DEFAULT_MARGIN,
-               predicted_cublas_ms: float | None = None, bias_epilogue: bool = False) -> GateDecision:
+               predicted_cublas_ms: float | None = None, bias_epilogue: bool = False,
+               separate_epilogue: bool = False) -> GateDecision:
         """The verdict at `margin`; `predicted_cublas_ms` (the model's cuBLAS time, when it has
         one) marks GEMMs under SMALL_GEMM_MS, and `bias_epilogue` an addmm whose bias is one row
-        (see RULE): there the margin is dropped."""
+        (see RULE): there the margin is dropped. `separate_epilogue`: the GEMM feeds a pointwise
+        epilogue that beside cuBLAS is a kernel of its own; with `predicted_cublas_ms`, cuBLAS is
+        charged for it (POINTWISE_KERNEL_MS)."""
         ratio = float(np.exp(self.predict_log_ratio([problem])[0]))
-        small = predicted_cublas_ms is not None and predicted_cublas_ms < SMALL_GEMM_MS
-        return GateDecision(problem=problem, predicted_ratio=ratio, margin=margin, small=small,
-                            bias_epilogue=bias_epilogue)
+        return make_decision(problem, ratio, self.device, margin, predicted_cublas_ms, bias_epilogue,
+                             separate_epilogue)
 
     def digest(self) -> str:
         """Identifies the weights (for Inductor cache keys)."""

@@ -121,13 +121,13 @@ class FakeGate:
         self.ratio, self.tag, self.calls = ratio, tag, 0
 
     def decide(self, problem: Problem, margin: float, predicted_cublas_ms: float | None = None,
-               bias_epilogue: bool = False):  # noqa: ANN201
-        from kernel_select.model.gate import SMALL_GEMM_MS, GateDecision
+               bias_epilogue: bool = False, separate_epilogue: bool = False):  # noqa: ANN201
+        from kernel_select.device import get_device
+        from kernel_select.model.gate import make_decision
 
         self.calls += 1
-        small = predicted_cublas_ms is not None and predicted_cublas_ms < SMALL_GEMM_MS
-        return GateDecision(problem=problem, predicted_ratio=self.ratio, margin=margin, small=small,
-                            bias_epilogue=bias_epilogue)
+        return make_decision(problem, self.ratio, get_device("h100"), margin, predicted_cublas_ms,
+                             bias_epilogue, separate_epilogue)
 
     def digest(self) -> str:
         return self.tag

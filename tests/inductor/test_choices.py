@@ -19,7 +19,10 @@ from torch._inductor import config as inductor_config  # noqa: E402
 import kernel_select.inductor as ks_inductor  # noqa: E402
 import kernel_select.knobs as ks_config  # noqa: E402
 from kernel_select import runtime  # noqa: E402
+from kernel_select.device import get_device  # noqa: E402
+from kernel_select.inductor import pointwise_epilogue  # noqa: E402
 from kernel_select.inductor.bias_epilogue import row_bias  # noqa: E402
+from kernel_select.model.gate import separate_epilogue_ms  # noqa: E402
 from kernel_select.problem import Problem  # noqa: E402
 from kernel_select.space import for_problem  # noqa: E402
 from tests.inductor.kit import (  # noqa: E402
@@ -291,6 +294,36 @@ def test_a_small_gemm_skips_triton_on_any_predicted_cublas_win(monkeypatch: pyte
                                               cublas_margin=0.15)
     triton = triton_of(finalize(handler, inputs, inductor_candidates(inputs)))
     assert handler.selections[-1].gate.small is skips and (triton == []) is skips
+
+@pytest.mark.parametrize("separate", [True, False])
+def test_a_pointwise_epilogue_cublas_leaves_unfused_is_charged_to_it(monkeypatch: pytest.MonkeyPatch,
+                                                                     separate: bool):
+    # 1 x 1024 x 3456 (the recommendation tower at batch 1): cuBLAS predicted 5 us and 4% faster than
+    # Triton, but beside it a ReLU runs as a kernel of its own (~1 us), which a Triton template fuses.
+    asked: list[int] = []
+    monkeypatch.setattr(pointwise_epilogue, "lowering_has_separate_epilogue",
+                        lambda elements: asked.append(elements) or separate)
+    use_gate(monkeypatch, FakeGate(ratio=0.96))
+    inputs = FakeInputs(1, 1024, 3456)
+    handler = ks_inductor.KernelSelectChoices(topk=4, model=SmallCublasModel(0.005), device="h100",
+                                              cublas_margin=0.15)
+    triton = triton_of(finalize(handler, inputs, inductor_candidates(inputs)))
+    decision = handler.selections[-1].gate
+    assert asked == [1 * 1024] and (decision.epilogue_factor > 1.2) is separate
+    assert (len(triton) == 4) is separate and (triton == []) is not separate
+
+
+def test_without_a_gate_the_cublas_rule_is_charged_too(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(pointwise_epilogue, "lowering_has_separate_epilogue", lambda elements: True)
+    use_gate(monkeypatch, None)
+    inputs = FakeInputs(1, 1024, 3456)
+    handler = ks_inductor.KernelSelectChoices(topk=4, model=SmallCublasModel(0.005), device="h100",
+                                              cublas_margin=0.15)
+    finalize(handler, inputs, inductor_candidates(inputs))
+    rule = handler.selections[-1].gate
+    assert rule.epilogue_ms == pytest.approx(separate_epilogue_ms(rule.problem, get_device("h100")))
+    assert "unfused epilogue" in rule.describe()
+
 
 def test_gate_off_is_never_consulted(monkeypatch: pytest.MonkeyPatch):
     gate = FakeGate(ratio=0.1)

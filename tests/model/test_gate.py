@@ -10,6 +10,7 @@ import pytest
 from kernel_select.model.gate import (
     DEFAULT_ARCHITECTURE,
     NO_MARGIN_TIE,
+    POINTWISE_KERNEL_MS,
     SMALL_GEMM_MS,
     GateDecision,
     GATE_FEATURE_NAMES,
@@ -20,7 +21,9 @@ from kernel_select.model.gate import (
     gate_features,
     gate_metrics,
     load_default_gate,
+    make_decision,
     problem_ratios,
+    separate_epilogue_ms,
 )
 from kernel_select.offline.data.dataset import read_many
 from kernel_select.offline.data.splits import split_masks
@@ -143,6 +146,44 @@ def test_decide_marks_small_gemms_by_the_predicted_cublas_time(gate):
     assert not gate.decide(problem, 0.15).small  # no cuBLAS time: the margin alone decides
     assert gate.decide(problem, 0.15, bias_epilogue=True).no_margin
     assert not gate.decide(problem, 0.15).no_margin
+
+def test_a_separate_epilogue_costs_a_kernel_and_a_second_pass_over_the_output():
+    one_row = Problem(1, 1024, 3456, "bfloat16", op="addmm")
+    expected = POINTWISE_KERNEL_MS + 2 * 2048 / 3.35e12 * 1e3
+    assert separate_epilogue_ms(one_row, H100) == pytest.approx(expected)
+    big = Problem(8192, 3072, 768, "float32", batch=2, op="bmm")
+    assert separate_epilogue_ms(big, H100) == pytest.approx(
+        POINTWISE_KERNEL_MS + 2 * 2 * 8192 * 3072 * 4 / 3.35e12 * 1e3)
+
+
+@pytest.mark.parametrize("ratio, cublas_ms, separate, skips", [
+    (0.90, 0.005, False, True),   # small, biased: a predicted cuBLAS win keeps cuBLAS
+    (0.90, 0.005, True, False),   # + a 1 us ReLU kernel: 0.90 x 1.2 = 1.08, Triton clearly faster
+    (0.76, 0.005, True, True),    # 0.76 x 1.2 = 0.91: cuBLAS still faster with its extra kernel
+    (0.90, None, True, True),     # no cuBLAS time to charge against: as before
+    (0.80, 0.500, True, True),    # large GEMM: the kernel is 0.2% of it, the margin decides
+])
+def test_a_separate_epilogue_is_charged_to_cublas(ratio: float, cublas_ms: float | None, separate: bool,
+                                                   skips: bool):
+    problem = Problem(1, 1024, 3456, "bfloat16", op="addmm")
+    decision = make_decision(problem, ratio, H100, 0.15, cublas_ms, bias_epilogue=True,
+                             separate_epilogue=separate)
+    assert decision.prefers_cublas is skips
+    assert decision.predicted_ratio == ratio  # the GEMMs' own prediction is kept as it was
+    charged = separate and cublas_ms is not None
+    expected = 1.0 + separate_epilogue_ms(problem, H100) / cublas_ms if charged else 1.0
+    assert decision.epilogue_factor == pytest.approx(expected)
+    assert decision.ratio == pytest.approx(ratio * expected)
+    assert ("unfused" in decision.describe()) is charged
+
+
+def test_the_gate_passes_the_epilogue_on(gate):
+    problem = Problem(1, 1024, 3456, "bfloat16", op="addmm")
+    plain = gate.decide(problem, 0.15, 0.005, bias_epilogue=True)
+    charged = gate.decide(problem, 0.15, 0.005, bias_epilogue=True, separate_epilogue=True)
+    assert plain.epilogue_factor == 1.0 and charged.epilogue_factor > 1.2
+    assert charged.predicted_ratio == plain.predicted_ratio
+
 
 def test_load_errors_name_the_file(gate, tmp_path: Path):
     with pytest.raises(ModelError, match="no trained cublas_gate model"):
