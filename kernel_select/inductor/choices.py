@@ -262,7 +262,7 @@ class KernelSelectChoices(InductorChoices):
                 ms: tuple[int, ...] = (), ms_origin: str = "", hint_override: int | None = None,
                 epilogue: Epilogue = Epilogue()) -> Selection:
         from kernel_select.model.aten import CublasRule
-        from kernel_select.model.gate import separate_epilogue_ms
+        from kernel_select.model.gate import POINTWISE_KERNEL_MS
         from kernel_select.model.auto_topk import hedge_reason
         from kernel_select.select import LUT_SOURCE, top_k
 
@@ -290,8 +290,8 @@ class KernelSelectChoices(InductorChoices):
                        auto_cap=settings.auto_topk_cap)
         ranked = [c.predicted_ms for c in chosen if c.source != LUT_SOURCE]
         if gate is None and aten_ms is not None and ranked:
-            decision = CublasRule(problem, aten_ms, min(ranked), margin, separate_epilogue_ms(problem, device)
-                                  if epilogue.separate_pointwise else 0.0)
+            decision = CublasRule(problem, aten_ms, min(ranked), margin,
+                                  POINTWISE_KERNEL_MS if epilogue.separate_pointwise else 0.0)
             if decision.prefers_cublas:  # the two-sided rule: Triton only where clearly faster
                 chosen, skip_triton = [c for c in chosen if c.source == LUT_SOURCE], True
         if not chosen and not skip_triton:
