@@ -262,7 +262,7 @@ class KernelSelectChoices(InductorChoices):
                 ms: tuple[int, ...] = (), ms_origin: str = "", hint_override: int | None = None,
                 epilogue: Epilogue = Epilogue()) -> Selection:
         from kernel_select.model.aten import CublasRule
-        from kernel_select.model.gate import POINTWISE_KERNEL_MS
+        from kernel_select.model.gate import epilogue_charge_ms
         from kernel_select.model.auto_topk import hedge_reason
         from kernel_select.select import LUT_SOURCE, top_k
 
@@ -291,7 +291,7 @@ class KernelSelectChoices(InductorChoices):
         ranked = [c.predicted_ms for c in chosen if c.source != LUT_SOURCE]
         if gate is None and aten_ms is not None and ranked:
             decision = CublasRule(problem, aten_ms, min(ranked), margin,
-                                  POINTWISE_KERNEL_MS if epilogue.separate_pointwise else 0.0)
+                                  epilogue_charge_ms(aten_ms) if epilogue.separate_pointwise else 0.0)
             if decision.prefers_cublas:  # the two-sided rule: Triton only where clearly faster
                 chosen, skip_triton = [c for c in chosen if c.source == LUT_SOURCE], True
         if not chosen and not skip_triton:

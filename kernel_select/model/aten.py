@@ -42,7 +42,7 @@ class CublasRule:
     predicted_aten_ms: float
     predicted_triton_ms: float  # the best predicted Triton config
     margin: float
-    #: the launch of a pointwise kernel cuBLAS leaves unfused (gate.POINTWISE_KERNEL_MS), else 0
+    #: the launch of a pointwise kernel cuBLAS leaves unfused (gate.epilogue_charge_ms), else 0
     epilogue_ms: float = 0.0
 
     @property

@@ -92,11 +92,17 @@ NO_MARGIN_TIE = 0.02
 #: with it (1 us + 30 us for GPT-2's 8192 x 3072 GELU), the gate offered Triton for GPT-2's c_fc, and
 #: where Inductor took it the step ran 2.5% (prefill) and 1.6% (training) slower than in a process
 #: of the same code where Inductor kept cuBLAS and a separate GELU (docs/inductor.md, "Epilogues
-#: cuBLAS leaves unfused"). So the charge matters only where the GEMM itself takes a few us.
+#: cuBLAS leaves unfused").
 POINTWISE_KERNEL_MS = 0.001
+#: ... and only where the GEMM is launch-sized: predicted cuBLAS at most this (the launch at least an
+#: eighth of it). Measured new rule against old in one H100 lease: the recommendation tower at batch 1
+#: (cuBLAS predicted 5.4-6.5 us on the three GEMMs the charge moved to Triton) ran 0.94x the old
+#: device time; GPT-2 decode's c_fc (8.9 us), ViT-B/16's fc1 at batch 1 (9.5 us) and Llama decode's
+#: gate/up (54.5 us) went to Triton for no gain (1.001x, 1.010x, 0.997x) and compiled 1.2-1.5x longer.
+EPILOGUE_CHARGE_MAX_MS = 0.008
 #: The decision rule's name in Inductor cache keys: a changed rule must not reuse old choices.
 RULE = (f"small<{SMALL_GEMM_MS}:bias_addmm-no-margin:tie<{1 + NO_MARGIN_TIE}"
-        f":epilogue+{POINTWISE_KERNEL_MS}ms")
+        f":epilogue+{POINTWISE_KERNEL_MS}ms<={EPILOGUE_CHARGE_MAX_MS}ms")
 #: The margins a gate's validation report covers (the card's metrics.validation.margins).
 GATE_MARGINS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3)
 #: The network a new gate is trained with; a saved gate rebuilds the one its card describes.
@@ -186,11 +192,18 @@ def make_decision(problem: Problem, predicted_ratio: float, device: DeviceSpec, 
                   separate_epilogue: bool = False) -> GateDecision:
     """The verdict for a predicted cuBLAS / best Triton ratio (arguments as `CublasGate.decide`)."""
     small = predicted_cublas_ms is not None and predicted_cublas_ms < SMALL_GEMM_MS
-    factor = 1.0
-    if separate_epilogue and predicted_cublas_ms is not None and predicted_cublas_ms > 0:
-        factor = 1.0 + POINTWISE_KERNEL_MS / predicted_cublas_ms
+    charge = epilogue_charge_ms(predicted_cublas_ms) if separate_epilogue else 0.0
+    factor = 1.0 + charge / predicted_cublas_ms if charge else 1.0
     return GateDecision(problem=problem, predicted_ratio=predicted_ratio, margin=margin, small=small,
                         bias_epilogue=bias_epilogue, epilogue_factor=factor)
+
+
+def epilogue_charge_ms(predicted_cublas_ms: float | None) -> float:
+    """What cuBLAS is charged for a pointwise epilogue it leaves unfused: POINTWISE_KERNEL_MS where
+    its predicted time is launch-sized (EPILOGUE_CHARGE_MAX_MS), else nothing."""
+    if predicted_cublas_ms is None or not 0 < predicted_cublas_ms <= EPILOGUE_CHARGE_MAX_MS:
+        return 0.0
+    return POINTWISE_KERNEL_MS
 
 
 def verdict(prefers_cublas: bool) -> str:
@@ -219,8 +232,8 @@ class CublasGate(ProblemNetCheckpoint):
         """The verdict at `margin`; `predicted_cublas_ms` (the model's cuBLAS time, when it has
         one) marks GEMMs under SMALL_GEMM_MS, and `bias_epilogue` an addmm whose bias is one row
         (see RULE): there the margin is dropped. `separate_epilogue`: the GEMM feeds a pointwise
-        epilogue that beside cuBLAS is a kernel of its own; with `predicted_cublas_ms`, cuBLAS is
-        charged for its launch (POINTWISE_KERNEL_MS)."""
+        epilogue that beside cuBLAS is a kernel of its own; cuBLAS is then charged for its launch
+        where `predicted_cublas_ms` is launch-sized (`epilogue_charge_ms`)."""
         ratio = float(np.exp(self.predict_log_ratio([problem])[0]))
         return make_decision(problem, ratio, self.device, margin, predicted_cublas_ms, bias_epilogue,
                              separate_epilogue)

@@ -98,14 +98,14 @@ def test_the_recipe_tunes_gemms_with_the_handler_and_leaves_a_gemv_on_cublas():
 
 
 def test_a_relu_after_a_small_linear_is_charged_to_cublas_and_fused_into_triton():
-    """The recommendation tower at batch 1 in small: Linear, ReLU, Linear. The first GEMM's ReLU
+    """The end of the recommendation tower at batch 1: Linear, ReLU, Linear. The first GEMM's ReLU
     would be a kernel of its own beside cuBLAS (the gate charges for it); the last GEMM has none."""
     import kernel_select.inductor as ks_inductor
 
     torch.manual_seed(0)
-    tower = torch.nn.Sequential(torch.nn.Linear(3456, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1))
+    tower = torch.nn.Sequential(torch.nn.Linear(512, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1))
     tower = tower.to("cuda", torch.bfloat16)
-    x = torch.randn(1, 3456, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(1, 512, device="cuda", dtype=torch.bfloat16)
     torch._dynamo.reset()
     with ks_inductor.enabled(topk=4) as handler, torch._inductor.config.patch(force_disable_caches=True), \
             torch.no_grad():
@@ -113,6 +113,6 @@ def test_a_relu_after_a_small_linear_is_charged_to_cublas_and_fused_into_triton(
         expected = tower(x)
         torch.cuda.synchronize()
     factors = {s.problem.n: s.gate.epilogue_factor for s in handler.selections if s.gate is not None}
-    assert factors[1024] > 1.0 and factors[1] == 1.0, factors
+    assert factors[256] > 1.0 and factors[1] == 1.0, factors  # cuBLAS predicted ~5 us: launch-sized
     torch.testing.assert_close(out.float(), expected.float(), rtol=2e-2, atol=0.1)
     torch._dynamo.reset()

@@ -10,6 +10,7 @@ import pytest
 from kernel_select.model.gate import (
     DEFAULT_ARCHITECTURE,
     NO_MARGIN_TIE,
+    EPILOGUE_CHARGE_MAX_MS,
     POINTWISE_KERNEL_MS,
     SMALL_GEMM_MS,
     GateDecision,
@@ -21,6 +22,7 @@ from kernel_select.model.gate import (
     gate_features,
     gate_metrics,
     load_default_gate,
+    epilogue_charge_ms,
     make_decision,
     problem_ratios,
 )
@@ -146,26 +148,28 @@ def test_decide_marks_small_gemms_by_the_predicted_cublas_time(gate):
     assert gate.decide(problem, 0.15, bias_epilogue=True).no_margin
     assert not gate.decide(problem, 0.15).no_margin
 
-@pytest.mark.parametrize("ratio, cublas_ms, separate, skips", [
-    (0.90, 0.005, False, True),   # small, biased: a predicted cuBLAS win keeps cuBLAS
-    (0.90, 0.005, True, False),   # + a 1 us ReLU kernel: 0.90 x 1.2 = 1.08, Triton clearly faster
-    (0.76, 0.005, True, True),    # 0.76 x 1.2 = 0.91: cuBLAS still faster with its extra kernel
-    (0.90, None, True, True),     # no cuBLAS time to charge against: as before
-    (0.86, 0.062, True, True),    # GPT-2's c_fc at 8192 x 1024: 0.86 x 1.016, cuBLAS stays
-    (0.80, 0.500, True, True),    # large GEMM: the launch is 0.2% of it, the margin decides
+@pytest.mark.parametrize("ratio, cublas_ms, separate, skips, charged", [
+    (0.90, 0.005, False, True, False),   # small, biased: a predicted cuBLAS win keeps cuBLAS
+    (0.90, 0.005, True, False, True),    # + a 1 us ReLU launch: 0.90 x 1.2 = 1.08, Triton clearly faster
+    (0.76, 0.005, True, True, True),     # 0.76 x 1.2 = 0.91: cuBLAS still faster with its extra kernel
+    (0.92, EPILOGUE_CHARGE_MAX_MS, True, False, True),  # the largest GEMM charged: 0.92 x 1.125
+    (0.96, 0.0095, True, True, False),   # ViT-B/16's fc1 at batch 1: not launch-sized, no charge
+    (0.90, None, True, True, False),     # no cuBLAS time to charge against: as before
+    (0.86, 0.062, True, True, False),    # GPT-2's c_fc at 8192 x 1024
 ])
-def test_a_separate_epilogue_is_charged_to_cublas(ratio: float, cublas_ms: float | None, separate: bool,
-                                                   skips: bool):
+def test_a_separate_epilogue_is_charged_to_cublas_where_the_gemm_is_launch_sized(
+        ratio: float, cublas_ms: float | None, separate: bool, skips: bool, charged: bool):
     problem = Problem(1, 1024, 3456, "bfloat16", op="addmm")
     decision = make_decision(problem, ratio, H100, 0.15, cublas_ms, bias_epilogue=True,
                              separate_epilogue=separate)
     assert decision.prefers_cublas is skips
     assert decision.predicted_ratio == ratio  # the GEMMs' own prediction is kept as it was
-    charged = separate and cublas_ms is not None
     expected = 1.0 + POINTWISE_KERNEL_MS / cublas_ms if charged else 1.0
     assert decision.epilogue_factor == pytest.approx(expected)
     assert decision.ratio == pytest.approx(ratio * expected)
     assert ("unfused" in decision.describe()) is charged
+    launch_sized = cublas_ms is not None and cublas_ms <= EPILOGUE_CHARGE_MAX_MS
+    assert epilogue_charge_ms(cublas_ms) == (POINTWISE_KERNEL_MS if launch_sized else 0.0)
 
 
 def test_the_gate_passes_the_epilogue_on(gate):
