@@ -1,4 +1,5 @@
-"""Per-kernel device time of one compiled training step: where top-4 and default differ."""
+"""Per-kernel device time of one compiled step: where two methods differ (call35, call38).
+From call42 on it also times the device time per step (`dev_ms`): 40 steps queued behind a sleep kernel."""
 import json, re, sys, time
 from collections import defaultdict
 import torch
@@ -40,9 +41,21 @@ cats = defaultdict(float)
 for n, (ms, c) in kern.items():
     cats[cat(n)] += ms
 top = sorted(kern.items(), key=lambda kv: -kv[1][0])[:80]
-res = {"model": model, "method": method_name, "compile_s": compile_s, "cats": cats,
+# device time per step, the host kept ahead by a sleep kernel (as the worker's step_device_ms)
+dev = []
+for _ in range(5):
+    torch.cuda.synchronize()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(int(40e6))  # ~20 ms at 1.98 GHz
+    s.record()
+    for _ in range(40):
+        step()
+    e.record(); torch.cuda.synchronize()
+    dev.append(s.elapsed_time(e) / 40)
+dev.sort()
+res = {"model": model, "method": method_name, "compile_s": compile_s, "cats": cats, "dev_ms": dev,
        "total_ms": sum(v[0] for v in kern.values()),
        "top": [[n[:160], round(ms, 4), c // N] for n, (ms, c) in top],
        "gemms": [{"shapes": g["shapes"], "choice": g["choice"]} for g in gemms]}
 json.dump(res, open(out, "w"), indent=1)
-print(method_name, "compile %.1f" % compile_s, "total %.3f" % res["total_ms"], {k: round(v, 3) for k, v in cats.items()})
+print(method_name, "compile %.1f" % compile_s, "total %.4f" % res["total_ms"], "dev %.4f" % dev[2], {k: round(v, 3) for k, v in cats.items()})
