@@ -352,7 +352,7 @@ def _log_selection(selection: Selection) -> None:
     log.info("kernel_select: %s on %s: benchmarking %d of %d Triton configs (%d from the LUT)%s%s%s%s",
              selection.problem, selection.device, len(selection.configs), selection.space_size,
              selection.sources.count("lut"), spread, hint, hedged,
-             f"; {gate.describe()}" if gated or getattr(gate, "epilogue_factor", 1.0) != 1.0 else "")
+             f"; {gate.describe()}" if gated or (gate is not None and gate.charged_epilogue) else "")
 
 
 def _device_index(kernel_inputs: Any) -> int:

@@ -24,6 +24,7 @@ choices handler for candidates. Nothing here raises: a graph it cannot read coun
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import deque
 from typing import Any
@@ -35,7 +36,9 @@ log = logging.getLogger(__name__)
 MAX_WALK = 48
 
 
+@functools.lru_cache(maxsize=None)
 def _targets(*names: str) -> frozenset[Any]:
+    """The aten overloads named (those this torch has), looked up once."""
     import torch
 
     found = set()

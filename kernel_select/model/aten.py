@@ -51,12 +51,17 @@ class CublasRule:
         return self.predicted_aten_ms / self.predicted_triton_ms
 
     @property
+    def charged_epilogue(self) -> bool:
+        """Whether cuBLAS was charged for an unfused epilogue kernel."""
+        return self.epilogue_ms > 0
+
+    @property
     def prefers_cublas(self) -> bool:
         cublas_ms = self.predicted_aten_ms + self.epilogue_ms
         return not self.predicted_triton_ms <= (1.0 - self.margin) * cublas_ms
 
     def describe(self) -> str:
-        epilogue = f" + {self.epilogue_ms * 1e3:.1f} us unfused epilogue" if self.epilogue_ms else ""
+        epilogue = f" + {self.epilogue_ms * 1e3:.1f} us unfused epilogue" if self.charged_epilogue else ""
         return (f"cuBLAS rule: predicted cuBLAS {self.predicted_aten_ms * 1e3:.1f} us{epilogue}, best Triton "
                 f"{self.predicted_triton_ms * 1e3:.1f} us (margin {self.margin:.2f}): "
                 f"{verdict(self.prefers_cublas)}")

@@ -84,6 +84,7 @@ NO_MARGIN_TIE = 0.02
 #: splits (model top-4, Inductor picking the faster of cuBLAS timed at b x its time and the top-4):
 #: no margin costs 0.05% (`test`) / 0.2% (`family`) of the oracle where b = 1 and gains 1.0% / 0.9%
 #: at b = 1.3 and 1.6% / 1.7% at b = 2 (docs/inductor.md, "Whole models on the H100 (third run)").
+
 #: Where the GEMM feeds a pointwise epilogue that a Triton template fuses and cuBLAS leaves as a
 #: kernel of its own (inductor/pointwise_epilogue.py), cuBLAS is charged for that kernel's launch:
 #: the shortest kernels in the H100 profiles (a ReLU over 1 x 1024 elements and Inductor's small
@@ -167,6 +168,11 @@ class GateDecision:
         return self.predicted_ratio * self.epilogue_factor
 
     @property
+    def charged_epilogue(self) -> bool:
+        """Whether cuBLAS was charged for an unfused epilogue kernel."""
+        return self.epilogue_factor != 1.0
+
+    @property
     def no_margin(self) -> bool:
         """Whether the margin is dropped (Inductor over-times this cuBLAS call): Triton is then
         skipped unless predicted faster than cuBLAS by more than NO_MARGIN_TIE."""
@@ -182,12 +188,12 @@ class GateDecision:
         why += ["cuBLAS as bias_addmm"] if self.bias_epilogue else []
         clause = f", {' and '.join(why)}: no margin, ties to cuBLAS" if why else ""
         epilogue = (f", {self.ratio:.2f} with the pointwise kernel cuBLAS leaves unfused"
-                    if self.epilogue_factor != 1.0 else "")
+                    if self.charged_epilogue else "")
         return (f"cuBLAS gate: predicted cuBLAS / best Triton time {self.predicted_ratio:.2f}{epilogue} "
                 f"(margin {self.margin:.2f}{clause}): {verdict(self.prefers_cublas)}")
 
 
-def make_decision(problem: Problem, predicted_ratio: float, device: DeviceSpec, margin: float,
+def make_decision(problem: Problem, predicted_ratio: float, margin: float,
                   predicted_cublas_ms: float | None = None, bias_epilogue: bool = False,
                   separate_epilogue: bool = False) -> GateDecision:
     """The verdict for a predicted cuBLAS / best Triton ratio (arguments as `CublasGate.decide`)."""
@@ -235,8 +241,7 @@ class CublasGate(ProblemNetCheckpoint):
         epilogue that beside cuBLAS is a kernel of its own; cuBLAS is then charged for its launch
         where `predicted_cublas_ms` is launch-sized (`epilogue_charge_ms`)."""
         ratio = float(np.exp(self.predict_log_ratio([problem])[0]))
-        return make_decision(problem, ratio, self.device, margin, predicted_cublas_ms, bias_epilogue,
-                             separate_epilogue)
+        return make_decision(problem, ratio, margin, predicted_cublas_ms, bias_epilogue, separate_epilogue)
 
     def digest(self) -> str:
         """Identifies the weights (for Inductor cache keys)."""

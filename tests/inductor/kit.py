@@ -122,12 +122,11 @@ class FakeGate:
 
     def decide(self, problem: Problem, margin: float, predicted_cublas_ms: float | None = None,
                bias_epilogue: bool = False, separate_epilogue: bool = False):  # noqa: ANN201
-        from kernel_select.device import get_device
         from kernel_select.model.gate import make_decision
 
         self.calls += 1
-        return make_decision(problem, self.ratio, get_device("h100"), margin, predicted_cublas_ms,
-                             bias_epilogue, separate_epilogue)
+        return make_decision(problem, self.ratio, margin, predicted_cublas_ms, bias_epilogue,
+                             separate_epilogue)
 
     def digest(self) -> str:
         return self.tag

@@ -296,6 +296,7 @@ def test_a_small_gemm_skips_triton_on_any_predicted_cublas_win(monkeypatch: pyte
 
 @pytest.mark.parametrize("separate", [True, False])
 def test_a_pointwise_epilogue_cublas_leaves_unfused_is_charged_to_it(monkeypatch: pytest.MonkeyPatch,
+                                                                     caplog: pytest.LogCaptureFixture,
                                                                      separate: bool):
     # 1 x 1024 x 3456 (the recommendation tower at batch 1): cuBLAS predicted 5 us and 4% faster than
     # Triton, but beside it a ReLU runs as a kernel of its own (~1 us), which a Triton template fuses.
@@ -306,8 +307,10 @@ def test_a_pointwise_epilogue_cublas_leaves_unfused_is_charged_to_it(monkeypatch
     inputs = FakeInputs(1, 1024, 3456)
     handler = ks_inductor.KernelSelectChoices(topk=4, model=SmallCublasModel(0.005), device="h100",
                                               cublas_margin=0.15)
-    triton = triton_of(finalize(handler, inputs, inductor_candidates(inputs)))
+    with caplog.at_level(logging.INFO, logger="kernel_select.inductor.choices"):
+        triton = triton_of(finalize(handler, inputs, inductor_candidates(inputs)))
     decision = handler.selections[-1].gate
+    assert ("leaves unfused" in caplog.text) is separate  # the log line gives both ratios
     assert asked == [1 * 1024] and (decision.epilogue_factor == pytest.approx(1.2)) is separate
     assert (len(triton) == 4) is separate and (triton == []) is not separate
 
@@ -320,7 +323,7 @@ def test_without_a_gate_the_cublas_rule_is_charged_too(monkeypatch: pytest.Monke
                                               cublas_margin=0.15)
     finalize(handler, inputs, inductor_candidates(inputs))
     rule = handler.selections[-1].gate
-    assert rule.epilogue_ms == POINTWISE_KERNEL_MS
+    assert rule.epilogue_ms == POINTWISE_KERNEL_MS and rule.charged_epilogue
     assert "unfused epilogue" in rule.describe()
 
 

@@ -160,14 +160,14 @@ def test_decide_marks_small_gemms_by_the_predicted_cublas_time(gate):
 def test_a_separate_epilogue_is_charged_to_cublas_where_the_gemm_is_launch_sized(
         ratio: float, cublas_ms: float | None, separate: bool, skips: bool, charged: bool):
     problem = Problem(1, 1024, 3456, "bfloat16", op="addmm")
-    decision = make_decision(problem, ratio, H100, 0.15, cublas_ms, bias_epilogue=True,
+    decision = make_decision(problem, ratio, 0.15, cublas_ms, bias_epilogue=True,
                              separate_epilogue=separate)
     assert decision.prefers_cublas is skips
     assert decision.predicted_ratio == ratio  # the GEMMs' own prediction is kept as it was
     expected = 1.0 + POINTWISE_KERNEL_MS / cublas_ms if charged else 1.0
     assert decision.epilogue_factor == pytest.approx(expected)
     assert decision.ratio == pytest.approx(ratio * expected)
-    assert ("unfused" in decision.describe()) is charged
+    assert ("unfused" in decision.describe()) is charged is decision.charged_epilogue
     launch_sized = cublas_ms is not None and cublas_ms <= EPILOGUE_CHARGE_MAX_MS
     assert epilogue_charge_ms(cublas_ms) == (POINTWISE_KERNEL_MS if launch_sized else 0.0)
 
