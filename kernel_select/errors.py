@@ -46,3 +46,8 @@ class DatasetError(KernelSelectError, ValueError):
 class OptionError(KernelSelectError, ValueError):
     """A kernel_select option (a `kernel_select.knobs` knob, its environment variable, or a
     torch.compile option) has an invalid value."""
+
+
+class NoTrainedModelError(ModelError):
+    """No trained model serves the device (neither calibrated nor shipped, nor a same-architecture
+    stand-in); the Inductor handler then leaves Inductor its own candidates."""

@@ -102,3 +102,29 @@ class Problem:
         batch = f"{self.batch}x" if self.batch != 1 else ""
         layout = f" {self.layout}" if self.layout != DEFAULT_LAYOUT else ""
         return f"{self.op} {batch}{self.m}x{self.n}x{self.k} {self.dtype}{layout}"
+
+
+#: How many Ms represent a range when no buckets are given: enough to see a tile-size change across
+#: a 16x range (one point per factor of two), few enough to keep selection cheap.
+SPREAD_POINTS = 5
+#: The default range around a hinted M when nothing says which Ms the program will see.
+DEFAULT_SPREAD_FACTOR = 4
+
+
+def spread_ms(low: int, high: int, points: int = SPREAD_POINTS) -> tuple[int, ...]:
+    """`points` log-spaced Ms from `low` to `high` inclusive (fewer if the range is narrow).
+
+    Raises:
+        ProblemError: if low < 1 or low > high.
+    """
+    if not (1 <= low <= high):
+        raise ProblemError(f"m range: expected 1 <= low <= high, got {low}..{high}")
+    if low == high or points < 2:
+        return (low,)
+    ratio = (high / low) ** (1 / (points - 1))
+    return tuple(sorted({low, high, *(int(round(low * ratio**i)) for i in range(1, points - 1))}))
+
+
+def default_spread(hint: int) -> tuple[int, ...]:
+    """Ms around a hint when nothing else is known: hint/4 .. hint*4, log-spaced."""
+    return spread_ms(max(1, hint // DEFAULT_SPREAD_FACTOR), hint * DEFAULT_SPREAD_FACTOR)

@@ -3,15 +3,23 @@
 In the repository they are the top-level `models/` and `luts/` folders. A built wheel carries
 copies inside the package as `kernel_select/_data/models` and `kernel_select/_data/luts` (the
 build step in setup.py puts them there), found with `importlib.resources`, so a non-editable
-install ranks with the same model as a checkout. `KERNEL_SELECT_MODELS_DIR` overrides the
-models folder (e.g. a freshly trained model) in both cases.
+install ranks with the same model as a checkout.
+
+Models trained on the user's own GPU (`kernel-select calibrate`, `kernel-select train --out`) live in
+the user's model directory: `KERNEL_SELECT_MODELS_DIR`, else `$XDG_CACHE_HOME/kernel_select/models`
+(~/.cache/kernel_select/models). It is searched before the shipped models (`model_roots`).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from importlib import resources
 from pathlib import Path
+
+from kernel_select import warn
+
+log = logging.getLogger(__name__)
 
 #: Environment variable naming a folder of models/<device key>/ to use instead of the shipped ones.
 MODELS_DIR_ENV = "KERNEL_SELECT_MODELS_DIR"
@@ -34,10 +42,32 @@ def shipped_dir(name: str) -> Path:
     return _REPOSITORY_ROOT / name
 
 
-def models_dir() -> Path:
-    """Where trained models live: models/<device key>/, unless KERNEL_SELECT_MODELS_DIR overrides."""
-    override = os.environ.get(MODELS_DIR_ENV)
-    return Path(override) if override else shipped_dir("models")
+def user_models_dir() -> Path:
+    """The user's model directory: KERNEL_SELECT_MODELS_DIR, else the per-user cache directory. It
+    may not exist yet (calibrate creates it)."""
+    override = os.environ.get(MODELS_DIR_ENV, "").strip()
+    if override:
+        return Path(override).expanduser()
+    cache = os.environ.get("XDG_CACHE_HOME", "").strip() or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(cache) / "kernel_select" / "models"
+
+
+def model_roots() -> list[Path]:
+    """The folders of models/<device key>/ checkpoints, in the order they are searched: the user's
+    model directory (where it is a folder), then the shipped models. A KERNEL_SELECT_MODELS_DIR that
+    is not a folder is reported once and skipped."""
+    user = user_models_dir()
+    roots = []
+    if user.is_dir():
+        roots.append(user)
+    elif os.environ.get(MODELS_DIR_ENV, "").strip():
+        warn.warn_once(("models dir", str(user)), log, "kernel_select: %s=%s is not a folder; using the "
+                       "shipped models", MODELS_DIR_ENV, user)
+    shipped = shipped_dir("models")
+    if shipped not in roots:
+        roots.append(shipped)
+    return roots
+
 
 
 def shipped_lut(file_name: str) -> Path:

@@ -4,7 +4,8 @@ One home for what must be loaded once per process and looked at on every GEMM:
 
 * lookup tables, cached by file identity (st_dev, st_ino, st_size, st_mtime_ns), so an edited
   file is re-read and an unchanged one never is;
-* performance models and cuBLAS gates, cached per (name, device) / device;
+* performance models and cuBLAS gates, cached per (name, device) / device, loaded by the one policy
+  of kernel_select.model.base (a device without a trained model is a NoTrainedModelError, cached too);
 * detected devices, cached per CUDA index;
 * which fallback warnings were already shown, keyed by *cause*, not by message text.
 
@@ -23,17 +24,19 @@ import logging
 import os
 import stat
 import threading
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
 from kernel_select import device as device_module
+from kernel_select import warn
 from kernel_select.device import DeviceSpec
 from kernel_select.errors import LUTError, ModelError
 from kernel_select.lut.io import MAX_LUT_BYTES, lut_digest
-from kernel_select.model import PerformanceModel
+from kernel_select.model import PerformanceModel, get_model, load_default, load_gate
+from kernel_select.model.cublas import CublasGate
+from kernel_select.options import env_name
 
 log = logging.getLogger(__name__)
 
@@ -61,14 +64,14 @@ _luts: dict[str, _Outcome] = {}
 _models: dict[tuple[str | None, DeviceSpec], _Outcome] = {}
 _gates: dict[DeviceSpec, _Outcome] = {}
 _devices: dict[int, DeviceSpec] = {}
-_warned: set[str] = set()
 
 
 def reset() -> None:
-    """Forget every cached LUT, model, gate, detected device and shown warning."""
+    """Forget every cached LUT, model, gate and detected device, and every warning shown."""
     with _lock:
-        for cache in (_luts, _models, _gates, _devices, _warned):
+        for cache in (_luts, _models, _gates, _devices):
             cache.clear()
+    warn.forget()
 
 
 def _cached(cache: dict[Any, _Outcome], key: Any, stamp: Any, load: Callable[[], Any]) -> Any:
@@ -97,6 +100,8 @@ def lut_identity(path: str) -> FileIdentity:
     """
     try:
         info = os.stat(path)
+    except ValueError:  # a NUL byte in the path
+        raise _lut_error(path, "not a usable path (it contains a NUL byte)") from None
     except OSError as exc:
         raise _lut_error(path, f"cannot read the kernel lookup table ({exc.strerror or exc})") from None
     if not stat.S_ISREG(info.st_mode):
@@ -109,9 +114,7 @@ def lut_identity(path: str) -> FileIdentity:
 
 
 def _lut_error(path: str, reason: str) -> LUTError:
-    from kernel_select import knobs
-
-    error = LUTError(f"{path}: {reason}; fix kernel_lut_path / {knobs.ENV_KERNEL_LUT_PATH}")
+    error = LUTError(f"{path}: {reason}; fix kernel_lut_path / {env_name('kernel_lut_path')}")
     error.cause_id = f"lut:{path}"  # type: ignore[attr-defined]
     return error
 
@@ -155,41 +158,22 @@ def lut_fingerprint(path: str | None) -> str:
 # -- models, gates, devices -------------------------------------------------------------------------
 
 def model(name: str | PerformanceModel | None, device: DeviceSpec) -> PerformanceModel:
-    """The model for a knob value (an instance is used as is), loaded once per (name, device).
+    """The model for a knob value (an instance is used as is), loaded once per (name, device): None is
+    the device's trained model (kernel_select.model.base.load_default), a name a registered model.
 
-    name=None means the model shipped for `device`. If one is shipped but does not load, this
-    raises (naming the file and the fix) instead of ranking with the analytical model: inside a
-    compile the caller then leaves Inductor its own candidates, which is what the README promises.
-    Without a shipped model the analytical model is the documented default.
+    Raises:
+        NoTrainedModelError: name None and no trained model serves the device.
+        ModelError: the model does not load (the message names the file and the fix).
     """
     if isinstance(name, PerformanceModel):
         return name
-    return _cached(_models, (name, device), None, lambda: _load_model(name, device))
+    return _cached(_models, (name, device), None,
+                   lambda: load_default(device) if name is None else get_model(name, device))
 
 
-def _load_model(name: str | None, device: DeviceSpec) -> PerformanceModel:
-    from kernel_select.model import get_model, load_default, models_dir
-
-    if name is not None:
-        return get_model(name, device)
-    shipped = models_dir() / device.key / "mlp.pt"
-    if not shipped.exists():
-        return load_default(device)
-    try:
-        return get_model("mlp", device)
-    except Exception as exc:  # noqa: BLE001 -- any failure of a shipped file means the same fix
-        error = ModelError(f"{shipped}: the model shipped for {device.key} does not load ({exc}); reinstall "
-                           f"kernel_select, or retrain it with `kernel-select train`, or pick a model on "
-                           f"purpose (model='analytical')")
-        error.cause_id = f"model:{shipped}"  # type: ignore[attr-defined]
-        raise error from None
-
-
-def gate(device: DeviceSpec) -> Any:
-    """The cuBLAS gate shipped for `device` (a CublasGate), or None when none is shipped."""
-    from kernel_select.model.gate import load_default_gate
-
-    return _cached(_gates, device, None, lambda: load_default_gate(device))
+def gate(device: DeviceSpec) -> CublasGate | None:
+    """The cuBLAS gate serving `device`, or None when no model folder has one."""
+    return _cached(_gates, device, None, lambda: load_gate(device))
 
 
 def detected_device(index: int) -> DeviceSpec:
@@ -210,37 +194,3 @@ def current_device() -> DeviceSpec | None:
     if not torch.cuda.is_available():
         return None
     return detected_device(torch.cuda.current_device())
-
-
-# -- one warning per cause ----------------------------------------------------------------------------
-
-def cause_of(exc: BaseException) -> str:
-    """What a failure is "the same" as: an explicit `cause_id` (a file, a model) when the raiser set
-    one, else the exception type and the line that raised it. Never the message text, which often
-    names the problem (50 GEMM shapes with one broken model are one cause, not 50)."""
-    explicit = getattr(exc, "cause_id", None)
-    if isinstance(explicit, str):
-        return explicit
-    frames = traceback.extract_tb(exc.__traceback__) if exc.__traceback__ is not None else []
-    where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "?"
-    return f"{type(exc).__name__}@{where}"
-
-
-def warn_once(cause: str, logger: logging.Logger, message: str, *args: Any, exc_info: bool = False) -> bool:
-    """Log `message` at WARNING unless `cause` was already reported; True if it was logged."""
-    with _lock:
-        if cause in _warned:
-            return False
-        _warned.add(cause)
-    logger.warning(message, *args, exc_info=exc_info)
-    return True
-
-
-def warn_fallback(exc: BaseException, logger: logging.Logger, consequence: str) -> bool:
-    """The one warning for a failure that an adapter absorbs: what went wrong and what happens
-    instead. Our own errors carry a complete message; anything else is a bug worth a traceback."""
-    from kernel_select.errors import KernelSelectError
-
-    return warn_once(f"{logger.name}:{cause_of(exc)}", logger,
-                     "kernel_select: %s: %s; %s (shown once per cause)", type(exc).__name__, exc, consequence,
-                     exc_info=not isinstance(exc, KernelSelectError))

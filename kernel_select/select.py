@@ -1,41 +1,48 @@
-"""Pick the configs worth benchmarking: lookup-table entries first, then the model's ranking.
+"""The selection policy: which Triton configs Inductor benchmarks for one GEMM, if any.
 
-`top_k` is what the Inductor and Triton adapters and the CLI call; `rank` gives a full
-ordering for evaluation. Both are pure functions of their arguments and run on the CPU.
+`select()` is the one place the decision is made; the Inductor handler, the `@triton.autotune`
+pruner and the CLI translate their inputs into its arguments and its `Selection` back. It takes
+plain arguments (the model, the LUT and the cuBLAS gate are loaded by the caller) and runs on the
+CPU. In order:
 
-A dynamic M (a sequence length) is ranked over representative values: `top_k(..., ms=[...])`
-keeps the configs whose predicted time, relative to the best config at each M, has the smallest
-geometric mean over the Ms, so no length is sacrificed to the one Inductor happened to hint.
-`spread_ms` picks such values for a range.
+  1. pin        a LUT entry that pins the problem (to a Triton config or to ATen) is the only
+                choice: nothing is ranked or benchmarked
+  2. score      the model scores every candidate config (the problem's pruned EXHAUSTIVE space,
+                unless the caller gives its own) and every LUT entry, in one batched call
+  3. cuBLAS     with a margin, one cuBLAS decision (model/cublas.py); where cuBLAS is preferred
+                only the LUT's entries are offered, so Inductor takes ATen without compiling Triton
+  4. k          `gemm_topk` resolved: a count, a fraction, "DEFAULT" (the size of Inductor's own
+                list for the problem) or "auto" (as many as the model is unsure about)
+  5. order      the LUT's entries first (all of them, even beyond k), then the best-ranked
+                candidates; for a dynamic M (`ms`), ranked by the geometric mean over the Ms of
+                predicted time / best predicted time at that M, so no length is sacrificed to the
+                one Inductor happened to hint
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 
-from kernel_select import device as device_module
-from kernel_select import runtime
 from kernel_select.configs import GemmConfig
-from kernel_select.device import DeviceSpec, get_device
-from kernel_select.errors import ConfigError, DeviceError, LUTError, ModelError, ProblemError
-from kernel_select.knobs import AUTO
-from kernel_select.knobs import DEFAULT_AUTO_TOPK_CAP as AUTO_TOPK_CAP
-from kernel_select.model import PerformanceModel, load_default
+from kernel_select.device import DeviceSpec
+from kernel_select.errors import ConfigError, LUTError, ModelError, ProblemError
 from kernel_select.model.auto_topk import hedge_reason
+from kernel_select.model.base import PerformanceModel
+from kernel_select.model.cublas import CublasDecision, CublasGate, Epilogue, decide
+from kernel_select.options import AUTO, DEFAULT, DEFAULT_AUTO_TOPK_CAP, TopK
 from kernel_select.problem import Problem
 from kernel_select.space import for_problem
 
-log = logging.getLogger(__name__)
-
 LUT_SOURCE = "lut"
-AUTO_FALLBACK = 4  # topk="auto" for a model with no measure of its uncertainty: the fixed top-4
+PIN_SOURCE = "pin"
+ATEN = "aten"  # a pin to ATen (kernel_select.lut.ATEN)
+AUTO_FALLBACK = 4  # gemm_topk="auto" for a model with no measure of its uncertainty: the fixed top-4
 
 
 @dataclass(frozen=True)
@@ -44,35 +51,134 @@ class Choice:
 
     config: GemmConfig
     predicted_ms: float
-    source: str  # "lut", or the name of the model that ranked it
+    source: str  # "lut", "pin", or the name of the model that ranked it
 
 
 class ConfigLookup(Protocol):
-    """Anything with the LUT's lookup method: hand-picked configs for a problem, in order."""
+    """Anything with the LUT's lookup: hand-picked configs for a problem, in order. A lookup may also
+    have `pinned(problem, device)` (the one choice of a pinned entry: "aten", a config or None)."""
 
     def lookup(self, problem: Problem, device: str) -> Sequence[GemmConfig]: ...
 
 
-def resolve_k(k: int | float | str, num_candidates: int, *, model: PerformanceModel | None = None,
-              predicted_ms: np.ndarray | None = None, cap: int = AUTO_TOPK_CAP,
-              problem: Problem | None = None, configs: Sequence[GemmConfig] | None = None) -> int:
-    """How many configs `k` asks for: an int count >= 1, a float fraction in (0, 1], or "auto".
+@dataclass(frozen=True)
+class Selection:
+    """What `select()` decided for one GEMM."""
 
-    A fraction keeps max(1, int(num_candidates * k)), as Triton's `top_k` does, so a small
-    fraction of a small space still keeps one config. "auto" asks `model.auto_topk` given its
-    predictions for the candidates (1..cap: few where the model is sure, more where it is not;
-    with `problem` and the candidate `configs` a model may also ask its members);
-    a model without a measure of its uncertainty gets min(AUTO_FALLBACK, cap), and a `problem`
-    outside the model's training data (a layout its card does not list: `hedge_reason`) the cap.
+    problem: Problem
+    device: str
+    choices: tuple[Choice, ...]  # what to benchmark: LUT entries first, then the model's picks
+    candidates: int  # how many configs were ranked
+    cublas: CublasDecision | None = None  # None: the cuBLAS decision was off or had no prediction
+    pinned: GemmConfig | Literal["aten"] | None = None  # a LUT pin: the only choice, nothing benchmarked
+    ms: tuple[int, ...] = ()  # a dynamic M: the values it was ranked for (() = problem.m only)
+    hedged: str = ""  # why gemm_topk="auto" took its cap rather than the model's estimate
+    ms_origin: str = ""  # for the handler's log: where `ms` came from ("lut m range", ...)
+    hint: int | None = None  # for the handler's log: the Inductor multi-kernel hint it is for
+
+    @property
+    def configs(self) -> tuple[GemmConfig, ...]:
+        return tuple(choice.config for choice in self.choices)
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return tuple(choice.source for choice in self.choices)
+
+    @property
+    def skips_triton(self) -> bool:
+        """Whether the cuBLAS decision left only the LUT's entries to benchmark."""
+        return self.cublas is not None and self.cublas.prefers_cublas
+
+
+def select(problem: Problem, *, model: PerformanceModel, gemm_topk: TopK | float = 4,
+           lut: ConfigLookup | None = None, gate: CublasGate | None = None,
+           cublas_margin: float | None = None, epilogue: Epilogue = Epilogue(),
+           candidates: Sequence[GemmConfig] | None = None, ms: Sequence[int] | None = None,
+           auto_cap: int = DEFAULT_AUTO_TOPK_CAP) -> Selection:
+    """The configs to benchmark for `problem` (the module docstring gives the steps).
+
+    Args:
+        model: ranks the candidates and, without a gate, predicts cuBLAS.
+        gemm_topk: a count >= 1, a fraction in (0, 1] of the candidates, "DEFAULT" or "auto".
+        lut: a lookup table: its pin, else all its entries for the problem first.
+        gate, cublas_margin: the cuBLAS decision; None margin = off. Without a gate the model's own
+            cuBLAS time decides (where it has one).
+        epilogue: what runs after the GEMM, as far as the cuBLAS decision cares.
+        candidates: the configs to rank; default the problem's pruned EXHAUSTIVE space (at the largest
+            of `ms`, whose space holds the blocks the smaller Ms clamp to).
+        ms: rank for these values of M (a dynamic dimension) instead of problem.m alone.
+        auto_cap: the most configs gemm_topk="auto" takes.
 
     Raises:
-        ConfigError: for anything else (bool, zero, negative, NaN, a float above 1, another
-            string, "auto" without a model and its predictions).
+        ProblemError, ConfigError, ModelError, LUTError: on bad arguments or malformed predictions.
+    """
+    if not isinstance(problem, Problem):
+        raise ProblemError(f"problem: expected a kernel_select.Problem, got {type(problem).__name__}")
+    if not isinstance(model, PerformanceModel):
+        raise ModelError(f"model: expected a kernel_select.PerformanceModel, got {type(model).__name__}")
+    device = model.device
+    pin = _pin(lut, problem, device)
+    if pin is not None:
+        choices = () if pin == ATEN else (Choice(pin, float(_scores(problem, [pin], model)[0]), PIN_SOURCE),)
+        return Selection(problem, device.key, choices, candidates=0, pinned=pin)
+
+    spread = _checked_ms(ms, problem)
+    if candidates is None:
+        widest = dataclasses.replace(problem, m=max(spread)) if spread else problem
+        candidates = for_problem(widest, device, "exhaustive")
+    entries = _lut_configs(lut, problem, device)
+    # One batched call scores candidates and LUT entries: inside torch.compile it is the whole cost.
+    all_scores = _scores(problem, [*candidates, *entries], model)
+    scores = all_scores[: len(candidates)]
+    chosen = [Choice(config, float(ms), LUT_SOURCE) for config, ms in zip(entries, all_scores[len(candidates):])]
+
+    decision = _cublas_decision(problem, model, gate, cublas_margin, epilogue, scores)
+    hedged = hedge_reason(model, problem) if gemm_topk == AUTO else ""
+    selection = Selection(problem, device.key, tuple(chosen), len(candidates), decision, ms=spread,
+                          hedged=hedged)
+    if selection.skips_triton:
+        return selection
+    if gemm_topk == DEFAULT:
+        gemm_topk = len(for_problem(problem, device, "default"))
+    count = resolve_k(gemm_topk, len(candidates), model=model, predicted_ms=scores, cap=auto_cap,
+                      problem=problem, configs=candidates, hedged=bool(hedged))
+    if len(chosen) < count and len(candidates):
+        order_by = scores if not spread or spread == (problem.m,) else _relative_over(problem, spread,
+                                                                                       candidates, model)
+        seen = set(entries)
+        # Walk the ranking and stop at k: only the taken configs are hashed and wrapped, which keeps
+        # selection over a full exhaustive space near the cost of the model itself.
+        for i in np.argsort(order_by, kind="stable"):
+            if candidates[i] in seen:
+                continue
+            seen.add(candidates[i])
+            chosen.append(Choice(candidates[i], float(scores[i]), model.name))
+            if len(chosen) == count:
+                break
+    if not chosen:
+        raise ConfigError(f"{problem}: nothing to select (no candidate configs and no LUT entries)")
+    return dataclasses.replace(selection, choices=tuple(chosen))
+
+
+def resolve_k(k: TopK | float, num_candidates: int, *, model: PerformanceModel | None = None,
+              predicted_ms: np.ndarray | None = None, cap: int = DEFAULT_AUTO_TOPK_CAP,
+              problem: Problem | None = None, configs: Sequence[GemmConfig] | None = None,
+              hedged: bool = False) -> int:
+    """How many configs `k` asks for: an int count >= 1, a float fraction in (0, 1], or "auto".
+
+    A fraction keeps max(1, int(num_candidates * k)), as Triton's `top_k` does. "auto" asks
+    `model.auto_topk` given its predictions for the candidates (1..cap); a model without a measure of
+    its uncertainty gets min(AUTO_FALLBACK, cap), and a `hedged` problem (outside the model's
+    training data) the cap.
+
+    Raises:
+        ConfigError: for anything else (bool, zero, negative, NaN, a float above 1, another string,
+            "auto" without a model and its predictions).
     """
     if isinstance(k, str) and k == AUTO:
         if model is None or predicted_ms is None:
             raise ConfigError("k='auto' needs the model and its predictions for the candidates")
-        if hedge_reason(model, problem):
+        if hedged:
             return cap
         auto = model.auto_topk(np.asarray(predicted_ms), cap, problem, configs) if len(predicted_ms) else 1
         return int(auto) if auto is not None else min(AUTO_FALLBACK, cap)
@@ -89,111 +195,39 @@ def resolve_k(k: int | float | str, num_candidates: int, *, model: PerformanceMo
 
 
 def rank(problem: Problem, configs: Sequence[GemmConfig], model: PerformanceModel) -> list[Choice]:
-    """All of `configs`, fastest predicted first; ties keep input order.
-
-    Raises:
-        UnsupportedProblemError: if `model` cannot score `problem`.
-        ModelError: if the model returns malformed predictions.
-    """
+    """All of `configs`, fastest predicted first; ties keep input order (for evaluation)."""
     scores = _scores(problem, configs, model)
-    order = np.argsort(scores, kind="stable")
-    return [Choice(configs[i], float(scores[i]), model.name) for i in order]
+    return [Choice(configs[i], float(scores[i]), model.name) for i in np.argsort(scores, kind="stable")]
 
 
-#: How many Ms represent a range when no buckets are given: enough to see a tile-size change
-#: across a 16x range (one point per factor of two), few enough to keep selection cheap.
-SPREAD_POINTS = 5
-#: The default range around a hinted M when nothing says which Ms the program will see.
-DEFAULT_SPREAD_FACTOR = 4
+def _cublas_decision(problem: Problem, model: PerformanceModel, gate: CublasGate | None,
+                     margin: float | None, epilogue: Epilogue, scores: np.ndarray) -> CublasDecision | None:
+    """The gate's prediction where there is a gate, else the model's cuBLAS time over its best Triton
+    time; None when the decision is off or nothing predicts cuBLAS for the problem."""
+    if margin is None:
+        return None
+    aten_ms = model.estimate_aten(problem)
+    if gate is not None:
+        ratio = float(np.exp(gate.predict_log_ratio([problem])[0]))
+        return decide(ratio, "gate", margin, aten_ms, epilogue)
+    if aten_ms is None or not len(scores):
+        return None
+    return decide(aten_ms / float(scores.min()), "model", margin, aten_ms, epilogue)
 
 
-def spread_ms(low: int, high: int, points: int = SPREAD_POINTS) -> tuple[int, ...]:
-    """`points` log-spaced Ms from `low` to `high` inclusive (fewer if the range is narrow).
-
-    Raises:
-        ProblemError: if low < 1 or low > high.
-    """
-    if not (1 <= low <= high):
-        raise ProblemError(f"m range: expected 1 <= low <= high, got {low}..{high}")
-    if low == high or points < 2:
-        return (low,)
-    ratio = (high / low) ** (1 / (points - 1))
-    return tuple(sorted({low, high, *(int(round(low * ratio**i)) for i in range(1, points - 1))}))
-
-
-def default_spread(hint: int) -> tuple[int, ...]:
-    """Ms around a hint when nothing else is known: hint/4 .. hint*4, log-spaced."""
-    return spread_ms(max(1, hint // DEFAULT_SPREAD_FACTOR), hint * DEFAULT_SPREAD_FACTOR)
-
-
-def top_k(problem: Problem, k: int | float | str, lut: ConfigLookup | None = None,
-          model: PerformanceModel | None = None, device: DeviceSpec | str | None = None,
-          candidates: Sequence[GemmConfig] | None = None, ms: Sequence[int] | None = None,
-          auto_cap: int = AUTO_TOPK_CAP) -> list[Choice]:
-    """The configs to benchmark for `problem`: LUT entries, then the model's best, k in all.
-
-    Args:
-        problem: the GEMM to select kernels for.
-        k: a count >= 1, a fraction in (0, 1] of the candidates, or "auto" (`resolve_k`).
-        lut: a lookup table; all of its entries for the problem come first, in LUT order,
-            even when they are more than k or are not among the candidates.
-        model: ranks the candidates; default `load_default(device)`.
-        device: device name or spec; default the model's device, else the local GPU.
-        candidates: configs to rank; default the problem's pruned EXHAUSTIVE space (at the
-            largest of `ms`, whose space holds the blocks the smaller Ms clamp to).
-        ms: rank for these values of M (a dynamic dimension) instead of problem.m alone: by the
-            geometric mean over them of predicted time / best predicted time at that M.
-
-    Returns:
-        Choices without duplicates: LUT entries (source "lut", scored by the model for display)
-        then candidates best first (ascending predicted runtime, or relative runtime over `ms`),
-        ties in candidate order, up to max(k, number of LUT entries). `predicted_ms`: at problem.m.
-
-    Raises:
-        ProblemError, ConfigError, DeviceError, ModelError: on bad arguments, or when no device
-        is given and none can be detected.
-    """
-    if not isinstance(problem, Problem):
-        raise ProblemError(f"problem: expected a kernel_select.Problem, got {type(problem).__name__}")
-    spec, model = _resolve_model(model, device)
-    spread = _checked_ms(ms, problem)
-    if candidates is None:
-        widest = dataclasses.replace(problem, m=max(spread)) if spread else problem
-        candidates = for_problem(widest, spec, "exhaustive")
-
-    pinned = _lut_configs(lut, problem, spec)
-    # One batched call scores candidates and LUT entries: inside torch.compile it is the whole cost.
-    all_scores = _scores(problem, [*candidates, *pinned], model)
-    scores = all_scores[: len(candidates)]
-    count = resolve_k(k, len(candidates), model=model, predicted_ms=scores, cap=auto_cap, problem=problem,
-                      configs=candidates)
-    at_hint = not spread or spread == (problem.m,)
-    order_by = scores if at_hint else _relative_over(problem, spread, candidates, model)
-    chosen = [Choice(config, float(ms), LUT_SOURCE)
-              for config, ms in zip(pinned, all_scores[len(candidates):])]
-    if len(chosen) >= count or not candidates:
-        return chosen
-
-    seen = set(pinned)
-    # Walk the ranking and stop at k: only the taken configs are hashed and wrapped, which
-    # keeps selection over a full exhaustive space near the cost of the model itself.
-    for i in np.argsort(order_by, kind="stable"):
-        config = candidates[i]
-        if config in seen:
-            continue
-        seen.add(config)
-        chosen.append(Choice(config, float(scores[i]), model.name))
-        if len(chosen) == count:
-            break
-    return chosen
+def _pin(lut: ConfigLookup | None, problem: Problem, device: DeviceSpec) -> GemmConfig | str | None:
+    pinned_of = getattr(lut, "pinned", None)  # any ConfigLookup may serve as the LUT
+    pin = pinned_of(problem, device.key) if pinned_of is not None else None
+    if pin is None or pin == ATEN or isinstance(pin, GemmConfig):
+        return pin
+    raise LUTError(f"lut: pinned() for {problem} returned {pin!r}, not 'aten' or a GemmConfig")
 
 
 def _checked_ms(ms: Sequence[int] | None, problem: Problem) -> tuple[int, ...]:
     if ms is None:
         return ()
     values = tuple(ms)
-    if not values or any(isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1
-                         for m in values):
+    if not values or any(isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1 for m in values):
         raise ProblemError(f"ms: expected positive integers (values of M to rank for {problem}), got {ms!r}")
     return tuple(sorted({int(m) for m in values}))
 
@@ -208,42 +242,11 @@ def _relative_over(problem: Problem, ms: tuple[int, ...], candidates: Sequence[G
     return np.exp(log_ratio / len(ms))
 
 
-def _resolve_model(model: PerformanceModel | None,
-                   device: DeviceSpec | str | None) -> tuple[DeviceSpec, PerformanceModel]:
-    if model is None:
-        spec = _resolve_device(device)
-        return spec, load_default(spec)
-    if not isinstance(model, PerformanceModel):
-        raise ModelError(f"model: expected a kernel_select.PerformanceModel, got {type(model).__name__}")
-    if device is None:
-        return model.device, model
-    spec = get_device(device)
-    if spec.key != model.device.key:
-        raise ModelError(f"model: {model.describe()} cannot rank configs for device {spec.key!r}; "
-                         f"load a model for {spec.key!r} or drop the device argument")
-    return spec, model
-
-
-def _resolve_device(device: DeviceSpec | str | None) -> DeviceSpec:
-    if device is not None:
-        return get_device(device)
-    try:
-        detected = runtime.current_device()
-    except (DeviceError, ImportError) as exc:
-        log.debug("device detection failed: %s", exc)
-        detected = None
-    if detected is None:
-        raise DeviceError("device: none given and no CUDA device detected; pass device=\"h100\" "
-                          f"(or another of {', '.join(device_module.KNOWN_DEVICES)})")
-    return detected
-
-
-def _lut_configs(lut: ConfigLookup | None, problem: Problem, spec: DeviceSpec) -> list[GemmConfig]:
+def _lut_configs(lut: ConfigLookup | None, problem: Problem, device: DeviceSpec) -> list[GemmConfig]:
     if lut is None:
         return []
-    entries = lut.lookup(problem, spec.key)
     pinned: dict[GemmConfig, None] = {}
-    for entry in entries or ():
+    for entry in lut.lookup(problem, device.key) or ():
         if not isinstance(entry, GemmConfig):
             raise LUTError(f"lut: lookup for {problem} returned {entry!r}, not a GemmConfig")
         pinned.setdefault(entry, None)
@@ -253,8 +256,4 @@ def _lut_configs(lut: ConfigLookup | None, problem: Problem, spec: DeviceSpec) -
 def _scores(problem: Problem, configs: Sequence[GemmConfig], model: PerformanceModel) -> np.ndarray:
     if not configs:
         return np.zeros(0, dtype=np.float64)
-    scores = np.asarray(model.estimate(problem, configs), dtype=np.float64)
-    if scores.shape != (len(configs),) or not np.all(np.isfinite(scores)) or np.any(scores <= 0):
-        raise ModelError(f"model: {model.describe()} returned malformed runtimes for {problem} "
-                         f"(shape {scores.shape} for {len(configs)} configs, expected finite positive ms)")
-    return scores
+    return model.estimate(problem, configs)  # the model checks its output's contract

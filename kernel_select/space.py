@@ -23,7 +23,7 @@ from typing import Literal
 
 from kernel_select.configs import GemmConfig, torch_minor_version
 from kernel_select.device import DeviceSpec, get_device
-from kernel_select.problem import Problem
+from kernel_select.problem import DTYPE_BYTES, Problem
 
 SearchSpace = Literal["default", "exhaustive"]
 Raw = tuple[int, int, int, int, int, int]  # block_m, block_n, block_k, num_stages, num_warps, group_m
@@ -103,6 +103,40 @@ def shared_memory_bytes(config: GemmConfig | Raw, dtype_bytes: int) -> int:
 
 def fits_shared_memory(config: GemmConfig | Raw, dtype_bytes: int, device: DeviceSpec) -> bool:
     return shared_memory_bytes(config, dtype_bytes) <= device.smem_per_block_optin
+
+
+#: CUDA's limit on threads in one block (all architectures since Fermi).
+MAX_THREADS_PER_BLOCK = 1024
+#: A thread may address at most 255 registers (CUDA's per-thread limit).
+MAX_REGISTERS_PER_THREAD = 255
+
+
+@functools.lru_cache(maxsize=4096)
+def unfit_reason(config: GemmConfig, dtype: str, device: DeviceSpec) -> str | None:
+    """Why `config` cannot run for `dtype` on `device` (the figure and the limit), or None: the one
+    hardware check, for hand-written LUT configs and `@triton.autotune` configs alike. A config such
+    as 1024x1024x1024 s8 w32 is well formed but asks for 33.5 MB of shared memory where an H100
+    block may use 232,448 B; 256x256x32 s4 w4 needs 512 accumulator registers per thread.
+
+    Cached: lookup calls it for every config it returns, inside every GEMM lowering.
+    """
+    smem = shared_memory_bytes(config, DTYPE_BYTES[dtype])
+    if smem > device.smem_per_block_optin:
+        return (f"{config.short()} needs {smem:,} B of shared memory per block for {dtype}; "
+                f"{device.key} allows {device.smem_per_block_optin:,} B")
+    threads = config.num_warps * 32
+    if threads > MAX_THREADS_PER_BLOCK:
+        return f"{config.short()} has {threads} threads per block; CUDA allows {MAX_THREADS_PER_BLOCK}"
+    # The fp32 accumulator tile alone: block_m * block_n registers spread over the block's threads.
+    accumulator = config.block_m * config.block_n
+    if not prune_register_spills([config.key]):
+        return (f"{config.short()} needs {-(-accumulator // threads)} accumulator registers per thread; "
+                f"a thread may use {MAX_REGISTERS_PER_THREAD}")
+    if accumulator > device.registers_per_sm:
+        return (f"{config.short()} needs {accumulator:,} accumulator registers per block; "
+                f"{device.key} has {device.registers_per_sm:,} per SM")
+    return None
+
 
 
 def inductor_configs(problem: Problem, search_space: SearchSpace = "exhaustive",

@@ -1,19 +1,20 @@
 """`prune_configs_by` adapter: let a performance model pick which configs `@triton.autotune` times.
 
     @triton.autotune(configs=CONFIGS, key=["M", "N", "K"],
-                     prune_configs_by=kernel_select.triton_pruner(top_k=4))
+                     prune_configs_by=kernel_select.triton_pruner(gemm_topk=4))
     @triton.jit
     def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, ..., BLOCK_M: tl.constexpr, ...):
         ...
 
-Triton calls `early_config_prune(configs, named_args, **kwargs)` once per new autotuning key.
-We read M, N, K and the dtype, map each triton.Config to a GemmConfig and let
-`kernel_select.select.top_k` choose k of them (lookup-table entries among the configs first, then
-the model's order, in one batched call). Models, LUTs, detected devices and warn-once come from
-`kernel_select.runtime`, shared with the Inductor handler. Configs we cannot map (other
-meta-parameter names, missing BLOCK_K...) are kept after the ranked ones rather than dropped, so a
-pruner can never remove the only config that works.
-Nothing here imports triton: the configs come from the caller.
+Triton calls `early_config_prune(configs, named_args, **kwargs)` once per new autotuning key. We
+read M, N, K and the dtype, map each triton.Config to a GemmConfig, drop those that cannot run on
+the device (`space.unfit_reason`, the check LUT configs pass too), and let `kernel_select.select`
+choose k of the rest: lookup-table entries among them first, then the model's order. There is no
+cuBLAS decision here: the kernel is the user's, with no cuBLAS alternative. Models, LUTs and
+detected devices come from `kernel_select.runtime`, shared with the Inductor handler. Configs we
+cannot map (other meta-parameter names, missing BLOCK_K...) are kept after the ranked ones rather
+than dropped, so a pruner can never remove the only config that works. Nothing here imports triton:
+the configs come from the caller.
 """
 
 from __future__ import annotations
@@ -23,13 +24,14 @@ import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kernel_select import runtime
+from kernel_select import options, runtime, warn
 from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import ConfigError, OptionError
 from kernel_select.model import PerformanceModel
 from kernel_select.problem import Problem, dtype_name
-from kernel_select.select import resolve_k, top_k
+from kernel_select.select import resolve_k, select
+from kernel_select.space import unfit_reason
 
 log = logging.getLogger(__name__)
 
@@ -42,14 +44,15 @@ _NAME_ALIASES = {
 }
 
 
-def triton_pruner(top_k: int | float = 4, m: str = "M", n: str = "N", k: str = "K", dtype: Any = None,
+def triton_pruner(gemm_topk: int | float = 4, m: str = "M", n: str = "N", k: str = "K", dtype: Any = None,
                   model: PerformanceModel | str | None = None, lut: Any = None,
-                  device: DeviceSpec | str | None = None) -> dict[str, Callable[..., list[Any]]]:
-    """A `prune_configs_by` dict whose `early_config_prune` keeps the model's top_k configs.
+                  device: DeviceSpec | str | None = None, **deprecated: Any) -> dict[str, Callable[..., list[Any]]]:
+    """A `prune_configs_by` dict whose `early_config_prune` keeps the model's top configs.
 
     Args:
-        top_k: configs to keep: an int >= 1, or a fraction in (0, 1] of the mappable configs
+        gemm_topk: configs to keep: an int >= 1, or a fraction in (0, 1] of the mappable configs
             (at least one is kept). Lookup-table entries among the configs are always kept.
+            `top_k=` is the deprecated spelling.
         m, n, k: names of the kernel arguments holding M, N and K.
         dtype: input dtype ("bf16", torch.bfloat16, ...); by default the dtype of the first
             tensor argument.
@@ -59,22 +62,26 @@ def triton_pruner(top_k: int | float = 4, m: str = "M", n: str = "N", k: str = "
         device: device name or spec; by default the GPU of the first tensor argument.
 
     Raises:
-        OptionError: for an invalid top_k or argument name (at decoration time, not at launch).
+        OptionError: for an invalid gemm_topk or argument name (at decoration time, not at launch).
     """
-    return {"early_config_prune": ModelPruner(top_k=top_k, m=m, n=n, k=k, dtype=dtype, model=model,
+    renamed = options.canonical_names(deprecated, where="triton_pruner")
+    if set(renamed) - {"gemm_topk"}:
+        raise OptionError(f"triton_pruner: unknown argument(s) {', '.join(sorted(deprecated))}")
+    gemm_topk = renamed.get("gemm_topk", gemm_topk)
+    return {"early_config_prune": ModelPruner(gemm_topk=gemm_topk, m=m, n=n, k=k, dtype=dtype, model=model,
                                               lut=lut, device=device)}
 
 
 class ModelPruner:
     """The `early_config_prune` callable behind triton_pruner (see there)."""
 
-    def __init__(self, *, top_k: int | float, m: str, n: str, k: str, dtype: Any,
+    def __init__(self, *, gemm_topk: int | float, m: str, n: str, k: str, dtype: Any,
                  model: PerformanceModel | str | None, lut: Any, device: DeviceSpec | str | None) -> None:
         try:
-            resolve_k(top_k, 1)
+            resolve_k(gemm_topk, 1)
         except ConfigError as exc:
-            raise OptionError(f"triton_pruner(top_k=...): {exc}") from None
-        self.top_k = top_k
+            raise OptionError(f"triton_pruner(gemm_topk=...): {exc}") from None
+        self.gemm_topk = gemm_topk
         for label, name in (("m", m), ("n", n), ("k", k)):
             if not isinstance(name, str) or not name:
                 raise OptionError(f"triton_pruner({label}=...): expected an argument name, got {name!r}")
@@ -92,7 +99,7 @@ class ModelPruner:
         try:
             return self._prune(configs, {**named_args, **kwargs})
         except Exception as exc:  # noqa: BLE001 -- a pruning problem must not stop the kernel
-            runtime.warn_fallback(exc, log, "benchmarking all Triton configs")
+            warn.warn_fallback(exc, log, "benchmarking all Triton configs")
             return configs
 
     def _prune(self, configs: list[Any], args: dict[str, Any]) -> list[Any]:
@@ -106,16 +113,20 @@ class ModelPruner:
                 mapped.append((config, gemm))
         if not mapped:
             return configs
-        keep = resolve_k(self.top_k, len(mapped))
-        if keep >= len(mapped):
-            return configs
         problem, device = self._problem(args)
-        candidates = list(dict.fromkeys(g for _, g in mapped))
+        # A config that cannot run on the device would only fail to compile: never keep one for speed.
+        runnable = [(config, gemm) for config, gemm in mapped if unfit_reason(gemm, problem.dtype, device) is None]
+        if not runnable:
+            return configs
+        keep = resolve_k(self.gemm_topk, len(runnable))
+        if keep >= len(runnable) and len(runnable) == len(mapped):
+            return configs
+        candidates = list(dict.fromkeys(g for _, g in runnable))
         lut = _Among(self._lut_table(), candidates)
-        chosen = top_k(problem, keep, lut=lut, model=runtime.model(self._model, device), device=device,
-                       candidates=candidates)
+        chosen = select(problem, model=runtime.model(self._model, device), gemm_topk=keep, lut=lut,
+                        candidates=candidates).choices
         position = {choice.config: i for i, choice in enumerate(chosen)}
-        ranked = sorted((pair for pair in mapped if pair[1] in position), key=lambda pair: position[pair[1]])
+        ranked = sorted((pair for pair in runnable if pair[1] in position), key=lambda pair: position[pair[1]])
         kept = [config for config, _ in ranked] + unmapped
         log.debug("kernel_select: %s: benchmarking %d of %d Triton configs", problem, len(kept), len(configs))
         return kept
@@ -148,8 +159,8 @@ class ModelPruner:
 
 
 class _Among:
-    """A LUT seen through the kernel's own configs: a pruner can only keep configs it was given,
-    so LUT entries outside them are left out (select.top_k still puts the rest first)."""
+    """A LUT seen through the kernel's own configs: a pruner can only keep configs it was given, so LUT
+    entries outside them are left out (select() still puts the rest first); a pin is only an entry."""
 
     def __init__(self, lut: Any, candidates: list[GemmConfig]) -> None:
         self.lut, self.candidates = lut, set(candidates)

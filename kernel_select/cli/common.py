@@ -102,27 +102,42 @@ def add_problem_args(parser: argparse.ArgumentParser) -> None:
                         help="device spec: h100, h100-pcie, h200, a100 (default: %(default)s)")
 
 
-def add_k_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-k", dest="top_k", default="4", metavar="COUNT",
-                        help="how many configs: a count (4) or a fraction of the candidates (0.01) "
-                             "(default: %(default)s)")
+class _DeprecatedK(argparse.Action):
+    """`-k COUNT`, the spelling before 1.0: still read, with a warning on stderr."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        print(f"{parser.prog}: warning: -k is deprecated; use --gemm-topk", file=sys.stderr)
+        setattr(namespace, self.dest, values)
 
 
-def parse_k(text: str) -> int | float | str:
-    """-k's value: an int count, a float fraction, or "auto"; `select` checks the range."""
+def add_topk_arg(parser: argparse.ArgumentParser) -> None:
+    """--gemm-topk: the knob's one spelling (-k still works, deprecated)."""
+    parser.add_argument("--gemm-topk", dest="gemm_topk", default="4", metavar="COUNT",
+                        help="how many configs: a count (4), a fraction of the candidates (0.01), DEFAULT "
+                             "(as many as Inductor's own list) or auto (default: %(default)s)")
+    parser.add_argument("-k", dest="gemm_topk", action=_DeprecatedK, help=argparse.SUPPRESS)
+
+
+def parse_topk(text: str) -> int | float | str:
+    """--gemm-topk's value: an int count, a float fraction, "DEFAULT" or "auto"; `select` checks the
+    range."""
     from kernel_select.errors import ConfigError
 
-    if text.strip().lower() == "auto":
+    word = text.strip()
+    if word.lower() == "auto":
         return "auto"
+    if word.upper() == "DEFAULT":
+        return "DEFAULT"
     try:
-        return int(text)
+        return int(word)
     except ValueError:
         pass
     try:
-        return float(text)
+        return float(word)
     except ValueError:
-        raise ConfigError(
-            f"-k: expected a count such as 4, a fraction such as 0.01, or auto, got {text!r}") from None
+        raise ConfigError(f"--gemm-topk: expected a count such as 4, a fraction such as 0.01, DEFAULT or "
+                          f"auto, got {text!r}") from None
 
 
 def require_gpu(command: str) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 
 from kernel_select.cli import compare, compare_models, data, lut, model, select_cmds, serving, space
 from kernel_select.cli.common import OneLineParser, Subparsers
+from kernel_select._version import __version__
 from kernel_select.errors import KernelSelectError
 
 #: Set to 1 to print the traceback behind a one-line error.
@@ -34,6 +35,7 @@ def build_parser() -> OneLineParser:
         prog="kernel-select",
         description="Rank Triton GEMM configs with a performance model and a hand-editable lookup "
                     "table, so max-autotune benchmarks only the top-k.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--debug", action="store_true",
                         help=f"print the traceback behind an error (or set {DEBUG_ENV}=1)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

@@ -1,39 +1,48 @@
-"""`kernel-select topk` and `kernel-select demo`: the configs worth benchmarking, LUT first."""
+"""`kernel-select topk` and `kernel-select demo`: what `select()` decides for a GEMM, printed."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kernel_select.cli.common import Subparsers, add_k_arg, add_problem_args, load_lut_file, parse_k
+from kernel_select.cli.common import Subparsers, add_problem_args, add_topk_arg, load_lut_file, parse_topk
 from kernel_select.layouts import DEFAULT_LAYOUT, LAYOUTS
 
 if TYPE_CHECKING:
+    from kernel_select.model import PerformanceModel
     from kernel_select.problem import Problem
-    from kernel_select.select import Choice
+    from kernel_select.select import Selection
 
 #: The shipped lookup table for the demo, in luts/ (the repository's, or the installed package's copy).
 DEFAULT_DEMO_LUT = "h100_seed.json"
 
 
+def _add_margin_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--gemm-cublas-margin", default=None, metavar="FRACTION",
+                        help="the cuBLAS decision's margin, or off (default: the gemm_cublas_margin knob, "
+                             "0.15 unless set)")
+
+
 def register_topk(sub: Subparsers) -> None:
-    p = sub.add_parser("topk", help="print the k configs worth benchmarking for a problem",
-                       description="Rank the problem's configs with a performance model and print the "
-                                   "top k, lookup-table entries first (always kept, even beyond k).")
+    p = sub.add_parser("topk", help="print the configs worth benchmarking for a problem",
+                       description="What the Inductor handler would offer for one GEMM: a LUT pin, else the "
+                                   "LUT's entries and the model's best (gemm_topk in all), unless the cuBLAS "
+                                   "decision prefers cuBLAS. The decision is for the GEMM alone: inside a "
+                                   "compile a pointwise epilogue can also count.")
     add_problem_args(p)
     p.add_argument("--layout", choices=LAYOUTS, default=DEFAULT_LAYOUT,
-                   help="operand layout, A then B ('t': stored transposed, as W in x @ W.t(); "
-                        "default: %(default)s); -k auto takes its cap for one the model was not trained on")
-    add_k_arg(p)
+                   help="operand layout, A then B ('t': stored transposed, as W in x @ W.t(); default: "
+                        "%(default)s)")
+    p.add_argument("--batch", type=int, default=1, help="batched GEMM (bmm) count (default: %(default)s)")
+    add_topk_arg(p)
+    _add_margin_arg(p)
     p.add_argument("--lut", default=None, metavar="PATH",
-                   help="lookup table JSON whose entries for the problem come first")
+                   help="lookup table JSON whose pin, else entries, for the problem come first")
     p.add_argument("--model", default=None, metavar="NAME",
-                   help="performance model, e.g. analytical or mlp (default: the best shipped for the "
-                        "device: the trained model if there is one, else analytical)")
+                   help="performance model, e.g. analytical (default: the device's trained model)")
     p.add_argument("--search-space", choices=("default", "exhaustive"), default="exhaustive",
                    help="candidate configs to rank (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -43,111 +52,116 @@ def register_topk(sub: Subparsers) -> None:
 def register_demo(sub: Subparsers) -> None:
     p = sub.add_parser("demo", help="top-k configs for the seed problems, forward and backward",
                        description="Print the top-k configs for bf16 n=1280, k=3420 at m = 560, 1024, 2048 "
-                                   "and the two backward GEMMs of each (dX: m x 3420 x 1280, dW: "
-                                   "1280 x 3420 x m), ranked by the best model available, with the "
-                                   "shipped lookup table's entries first.")
+                                   "and the two backward GEMMs of each (dX: m x 3420 x 1280, dW: 1280 x 3420 "
+                                   "x m), ranked by the device's trained model, with the shipped lookup "
+                                   "table's entries first.")
     p.add_argument("--device", default="h100", help="device spec (default: %(default)s)")
-    add_k_arg(p)
+    add_topk_arg(p)
+    _add_margin_arg(p)
     p.add_argument("--lut", default=None, metavar="PATH",
-                   help=f"lookup table JSON (default: the shipped luts/{DEFAULT_DEMO_LUT}; "
-                        "the demo runs without it when it is absent)")
+                   help=f"lookup table JSON (default: the shipped luts/{DEFAULT_DEMO_LUT}; the demo runs "
+                        "without it when it is absent)")
     p.set_defaults(handler=run_demo)
 
 
 def run_topk(args: argparse.Namespace) -> int:
-    from kernel_select.knobs import AUTO
-    from kernel_select.model import get_model, load_default
-    from kernel_select.model.auto_topk import hedge_reason
     from kernel_select.problem import Problem
-    from kernel_select.select import top_k
     from kernel_select.space import for_problem
 
-    problem = Problem(args.m, args.n, args.k, args.dtype, layout=args.layout)
-    k = parse_k(args.top_k)
-    model = get_model(args.model, args.device) if args.model else load_default(args.device)
+    op = "bmm" if args.batch != 1 else "mm"
+    problem = Problem(args.m, args.n, args.k, args.dtype, batch=args.batch, op=op, layout=args.layout)
+    model = _model(args.model, args.device)
     lut = load_lut_file(args.lut) if args.lut else None
     candidates = for_problem(problem, model.device, args.search_space)
-    choices = top_k(problem, k, lut=lut, model=model, candidates=candidates)
-    decision = _gate_decision(problem, model)
-    hedged = hedge_reason(model, problem) if k == AUTO else ""
+    selection = _select(problem, model, args, lut, candidates)
     if args.json:
-        print(json.dumps(_topk_payload(args, problem, model, len(candidates), choices, decision)))
+        print(json.dumps(_payload(args, model, selection)))
         return 0
-    print(f"{problem} on {model.device.key}: {len(choices)} of {len(candidates)} {args.search_space} configs")
+    print(f"{problem} on {model.device.key}: {len(selection.choices)} of {len(candidates)} "
+          f"{args.search_space} configs")
     print(f"ranked by: {model.describe()}")
-    if hedged:
-        print(f"-k auto took its cap: {hedged}")
-    _print_choices(choices)
-    _print_cublas(model, problem, decision)
+    _print_selection(model, selection)
     return 0
 
 
-def _topk_payload(args: argparse.Namespace, problem: Problem, model: Any, candidates: int,
-                  choices: Sequence[Choice], decision: Any) -> dict[str, Any]:
-    return {
-        "problem": {"m": problem.m, "n": problem.n, "k": problem.k, "dtype": problem.dtype,
-                    "op": problem.op, "layout": problem.layout},
-        "device": model.device.key, "model": model.name, "model_description": model.describe(),
-        "lut": args.lut, "search_space": args.search_space, "candidates": candidates,
-        "choices": [{"rank": rank, "config": choice.config.model_dump(),
-                     "predicted_ms": choice.predicted_ms, "source": choice.source}
-                    for rank, choice in enumerate(choices, 1)],
-        "predicted_cublas_ms": model.estimate_aten(problem),
-        "cublas_gate": None if decision is None else {
-            "predicted_cublas_over_triton": decision.predicted_ratio, "margin": decision.margin,
-            "small_gemm": decision.small, "skips_triton": decision.prefers_cublas},
-    }
-
-
-def _gate_decision(problem: Problem, model: Any) -> Any:
-    """The shipped cuBLAS gate's verdict at the configured margin; None when there is no gate or
-    the gate is off (kernel_select.knobs.cublas_margin / TORCHINDUCTOR_GEMM_CUBLAS_MARGIN)."""
-    from kernel_select import knobs
-    from kernel_select.model.gate import load_default_gate
-
-    if knobs.cublas_margin is None:
-        return None
-    gate = load_default_gate(model.device)
-    if gate is None:
-        return None
-    return gate.decide(problem, knobs.cublas_margin, model.estimate_aten(problem))
-
-
 def run_demo(args: argparse.Namespace) -> int:
-    from kernel_select.model import load_default
-    from kernel_select.select import top_k
+    from kernel_select.resources import shipped_lut
     from kernel_select.space import for_problem
 
-    k = parse_k(args.top_k)
-    model = load_default(args.device)
-    from kernel_select.resources import shipped_lut
-
+    model = _model(None, args.device)
     lut_path = Path(args.lut) if args.lut else shipped_lut(DEFAULT_DEMO_LUT)
     # An explicit --lut must exist; the shipped default is optional.
     lut = load_lut_file(str(lut_path)) if args.lut or lut_path.is_file() else None
-
-    key = model.device.key
-    fallback = "" if model.name != "analytical" else f"; no trained model for {key} was found"
-    print(f"kernel-select demo: top {args.top_k} Triton mm configs for the seed problems on {key}")
-    print(f"ranked by: {model.describe()}{fallback}")
+    print(f"kernel-select demo: top {args.gemm_topk} Triton mm configs for the seed problems on {model.device.key}")
+    print(f"ranked by: {model.describe()}")
     shown = os.path.relpath(lut_path) if lut_path.is_relative_to(Path.cwd()) else str(lut_path)
     print(f"lookup table: {shown}" if lut is not None else f"lookup table: no LUT ({shown} not found)")
     for label, problem in _seed_problems():
         candidates = for_problem(problem, model.device, "exhaustive")
-        choices = top_k(problem, k, lut=lut, model=model, candidates=candidates)
         print(f"\n{label:<14} {problem}  ({len(candidates)} candidates)")
-        _print_choices(choices)
-        _print_cublas(model, problem, _gate_decision(problem, model))
+        _print_selection(model, _select(problem, model, args, lut, candidates))
     return 0
 
 
-def _print_cublas(model: Any, problem: Problem, decision: Any) -> None:
-    """The model's own cuBLAS prediction (where it has one) and the gate's verdict."""
-    aten_ms = model.estimate_aten(problem)
+def _model(name: str | None, device: str) -> PerformanceModel:
+    from kernel_select import runtime
+    from kernel_select.device import get_device
+
+    return runtime.model(name, get_device(device))
+
+
+def _select(problem: Problem, model: PerformanceModel, args: argparse.Namespace, lut: Any,
+            candidates: list[Any]) -> Selection:
+    """The handler's decision for `problem`, with the gate the handler would load."""
+    from kernel_select import knobs, options, runtime
+    from kernel_select.select import select
+
+    raw = args.gemm_cublas_margin if args.gemm_cublas_margin is not None else knobs.gemm_cublas_margin
+    margin = options.parse_cublas_margin(raw, source="--gemm-cublas-margin")
+    gate = runtime.gate(model.device) if margin is not None else None
+    return select(problem, model=model, gemm_topk=parse_topk(args.gemm_topk), lut=lut, gate=gate,
+                  cublas_margin=margin, candidates=candidates)
+
+
+def _payload(args: argparse.Namespace, model: PerformanceModel, selection: Selection) -> dict[str, Any]:
+    problem, cublas = selection.problem, selection.cublas
+    pinned = selection.pinned
+    return {
+        "problem": {"m": problem.m, "n": problem.n, "k": problem.k, "dtype": problem.dtype, "batch": problem.batch,
+                    "op": problem.op, "layout": problem.layout},
+        "device": model.device.key, "model": model.name, "model_description": model.describe(),
+        "lut": args.lut, "search_space": args.search_space, "candidates": selection.candidates,
+        "pinned": None if pinned is None else (pinned if isinstance(pinned, str) else pinned.model_dump()),
+        "choices": [{"rank": rank, "config": choice.config.model_dump(), "predicted_ms": choice.predicted_ms,
+                     "source": choice.source} for rank, choice in enumerate(selection.choices, 1)],
+        "predicted_cublas_ms": model.estimate_aten(problem),
+        "cublas_decision": None if cublas is None else {
+            "source": cublas.source, "predicted_cublas_over_triton": cublas.predicted_ratio,
+            "margin": cublas.margin, "small_gemm": cublas.small, "skips_triton": cublas.prefers_cublas},
+        "hedged": selection.hedged,
+    }
+
+
+def _print_selection(model: PerformanceModel, selection: Selection) -> None:
+    """The choices, the model's cuBLAS time and the cuBLAS decision, or the pin."""
+    if selection.pinned is not None:
+        pin = selection.pinned
+        what = "ATen (cuBLAS)" if isinstance(pin, str) else pin.short()
+        print(f"pinned by the lookup table to {what}: a compile uses it alone and benchmarks nothing")
+        return
+    if selection.hedged:
+        print(f"--gemm-topk auto took its cap: {selection.hedged}")
+    if selection.choices:
+        print(f"  {'rank':>4}  {'config':<22} {'predicted ms':>12}  source")
+        for rank, choice in enumerate(selection.choices, 1):
+            print(f"  {rank:>4}  {choice.config.short():<22} {choice.predicted_ms:>12.4f}  {choice.source}")
+    aten_ms = model.estimate_aten(selection.problem)
     if aten_ms is not None:
         print(f"cuBLAS (ATen mm) predicted by the model: {aten_ms:.4f} ms")
-    if decision is not None:
-        print(decision.describe())
+    if selection.cublas is not None:
+        print(selection.cublas.describe())
+        if selection.skips_triton:
+            print("(--gemm-cublas-margin off shows the model's top configs)")
 
 
 def _seed_problems() -> list[tuple[str, Problem]]:
@@ -160,9 +174,3 @@ def _seed_problems() -> list[tuple[str, Problem]]:
         problems.append((f"m={m} dX", Problem(m, 3420, 1280, "bfloat16")))
         problems.append((f"m={m} dW", Problem(1280, 3420, m, "bfloat16")))
     return problems
-
-
-def _print_choices(choices: Sequence[Choice]) -> None:
-    print(f"  {'rank':>4}  {'config':<22} {'predicted ms':>12}  source")
-    for rank, choice in enumerate(choices, 1):
-        print(f"  {rank:>4}  {choice.config.short():<22} {choice.predicted_ms:>12.4f}  {choice.source}")

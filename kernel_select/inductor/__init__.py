@@ -2,23 +2,24 @@
 
     import kernel_select.inductor as ks_inductor
 
-    ks_inductor.install(topk=4, kernel_lut_path="luts/h100.json", precompile_in_process=True)
+    ks_inductor.install(gemm_topk=4, gemm_precompile_in_process=True)
     model = torch.compile(model, options=ks_inductor.gemm_autotune_options())
 
-choices   the handler that replaces Triton GEMM candidates, and its cache-key uuid
-settings  knob precedence and the `gemm_topk` / `kernel_lut_path` torch.compile options
+choices   the handler: translate Inductor's inputs, select(), translate back, fall back
+inputs    what Inductor hands the handler, as a Problem, its Epilogue and the Ms of a symbolic M
+candidates  what the handler hands back: KernelTemplateChoices, pins, bias_addmm
+pointwise_epilogue  whether a GEMM feeds an epilogue cuBLAS would leave unfused
+cache_key   what the handler's uuid (Inductor's cache key) is made of
+settings  knob precedence, and the knobs as torch.compile options
 install   the picklable factory, install / uninstall / enabled
 precompile  precompile_in_process: autotuned Triton choices precompiled in this process
 modes     torch.compile options: max-autotune's, and GEMM-only autotuning (recommended for models)
 probe     experiment helpers (offline compare and fidelity): autotuning records
 eager_parity  config patches that keep GEMVs on cuBLAS as eager does
-dynamic   which Ms a symbolic M is ranked for; multi-kernel hints
-pinning   pinned LUT entries: exactly one choice, nothing benchmarked
-candidates  KernelTemplateChoices built from our configs
 record    record(): a LUT from Inductor's own autotuning (feedback saver, caches off)
 """
 
-from kernel_select.inductor.choices import KernelSelectChoices, Selection
+from kernel_select.inductor.choices import KernelSelectChoices
 from kernel_select.inductor.eager_parity import eager_parity_patches
 from kernel_select.inductor.install import ChoicesFactory, enabled, install, uninstall
 from kernel_select.inductor.modes import gemm_autotune_options, max_autotune_options
@@ -26,7 +27,7 @@ from kernel_select.inductor.probe import AutotuneRecord, ChoiceTiming, record_au
 from kernel_select.inductor.record import Recording, record
 from kernel_select.inductor.settings import Settings, register_options, resolve_settings
 
-__all__ = ["AutotuneRecord", "ChoiceTiming", "ChoicesFactory", "KernelSelectChoices", "Selection", "Settings",
+__all__ = ["AutotuneRecord", "ChoiceTiming", "ChoicesFactory", "KernelSelectChoices", "Settings",
            "Recording", "eager_parity_patches", "enabled", "gemm_autotune_options", "install",
            "max_autotune_options", "record", "record_autotuning", "register_options", "resolve_settings",
            "uninstall"]

@@ -7,9 +7,27 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from kernel_select import runtime
+from kernel_select import options, runtime
+from kernel_select._version import __version__
 from kernel_select.device import DeviceSpec, get_device
+from kernel_select.inductor.settings import Settings
 from kernel_select.model import PerformanceModel
+from kernel_select.model.cublas import RULE
+
+
+def parts(settings: Settings, inner: Any) -> list[str]:
+    """What the handler's selection depends on, one line each."""
+    out = [f"version={package_version()}", f"gemm_topk={settings.gemm_topk}", f"inner={inner_id(inner)}",
+           f"gemm_dynamic_m={settings.gemm_dynamic_m}"]
+    if settings.gemm_topk == options.AUTO:
+        out.append(f"gemm_auto_topk_cap={settings.gemm_auto_topk_cap}")
+    if settings.gemm_topk != options.SAME:
+        device = device_or_none(settings.gemm_device)
+        out.append(f"device={device.key if device else 'none'}")
+        out.append(f"lut={runtime.lut_fingerprint(settings.kernel_lut_path)}")
+        out.append(f"model={model_fingerprint(settings.gemm_model, device)}")
+        out.append(f"cublas_gate={gate_fingerprint(settings.gemm_cublas_margin, device)}")
+    return out
 
 
 def inner_id(inner: Any) -> str:
@@ -25,9 +43,7 @@ def hash_parts(parts: list[str]) -> str:
 
 
 def package_version() -> str:
-    import kernel_select
-
-    return kernel_select.__version__
+    return __version__
 
 
 def device_or_none(name: str | None) -> DeviceSpec | None:
@@ -44,8 +60,6 @@ def gate_fingerprint(margin: float | None, device: DeviceSpec | None) -> str:
         gate = runtime.gate(device) if device is not None else None
     except Exception as exc:  # noqa: BLE001 -- a broken gate file must not break cache keys
         return f"{margin}:unloadable:{type(exc).__name__}"
-    from kernel_select.model.gate import RULE  # the decision's rule is part of the key
-
     return f"{margin}:{RULE}:{gate.digest() if gate is not None else 'none'}"
 
 

@@ -18,12 +18,11 @@ from torch._inductor import config as inductor_config
 from torch._inductor.choices import InductorChoices
 from torch._inductor.virtualized import V
 
-from kernel_select import knobs, runtime
+from kernel_select import warn
 from kernel_select.errors import OptionError
 from kernel_select.inductor import precompile
 from kernel_select.inductor.choices import KernelSelectChoices
-from kernel_select.inductor.settings import (register_options, resolve_precompile_in_process,
-                                             validated_overrides)
+from kernel_select.inductor.settings import register_options, resolve_settings, validated_overrides
 from kernel_select.model import PerformanceModel
 
 log = logging.getLogger(__name__)
@@ -45,11 +44,13 @@ class ChoicesFactory:
     """
 
     def __init__(self, *, wraps: Callable[[], InductorChoices] | None = None, **overrides: Any) -> None:
-        if isinstance(overrides.get("model"), PerformanceModel):
-            raise OptionError("install(model=...): pass a registered model name; an instance "
+        overrides = validated_overrides(overrides, where="install")
+        if isinstance(overrides.get("gemm_model"), PerformanceModel):
+            raise OptionError("install(gemm_model=...): pass a registered model name; an instance "
                               "cannot be pickled into Inductor's cache key (for an instance use "
-                              "V.set_choices_handler(KernelSelectChoices(model=...)))")
-        self.overrides = dict(sorted(validated_overrides(**overrides).items()))
+                              "V.set_choices_handler(KernelSelectChoices(gemm_model=...)))")
+        # The precompile knob changes how choices are compiled, never which: not the handler's.
+        self.overrides = dict(sorted((k, v) for k, v in overrides.items() if k != "gemm_precompile_in_process"))
         # Wrapping our own factory would stack two selections; wrap what it wraps instead.
         self.wraps = wraps.wraps if isinstance(wraps, ChoicesFactory) else wraps
 
@@ -89,7 +90,7 @@ class _Installed:
     handler: KernelSelectChoices
     previous_class: Any
     handler_scope: contextlib.AbstractContextManager[None]
-    precompile_in_process: bool | None = None  # install()'s argument; None = the knob
+    overrides: dict[str, Any] = dataclasses.field(default_factory=dict)  # install()'s knobs, validated
     precompile_held: bool = False  # whether this install() holds the make_precompile_fn wrapper
 
 
@@ -115,43 +116,42 @@ def _handler_to_wrap(factory: ChoicesFactory) -> InductorChoices | None:
     return current
 
 
-def install(*, topk: int | str | None = None, kernel_lut_path: str | None = None, model: str | None = None,
-            device: str | None = None, cublas_margin: float | str | None = None,
-            dynamic_m: str | list[int] | None = None,
-            precompile_in_process: bool | str | None = None) -> KernelSelectChoices:
+def install(**knobs: Any) -> KernelSelectChoices:
     """Make torch.compile's max-autotune benchmark only the top-k Triton GEMM configs.
 
-    Arguments override the kernel_select.knobs knobs (None = use the knob). Call it in the
-    thread that compiles: the handler is per thread, and so are Inductor's config overrides on
-    torch 2.13. A choices handler already in place is wrapped, not dropped (one INFO line says
-    which). Undo with uninstall(). Also registers the `kernel_lut_path` / `gemm_topk` /
-    `gemm_dynamic_m` / `gemm_precompile_in_process` torch.compile options (see register_options).
-    `precompile_in_process` (None = the knob) precompiles this thread's autotuned Triton choices
-    in process, so benchmarking does not compile them again (see kernel_select.inductor.precompile).
-    Returns the installed handler.
+    Keyword arguments are knobs (kernel_select.options: gemm_topk, kernel_lut_path, gemm_cublas_margin,
+    gemm_dynamic_m, gemm_precompile_in_process, gemm_auto_topk_cap, gemm_model, gemm_device) and
+    override kernel_select.knobs for this handler; None = use the knob, and a torch.compile option of
+    the same name overrides them per compile. Call it in the thread that compiles: the handler is per
+    thread, and so are Inductor's config overrides on torch 2.13. A choices handler already in place
+    is wrapped, not dropped (one INFO line says which). Undo with uninstall(). Also registers the knobs
+    as torch.compile options (see register_options). `gemm_precompile_in_process` precompiles this
+    thread's autotuned Triton choices in process, so benchmarking does not compile them again
+    (kernel_select.inductor.precompile). Returns the installed handler.
+
+    Raises:
+        OptionError: an unknown knob, or a value it does not accept.
     """
-    precompile_override = None if precompile_in_process is None else knobs.parse_precompile_in_process(
-        precompile_in_process, source="install(precompile_in_process=...)")
+    overrides = validated_overrides(knobs, where="install")
     previous_class = inductor_config.inductor_choices_class
-    factory = ChoicesFactory(wraps=previous_class, topk=topk, kernel_lut_path=kernel_lut_path, model=model,
-                             device=device, cublas_margin=cublas_margin, dynamic_m=dynamic_m)
+    factory = ChoicesFactory(wraps=previous_class, **overrides)
     handler = KernelSelectChoices(**factory.overrides, inner=_handler_to_wrap(factory))
     try:
         handler.preload()
     except Exception as exc:  # noqa: BLE001 -- the compile will fall back with the same warning
-        runtime.warn_fallback(exc, log, _CONSEQUENCE)
+        warn.warn_fallback(exc, log, _CONSEQUENCE)
     register_options()
-    # Both are needed. V.choices caches the first handler it creates in a thread-local, so once
-    # this thread has compiled anything, changing inductor_choices_class alone has no effect here:
+    # Both are needed. V.choices caches the first handler it creates in a thread-local, so once this
+    # thread has compiled anything, changing inductor_choices_class alone has no effect here:
     # set_choices_handler replaces the cached one. inductor_choices_class, unlike a thread-local
-    # handler, is part of Inductor's FX-graph cache key, so graphs cached with other knobs (or
-    # without kernel_select) are not reused; where Inductor's config is process-wide it is also
-    # what threads that have not compiled yet start with.
+    # handler, is part of Inductor's FX-graph cache key, so graphs cached with other knobs (or without
+    # kernel_select) are not reused; where Inductor's config is process-wide it is also what threads
+    # that have not compiled yet start with.
     handler_scope = V.set_choices_handler(handler)
     handler_scope.__enter__()
     inductor_config.inductor_choices_class = factory
-    _install_stack().append(_Installed(handler, previous_class, handler_scope, precompile_override,
-                                       _hold_precompile(precompile_override)))
+    _install_stack().append(_Installed(handler, previous_class, handler_scope, overrides,
+                                       _hold_precompile(overrides)))
     if handler.inner is not None:
         log.info("kernel_select: installed %r, wrapping the choices handler already in place (%s)",
                  handler, type(handler.inner).__qualname__)
@@ -164,7 +164,7 @@ def uninstall() -> bool:
     """Undo the latest install() of this thread, restoring the handler it wrapped. Returns False
     if there was none.
 
-    The `kernel_lut_path` / `gemm_topk` options stay registered (inert without the handler):
+    The torch.compile options stay registered (inert without the handler):
     removing config entries could break Inductor's per-thread config caches elsewhere.
     """
     stack = _install_stack()
@@ -183,10 +183,10 @@ def _precompile_wanted() -> bool:
     """Whether this thread's latest install() wants Triton choices precompiled in process. The
     make_precompile_fn wrapper asks at every call, so a per-compile torch option counts too."""
     stack = _install_stack()
-    return bool(stack) and resolve_precompile_in_process(stack[-1].precompile_in_process)
+    return bool(stack) and resolve_settings(stack[-1].overrides).gemm_precompile_in_process
 
 
-def _hold_precompile(override: bool | None) -> bool:
+def _hold_precompile(overrides: dict[str, Any]) -> bool:
     """Put the precompile_in_process wrapper in force for as long as this install() lasts.
 
     From install() rather than from the handler's hook on purpose: the hook returns its
@@ -199,7 +199,7 @@ def _hold_precompile(override: bool | None) -> bool:
     if precompile.hold(_precompile_wanted):
         return True
     problem = precompile.torch_shape_problem() or "the wrapper could not be installed"
-    if resolve_precompile_in_process(override):
+    if resolve_settings(overrides).gemm_precompile_in_process:
         precompile.warn_once(problem)
     else:  # nobody asked for it (yet): not worth a warning
         log.debug("kernel_select: precompile_in_process unavailable: %s", problem)
@@ -207,14 +207,9 @@ def _hold_precompile(override: bool | None) -> bool:
 
 
 @contextlib.contextmanager
-def enabled(*, topk: int | str | None = None, kernel_lut_path: str | None = None, model: str | None = None,
-            device: str | None = None, cublas_margin: float | str | None = None,
-            dynamic_m: str | list[int] | None = None,
-            precompile_in_process: bool | str | None = None) -> Iterator[KernelSelectChoices]:
-    """install() for the duration of a with-block, then uninstall()."""
-    handler = install(topk=topk, kernel_lut_path=kernel_lut_path, model=model, device=device,
-                      cublas_margin=cublas_margin, dynamic_m=dynamic_m,
-                      precompile_in_process=precompile_in_process)
+def enabled(**knobs: Any) -> Iterator[KernelSelectChoices]:
+    """install(**knobs) for the duration of a with-block, then uninstall()."""
+    handler = install(**knobs)
     try:
         yield handler
     finally:

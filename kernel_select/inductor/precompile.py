@@ -31,6 +31,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from kernel_select import warn
+
 log = logging.getLogger(__name__)
 
 _CONSEQUENCE = "Triton choices are precompiled as torch does it (in the worker pool once it is up)"
@@ -43,7 +45,6 @@ _thread = threading.local()  # .depth: make_precompile_fn calls of this thread u
 class _State:
     holders: tuple[Callable[[], bool], ...] = ()  # replaced, never mutated: read without the lock
     gate_users = 0  # make_precompile_fn calls, in any thread, under the gate right now
-    warned = False
 
 
 _state = _State()
@@ -70,11 +71,8 @@ def torch_shape_problem() -> str | None:
 
 def warn_once(reason: str) -> None:
     """One warning per process: a compile goes on without the patch either way."""
-    with _lock:
-        if _state.warned:
-            return
-        _state.warned = True
-    log.warning("kernel_select: precompile_in_process is on, but %s; %s", reason, _CONSEQUENCE)
+    warn.warn_once("precompile_in_process unavailable", log,
+                   "kernel_select: gemm_precompile_in_process is on, but %s; %s", reason, _CONSEQUENCE)
 
 
 @contextlib.contextmanager

@@ -28,7 +28,7 @@ from typing import Any
 from kernel_select import runtime
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import DeviceError
-from kernel_select.inductor import operand_layout
+from kernel_select.inductor import inputs
 from kernel_select.inductor.probe import ChoiceTiming, choice_timing, feedback_saver
 from kernel_select.layouts import DEFAULT_LAYOUT
 from kernel_select.lut import ATEN, BatchedLUTEntry, KernelLUT, LUTEntry, LUTRow, MRange, load_lut, save_lut
@@ -117,7 +117,7 @@ def feedback_of(name: str, input_nodes: Sequence[Any], timings: dict[Any, float]
     hint = [int(sizevars.size_hint(s)) for s in sizes1]
     n = int(sizevars.size_hint(sizes2[-1]))
     batch = hint[0] if name in ("bmm", "baddbmm") and len(hint) == 3 else 1
-    layout = operand_layout.proven_layout(mat1, mat2)
+    layout = inputs.proven_layout(mat1, mat2)
     problem = Problem(hint[-2], n, hint[-1], dtype_name(mat1.get_dtype()), batch=batch, op=name,
                       layout=layout or DEFAULT_LAYOUT)
     m_range = _declared(sizes1[-2])
@@ -126,13 +126,11 @@ def feedback_of(name: str, input_nodes: Sequence[Any], timings: dict[Any, float]
 
 
 def _declared(m_expr: Any) -> tuple[int, int] | None:
-    from kernel_select.inductor import dynamic
-
-    return dynamic.declared_range(m_expr) if dynamic.symbolic_m(_Sizes(m_expr)) is not None else None
+    return inputs.declared_range(m_expr) if inputs.symbolic_m(_Sizes(m_expr)) is not None else None
 
 
 class _Sizes:
-    """Adapts one size expression to what `dynamic.symbolic_m` reads."""
+    """Adapts one size expression to what `inputs.symbolic_m` reads."""
 
     def __init__(self, m: Any) -> None:
         self._m = m

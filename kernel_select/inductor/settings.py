@@ -1,7 +1,7 @@
 """Which knobs are in effect for one selection, and the torch.compile options kernel_select adds.
 
 Precedence, highest first: torch.compile options / torch._inductor.config (per compile), then
-install() or handler arguments, then kernel_select.knobs (patch > environment > default).
+install() or handler arguments, then kernel_select.knobs (set > environment > default).
 """
 
 from __future__ import annotations
@@ -15,55 +15,42 @@ from typing import Any
 
 from torch._inductor import config as inductor_config
 
-from kernel_select import knobs
+from kernel_select import knobs, options
 from kernel_select.model import PerformanceModel
 
 log = logging.getLogger(__name__)
 
-#: Names of the options `register_options()` adds to torch._inductor.config.
-OPTION_KERNEL_LUT_PATH = "kernel_lut_path"
-OPTION_GEMM_TOPK = "gemm_topk"
-OPTION_GEMM_DYNAMIC_M = "gemm_dynamic_m"
-OPTION_GEMM_PRECOMPILE_IN_PROCESS = "gemm_precompile_in_process"
-OPTION_NAMES = (OPTION_KERNEL_LUT_PATH, OPTION_GEMM_TOPK, OPTION_GEMM_DYNAMIC_M,
-                OPTION_GEMM_PRECOMPILE_IN_PROCESS)
-GATE_OFF = "off"  # install(cublas_margin="off"): the cuBLAS gate is off for this handler
+#: The options `register_options()` adds to torch._inductor.config: every knob, under its own name.
+OPTION_NAMES = tuple(options.KNOBS)
+_OFF = "off"  # an override that turns the cuBLAS decision off (None would read as "not given")
 
 _lock = threading.Lock()
 
+
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    """The knobs in effect for one selection."""
+    """The knobs in effect for one selection (kernel_select.options describes each)."""
 
-    topk: int | str
     kernel_lut_path: str | None
-    model: str | PerformanceModel | None
-    device: str | None
-    cublas_margin: float | None = None  # None: the cuBLAS gate is off
-    dynamic_m: tuple[int, ...] | None = None  # None: derive the Ms a symbolic M is ranked for
-    auto_topk_cap: int = knobs.DEFAULT_AUTO_TOPK_CAP  # topk="auto": the most configs per GEMM
+    gemm_topk: options.TopK
+    gemm_auto_topk_cap: int
+    gemm_cublas_margin: float | None  # None: the cuBLAS decision is off
+    gemm_dynamic_m: tuple[int, ...] | None  # None: derive the Ms a symbolic M is ranked for
+    gemm_precompile_in_process: bool
+    gemm_model: str | PerformanceModel | None
+    gemm_device: str | None
 
 
-def validated_overrides(topk: object = None, kernel_lut_path: object = None, model: object = None,
-                         device: object = None, cublas_margin: object = None,
-                         dynamic_m: object = None) -> dict[str, Any]:
-    """Check install()/constructor arguments; None means "not given, use kernel_select.knobs"
-    (to turn the cuBLAS gate off for one handler, pass cublas_margin="off")."""
+def validated_overrides(arguments: dict[str, Any], *, where: str) -> dict[str, Any]:
+    """install()/handler arguments checked and normalized; None means "not given, use the knob".
+    Deprecated spellings are renamed with a warning; an unknown name is an OptionError."""
     overrides: dict[str, Any] = {}
-    if topk is not None:
-        overrides["topk"] = knobs.parse_topk(topk)
-    if kernel_lut_path is not None:
-        overrides["kernel_lut_path"] = knobs.parse_lut_path(kernel_lut_path)
-    if model is not None:
-        overrides["model"] = model if isinstance(model, PerformanceModel) else knobs.parse_model(model)
-    if device is not None:
-        overrides["device"] = knobs.parse_device(device)
-    if cublas_margin is not None:
-        # "off" stays a string here: None would read as "not given" when the factory re-validates.
-        margin = knobs.parse_cublas_margin(cublas_margin)
-        overrides["cublas_margin"] = GATE_OFF if margin is None else margin
-    if dynamic_m is not None:
-        overrides["dynamic_m"] = knobs.parse_dynamic_m(dynamic_m)
+    for name, value in options.canonical_names(arguments, where=where).items():
+        if name == "gemm_model" and isinstance(value, PerformanceModel):
+            overrides[name] = value
+            continue
+        parsed = options.parse(name, value, source=f"{where}({name}=...)")
+        overrides[name] = _OFF if name == "gemm_cublas_margin" and parsed is None else parsed
     return overrides
 
 
@@ -75,51 +62,32 @@ def _torch_option(name: str) -> Any:
 
 
 def resolve_settings(overrides: dict[str, Any] | None = None) -> Settings:
-    """Effective knobs. Precedence: torch.compile options / torch._inductor.config (per compile),
-    then install() or constructor arguments, then kernel_select.knobs (patch > env > default)."""
+    """Effective knobs. Precedence: torch.compile options / torch._inductor.config (per compile), then
+    install() or constructor arguments, then kernel_select.knobs (set > environment > default).
+
+    Raises:
+        OptionError: a knob or option holds a value it does not accept, naming where it was set.
+    """
     overrides = overrides or {}
-    topk = overrides.get("topk", knobs.topk)
-    lut_path = overrides.get("kernel_lut_path", knobs.kernel_lut_path)
-    option_topk = _torch_option(OPTION_GEMM_TOPK)
-    if option_topk is not None:
-        topk = knobs.parse_topk(option_topk, source=f"torch._inductor.config.{OPTION_GEMM_TOPK}")
-    option_path = _torch_option(OPTION_KERNEL_LUT_PATH)
-    if option_path is not None:
-        lut_path = knobs.parse_lut_path(option_path,
-                                            source=f"torch._inductor.config.{OPTION_KERNEL_LUT_PATH}")
-    dynamic_m = overrides.get("dynamic_m", knobs.dynamic_m)
-    option_m = _torch_option(OPTION_GEMM_DYNAMIC_M)
-    if option_m is not None:
-        dynamic_m = knobs.parse_dynamic_m(option_m, source=f"torch._inductor.config.{OPTION_GEMM_DYNAMIC_M}")
-    return Settings(topk=topk, kernel_lut_path=lut_path,
-                    model=overrides.get("model", knobs.model),
-                    device=overrides.get("device", knobs.device),
-                    cublas_margin=_margin(overrides.get("cublas_margin", knobs.cublas_margin)),
-                    dynamic_m=dynamic_m, auto_topk_cap=knobs.auto_topk_cap)
-
-
-def resolve_precompile_in_process(override: bool | None = None) -> bool:
-    """Whether Triton choices are precompiled in the compiling process right now. Same precedence
-    as resolve_settings: the torch option (per compile), then install()'s argument, then the knob.
-    Not part of Settings: it changes how choices are compiled, never which one is selected."""
-    option = _torch_option(OPTION_GEMM_PRECOMPILE_IN_PROCESS)
-    if option is not None:
-        return knobs.parse_precompile_in_process(
-            option, source=f"torch._inductor.config.{OPTION_GEMM_PRECOMPILE_IN_PROCESS}")
-    return knobs.precompile_in_process if override is None else override
-
-
-def _margin(value: float | str | None) -> float | None:
-    return None if value == GATE_OFF else value  # type: ignore[return-value]
-
+    values: dict[str, Any] = {}
+    for name in OPTION_NAMES:
+        option = _torch_option(name)
+        if option is not None:
+            values[name] = options.parse(name, option, source=f"torch._inductor.config.{name}")
+        elif name in overrides:
+            values[name] = overrides[name]
+        else:
+            values[name] = options.parse(name, getattr(knobs, name), source=f"kernel_select.knobs.{name}")
+    if values["gemm_cublas_margin"] == _OFF:
+        values["gemm_cublas_margin"] = None
+    return Settings(**values)
 
 
 _options_registered: bool | None = None  # None = not tried yet
 
 
 def register_options() -> bool:
-    """Add `kernel_lut_path`, `gemm_topk`, `gemm_dynamic_m` and `gemm_precompile_in_process` to
-    torch._inductor.config (idempotent).
+    """Add every knob (kernel_select.options) to torch._inductor.config under its own name (idempotent).
 
     Afterwards `torch._inductor.config.gemm_topk = 4` and
     `torch.compile(options={"gemm_topk": 4, "kernel_lut_path": ..., "max_autotune": True})` work,
@@ -176,13 +144,13 @@ def _check_options() -> str | None:
             return "the new options do not read back as None"
         if not all(name in inductor_config.get_config_copy() for name in OPTION_NAMES):
             return "get_config_copy() does not list the new options"
-        probe = {OPTION_GEMM_TOPK: 3, OPTION_KERNEL_LUT_PATH: "probe.json", OPTION_GEMM_DYNAMIC_M: "1..2",
-                 OPTION_GEMM_PRECOMPILE_IN_PROCESS: True}
+        probe = {"gemm_topk": 3, "kernel_lut_path": "probe.json", "gemm_dynamic_m": "1..2",
+                 "gemm_precompile_in_process": True}
         with inductor_config.patch(probe):
             saved = pickle.loads(inductor_config.save_config())
             if any(saved.get(name) != value for name, value in probe.items()):
                 return "save_config() does not carry the new options"
-        if getattr(inductor_config, OPTION_GEMM_TOPK) is not None:
+        if getattr(inductor_config, "gemm_topk") is not None:
             return "config.patch() does not restore the new options"
     except Exception as exc:  # noqa: BLE001
         return f"{type(exc).__name__}: {exc}"

@@ -1,104 +1,114 @@
-"""The one feature function shared by training and inference.
+"""The MLP's features: one row per (problem, config) pair, shared by training and inference.
 
-A feature row describes one (problem, config) pair. Training featurizes hundreds of thousands of
-dataset rows at once (`featurize_frame`); inference featurizes the ~1400 configs of one problem
-(`featurize`). Both go through `feature_columns`, so the two can never drift apart.
+Inference featurizes the ~1,400 configs of one problem (`featurize`); training featurizes hundreds
+of thousands of dataset rows at once (kernel_select.offline.training.features). Both call
+`feature_columns`, so the two can never drift apart.
 
-Positive magnitudes enter as natural logs: runtimes are multiplicative in sizes and tile counts,
-and the model predicts log runtime. Ratios in (0, 1] (padding efficiency, fill of the last wave,
-shared-memory use) and flags enter as they are.
+Positive magnitudes enter as natural logs: runtimes are multiplicative in sizes and tile counts, and
+the model predicts log runtime. Ratios in (0, 1] (padding efficiency, fill of the last wave, shared
+memory use) and flags enter as they are. The groups, in column order:
 
-Bump FEATURE_VERSION whenever a feature's definition, order or the device figures it reads change:
-a model card records the version it was trained with, and loading refuses a mismatch.
+  sizes       the fast_autotune MLP's 12 log features (pytorch/pytorch#156851): problem and tile
+  geometry    how the output tiles fill the machine: CTAs, waves, residency
+  padding     work wasted rounding the problem up to whole tiles
+  K loop      iterations, EVEN_K, alignment of each dimension in elements
+  resources   shared memory, accumulator registers, tile intensity, the swizzle group
+  roofline    compute and memory times of the padded problem and of the traffic tiling implies
+  alignment   in bytes: whether 16-byte vector loads are possible, and what that does to the
+              pipeline (unaligned problems favour one stage)
+  loads       memory instructions a thread issues per K step, per operand (vector width from the
+              row stride's alignment)
+  layout      the operand layout: which dimension is each operand's contiguous one, its alignment,
+              and whether Inductor's max_contiguous hint applies (M >= BLOCK_M, N >= BLOCK_N)
+  batch       (version 5) a batched GEMM is `batch` times the CTAs of one GEMM: the geometry and
+              roofline terms count all of them, and log_batch says how many
+
+Feature versions: 4 is every group but batch; 5 adds batch. A card names the version its network
+was trained with and loading refuses a mismatch, so bump the version whenever a definition, the
+order or a device figure read here changes. For batch = 1 the first 59 columns of version 5 equal
+version 4's exactly.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from kernel_select.configs import GemmConfig
-from kernel_select.device import DeviceSpec, get_device
+from kernel_select.device import DeviceSpec
+from kernel_select.layouts import a_transposed, b_transposed
 from kernel_select.model.config_columns import ConfigColumns
-from kernel_select.problem import DTYPE_BYTES, dtype_name
+from kernel_select.problem import Problem
 
-if TYPE_CHECKING:
-    import pandas as pd
-
-FEATURE_VERSION = 1
-
-FEATURE_NAMES: tuple[str, ...] = (
-    # the 12 log features of the fast_autotune MLP (pytorch/pytorch#156851)
+V4_NAMES: tuple[str, ...] = (
+    # sizes
     "log_dtype_bytes", "log_m", "log_n", "log_k", "log_total_gb", "log_total_gflop",
-    "log_flops_per_byte", "log_block_k", "log_block_m", "log_block_n", "log_num_stages",
-    "log_num_warps",
-    # launch geometry: how the output tiles fill the machine
+    "log_flops_per_byte", "log_block_k", "log_block_m", "log_block_n", "log_num_stages", "log_num_warps",
+    # geometry
     "log_ctas", "log_waves", "last_wave_fill", "log_occupancy_waves", "log_ctas_per_sm",
-    # wasted work from padding the problem up to whole tiles
+    # padding
     "tile_eff_m", "tile_eff_n", "tile_eff_k", "tile_eff",
-    # the K loop
+    # K loop
     "even_k", "log_k_iters", "log2_k_align", "log2_n_align", "log2_m_align",
-    # per-CTA resources
+    # resources
     "smem_fraction", "log_acc_regs_per_thread", "log_tile_intensity", "log_group_m",
-    # roofline of the padded problem, and of the traffic the tiling implies
+    # roofline
     "log_roofline_compute_ms", "log_roofline_memory_ms", "log_tiled_memory_ms",
+    # alignment in bytes
+    "log2_n_align_bytes", "log2_k_align_bytes", "n_vector_aligned", "k_vector_aligned",
+    "unaligned_x_log_stages", "stages_is_1", "log_tiles_per_sm", "log_flop_per_cta_per_byte",
+    "log_k_per_cta_bytes", "log_min_mn",
+    # loads ("nn" reading)
+    "log_a_loads_per_thread_step", "log_b_loads_per_thread_step", "log_loads_per_thread_step",
+    "log_c_stores_per_thread",
+    # layout
+    "a_transposed", "b_transposed", "log2_a_contig_align_bytes", "log2_b_contig_align_bytes",
+    "a_contig_vector_aligned", "b_contig_vector_aligned", "a_offsets_hinted", "b_offsets_hinted",
+    "log_a_layout_loads_per_thread_step", "log_b_layout_loads_per_thread_step",
+    "log_layout_loads_per_thread_step", "layout_unaligned_x_log_stages",
 )
+#: version -> feature names. Only the versions a shipped or calibrated model can carry live here.
+FEATURE_SETS: dict[int, tuple[str, ...]] = {4: V4_NAMES, 5: V4_NAMES + ("log_batch",)}
+#: The version new models are trained with.
+FEATURE_VERSION = 5
 
-_ALIGN_LOG2_CAP = 7  # alignment beyond 128 elements no longer changes how loads vectorize
+ALIGN_LOG2_CAP = 7  # alignment beyond 128 elements no longer changes how loads vectorize
+_ALIGN_BYTES_LOG2_CAP = ALIGN_LOG2_CAP + 2
+_VECTOR_BYTES_LOG2 = 4  # 16-byte vectors: the widest load Triton emits on sm_80 .. sm_90
 _MAX_WARPS_PER_SM = 64  # 2048 resident threads per SM on sm_80 .. sm_90
 _MAX_CTAS_PER_SM = 32
-# The opt-in limit is per CTA; an SM holds a little more (228 KiB on Hopper, 164 KiB on A100),
-# so two CTAs of half the limit fit. 1 KiB per CTA is reserved by the driver.
+# The opt-in limit is per CTA; an SM holds a little more (228 KiB on Hopper, 164 KiB on A100), so
+# two CTAs of half the limit fit. 1 KiB per CTA is reserved by the driver.
 _SMEM_RESERVED_PER_CTA = 1024
 _CONFIG_COLUMNS = ConfigColumns()
 
 
-def featurize(m: int, n: int, k: int, dtype: str, configs: Sequence[GemmConfig],
-              device: DeviceSpec | str) -> np.ndarray:
-    """Features of every config for one problem.
+def featurize(problem: Problem, configs: Sequence[GemmConfig], device: DeviceSpec,
+              version: int = FEATURE_VERSION) -> np.ndarray:
+    """float32 (len(configs), len(FEATURE_SETS[version])), rows in `configs` order.
 
-    Returns:
-        float32 array of shape (len(configs), len(FEATURE_NAMES)), rows in `configs` order.
-    Raises:
-        ProblemError: for an unsupported dtype.
+    Version 4 has no batch input: it describes one GEMM of a batched problem.
     """
-    dtype_bytes = DTYPE_BYTES[dtype_name(dtype)]
+    names = FEATURE_SETS[version]
     if len(configs) == 0:
-        return np.zeros((0, len(FEATURE_NAMES)), dtype=np.float32)
-    columns = feature_columns(np.float64(m), np.float64(n), np.float64(k), np.float64(dtype_bytes),
-                              *config_columns(configs), get_device(device))
-    return stack_columns(columns, len(configs))
-
-
-def config_columns(configs: Sequence[GemmConfig]) -> np.ndarray:
-    """block_m, block_n, block_k, num_stages, num_warps, group_m of `configs`: float64 rows of a
-    (6, len(configs)) array."""
+        return np.zeros((0, len(names)), dtype=np.float32)
     # This runs once per GEMM inside torch.compile, and the configs repeat between calls: each
     # config object's fields are read once (model/config_columns.py).
-    return _CONFIG_COLUMNS(configs)
-
-
-def featurize_frame(df: pd.DataFrame, device: DeviceSpec | str) -> np.ndarray:
-    """Features of every row of a dataset frame (columns as in
-    `kernel_select.offline.data.dataset.COLUMNS`)."""
-    dtype_bytes = df["dtype"].map(lambda d: DTYPE_BYTES[dtype_name(d)]).to_numpy(np.float64)
-
-    def col(name: str) -> np.ndarray:
-        return df[name].to_numpy(np.float64)
-
-    columns = feature_columns(col("m"), col("n"), col("k"), dtype_bytes, col("block_m"), col("block_n"),
-                              col("block_k"), col("num_stages"), col("num_warps"), col("group_m"),
-                              get_device(device))
-    return stack_columns(columns, len(df))
+    bm, bn, bk, stages, warps, group_m = _CONFIG_COLUMNS(configs)
+    batch = problem.batch if version >= 5 else 1
+    columns = feature_columns(
+        np.float64(problem.m), np.float64(problem.n), np.float64(problem.k), np.float64(problem.dtype_bytes),
+        np.float64(a_transposed(problem.layout)), np.float64(b_transposed(problem.layout)),
+        bm, bn, bk, stages, warps, group_m, device, np.float64(batch))
+    return stack_columns(columns[: len(names)], len(configs))
 
 
 def log2_alignment(x: np.ndarray) -> np.ndarray:
-    """log2 of the largest power of two dividing x, capped (x > 0, integral)."""
+    """log2 of the largest power of two dividing x, capped at ALIGN_LOG2_CAP (x > 0, integral)."""
     xi = np.asarray(x).astype(np.int64)
     lowest_bit = xi & -xi
-    return np.minimum(np.log2(lowest_bit.astype(np.float64)), _ALIGN_LOG2_CAP)
+    return np.minimum(np.log2(lowest_bit.astype(np.float64)), ALIGN_LOG2_CAP)
 
 
 def stack_columns(columns: Sequence[np.ndarray | np.float64], rows: int) -> np.ndarray:
@@ -107,23 +117,27 @@ def stack_columns(columns: Sequence[np.ndarray | np.float64], rows: int) -> np.n
     The matrix is column-major (Fortran order): each column is written as one contiguous run, half
     the time of writing it across rows, and numpy and torch read either order.
     """
-    # One matrix written once: stacking each version's columns and concatenating the versions
-    # copied every feature three more times (a sixth of `estimate`).
     out = np.empty((len(columns), rows), dtype=np.float32)
     for row, column in zip(out, columns):
         row[...] = column
     return out.T
 
 
-def feature_columns(m, n, k, dtype_bytes, bm, bn, bk, stages, warps, group_m,
-                    device: DeviceSpec) -> tuple[np.ndarray | np.float64, ...]:
-    """The columns of FEATURE_NAMES, in order, as float64 arrays or scalars (`stack_columns`)."""
-    # All arguments are float64 scalars or 1-D arrays that broadcast together.
-    size = np.broadcast(m, n, k, bm).shape
-    tiles_m, tiles_n, k_iters = np.ceil(m / bm), np.ceil(n / bn), np.ceil(k / bk)
-    ctas = tiles_m * tiles_n
-    sms = float(device.sm_count)
+def feature_columns(m, n, k, dtype_bytes, a_t, b_t, bm, bn, bk, stages, warps, group_m,
+                    device: DeviceSpec, batch=np.float64(1.0)) -> tuple[np.ndarray | np.float64, ...]:
+    """Every column of the newest version, in order, as float64 arrays or scalars (`stack_columns`).
 
+    All arguments are float64 scalars or 1-D arrays that broadcast together; a_t and b_t are 0 or 1
+    (operand A / B stored transposed). An older version is a prefix.
+    """
+    size = np.broadcast(m, n, k, bm).shape
+    sms = float(device.sm_count)
+    log2_bytes = np.log2(dtype_bytes)
+
+    # -- sizes, geometry, padding, K loop, resources, roofline -----------------------------------
+    tiles_m, tiles_n, k_iters = np.ceil(m / bm), np.ceil(n / bn), np.ceil(k / bk)
+    gemm_ctas = tiles_m * tiles_n
+    ctas = gemm_ctas * batch  # a batched GEMM launches one grid of every GEMM's tiles
     flops = 2.0 * m * n * k
     min_bytes = (m * k + k * n + m * n) * dtype_bytes
     padded_flops = 2.0 * (tiles_m * bm) * (tiles_n * bn) * (k_iters * bk)
@@ -132,31 +146,70 @@ def feature_columns(m, n, k, dtype_bytes, bm, bn, bk, stages, warps, group_m,
 
     smem = dtype_bytes * (bm * bk + bn * bk) * stages + 128  # space.shared_memory_bytes
     smem_per_sm = device.smem_per_block_optin + _SMEM_RESERVED_PER_CTA
-    ctas_per_sm = np.minimum.reduce([
+    ctas_per_sm = np.maximum(np.minimum.reduce([
         np.floor(smem_per_sm / (smem + _SMEM_RESERVED_PER_CTA)),
         np.floor(_MAX_WARPS_PER_SM / warps),
         np.full(size, _MAX_CTAS_PER_SM, dtype=np.float64),
-    ])
-    ctas_per_sm = np.maximum(ctas_per_sm, 1.0)
-    waves = ctas / sms
+    ]), 1.0)
     last_wave = np.mod(ctas, sms) / sms
-    last_wave_fill = np.where(last_wave == 0, 1.0, last_wave)
-
     # Half types run on tensor cores; 4-byte inputs at the fp32 rate (TF32 is off by default).
     peak = np.where(dtype_bytes == 2, device.peak_flops("bfloat16"), device.peak_flops("float32"))
     ms = 1e3
-    return (
-        np.log(dtype_bytes), np.log(m), np.log(n), np.log(k), np.log(min_bytes / 1e9),
-        np.log(flops / 1e9), np.log(flops / min_bytes), np.log(bk), np.log(bm), np.log(bn),
+    base = (
+        np.log(dtype_bytes), np.log(m), np.log(n), np.log(k), np.log(min_bytes * batch / 1e9),
+        np.log(flops * batch / 1e9), np.log(flops / min_bytes), np.log(bk), np.log(bm), np.log(bn),
         np.log(stages), np.log(warps),
-        np.log(ctas), np.log(waves), last_wave_fill, np.log(np.ceil(ctas / (sms * ctas_per_sm))),
-        np.log(ctas_per_sm),
+        np.log(ctas), np.log(ctas / sms), np.where(last_wave == 0, 1.0, last_wave),
+        np.log(np.ceil(ctas / (sms * ctas_per_sm))), np.log(ctas_per_sm),
         m / (tiles_m * bm), n / (tiles_n * bn), k / (k_iters * bk), flops / padded_flops,
         (np.mod(k, bk) == 0).astype(np.float64), np.log(k_iters), log2_alignment(k),
         log2_alignment(n), log2_alignment(m),
         smem / device.smem_per_block_optin, np.log(bm * bn / (warps * 32)), np.log(bm * bn / (bm + bn)),
         np.log(group_m),
-        np.log(padded_flops / peak * ms), np.log(min_bytes / device.hbm_bytes_per_s * ms),
-        np.log(tiled_bytes / device.hbm_bytes_per_s * ms),
+        np.log(padded_flops * batch / peak * ms), np.log(min_bytes * batch / device.hbm_bytes_per_s * ms),
+        np.log(tiled_bytes * batch / device.hbm_bytes_per_s * ms),
     )
 
+    # -- alignment in bytes ------------------------------------------------------------------------
+    # When N (or K) times the element size is not a multiple of 16 bytes, Triton cannot use 16-byte
+    # vector loads, the pipelined prologue stops paying, and num_stages = 1 configs win.
+    n_align = np.minimum(log2_alignment(n) + log2_bytes, _ALIGN_BYTES_LOG2_CAP)
+    k_align = np.minimum(log2_alignment(k) + log2_bytes, _ALIGN_BYTES_LOG2_CAP)
+    n_vec = (n_align >= _VECTOR_BYTES_LOG2).astype(np.float64)
+    k_vec = (k_align >= _VECTOR_BYTES_LOG2).astype(np.float64)
+    # bytes one CTA streams per K step, and the FLOP it does with them (per-tile intensity in bytes)
+    step_bytes = (bm + bn) * bk * dtype_bytes
+    alignment = (
+        n_align, k_align, n_vec, k_vec, (1.0 - n_vec * k_vec) * np.log(stages),
+        (stages == 1).astype(np.float64), np.log(ctas / device.sm_count),
+        np.log(2.0 * bm * bn * bk / step_bytes), np.log(k * (bm + bn) * dtype_bytes), np.log(np.minimum(m, n)),
+    )
+
+    # -- loads per thread per K step, read as "nn" (A along K, B and C along N) --------------------
+    threads = 32.0 * warps
+    a_vector = 2.0 ** np.minimum(log2_alignment(k) + log2_bytes, _VECTOR_BYTES_LOG2)
+    b_vector = 2.0 ** np.minimum(log2_alignment(n) + log2_bytes, _VECTOR_BYTES_LOG2)
+    a_loads = bm * bk * dtype_bytes / a_vector / threads
+    b_loads = bk * bn * dtype_bytes / b_vector / threads
+    loads = (np.log(a_loads), np.log(b_loads), np.log(a_loads + b_loads),
+             np.log(bm * bn * dtype_bytes / b_vector / threads))
+
+    # -- layout ------------------------------------------------------------------------------------
+    # An operand's contiguous dimension: A "n" [M, K] -> K, A "t" [K, M] -> M; B "n" [K, N] -> N,
+    # B "t" [N, K] -> K. K offsets are an arange; M / N offsets wrap (`rm % M`) and carry Inductor's
+    # max_contiguous hint only when a tile fits, so unhinted loads are one element wide.
+    a_align = np.minimum(log2_alignment(np.where(a_t == 1.0, m, k)) + log2_bytes, _ALIGN_BYTES_LOG2_CAP)
+    b_align = np.minimum(log2_alignment(np.where(b_t == 1.0, k, n)) + log2_bytes, _ALIGN_BYTES_LOG2_CAP)
+    a_vec = (a_align >= _VECTOR_BYTES_LOG2).astype(np.float64)
+    b_vec = (b_align >= _VECTOR_BYTES_LOG2).astype(np.float64)
+    a_hinted = np.where(a_t == 1.0, m >= bm, True).astype(np.float64)
+    b_hinted = np.where(b_t == 1.0, True, n >= bn).astype(np.float64)
+    a_layout_vector = np.where(a_hinted == 1.0, 2.0 ** np.minimum(a_align, _VECTOR_BYTES_LOG2), dtype_bytes)
+    b_layout_vector = np.where(b_hinted == 1.0, 2.0 ** np.minimum(b_align, _VECTOR_BYTES_LOG2), dtype_bytes)
+    a_layout_loads = bm * bk * dtype_bytes / a_layout_vector / threads
+    b_layout_loads = bk * bn * dtype_bytes / b_layout_vector / threads
+    layout = (a_t, b_t, a_align, b_align, a_vec, b_vec, a_hinted, b_hinted,
+              np.log(a_layout_loads), np.log(b_layout_loads), np.log(a_layout_loads + b_layout_loads),
+              (1.0 - a_vec * b_vec) * np.log(stages))
+
+    return base + alignment + loads + layout + (np.log(batch),)

@@ -4,20 +4,21 @@ Architecture: standardized features -> [Linear -> ReLU] x len(hidden_widths) -> 
 
     log_runtime_ms = log(exp(f(x)) + kernel_overhead_ms)      (a logsumexp of two terms)
 
-so a prediction never drops below the fixed cost of a launch, and the network only has to model
-the part of the runtime that scales with the work (easier on a log scale). The overhead is a
-learned parameter stored as its log. There is no batch normalization: inference has no batch
-statistics, so a config scores the same alone or among 1400 others.
+so a prediction never drops below the fixed cost of a launch, and the network only has to model the
+part of the runtime that scales with the work (easier on a log scale). The overhead is a learned
+parameter stored as its log. There is no batch normalization: a config scores the same alone or
+among 1,400 others. Several networks trained from different seeds may be averaged
+(`AveragedRuntimeNet`): averaging cancels part of each seed's ranking noise, and the members'
+disagreement measures how unsure the model is (gemm_topk="auto").
 
-On disk a trained MLP is the checkpoint `mlp` of `card.py`: `mlp.pt` (the state dict, loaded with
-`weights_only=True`) and `mlp.json` (a `ModelCard`: architecture, features, standardization,
-kernel overhead, provenance).
+On disk a trained MLP is the checkpoint `mlp` of `card.py` (`mlp.pt`, `mlp.json`), next to the cuBLAS
+time head `aten` (model/cublas.py) that `estimate_aten` uses. Training lives in
+kernel_select.offline.training.
 """
 
 from __future__ import annotations
 
 import hashlib
-import logging
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -29,28 +30,22 @@ from torch import nn
 from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import ModelError, UnsupportedProblemError
-from kernel_select.model.aten import ATEN_FILE, AtenHead
-from kernel_select.model.aten import STEM as ATEN_STEM
-from kernel_select.model.base import PerformanceModel, register_model, shipped_model_dir
+from kernel_select.model.auto_topk import SPREAD_TOP, auto_k_from_gap, spread_k
+from kernel_select.model.base import PerformanceModel, register_model
+from kernel_select.model.folders import find_checkpoint, no_trained_model
 from kernel_select.model.card import (
     Architecture,
-    DataProvenance,
     ModelCard,
     build_body,
     load_checkpoint,
     load_state,
+    read_card,
     retrain_hint,
-    save_checkpoint,
 )
-from kernel_select.model import features, features_v2, features_v3, features_v4
-from kernel_select.model.auto_topk import SPREAD_TOP, auto_k_from_gap, spread_k
-from kernel_select.model.features import FEATURE_NAMES, FEATURE_VERSION
+from kernel_select.model.cublas import ATEN_STEM, AtenHead
+from kernel_select.model.features import FEATURE_SETS, FEATURE_VERSION, featurize
+from kernel_select.model.fused_members import fused_forward
 from kernel_select.problem import Problem
-
-log = logging.getLogger(__name__)
-
-__all__ = ["CARD_FILE", "WEIGHTS_FILE", "AveragedRuntimeNet", "DataProvenance", "MLPModel", "ModelCard",
-           "RuntimeNet", "architecture", "auto_k_from_gap", "build_net", "retrain_hint"]
 
 STEM = "mlp"
 WEIGHTS_FILE = f"{STEM}.pt"
@@ -58,24 +53,14 @@ CARD_FILE = f"{STEM}.json"
 # fp16 and bf16 have the same size and tensor-core rate, so their features are identical: a model
 # trained on one scores the other the same way.
 _SAME_FEATURES = {"float16": "bfloat16", "bfloat16": "float16"}
-#: The feature sets an MLP can be trained on: version -> (names, featurize). A card names its version.
-FEATURE_SETS = {
-    FEATURE_VERSION: (FEATURE_NAMES, features.featurize),
-    features_v2.FEATURE_VERSION: (features_v2.FEATURE_NAMES, features_v2.featurize),
-    features_v3.FEATURE_VERSION: (features_v3.FEATURE_NAMES, features_v3.featurize),
-    features_v4.FEATURE_VERSION: (features_v4.FEATURE_NAMES, features_v4.featurize),
-}
-#: Feature versions whose featurize reads the problem's operand layout (a `layout=` argument).
-LAYOUT_AWARE_VERSIONS = frozenset({features_v4.FEATURE_VERSION})
-#: `topk="auto"` without a gap in the card: k = the configs predicted within 5% of the best.
+#: gemm_topk="auto" without a gap in the card: k = the configs predicted within 5% of the best.
 DEFAULT_AUTO_GAP = 0.05
 
 
 class RuntimeNet(nn.Module):
     """Standardized features (batch, n_features) -> log runtime in ms (batch,)."""
 
-    def __init__(self, n_features: int, hidden_widths: Sequence[int],
-                 kernel_overhead_ms: float = 0.005) -> None:
+    def __init__(self, n_features: int, hidden_widths: Sequence[int], kernel_overhead_ms: float = 0.005) -> None:
         super().__init__()
         self.body = build_body(architecture(n_features, hidden_widths))
         self.log_overhead_ms = nn.Parameter(torch.tensor(math.log(kernel_overhead_ms)))
@@ -89,10 +74,8 @@ class RuntimeNet(nn.Module):
 
 
 class AveragedRuntimeNet(nn.Module):
-    """Several RuntimeNets of one shape, trained from different seeds: predicts the mean of their
-    log runtimes. Averaging cancels part of each seed's ranking noise (on the held-out problems
-    one seed's top-1 varies by several points), and the members' disagreement is a measure of
-    how unsure the model is."""
+    """Several RuntimeNets of one shape, trained from different seeds: predicts the mean of their log
+    runtimes."""
 
     def __init__(self, members: Sequence[RuntimeNet]) -> None:
         super().__init__()
@@ -114,8 +97,7 @@ class AveragedRuntimeNet(nn.Module):
 
 def architecture(n_features: int, hidden_widths: Sequence[int], members: int = 1) -> Architecture:
     """The card's description of a RuntimeNet body (and how many are averaged)."""
-    return Architecture(inputs=n_features, hidden_widths=list(hidden_widths), activation="relu",
-                        members=members)
+    return Architecture(inputs=n_features, hidden_widths=list(hidden_widths), activation="relu", members=members)
 
 
 def build_net(arch: Architecture) -> RuntimeNet | AveragedRuntimeNet:
@@ -125,18 +107,19 @@ def build_net(arch: Architecture) -> RuntimeNet | AveragedRuntimeNet:
 
 
 class MLPModel(PerformanceModel):
-    """The trained MLP for one device. Build with `MLPModel.load(dir)` or from training."""
+    """The trained MLP for one device. Build with `MLPModel.load(dir)`, `load_for(device)` or training."""
 
     name = "mlp"
 
     def __init__(self, device: DeviceSpec | str, net: RuntimeNet | AveragedRuntimeNet, card: ModelCard,
                  aten: AtenHead | None = None) -> None:
         super().__init__(device)
+        if card.feature_version not in FEATURE_SETS:
+            raise ModelError(f"mlp model card: feature version {card.feature_version} is not one of this "
+                             f"code's ({sorted(FEATURE_SETS)})")
         self.net = net.eval()
         self.card = card
         self.aten = aten  # the cuBLAS time head shipped with this MLP, if any
-        self._featurize = FEATURE_SETS[card.feature_version][1]
-        self._reads_layout = card.feature_version in LAYOUT_AWARE_VERSIONS
         self._mean = np.asarray(card.feature_mean, dtype=np.float32)
         self._inv_std = (1.0 / np.asarray(card.feature_std, dtype=np.float64)).astype(np.float32)
         self._digest: str | None = None
@@ -146,41 +129,36 @@ class MLPModel(PerformanceModel):
         dtype = problem.dtype
         if dtype not in self.card.dtypes and _SAME_FEATURES.get(dtype) not in self.card.dtypes:
             raise UnsupportedProblemError(
-                f"mlp model for {device.key}: trained on {self.card.dtypes}, not {dtype}; "
-                f"collect {dtype} data and retrain, or use the analytical model")
-        x = self.features(problem, configs, device)
+                f"mlp model for {device.key}: trained on {self.card.dtypes}, not {dtype}; collect {dtype} "
+                f"data and retrain, or use the analytical model")
+        x = self.features(problem, configs)
         x -= self._mean
         x *= self._inv_std
         if self._forward is None:
-            from kernel_select.model.fused_members import fused_forward
-
             self._forward = fused_forward(self.net) or self.net
         with torch.inference_mode():
             log_ms = self._forward(torch.from_numpy(x))
         runtime_ms = np.exp(log_ms.numpy().astype(np.float64))
-        # The MLP is trained on single GEMMs: batch elements are more CTAs of the same kernel.
-        return runtime_ms * problem.batch if problem.batch != 1 else runtime_ms
+        # Version 4 describes one GEMM of a batched problem: its batch elements are more CTAs of it.
+        if self.card.feature_version < 5 and problem.batch != 1:
+            return runtime_ms * problem.batch
+        return runtime_ms
 
-    def features(self, problem: Problem, configs: Sequence[GemmConfig], device: DeviceSpec) -> np.ndarray:
-        """The card's feature version of `configs` for `problem` (unstandardized); versions before 4
-        have no layout input and score every layout as "nn"."""
-        if self._reads_layout:
-            return self._featurize(problem.m, problem.n, problem.k, problem.dtype, configs, device,
-                                   layout=problem.layout)
-        return self._featurize(problem.m, problem.n, problem.k, problem.dtype, configs, device)
+    def features(self, problem: Problem, configs: Sequence[GemmConfig]) -> np.ndarray:
+        """The card's feature version of `configs` for `problem` (unstandardized)."""
+        return featurize(problem, configs, self.device, self.card.feature_version)
 
     def estimate_aten(self, problem: Problem) -> float | None:
-        """Predicted cuBLAS (ATen mm) ms, in the units of `estimate`; None without a head or for
-        a problem it was not trained on (batched, another op or dtype)."""
+        """Predicted cuBLAS ms, in the units of `estimate`; None without a head or for a problem it was
+        not trained on (batched, another op or dtype)."""
         if self.aten is None or not self.aten.supports(problem):
             return None
         return float(self.aten.predict_ms([problem])[0])
 
     def auto_topk(self, runtime_ms: np.ndarray, cap: int, problem: Problem | None = None,
                   configs: Sequence[GemmConfig] | None = None) -> int:
-        """How many configs to benchmark for one GEMM given this model's predictions for it, by the
-        rule in its card (`model/auto_topk.py`): the members' disagreement over the predicted best
-        configs where the card says "spread" (and the problem and its configs are given), else the
+        """How many configs to benchmark for one GEMM, by the rule in the card (model/auto_topk.py): the
+        members' disagreement over the predicted best configs where the card says "spread", else the
         near-ties of the prediction (`auto_topk_gap`); at least `auto_topk_floor`, at most `cap`."""
         hp = self.card.hyperparameters
         floor = int(hp.get("auto_topk_floor", 1))
@@ -194,14 +172,12 @@ class MLPModel(PerformanceModel):
         return tuple(self.card.layouts)
 
     def member_spread(self, problem: Problem, configs: Sequence[GemmConfig], runtime_ms: np.ndarray) -> float:
-        """The members' disagreement about a problem (0 for a single network): the mean range of
-        their log-ms predictions over the SPREAD_TOP configs of `runtime_ms` (this model's
-        predictions for `configs`) predicted fastest. Scores only those few configs again."""
+        """The members' disagreement about a problem (0 for a single network): the mean range of their
+        log-ms predictions over the SPREAD_TOP configs of `runtime_ms` predicted fastest."""
         if not isinstance(self.net, AveragedRuntimeNet):
             return 0.0
         best = np.argsort(np.asarray(runtime_ms), kind="stable")[:SPREAD_TOP]
-        chosen = [configs[i] for i in best]
-        x = self.features(problem, chosen, self.device)
+        x = self.features(problem, [configs[i] for i in best])
         x = (x - self._mean) * self._inv_std
         with torch.inference_mode():
             members = self.net.member_outputs(torch.from_numpy(x.astype(np.float32))).numpy()
@@ -233,48 +209,51 @@ class MLPModel(PerformanceModel):
         return (f"mlp model for {self.device.key}, features v{self.card.feature_version}, "
                 f"widths {self.card.hidden_widths}{averaged}, trained on {trained_on}")
 
-    # -- persistence ----------------------------------------------------------------------------
-
-    def save(self, model_dir: str | Path) -> Path:
-        """Write the checkpoint (`mlp.pt`, `mlp.json`) into `model_dir` (created if needed)."""
-        card = self.card.model_copy(update={"kernel_overhead_ms": self.net.kernel_overhead_ms})
-        save_checkpoint(model_dir, STEM, self.net.state_dict(), card)
-        if self.aten is not None:
-            self.aten.save(model_dir)
-        self.card = card
-        return Path(model_dir)
+    # -- loading --------------------------------------------------------------------------------------
 
     @classmethod
     def load(cls, model_dir: str | Path, device: DeviceSpec | str | None = None, *,
              allow_same_architecture: bool = False) -> MLPModel:
-        """Load a saved model for `device` (None: the device its card names), refusing one that
-        does not match this code or the device (with `allow_same_architecture`, a model of a
-        device with the same SM architecture is accepted).
+        """Load a saved model for `device` (None: the device its card names), refusing one that does
+        not match this code or the device (with `allow_same_architecture`, a model of a device with
+        the same SM architecture is accepted). The folder's cuBLAS time head comes with it.
 
         Raises:
             ModelError: `model_dir` holds no model at all.
-            ModelCardMismatchError: a file is missing, unreadable or disagrees with the running
-                code or the device; the message names the file and how to retrain.
+            ModelCardMismatchError: a file is missing, unreadable or disagrees with the running code or
+                the device; the message names the file and how to retrain.
         """
         model_dir = Path(model_dir)
         spec = get_device(device) if device is not None else _card_device(model_dir)
         version = _card_feature_version(model_dir, spec)
         state, card = load_checkpoint(model_dir, STEM, spec, model=STEM, feature_version=version,
-                                      feature_names=FEATURE_SETS[version][0],
+                                      feature_names=FEATURE_SETS[version],
                                       allow_same_architecture=allow_same_architecture)
-        net = build_net(card.architecture)
-        load_state(net, state, model_dir / WEIGHTS_FILE, card, retrain_hint(model_dir, spec.key))
+        net = load_state(build_net(card.architecture), state, model_dir / WEIGHTS_FILE, card,
+                         retrain_hint(model_dir, spec.key))
         aten = None
-        if (model_dir / ATEN_FILE).exists():  # optional: without it estimate_aten() is None
+        if (model_dir / f"{ATEN_STEM}.pt").exists():  # optional: without it estimate_aten() is None
             aten = AtenHead.load(model_dir, spec, allow_same_architecture=allow_same_architecture)
         return cls(spec, net, card, aten)
 
+    @classmethod
+    def load_for(cls, spec: DeviceSpec) -> MLPModel:
+        """The trained model serving `spec` (model/folders.py's policy), with a cuBLAS time head from its
+        own folder or, failing that, the first folder that has one."""
+        found = find_checkpoint(spec, STEM)
+        if found is None:
+            raise no_trained_model(spec)
+        model = cls.load(found[0], spec, allow_same_architecture=True)
+        if model.aten is None:
+            borrowed = find_checkpoint(spec, ATEN_STEM)
+            if borrowed is not None:
+                model.aten = AtenHead.load(borrowed[0], spec, allow_same_architecture=True)
+        return model
+
 
 def _card_feature_version(model_dir: Path, spec: DeviceSpec) -> int:
-    """The card's feature version where this code computes it (else this code's default, which
-    the checkpoint check then refuses with the retrain hint)."""
-    from kernel_select.model.card import read_card
-
+    """The card's feature version where this code computes it (else the newest, which the checkpoint
+    check then refuses with the retrain hint)."""
     card_path = model_dir / CARD_FILE
     if not card_path.is_file():
         return FEATURE_VERSION  # load_checkpoint reports the missing file
@@ -283,27 +262,11 @@ def _card_feature_version(model_dir: Path, spec: DeviceSpec) -> int:
 
 
 def _card_device(model_dir: Path) -> DeviceSpec:
-    from kernel_select.model.card import read_card
-
     card_path = model_dir / CARD_FILE
     if not card_path.is_file():
-        raise ModelError(f"{model_dir}: no trained mlp model here (no {CARD_FILE}); pass the device, "
-                         f"or train one with `kernel-select train --out {model_dir}`")
+        raise ModelError(f"{model_dir}: no trained mlp model here (no {CARD_FILE}); pass the device, or train "
+                         f"one with `kernel-select train --out {model_dir}`")
     return get_device(read_card(card_path, retrain_hint(model_dir, "<device>")).device)
 
 
-def _load_shipped(device: DeviceSpec) -> MLPModel:
-    found = shipped_model_dir(device, STEM)
-    if found is None:
-        raise ModelError(f"no trained mlp model shipped for {device.key}; "
-                         f"{retrain_hint(Path('models') / device.key, device.key)}")
-    model = MLPModel.load(found[0], device, allow_same_architecture=True)
-    if model.aten is None:  # a device's own MLP before its own cuBLAS head: borrow it, as the gate is
-        borrowed = shipped_model_dir(device, ATEN_STEM)
-        if borrowed is not None:
-            model.aten = AtenHead.load(borrowed[0], device, allow_same_architecture=True)
-    return model
-
-
-register_model("mlp", _load_shipped)
-
+register_model("mlp", MLPModel.load_for)

@@ -67,9 +67,9 @@ def run_compare(cases: Sequence[Case], *, out_dir: str | Path, topks: Sequence[i
     (out_dir / "logs").mkdir(parents=True, exist_ok=True)
     run = _Run(device=device, device_index=device_index, out_dir=out_dir, timeout_s=timeout_s,
                lut=lut if lut is not None else knobs.kernel_lut_path,
-               model=model if model is not None else knobs.model)
+               model=model if model is not None else knobs.gemm_model)
     settings = {"shapes": shapes or "kernel_select/data/compare_suite.json", "topk": list(topks),
-                "nogate_topk": list(nogate_topks), "cublas_margin": knobs.cublas_margin,
+                "nogate_topk": list(nogate_topks), "cublas_margin": knobs.gemm_cublas_margin,
                 "exhaustive": exhaustive, "lut": run.lut, "model": run.model, "timeout_s": timeout_s,
                 "gemm_only": gemm_only}
     if resume and run.json_path.exists():

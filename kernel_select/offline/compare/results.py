@@ -52,7 +52,7 @@ def new_results(*, device_name: str, device_key: str, l2_bytes: int, methods: li
         triton_version = triton.__version__
     except ImportError:
         triton_version = None
-    from kernel_select import __version__
+    from kernel_select._version import __version__
 
     return {
         "schema_version": SCHEMA_VERSION, "kind": RESULTS_KIND,

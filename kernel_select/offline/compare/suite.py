@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kernel_select import knobs
+from kernel_select import options
 from kernel_select.errors import OptionError, ProblemError
 from kernel_select.problem import Problem
 
@@ -116,8 +116,8 @@ class Method:
 
 def parse_topks(text: str) -> list[int | str]:
     """"1,2,4,8" -> [1, 2, 4, 8] ("DEFAULT" is allowed; "SAME" is what "stock" measures)."""
-    values = [knobs.parse_topk(part, source="--topk") for part in text.split(",") if part.strip()]
-    if not values or knobs.SAME in values:
+    values = [options.parse_topk(part, source="--topk") for part in text.split(",") if part.strip()]
+    if not values or options.SAME in values:
         raise OptionError(f"--topk: expected comma-separated positive integers (or DEFAULT), got {text!r}")
     return list(dict.fromkeys(values))
 

@@ -281,7 +281,7 @@ def new_results(device_name: str, device_key: str, methods: list[str],
         transformers_version = transformers.__version__
     except ImportError:
         transformers_version = None
-    from kernel_select import __version__
+    from kernel_select._version import __version__
 
     return {"schema_version": SCHEMA_VERSION, "kind": RESULTS_KIND,
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

@@ -32,7 +32,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from kernel_select import knobs as ks_config
+from kernel_select import options as ks_options
 from kernel_select.errors import OptionError
 
 MODES = ("eager", "default", "max-autotune")
@@ -91,8 +91,8 @@ class ModelMethod:
 
             # Passed even when False, so an environment variable cannot turn it on for the other
             # handler methods of a comparison.
-            ks_inductor.install(topk=self.topk, kernel_lut_path=self.lut,
-                                precompile_in_process=self.precompile_in_process)
+            ks_inductor.install(gemm_topk=self.topk, kernel_lut_path=self.lut,
+                                gemm_precompile_in_process=self.precompile_in_process)
         if self.backend != "inductor":
             return torch.compile(module, backend=self.backend)
         options = self.compile_options()
@@ -119,7 +119,7 @@ def register_method(name: str, factory: MethodFactory) -> None:
 def supports_topk(value: str) -> bool:
     """Whether this version of `kernel_select.knobs` accepts `value` as a topk."""
     try:
-        ks_config.parse_topk(value)
+        ks_options.parse_topk(value)
     except OptionError:
         return False
     return True

@@ -106,7 +106,7 @@ def inductor_timings(problem: Problem, device: DeviceSpec, configs: list[GemmCon
     a = torch.randn(problem.m, problem.k, device="cuda", dtype=dtype)
     b = torch.randn(problem.k, problem.n, device="cuda", dtype=dtype)
     torch._dynamo.reset()
-    with inductor.enabled(topk=len(configs), kernel_lut_path=str(lut_path), device=device.key), \
+    with inductor.enabled(gemm_topk=len(configs), kernel_lut_path=str(lut_path), gemm_device=device.key), \
             inductor.record_autotuning() as records:
         # No padding: Inductor would otherwise time a padded problem (e.g. N 3420 -> 3424).
         compiled = torch.compile(lambda x, y: x @ y, options=inductor.max_autotune_options(

@@ -55,7 +55,9 @@ from kernel_select.errors import KernelSelectError
 from kernel_select.layouts import check_layout, layout_of
 from kernel_select.lut import ATEN, BatchedLUTEntry, KernelLUT, LUTEntry, LUTRow, SizeRange
 from kernel_select.problem import Problem
-from kernel_select.select import spread_ms, top_k
+from kernel_select.model.cublas import Epilogue
+from kernel_select.problem import spread_ms
+from kernel_select.select import select
 
 log = logging.getLogger(__name__)
 
@@ -196,7 +198,7 @@ def candidates(site: Site, buckets: Sequence[int], k: int, model: Any,
     """The union over the buckets of the model's top-k, best-first per bucket."""
     union: dict[GemmConfig, None] = {}
     for value in buckets:
-        for choice in top_k(site.at(value), k, model=model, device=device):
+        for choice in select(site.at(value), model=model, gemm_topk=k).choices:
             union.setdefault(choice.config, None)
     return list(union)
 
@@ -238,9 +240,9 @@ def gated_to_cublas(site: Site, buckets: Sequence[int], model: Any, gate: Any,
     decisions = []
     for value in buckets:
         problem = site.at(value)
-        decision = gate.decide(problem, margin, model.estimate_aten(problem),
-                               bias_epilogue=problem.op == "addmm")
-        if not decision.prefers_cublas:
+        decision = select(problem, model=model, gemm_topk=1, gate=gate, cublas_margin=margin,
+                          epilogue=Epilogue(bias_row=problem.op == "addmm")).cublas
+        if decision is None or not decision.prefers_cublas:
             return None
         decisions.append(decision)
     return max(decisions, key=lambda d: d.predicted_ratio)
@@ -287,9 +289,9 @@ def label_of(kind: str, config: GemmConfig | None) -> str | None:
 def gate_settings(device: DeviceSpec) -> dict[str, Any]:
     """`pretune`'s gate and margin as the handler would use them: the shipped gate for `device`
     and the `cublas_margin` knob (its environment variable, else the default)."""
-    from kernel_select import knobs, runtime
+    from kernel_select import knobs, options, runtime
 
-    margin = knobs.snapshot()["cublas_margin"]
+    margin = options.parse_cublas_margin(knobs.gemm_cublas_margin, source="kernel_select.knobs.gemm_cublas_margin")
     return {"gate": runtime.gate(device) if margin is not None else None, "cublas_margin": margin}
 
 #: (problem, candidates, device, operand layout) -> timings

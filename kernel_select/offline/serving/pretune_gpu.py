@@ -19,7 +19,7 @@ def benchmark_problem(problem: Problem, configs: list[GemmConfig], device: Devic
     """Inductor's timings of `configs` and ATen for `problem` with operands in `layout`
     (kernel_select.layouts), as {label: ms}.
 
-    A temporary LUT lists exactly `configs` for the problem and the handler adds nothing (topk=1,
+    A temporary LUT lists exactly `configs` for the problem and the handler adds nothing (gemm_topk=1,
     cuBLAS gate off), so Inductor benchmarks those configs, ATen and whatever other templates it
     adds itself (their timings are dropped: a LUT cannot name them). Shape padding is off: a
     static compile may pad K (3420 -> 3424) before the GEMM is lowered, so the problem Inductor
@@ -41,7 +41,7 @@ def benchmark_problem(problem: Problem, configs: list[GemmConfig], device: Devic
         save_lut(KernelLUT.from_rows([(device.key, problem.op, problem.dtype, entry)]), lut_path)
         fn, args = _program(problem, layout)
         options = ks_inductor.max_autotune_options("DEFAULT")
-        with ks_inductor.enabled(topk=1, kernel_lut_path=str(lut_path), cublas_margin="off"), \
+        with ks_inductor.enabled(gemm_topk=1, kernel_lut_path=str(lut_path), gemm_cublas_margin="off"), \
                 torch._inductor.config.patch(shape_padding=False), \
                 ks_inductor.record(device=device.key, pin=True) as recording:
             torch._dynamo.reset()

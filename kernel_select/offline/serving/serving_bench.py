@@ -104,9 +104,9 @@ def run_method(method: str, lut: str | None, samples: int) -> dict[str, Any]:
     elif method != "eager":
         options = ks_inductor.max_autotune_options()
         if method == "topk4_dynamic":
-            handler = ks_inductor.install(topk=4, dynamic_m=f"{LOW}..{HIGH}")
+            handler = ks_inductor.install(gemm_topk=4, gemm_dynamic_m=f"{LOW}..{HIGH}")
         elif method == "topk4_dynamic_gemm":  # CUDA graphs off, as for every method here
-            handler = ks_inductor.install(topk=4, dynamic_m=f"{LOW}..{HIGH}", precompile_in_process=True)
+            handler = ks_inductor.install(gemm_topk=4, gemm_dynamic_m=f"{LOW}..{HIGH}", gemm_precompile_in_process=True)
             # Shape padding off: on torch 2.11 its heuristic guards the length below 1280 and splits
             # the dynamic graph in three (docs/inductor.md, "Serving").
             options = ks_inductor.gemm_autotune_options(cudagraphs=False, shape_padding=False)

@@ -33,8 +33,10 @@ import torch
 from tqdm.auto import tqdm
 
 from kernel_select.device import DeviceSpec, get_device
-from kernel_select.model import features_v2 as v2
-from kernel_select.model.mlp import FEATURE_SETS, MLPModel, ModelCard, architecture
+from kernel_select.model.card import ModelCard
+from kernel_select.model.features import FEATURE_SETS, FEATURE_VERSION
+from kernel_select.model.mlp import MLPModel, architecture
+from kernel_select.offline.training.features import featurize_frame
 from kernel_select.offline.data import active, dataset, splits
 from kernel_select.offline.data.shapes import Shape
 from kernel_select.offline.metrics import geomean, topk_scores
@@ -68,7 +70,7 @@ def load_replay(seed_path: str | Path, pool_path: str | Path, spec: DeviceSpec, 
     trainable = set(rows.loc[masks["train"], "problem_id"])
     first_pass = trainable & set(first_frame["problem_id"])
     pool = (trainable & set(pool_frame["problem_id"])) - set(first_frame["problem_id"])
-    return Replay(rows=rows, x=v2.featurize_frame(rows, spec), capped=cap_rows_per_problem(rows, cap, 0),
+    return Replay(rows=rows, x=featurize_frame(rows, spec, FEATURE_VERSION), capped=cap_rows_per_problem(rows, cap, 0),
                   first_pass=first_pass, pool=pool, masks=masks)
 
 
@@ -82,9 +84,9 @@ def fit_model(replay: Replay, train_ids: set[str], spec: DeviceSpec, hp: MLPHPar
     z, mean, std = _standardize(replay.x[keep], (rows["split"] == "train").to_numpy())
     net, _ = _fit(OBJECTIVE, _make_split(rows, z, "train"), _make_split(rows, z, "val"), hp, seed,
                   progress=False)
-    names = FEATURE_SETS[v2.FEATURE_VERSION][0]
+    names = FEATURE_SETS[FEATURE_VERSION]
     card = ModelCard(model="mlp", device=spec.key, architecture=architecture(len(names), hp.hidden_widths),
-                     feature_version=v2.FEATURE_VERSION, feature_names=list(names),
+                     feature_version=FEATURE_VERSION, feature_names=list(names),
                      feature_mean=mean.tolist(), feature_std=std.tolist(),
                      dtypes=sorted(rows["dtype"].astype(str).unique()),
                      hyperparameters={**dataclasses.asdict(hp), "seed": seed, "objective": OBJECTIVE})

@@ -333,9 +333,9 @@ def _with_cublas_report(df: pd.DataFrame, split: str, problem_ids: pd.Index, gro
     """What Inductor would get, where cuBLAS is always a candidate too: score = fastest of
     (cuBLAS, every Triton config) / fastest of (cuBLAS, the method's configs). With the shipped
     cuBLAS gate, problems it gates get cuBLAS alone (their Triton candidates are skipped)."""
-    from kernel_select.model.gate import (
-        DEFAULT_MARGIN, gate_metrics, load_default_gate, problem_ratios, problems_of,
-    )
+    from kernel_select.model import load_gate
+    from kernel_select.model.cublas import DEFAULT_MARGIN
+    from kernel_select.offline.training.cublas_fit import gate_metrics, problem_ratios, problems_of
 
     aten = aten_ms(df).reindex(problem_ids).to_numpy()
     have = np.isfinite(aten)
@@ -354,7 +354,7 @@ def _with_cublas_report(df: pd.DataFrame, split: str, problem_ids: pd.Index, gro
         "inductor_default": float(geomean(scores(default.best_ms))[0]),
         **{name: topk_dict(scores(best), ks) for name, best in topk_best.items()},
     }}
-    gate = load_default_gate(spec)
+    gate = load_gate(spec)
     if gate is None:
         return out
     table = problem_ratios(df).reindex(problem_ids[have]).dropna(subset=["log_ratio"])

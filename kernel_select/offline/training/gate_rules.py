@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from kernel_select.model.gate import DEFAULT_MARGIN, NO_MARGIN_TIE, SMALL_GEMM_MS
+from kernel_select.model.cublas import DEFAULT_MARGIN, NO_MARGIN_TIE, SMALL_GEMM_MS
 
 if TYPE_CHECKING:
     from kernel_select.model import PerformanceModel
-    from kernel_select.model.gate import CublasGate
+    from kernel_select.model.cublas import CublasGate
 
 #: "Slower than eager" as the issue counts it: more than 2% above cuBLAS.
 SLOWER_BY = 1.02
@@ -85,7 +85,7 @@ def outcome(case: SplitCase, scenario: Scenario, rule: Rule,
 def split_case(frame: pd.DataFrame, split: str, k: int, model: PerformanceModel,
                gate: CublasGate) -> SplitCase:
     """The problems of `split` that have a cuBLAS row, in the layouts `model` was trained on."""
-    from kernel_select.model.gate import problems_of
+    from kernel_select.offline.training.cublas_fit import problems_of
     from kernel_select.offline.data import dataset, splits
     from kernel_select.offline.metrics import best_in_top_k, oracle_ms
     from kernel_select.offline.training import evaluate
@@ -109,15 +109,14 @@ def simulate(data: str | Path | Sequence[str | Path], splits: Sequence[str] = ("
              rules: Sequence[Rule] = DEFAULT_RULES, device: str | None = None) -> list[dict]:
     """One row per (split, k, scenario, rule) with the shipped model and gate for the data's device."""
     from kernel_select.errors import ModelError
-    from kernel_select.model import load_default
-    from kernel_select.model.gate import load_default_gate
+    from kernel_select.model import load_default, load_gate
     from kernel_select.offline.data import dataset
     from kernel_select.offline.training.evaluate import dataset_device
 
     frame = dataset.read_many(data)
     first = data if isinstance(data, (str, Path)) else data[0]
     spec = dataset_device(frame, first) if device is None else device
-    model, gate = load_default(spec), load_default_gate(spec)
+    model, gate = load_default(spec), load_gate(spec)
     if gate is None:
         raise ModelError(f"no cuBLAS gate is shipped for {getattr(spec, 'key', spec)}: nothing to simulate")
     out = []

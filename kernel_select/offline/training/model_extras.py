@@ -20,7 +20,7 @@ import pandas as pd
 
 from kernel_select.configs import GemmConfig
 from kernel_select.model.base import PerformanceModel
-from kernel_select.model.gate import DEFAULT_MARGIN
+from kernel_select.model.cublas import DEFAULT_MARGIN
 from kernel_select.offline.metrics import geomean, oracle_ms, topk_dict
 from kernel_select.offline.training.uncertainty import scores_at_k
 from kernel_select.problem import Problem

@@ -31,20 +31,18 @@ import torch
 from tqdm.auto import tqdm
 
 from kernel_select.offline.data import dataset, splits
-from kernel_select.model import features, features_v2, features_v3, features_v4
-from kernel_select.model.aten import AtenHead, fit_aten
-from kernel_select.model.gate import GATE_FILE, CublasGate, fit_gate
+from kernel_select.model.cublas import GATE_STEM, AtenHead, CublasGate
+from kernel_select.model.features import FEATURE_SETS, FEATURE_VERSION
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import DatasetError, ModelError, OptionError
 from kernel_select.offline.metrics import geomean, topk_scores
-from kernel_select.model.card import training_versions, utc_now
-from kernel_select.model.mlp import (
-    FEATURE_SETS, AveragedRuntimeNet, MLPModel, ModelCard, RuntimeNet, architecture,
-)
+from kernel_select.model.card import ModelCard, save_checkpoint, training_versions, utc_now
+from kernel_select.model.mlp import STEM, AveragedRuntimeNet, MLPModel, RuntimeNet, architecture
+from kernel_select.offline.training.cublas_fit import cublas_errors_by_layout, fit_aten, fit_gate, save_problem_net
+from kernel_select.offline.training.features import featurize_frame
 from kernel_select.offline.training.training_data import (
     DEFAULT_CAP, aten_problems, cap_rows_per_problem, layouts_for, prepare_rows, provenance,
 )
-from kernel_select.offline.training.layout_errors import cublas_errors_by_layout
 from kernel_select.offline.training.auto_refit import refit_auto
 from kernel_select.offline.training.warm_start import WarmStart, load_warm_start
 
@@ -55,10 +53,6 @@ OBJECTIVES: tuple[str, ...] = ("mse", "rank")
 VAL_KS = (1, 2, 4, 8, 16)
 MAX_MEMBERS = 8  # the card's limit: each member adds its forward pass to every estimate()
 _SELECTION_KS = (1, 2, 4, 8)  # the validation score is the mean of the geomean top-k scores at these k
-FEATURE_FRAMES = {features.FEATURE_VERSION: features.featurize_frame,
-                  features_v2.FEATURE_VERSION: features_v2.featurize_frame,
-                  features_v3.FEATURE_VERSION: features_v3.featurize_frame,
-                  features_v4.FEATURE_VERSION: features_v4.featurize_frame}
 
 
 @dataclass(frozen=True)
@@ -102,7 +96,7 @@ class _Split:
 def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, device: DeviceSpec | str,
           seed: int = 0, epochs: int | None = None, objective: str = "both",
           hparams: MLPHParams | None = None,
-          feature_version: int = features_v4.FEATURE_VERSION, cap: int = DEFAULT_CAP,
+          feature_version: int = FEATURE_VERSION, cap: int = DEFAULT_CAP,
           progress: bool = True, init: str | Path | None = None) -> TrainResult:
     """Fit the MLP on the trainable problems of the dataset file(s) and save it to `out_dir`,
     with the cuBLAS time head, the `topk="auto"` rule, and the cuBLAS gate.
@@ -111,7 +105,7 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
         data_path: one dataset file, several, or glob patterns (read as one, see dataset.read_many).
         objective: "mse", "rank", or "both" (train each, keep the better on validation).
         epochs: overrides `hparams.epochs`.
-        feature_version: 1 to 4 (`mlp.FEATURE_SETS`); 4 reads the layout and trains on every layout.
+        feature_version: one of `model.features.FEATURE_SETS` (5 adds the batch of batched GEMMs).
         cap: configs per problem (every contender within 1.5x of the oracle, then a sample).
         init: a saved MLP directory to fine-tune (warm_start.py): member i starts from its member i,
             with its standardization; the saved weights compete as "epoch 0" on validation.
@@ -132,8 +126,8 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
     paths = dataset.expand_paths(data_path)
     frame = dataset.modelled_layout_rows(dataset.read_many(paths), layouts=layouts_for(feature_version))
     rows, aten = _training_rows(frame, spec, paths, cap, seed, layouts_for(feature_version))
-    names = FEATURE_SETS[feature_version][0]
-    standardized, mean, std = _standardize(FEATURE_FRAMES[feature_version](rows, spec),
+    names = FEATURE_SETS[feature_version]
+    standardized, mean, std = _standardize(featurize_frame(rows, spec, feature_version),
                                            (rows["split"] == "train").to_numpy(), warm)
     splits_ = {name: _make_split(rows, standardized, name) for name in ("train", "val")}
 
@@ -161,10 +155,20 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
     model = MLPModel(spec, net, card, head)
     refit_auto(model, frame)  # the rule, on every val row as `evaluate` scores them (auto_refit.py)
     attach_held_out(model, paths, frame)
-    model.save(out_dir)
+    save_model(model, out_dir)
     seconds = time.perf_counter() - started
     log.info("trained %s model (%s objective) in %.0f s -> %s", spec.key, best, seconds, out_dir)
     return TrainResult(model=model, out_dir=Path(out_dir), objective=best, metrics=metrics, seconds=seconds)
+
+
+def save_model(model: MLPModel, out_dir: str | Path) -> Path:
+    """Write the MLP checkpoint (`mlp.pt`, `mlp.json`, the card with the learned overhead) and its
+    cuBLAS time head into `out_dir` (created if needed)."""
+    model.card = model.card.model_copy(update={"kernel_overhead_ms": model.net.kernel_overhead_ms})
+    save_checkpoint(out_dir, STEM, model.net.state_dict(), model.card)
+    if model.aten is not None:
+        save_problem_net(model.aten, out_dir)
+    return Path(out_dir)
 
 
 def _train_members(first: RuntimeNet, objective: str, splits_: dict[str, _Split], hp: MLPHParams, seed: int,
@@ -227,7 +231,7 @@ def _train_gate_or_remove(frame: pd.DataFrame, spec: DeviceSpec, out_dir: str | 
         gate = train_gate(frame, spec, out_dir, seed=seed, data_path=paths[0] if len(paths) == 1 else None)
         return gate.card.metrics["validation"], gate
     except ModelError as exc:  # too few problems with a cuBLAS row: the MLP is still worth keeping
-        stale = Path(out_dir) / GATE_FILE
+        stale = Path(out_dir) / f"{GATE_STEM}.pt"
         removed = f"; removed the old {stale}" if stale.exists() else ""
         log.warning("no cuBLAS gate trained (%s)%s", exc, removed)
         stale.unlink(missing_ok=True)
@@ -259,7 +263,7 @@ def train_gate(frame: pd.DataFrame, spec: DeviceSpec, out_dir: str | Path, *, se
     gate = fit_gate(frame[on_device & trainable & (frame["batch"] == 1)], spec, seed=seed)
     if data_path is not None:
         gate.card.hyperparameters["data_file"] = data_path.name
-    gate.save(out_dir)
+    save_problem_net(gate, out_dir)
     log.info("trained the %s cuBLAS gate (validation: %s) -> %s", spec.key, gate.card.metrics["validation"],
              out_dir)
     return gate

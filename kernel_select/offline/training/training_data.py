@@ -27,11 +27,9 @@ DEFAULT_CAP = 384
 
 
 def layouts_for(feature_version: int) -> tuple[str, ...]:
-    """The operand layouts a model of `feature_version` trains and is evaluated on: every layout
-    where its features read the layout, else "nn" alone (dataset.MODELLED_LAYOUTS)."""
-    from kernel_select.model.mlp import LAYOUT_AWARE_VERSIONS
-
-    return LAYOUTS if feature_version in LAYOUT_AWARE_VERSIONS else dataset.MODELLED_LAYOUTS
+    """The operand layouts a model of `feature_version` trains and is evaluated on: every layout (all
+    feature versions this code computes read it)."""
+    return LAYOUTS
 
 
 def prepare_rows(frame: pd.DataFrame, spec: DeviceSpec,

@@ -1,0 +1,191 @@
+"""What Inductor hands the handler, read in kernel_select's terms: the Problem it lowers (sizes,
+dtype, op, operand layout), what follows the GEMM (a bias row, a pointwise epilogue: the cuBLAS
+decision's `Epilogue`), and, for a symbolic M, the values it will take. Nothing here raises: what
+cannot be read gets the neutral answer ("nn", no epilogue, the hint alone).
+
+Operand layout. A = mat1, B = mat2 of Inductor's MMKernelInputs (addmm's and baddbmm's bias is not an
+operand); for bmm the last two dimensions. An operand is "t" only where its strides prove it a
+transposed view of a row-major buffer for every size the graph accepts, "n" where they prove it
+row-major; if either operand is neither (a symbolic stride, a slice with a step, a broadcast), the
+layout is "nn".
+
+A symbolic M. With `mark_dynamic` (or automatic dynamic shapes) one compiled kernel serves every
+sequence length, yet Inductor hands the handler a single hint (the first length it saw). Ranking
+for that hint alone picks tiles that may be poor for the lengths served later, so the handler ranks
+for representative Ms, taken from the first of:
+
+1. the m range of the LUT entry that serves the hint (the table says which lengths it covers);
+2. the `gemm_dynamic_m` knob (buckets, or a range);
+3. the symbol's declared range, when both ends are finite (`mark_dynamic(t, d, min=, max=)`);
+4. hint/4 .. hint*4.
+
+Inductor's `multi_kernel_hints` compile one variant per hint and dispatch on the runtime size; each
+variant is ranked for its own hint, so dispatch gets configs chosen for its bucket.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kernel_select.errors import ProblemError
+from kernel_select.inductor import pointwise_epilogue
+from kernel_select.layouts import DEFAULT_LAYOUT
+from kernel_select.model.cublas import Epilogue
+from kernel_select.problem import Problem, dtype_name
+from kernel_select.problem import default_spread, spread_ms
+
+log = logging.getLogger(__name__)
+
+
+def problem_from(kernel_inputs: Any, op_name: str) -> Problem | None:
+    """The Problem Inductor is lowering (hinted sizes, the operands' layout), or None for one we do not
+    model (int8/fp8 inputs, empty tensors)."""
+    m, n, k = (int(x) for x in kernel_inputs.mnk_hinted())  # Inductor's order is M, N, K
+    batch = int(kernel_inputs.batch_hinted()) if op_name in ("bmm", "baddbmm") else 1
+    try:
+        return Problem(m, n, k, dtype_name(kernel_inputs.dtype()), batch=batch, op=op_name,
+                       layout=layout_from(kernel_inputs))
+    except ProblemError as exc:
+        log.debug("kernel_select: passing %s through: %s", op_name, exc)
+        return None
+
+
+def epilogue_of(kernel_inputs: Any, problem: Problem) -> Epilogue:
+    """What follows the GEMM being lowered, as the cuBLAS decision sees it."""
+    return Epilogue(bias_row=row_bias(kernel_inputs, problem.op),
+                    separate_pointwise=pointwise_epilogue.lowering_has_separate_epilogue(
+                        problem.batch * problem.m * problem.n))
+
+
+def device_index(kernel_inputs: Any) -> int:
+    """The CUDA device index the GEMM is compiled for."""
+    import torch
+
+    index = kernel_inputs.device().index
+    return torch.cuda.current_device() if index is None else int(index)
+
+
+def symbolic_k(kernel_inputs: Any) -> Any:
+    """K as Inductor's expression (an int when static), or None when it cannot be read."""
+    try:
+        return kernel_inputs.mnk_symbolic()[2]
+    except Exception:  # noqa: BLE001 -- EVEN_K=False is always correct, just slower
+        return None
+
+
+def symbolic_m(kernel_inputs: Any) -> Any | None:
+    """M as Inductor's sympy expression when it is symbolic, else None."""
+    try:
+        m = kernel_inputs.mnk_symbolic()[0]
+    except Exception:  # noqa: BLE001 -- without it the GEMM is ranked for its hint
+        return None
+    if isinstance(m, int) or getattr(m, "is_Integer", False) or getattr(m, "is_number", False):
+        return None
+    return m
+
+
+def row_bias(kernel_inputs: Any, op_name: str) -> bool:
+    """Whether an `addmm`'s bias is one row broadcast over M (a biased nn.Linear), so that cuBLAS
+    runs it as the bias-epilogue call; False where that cannot be read (a symbolic stride)."""
+    if op_name != "addmm":
+        return False
+    try:
+        bias = kernel_inputs.nodes()[0]
+        size, stride = bias.get_size(), bias.get_stride()
+        return len(size) == 1 or (len(size) == 2 and int(stride[0]) == 0)
+    except (TypeError, AttributeError, IndexError):  # symbolic stride, or inputs we cannot read
+        return False
+
+
+def layout_from(kernel_inputs: Any) -> str:
+    """The layout of mat1 and mat2 in `kernel_inputs`, or "nn" where it cannot be proven.
+
+    Never raises: it runs inside torch.compile, where an unknown layout only costs the hedge of
+    `topk="auto"` (and, later, the layout feature), not the compile.
+    """
+    try:
+        nodes = kernel_inputs.mat1mat2()
+    except Exception as exc:  # noqa: BLE001 -- nothing may raise inside torch.compile
+        log.debug("kernel_select: operand layout unknown (%s: %s); ranking as %s",
+                  type(exc).__name__, exc, DEFAULT_LAYOUT)
+        return DEFAULT_LAYOUT
+    return proven_layout(*nodes) or DEFAULT_LAYOUT
+
+
+def proven_layout(mat1: Any, mat2: Any) -> str | None:
+    """The layout the strides of input nodes `mat1` and `mat2` prove, or None where they prove
+    none (a LUT writer then leaves the layout out). Never raises."""
+    try:
+        from torch._inductor.virtualized import V
+
+        sizevars = V.graph.sizevars
+        letters = [_letter(node, sizevars) for node in (mat1, mat2)]
+    except Exception as exc:  # noqa: BLE001 -- nothing may raise inside torch.compile
+        log.debug("kernel_select: operand layout unknown (%s: %s)", type(exc).__name__, exc)
+        return None
+    if None in letters:
+        log.debug("kernel_select: operand strides %s are neither row-major nor transposed",
+                  [tuple(node.get_stride()) for node in (mat1, mat2)])
+        return None
+    return "".join(letters)  # type: ignore[arg-type]
+
+
+def _letter(node: Any, sizevars: Any) -> str | None:
+    """"t", "n", or None when the strides of the node's last two dimensions prove neither.
+
+    Mirrors `kernel_select.layouts.layout_of` with static proofs instead of concrete values:
+    transposed means contiguous along the rows (stride 1 on dim -2) with a column stride of at
+    least the row count (a padded leading dimension still counts); a vector is row-major.
+    """
+    rows, cols = node.get_size()[-2:]
+    row_stride, col_stride = node.get_stride()[-2:]
+    if (sizevars.statically_known_equals(row_stride, 1) and sizevars.statically_known_gt(rows, 1)
+            and sizevars.statically_known_gt(cols, 1) and sizevars.statically_known_geq(col_stride, rows)):
+        return "t"
+    vector = sizevars.statically_known_equals(rows, 1) or sizevars.statically_known_equals(cols, 1)
+    if vector or sizevars.statically_known_equals(col_stride, 1):
+        return "n"
+    return None
+
+
+#: Largest upper bound of a declared range that is used as is; above it (int_oo, or a huge
+#: "unbounded" max) the range says nothing about the lengths really served.
+MAX_DECLARED_M = 2**24
+
+
+def declared_range(m_expr: Any) -> tuple[int, int] | None:
+    """The (low, high) Inductor's shape environment allows for `m_expr`, when both are finite."""
+    try:
+        from torch._inductor.virtualized import V
+
+        bounds = V.graph.sizevars.shape_env.bound_sympy(m_expr)
+        low, high = int(bounds.lower), int(bounds.upper)
+    except Exception:  # noqa: BLE001 -- int_oo, no graph, or an older shape env: no declared range
+        return None
+    if not 1 <= low <= high <= MAX_DECLARED_M:
+        return None
+    return low, high
+
+
+def ms_to_rank(hint: int, entry_range: tuple[int, int] | None, knob: tuple[int, ...] | None,
+               declared: tuple[int, int] | None) -> tuple[tuple[int, ...], str]:
+    """(the Ms to rank a symbolic M for, where they came from), in the order the module doc gives."""
+    if entry_range is not None and entry_range[0] < entry_range[1]:
+        return spread_ms(*entry_range), "lut m range"
+    if knob:
+        return knob, "gemm_dynamic_m"
+    if declared is not None and declared[0] < declared[1]:
+        return spread_ms(max(declared[0], 1), declared[1]), "declared range"
+    return default_spread(hint), "hint/4..hint*4"
+
+
+def multi_kernel_hints() -> list[int]:
+    """Inductor's `multi_kernel_hints` (positive ints), [] when unset or unknown to this torch."""
+    try:
+        from torch._inductor import config as inductor_config
+
+        hints = list(getattr(inductor_config, "multi_kernel_hints", []) or [])
+    except Exception:  # noqa: BLE001
+        return []
+    return [int(h) for h in hints if isinstance(h, int) and not isinstance(h, bool) and h >= 1]

@@ -1,0 +1,52 @@
+"""Which trained model serves a device: one policy for the performance model and the cuBLAS gate.
+
+The first folder of `model_folders(device)` that holds a checkpoint serves it: the user's model
+directory (`kernel-select calibrate` and `train --out` write there) before the shipped models, the
+device's own folder before a same-architecture stand-in (announced with one warning). A checkpoint
+that is there but does not load is an error, never a silent fallback; no checkpoint anywhere is a
+NoTrainedModelError, after which the Inductor handler leaves Inductor its own candidates. The
+untrained analytical model is only used when asked for by name.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from kernel_select import warn
+from kernel_select.device import DeviceSpec, same_architecture
+from kernel_select.errors import NoTrainedModelError
+from kernel_select.resources import model_roots
+
+log = logging.getLogger(__name__)
+
+
+def model_folders(spec: DeviceSpec) -> list[tuple[Path, DeviceSpec]]:
+    """Folders that may hold a model for `spec`, in the order they are tried, each with the device its
+    models were trained for: every model root (kernel_select.resources.model_roots: the user's
+    models first, then the shipped ones) for the device itself, then for devices of the same SM
+    architecture (an H100 model for an H100 PCIe): their kernels and relative speeds carry over."""
+    roots = model_roots()
+    return [(root / other.key, other) for other in (spec, *same_architecture(spec)) for root in roots]
+
+
+def find_checkpoint(spec: DeviceSpec, stem: str) -> tuple[Path, DeviceSpec] | None:
+    """The first of `model_folders(spec)` holding checkpoint `stem` (its `.pt` or its `.json`), with
+    the device it was trained for; None when none does. A stand-in of another device is announced
+    with one warning per process."""
+    for folder, trained_for in model_folders(spec):
+        if (folder / f"{stem}.pt").exists() or (folder / f"{stem}.json").exists():
+            if trained_for != spec:
+                warn.warn_once(("stand-in", spec.key, stem), log,
+                               "kernel_select: no %s model trained on %s; using %s (trained on %s, same "
+                               "architecture %s); `kernel-select calibrate` trains one for this GPU",
+                               stem, spec.key, folder, trained_for.key, spec.architecture)
+            return folder, trained_for
+    return None
+
+
+def no_trained_model(spec: DeviceSpec) -> NoTrainedModelError:
+    """The error for a device without a trained model, with the fix."""
+    return NoTrainedModelError(
+        f"no trained model for {spec.key} ({spec.name}); `kernel-select calibrate` trains one on this GPU "
+        f"in about 15 minutes, and the untrained analytical model is available as model='analytical'")

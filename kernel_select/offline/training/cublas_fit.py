@@ -1,0 +1,235 @@
+"""Training the cuBLAS decision's two problem-level networks (kernel_select.model.cublas): the gate
+(log of cuBLAS time over the Triton oracle) and the cuBLAS time head (log cuBLAS ms).
+
+Both see one row per problem (a few hundred to a few thousand), so every epoch is one full-batch
+AdamW step over all of them; the weights with the lowest validation RMSE are kept.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from kernel_select.device import DeviceSpec, get_device
+from kernel_select.errors import ModelError
+from kernel_select.layouts import DEFAULT_LAYOUT
+from kernel_select.model.card import Architecture, ModelCard, build_body, save_checkpoint, training_versions, utc_now
+from kernel_select.model.cublas import (
+    ATEN_STEM,
+    GATE_STEM,
+    PROBLEM_FEATURE_NAMES,
+    PROBLEM_FEATURE_VERSION,
+    AtenHead,
+    CublasGate,
+    ProblemNet,
+    problem_features,
+)
+from kernel_select.offline.data import splits
+from kernel_select.problem import DTYPE_BYTES, Problem, dtype_name
+
+#: The margins a gate's validation report covers (the card's metrics.validation.margins).
+GATE_MARGINS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3)
+GATE_ARCHITECTURE = Architecture(inputs=len(PROBLEM_FEATURE_NAMES), hidden_widths=[32, 32], activation="silu")
+ATEN_ARCHITECTURE = Architecture(inputs=len(PROBLEM_FEATURE_NAMES), hidden_widths=[64, 64], activation="silu")
+
+
+def table_features(table: pd.DataFrame, device: DeviceSpec) -> np.ndarray:
+    """Problem features of a frame with m, n, k, dtype and (else all "nn") layout columns."""
+    layout = (table["layout"].astype(str) if "layout" in table.columns
+              else pd.Series(DEFAULT_LAYOUT, index=table.index))
+    return problem_features(table["m"], table["n"], table["k"],
+                            table["dtype"].map(lambda d: DTYPE_BYTES[dtype_name(d)]),
+                            (layout.str[0] == "t").to_numpy(np.float64),
+                            (layout.str[1] == "t").to_numpy(np.float64), device)
+
+
+def problem_ratios(df: pd.DataFrame) -> pd.DataFrame:
+    """Per problem of a dataset frame: m, n, k, dtype, split, layout and log(cuBLAS ms / Triton oracle
+    ms). Problems without a finite cuBLAS row or without a finite Triton row are left out."""
+    finite = df[np.isfinite(df["runtime_ms"]) & (df["runtime_ms"] > 0)]
+    aten = finite[finite["backend"] == "aten"].groupby("problem_id")["runtime_ms"].min()
+    triton = finite[finite["backend"] == "triton"].groupby("problem_id")["runtime_ms"].min()
+    meta = df.groupby("problem_id")[["m", "n", "k", "dtype", "split", "layout"]].first()
+    both = pd.concat({"aten": aten, "triton": triton}, axis=1, join="inner")
+    out = meta.join(both, how="inner")
+    out["log_ratio"] = np.log(out["aten"] / out["triton"])
+    return out.drop(columns=["aten", "triton"])
+
+
+def problems_of(table: pd.DataFrame) -> list[Problem]:
+    """The Problems of a frame with m, n, k, dtype and (else all "nn") layout columns, in row order."""
+    columns = table.reindex(columns=["m", "n", "k", "dtype", "layout"], fill_value=DEFAULT_LAYOUT)
+    return [Problem(int(m), int(n), int(k), str(d), layout=str(layout))
+            for m, n, k, d, layout in columns.itertuples(index=False, name=None)]
+
+
+@dataclass
+class FittedProblemNet:
+    """A trained network with the standardization it expects and how it did on validation."""
+
+    net: Any
+    mean: np.ndarray  # float32 per feature, from the training rows
+    std: np.ndarray
+    val_rmse: float
+    best_epoch: int
+
+
+def fit_problem_net(x_train: np.ndarray, y_train: np.ndarray, x_val: np.ndarray, y_val: np.ndarray,
+                    architecture: Architecture, *, seed: int = 0, epochs: int = 1500, check_every: int = 10,
+                    lr: float = 1e-2, weight_decay: float = 1e-2) -> FittedProblemNet:
+    """Standardize on the training rows, fit MSE, keep the best validation epoch (checked every
+    `check_every` epochs)."""
+    mean, std = x_train.mean(axis=0), x_train.std(axis=0) + 1e-6
+    to_tensor = lambda a: torch.tensor((a - mean) / std, dtype=torch.float32)  # noqa: E731
+    xt, xv = to_tensor(x_train), to_tensor(x_val)
+    yt = torch.tensor(np.asarray(y_train), dtype=torch.float32)
+    yv = np.asarray(y_val, dtype=np.float64)
+    torch.manual_seed(seed)
+    net = build_body(architecture)
+    optimizer = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=weight_decay)
+    best_rmse, best_epoch, best_state = math.inf, 0, None
+    for epoch in range(1, epochs + 1):
+        optimizer.zero_grad()
+        loss = ((net(xt).squeeze(1) - yt) ** 2).mean()
+        loss.backward()
+        optimizer.step()
+        if epoch % check_every == 0:
+            with torch.no_grad():
+                rmse = float(np.sqrt(np.mean((net(xv).squeeze(1).numpy() - yv) ** 2)))
+            if rmse < best_rmse:
+                best_rmse, best_epoch = rmse, epoch
+                best_state = {name: t.clone() for name, t in net.state_dict().items()}
+    if best_state is None:
+        raise ModelError(f"epochs ({epochs}) must be at least check_every ({check_every})")
+    net.load_state_dict(best_state)
+    return FittedProblemNet(net.eval(), mean.astype(np.float32), std.astype(np.float32), best_rmse, best_epoch)
+
+
+def _card(stem: str, spec: DeviceSpec, architecture: Architecture, fitted: FittedProblemNet, dtypes: Any,
+          hyperparameters: dict[str, Any], metrics: dict[str, Any]) -> ModelCard:
+    return ModelCard(
+        model=stem, device=spec.key, architecture=architecture, feature_version=PROBLEM_FEATURE_VERSION,
+        feature_names=list(PROBLEM_FEATURE_NAMES), feature_mean=fitted.mean.tolist(),
+        feature_std=fitted.std.tolist(), dtypes=sorted({dtype_name(d) for d in dtypes}),
+        hyperparameters=hyperparameters, metrics=metrics, trained_at=utc_now(), versions=training_versions())
+
+
+def fit_gate(df: pd.DataFrame, device: DeviceSpec | str, *, seed: int = 0, epochs: int = 1500,
+             check_every: int = 10) -> CublasGate:
+    """Train the gate on the 'train' split's problems of a dataset frame; validation picks the epoch.
+
+    Raises:
+        ModelError: fewer than 10 train or 5 validation problems with a cuBLAS row.
+    """
+    spec = get_device(device)
+    table = problem_ratios(df)
+    train, val = table[table["split"] == "train"], table[table["split"] == "val"]
+    if len(train) < 10 or len(val) < 5:
+        raise ModelError(f"cuBLAS gate: need >= 10 train and >= 5 validation problems with a cuBLAS row, "
+                         f"got {len(train)} and {len(val)}")
+    fitted = fit_problem_net(table_features(train, spec), train["log_ratio"].to_numpy(), table_features(val, spec),
+                             val["log_ratio"].to_numpy(), GATE_ARCHITECTURE, seed=seed, epochs=epochs,
+                             check_every=check_every)
+    card = _card(GATE_STEM, spec, GATE_ARCHITECTURE, fitted, table["dtype"],
+                 {"seed": seed, "epochs": epochs, "check_every": check_every, "lr": 1e-2, "weight_decay": 1e-2},
+                 {"train_problems": len(train), "val_problems": len(val), "best_epoch": fitted.best_epoch,
+                  "val_rmse_log_ratio": fitted.val_rmse})
+    gate = CublasGate(spec, fitted.net, card)
+    card.metrics["validation"] = gate_metrics(gate, val)
+    return gate
+
+
+def fit_aten(train: pd.DataFrame, val: pd.DataFrame, device: DeviceSpec | str, *, seed: int = 0,
+             epochs: int = 1500) -> AtenHead:
+    """Fit on problem tables (m, n, k, dtype, aten_ms): `train` to fit, `val` to pick the epoch.
+
+    Raises:
+        ModelError: fewer than 10 train or 5 validation problems with a cuBLAS time.
+    """
+    spec = get_device(device)
+    if len(train) < 10 or len(val) < 5:
+        raise ModelError(f"cuBLAS time head: need >= 10 train and >= 5 validation problems with a cuBLAS "
+                         f"row, got {len(train)} and {len(val)}")
+    fitted = fit_problem_net(table_features(train, spec), np.log(train["aten_ms"].to_numpy()),
+                             table_features(val, spec), np.log(val["aten_ms"].to_numpy()), ATEN_ARCHITECTURE,
+                             seed=seed, epochs=epochs)
+    card = _card(ATEN_STEM, spec, ATEN_ARCHITECTURE, fitted, train["dtype"],
+                 {"seed": seed, "epochs": epochs, "lr": 1e-2, "weight_decay": 1e-2},
+                 {"train_problems": len(train), "val_problems": len(val), "best_epoch": fitted.best_epoch,
+                  "val_rmse_log_ms": fitted.val_rmse})
+    return AtenHead(spec, fitted.net, card)
+
+
+def save_problem_net(net: ProblemNet, model_dir: str | Path) -> Path:
+    """Write the checkpoint (`<STEM>.pt`, `<STEM>.json`) into `model_dir`."""
+    return save_checkpoint(model_dir, net.STEM, net.net.state_dict(), net.card)
+
+
+def gate_metrics(gate: CublasGate, table: pd.DataFrame, margins: Sequence[float] = GATE_MARGINS) -> dict[str, Any]:
+    """How the gate decides on the problems of `table` (rows from `problem_ratios`), per margin.
+
+    gated: fraction of problems where Triton is skipped; wrongly_gated: of those, how many had a Triton
+    config faster than cuBLAS; loss_*: measured cuBLAS / best-of-(cuBLAS, Triton oracle) over the gated
+    problems (1.0 = nothing lost).
+    """
+    problems = problems_of(table)
+    predicted = gate.predict_log_ratio(problems)
+    truth = table["log_ratio"].to_numpy()
+    out: dict[str, Any] = {"problems": len(problems),
+                           "sign_accuracy": float(np.mean((predicted < 0) == (truth < 0))),
+                           "rmse_log_ratio": float(np.sqrt(np.mean((predicted - truth) ** 2))),
+                           "margins": {}}
+    for margin in margins:
+        gated = gate.skips_triton(problems, margin)
+        loss = np.exp(np.maximum(truth[gated], 0.0))
+        out["margins"][f"{margin:g}"] = {
+            "gated": float(gated.mean()), "wrongly_gated": int((truth[gated] > 0).sum()),
+            "loss_geomean": float(np.exp(np.mean(np.log(loss)))) if gated.any() else 1.0,
+            "loss_worst": float(loss.max()) if gated.any() else 1.0,
+        }
+    return out
+
+
+# How both networks err per operand layout, on the frozen held-out problems (splits.EVAL_SPLITS: never
+# trained on) of every layout in the data: cuBLAS picks other kernels for "nt" and "tn", and the Triton
+# oracle moves too. aten_rmse_log_ms: RMSE of log(predicted / measured cuBLAS ms); gate_sign_accuracy:
+# share of problems whose predicted sign of log(cuBLAS / Triton oracle) is the measured one;
+# gate_rmse_log_ratio: RMSE of that prediction.
+
+def cublas_errors_by_layout(frame: pd.DataFrame, head: AtenHead | None,
+                            gate: CublasGate | None) -> dict[str, dict[str, Any]]:
+    """{layout: {problems, aten_rmse_log_ms?, gate_sign_accuracy?, gate_rmse_log_ratio?}} on the
+    held-out single GEMMs of `frame` (a dataset frame) with a cuBLAS and a Triton time."""
+    masks = splits.split_masks(frame)
+    held_out = np.logical_or.reduce([np.asarray(masks[name]) for name in splits.EVAL_SPLITS])
+    rows = frame[held_out & (frame["batch"] == 1).to_numpy()]
+    table = problem_ratios(rows)
+    aten = rows[(rows["backend"] == "aten") & np.isfinite(rows["runtime_ms"])]
+    table["aten_ms"] = aten.groupby("problem_id")["runtime_ms"].min().reindex(table.index)
+    table["layout"] = rows.groupby("problem_id")["layout"].first().reindex(table.index).astype(str)
+    out: dict[str, dict[str, Any]] = {}
+    for layout, part in table.groupby("layout", sort=True):
+        problems = problems_of(part)
+        entry: dict[str, Any] = {"problems": len(part)}
+        if head is not None:
+            supported = [head.supports(p) for p in problems]
+            chosen = [p for p, ok in zip(problems, supported) if ok]
+            error = np.log(head.predict_ms(chosen)) - np.log(part["aten_ms"].to_numpy()[supported])
+            entry["aten_rmse_log_ms"] = _rmse(error)
+        if gate is not None:
+            predicted, truth = gate.predict_log_ratio(problems), part["log_ratio"].to_numpy()
+            entry["gate_sign_accuracy"] = float(np.mean((predicted < 0) == (truth < 0)))
+            entry["gate_rmse_log_ratio"] = _rmse(predicted - truth)
+        out[str(layout)] = entry
+    return out
+
+
+def _rmse(error: np.ndarray) -> float | None:
+    return float(np.sqrt(np.mean(error ** 2))) if error.size else None

@@ -1,0 +1,227 @@
+"""The knobs' names, spellings and accepted values: one parser per knob.
+
+Every knob has one name, used everywhere it can be set: `kernel_select.knobs.<name>`,
+`install(<name>=...)`, the torch.compile option `<name>` and the environment variable
+`TORCHINDUCTOR_<NAME>`. The names start with `gemm_` (but the LUT path) because the torch options
+share torch._inductor.config's flat namespace with Inductor's own GEMM options.
+
+  kernel_lut_path             a kernel lookup table (JSON) whose entries are always benchmarked
+  gemm_topk                   Triton GEMM configs benchmarked per GEMM: a positive int; "DEFAULT" (as
+                              many as Inductor's default list has, chosen by the model); "auto" (as
+                              many as the model is unsure about); "SAME" (off: Inductor's own list)
+  gemm_auto_topk_cap          the most configs gemm_topk="auto" benchmarks per GEMM
+  gemm_cublas_margin          the cuBLAS decision's margin (kernel_select.model.cublas): a fraction in
+                              [0, 1), or "off"
+  gemm_dynamic_m              the values a dynamic M takes: "LOW..HIGH", "A,B,C" or a list of ints
+  gemm_precompile_in_process  precompile autotuned Triton choices in the compiling process
+  gemm_model                  a registered model's name; None = the device's trained model
+  gemm_device                 the device to rank for ("h100"); None = the GPU being compiled for
+
+Parsers raise OptionError naming where the value came from (`source`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any, Union
+
+from kernel_select.errors import KernelSelectError, OptionError
+
+SAME = "SAME"
+DEFAULT = "DEFAULT"
+AUTO = "auto"
+OFF = "off"
+DEFAULT_AUTO_TOPK_CAP = 8
+#: The gemm_cublas_margin default; kernel_select.model.cublas.DEFAULT_MARGIN says how it was chosen
+#: (a test checks they agree; importing it here would load torch for every knob read).
+DEFAULT_CUBLAS_MARGIN = 0.15
+#: An M beyond int32 is no GEMM Inductor lowers; a larger value is a typo.
+MAX_M = 2**31 - 1
+
+TopK = Union[int, str]
+_ASCII_DIGITS = re.compile(r"[0-9]+")
+
+
+def parse_topk(value: object, *, source: str = "gemm_topk") -> TopK:
+    """A positive int, "DEFAULT", "SAME" or "auto" (case-insensitive; ASCII digits are accepted)."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.upper() in (SAME, DEFAULT):
+            return text.upper()
+        if text.lower() == AUTO:
+            return AUTO
+        # Not str.isdigit(): it is true for "²" and other digits that int() refuses.
+        if _ASCII_DIGITS.fullmatch(text):
+            value = int(text)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    raise OptionError(
+        f"{source}: expected a positive integer, 'DEFAULT' (as many configs as Inductor's default "
+        f"list), 'auto' (as many as the model is unsure about) or 'SAME' (pass Inductor's candidates "
+        f"through), got {_shown(value)}")
+
+
+def parse_auto_topk_cap(value: object, *, source: str = "gemm_auto_topk_cap") -> int:
+    """A positive int (ASCII digits are accepted)."""
+    if isinstance(value, str) and _ASCII_DIGITS.fullmatch(value.strip()):
+        value = int(value.strip())
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    raise OptionError(f"{source}: expected a positive integer (the most configs gemm_topk='auto' "
+                      f"benchmarks per GEMM), got {_shown(value)}")
+
+
+def parse_lut_path(value: object, *, source: str = "kernel_lut_path") -> str | None:
+    """None (no lookup table) or a path; "" counts as None, "~" is expanded. The file is read (and
+    checked) when a GEMM is compiled, so it may be created after this is set."""
+    if value is None:
+        return None
+    if isinstance(value, (str, os.PathLike)):
+        text = os.fspath(value)
+        if isinstance(text, str):
+            if "\0" in text:
+                raise OptionError(f"{source}: a path cannot contain a NUL byte, got {_shown(text)}")
+            return os.path.expanduser(text) if text.strip() else None
+    raise OptionError(f"{source}: expected a file path (str) or None, got {_shown(value)}")
+
+
+def parse_model(value: object, *, source: str = "gemm_model") -> str | None:
+    """None (the device's trained model) or the non-empty name of a registered model."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if isinstance(value, str):
+        return value.strip()
+    raise OptionError(f"{source}: expected a model name such as 'mlp' or None, got {_shown(value)}")
+
+
+def parse_device(value: object, *, source: str = "gemm_device") -> str | None:
+    """None (detect) or a known device name, normalized to its key ("NVIDIA H100 80GB HBM3" -> "h100")."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if not isinstance(value, str):
+        raise OptionError(f"{source}: expected a device name such as 'h100' or None, got {_shown(value)}")
+    from kernel_select.device import get_device
+
+    try:
+        return get_device(value).key
+    except KernelSelectError as exc:
+        raise OptionError(f"{source}: {exc}") from None
+
+
+def parse_cublas_margin(value: object, *, source: str = "gemm_cublas_margin") -> float | None:
+    """None / "off" / "none" (the cuBLAS decision is off) or a fraction in [0, 1)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        text = value.strip()
+        if text.lower() in (OFF, "none"):
+            return None
+        try:
+            value = float(text)
+        except ValueError:
+            pass
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value < 1.0:
+        return float(value)
+    raise OptionError(f"{source}: expected a fraction in [0, 1) such as 0.05, or 'off' to turn the "
+                      f"cuBLAS decision off, got {_shown(value)}")
+
+
+def parse_dynamic_m(value: object, *, source: str = "gemm_dynamic_m") -> tuple[int, ...] | None:
+    """None / "" (derive the Ms), "LOW..HIGH" (5 log-spaced Ms), "A,B,C" or a list of positive ints
+    (those Ms), each at most MAX_M. Returns the sorted Ms to rank over."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    from kernel_select.problem import spread_ms
+
+    error = OptionError(f"{source}: expected 'LOW..HIGH' (e.g. '560..8192'), 'A,B,C' (e.g. '560,1024,2048'), "
+                        f"a list of positive ints up to {MAX_M}, or None, got {_shown(value)}")
+    if isinstance(value, str):
+        text = value.strip()
+        if ".." in text:
+            low, _, high = (part.strip() for part in text.partition(".."))
+            both_digits = _ASCII_DIGITS.fullmatch(low) and _ASCII_DIGITS.fullmatch(high)
+            if not both_digits or not 1 <= int(low) <= int(high) <= MAX_M:
+                raise error
+            return spread_ms(int(low), int(high))
+        parts = [part.strip() for part in text.split(",")]
+        if not all(_ASCII_DIGITS.fullmatch(part) for part in parts):
+            raise error
+        value = [int(part) for part in parts]
+    if isinstance(value, (list, tuple)) and value and all(
+            isinstance(m, int) and not isinstance(m, bool) and 1 <= m <= MAX_M for m in value):
+        return tuple(sorted(set(value)))
+    raise error
+
+
+_TRUE_WORDS = ("1", "true", "on", "yes")
+_FALSE_WORDS = ("0", "false", "off", "no")
+
+
+def parse_precompile_in_process(value: object, *, source: str = "gemm_precompile_in_process") -> bool:
+    """A bool, or one of "1"/"0", "true"/"false", "on"/"off", "yes"/"no" (case-insensitive)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _TRUE_WORDS + _FALSE_WORDS:
+        return value.strip().lower() in _TRUE_WORDS
+    raise OptionError(f"{source}: expected True or False (or '1'/'0', 'on'/'off'), got {_shown(value)}")
+
+
+#: knob name -> (parser, default). The order is the documentation's.
+KNOBS: dict[str, tuple[Callable[..., Any], Any]] = {
+    "kernel_lut_path": (parse_lut_path, None),
+    "gemm_topk": (parse_topk, DEFAULT),
+    "gemm_auto_topk_cap": (parse_auto_topk_cap, DEFAULT_AUTO_TOPK_CAP),
+    "gemm_cublas_margin": (parse_cublas_margin, DEFAULT_CUBLAS_MARGIN),
+    "gemm_dynamic_m": (parse_dynamic_m, None),
+    "gemm_precompile_in_process": (parse_precompile_in_process, False),
+    "gemm_model": (parse_model, None),
+    "gemm_device": (parse_device, None),
+}
+#: Spellings before 1.0 -> the knob's name. They keep working, with a DeprecationWarning.
+DEPRECATED_NAMES: dict[str, str] = {
+    "topk": "gemm_topk", "top_k": "gemm_topk", "auto_topk_cap": "gemm_auto_topk_cap",
+    "cublas_margin": "gemm_cublas_margin", "dynamic_m": "gemm_dynamic_m",
+    "precompile_in_process": "gemm_precompile_in_process", "model": "gemm_model", "device": "gemm_device",
+}
+
+
+def env_name(knob: str) -> str:
+    """The environment variable of a knob: TORCHINDUCTOR_ + its name in capitals."""
+    return f"TORCHINDUCTOR_{knob.upper()}"
+
+
+def parse(knob: str, value: object, *, source: str | None = None) -> Any:
+    """`value` checked and normalized for `knob` (OptionError naming `source`, default the knob)."""
+    return KNOBS[knob][0](value, source=source or knob)
+
+
+def from_env(knob: str) -> Any:
+    """The knob's value from its environment variable, else its default (read once, at import)."""
+    raw = os.environ.get(env_name(knob), "")
+    parser, default = KNOBS[knob]
+    return parser(raw if raw.strip() else default, source=f"environment variable {env_name(knob)}")
+
+
+def canonical_names(arguments: Mapping[str, Any], *, where: str) -> dict[str, Any]:
+    """`arguments` with deprecated spellings renamed (one DeprecationWarning each); an unknown name
+    is an OptionError listing the knobs. None values are dropped (None = not given)."""
+    out: dict[str, Any] = {}
+    for name, value in arguments.items():
+        if name in DEPRECATED_NAMES:
+            warnings.warn(f"{where}: {name!r} is deprecated; use {DEPRECATED_NAMES[name]!r}",
+                          DeprecationWarning, stacklevel=3)
+            name = DEPRECATED_NAMES[name]
+        elif name not in KNOBS:
+            raise OptionError(f"{where}: unknown knob {name!r}; known: {', '.join(KNOBS)}")
+        if value is not None:
+            out[name] = value
+    return out
+
+
+def _shown(value: object, limit: int = 80) -> str:
+    """repr(value), cut to `limit` characters: an error echoes the value, not a 4,000-digit one."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
