@@ -10,7 +10,10 @@ CPU. In order:
   2. score      the model scores every candidate config (the problem's pruned EXHAUSTIVE space,
                 unless the caller gives its own) and every LUT entry, in one batched call
   3. cuBLAS     with a margin, one cuBLAS decision (model/cublas.py); where cuBLAS is preferred
-                only the LUT's entries are offered, so Inductor takes ATen without compiling Triton
+                only the LUT's entries are offered, so Inductor takes ATen without compiling Triton.
+                Not for a problem outside the model's training data (`outside`): there nothing is
+                known well enough to narrow Inductor's choice, and the handler offers Inductor's own
+                candidates beside the model's
   4. k          `gemm_topk` resolved: a count, a fraction, "DEFAULT" (the size of Inductor's own
                 list for the problem) or "auto" (as many as the model is unsure about)
   5. order      the LUT's entries first (all of them, even beyond k), then the best-ranked
@@ -32,7 +35,6 @@ import numpy as np
 from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec
 from kernel_select.errors import ConfigError, LUTError, ModelError, ProblemError
-from kernel_select.model.auto_topk import hedge_reason
 from kernel_select.model.base import PerformanceModel
 from kernel_select.model.cublas import CublasDecision, CublasGate, Epilogue, decide
 from kernel_select.options import AUTO, DEFAULT, DEFAULT_AUTO_TOPK_CAP, TopK
@@ -72,6 +74,7 @@ class Selection:
     cublas: CublasDecision | None = None  # None: the cuBLAS decision was off or had no prediction
     pinned: GemmConfig | Literal["aten"] | None = None  # a LUT pin: the only choice, nothing benchmarked
     ms: tuple[int, ...] = ()  # a dynamic M: the values it was ranked for (() = problem.m only)
+    outside: str = ""  # why the problem lies outside the model's training data ("" inside it)
     hedged: str = ""  # why gemm_topk="auto" took its cap rather than the model's estimate
     ms_origin: str = ""  # for the handler's log: where `ms` came from ("lut m range", ...)
     hint: int | None = None  # for the handler's log: the Inductor multi-kernel hint it is for
@@ -132,16 +135,16 @@ def select(problem: Problem, *, model: PerformanceModel, gemm_topk: TopK | float
     scores = all_scores[: len(candidates)]
     chosen = [Choice(config, float(ms), LUT_SOURCE) for config, ms in zip(entries, all_scores[len(candidates):])]
 
-    decision = _cublas_decision(problem, model, gate, cublas_margin, epilogue, scores)
-    hedged = hedge_reason(model, problem) if gemm_topk == AUTO else ""
+    outside = model.domain_gap(problem)
+    decision = None if outside else _cublas_decision(problem, model, gate, cublas_margin, epilogue, scores)
     selection = Selection(problem, device.key, tuple(chosen), len(candidates), decision, ms=spread,
-                          hedged=hedged)
+                          outside=outside, hedged=outside if gemm_topk == AUTO else "")
     if selection.skips_triton:
         return selection
     if gemm_topk == DEFAULT:
         gemm_topk = len(for_problem(problem, device, "default"))
     count = resolve_k(gemm_topk, len(candidates), model=model, predicted_ms=scores, cap=auto_cap,
-                      problem=problem, configs=candidates, hedged=bool(hedged))
+                      problem=problem, configs=candidates, hedged=bool(selection.hedged))
     if len(chosen) < count and len(candidates):
         order_by = scores if not spread or spread == (problem.m,) else _relative_over(problem, spread,
                                                                                        candidates, model)

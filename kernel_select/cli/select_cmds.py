@@ -138,7 +138,7 @@ def _payload(args: argparse.Namespace, model: PerformanceModel, selection: Selec
         "cublas_decision": None if cublas is None else {
             "source": cublas.source, "predicted_cublas_over_triton": cublas.predicted_ratio,
             "margin": cublas.margin, "small_gemm": cublas.small, "skips_triton": cublas.prefers_cublas},
-        "hedged": selection.hedged,
+        "outside": selection.outside, "hedged": selection.hedged,
     }
 
 
@@ -149,6 +149,9 @@ def _print_selection(model: PerformanceModel, selection: Selection) -> None:
         what = "ATen (cuBLAS)" if isinstance(pin, str) else pin.short()
         print(f"pinned by the lookup table to {what}: a compile uses it alone and benchmarks nothing")
         return
+    if selection.outside:
+        print(f"outside the model's training data ({selection.outside}): a compile benchmarks Inductor's own "
+              f"configs beside these, and makes no cuBLAS decision")
     if selection.hedged:
         print(f"--gemm-topk auto took its cap: {selection.hedged}")
     if selection.choices:

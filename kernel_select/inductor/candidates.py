@@ -3,7 +3,8 @@
 Triton configs. Each selected config becomes a KernelTemplateChoice shaped like Inductor's own first
 candidate of the template (`peek_first`), so everything that is a property of the problem rather
 than of the config (ACC_TYPE, USE_FAST_ACCUM, whatever a newer torch adds) is exactly what Inductor
-would have emitted.
+would have emitted. For a problem outside the model's training data they follow Inductor's own
+candidates (`beside_own`).
 
 Pins. Inductor's `AlgorithmSelectorCache.__call__` returns the only choice of a one-choice list
 without compiling or benchmarking anything else (and without calling feedback savers), so a
@@ -98,6 +99,21 @@ def synthesize(selection: Selection, base: Any, k_symbolic: Any, overrides: dict
         synthesized.append(ktc_class(template=base.template, params=params_class(kwargs),
                                      extra_kwargs=base.extra_kwargs, layout=base.layout, inputs=base.inputs))
     return synthesized
+
+
+def beside_own(own: Iterable[Any], ours: list[Any]) -> list[Any]:
+    """Inductor's own candidates, then those of `ours` whose config Inductor does not offer already."""
+    own = list(own)
+    offered = {config_of(choice) for choice in own} - {None}
+    return own + [choice for choice in ours if config_of(choice) not in offered]
+
+
+def config_of(choice: Any) -> GemmConfig | None:
+    """The config of a KernelTemplateChoice of a Triton GEMM template, or None where it has none."""
+    try:
+        return GemmConfig.from_inductor_kwargs(choice.params.to_kwargs())
+    except Exception:  # noqa: BLE001 -- not ours to read: it simply counts as a config of its own
+        return None
 
 
 def peek_first(choices: dict[str, Iterable[Any]], uids: list[str]) -> dict[str, Any]:

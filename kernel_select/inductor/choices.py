@@ -8,9 +8,10 @@ autotunes on a CUDA device, `_finalize_template_configs` does four steps:
   2. select     `kernel_select.select.select()`: the pin, the LUT's entries, the model's top-k, the
                 cuBLAS decision
   3. translate back  the Selection into Inductor's candidate lists (inductor/candidates.py): the
-                Triton GEMM templates ("triton::mm", "triton::bmm") get the selected configs;
-                everything else (ATen/cuBLAS, decompose_k, persistent TMA, ...) passes through, so
-                cuBLAS always competes
+                Triton GEMM templates ("triton::mm", "triton::bmm") get the selected configs (for a
+                problem outside the model's training data, after Inductor's own: never narrower than
+                stock); everything else (ATen/cuBLAS, decompose_k, persistent TMA, ...) passes
+                through, so cuBLAS always competes
   4. fall back  nothing raises inside torch.compile: any failure logs one warning per cause and
                 Inductor keeps its own candidates; so does a device without a trained model
 
@@ -148,8 +149,13 @@ class KernelSelectChoices(InductorChoices):
         replaced = dict(choices)
         for uid, base in bases.items():
             overrides = kwarg_overrides.get(uid, {})
-            replaced[uid] = [choice for selection in selections
-                             for choice in candidates.synthesize(selection, base, k_symbolic, overrides)]
+            ours = [choice for selection in selections
+                    for choice in candidates.synthesize(selection, base, k_symbolic, overrides)]
+            replaced[uid] = candidates.beside_own(choices[uid], ours) if selections[0].outside else ours
+        if selections[0].outside:
+            warn.warn_once(("outside", selections[0].problem.op, selections[0].outside), log,
+                           "kernel_select: %s: %s; Inductor's own configs are benchmarked beside the model's",
+                           selections[0].problem, selections[0].outside, level=logging.INFO)
         self.selections.extend(selections)
         for selection in selections:
             _log_selection(selection)

@@ -13,9 +13,9 @@ best guess is often a near-miss) and a cap (`auto_topk_cap`):
 Training chooses the rule and its parameters on the validation problems
 (`kernel_select.offline.training.uncertainty`) and writes them in the model card.
 
-Neither rule applies outside the model's training data (`hedge_reason`): for a problem whose
-operand layout the card does not list, the predictions and the members' disagreement are both
-extrapolations, so a small k there is a guess; auto benchmarks the cap instead.
+Neither rule applies outside the model's training data (`hedge_reason`): for a problem whose op,
+dtype, layout or size the training data did not cover, the predictions and the members' disagreement
+are both extrapolations, so a small k there is a guess; auto benchmarks the cap instead.
 """
 
 from __future__ import annotations
@@ -25,13 +25,9 @@ from typing import Any
 import numpy as np
 
 def hedge_reason(model: Any, problem: Any) -> str:
-    """Why `topk="auto"` benchmarks the cap for `problem` rather than trust `model`'s own estimate
-    (a line for the log), or "" where the model was trained on problems like it. A model with no
-    training data (`trained_layouts()` None) is never out of it."""
-    trained = model.trained_layouts()
-    if problem is None or trained is None or problem.layout in trained:
-        return ""
-    return f"layout {problem.layout} not in the model's training data"
+    """Why `topk="auto"` benchmarks the cap for `problem` rather than trust `model`'s own estimate (a line
+    for the log), or "" where the model was trained on problems like it (`PerformanceModel.domain_gap`)."""
+    return "" if problem is None else model.domain_gap(problem)
 
 
 #: Configs whose member disagreement measures a problem's uncertainty: the ones a top-4 benchmarks.

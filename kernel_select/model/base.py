@@ -86,6 +86,13 @@ class PerformanceModel(abc.ABC):
         uncertainty."""
         return None
 
+    def domain_gap(self, problem: Problem) -> str:
+        """Why `problem` lies outside what this model was trained on (an op, dtype, layout or size never
+        measured, or a stratum with too few problems), or "" where it does not; a model not trained on
+        data has no outside. The Inductor handler then keeps Inductor's own candidates beside the
+        model's, and gemm_topk="auto" takes its cap."""
+        return ""
+
     def trained_layouts(self) -> tuple[str, ...] | None:
         """The operand layouts this model's training data had, from its card; None for a model that
         is not trained on data (its predictions have no layout to be out of)."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -40,17 +40,26 @@ MAX_CARD_BYTES = 16 * 1024 * 1024
 TrainedLayouts = Annotated[list[str], AfterValidator(lambda layouts: [check_layout(x) for x in layouts])]
 
 
+#: Hard bounds on what a card may describe. A card is a small JSON file that decides how much memory
+#: the network built from it takes before its weights are checked; these keep a careless or hostile
+#: card from allocating gigabytes (the shipped networks: 59 inputs, widths <= 96, 2 members).
+MAX_INPUTS = 1024
+MAX_WIDTH = 4096
+MAX_HIDDEN_LAYERS = 8
+MAX_MEMBERS = 8
+
+
 class Architecture(BaseModel):
     """A feed-forward network: inputs -> [Linear -> activation] per hidden width -> Linear(1)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    inputs: int = Field(gt=0)
-    hidden_widths: list[int]
+    inputs: int = Field(gt=0, le=MAX_INPUTS)
+    hidden_widths: list[Annotated[int, Field(gt=0, le=MAX_WIDTH)]] = Field(max_length=MAX_HIDDEN_LAYERS)
     activation: Literal["relu", "silu"]
     # networks of this shape trained from different seeds, whose log-ms outputs are averaged
     # (an MLP card only; a card without the field describes one network)
-    members: int = Field(default=1, ge=1, le=8)
+    members: int = Field(default=1, ge=1, le=MAX_MEMBERS)
 
 
 class DataFile(BaseModel):
@@ -77,6 +86,36 @@ class DataProvenance(BaseModel):
     triton_versions: list[str]
 
 
+#: A stratum of the domain: "<op>/<dtype>/<M bucket>". Buckets as evaluation reports them.
+M_BUCKETS = ((16, "m<=16"), (256, "m<=256"), (4096, "m<=4096"), (2**62, "m>4096"))
+#: Fewer training problems than this in a problem's stratum, and the model is outside what it knows.
+MIN_STRATUM_PROBLEMS = 20
+
+
+def m_bucket(m: int) -> str:
+    return next(name for edge, name in M_BUCKETS if m <= edge)
+
+
+def stratum(op: str, dtype: str, m: int) -> str:
+    """The domain stratum of a problem: batched GEMMs are one op ("bmm", with baddbmm), single ones
+    another ("mm", with addmm)."""
+    kind = "bmm" if op in ("bmm", "baddbmm") else "mm"
+    return f"{kind}/{dtype}/{m_bucket(m)}"
+
+
+class Domain(BaseModel):
+    """What a model's training data covered: the Inductor handler keeps Inductor's own candidates
+    beside the model's for a problem outside it (kernel_select.model.base.PerformanceModel.domain_gap)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    strata: dict[str, int]  # stratum(op, dtype, m) -> training problems in it
+    m: tuple[int, int]  # smallest and largest value of each dimension trained on
+    n: tuple[int, int]
+    k: tuple[int, int]
+    batch: tuple[int, int] = (1, 1)
+
+
 class ModelCard(BaseModel):
     """The JSON half of a checkpoint (see the module docstring)."""
 
@@ -95,6 +134,9 @@ class ModelCard(BaseModel):
     # operand layouts (kernel_select.layouts) present in training: every card written before the
     # field existed was trained on "nn" rows only; topk="auto" hedges outside them
     layouts: TrainedLayouts = [DEFAULT_LAYOUT]
+    #: the problems the training data covered; None in cards written before it was recorded, which were
+    #: trained on single GEMMs (mm) of `dtypes` and `layouts` only
+    domain: Domain | None = None
     hyperparameters: dict[str, Any] = {}
     data: DataProvenance | None = None
     metrics: dict[str, Any] = {}
@@ -244,15 +286,38 @@ def check_card(card: ModelCard, path: Path, spec: DeviceSpec, hint: str, *, mode
         raise ModelCardMismatchError(f"{path}: feature_mean must be finite; {hint}")
 
 
-def load_state(net: Any, state: dict[str, Any], weights: Path, card: ModelCard, hint: str) -> Any:
-    """Load `state` into `net`, turning a shape or key mismatch into a ModelCardMismatchError."""
+def load_network(build: Callable[[], Any], state: dict[str, Any], weights: Path, card: ModelCard,
+                 hint: str) -> Any:
+    """The network `build()` makes, with `state` loaded. The network is first built on torch's meta
+    device (no memory) and its parameter shapes compared with the weights', so a card that does not
+    match its weights is refused before anything the size of the card's network is allocated.
+
+    Raises:
+        ModelCardMismatchError: a missing, extra or differently shaped tensor.
+    """
+    import torch
+
+    arch = card.architecture
+
+    def mismatch(detail: str) -> ModelCardMismatchError:
+        return ModelCardMismatchError(
+            f"{weights}: weights do not fit the card's architecture ({arch.inputs} inputs, widths "
+            f"{arch.hidden_widths}, {arch.members} member(s)): {detail}; {hint}")
+
+    with torch.device("meta"):
+        expected = {name: tuple(t.shape) for name, t in build().state_dict().items()}
+    found = {name: tuple(t.shape) for name, t in state.items()}
+    if expected != found:
+        missing, extra = sorted(set(expected) - set(found)), sorted(set(found) - set(expected))
+        shaped = sorted(n for n in set(expected) & set(found) if expected[n] != found[n])
+        detail = (f"missing {missing[:3]}" if missing else f"unexpected {extra[:3]}" if extra
+                  else f"{shaped[0]} is {list(found[shaped[0]])}, the card says {list(expected[shaped[0]])}")
+        raise mismatch(detail)
+    net = build()
     try:
         net.load_state_dict(state, strict=True)
     except (RuntimeError, KeyError, TypeError) as exc:
-        arch = card.architecture
-        raise ModelCardMismatchError(
-            f"{weights}: weights do not fit the card's architecture ({arch.inputs} inputs, widths "
-            f"{arch.hidden_widths}, {arch.members} member(s)): {str(exc).splitlines()[0]}; {hint}") from None
+        raise mismatch(str(exc).splitlines()[0]) from None
     return net.eval()
 
 

@@ -38,7 +38,7 @@ import torch
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import ModelError
 from kernel_select.layouts import a_transposed, b_transposed
-from kernel_select.model.card import ModelCard, build_body, load_checkpoint, load_state, retrain_hint
+from kernel_select.model.card import ModelCard, build_body, load_checkpoint, load_network, retrain_hint
 from kernel_select.model.features import log2_alignment
 from kernel_select.problem import Problem
 
@@ -221,7 +221,8 @@ class ProblemNet:
                                       feature_version=PROBLEM_FEATURE_VERSION,
                                       feature_names=PROBLEM_FEATURE_NAMES,
                                       allow_same_architecture=allow_same_architecture)
-        net = load_state(build_body(card.architecture), state, model_dir / f"{cls.STEM}.pt", card, hint)
+        net = load_network(lambda: build_body(card.architecture), state, model_dir / f"{cls.STEM}.pt", card,
+                           hint)
         return cls(spec, net, card)
 
 

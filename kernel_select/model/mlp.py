@@ -34,13 +34,15 @@ from kernel_select.model.auto_topk import SPREAD_TOP, auto_k_from_gap, spread_k
 from kernel_select.model.base import PerformanceModel, register_model
 from kernel_select.model.folders import find_checkpoint, no_trained_model
 from kernel_select.model.card import (
+    MIN_STRATUM_PROBLEMS,
     Architecture,
     ModelCard,
     build_body,
     load_checkpoint,
-    load_state,
+    load_network,
     read_card,
     retrain_hint,
+    stratum,
 )
 from kernel_select.model.cublas import ATEN_STEM, AtenHead
 from kernel_select.model.features import FEATURE_SETS, FEATURE_VERSION, featurize
@@ -171,6 +173,28 @@ class MLPModel(PerformanceModel):
     def trained_layouts(self) -> tuple[str, ...]:
         return tuple(self.card.layouts)
 
+    def domain_gap(self, problem: Problem) -> str:
+        card = self.card
+        if problem.layout not in card.layouts:
+            return f"layout {problem.layout} not in the model's training data"
+        dtypes = {problem.dtype, _SAME_FEATURES.get(problem.dtype)}
+        if card.dtypes and not dtypes & set(card.dtypes):
+            return f"dtype {problem.dtype} not in the model's training data"
+        domain = card.domain
+        if domain is None:  # a card from before the domain was recorded: single GEMMs only
+            batched = problem.op in ("bmm", "baddbmm")
+            return f"{problem.op} never measured for this model" if batched else ""
+        key = stratum(problem.op, problem.dtype, problem.m)
+        alias = stratum(problem.op, _SAME_FEATURES.get(problem.dtype, problem.dtype), problem.m)
+        count = max(domain.strata.get(key, 0), domain.strata.get(alias, 0))
+        if count < MIN_STRATUM_PROBLEMS:
+            return f"{count} training problems like it ({key}; fewer than {MIN_STRATUM_PROBLEMS})"
+        for name, value, (low, high) in (("m", problem.m, domain.m), ("n", problem.n, domain.n),
+                                         ("k", problem.k, domain.k), ("batch", problem.batch, domain.batch)):
+            if not low <= value <= high:
+                return f"{name} = {value} outside the trained {low}..{high}"
+        return ""
+
     def member_spread(self, problem: Problem, configs: Sequence[GemmConfig], runtime_ms: np.ndarray) -> float:
         """The members' disagreement about a problem (0 for a single network): the mean range of their
         log-ms predictions over the SPREAD_TOP configs of `runtime_ms` predicted fastest."""
@@ -229,7 +253,7 @@ class MLPModel(PerformanceModel):
         state, card = load_checkpoint(model_dir, STEM, spec, model=STEM, feature_version=version,
                                       feature_names=FEATURE_SETS[version],
                                       allow_same_architecture=allow_same_architecture)
-        net = load_state(build_net(card.architecture), state, model_dir / WEIGHTS_FILE, card,
+        net = load_network(lambda: build_net(card.architecture), state, model_dir / WEIGHTS_FILE, card,
                          retrain_hint(model_dir, spec.key))
         aten = None
         if (model_dir / f"{ATEN_STEM}.pt").exists():  # optional: without it estimate_aten() is None
