@@ -6,8 +6,8 @@ field, an unknown device, two devices naming one GPU, overlapping entries (in m,
 repeated configs, a duplicate JSON key, Latin-1 bytes, a pinned entry gone wrong (pin and
 configs, a bad pin, a pin in a version 1 file), or a layout gone wrong (an unknown layout, a
 layout in a version 3 file, two entries of one key apart only by a layout and no layout).
-`expected_rows()` says, from the format's rules as docs/lut.md states them and without using
-kernel_select.lut, whether the document is valid and which entries it holds.
+`expected_rows()` says, from the format's rules as docs/guide.md ("Lookup tables") states them and
+without using kernel_select.lut, whether the document is valid and which entries it holds.
 """
 
 from __future__ import annotations
