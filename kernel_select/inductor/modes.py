@@ -10,11 +10,10 @@ option (`gemm_topk`, ...) has to be spelled as the mode's options plus ours.
                              what max-autotune also does that kernel_select cannot make cheaper:
                              pointwise/reduction autotuning and coordinate-descent tuning
 
-Why the second exists, measured on the H100 (docs/inductor.md, "Whole models"): beyond
+Why the second exists, measured on the H100 (docs/results.md, "Whole models"): beyond
 mode="default"'s compile, the max-autotune modes cost 20-45 s per model however few GEMM choices
-there are, and that fixed part is not GEMM tuning. With GEMM-only options, the handler at k = 4 and
-`precompile_in_process`, four models compiled in 0.22x stock max-autotune's time (geomean) and
-stepped in 0.88x its step time. Without coordinate descent, Inductor also keeps GEMVs (M = 1) on
+there are, and that fixed part is not GEMM tuning; docs/results.md compares the handler against
+Inductor with these same GEMM-only options ("stock-gemm"). Without coordinate descent, Inductor also keeps GEMVs (M = 1) on
 cuBLAS, as eager does (kernel_select.inductor.eager_parity).
 """
 

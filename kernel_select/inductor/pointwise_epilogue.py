@@ -8,8 +8,8 @@ and one more read and write of the GEMM's output. The cuBLAS gate compares the G
 where the GEMM is small the kernel it leaves out can outweigh the GEMMs' own difference: on the
 recommendation tower at batch 1 (H100) the gate kept seven biased GEMMs on cuBLAS, and their seven
 ReLU kernels (0.0072 ms per step) took the step's device time 3.3% above stock max-autotune's,
-which fused them (docs/inductor.md). The gate therefore charges cuBLAS for that kernel's launch
-(`gate.POINTWISE_KERNEL_MS`) where this module finds one.
+which fused them (docs/results.md, "Whole models"). The gate therefore charges cuBLAS for that kernel's launch
+(`model.cublas.POINTWISE_KERNEL_MS`) where this module finds one.
 
 It counts only an epilogue that cuBLAS would certainly leave alone: every consumer of the GEMM's
 output (looking through views) is pointwise over the same number of elements, and the pointwise

@@ -1,4 +1,4 @@
-"""Why a bf16 GEMM with a dynamic length compiled more than once on torch 2.11 (docs/inductor.md,
+"""Why a bf16 GEMM with a dynamic length compiled more than once on torch 2.11 (docs/guide.md,
 "Serving"): Inductor's shape-padding heuristic compares K with M, and with a symbolic M that
 comparison becomes a guard on the length. If torch changes the heuristic, this test says the
 documentation's explanation needs another look."""

@@ -120,7 +120,7 @@ def test_committed_coverage_dataset_meets_its_datasheet():
     problems = df.drop_duplicates("problem_id")
     assert len(problems) == 1691 and len(df) == 1_160_609  # runs 1-4, data/README.md
     assert (df["runtime_ms"] < float("inf")).all()
-    assert problems["family"].str.startswith("sampler:").sum() == 1307  # run 4 added 389 odd-N ones
+    assert problems["family"].str.startswith("sampler:").sum() == 1307  # 389 of them odd-N
     assert problems.loc[~problems["family"].str.startswith("sampler:"), "family"].nunique() >= 30
 
 

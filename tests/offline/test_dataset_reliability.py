@@ -1,4 +1,4 @@
-"""Dataset files survive concurrent writers, kills and foreign content (issue 12's dataset rows)."""
+"""Dataset files survive concurrent writers, kills and foreign content."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ groups of one class, so the chosen problems still share classes (the experiment 
 
 Default strategy: `random`. Replayed on the measured H100 problems at equal rows, choosing by
 disagreement did not beat a random draw from the pool (offline/training/active_experiment.py;
-the table is in data/README.md, "Active learning"), and a random draw needs no committee.
+the table is in docs/results.md, "Choosing the next collection"), and a random draw needs no committee.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from kernel_select.space import for_problem
 Strategy = Literal["disagreement", "random"]
 STRATEGIES: tuple[str, ...] = ("disagreement", "random")
 #: The strategy the next collection uses: the winner of the retrospective experiment
-#: (offline/training/active_experiment.py; data/README.md, "Active learning").
+#: (offline/training/active_experiment.py; docs/results.md, "Choosing the next collection").
 DEFAULT_STRATEGY: Strategy = "random"
 ACTIVE_PASS = "active"  # the dataset's `pass` column for problems chosen here
 

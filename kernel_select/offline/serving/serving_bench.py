@@ -1,4 +1,4 @@
-"""Serving measurement (issue 13) on a GPU: one process per method, fresh caches.
+"""Serving measurement on a GPU: one process per method, fresh caches.
 
     python -m kernel_select.offline.serving.serving_bench --out results/serving_h100.json
 
@@ -108,7 +108,7 @@ def run_method(method: str, lut: str | None, samples: int) -> dict[str, Any]:
         elif method == "topk4_dynamic_gemm":  # CUDA graphs off, as for every method here
             handler = ks_inductor.install(gemm_topk=4, gemm_dynamic_m=f"{LOW}..{HIGH}", gemm_precompile_in_process=True)
             # Shape padding off: on torch 2.11 its heuristic guards the length below 1280 and splits
-            # the dynamic graph in three (docs/inductor.md, "Serving").
+            # the dynamic graph in three (docs/guide.md, "Serving: dynamic shapes and pinned LUTs").
             options = ks_inductor.gemm_autotune_options(cudagraphs=False, shape_padding=False)
         elif method == "pinned_lut":
             handler = ks_inductor.install(kernel_lut_path=lut)

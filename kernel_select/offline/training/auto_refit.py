@@ -5,8 +5,8 @@ floor and threshold, at most 2.5 configs per problem on average) on the rows it 
 384 configs per problem, every contender within 1.5x of the oracle and then a sample. The model's
 top-k among those rows is not its top-k among all the configs Inductor would offer (a slow config
 predicted fast drops out of the sample), so the card's validation figure was optimistic and not
-comparable with `eval`'s `auto` on the held-out splits (round 5: val 0.986 on the capped rows,
-0.981 on all of them, at the same rule). Here the rule is chosen on every usable row of the `val`
+comparable with `eval`'s `auto` on the held-out splits (val 0.986 on the capped rows, 0.981 on all
+of them, at the same rule). Here the rule is chosen on every usable row of the `val`
 problems, ranked by `model.estimate` as `evaluate` ranks them; `test` and `family` are never read.
 
 `refit_auto` updates a model's card in memory (training calls it before saving);

@@ -1,7 +1,7 @@
 """The cuBLAS gate's no-margin zone, replayed on measured data: what a zone and a tie rule cost and save.
 
 Inductor's autotune benchmark times small cuBLAS calls slower than they run in the program
-(docs/inductor.md, "Small GEMMs"). Where the gate offers Triton there, Inductor may take a Triton
+(docs/results.md, "The cuBLAS decision's small-GEMM rule"). Where the gate offers Triton there, Inductor may take a Triton
 kernel slower than cuBLAS, and the compiled GEMM is slower than eager. This module replays that on a
 dataset split, per problem:
 
