@@ -216,7 +216,8 @@ def test_the_core_dependencies_are_what_runs_inside_torch_compile():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     core = {canonicalize_name(Requirement(dep).name) for dep in project["dependencies"]}
     assert core == {"torch", "pydantic", "numpy"}
-    extras = {name: [Requirement(dep) for dep in deps] for name, deps in project["optional-dependencies"].items()}
+    extras = {name: [Requirement(dep) for dep in deps]
+              for name, deps in project["optional-dependencies"].items()}
     named = {name: {canonicalize_name(r.name) for r in reqs} for name, reqs in extras.items()}
     assert {"pandas", "pyarrow", "scipy", "tqdm"} <= named["offline"]
     assert {"transformers", "matplotlib"} <= named["models"]
