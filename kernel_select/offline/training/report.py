@@ -18,7 +18,10 @@ def format_report(report: dict[str, Any]) -> str:
         if "skipped" in result:
             lines.append(f"{name:<22}  skipped: {result['skipped']}")
         elif "topk" in result:
-            lines.append(f"{name:<22}" + "".join(f"{result['topk'][str(k)]:>9.4f}" for k in ks))
+            # nvMatmulHeuristics is scored only where a suggestion matched a measured config
+            subset = (f"  ({result['problems']} of {report['problems']} problems)"
+                      if result.get("problems", report["problems"]) != report["problems"] else "")
+            lines.append(f"{name:<22}" + "".join(f"{result['topk'][str(k)]:>9.4f}" for k in ks) + subset)
         elif result.get("score") is not None:
             lines.append(f"{name:<22}  {result['score']:.4f} with k = {result['k']:.1f} "
                          f"(its configs measured: {result['measured_fraction']:.0%})")
