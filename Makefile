@@ -1,4 +1,6 @@
-# Two entry points for a fresh clone: `make demo` and `make test`. Each creates the venv it needs.
+# Two entry points for a fresh clone: `make demo` and `make test`. Each creates the venv it needs:
+# the package with every extra (dev pulls in offline and models; baselines adds nvMatmulHeuristics
+# where its wheel exists), so `make test` exercises everything.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -13,7 +15,7 @@ $(STAMP): pyproject.toml setup.py Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet $(TORCH_PIN)
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,baselines]'
 	touch $(STAMP)
 
 install: $(STAMP)

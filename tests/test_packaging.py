@@ -1,24 +1,46 @@
-"""The wheel carries its model: build it, install it non-editable into a fresh virtual environment,
-and check that the installed `kernel-select` ranks with the MLP, loads the cuBLAS gate and finds
-the seed lookup table, with no repository on the path."""
+"""The wheel carries its model and runs on its core dependencies alone: build it, install it
+non-editable into a fresh virtual environment that holds only the distributions its core
+`Requires-Dist` needs (no extra), and check that the installed `kernel-select` ranks with the
+shipped MLP, loads the cuBLAS gate and finds the seed lookup table, with no repository on the path
+and none of the extras' libraries loaded."""
 
 from __future__ import annotations
 
+import email.parser
+import importlib.metadata
+import json
 import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tomllib
 import venv
+import zipfile
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 REPO = Path(__file__).resolve().parent.parent
 #: What a build needs from the repository (a source checkout or an sdist has all of it).
 BUILD_INPUTS = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "LICENSE",
                 "kernel_select", "models", "luts")
+#: Libraries of the extras (and lightgbm, of none): a ranking must load none of them.
+NOT_CORE = ("pandas", "pyarrow", "scipy", "tqdm", "matplotlib", "transformers", "lightgbm")
+TOPK = ["topk", "--m", "560", "--n", "1280", "--k", "3420", "--device", "h100", "-k", "4"]
+#: Ranks with the CLI's own entry point, then prints which NOT_CORE modules the ranking loaded
+#: beyond those `import torch` loaded itself (torch.hub imports tqdm whenever it is installed).
+RANK_AND_LIST_MODULES = f"""
+import json, sys
+import torch
+NOT_CORE = {NOT_CORE!r}
+before = {{name for name in NOT_CORE if name in sys.modules}}
+from kernel_select.cli import main
+assert main({TOPK!r}) == 0
+print(json.dumps(sorted({{name for name in NOT_CORE if name in sys.modules}} - before)))
+"""
 
 
 def _run(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
@@ -32,9 +54,51 @@ def _clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "KERNEL_SELECT_MODELS_DIR")}
 
 
+def _wanted(requirement: Requirement, extras: Iterable[str] = ()) -> bool:
+    """Whether a Requires-Dist line applies here, with only `extras` requested."""
+    marker = requirement.marker
+    return marker is None or any(marker.evaluate({"extra": extra}) for extra in ("", *extras))
+
+
+def core_requirements(wheel: Path) -> list[Requirement]:
+    """The wheel's Requires-Dist lines that a plain `pip install` (no extra) installs."""
+    with zipfile.ZipFile(wheel) as archive:
+        (metadata,) = (name for name in archive.namelist() if name.endswith(".dist-info/METADATA"))
+        message = email.parser.Parser().parsestr(archive.read(metadata).decode())
+    return [r for r in map(Requirement, message.get_all("Requires-Dist") or ()) if _wanted(r)]
+
+
+def installed_closure(requirements: Iterable[Requirement]) -> list[importlib.metadata.Distribution]:
+    """The distributions of this interpreter that `requirements` pull in, transitively."""
+    found: dict[str, importlib.metadata.Distribution] = {}
+    todo = list(requirements)
+    while todo:
+        requirement = todo.pop()
+        if canonicalize_name(requirement.name) in found:
+            continue
+        try:
+            dist = importlib.metadata.distribution(requirement.name)
+        except importlib.metadata.PackageNotFoundError:
+            pytest.fail(f"{requirement.name}: a core dependency of the wheel is not installed here; "
+                        "run `make install`")
+        found[canonicalize_name(requirement.name)] = dist
+        todo += [r for r in map(Requirement, dist.requires or ()) if _wanted(r, requirement.extras)]
+    return list(found.values())
+
+
+def link_distribution(dist: importlib.metadata.Distribution, site: Path) -> None:
+    """Make `dist` importable from `site` by linking its top-level files and folders (those of its
+    RECORD), so that the environment holds it and nothing else of this interpreter."""
+    root = Path(dist.locate_file(""))
+    tops = {Path(f).parts[0] for f in dist.files or ()} - {"..", "__pycache__"}
+    for top in sorted(tops):
+        if (root / top).exists() and not (site / top).exists():
+            (site / top).symlink_to(root / top)
+
+
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory) -> Path:
-    """bin/ of a fresh venv with the built wheel installed (dependencies from this interpreter)."""
+def wheel(tmp_path_factory) -> Path:
+    """The wheel, built from a copy of the build inputs (no _data/ or caches of this checkout)."""
     root = tmp_path_factory.mktemp("wheel")
     source = root / "src"
     source.mkdir()
@@ -46,21 +110,33 @@ def installed(tmp_path_factory) -> Path:
             shutil.copy2(path, source / name)
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet",
           "-w", str(root / "dist"), str(source)], cwd=root)
-    (wheel,) = (root / "dist").glob("kernel_select-*.whl")
+    (built,) = (root / "dist").glob("kernel_select-*.whl")
+    return built
 
-    env_dir = root / "venv"
+
+@pytest.fixture(scope="module")
+def installed(wheel, tmp_path_factory) -> Path:
+    """bin/ of a fresh venv holding the wheel and its core dependencies, nothing else.
+
+    The dependencies are this interpreter's installed copies (torch included), linked in rather than
+    downloaded, so the test takes seconds; pip installs only the wheel."""
+    env_dir = tmp_path_factory.mktemp("core") / "venv"
     venv.EnvBuilder(with_pip=False).create(env_dir)
     env_python = env_dir / "bin" / "python"
     site = Path(_run([str(env_python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                     cwd=root).strip())
-    # torch, pydantic & co. come from this interpreter's site-packages (appended, so the wheel's
-    # own copy of kernel_select comes first; .pth files there, such as an editable install's,
-    # are not processed). Nothing is downloaded.
-    outer = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
-    (site / "outer_site_packages.pth").write_text("\n".join(sorted(outer)) + "\n")
+                     cwd=env_dir).strip())
+    for dist in installed_closure(core_requirements(wheel)):
+        link_distribution(dist, site)
     _run([sys.executable, "-m", "pip", "--python", str(env_python), "install", "--no-deps", "--no-index",
-          "--quiet", str(wheel)], cwd=root)
+          "--quiet", str(wheel)], cwd=env_dir)
     return env_dir / "bin"
+
+
+@pytest.mark.slow
+def test_the_core_environment_holds_none_of_the_extras(installed, tmp_path):
+    # Guards the fixture: a ranking below that works here works on a plain `pip install kernel_select`.
+    script = f"import importlib.util; print([n for n in {NOT_CORE!r} if importlib.util.find_spec(n)])"
+    assert _run([str(installed / "python"), "-c", script], cwd=tmp_path, env=_clean_env()).strip() == "[]"
 
 
 @pytest.mark.slow
@@ -80,8 +156,7 @@ def test_the_installed_package_is_the_wheel_with_its_data(installed, tmp_path):
 
 @pytest.mark.slow
 def test_installed_topk_ranks_with_the_mlp_and_the_gate(installed, tmp_path):
-    out = _run([str(installed / "kernel-select"), "topk", "--m", "560", "--n", "1280", "--k", "3420",
-                "--device", "h100", "-k", "4"], cwd=tmp_path, env=_clean_env())
+    out = _run([str(installed / "kernel-select"), *TOPK], cwd=tmp_path, env=_clean_env())
     assert "ranked by: mlp model for h100" in out
     assert "cuBLAS gate: predicted cuBLAS / best Triton time" in out
 
@@ -110,6 +185,22 @@ def _without_lut_line(text: str) -> list[str]:
     return [line for line in text.splitlines() if not line.startswith("lookup table:")]
 
 
+@pytest.mark.slow
+def test_a_ranking_in_the_core_install_loads_no_extra(installed, tmp_path):
+    out = _run([str(installed / "python"), "-c", RANK_AND_LIST_MODULES], cwd=tmp_path, env=_clean_env())
+    assert "ranked by: mlp model for h100" in out
+    assert json.loads(out.splitlines()[-1]) == []
+
+
+def test_a_ranking_loads_no_extra_even_where_the_extras_are_installed(tmp_path):
+    # Here (the dev install) every extra is importable, so an import of one that the core install
+    # survives only by catching ImportError shows up too.
+    out = _run([sys.executable, "-c", RANK_AND_LIST_MODULES], cwd=tmp_path,
+               env={**_clean_env(), "PYTHONPATH": str(REPO)})
+    assert "ranked by: mlp model for h100" in out
+    assert json.loads(out.splitlines()[-1]) == []
+
+
 def test_packaging_metadata_has_one_version_source_and_a_tested_torch_range():
     import kernel_select
 
@@ -119,3 +210,21 @@ def test_packaging_metadata_has_one_version_source_and_a_tested_torch_range():
     assert any(dep.replace(" ", "") == "torch>=2.11,<2.14" for dep in project["dependencies"])
     assert project["license"] == "BSD-3-Clause" and (REPO / "LICENSE").is_file()
     assert (REPO / "kernel_select" / "py.typed").is_file()
+
+
+def test_the_core_dependencies_are_what_runs_inside_torch_compile():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    core = {canonicalize_name(Requirement(dep).name) for dep in project["dependencies"]}
+    assert core == {"torch", "pydantic", "numpy"}
+    extras = {name: [Requirement(dep) for dep in deps]
+              for name, deps in project["optional-dependencies"].items()}
+    named = {name: {canonicalize_name(r.name) for r in reqs} for name, reqs in extras.items()}
+    assert {"pandas", "pyarrow", "scipy", "tqdm"} <= named["offline"]
+    assert {"transformers", "kernel-select"} <= named["models"]  # compare-models runs on offline too
+    (offline,) = (r for r in extras["models"] if canonicalize_name(r.name) == "kernel-select")
+    assert offline.extras == {"offline"} and "matplotlib" in named["offline"]
+    assert named["baselines"] == {"nvidia-matmul-heuristics"}
+    # `make test` covers everything: dev pulls in the offline and models extras.
+    (itself,) = (r for r in extras["dev"] if canonicalize_name(r.name) == "kernel-select")
+    assert itself.extras == {"offline", "models"}
+    assert all("lightgbm" not in names for names in named.values())

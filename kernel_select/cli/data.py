@@ -51,7 +51,7 @@ def register_shapes(sub: Subparsers) -> None:
 
 
 def _add_active_args(p: argparse.ArgumentParser) -> None:
-    from kernel_select.offline.data.active import DEFAULT_STRATEGY, STRATEGIES
+    from kernel_select.offline.data.strategies import DEFAULT_STRATEGY, STRATEGIES
 
     g = p.add_argument_group("active learning", "--active: the next collection's problems, chosen from a "
                              "pool within a row budget and grouped by compile class (data/README.md)")

@@ -1,12 +1,14 @@
 """`kernel-select` command line: assembles the command groups' parsers and turns errors into exit codes.
 
 Every command exits 0 on success and 2 with one line, `kernel-select: error: ...`, on bad input:
-a bad flag, a bad file, a bad value. The traceback behind such an error is printed only with
-`--debug` or KERNEL_SELECT_DEBUG=1; anything else that escapes is a bug and keeps its traceback.
+a bad flag, a bad file, a bad value, or a library of an extra that is not installed (the line
+names the extra to install). The traceback behind such an error is printed only with `--debug` or
+KERNEL_SELECT_DEBUG=1; anything else that escapes is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 import traceback
@@ -19,6 +21,15 @@ from kernel_select.errors import KernelSelectError
 
 #: Set to 1 to print the traceback behind a one-line error.
 DEBUG_ENV = "KERNEL_SELECT_DEBUG"
+
+#: The top-level modules of pyproject.toml's optional dependencies -> the extra that installs them.
+#: The core install (torch, pydantic, numpy) ranks configs; a command that imports one of these
+#: without it installed names the extra instead of tracing back.
+EXTRA_OF_MODULE: dict[str, str] = {
+    "pandas": "offline", "pyarrow": "offline", "scipy": "offline", "tqdm": "offline", "matplotlib": "offline",
+    "transformers": "models",
+    "nvMatmulHeuristics": "baselines",
+}
 
 #: Subcommands in the order `kernel-select --help` lists them.
 _REGISTER: tuple[Callable[[Subparsers], None], ...] = (
@@ -56,6 +67,16 @@ def one_line(exc: BaseException) -> str:
                    for ch in "; ".join(lines))
 
 
+def missing_extra(exc: ModuleNotFoundError) -> str | None:
+    """The extra whose library `exc` failed to import, if that library is not installed (None for
+    any other module, and for an installed library that failed on a missing submodule: a bug or a
+    broken install, whose traceback is the useful report)."""
+    top = (exc.name or "").partition(".")[0]
+    if top not in EXTRA_OF_MODULE or importlib.util.find_spec(top) is not None:
+        return None
+    return EXTRA_OF_MODULE[top]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -73,4 +94,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if debug:
             traceback.print_exc()
         parser.exit(2, f"kernel-select: error: {one_line(exc)}\n")
+    except ModuleNotFoundError as exc:
+        extra = missing_extra(exc)
+        if extra is None:
+            raise
+        if debug:
+            traceback.print_exc()
+        parser.exit(2, f"kernel-select: error: {args.command!r} needs the {extra} extra: "
+                       f"pip install 'kernel_select[{extra}]'\n")
     return 0

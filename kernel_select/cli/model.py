@@ -227,7 +227,7 @@ def run_eval(args: argparse.Namespace) -> int:
 
     from kernel_select.offline.data import dataset
     from kernel_select.offline.training.evaluate import dataset_device, evaluate, evaluate_splits
-    from kernel_select.offline.training.report import format_report
+    from kernel_select.offline.training.report import format_paired, format_report
 
     frame, device = None, args.device
     if device is None and (args.mlp_dir is not None or args.ensemble_dir is not None):
@@ -245,6 +245,8 @@ def run_eval(args: argparse.Namespace) -> int:
     if args.split == "held-out":
         report = evaluate_splits(args.data, models, device=device, frame=frame)
         print("\n\n".join(format_report(r) for r in report["splits"].values()))
+        if "paired" in report:
+            print(format_paired(report["paired"]))
         print(f"shipped: {report['shipped_model']}")
     else:
         report = evaluate(args.data, args.split, models, device=device, frame=frame)

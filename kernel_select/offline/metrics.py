@@ -1,22 +1,32 @@
 """Ranking metrics: the one home of the scores every report, trainer and test uses.
 
-All functions are pure numpy over flat per-row arrays plus `groups`, int codes 0..G-1 naming each
-row's problem (every code present). A method's ranking key is `scores` (lower = better).
+All functions are pure numpy (and scipy.stats) over flat per-row arrays plus `groups`, int codes
+0..G-1 naming each row's problem (every code present). A method's ranking key is `scores` (lower =
+better).
 
   oracle_ms(g)     fastest measured runtime of problem g
   score(g, k)      oracle_ms(g) / fastest measured runtime among the k best-ranked rows of g, in (0, 1]
   geomean          how scores are averaged over problems (a 2% loss counts the same on any size)
-  spearman         rank correlation within each problem
+  spearman         rank correlation within each problem (scipy's, tied values share their mean rank)
+  paired_bootstrap geomean over problems of method a / method b, with a bootstrap confidence
+                   interval that resamples problems (each problem's pair of values stays together)
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
 
 import numpy as np
+from scipy import stats
+
+from kernel_select.errors import DatasetError
 
 DEFAULT_KS = (1, 2, 4, 8, 16)
-
+#: What `paired_bootstrap` reports unless told otherwise.
+CONFIDENCE = 0.95
+RESAMPLES = 5000
 
 
 def best_in_top_k(groups: np.ndarray, scores: np.ndarray, runtime_ms: np.ndarray,
@@ -55,24 +65,71 @@ def geomean(x: np.ndarray, axis: int = 0) -> np.ndarray:
 
 
 def spearman_per_group(groups: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Spearman rank correlation of a and b within each group (NaN for groups of < 2 rows)."""
-    ra, rb = _rank_in_group(groups, a), _rank_in_group(groups, b)
-    count = np.bincount(groups).astype(np.float64)
-    mean = (count - 1) / 2  # ranks are 0..count-1 in every group
-    da, db = ra - mean[groups], rb - mean[groups]
-    cov = np.bincount(groups, da * db)
-    var = np.sqrt(np.bincount(groups, da * da) * np.bincount(groups, db * db))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(var > 0, cov / var, np.nan)
+    """Spearman rank correlation of a and b within each group (`scipy.stats.spearmanr`: tied values
+    share their mean rank, so the result does not depend on the order of the rows). NaN for a group
+    of fewer than 2 rows or one whose a or b is constant."""
+    order = np.argsort(groups, kind="stable")
+    bounds = np.flatnonzero(np.diff(groups[order])) + 1
+    rho = np.full(groups.max() + 1, np.nan)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", stats.ConstantInputWarning)  # a constant group is NaN, as documented
+        for rows in np.split(order, bounds):
+            if len(rows) >= 2:
+                rho[groups[rows[0]]] = stats.spearmanr(a[rows], b[rows]).statistic
+    return rho
 
 
-def _rank_in_group(groups: np.ndarray, values: np.ndarray) -> np.ndarray:
-    order = np.lexsort((values, groups))
-    g = groups[order]
-    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
-    rank = np.empty(len(values), dtype=np.float64)
-    rank[order] = np.arange(len(g)) - np.repeat(starts, np.diff(np.r_[starts, len(g)]))
-    return rank
+@dataclass(frozen=True)
+class PairedRatio:
+    """Geomean over problems of a / b and its confidence interval (`paired_bootstrap`)."""
+
+    ratio: float
+    low: float
+    high: float
+    problems: int
+    confidence: float = CONFIDENCE
+    resamples: int = RESAMPLES
+
+    def as_dict(self) -> dict[str, float | int]:
+        return asdict(self)
+
+    def short(self) -> str:
+        """"0.994 [0.985, 1.002]": the ratio and its interval."""
+        return f"{self.ratio:.3f} [{self.low:.3f}, {self.high:.3f}]"
+
+
+def paired_bootstrap(a: np.ndarray, b: np.ndarray, *, confidence: float = CONFIDENCE,
+                     resamples: int = RESAMPLES, seed: int = 0) -> PairedRatio:
+    """Geomean over problems of a[i] / b[i], and its `confidence` interval by a paired bootstrap
+    (`scipy.stats.bootstrap`, BCa): problems are resampled with their pair of values, so what the
+    two methods share (a problem that is hard for both) cancels in each resample's ratio.
+
+    Args:
+        a, b: one positive value per problem each, in the same problem order (two methods' scores,
+            or their kernel times).
+        seed: the resampling's seed (the same data and seed give the same interval).
+    Raises:
+        DatasetError: a and b differ in length, are empty, or hold a value that is not positive.
+    """
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape or a.ndim != 1 or len(a) == 0:
+        raise DatasetError(f"paired_bootstrap: expected two equal-length 1-d arrays, got shapes "
+                           f"{a.shape} and {b.shape}")
+    if not (np.all(a > 0) and np.all(b > 0) and np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
+        raise DatasetError("paired_bootstrap: every value must be positive and finite (a geomean of ratios)")
+    log_ratio = np.log(a) - np.log(b)
+    ratio = float(np.exp(log_ratio.mean()))
+    if len(a) < 2 or np.ptp(log_ratio) == 0:
+        # Every resample gives the same ratio (BCa is undefined there): the interval is the point.
+        return PairedRatio(ratio, ratio, ratio, len(a), confidence, resamples)
+
+    def geomean_ratio(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
+        return np.exp(np.mean(np.log(x) - np.log(y), axis=axis))
+
+    result = stats.bootstrap((a, b), geomean_ratio, paired=True, vectorized=True, n_resamples=resamples,
+                             confidence_level=confidence, rng=np.random.default_rng(seed))
+    low, high = result.confidence_interval
+    return PairedRatio(ratio, float(low), float(high), len(a), confidence, resamples)
 
 
 def topk_dict(per_problem: np.ndarray, ks: Sequence[int]) -> dict[str, float]:

@@ -133,6 +133,28 @@ def test_summary_ratios_geomeans_and_slower_than_eager():
     assert topk.total_tuning_s == pytest.approx(5.0)
     assert topk.speedup_vs_eager == pytest.approx(math.sqrt((1 / 1.03) * 2.0))
     assert topk.slower_than_eager == 1 and stock.slower_than_eager == 0  # 1.03 > 1.02 x eager
+    # Two problems, kernel ratios 2.06 and 0.5: the interval spans them; stock against itself is 1.
+    assert 0.5 <= topk.kernel_ratio_low < topk.kernel_ratio_vs_stock < topk.kernel_ratio_high <= 2.06
+    assert (stock.kernel_ratio_low, stock.kernel_ratio_high) == pytest.approx((1.0, 1.0))
+
+
+def test_the_kernel_ratio_comes_with_a_paired_interval_in_the_table_and_the_json():
+    # Problem sizes differ 100-fold; topk-4's kernel is 0.9x stock's on two problems, 1.0x on the third.
+    results = results_of([
+        {"eager": result(ms), "stock": result(ms, 10.0), "topk-4": result(ms * ratio, 1.0)}
+        for ms, ratio in ((0.01, 0.9), (0.1, 0.9), (1.0, 1.0))
+    ])
+    summary = compare.summarize(results)
+    topk = summary.rows[1]
+    assert topk.kernel_ratio_vs_stock == pytest.approx((0.9 * 0.9 * 1.0) ** (1 / 3))
+    assert 0.9 <= topk.kernel_ratio_low < topk.kernel_ratio_vs_stock < topk.kernel_ratio_high <= 1.0
+    table = compare.format_summary(summary)
+    assert "95% interval" in table.splitlines()[1]
+    assert f"[{topk.kernel_ratio_low:.3f}, {topk.kernel_ratio_high:.3f}]" in table.splitlines()[-1]
+    record = json.loads(json.dumps(compare.summary_record(summary)))
+    assert record["interval"]["confidence"] == 0.95 and record["problems_used"] == 3
+    by_method = {row["method"]: row for row in record["methods"]}
+    assert by_method["topk-4"]["kernel_ratio_low"] == pytest.approx(topk.kernel_ratio_low)
 
 
 def test_side_by_side_eager_times_take_precedence_over_the_eager_process():
@@ -175,9 +197,12 @@ def test_a_method_no_problem_ran_is_listed_not_counted_as_a_failure():
     assert summary.problems_used == 2 and summary.methods_not_run == ["stock"]
     (topk,) = summary.rows
     assert math.isnan(topk.kernel_ratio_vs_stock) and math.isnan(topk.tuning_ratio_vs_stock)
+    assert math.isnan(topk.kernel_ratio_low) and math.isnan(topk.kernel_ratio_high)
     assert topk.speedup_vs_eager == pytest.approx(math.sqrt(2.0 * 2.0 / 2.1)) and topk.slower_than_eager == 1
     text = compare.format_summary(summary)
     assert "not run: stock" in text and "nan" not in text
+    (row,) = compare.summary_record(summary)["methods"]  # strict JSON: no NaN
+    assert row["kernel_ratio_vs_stock"] is None and row["kernel_ratio_low"] is None
 
 
 def test_methods_with_eager_times_beside_them_need_no_eager_run():
@@ -314,10 +339,15 @@ def test_driver_runs_every_method_per_problem_and_writes_valid_results(tmp_path:
     assert first["topk-1"]["speedup"] == pytest.approx(2 / 1.5)
     assert first["topk-2"]["error"] and first["topk-2"]["speedup"] is None
     assert compare.summarize(results).problems_used == 1
-    # --resume measures only what is missing: the failed (a, topk-2) pair.
+    written = json.loads(json_path.read_text())["summary"]
+    assert written == compare.summary_record(compare.summarize(results)) and written["problems_used"] == 1
+    # --resume measures only what is missing: the failed (a, topk-2) pair; the summary is rewritten.
+    compare.write_results({**results, "summary": {"stale": True}}, json_path)
     specs.clear()
     compare.run_compare(cases, out_dir=tmp_path, topks=[1, 2], lut="lut.json", progress=False, resume=True)
     assert [(s["method"]["name"], s["label"]) for s in specs] == [("topk-2", "a")]
+    resumed = compare.load_results(json_path)
+    assert resumed["summary"] == compare.summary_record(compare.summarize(resumed))
     # --only measures just the named methods, and names a typo.
     specs.clear()
     compare.run_compare(cases, out_dir=tmp_path, topks=[1, 2], nogate_topks=[1], progress=False, resume=True,

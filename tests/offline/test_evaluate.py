@@ -8,6 +8,7 @@ import pytest
 
 from kernel_select.offline.data import dataset
 from kernel_select.offline.training.evaluate import best_in_top_k, evaluate, spearman_per_group, topk_scores
+from kernel_select.offline.training.report import format_report
 from kernel_select.model import PerformanceModel
 from kernel_select.problem import Problem
 from kernel_select.space import for_problem
@@ -95,6 +96,27 @@ def test_perfect_model_scores_one_and_reversed_model_the_worst(tiny):
     assert worst["topk"]["16"] == pytest.approx(1.0)
     assert worst["spearman"]["median"] == pytest.approx(-1.0)
     assert [w["score"] for w in worst["worst"]["1"]] == pytest.approx([1 / 12, 1 / 12])
+
+
+def test_two_models_are_compared_per_problem_with_an_interval(tiny):
+    path, table = tiny
+    reversed_model = TableModel(table, reverse=True)
+    reversed_model.name = "reversed"
+    report = evaluate(path, "test", [TableModel(table), reversed_model], random_seeds=2)
+    paired = report["paired"]
+    assert paired["reference"] == "table" and paired["ks"] == [1, 2, 4, 8, 16]
+    result = paired["methods"]["reversed"]
+    assert result["problems"] == 2
+    # score(k) is 1 / (13 - k) for the reversed model and 1 for the perfect one, on both problems:
+    # the same ratio twice, so the interval is that point.
+    for k in (1, 2, 4, 8):
+        ratio = result["ratio"][str(k)]
+        assert (ratio["ratio"], ratio["low"], ratio["high"]) == pytest.approx((1 / (13 - k),) * 3)
+    assert result["ratio"]["16"]["ratio"] == pytest.approx(1.0)
+    text = format_report(report)
+    assert "paired bootstrap: geomean of score(k) / table's" in text
+    assert "reversed" in text and "k=1 0.083 [0.083, 0.083]" in text
+    assert "paired" not in evaluate(path, "test", [TableModel(table)], random_seeds=2)  # nothing to pair
 
 
 def test_baselines(tiny):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -41,3 +42,19 @@ def test_cli_eval_json_writes_splits_and_shipped(data, tmp_path, capsys):
     written = json.loads(out.read_text())
     assert set(written["splits"]) == {"test", "family"} and written["shipped"]
     assert "[family]" in capsys.readouterr().out
+
+
+def test_two_models_are_compared_over_both_held_out_splits_together(data, capsys):
+    report = evaluate_splits(data, ("mlp", "analytical"), random_seeds=2)
+    paired = report["paired"]
+    assert paired["splits"] == ["test", "family"] and paired["reference"] == "mlp"
+    per_split = {name: report["splits"][name]["paired"]["methods"]["analytical"] for name in paired["splits"]}
+    together = paired["methods"]["analytical"]
+    assert together["problems"] == sum(r["problems"] for r in per_split.values())
+    # A geomean over all problems is the problem-weighted geomean of the two splits' geomeans.
+    for k in ("1", "4"):
+        weighted = sum(r["problems"] * math.log(r["ratio"][k]["ratio"]) for r in per_split.values())
+        assert together["ratio"][k]["ratio"] == pytest.approx(math.exp(weighted / together["problems"]))
+        assert together["ratio"][k]["low"] <= together["ratio"][k]["ratio"] <= together["ratio"][k]["high"]
+    assert main(["eval", "--data", str(data), "--model", "mlp,analytical"]) == 0
+    assert "paired bootstrap over the test and family splits together" in capsys.readouterr().out

@@ -24,7 +24,9 @@ problem's tuning time. `--resume` keeps the measurements of an earlier run and a
 
 Results go to <out>/compare_<device>.json (schema in `results`) and a trade-off plot
 <out>/compare_<device>.png (needs matplotlib); `summarize`/`format_summary` make the table the
-CLI prints. Only `run_compare` and the worker need a GPU; everything else is plain Python.
+CLI prints (kernel time against stock with a 95% paired-bootstrap interval over the problems), and
+`summary_record` the same as the JSON's "summary". Only `run_compare` and the worker need a GPU;
+everything else is plain Python.
 
 Modules: `suite` (problems and methods), `driver` (one worker process per method), `worker` and
 `timing` (the GPU side), `results` (the file's schema, migration of older versions, validation),
@@ -60,6 +62,7 @@ from kernel_select.offline.compare.summary import (
     problem_frame,
     summarize,
     summary_frame,
+    summary_record,
 )
 from kernel_select.offline.compare.timing import MAX_INPUT_COPIES, input_copies
 
@@ -68,5 +71,5 @@ __all__ = [
     "SLOWER_THAN_EAGER", "Case", "Method", "MethodSummary", "Summary", "default_suite_path",
     "format_summary", "input_copies", "load_cases", "load_results", "methods_for", "migrate_results",
     "new_results", "parse_topks", "plot_tradeoff", "problem_frame", "run_compare", "summarize",
-    "summary_frame", "validate_results", "write_results",
+    "summary_frame", "summary_record", "validate_results", "write_results",
 ]

@@ -27,6 +27,7 @@ from kernel_select.offline.compare.results import (
     write_results,
 )
 from kernel_select.offline.compare.suite import DEFAULT_TOPKS, Case, Method, methods_for
+from kernel_select.offline.compare.summary import summarize, summary_record
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,10 @@ def run_compare(cases: Sequence[Case], *, out_dir: str | Path, topks: Sequence[i
     else:
         results = new_results(device_name=device.name, device_key=device.key, l2_bytes=device.l2_bytes,
                               methods=[m.name for m in methods], settings=settings)
+    results.pop("summary", None)  # an earlier run's: rewritten once this run has measured
     _measure_all(run, results, cases, to_run, progress)
+    results["summary"] = summary_record(summarize(results))
+    write_results(results, run.json_path)
     png_path: Path | None = out_dir / f"compare_{device.key}.png"
     try:
         plot_tradeoff(results, png_path)

@@ -13,6 +13,10 @@ Results schema (version 2):
 Missing numbers are null; `error` is null on success. speedup = eager_ms / kernel_ms (the eager
 method's own kernel_ms where a result has no eager_ms).
 
+A finished run adds "summary" (`summary.summary_record`: per method the kernel-time ratio to stock
+with its paired-bootstrap interval, the tuning ratio, the speedup over eager). It is derived from
+"problems", rewritten at the end of every run and not read back.
+
 Version 1 (before the cuBLAS gate and side-by-side eager timing) had no `eager_ms` and no
 `nogate_topk`/`cublas_margin` settings. `load_results` migrates it: `eager_ms` becomes null, which
 is exactly what version 1's speedups meant (relative to the eager method's process), the gate

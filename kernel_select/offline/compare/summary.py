@@ -1,5 +1,9 @@
 """The comparison's summary: per-method ratios against stock max-autotune and eager, as a table
-for the CLI and as DataFrames for the notebook."""
+for the CLI, as JSON for the results file and as DataFrames for the notebook.
+
+The kernel-time ratio to stock comes with a 95% paired-bootstrap interval over the problems
+(`metrics.paired_bootstrap`): it says whether a method's kernels are faster than stock's beyond
+the spread between problems, which the geomean alone does not."""
 
 from __future__ import annotations
 
@@ -8,8 +12,10 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from kernel_select.offline.metrics import geomean
+import numpy as np
+
 from kernel_select.offline.compare.results import eager_ms_for, is_positive, succeeded
+from kernel_select.offline.metrics import CONFIDENCE, RESAMPLES, PairedRatio, geomean, paired_bootstrap
 
 #: A method counts as slower than eager when its kernel takes more than this much longer.
 SLOWER_THAN_EAGER = 0.02
@@ -22,6 +28,8 @@ class MethodSummary:
     method: str
     problems: int
     kernel_ratio_vs_stock: float  # geomean of kernel_ms / stock kernel_ms (< 1: faster kernels)
+    kernel_ratio_low: float  # its 95% paired-bootstrap interval over the problems
+    kernel_ratio_high: float
     tuning_ratio_vs_stock: float  # total tuning_s / stock total tuning_s (< 1: cheaper tuning)
     total_tuning_s: float
     speedup_vs_eager: float  # geomean of eager kernel_ms / kernel_ms
@@ -62,9 +70,11 @@ def summarize(results: dict[str, Any]) -> Summary:
         for method in methods:
             rel = [p["results"][method]["kernel_ms"] / eager_ms_for(p, method) for p in used]
             tuning = sum(p["results"][method]["tuning_s"] or 0.0 for p in used)
+            ratio = (paired_bootstrap(np.array(rel), np.array(stock_rel)) if has_stock
+                     else PairedRatio(math.nan, math.nan, math.nan, len(used)))
             rows.append(MethodSummary(
-                method=method, problems=len(used),
-                kernel_ratio_vs_stock=geomean([r / s for r, s in zip(rel, stock_rel)]),
+                method=method, problems=len(used), kernel_ratio_vs_stock=ratio.ratio,
+                kernel_ratio_low=ratio.low, kernel_ratio_high=ratio.high,
                 tuning_ratio_vs_stock=tuning / stock_tuning if stock_tuning > 0 else math.nan,
                 total_tuning_s=tuning,
                 speedup_vs_eager=geomean([1 / r for r in rel]),
@@ -83,12 +93,14 @@ def counted(used: int, noun: str, excluded: Sequence[str], why: str) -> str:
 
 def format_summary(summary: Summary) -> str:
     """A plain-text table of `summary` (ratios < 1 are better)."""
-    header = (f"{'method':<18}{'kernel/stock':>14}{'tuning/stock':>14}{'tuning [s]':>12}"
+    interval = f"{CONFIDENCE:.0%} interval"
+    header = (f"{'method':<18}{'kernel/stock':>14}{interval:>18}{'tuning/stock':>14}{'tuning [s]':>12}"
               f"{'vs eager':>10}{'slower than eager':>19}")
     lines = [counted(summary.problems_used, "problems", summary.problems_excluded, "a measurement failed"),
              header, "-" * len(header)]
     for row in summary.rows:
         lines.append(f"{row.method:<18}{_ratio(row.kernel_ratio_vs_stock):>14}"
+                     f"{_interval(row.kernel_ratio_low, row.kernel_ratio_high):>18}"
                      f"{_ratio(row.tuning_ratio_vs_stock):>14}"
                      f"{row.total_tuning_s:>12.1f}{row.speedup_vs_eager:>9.3f}x{row.slower_than_eager:>19d}")
     if summary.methods_not_run:
@@ -96,8 +108,24 @@ def format_summary(summary: Summary) -> str:
     return "\n".join(lines)
 
 
+def summary_record(summary: Summary) -> dict[str, Any]:
+    """`summary` as strict JSON (a ratio without stock is null): the results file's "summary"."""
+    def finite(row: MethodSummary) -> dict[str, Any]:
+        return {key: None if isinstance(value, float) and not math.isfinite(value) else value
+                for key, value in dataclasses.asdict(row).items()}
+
+    return {"problems_used": summary.problems_used, "problems_excluded": summary.problems_excluded,
+            "methods_not_run": summary.methods_not_run,
+            "interval": {"confidence": CONFIDENCE, "resamples": RESAMPLES, "method": "paired bootstrap, BCa"},
+            "methods": [finite(row) for row in summary.rows]}
+
+
 def _ratio(value: float) -> str:
     return "-" if math.isnan(value) else f"{value:.3f}"
+
+
+def _interval(low: float, high: float) -> str:
+    return "-" if math.isnan(low) else f"[{low:.3f}, {high:.3f}]"
 
 
 def summary_frame(results: dict[str, Any]) -> Any:

@@ -32,7 +32,6 @@ import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -43,13 +42,9 @@ from kernel_select.model import PerformanceModel
 from kernel_select.offline.data import dataset
 from kernel_select.offline.data.sampler import shape_class
 from kernel_select.offline.data.shapes import Shape
+from kernel_select.offline.data.strategies import DEFAULT_STRATEGY, STRATEGIES, Strategy
 from kernel_select.space import for_problem
 
-Strategy = Literal["disagreement", "random"]
-STRATEGIES: tuple[str, ...] = ("disagreement", "random")
-#: The strategy the next collection uses: the winner of the retrospective experiment
-#: (offline/training/active_experiment.py; docs/results.md, "Choosing the next collection").
-DEFAULT_STRATEGY: Strategy = "random"
 ACTIVE_PASS = "active"  # the dataset's `pass` column for problems chosen here
 
 

@@ -15,6 +15,11 @@ layout input keeps its "nn" figures; `layouts` gives its top-k per layout of eve
 Baselines on the same problems: the analytical model, random k (mean over seeds), Inductor's
 DEFAULT list (best of its measured configs; its k is its size), nvMatmulHeuristics' Triton target
 when the package is installed, and cuBLAS (the problem's aten row) against the oracle.
+
+Two models or more: `paired` compares each with the first one evaluated, per k: the geomean over
+problems of its score(k) / the first's, with a 95% paired-bootstrap interval (`metrics.
+paired_bootstrap`; > 1: its top-k holds faster configs), on the problems of both models' trained
+layouts. `evaluate_splits` adds the same over the held-out splits together.
 """
 
 from __future__ import annotations
@@ -36,11 +41,14 @@ from kernel_select.errors import DatasetError, KernelSelectError
 from kernel_select.layouts import DEFAULT_LAYOUT
 from kernel_select.model import PerformanceModel, get_model
 from kernel_select.offline.metrics import (  # noqa: F401 - re-exported for callers
+    CONFIDENCE,
     DEFAULT_KS,
+    RESAMPLES,
     best_in_top_k,
     geomean,
     oracle_ms,
     measured_lookup,
+    paired_bootstrap,
     spearman_per_group,
     topk_dict,
     topk_scores,
@@ -87,6 +95,14 @@ def usable_triton_rows(df: pd.DataFrame) -> pd.DataFrame:
     return df[keep]
 
 
+@dataclass(frozen=True)
+class ModelScores:
+    """One model's score(k) per problem of a split, and which problems are in its trained layouts."""
+
+    per_problem: np.ndarray  # (problems, len(ks))
+    own: np.ndarray  # (problems,) bool
+
+
 def evaluate(data_path: str | Path | Sequence[str | Path], split: str = "test",
              models: Sequence[str | PerformanceModel] = ("mlp", "analytical"), *,
              device: DeviceSpec | str | None = None, ks: Sequence[int] = DEFAULT_KS,
@@ -99,6 +115,15 @@ def evaluate(data_path: str | Path | Sequence[str | Path], split: str = "test",
     `get_model(name, device)`) or model instances. A model that cannot be loaded is reported as
     skipped with the reason, not raised. `frame`: the dataset, already read from `data_path`.
     """
+    return _evaluate(data_path, split, models, device=device, ks=ks, random_seeds=random_seeds,
+                     default_torch_version=default_torch_version, frame=frame)[0]
+
+
+def _evaluate(data_path: str | Path | Sequence[str | Path], split: str,
+              models: Sequence[str | PerformanceModel], *, device: DeviceSpec | str | None,
+              ks: Sequence[int], random_seeds: int = 20, default_torch_version: str = "2.11",
+              frame: pd.DataFrame | None = None) -> tuple[dict[str, Any], dict[str, ModelScores]]:
+    """`evaluate`'s report, and each evaluated model's per-problem scores (for `paired` over splits)."""
     frame = dataset.read_many(data_path) if frame is None else frame
     frame = splits.split_rows(frame, split)
     spec = get_device(device) if device is not None else dataset_device(frame, data_path)
@@ -117,6 +142,7 @@ def evaluate(data_path: str | Path | Sequence[str | Path], split: str = "test",
     default_best = _default_best(rows, problems, groups, runtime, spec, default_torch_version)
     aten = aten_ms(df).reindex(problem_ids).to_numpy(np.float64)
     topk_best: dict[str, np.ndarray] = {}  # model name -> best measured ms in its top-k, per problem
+    scores: dict[str, ModelScores] = {}
     for name, model in resolved.items():
         try:
             if isinstance(model, str):  # the reason it could not be loaded
@@ -130,15 +156,37 @@ def evaluate(data_path: str | Path | Sequence[str | Path], split: str = "test",
         methods[name].update(layout_report(model, problems["layout"].to_numpy(), groups, predicted, runtime,
                                            ks))
         topk_best[name] = best_in_top_k(groups, predicted, runtime, ks)
+        scores[name] = ModelScores(oracle_ms(groups, runtime)[:, None] / topk_best[name],
+                                   trained_layout_mask(model, problems["layout"].to_numpy()))
         methods[name].update(_model_extras(model, cases, problems, groups, predicted, runtime, aten,
                                            topk_best[name], default_best, ks))
+    if len(scores) >= 2:
+        report["paired"] = paired_report(scores, ks)
     methods["random"] = _random_report(groups, runtime, ks, random_seeds)
     methods["inductor_default"] = _default_report(default_best, groups, runtime, default_torch_version)
     methods["nvmatmulheuristics"] = nvmmh_report(rows, problems, groups, runtime, spec, ks)
     report["cublas"] = _cublas_report(df, groups, problem_ids, runtime)
     report["with_cublas"] = _with_cublas_report(df, split, problem_ids, groups, runtime, topk_best,
                                                 default_best, spec, ks)
-    return report
+    return report, scores
+
+
+def paired_report(scores: dict[str, ModelScores], ks: Sequence[int]) -> dict[str, Any]:
+    """Each model against the first of `scores`, per k: the geomean over problems of its score(k) /
+    the reference's, with its paired-bootstrap interval, on the problems in both models' trained
+    layouts (> 1: its top-k holds faster configs than the reference's)."""
+    (reference, ref), *others = scores.items()
+    methods: dict[str, Any] = {}
+    for name, other in others:
+        both = ref.own & other.own
+        if not both.any():
+            methods[name] = {"skipped": f"no problem in both {reference}'s and {name}'s trained layouts"}
+            continue
+        methods[name] = {"problems": int(both.sum()), "ratio": {
+            str(k): paired_bootstrap(other.per_problem[both, j], ref.per_problem[both, j]).as_dict()
+            for j, k in enumerate(ks)}}
+    return {"reference": reference, "ks": list(ks), "confidence": CONFIDENCE, "resamples": RESAMPLES,
+            "methods": methods}
 
 
 def _resolve_models(models: Sequence[str | PerformanceModel], spec: DeviceSpec,
@@ -168,7 +216,7 @@ def layout_report(model: PerformanceModel, layouts: np.ndarray, groups: np.ndarr
     and `layouts`: {layout: {problems, topk}} for every layout scored."""
     per_problem = topk_scores(groups, predicted, runtime, ks)
     trained = model.trained_layouts()
-    own = np.isin(layouts, list(trained)) if trained else np.ones(len(layouts), dtype=bool)
+    own = trained_layout_mask(model, layouts)
     by_layout = {str(layout): {"problems": int((layouts == layout).sum()),
                                "topk": topk_dict(per_problem[layouts == layout], ks)}
                  for layout in sorted(set(layouts.tolist()))}
@@ -176,6 +224,12 @@ def layout_report(model: PerformanceModel, layouts: np.ndarray, groups: np.ndarr
     if own.any():
         out["topk"] = topk_dict(per_problem[own], ks)
     return out
+
+
+def trained_layout_mask(model: PerformanceModel, layouts: np.ndarray) -> np.ndarray:
+    """Which problems (by layout) are in the model's trained layouts; all for a model without any."""
+    trained = model.trained_layouts()
+    return np.isin(layouts, list(trained)) if trained else np.ones(len(layouts), dtype=bool)
 
 
 def _model_extras(model: PerformanceModel, cases: Sequence[tuple[Problem, list[GemmConfig]]],
@@ -223,14 +277,25 @@ def evaluate_splits(data_path: str | Path | Sequence[str | Path],
     frame = dataset.read_many(data_path) if frame is None else frame
     spec = get_device(device) if device is not None else dataset_device(frame, data_path)
     reports: dict[str, Any] = {}
+    scores: list[dict[str, ModelScores]] = []
     for name in splits.EVAL_SPLITS:
         if not splits.split_masks(frame)[name].any():  # e.g. no held-out family measured yet
             reports[name] = {"split": name, "problems": 0, "skipped": f"no problems in split {name!r}"}
             continue
-        reports[name] = evaluate(data_path, name, models, device=spec, ks=ks, frame=frame, **options)
+        reports[name], split_scores = _evaluate(data_path, name, models, device=spec, ks=ks, frame=frame,
+                                                **options)
+        scores.append(split_scores)
     shipped = load_default(spec)
-    return {"data": _names(data_path), "device": spec.key, "shipped": shipped.name,
-            "shipped_model": shipped.describe(), "splits": reports}
+    out = {"data": _names(data_path), "device": spec.key, "shipped": shipped.name,
+           "shipped_model": shipped.describe(), "splits": reports}
+    # Over the splits together: models evaluated on every split, in the order of the first.
+    together = {name: ModelScores(np.concatenate([s[name].per_problem for s in scores]),
+                                  np.concatenate([s[name].own for s in scores]))
+                for name in (scores[0] if scores else {}) if all(name in s for s in scores)}
+    if len(scores) >= 2 and len(together) >= 2:
+        out["paired"] = {"splits": [name for name in splits.EVAL_SPLITS if "skipped" not in reports[name]],
+                         **paired_report(together, ks)}
+    return out
 
 
 def dataset_device(rows: pd.DataFrame, data_path: str | Path) -> DeviceSpec:

@@ -1,7 +1,8 @@
 """The nvMatmulHeuristics baseline of `evaluate` (optional: skipped when the package is absent).
 
-nvMatmulHeuristics (NVIDIA's analytical GEMM heuristics) suggests configs for a Triton target;
-its suggestions are mapped onto the measured configs and scored like any other method's top-k.
+nvMatmulHeuristics (NVIDIA's analytical GEMM heuristics, `pip install 'kernel_select[baselines]'`)
+suggests configs for a Triton target; its suggestions are mapped onto the measured configs and
+scored like any other method's top-k. Each problem is asked about in its own operand layout.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from kernel_select.device import DeviceSpec
+from kernel_select.layouts import DEFAULT_LAYOUT
 from kernel_select.offline.metrics import measured_lookup, oracle_ms, topk_dict
 
 log = logging.getLogger(__name__)
@@ -22,20 +24,24 @@ _NVMMH_GPUS = {"h100": "H100_SXM", "h100-pcie": "H100_PCIE", "h200": "H200_SXM",
 # input, accumulator, output: T = bf16, H = fp16, S = fp32
 _NVMMH_PRECISION = {"bfloat16": "TST", "float16": "HSH", "float32": "SSS"}
 _NVMMH_COLS = ["block_m", "block_n", "block_k", "num_stages", "num_warps"]  # no GROUP_M in its configs
+# Our layout letters (A then B; "t": stored transposed, A as [K, M]) are its row-major layouts' letters:
+# its own boolsToNvMatmulHeuristicsLayout(trans_a, trans_b) maps trans_a to TN_ROW_MAJOR.
+_NVMMH_LAYOUTS = {"nn": "NN_ROW_MAJOR", "nt": "NT_ROW_MAJOR", "tn": "TN_ROW_MAJOR", "tt": "TT_ROW_MAJOR"}
 
 
 def nvmmh_report(rows: pd.DataFrame, problems: pd.DataFrame, groups: np.ndarray, runtime: np.ndarray,
                  spec: DeviceSpec, ks: Sequence[int]) -> dict[str, Any]:
     """nvMatmulHeuristics' TRITON target: its top-k suggestions, mapped onto measured configs.
 
-    A suggestion maps to (cta_m, cta_n, cta_k, stages, (cta_m/warp_m) * (cta_n/warp_n) warps);
-    split-K suggestions and those outside the measured space are dropped, so its k counts the
-    suggestions that could be scored.
+    `problems`: one row per group code with m, n, k, dtype and layout (a frame without `layout` is
+    all "nn"). A suggestion maps to (cta_m, cta_n, cta_k, stages, (cta_m/warp_m) * (cta_n/warp_n)
+    warps); split-K suggestions, repeats of an earlier suggestion's config and those outside the
+    measured space are dropped, so its k counts the distinct suggestions that could be scored.
     """
     try:
         import nvMatmulHeuristics as nv
     except ImportError:
-        return {"skipped": "nvMatmulHeuristics is not installed (pip install nvidia-matmul-heuristics)"}
+        return {"skipped": "nvMatmulHeuristics is not installed (pip install 'kernel_select[baselines]')"}
     if spec.key not in _NVMMH_GPUS:
         return {"skipped": f"nvMatmulHeuristics has no hardware descriptor mapped for {spec.key}"}
     try:
@@ -50,18 +56,19 @@ def nvmmh_report(rows: pd.DataFrame, problems: pd.DataFrame, groups: np.ndarray,
     measured = measured_lookup(groups, rows[_NVMMH_COLS].itertuples(index=False, name=None), runtime)
     per_problem = np.full((len(problems), len(ks)), np.nan)
     suggested = mapped = failed = 0
-    for i, (m, n, k, dtype) in enumerate(problems.itertuples(index=False, name=None)):
+    asked = problems.reindex(columns=["m", "n", "k", "dtype", "layout"], fill_value=DEFAULT_LAYOUT)
+    for i, (m, n, k, dtype, layout) in enumerate(asked.itertuples(index=False, name=None)):
         try:
-            problem = heuristics.makeNvMatmulHeuristicsProblem(
-                int(m), int(n), int(k), nv.NvMatmulHeuristicsMatmulLayout.NN_ROW_MAJOR)
+            nv_layout = getattr(nv.NvMatmulHeuristicsMatmulLayout, _NVMMH_LAYOUTS[str(layout)])
+            problem = heuristics.makeNvMatmulHeuristicsProblem(int(m), int(n), int(k), nv_layout)
             results = heuristics.get(problem, max(ks), precision=_NVMMH_PRECISION[str(dtype)])
-            keys = [_nvmmh_key(result["kernel"]) for result in results]
+            keys = list(dict.fromkeys(_nvmmh_key(result["kernel"]) for result in results))
         except Exception as exc:  # noqa: BLE001 - see above
-            log.debug("nvMatmulHeuristics failed on %sx%sx%s: %s", m, n, k, exc)
+            log.debug("nvMatmulHeuristics failed on %sx%sx%s %s: %s", m, n, k, layout, exc)
             failed += 1
             continue
         times = [measured[(i, key)] for key in keys if key is not None and (i, key) in measured]
-        suggested, mapped = suggested + len(keys), mapped + len(times)
+        suggested, mapped = suggested + len(results), mapped + len(times)
         for j, top in enumerate(ks):
             if times[:top]:
                 per_problem[i, j] = oracle[i] / min(times[:top])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+
 def format_report(report: dict[str, Any]) -> str:
     """A human-readable table of an `evaluate` report."""
     if "skipped" in report:
@@ -17,7 +18,10 @@ def format_report(report: dict[str, Any]) -> str:
         if "skipped" in result:
             lines.append(f"{name:<22}  skipped: {result['skipped']}")
         elif "topk" in result:
-            lines.append(f"{name:<22}" + "".join(f"{result['topk'][str(k)]:>9.4f}" for k in ks))
+            # nvMatmulHeuristics is scored only where a suggestion matched a measured config
+            subset = (f"  ({result['problems']} of {report['problems']} problems)"
+                      if result.get("problems", report["problems"]) != report["problems"] else "")
+            lines.append(f"{name:<22}" + "".join(f"{result['topk'][str(k)]:>9.4f}" for k in ks) + subset)
         elif result.get("score") is not None:
             lines.append(f"{name:<22}  {result['score']:.4f} with k = {result['k']:.1f} "
                          f"(its configs measured: {result['measured_fraction']:.0%})")
@@ -41,6 +45,8 @@ def format_report(report: dict[str, Any]) -> str:
             lines.append(f"  cuBLAS gate (margin {gate['margin']:g}): Triton skipped on "
                          f"{chosen.get('gated', 0):.0%} of problems, wrongly on "
                          f"{chosen.get('wrongly_gated', 0)}; sign accuracy {gate['sign_accuracy']:.3f}")
+    if "paired" in report:
+        lines.append(format_paired(report["paired"]))
     for name, result in report["methods"].items():
         if "spearman" in result:
             rho = result["spearman"]
@@ -50,3 +56,21 @@ def format_report(report: dict[str, Any]) -> str:
             lines.append(f"{name}: worst problems at k={k}: " + ", ".join(
                 f"{w['problem_id']} {w['score']:.3f} ({w['top1']} vs {w['oracle']})" for w in worst))
     return "\n".join(lines)
+
+
+def format_paired(paired: dict[str, Any]) -> str:
+    """The `paired` section of a report: each model's score(k) over the reference's, with its interval."""
+    over = f" over the {' and '.join(paired['splits'])} splits together" if "splits" in paired else ""
+    lines = [f"paired bootstrap{over}: geomean of score(k) / {paired['reference']}'s, "
+             f"{paired['confidence']:.0%} interval (> 1: better than {paired['reference']})"]
+    for name, result in paired["methods"].items():
+        if "skipped" in result:
+            lines.append(f"  {name:<20}  skipped: {result['skipped']}")
+            continue
+        cells = []
+        for k in paired["ks"]:
+            r = result["ratio"][str(k)]
+            cells.append(f"k={k} {r['ratio']:.3f} [{r['low']:.3f}, {r['high']:.3f}]")
+        lines.append(f"  {name:<20}  " + ", ".join(cells) + f" ({result['problems']} problems)")
+    return "\n".join(lines)
+
