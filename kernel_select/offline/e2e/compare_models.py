@@ -138,7 +138,7 @@ def _model_entries(results: dict[str, Any], models: Sequence[str]) -> dict[str, 
     entries = {entry["name"]: entry for entry in results["models"]}
     for name in models:
         if name not in entries:
-            arch, phase = name.split("/")
+            arch, phase = name.rsplit("/", 1)
             entries[name] = {"name": name, "architecture": arch, "phase": phase, "sizes": None, "results": {}}
             results["models"].append(entries[name])
     return entries
@@ -234,7 +234,10 @@ class _Runs:
             return None
         started = self.budget.clock()
         raw = runner(spec, log_path, allowed)
-        self.budget.record(key, self.budget.clock() - started)
+        wall_s = self.budget.clock() - started
+        self.budget.record(key, wall_s)
+        # The whole process, start-up and timing included: what planning a comparison's time needs.
+        raw = dict(raw, wall_s=wall_s)
         if allowed < self.timeout_s and str(raw.get("error", "")).startswith("timed out"):
             # Not a failure of the method: it ran out of this comparison's time, and its compile
             # (or pretune) took at least `allowed` seconds (a lower bound worth keeping).
