@@ -1,8 +1,8 @@
 """`kernel-select compare-models`: whole networks under each compile method, compile time and step time.
 
-For every workload of `model_zoo` (an architecture in a phase) and every method of
-`model_methods`, one worker process (`model_worker`) with fresh Inductor and Triton caches
-compiles the network and measures:
+For every workload (`workloads`: an architecture of `model_zoo` in a phase, or a user's own
+network from a `--model` factory, `user_model`) and every method of `model_methods`, one worker
+process (`model_worker`) with fresh Inductor and Triton caches compiles the network and measures:
   compile_s       wall time of the first step (Dynamo, Inductor, autotuning; backward too when training)
   step_ms         median time of one step (CUDA events around the step; modes with CUDA graphs
                   replay them inside it), samples interleaved with
@@ -11,6 +11,9 @@ compiles the network and measures:
   step_device_ms  on a GPU, the GPU's view of the step: its kernels queued behind a spin, without the
                   host's launch time (step_timing.py), and eager_device_ms beside it
   gemms           each GEMM Inductor autotuned: op, input shapes, the winner, choices timed
+  build_s         the worker's time to build the network (random weights) and its inputs
+and the driver adds `wall_s`, the worker process's whole wall time (start-up, warm-up compile,
+build, compile, timing): what planning a comparison's time needs.
 
 With `max_seconds`, the comparison stops before a run it cannot finish in what is left of that
 budget (judged by the longest run of the same method so far in this invocation), and no worker

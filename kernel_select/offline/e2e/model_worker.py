@@ -6,7 +6,7 @@ The parent gives every worker empty Inductor and Triton cache directories, so `c
 a cold compile. The worker
   1. compiles an unrelated elementwise function first, so imports, the CUDA context and the
      compile-worker pool are not billed to the model;
-  2. builds the workload and times the compiled step's first call (`compile_s`: Dynamo,
+  2. builds the workload (`build_s`) and times the compiled step's first call (`compile_s`: Dynamo,
      Inductor, autotuning, and for training the backward graph too), recording every GEMM
      Inductor autotuned (op, input shapes, the winner, how many choices it timed, their times);
   3. times the step and the eager step side by side, samples interleaved (`step_ms`,
