@@ -43,7 +43,8 @@ def test_workload_selection() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["llama3-8b-2layer/decode", "gpt2-small/train"])
+@pytest.mark.parametrize("name", ["llama3-8b-2layer/decode", "gpt2-small/train", "bert-base-2layer-fp32/prefill",
+                                  "t5-base-2layer/prefill", "convnext-tiny-2stage/prefill"])
 def test_measure_through_dynamo_with_a_fake_timer(name: str) -> None:
     """The worker's path in-process: compile (Dynamo only), record, time step and eager."""
     _needs_transformers(name)
@@ -128,7 +129,7 @@ def test_full_size_networks_keep_few_distinct_gemms_and_the_fp32_attention_bmms(
     assert {dtype for *_, dtype in bert} == {"float32"}
     bf16 = _gemms("bert-base-2layer/prefill", device="meta", tiny=False)
     assert {dtype for *_, dtype in bf16} == {"bfloat16"} and len(bf16) == len(bert) == 6
-    assert len(_gemms("t5-base-2layer/prefill", device="meta", tiny=False)) == 13
+    assert len(_gemms("t5-base-2layer/prefill", device="meta", tiny=False)) == 6
     assert len(_gemms("convnext-tiny-2stage/prefill", device="meta", tiny=False)) == 5
 
 

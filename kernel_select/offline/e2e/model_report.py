@@ -292,8 +292,9 @@ def format_summary(summary: Summary) -> str:
                     _numbers("dev spread", lambda row: row.max_device_spread, ".1%")]
     width = max([14, *(len(row.method) + 1 for row in summary.rows)])
     header = f"{'method':<{width}}{'models':>7}" + "".join(f"{c.title:>{c.width}}" for c in columns)
-    why = " or ".join(summary.references) or "no reference"
-    lines = [counted(len(summary.models_used), "models", summary.models_excluded, f"{why} failed or not run"),
+    why = f"{' or '.join(summary.references)} failed or not run" if summary.references else \
+        "no compiled method succeeded"
+    lines = [counted(len(summary.models_used), "models", summary.models_excluded, why),
              header, "-" * len(header)]
     for row in summary.rows:
         lines.append(f"{row.method:<{width}}{row.models:>7d}" + "".join(c.cell(row) for c in columns))

@@ -193,7 +193,9 @@ def t5_base_2layer(tiny: bool = False) -> Any:
     """A T5-base encoder-decoder (d_model 768, 12 heads of 64, MLP 3072, vocabulary 32128), 2 encoder
     and 2 decoder layers: self-attention in both stacks, cross-attention from the decoder, the LM
     head over the decoder's tokens. Eager attention (bmm), as T5's relative position bias had
-    it before transformers gave T5 SDPA; set explicitly so every transformers version runs it."""
+    it before transformers gave T5 SDPA; set explicitly so every transformers version runs it.
+    Its full-size workload gives the decoder as many tokens as the encoder, so that both stacks
+    share their GEMM shapes: 6 distinct ones to autotune, where a 128-token decoder makes 13."""
     t = _transformers()
     if tiny:
         config = t.T5Config(d_model=64, d_kv=16, d_ff=128, num_heads=4, num_layers=2, num_decoder_layers=2,
@@ -275,7 +277,7 @@ ARCHITECTURES = {arch.name: arch for arch in (
                  _PREFILL),
     Architecture("bert-base-2layer-fp32", bert_base_2layer, "mlm", Sizes(16, 512, 0, 0, 0),
                  Sizes(2, 16, 0, 0, 0), _PREFILL, dtype="float32"),
-    Architecture("t5-base-2layer", t5_base_2layer, "seq2seq", Sizes(8, 512, 0, 0, 0, decoder_seq=128),
+    Architecture("t5-base-2layer", t5_base_2layer, "seq2seq", Sizes(8, 512, 0, 0, 0, decoder_seq=512),
                  Sizes(2, 16, 0, 0, 0, decoder_seq=8), _PREFILL),
     Architecture("convnext-tiny-2stage", convnext_tiny_2stage, "vision", Sizes(32, 0, 0, 0, 0),
                  Sizes(2, 0, 0, 0, 0), _PREFILL),
