@@ -43,8 +43,9 @@ def test_workload_selection() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["llama3-8b-2layer/decode", "gpt2-small/train", "bert-base-2layer-fp32/prefill",
-                                  "t5-base-2layer/prefill", "convnext-tiny-2stage/prefill"])
+@pytest.mark.parametrize("name", ["llama3-8b-2layer/decode", "gpt2-small/train",
+                                  "bert-base-2layer-fp32/prefill", "t5-base-2layer/prefill",
+                                  "convnext-tiny-2stage/prefill"])
 def test_measure_through_dynamo_with_a_fake_timer(name: str) -> None:
     """The worker's path in-process: compile (Dynamo only), record, time step and eager."""
     _needs_transformers(name)
