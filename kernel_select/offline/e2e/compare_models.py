@@ -44,8 +44,8 @@ resumes where it was with `resume=True`):
                "results": {method: {"compile_s", "step_ms", "eager_step_ms", "speedup_vs_eager",
                                     "compile_spread", "step_spread", "ratio_spread", "step_device_ms",
                                     "eager_device_ms", "device_spread", "host_ref_ms", "host_spread",
-                                    "choices_stable",
-                                    "pretune_s", "gemms", "error", "runs": [raw worker results]}}}]}
+                                    "choices_stable", "pretune_s", "wall_s" (median over the good runs),
+                                    "gemms", "error", "runs": [raw worker results]}}}]}
 `pretune_s` (a pretuned method only, else null): the median over its runs of the wall time of
 discovering and pretuning the workload's GEMMs; a run of such a method also names its `lut`.
 """

@@ -34,7 +34,7 @@ from kernel_select.offline.metrics import geomean
 SLOWER_BY = 0.02
 RESULT_FIELDS = ("compile_s", "step_ms", "eager_step_ms", "speedup_vs_eager", "compile_spread", "step_spread",
                  "ratio_spread", "step_device_ms", "eager_device_ms", "device_spread", "host_ref_ms",
-                 "host_spread", "choices_stable", "pretune_s", "gemms", "error", "runs")
+                 "host_spread", "choices_stable", "pretune_s", "wall_s", "gemms", "error", "runs")
 #: The GPU's view of a step (model_worker.device_times); runs from before it was measured lack it.
 DEVICE_FIELDS = ("step_device_ms", "eager_device_ms")
 
@@ -69,6 +69,9 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
     result["host_ref_ms"] = statistics.median(host) if host else None
     if len(host) > 1:
         result["host_spread"] = _spread(host)
+    # The worker process's whole time (compare_models adds it to each run; older runs lack it).
+    walls = [r["wall_s"] for r in good if r.get("wall_s") is not None]
+    result["wall_s"] = statistics.median(walls) if walls else None
     # Only a pretuned method's runs carry it: what making the workload's pinned LUT took.
     pretune_s = [r["pretune_s"] for r in good if r.get("pretune_s") is not None]
     result["pretune_s"] = statistics.median(pretune_s) if pretune_s else None
@@ -134,7 +137,7 @@ class MethodRow:
     method: str
     models: int
     compile_s: float  # total over the models
-    autotune_s: float | None  # total of compile_s minus default's on the same model (None: no default)
+    autotune_s: float | None  # total of compile_s minus default's on the same model (None: a default missing)
     compile_vs: dict[str, float]  # reference -> geomean of compile_s / the reference's
     worst_compile_vs: dict[str, float]  # reference -> the largest per-model compile ratio
     step_vs: dict[str, float]  # reference -> geomean of step_ms / the reference's step_ms
@@ -227,11 +230,11 @@ def _row(method: str, used: list[dict[str, Any]], references: Sequence[str]) -> 
                   if r is not None]
         if device:
             device_vs[reference], device_models[reference] = geomean(device), len(device)
-    autotune = [autotune_s(e, method) for e in used] if "default" in references else [None]
+    autotune = [autotune_s(e, method) for e in used]  # None where default did not succeed
     return MethodRow(
         method=method, models=len(used),
         compile_s=sum(e["results"][method]["compile_s"] for e in used),
-        autotune_s=None if None in autotune else sum(autotune),  # type: ignore[arg-type]
+        autotune_s=sum(a for a in autotune if a is not None) if None not in autotune else None,
         compile_vs=compile_vs, worst_compile_vs=worst,
         step_vs={r: geomean([step_ratio(e["results"][method], e["results"][r]) for e in used])
                  for r in references},

@@ -34,9 +34,15 @@ def check_factories(factories: Sequence[str]) -> None:
     """
     import gc
 
+    import torch
+
     for path in dict.fromkeys(factories):
         user_model.call_factory(path)
-        gc.collect()  # the network it built is not kept: the workers build their own
+        # The network it built is not kept (the workers build their own); nor is the GPU memory
+        # it took, which the caching allocator would otherwise hold from them all run long.
+        gc.collect()
+        if torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
 
 
 def require_transformers(names: Sequence[str]) -> None:
