@@ -1,38 +1,59 @@
-"""`kernel-select compare-models`: whole networks under eager, mode="default", stock max-autotune
-and kernel_select; compile time and step time. Needs the optional `transformers` (extra `models`)."""
+"""`kernel-select compare-models`: whole networks, the zoo's or the user's own (`--model`), under
+mode="default", Inductor's GEMM autotuning, stock max-autotune and kernel_select; compile time,
+autotuning time and step time. The zoo's networks need the optional `transformers` (extra `models`)."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from typing import Any
 
 from kernel_select.cli.common import int_at_least, positive_float
+from kernel_select.errors import OptionError
 
 _positive_int = int_at_least(1)
-
-
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "compare-models", help="compile whole networks with each method: compile time and step time (GPU)",
-        description="For every model (GPT-2 small, a 2-layer Llama-3-8B-width decoder, ViT-B/16, a "
-                    "recommendation MLP tower; prefill, decode and a training step) and every method "
-                    "(eager, default, stock max-autotune, kernel_select top-k, a pinned LUT), one "
-                    "process with fresh caches compiles the model and times its step beside eager "
-                    "(on a GPU also its device time, without the host launch time). "
-                    "pinned-gemm first pretunes each model's GEMMs in a process of its own into "
+        description="For every network and every method, one process with fresh caches compiles the "
+                    "network and times its step beside eager (on a GPU also its device time, without the "
+                    "host launch time). Networks: the zoo's (--models: GPT-2 small, Llama-shaped "
+                    "decoders, ViT-B/16, a recommendation MLP tower, a BERT-style masked LM with eager "
+                    "attention in bf16 and fp32, a T5-style encoder-decoder, a ConvNeXt-style CNN; prefill, "
+                    "decode and training steps) or your own (--model package.module:factory). "
+                    "Every table gives each method's compile time, its autotuning time (compile time minus "
+                    "default's on the same network), and its compile and step time over stock-gemm's "
+                    "(Inductor's own GEMM autotuning, the same options as kernel_select's recipe), "
+                    "stock's (mode max-autotune) and default's, where those were run. "
+                    "pinned-gemm first pretunes each network's GEMMs in a process of its own into "
                     "OUT/luts/<model>_<phase>.json (kept and reused) and serves that LUT at k = 1; "
                     "its pretune time is reported apart from its compile time (pretune_s). "
                     "Writes OUT/models_<device>.json (resumable) and OUT/models_<device>.png, and "
-                    "prints a summary. Needs the transformers package (pip install 'kernel_select[models]').")
+                    "prints a summary and a line per network and method. The zoo needs the transformers "
+                    "package (pip install 'kernel_select[models]').")
     p.add_argument("--models", default=None,
-                   help="comma-separated models (gpt2-small/prefill) or architectures (gpt2-small); "
-                        "default: all")
+                   help="comma-separated zoo workloads (gpt2-small/prefill) or architectures (gpt2-small); "
+                        "default: all of them, or none when --model is given")
+    p.add_argument("--model", action="append", default=[], metavar="MODULE:FACTORY",
+                   help="your own network: a callable named by import path (package.module:function, "
+                        "importable from the working directory or PYTHONPATH) that takes no arguments and "
+                        "returns (module, inputs), inputs a tuple of positional arguments, a dict of keyword "
+                        "arguments or one tensor, or a kernel_select.offline.e2e.user_model.UserModel; "
+                        "the module and the input tensors are moved to --device, dtypes kept; "
+                        "its inference step is timed (repeatable)")
+    p.add_argument("--train", action="store_true",
+                   help="time each --model network's training step instead (forward, loss, backward, AdamW "
+                        "step; the loss: UserModel.loss, else a scalar output, else its .loss, else the "
+                        "mean of its first tensor)")
     p.add_argument("--methods", default=None,
                    help="comma-separated methods among eager, default, stock, topk-1, topk-4, topk-auto, "
                         "topk-4-parity, topk-4-inproc, stock-gemm, topk-4-gemm, topk-auto-gemm, lut, "
-                        "pinned-gemm (pretunes each model first; GPU); default: all that apply")
+                        "pinned-gemm (pretunes each model first; GPU), or 'all' (every one that applies); "
+                        "default: default,stock-gemm,topk-4-gemm (topk-4-gemm is the README's recipe; "
+                        "every process times eager beside its own step)")
     p.add_argument("--lut", default=None, help="lookup table for the 'lut' method (pinned, k = 1)")
     p.add_argument("--no-cudagraphs", action="store_true",
                    help="max-autotune methods without Inductor's CUDA graphs "
@@ -43,7 +64,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--samples", type=_positive_int, default=30,
                    help="timed samples per step, interleaved with eager's (default: %(default)s)")
     p.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu (default: %(default)s)")
-    p.add_argument("--tiny", action="store_true", help="narrow, shallow versions of the models (smoke test)")
+    p.add_argument("--tiny", action="store_true",
+                   help="narrow, shallow versions of the zoo's networks (smoke test; --model networks are "
+                        "as their factory builds them)")
     p.add_argument("--out", default="results", help="output directory (default: %(default)s)")
     p.add_argument("--timeout", type=float, default=1800.0,
                    help="seconds allowed per worker process (default: %(default)s)")
@@ -60,16 +83,26 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def run_compare_models(args: argparse.Namespace) -> int:
     from kernel_select.offline.e2e import compare_models, model_report
     from kernel_select.offline.e2e.model_methods import MethodContext, select_methods
-    from kernel_select.offline.e2e.model_zoo import parse_workloads, require_transformers
+    from kernel_select.offline.e2e.workloads import check_factories, require_transformers, select_workloads
 
-    models = parse_workloads(args.models)
+    if args.train and not args.model:
+        raise OptionError("--train times a --model network's training step; give --model "
+                          "package.module:factory (the zoo's own are named like gpt2-small/train)")
+    # The workers run `python -m`, which puts the working directory first on sys.path; the
+    # `kernel-select` script does not, so a factory found there by a worker is found here too.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    models = select_workloads(args.models, args.model, train=args.train)
     require_transformers(models)
     methods = select_methods(args.methods, MethodContext(lut=args.lut, cudagraphs=not args.no_cudagraphs))
+    check_factories(args.model)
     results, json_path, png_path = compare_models.run_compare_models(
         models, methods, out_dir=args.out, device=args.device, tiny=args.tiny, repeat=args.repeat,
         samples=args.samples, timeout_s=args.timeout, resume=args.resume, max_seconds=args.max_seconds,
         settings={"lut": args.lut, "cudagraphs": not args.no_cudagraphs})
     print(model_report.format_summary(model_report.summarize(results)))
+    print()
+    print(model_report.format_models(results))
     plot = f" and {png_path}" if png_path else " (no plot: matplotlib is not installed)"
     print(f"wrote {json_path}{plot}")
     return 0

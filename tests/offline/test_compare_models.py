@@ -118,7 +118,7 @@ def test_summary_compares_device_times_over_the_models_that_have_them() -> None:
     results = {"methods": ["default", "stock", "topk-4"],
                "models": [entry("a", 3.0, 4.0), entry("b", 2.0, 2.0), entry("c", None, 5.0)]}
     row = next(r for r in model_report.summarize(results).rows if r.method == "topk-4")
-    assert row.device_models == 2 and row.device_vs_stock == pytest.approx((0.75 * 1.0) ** 0.5)
+    assert row.device_models == {"stock": 2} and row.device_vs_stock == pytest.approx((0.75 * 1.0) ** 0.5)
     assert "device/stock" in model_report.format_summary(model_report.summarize(results))
 
 
@@ -538,3 +538,106 @@ def test_a_pretune_counts_against_the_time_budget(tmp_path: Path) -> None:
     # (70 s before) does not fit in the 10 s left, so it is not started
     assert timeouts == [("pretune", 60.0), ("run", 30.0)]
     assert [bool(e["results"]) for e in results["models"]] == [True, False]
+
+
+# -- the default methods and the references -----------------------------------------------------------
+
+def test_default_methods_compare_the_recipe_with_inductors_gemm_autotuning() -> None:
+    assert [m.name for m in select_methods(None)] == list(model_methods.DEFAULT_METHODS) == [
+        "default", "stock-gemm", "topk-4-gemm"]
+    every = [m.name for m in model_methods.available_methods()]
+    assert [m.name for m in select_methods("all")] == every and "stock" in every and "eager" in every
+    with pytest.raises(OptionError, match="'al' is not available"):
+        select_methods("al")
+
+
+GEMM_ONLY = {"default": (10.0, 8.0), "stock-gemm": (60.0, 7.0), "topk-4-gemm": (15.0, 6.3),
+             "stock": (100.0, 7.7)}
+
+
+def test_every_table_gives_autotuning_time_and_ratios_against_stock_gemm(tmp_path: Path) -> None:
+    def runner(spec: dict, log_path: Path, timeout_s: float) -> dict:
+        compile_s, step_ms = GEMM_ONLY[spec["method"]["name"]]
+        return _run(step_ms, compile_s=compile_s)
+
+    methods = select_methods("default,stock-gemm,topk-4-gemm,stock")
+    models = ["recsys-mlp/prefill", "recsys-mlp/decode"]
+    results, _, _ = compare_models.run_compare_models(models, methods, out_dir=tmp_path, device="cpu",
+                                                      progress=False, runner=runner)
+    summary = model_report.summarize(results)
+    assert summary.references == ("stock-gemm", "stock", "default")
+    rows = {row.method: row for row in summary.rows}
+    recipe = rows["topk-4-gemm"]
+    assert recipe.autotune_s == pytest.approx(2 * (15.0 - 10.0)) and rows["default"].autotune_s == 0.0
+    assert recipe.compile_vs == pytest.approx({"stock-gemm": 0.25, "stock": 0.15})
+    assert recipe.step_vs_stock_gemm == pytest.approx(0.9)
+    assert recipe.step_vs_stock == pytest.approx(6.3 / 7.7)
+    assert rows["stock"].step_vs_stock_gemm == pytest.approx(1.1)
+    text = model_report.format_summary(summary)
+    header = text.splitlines()[1].split()
+    assert header[:4] == ["method", "models", "compile", "[s]"] and "autotune" in header
+    assert header.index("step/stock-gemm") < header.index("step/stock") < header.index("step/default")
+    assert "device/stock-gemm" in header
+    recipe_line = next(line for line in text.splitlines() if line.startswith("topk-4-gemm"))
+    assert "10.0" in recipe_line.split() and "0.900" in recipe_line.split()
+
+    table = model_report.table(results)
+    cell = table.loc["recsys-mlp/decode", "topk-4-gemm"]
+    assert (cell["autotune_s"], cell["compile/stock-gemm"]) == (5.0, 0.25)
+    assert cell["step/stock-gemm"] == pytest.approx(0.9) and cell["step/default"] == pytest.approx(6.3 / 8.0)
+
+    lines = model_report.format_models(results).splitlines()
+    assert lines[0].split()[:3] == ["model", "method", "compile"] and "step/stock-gemm" in lines[0]
+    first = lines[2].split()
+    assert first[:5] == ["recsys-mlp/prefill", "default", "10.0", "0.0", "8.000"]
+    assert lines[4].split()[:5] == ["topk-4-gemm", "15.0", "5.0", "6.300", "0.900"]  # the name once per model
+
+    narrowed = model_report.summarize(results, references=("stock", "default"))
+    assert narrowed.references == ("stock", "default") and "step/stock-gemm" not in \
+        model_report.format_summary(narrowed)
+
+
+def test_a_failed_method_shows_its_error_in_the_text_table(tmp_path: Path) -> None:
+    def runner(spec: dict, log_path: Path, timeout_s: float) -> dict:
+        if spec["method"]["name"] == "stock-gemm":
+            return {"error": "RuntimeError: CUDA out of memory\ntraceback ..."}
+        compile_s, step_ms = GEMM_ONLY[spec["method"]["name"]]
+        return _run(step_ms, compile_s=compile_s)
+
+    results, _, _ = compare_models.run_compare_models(["recsys-mlp/decode"], select_methods(None),
+                                                      out_dir=tmp_path, device="cpu", progress=False,
+                                                      runner=runner)
+    lines = model_report.format_models(results).splitlines()
+    assert lines[3].split() == ["stock-gemm", "RuntimeError:", "CUDA", "out", "of", "memory"]
+    assert lines[4].split()[-3:] == ["-", "0.787", "1.587x"]  # no stock-gemm step to divide by
+    assert model_report.summarize(results).models_excluded == ["recsys-mlp/decode"]
+
+
+def test_plot_divides_by_stock_gemm_where_the_results_have_it(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+
+    def runner(spec: dict, log_path: Path, timeout_s: float) -> dict:
+        compile_s, step_ms = GEMM_ONLY[spec["method"]["name"]]
+        return _run(step_ms, compile_s=compile_s)
+
+    results, _, _ = compare_models.run_compare_models(["recsys-mlp/decode"], select_methods(None),
+                                                      out_dir=tmp_path, device="cpu", progress=False,
+                                                      runner=runner)
+    ax = model_report.plot_models(results).axes[0]
+    large = {line.get_label().split(" ")[0]: line.get_ydata()[0] for line in ax.lines
+             if line.get_marker() == "o"}
+    assert large["topk-4-gemm"] == pytest.approx(0.9) and "stock-gemm" in ax.get_ylabel()
+
+
+def test_each_run_records_its_whole_process_time(tmp_path: Path) -> None:
+    now = [0.0]
+
+    def runner(spec: dict, log_path: Path, timeout_s: float) -> dict:
+        now[0] += 42.0
+        return _run(6.0)
+
+    results, _, _ = compare_models.run_compare_models(["recsys-mlp/decode"], METHODS[:1], out_dir=tmp_path,
+                                                      device="cpu", progress=False, runner=runner,
+                                                      clock=lambda: now[0])
+    eager = results["models"][0]["results"]["eager"]
+    assert eager["runs"][0]["wall_s"] == 42.0 and eager["wall_s"] == 42.0

@@ -43,7 +43,9 @@ def test_workload_selection() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["llama3-8b-2layer/decode", "gpt2-small/train"])
+@pytest.mark.parametrize("name", ["llama3-8b-2layer/decode", "gpt2-small/train",
+                                  "bert-base-2layer-fp32/prefill", "t5-base-2layer/prefill",
+                                  "convnext-tiny-2stage/prefill"])
 def test_measure_through_dynamo_with_a_fake_timer(name: str) -> None:
     """The worker's path in-process: compile (Dynamo only), record, time step and eager."""
     _needs_transformers(name)
@@ -99,3 +101,49 @@ def test_vit_builds_on_a_transformers_without_mask_interfaces(monkeypatch: pytes
     monkeypatch.setitem(sys.modules, "transformers.masking_utils", None)  # import fails as on < 4.53
     assert model_zoo.unmasked_sdpa() is None
     assert model_zoo.vit_b16(tiny=True).config._attn_implementation != model_zoo.UNMASKED_SDPA
+
+
+def _gemms(name: str, device: str = "cpu", tiny: bool = True) -> list[tuple[str, int, int, int, int, str]]:
+    """The distinct GEMMs one eager step of workload `name` runs: (op, batch, M, N, K, dtype)."""
+    from kernel_select.offline.e2e.model_pretune import discover_sites
+
+    sites = discover_sites(model_zoo.build_workload(name, device=device, tiny=tiny))
+    return [(s.problem.op, s.problem.batch, s.problem.m, s.problem.n, s.problem.k, s.problem.dtype)
+            for s in sites]
+
+
+@pytest.mark.parametrize("name", ["bert-base-2layer/prefill", "t5-base-2layer/prefill"])
+def test_encoders_run_eager_attention_as_batched_matmuls(name: str) -> None:
+    _needs_transformers(name)
+    workload = model_zoo.build_workload(name, device="cpu", tiny=True)
+    assert workload.module.config._attn_implementation == "eager"
+    assert any(op == "bmm" for op, *_ in _gemms(name))
+
+
+def test_full_size_networks_keep_few_distinct_gemms_and_the_fp32_attention_bmms() -> None:
+    """Built on the meta device (no weights, no compute): the shapes the GPU comparison autotunes.
+    BERT's attention at 16 x 512 is the pair of float32 bmms (192 = sequences x heads) that ran
+    slower under the handler than under Inductor's own candidates."""
+    pytest.importorskip("transformers")
+    bert = _gemms("bert-base-2layer-fp32/prefill", device="meta", tiny=False)
+    assert ("bmm", 192, 512, 512, 64, "float32") in bert and ("bmm", 192, 512, 64, 512, "float32") in bert
+    assert {dtype for *_, dtype in bert} == {"float32"}
+    bf16 = _gemms("bert-base-2layer/prefill", device="meta", tiny=False)
+    assert {dtype for *_, dtype in bf16} == {"bfloat16"} and len(bf16) == len(bert) == 6
+    assert len(_gemms("t5-base-2layer/prefill", device="meta", tiny=False)) == 6
+    assert len(_gemms("convnext-tiny-2stage/prefill", device="meta", tiny=False)) == 5
+
+
+def test_convnext_runs_depthwise_convolutions_and_pointwise_linears() -> None:
+    pytest.importorskip("transformers")
+    workload = model_zoo.build_workload("convnext-tiny-2stage/prefill", device="cpu", tiny=True)
+    convs = [m for m in workload.module.modules() if isinstance(m, torch.nn.Conv2d)]
+    assert [c.groups == c.in_channels == c.out_channels for c in convs].count(True) == 2  # one per stage
+    assert all(op == "addmm" for op, *_ in _gemms("convnext-tiny-2stage/prefill"))
+
+
+def test_architectures_name_their_phases_and_dtype() -> None:
+    assert "bert-base-2layer/decode" not in model_zoo.workload_names()  # an encoder has no decode step
+    assert model_zoo.parse_workloads("t5-base-2layer") == ["t5-base-2layer/prefill"]
+    assert model_zoo.ARCHITECTURES["bert-base-2layer-fp32"].dtype == "float32"
+    assert model_zoo.ARCHITECTURES["qwen3-4b-2layer"].sizes.prefill_seq == 2048

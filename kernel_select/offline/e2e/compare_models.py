@@ -1,8 +1,8 @@
 """`kernel-select compare-models`: whole networks under each compile method, compile time and step time.
 
-For every workload of `model_zoo` (an architecture in a phase) and every method of
-`model_methods`, one worker process (`model_worker`) with fresh Inductor and Triton caches
-compiles the network and measures:
+For every workload (`workloads`: an architecture of `model_zoo` in a phase, or a user's own
+network from a `--model` factory, `user_model`) and every method of `model_methods`, one worker
+process (`model_worker`) with fresh Inductor and Triton caches compiles the network and measures:
   compile_s       wall time of the first step (Dynamo, Inductor, autotuning; backward too when training)
   step_ms         median time of one step (CUDA events around the step; modes with CUDA graphs
                   replay them inside it), samples interleaved with
@@ -11,6 +11,9 @@ compiles the network and measures:
   step_device_ms  on a GPU, the GPU's view of the step: its kernels queued behind a spin, without the
                   host's launch time (step_timing.py), and eager_device_ms beside it
   gemms           each GEMM Inductor autotuned: op, input shapes, the winner, choices timed
+  build_s         the worker's time to build the network (random weights) and its inputs
+and the driver adds `wall_s`, the worker process's whole wall time (start-up, warm-up compile,
+build, compile, timing): what planning a comparison's time needs.
 
 With `max_seconds`, the comparison stops before a run it cannot finish in what is left of that
 budget (judged by the longest run of the same method so far in this invocation), and no worker
@@ -41,8 +44,8 @@ resumes where it was with `resume=True`):
                "results": {method: {"compile_s", "step_ms", "eager_step_ms", "speedup_vs_eager",
                                     "compile_spread", "step_spread", "ratio_spread", "step_device_ms",
                                     "eager_device_ms", "device_spread", "host_ref_ms", "host_spread",
-                                    "choices_stable",
-                                    "pretune_s", "gemms", "error", "runs": [raw worker results]}}}]}
+                                    "choices_stable", "pretune_s", "wall_s" (median over the good runs),
+                                    "gemms", "error", "runs": [raw worker results]}}}]}
 `pretune_s` (a pretuned method only, else null): the median over its runs of the wall time of
 discovering and pretuning the workload's GEMMs; a run of such a method also names its `lut`.
 """
@@ -138,7 +141,7 @@ def _model_entries(results: dict[str, Any], models: Sequence[str]) -> dict[str, 
     entries = {entry["name"]: entry for entry in results["models"]}
     for name in models:
         if name not in entries:
-            arch, phase = name.split("/")
+            arch, phase = name.rsplit("/", 1)
             entries[name] = {"name": name, "architecture": arch, "phase": phase, "sizes": None, "results": {}}
             results["models"].append(entries[name])
     return entries
@@ -234,7 +237,10 @@ class _Runs:
             return None
         started = self.budget.clock()
         raw = runner(spec, log_path, allowed)
-        self.budget.record(key, self.budget.clock() - started)
+        wall_s = self.budget.clock() - started
+        self.budget.record(key, wall_s)
+        # The whole process, start-up and timing included: what planning a comparison's time needs.
+        raw = dict(raw, wall_s=wall_s)
         if allowed < self.timeout_s and str(raw.get("error", "")).startswith("timed out"):
             # Not a failure of the method: it ran out of this comparison's time, and its compile
             # (or pretune) took at least `allowed` seconds (a lower bound worth keeping).

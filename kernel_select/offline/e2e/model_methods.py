@@ -22,6 +22,13 @@ Built in, in this order:
                (`pretuned`: compare_models makes one LUT per workload, model_pretune, and fills
                in `lut`); a GEMM the LUT pins to one choice is not benchmarked at all
 
+A comparison runs DEFAULT_METHODS unless told otherwise ("all": every method that applies):
+`default` is what each method's autotuning time is measured from (compile_s minus default's),
+`stock-gemm` and `topk-4-gemm` tune the same GEMMs with the same options, Inductor's candidates
+against kernel_select's, so their step ratio compares like with like. `eager` is not among them:
+every compiled method's process times the eager step beside its own, interleaved, and that is
+what the tables compare with; a process of its own would add its start-up time and no number.
+
 More can be added with `register_method(name, factory)`: a factory gets the `MethodContext` of
 the run and returns a `ModelMethod`, or None where the method does not apply.
 """
@@ -162,17 +169,23 @@ def available_methods(context: MethodContext | None = None) -> list[ModelMethod]
     return [m for m in (factory(context) for factory in _FACTORIES.values()) if m is not None]
 
 
+#: What a comparison runs when no methods are named: the README's recipe (`topk-4-gemm`) against
+#: Inductor's own GEMM autotuning (`stock-gemm`), with `default` for the autotuning time.
+DEFAULT_METHODS = ("default", "stock-gemm", "topk-4-gemm")
+
+
 def select_methods(names: str | None, context: MethodContext | None = None) -> list[ModelMethod]:
-    """The methods named in "eager,stock,topk-4" (all available ones when `names` is empty).
+    """The methods named in "eager,stock,topk-4": DEFAULT_METHODS when `names` is empty, every
+    available one for "all".
 
     Raises:
         OptionError: for a name that is unknown or does not apply (e.g. `lut` without a LUT).
     """
     available = {m.name: m for m in available_methods(context)}
-    if not names:
+    if names and names.strip() == "all":
         return list(available.values())
     chosen = []
-    for name in (n.strip() for n in names.split(",") if n.strip()):
+    for name in (n.strip() for n in (names or ",".join(DEFAULT_METHODS)).split(",") if n.strip()):
         if name not in available:
             why = _CONDITIONS.get(name, "")
             raise OptionError(f"--methods: {name!r} is not available{why}; "

@@ -55,7 +55,7 @@ def make_pinned_lut(spec: dict[str, Any], *, device_spec: Any = None, benchmark:
     from kernel_select import runtime
     from kernel_select.errors import DeviceError
     from kernel_select.offline.e2e.model_worker import worker_device
-    from kernel_select.offline.e2e.model_zoo import build_workload
+    from kernel_select.offline.e2e.workloads import build_workload
     from kernel_select.offline.serving import pretune
 
     device = worker_device(spec["device"])

@@ -2,11 +2,18 @@
 notebooks and the compile-time vs step-time plot. Plain Python; pandas and matplotlib are
 imported only by the functions that need them.
 
+Every table compares each method with the REFERENCES the results have: step and compile time
+over `stock-gemm`'s (Inductor's own GEMM autotuning with the GEMM-only options kernel_select's
+recipe uses, so like with like) and `stock`'s (mode="max-autotune", which also autotunes
+pointwise and reduction kernels and runs coordinate descent), step over `default`'s, and the
+autotuning time: compile time minus `default`'s on the same model.
+
     from kernel_select.offline.e2e import model_report
     results = model_report.load("results/models_h100.json")
     print(model_report.format_summary(model_report.summarize(results)))
     model_report.plot_models(results)          # a matplotlib Figure
-    model_report.table(results)                # per model and method: compile, step, ratios
+    model_report.table(results)                # per model and method: compile, autotune, step, ratios
+    print(model_report.format_models(results))   # the same as text
     model_report.gemm_frame(results, "gpt2-small/prefill")   # what each method's GEMMs picked
 """
 
@@ -15,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +34,7 @@ from kernel_select.offline.metrics import geomean
 SLOWER_BY = 0.02
 RESULT_FIELDS = ("compile_s", "step_ms", "eager_step_ms", "speedup_vs_eager", "compile_spread", "step_spread",
                  "ratio_spread", "step_device_ms", "eager_device_ms", "device_spread", "host_ref_ms",
-                 "host_spread", "choices_stable", "pretune_s", "gemms", "error", "runs")
+                 "host_spread", "choices_stable", "pretune_s", "wall_s", "gemms", "error", "runs")
 #: The GPU's view of a step (model_worker.device_times); runs from before it was measured lack it.
 DEVICE_FIELDS = ("step_device_ms", "eager_device_ms")
 
@@ -62,6 +69,9 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
     result["host_ref_ms"] = statistics.median(host) if host else None
     if len(host) > 1:
         result["host_spread"] = _spread(host)
+    # The worker process's whole time (compare_models adds it to each run; older runs lack it).
+    walls = [r["wall_s"] for r in good if r.get("wall_s") is not None]
+    result["wall_s"] = statistics.median(walls) if walls else None
     # Only a pretuned method's runs carry it: what making the workload's pinned LUT took.
     pretune_s = [r["pretune_s"] for r in good if r.get("pretune_s") is not None]
     result["pretune_s"] = statistics.median(pretune_s) if pretune_s else None
@@ -110,86 +120,130 @@ def compiled_methods(results: dict[str, Any]) -> list[str]:
 
 # -- summary -------------------------------------------------------------------------------------
 
+#: The methods every other one is compared with, where the results have them, the first the one
+#: the plot and the device-time column use: `stock-gemm` tunes the GEMMs with the options the
+#: README's recipe uses (like with like), `stock` is mode="max-autotune" (pointwise/reduction
+#: autotuning and coordinate descent too), `default` compiles without autotuning.
+REFERENCES = ("stock-gemm", "stock", "default")
+#: The references a method's compile time is divided by (default's is subtracted: `autotune_s`).
+COMPILE_REFERENCES = ("stock-gemm", "stock")
+
+
 @dataclasses.dataclass(frozen=True)
 class MethodRow:
-    """One method over the models where it and the references (stock, default) all succeeded."""
+    """One method over the models where it and the references all succeeded. The ratios are
+    geomeans over those models, keyed by reference."""
 
     method: str
     models: int
     compile_s: float  # total over the models
-    compile_vs_stock: float | None  # geomean over models of compile_s / stock's
-    worst_compile_vs_stock: float | None  # the largest per-model ratio
-    step_vs_stock: float | None  # geomean over models of step_ms / stock's step_ms
-    step_vs_default: float | None  # the same against mode="default"
+    autotune_s: float | None  # total of compile_s minus default's on the same model (None: a default missing)
+    compile_vs: dict[str, float]  # reference -> geomean of compile_s / the reference's
+    worst_compile_vs: dict[str, float]  # reference -> the largest per-model compile ratio
+    step_vs: dict[str, float]  # reference -> geomean of step_ms / the reference's step_ms
     speedup_vs_eager: float  # geomean of eager / step
     slower_than_eager: int  # models whose step is more than SLOWER_BY slower than eager
     max_step_spread: float | None  # the largest run-to-run spread of step_ms (repeated runs)
     max_device_spread: float | None = None  # the same for step_device_ms
     max_host_spread: float | None = None  # the same for host_ref_ms: how much the host's speed moved
-    device_vs_stock: float | None = None  # geomean of step_device_ms / stock's over `device_models`
-    device_models: int = 0  # the models where both have a device time
+    device_vs: dict[str, float] = dataclasses.field(default_factory=dict)  # step_device_ms ratios
+    device_models: dict[str, int] = dataclasses.field(default_factory=dict)  # models with both device times
     model_names: tuple[str, ...] = ()
+
+    @property
+    def step_vs_stock_gemm(self) -> float | None:
+        return self.step_vs.get("stock-gemm")
+
+    @property
+    def step_vs_stock(self) -> float | None:
+        return self.step_vs.get("stock")
+
+    @property
+    def step_vs_default(self) -> float | None:
+        return self.step_vs.get("default")
+
+    @property
+    def compile_vs_stock(self) -> float | None:
+        return self.compile_vs.get("stock")
+
+    @property
+    def device_vs_stock(self) -> float | None:
+        return self.device_vs.get("stock")
 
 
 @dataclasses.dataclass(frozen=True)
 class Summary:
     rows: list[MethodRow]
     models_used: list[str]  # models at least one row uses
-    models_excluded: list[str]  # a reference (stock or default) failed or is missing there
+    models_excluded: list[str]  # a reference failed or is missing there
+    references: tuple[str, ...] = ()  # the REFERENCES these results have
 
 
-#: The methods every other one is compared with, where the results have them.
-REFERENCES = ("stock", "default")
-
-
-def summarize(results: dict[str, Any]) -> Summary:
-    """A row per method, each over its own models: a comparison that adds a method on some
-    models only (or where one run failed) still reports every method where it can be compared."""
+def references_of(results: dict[str, Any]) -> tuple[str, ...]:
+    """The REFERENCES among the compared methods, in REFERENCES' order."""
     methods = compiled_methods(results)
-    references = [r for r in REFERENCES if r in methods]
+    return tuple(r for r in REFERENCES if r in methods)
+
+
+def summarize(results: dict[str, Any], references: Sequence[str] | None = None) -> Summary:
+    """A row per method, each over its own models: a comparison that adds a method on some
+    models only (or where one run failed) still reports every method where it can be compared.
+    A model counts for a method where the method and every reference succeeded; `references`
+    (default: every one of REFERENCES the results have) narrows that, e.g. ("stock", "default")
+    for a file where stock-gemm was run on a few models only."""
+    references = references_of(results) if references is None else tuple(references)
 
     def comparable(entry: dict[str, Any], method: str) -> bool:
         return all(succeeded(entry["results"].get(m)) for m in (method, *references))
 
     rows, used = [], set()
-    for method in methods:
+    for method in compiled_methods(results):
         entries = [e for e in results["models"] if comparable(e, method)]
         if entries:
             rows.append(_row(method, entries, references))
             used.update(e["name"] for e in entries)
     names = [e["name"] for e in results["models"]]
-    return Summary(rows, [n for n in names if n in used], [n for n in names if n not in used])
+    return Summary(rows, [n for n in names if n in used], [n for n in names if n not in used], references)
 
 
-def _row(method: str, used: list[dict[str, Any]], references: list[str]) -> MethodRow:
+def autotune_s(entry: dict[str, Any], method: str) -> float | None:
+    """`method`'s compile time minus `default`'s on the same model: what autotuning added (and, for
+    kernel_select's methods, ranking the candidates). None when either is missing."""
+    result, default = entry["results"].get(method), entry["results"].get("default")
+    if not (succeeded(result) and succeeded(default)):
+        return None
+    return result["compile_s"] - default["compile_s"]
+
+
+def _row(method: str, used: list[dict[str, Any]], references: Sequence[str]) -> MethodRow:
     def rel(entry: dict[str, Any], name: str) -> float:
         return relative_step(entry["results"][name])
 
-    def versus(other: str) -> float | None:
-        if other not in references:
-            return None
-        return geomean([step_ratio(e["results"][method], e["results"][other]) for e in used])
-
-    compile_ratios = [_ratio(e["results"][method]["compile_s"],
-                             e["results"].get("stock", {}).get("compile_s"))
-                      for e in used]
-    known = None not in compile_ratios
-    spreads = [e["results"][method].get("step_spread") for e in used]
-    device = [r for r in (_ratio(e["results"][method].get("step_device_ms"),
-                                 e["results"].get("stock", {}).get("step_device_ms")) for e in used)
-              if r is not None]
+    compile_vs, worst, device_vs, device_models = {}, {}, {}, {}
+    for reference in (r for r in references if r in COMPILE_REFERENCES):
+        ratios = [_ratio(e["results"][method]["compile_s"], e["results"][reference]["compile_s"])
+                  for e in used]
+        if None not in ratios:
+            compile_vs[reference], worst[reference] = geomean(ratios), max(ratios)
+        device = [r for r in (_ratio(e["results"][method].get("step_device_ms"),
+                                     e["results"][reference].get("step_device_ms")) for e in used)
+                  if r is not None]
+        if device:
+            device_vs[reference], device_models[reference] = geomean(device), len(device)
+    autotune = [autotune_s(e, method) for e in used]  # None where default did not succeed
     return MethodRow(
         method=method, models=len(used),
         compile_s=sum(e["results"][method]["compile_s"] for e in used),
-        compile_vs_stock=geomean(compile_ratios) if known else None,
-        worst_compile_vs_stock=max(compile_ratios) if known else None,
-        step_vs_stock=versus("stock"), step_vs_default=versus("default"),
+        autotune_s=sum(a for a in autotune if a is not None) if None not in autotune else None,
+        compile_vs=compile_vs, worst_compile_vs=worst,
+        step_vs={r: geomean([step_ratio(e["results"][method], e["results"][r]) for e in used])
+                 for r in references},
         speedup_vs_eager=geomean([1 / rel(e, method) for e in used]),
         slower_than_eager=sum(rel(e, method) > 1 + SLOWER_BY for e in used),
-        max_step_spread=_largest(spreads),
+        max_step_spread=_largest([e["results"][method].get("step_spread") for e in used]),
         max_device_spread=_largest([e["results"][method].get("device_spread") for e in used]),
         max_host_spread=_largest([e["results"][method].get("host_spread") for e in used]),
-        device_vs_stock=geomean(device) if device else None, device_models=len(device),
+        device_vs=device_vs, device_models=device_models,
         model_names=tuple(e["name"] for e in used))
 
 
@@ -197,26 +251,72 @@ def _ratio(value: float | None, reference: float | None) -> float | None:
     return value / reference if value and reference else None
 
 
-def format_summary(summary: Summary) -> str:
-    """A plain-text table (ratios < 1 are better, except speedups)."""
-    def num(value: float | None, width: int, fmt: str = ".3f") -> str:
-        return f"{'-':>{width}}" if value is None else f"{value:>{width}{fmt}}"
+def _num(value: float | None, width: int, fmt: str = ".3f") -> str:
+    return f"{'-':>{width}}" if value is None else f"{value:>{width}{fmt}}"
 
-    header = (f"{'method':<14}{'models':>7}{'compile [s]':>12}{'compile/stock':>15}{'worst':>8}"
-              f"{'step/stock':>12}{'step/default':>14}{'vs eager':>10}{'slower':>8}{'spread':>8}"
-              f"{'host spread':>13}{'device/stock':>15}{'dev spread':>12}")
-    lines = [counted(len(summary.models_used), "models", summary.models_excluded,
-                     "stock or default failed or not run"),
+
+@dataclasses.dataclass(frozen=True)
+class _Column:
+    """One column of the summary table: its title and how a row's cell is written."""
+
+    title: str
+    cell: Callable[[MethodRow], str]
+
+    @property
+    def width(self) -> int:
+        return max(len(self.title) + 2, 8)
+
+
+def _numbers(title: str, value: Callable[[MethodRow], float | None], fmt: str = ".3f") -> _Column:
+    width = max(len(title) + 2, 8)
+    return _Column(title, lambda row: _num(value(row), width, fmt))
+
+
+def format_summary(summary: Summary) -> str:
+    """A plain-text table (ratios < 1 are better, except speedups): per method its total compile
+    and autotuning time (compile minus default's), its compile time and step time over each
+    reference's, its speedup over eager, and the spreads; the GPU's device time against the first
+    compiled reference, with how many models had one."""
+    compiled = [r for r in summary.references if r in COMPILE_REFERENCES]
+    columns = [_numbers("compile [s]", lambda row: row.compile_s, ".1f")]
+    if "default" in summary.references:
+        columns.append(_numbers("autotune [s]", lambda row: row.autotune_s, ".1f"))
+    for i, ref in enumerate(compiled):
+        columns.append(_numbers(f"compile/{ref}", lambda row, r=ref: row.compile_vs.get(r)))
+        if i == 0:
+            columns.append(_numbers("worst", lambda row, r=ref: row.worst_compile_vs.get(r), ".2f"))
+    columns += [_numbers(f"step/{ref}", lambda row, r=ref: row.step_vs.get(r)) for ref in summary.references]
+    columns += [_Column("vs eager", lambda row: f"{row.speedup_vs_eager:>9.3f}x"),
+                _Column("slower", lambda row: f"{row.slower_than_eager:>8d}"),
+                _numbers("spread", lambda row: row.max_step_spread, ".1%"),
+                _numbers("host spread", lambda row: row.max_host_spread, ".1%")]
+    if compiled:
+        columns += [_device_column(compiled[0]),
+                    _numbers("dev spread", lambda row: row.max_device_spread, ".1%")]
+    width = max([14, *(len(row.method) + 1 for row in summary.rows)])
+    header = f"{'method':<{width}}{'models':>7}" + "".join(f"{c.title:>{c.width}}" for c in columns)
+    why = f"{' or '.join(summary.references)} failed or not run" if summary.references else \
+        "no compiled method succeeded"
+    lines = [counted(len(summary.models_used), "models", summary.models_excluded, why),
              header, "-" * len(header)]
     for row in summary.rows:
-        device_models = f" ({row.device_models})" if row.device_vs_stock is not None else ""
-        lines.append(f"{row.method:<14}{row.models:>7d}{row.compile_s:>12.1f}{num(row.compile_vs_stock, 15)}"
-                     f"{num(row.worst_compile_vs_stock, 8, '.2f')}{num(row.step_vs_stock, 12)}"
-                     f"{num(row.step_vs_default, 14)}{row.speedup_vs_eager:>9.3f}x{row.slower_than_eager:>8d}"
-                     f"{num(row.max_step_spread, 8, '.1%')}{num(row.max_host_spread, 13, '.1%')}"
-                     f"{num(row.device_vs_stock, 10)}{device_models:<5}"
-                     f"{num(row.max_device_spread, 12, '.1%')}")
+        lines.append(f"{row.method:<{width}}{row.models:>7d}" + "".join(c.cell(row) for c in columns))
     return "\n".join(lines)
+
+
+def _device_column(reference: str) -> _Column:
+    """The device-time ratio and, in parentheses, over how many models it was measured."""
+    title = f"device/{reference}"
+    width = len(title) + 2
+
+    def cell(row: MethodRow) -> str:
+        value = row.device_vs.get(reference)
+        if value is None:
+            return _num(None, width)
+        count = f" ({row.device_models[reference]})"
+        return f"{value:>{width - len(count)}.3f}{count}"
+
+    return _Column(title, cell)
 
 
 # -- notebooks -----------------------------------------------------------------------------------
@@ -236,34 +336,77 @@ def model_frame(results: dict[str, Any]) -> Any:
     return pd.DataFrame(rows).set_index(["model", "method"]) if rows else pd.DataFrame()
 
 
-#: The columns `table` gives each method.
-TABLE_METRICS = ("compile_s", "step_ms", "step/stock", "step/default", "vs eager")
+#: The columns `table` gives each method: compile seconds, autotuning seconds (compile minus
+#: default's), step ms, compile and step against each reference's, the speedup over eager.
+TABLE_METRICS = ("compile_s", "autotune_s", "step_ms", "compile/stock-gemm", "step/stock-gemm",
+                 "compile/stock", "step/stock", "step/default", "vs eager")
+
+
+def model_metrics(entry: dict[str, Any], methods: Sequence[str]) -> dict[str, dict[str, float]]:
+    """Per method of `methods` that succeeded on this model, its TABLE_METRICS that can be computed
+    (a ratio needs its reference measured there too; `step_ratio`, as `summarize` computes them)."""
+    measured = {m: r for m, r in entry["results"].items() if succeeded(r)}
+    metrics: dict[str, dict[str, float]] = {}
+    for method in (m for m in methods if m in measured):
+        result = measured[method]
+        row = {"compile_s": result["compile_s"], "step_ms": result["step_ms"]}
+        autotune = autotune_s(entry, method)
+        if autotune is not None:
+            row["autotune_s"] = autotune
+        for reference in (r for r in REFERENCES if r in measured):
+            if reference in COMPILE_REFERENCES:
+                compile_ratio = _ratio(result["compile_s"], measured[reference]["compile_s"])
+                if compile_ratio is not None:
+                    row[f"compile/{reference}"] = compile_ratio
+            row[f"step/{reference}"] = step_ratio(result, measured[reference])
+        row["vs eager"] = 1 / relative_step(result)
+        metrics[method] = row
+    return metrics
 
 
 def table(results: dict[str, Any]) -> Any:
-    """One row per model, a column group per method (TABLE_METRICS): compile seconds, step ms,
-    the step against stock's and default's (`step_ratio`, as `summarize` computes them, so their
-    geomeans are the summary's), and the speedup over the eager step timed in the same process.
-    NaN where the method (or the reference) failed or was not run."""
+    """One row per model, a column group per method (TABLE_METRICS, from `model_metrics`, so the
+    ratios' geomeans are the summary's). NaN where the method (or the reference) failed or was
+    not run."""
     import pandas as pd
 
     methods = compiled_methods(results)
-    rows = {}
-    for entry in results["models"]:
-        measured = {m: r for m, r in entry["results"].items() if succeeded(r)}
-        row: dict[tuple[str, str], float] = {}
-        for method in (m for m in methods if m in measured):
-            result = measured[method]
-            row[(method, "compile_s")] = result["compile_s"]
-            row[(method, "step_ms")] = result["step_ms"]
-            for reference in ("stock", "default"):
-                if reference in measured:
-                    row[(method, f"step/{reference}")] = step_ratio(result, measured[reference])
-            row[(method, "vs eager")] = 1 / relative_step(result)
-        rows[entry["name"]] = row
+    rows = {entry["name"]: {(method, metric): value
+                            for method, values in model_metrics(entry, methods).items()
+                            for metric, value in values.items()}
+            for entry in results["models"]}
     columns = pd.MultiIndex.from_product([methods, TABLE_METRICS], names=["method", "metric"])
     frame = pd.DataFrame(list(rows.values()), index=pd.Index(list(rows), name="model"), columns=columns)
     return frame.astype(float)
+
+
+def format_models(results: dict[str, Any]) -> str:
+    """`table` as plain text, a line per (model, method): compile and autotuning seconds, step ms,
+    step against each reference's, speedup over eager ("-" where it cannot be computed); a failed
+    method's line gives its error's first line."""
+    methods = compiled_methods(results)
+    references = references_of(results)
+    metrics = [("compile [s]", "compile_s", ".1f"), ("autotune [s]", "autotune_s", ".1f"),
+               ("step [ms]", "step_ms", ".3f")]
+    metrics += [(f"step/{r}", f"step/{r}", ".3f") for r in references]
+    width = max([24, *(len(e["name"]) + 2 for e in results["models"])])
+    method_width = max([12, *(len(m) + 2 for m in methods)])
+    header = (f"{'model':<{width}}{'method':<{method_width}}"
+              + "".join(f"{title:>{len(title) + 2}}" for title, _, _ in metrics) + f"{'vs eager':>10}")
+    lines = [header, "-" * len(header)]
+    for entry in results["models"]:
+        values = model_metrics(entry, methods)
+        name = entry["name"]
+        for method in (m for m in methods if m in entry["results"]):
+            start = f"{name:<{width}}{method:<{method_width}}"
+            name = ""  # the model's name only on its first line
+            if method not in values:
+                lines.append(start + _first_line(entry["results"][method].get("error") or "no result"))
+                continue
+            row = values[method]
+            cells = "".join(_num(row.get(key), len(title) + 2, fmt) for title, key, fmt in metrics)
+            lines.append(f"{start}{cells}{row['vs eager']:>9.3f}x")
+    return "\n".join(lines)
 
 
 def failures(results: dict[str, Any]) -> list[str]:
@@ -319,23 +462,28 @@ def _winners_cell(choices: Counter[str], count: int) -> str:
     return ", ".join(f"{choice} ×{n}" for choice, n in choices.most_common())
 
 
+#: How the plot names each reference it may divide by.
+_PLOT_REFERENCE_NAMES = {"stock-gemm": "stock-gemm", "stock": "stock max-autotune"}
+
+
 def plot_models(results: dict[str, Any], path: str | Path | None = None) -> Any:
-    """Compile time (x, log) against step time (y) relative to stock max-autotune's on the same
-    model (to eager's, timed in the same process, where stock was not measured everywhere): a small
-    point per model and method, a large one per method at its total compile time and geomean.
-    Needs matplotlib."""
+    """Compile time (x, log) against step time (y) relative to stock-gemm's on the same model
+    (stock max-autotune's where the results have no stock-gemm; eager's, timed in the same
+    process, where neither was measured everywhere): a small point per model and method, a large
+    one per method at its total compile time and geomean. Needs matplotlib."""
     from matplotlib.figure import Figure  # no pyplot: no global state, works headless
     from matplotlib.ticker import FuncFormatter
 
     summary = summarize(results)
-    versus_stock = bool(summary.rows) and all(row.step_vs_stock is not None for row in summary.rows)
-    reference = "stock max-autotune" if versus_stock else "eager"
+    versus = next((r for r in summary.references if r in COMPILE_REFERENCES
+                   and summary.rows and all(r in row.step_vs for row in summary.rows)), None)
+    reference = _PLOT_REFERENCE_NAMES[versus] if versus else "eager"
 
     def relative(entry: dict[str, Any], result: dict[str, Any]) -> float | None:
-        if not versus_stock:
+        if versus is None:
             return relative_step(result)
-        stock = entry["results"].get("stock")
-        return step_ratio(result, stock) if succeeded(stock) else None
+        base = entry["results"].get(versus)
+        return step_ratio(result, base) if succeeded(base) else None
 
     fig = Figure(figsize=(8, 5), layout="constrained")
     ax = fig.add_subplot()
@@ -348,7 +496,7 @@ def plot_models(results: dict[str, Any], path: str | Path | None = None) -> Any:
                 ax.plot(result["compile_s"], y, ".", color=color, alpha=0.4)
     for row in summary.rows:
         if row.compile_s > 0:
-            y = row.step_vs_stock if versus_stock else 1 / row.speedup_vs_eager
+            y = row.step_vs[versus] if versus else 1 / row.speedup_vs_eager
             ax.plot(row.compile_s, y, "o", color=colors[row.method], markersize=9,
                     label=f"{row.method} (total over {row.models} models)")
     ax.axhline(1.0, color="gray", linestyle="--", linewidth=1, label=reference)

@@ -6,7 +6,7 @@ The parent gives every worker empty Inductor and Triton cache directories, so `c
 a cold compile. The worker
   1. compiles an unrelated elementwise function first, so imports, the CUDA context and the
      compile-worker pool are not billed to the model;
-  2. builds the workload and times the compiled step's first call (`compile_s`: Dynamo,
+  2. builds the workload (`build_s`) and times the compiled step's first call (`compile_s`: Dynamo,
      Inductor, autotuning, and for training the backward graph too), recording every GEMM
      Inductor autotuned (op, input shapes, the winner, how many choices it timed, their times);
   3. times the step and the eager step side by side, samples interleaved (`step_ms`,
@@ -33,7 +33,7 @@ from typing import Any
 
 from kernel_select.offline.e2e.json_worker import worker_main
 from kernel_select.offline.e2e.model_methods import ModelMethod
-from kernel_select.offline.e2e.model_zoo import build_workload
+from kernel_select.offline.e2e.workloads import build_workload
 from kernel_select.offline.e2e.step_timing import (
     CudaEventTimer, DeviceTimeTimer, Timer, host_reference, interleaved_ms, relative_iqr, wall_clock_timer)
 
@@ -116,9 +116,11 @@ def measure(spec: dict[str, Any], timer: Timer | None = None) -> dict[str, Any]:
     device = worker_device(spec["device"])
     method = ModelMethod(**spec["method"])
     _warm_up(device, method)
+    started = time.perf_counter()
     workload = build_workload(spec["model"], device=device, tiny=bool(spec.get("tiny")))
     eager_step = workload.make_step(workload.module)
-    result: dict[str, Any] = {"compile_s": 0.0, "gemms": [], "sizes": workload.sizes}
+    result: dict[str, Any] = {"compile_s": 0.0, "gemms": [], "sizes": workload.sizes,
+                              "build_s": time.perf_counter() - started}
     step = eager_step
     if method.mode != "eager":
         step = _marking_steps(workload.make_step(method.compile(workload.module)))

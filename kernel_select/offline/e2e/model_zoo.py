@@ -2,14 +2,19 @@
 config objects (nothing is downloaded) plus a recommendation-style MLP tower in plain torch.
 
 Each architecture is built at full size for the GPU comparison or `tiny` (narrow and shallow,
-through the same builder and the same code paths) for CPU tests. A *workload* is one
-architecture in one phase:
+through the same builder and the same code paths) for CPU tests. The full-size networks keep
+only a layer or two of their real depth: every GEMM shape of the real network, few distinct
+ones, so autotuning them all stays short. A *workload* is one architecture in one phase:
 
-  prefill  inference over a batch of full inputs: B sequences of S tokens (language models),
-           B images (ViT), B examples (the recommendation tower)
+  prefill  inference over a batch of full inputs: B sequences of S tokens (language models,
+           encoders; an encoder-decoder also runs a decoder input of its own length), B images
+           (ViT, ConvNeXt), B examples (the recommendation tower)
   decode   inference at the smallest useful batch: one new token per sequence against a static
-           KV cache of S tokens (language models; the GEMMs have M = B), one image, one example
+           KV cache of S tokens (decoder language models; the GEMMs have M = B), one image, one example
   train    forward + loss + backward + AdamW step (GPT-2 and the Llama-shaped decoder)
+
+An architecture has the phases its `phases` name, and runs in its own `dtype` (bf16, or fp32
+for the variant that covers float32 attention `bmm`s).
 
 `build_workload(name, device=..., tiny=...)` returns a `Workload` whose `make_step(fn)` gives a
 zero-argument callable running one step through `fn`, the module itself or a compiled wrapper
@@ -27,6 +32,9 @@ from kernel_select.errors import OptionError
 
 PHASES = ("prefill", "decode", "train")
 
+#: A workload's `make_step`: the step through `fn` (the module itself or a compiled wrapper of it).
+MakeStep = Callable[[Callable[..., Any]], Callable[[], Any]]
+
 
 @dataclasses.dataclass(frozen=True)
 class Sizes:
@@ -37,6 +45,7 @@ class Sizes:
     decode_batch: int
     train_batch: int
     train_seq: int
+    decoder_seq: int = 0  # decoder tokens per sequence (encoder-decoders); unused elsewhere
 
 
 @dataclasses.dataclass
@@ -47,8 +56,8 @@ class Workload:
     architecture: str
     phase: str
     module: Any  # the torch.nn.Module to compile
-    sizes: dict[str, int]  # what the step runs on, for the results file
-    make_step: Callable[[Callable[..., Any]], Callable[[], Any]]
+    sizes: dict[str, Any]  # what the step runs on, for the results file
+    make_step: MakeStep
 
 
 def _transformers() -> Any:
@@ -151,6 +160,65 @@ def unmasked_sdpa() -> str | None:
     return UNMASKED_SDPA
 
 
+def qwen3_4b_2layer(tiny: bool = False) -> Any:
+    """A Llama-shaped decoder at Qwen3-4B's widths (hidden 2560, MLP 9728, 32 query heads of 128,
+    8 KV heads, vocabulary 151936), 2 layers: the GEMMs of a 2,560-wide decoder's prefill. Built
+    from LlamaConfig, so without Qwen3's per-head q/k norms (they run no GEMM)."""
+    t = _transformers()
+    if tiny:
+        return llama3_8b_2layer(tiny=True)
+    config = t.LlamaConfig(hidden_size=2560, intermediate_size=9728, num_attention_heads=32,
+                           num_key_value_heads=8, head_dim=128, num_hidden_layers=2, vocab_size=151936,
+                           max_position_embeddings=40960, rope_theta=1000000.0)
+    return t.LlamaForCausalLM(config)
+
+
+def bert_base_2layer(tiny: bool = False) -> Any:
+    """A BERT-base masked LM (width 768, 12 heads, MLP 3072, vocabulary 30522), 2 of its 12 layers,
+    with transformers' eager attention: scores and context are two batched matmuls (`bmm`, batch
+    = sequences x heads) around a softmax, where SDPA would run one fused kernel."""
+    t = _transformers()
+    if tiny:
+        config = t.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                              intermediate_size=128, vocab_size=512, max_position_embeddings=64,
+                              attn_implementation="eager")
+    else:
+        config = t.BertConfig(hidden_size=768, num_hidden_layers=2, num_attention_heads=12,
+                              intermediate_size=3072, vocab_size=30522, max_position_embeddings=512,
+                              attn_implementation="eager")
+    return t.BertForMaskedLM(config)
+
+
+def t5_base_2layer(tiny: bool = False) -> Any:
+    """A T5-base encoder-decoder (d_model 768, 12 heads of 64, MLP 3072, vocabulary 32128), 2 encoder
+    and 2 decoder layers: self-attention in both stacks, cross-attention from the decoder, the LM
+    head over the decoder's tokens. Eager attention (bmm), as T5's relative position bias had
+    it before transformers gave T5 SDPA; set explicitly so every transformers version runs it.
+    Its full-size workload gives the decoder as many tokens as the encoder, so that both stacks
+    share their GEMM shapes: 6 distinct ones to autotune, where a 128-token decoder makes 13."""
+    t = _transformers()
+    if tiny:
+        config = t.T5Config(d_model=64, d_kv=16, d_ff=128, num_heads=4, num_layers=2, num_decoder_layers=2,
+                            vocab_size=512, attn_implementation="eager")
+    else:
+        config = t.T5Config(d_model=768, d_kv=64, d_ff=3072, num_heads=12, num_layers=2, num_decoder_layers=2,
+                            vocab_size=32128, attn_implementation="eager")
+    return t.T5ForConditionalGeneration(config)
+
+
+def convnext_tiny_2stage(tiny: bool = False) -> Any:
+    """ConvNeXt-T's first two stages (widths 96 and 192), one block each, at 224x224: a 4x4 stem
+    convolution, 7x7 depthwise convolutions, the blocks' pointwise layers as `nn.Linear` GEMMs
+    over every pixel (M = batch x H x W), a 2x2 downsampling convolution and an ImageNet classifier."""
+    t = _transformers()
+    if tiny:
+        config = t.ConvNextConfig(num_stages=2, hidden_sizes=[16, 32], depths=[1, 1], image_size=32)
+    else:
+        config = t.ConvNextConfig(num_stages=2, hidden_sizes=[96, 192], depths=[1, 1], image_size=224,
+                                  num_labels=1000)
+    return t.ConvNextForImageClassification(config)
+
+
 def recsys_tower(tiny: bool = False) -> Any:
     """A DLRM-style recommendation model: 26 embedding tables and a bottom MLP over 13 dense
     features feed a top MLP (1024-1024-512-256-1) through a concatenation."""
@@ -186,25 +254,40 @@ def recsys_tower(tiny: bool = False) -> Any:
 class Architecture:
     name: str
     build: Callable[[bool], Any]
-    kind: str  # "lm", "vision" or "recsys": how inputs are made
+    kind: str  # "lm", "mlm", "seq2seq", "vision" or "recsys": how inputs are made
     sizes: Sizes
     tiny_sizes: Sizes
-    trains: bool
+    phases: tuple[str, ...]
+    dtype: str = "bfloat16"  # the torch dtype the network runs in
 
+
+_ALL = PHASES
+_INFERENCE = ("prefill", "decode")
+_PREFILL = ("prefill",)
+_TINY_LM = Sizes(2, 16, 2, 2, 16)
 
 ARCHITECTURES = {arch.name: arch for arch in (
-    Architecture("gpt2-small", gpt2_small, "lm", Sizes(8, 1024, 8, 8, 1024), Sizes(2, 16, 2, 2, 16), True),
-    Architecture("llama3-8b-2layer", llama3_8b_2layer, "lm", Sizes(1, 2048, 8, 1, 2048),
-                 Sizes(2, 16, 2, 2, 16), True),
-    Architecture("vit-b16", vit_b16, "vision", Sizes(64, 0, 1, 0, 0), Sizes(2, 0, 1, 0, 0), False),
-    Architecture("recsys-mlp", recsys_tower, "recsys", Sizes(2048, 0, 1, 0, 0), Sizes(8, 0, 1, 0, 0), False),
+    Architecture("gpt2-small", gpt2_small, "lm", Sizes(8, 1024, 8, 8, 1024), _TINY_LM, _ALL),
+    Architecture("llama3-8b-2layer", llama3_8b_2layer, "lm", Sizes(1, 2048, 8, 1, 2048), _TINY_LM, _ALL),
+    Architecture("vit-b16", vit_b16, "vision", Sizes(64, 0, 1, 0, 0), Sizes(2, 0, 1, 0, 0), _INFERENCE),
+    Architecture("recsys-mlp", recsys_tower, "recsys", Sizes(2048, 0, 1, 0, 0), Sizes(8, 0, 1, 0, 0),
+                 _INFERENCE),
+    Architecture("qwen3-4b-2layer", qwen3_4b_2layer, "lm", Sizes(1, 2048, 8, 0, 0), _TINY_LM, _PREFILL),
+    Architecture("bert-base-2layer", bert_base_2layer, "mlm", Sizes(16, 512, 0, 0, 0), Sizes(2, 16, 0, 0, 0),
+                 _PREFILL),
+    Architecture("bert-base-2layer-fp32", bert_base_2layer, "mlm", Sizes(16, 512, 0, 0, 0),
+                 Sizes(2, 16, 0, 0, 0), _PREFILL, dtype="float32"),
+    Architecture("t5-base-2layer", t5_base_2layer, "seq2seq", Sizes(8, 512, 0, 0, 0, decoder_seq=512),
+                 Sizes(2, 16, 0, 0, 0, decoder_seq=8), _PREFILL),
+    Architecture("convnext-tiny-2stage", convnext_tiny_2stage, "vision", Sizes(32, 0, 0, 0, 0),
+                 Sizes(2, 0, 0, 0, 0), _PREFILL),
 )}
 
 
 def workload_names() -> list[str]:
     """Every architecture/phase pair, in a stable order."""
     return [f"{arch.name}/{phase}" for arch in ARCHITECTURES.values() for phase in PHASES
-            if phase != "train" or arch.trains]
+            if phase in arch.phases]
 
 
 def parse_workloads(text: str | None) -> list[str]:
@@ -230,7 +313,8 @@ def parse_workloads(text: str | None) -> list[str]:
 
 def build_workload(name: str, *, device: Any, dtype: Any = None, tiny: bool = False,
                    seed: int = 0) -> Workload:
-    """Build `name` ("<architecture>/<phase>") with random weights on `device` (default dtype bf16).
+    """Build `name` ("<architecture>/<phase>") with random weights on `device`, in `dtype` (default:
+    the architecture's own).
 
     Raises:
         OptionError: for an unknown workload.
@@ -242,15 +326,17 @@ def build_workload(name: str, *, device: Any, dtype: Any = None, tiny: bool = Fa
     arch_name, phase = name.split("/")
     arch = ARCHITECTURES[arch_name]
     torch.manual_seed(seed)
-    module = arch.build(tiny).to(device=device, dtype=dtype or torch.bfloat16)
+    module = arch.build(tiny).to(device=device, dtype=dtype or getattr(torch, arch.dtype))
     module.train(phase == "train")
     sizes = arch.tiny_sizes if tiny else arch.sizes
-    builder = {"lm": _lm_step, "vision": _vision_step, "recsys": _recsys_step}[arch.kind]
+    builder = {"lm": _lm_step, "mlm": _mlm_step, "seq2seq": _seq2seq_step, "vision": _vision_step,
+               "recsys": _recsys_step}[arch.kind]
     used, make_step = builder(module, phase, sizes, device)
     return Workload(name, arch_name, phase, module, used, make_step)
 
 
-def _inference(run: Callable[[Callable[..., Any]], Any]) -> Callable[[Callable[..., Any]], Callable[[], Any]]:
+def inference_steps(run: Callable[[Callable[..., Any]], Any]) -> MakeStep:
+    """A workload's `make_step` for inference: `run(fn)` under torch.no_grad()."""
     import torch
 
     def make_step(fn: Callable[..., Any]) -> Callable[[], Any]:
@@ -263,7 +349,8 @@ def _inference(run: Callable[[Callable[..., Any]], Any]) -> Callable[[Callable[.
     return make_step
 
 
-def _training(module: Any, loss_of: Callable[[Callable[..., Any]], Any]) -> Callable[..., Callable[[], Any]]:
+def training_steps(module: Any, loss_of: Callable[[Callable[..., Any]], Any]) -> MakeStep:
+    """A workload's `make_step` for training: the loss `loss_of(fn)`, its backward, an AdamW step."""
     import torch
 
     # A tiny learning rate keeps random weights from diverging over hundreds of timed steps;
@@ -290,11 +377,11 @@ def _lm_step(module: Any, phase: str, sizes: Sizes, device: Any) -> tuple[dict[s
     if phase == "train":
         ids = torch.randint(0, vocab, (sizes.train_batch, sizes.train_seq), device=device)
         return ({"batch": sizes.train_batch, "seq": sizes.train_seq},
-                _training(module, lambda fn: fn(input_ids=ids, labels=ids).loss))
+                training_steps(module, lambda fn: fn(input_ids=ids, labels=ids).loss))
     if phase == "prefill":
         ids = torch.randint(0, vocab, (sizes.prefill_batch, sizes.prefill_seq), device=device)
         return ({"batch": sizes.prefill_batch, "seq": sizes.prefill_seq},
-                _inference(lambda fn: fn(input_ids=ids, use_cache=False).logits))
+                inference_steps(lambda fn: fn(input_ids=ids, use_cache=False).logits))
     return _decode_step(module, sizes, device)
 
 
@@ -318,7 +405,7 @@ def _decode_step(module: Any, sizes: Sizes, device: Any) -> tuple[dict[str, int]
         _rewind(cache, context)
         return fn(input_ids=token, past_key_values=cache, use_cache=True, cache_position=position).logits
 
-    return {"batch": batch, "context": context}, _inference(run)
+    return {"batch": batch, "context": context}, inference_steps(run)
 
 
 def decode_context(config: Any, sizes: Sizes) -> int:
@@ -338,6 +425,31 @@ def _rewind(cache: Any, length: int) -> None:
             counter.fill_(length)
 
 
+def _mlm_step(module: Any, phase: str, sizes: Sizes,
+              device: Any) -> tuple[dict[str, int], Callable[..., Any]]:
+    """A masked LM's forward over B full sequences (no padding, so no attention mask is given)."""
+    import torch
+
+    ids = torch.randint(0, module.config.vocab_size, (sizes.prefill_batch, sizes.prefill_seq), device=device)
+    return ({"batch": sizes.prefill_batch, "seq": sizes.prefill_seq},
+            inference_steps(lambda fn: fn(input_ids=ids).logits))
+
+
+def _seq2seq_step(module: Any, phase: str, sizes: Sizes,
+                  device: Any) -> tuple[dict[str, int], Callable[..., Any]]:
+    """An encoder-decoder's forward as training runs it without the loss: B encoder sequences of S
+    tokens, B decoder sequences of `decoder_seq` tokens (teacher forcing), logits for every
+    decoder token."""
+    import torch
+
+    vocab = module.config.vocab_size
+    source = torch.randint(0, vocab, (sizes.prefill_batch, sizes.prefill_seq), device=device)
+    target = torch.randint(0, vocab, (sizes.prefill_batch, sizes.decoder_seq), device=device)
+    return ({"batch": sizes.prefill_batch, "seq": sizes.prefill_seq, "decoder_seq": sizes.decoder_seq},
+            inference_steps(lambda fn: fn(input_ids=source, decoder_input_ids=target,
+                                          use_cache=False).logits))
+
+
 def _vision_step(module: Any, phase: str, sizes: Sizes,
                  device: Any) -> tuple[dict[str, int], Callable[..., Any]]:
     import torch
@@ -345,7 +457,7 @@ def _vision_step(module: Any, phase: str, sizes: Sizes,
     batch = sizes.prefill_batch if phase == "prefill" else sizes.decode_batch
     side = module.config.image_size
     pixels = torch.randn(batch, 3, side, side, device=device, dtype=next(module.parameters()).dtype)
-    return {"batch": batch, "image": side}, _inference(lambda fn: fn(pixel_values=pixels).logits)
+    return {"batch": batch, "image": side}, inference_steps(lambda fn: fn(pixel_values=pixels).logits)
 
 
 def _recsys_step(module: Any, phase: str, sizes: Sizes,
@@ -355,4 +467,4 @@ def _recsys_step(module: Any, phase: str, sizes: Sizes,
     batch = sizes.prefill_batch if phase == "prefill" else sizes.decode_batch
     dense = torch.randn(batch, module.sizes["dense"], device=device, dtype=next(module.parameters()).dtype)
     sparse = torch.randint(0, module.sizes["rows"], (batch, module.sizes["tables"]), device=device)
-    return {"batch": batch}, _inference(lambda fn: fn(dense, sparse))
+    return {"batch": batch}, inference_steps(lambda fn: fn(dense, sparse))
