@@ -15,6 +15,9 @@ autotunes on a CUDA device, `_finalize_template_configs` does four steps:
   4. fall back  nothing raises inside torch.compile: any failure logs one warning per cause and
                 Inductor keeps its own candidates; so does a device without a trained model
 
+Grouped convolutions get no Triton convolution template (`get_conv_configs`, inductor/convolution.py):
+it does at least `groups` times their work, and cuDNN runs them alone without benchmarking.
+
 A handler may wrap another one (the handler in place before install(), e.g. torch's own
 `LookupTableChoices`): the wrapped handler finalizes the candidate lists we produce and keeps every
 other heuristic it customizes.
@@ -33,11 +36,12 @@ from typing import Any
 
 import torch
 from torch._inductor.choices import InductorChoices
+from torch._inductor.virtualized import V
 
 from kernel_select import options, runtime, warn
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import KernelSelectError, NoTrainedModelError
-from kernel_select.inductor import cache_key, candidates, inputs
+from kernel_select.inductor import cache_key, candidates, convolution, inputs
 from kernel_select.inductor.settings import Settings, resolve_settings, validated_overrides
 from kernel_select.model.cublas import Epilogue
 from kernel_select.problem import Problem
@@ -200,6 +204,26 @@ class KernelSelectChoices(InductorChoices):
                      selection.problem, selection.device, pin if isinstance(pin, str) else pin.short())
         return offered
 
+    def get_conv_configs(self, device_type: str | None = "cuda") -> Any:
+        """Inductor's Triton convolution configs, or none for a grouped convolution, where the template
+        does at least `groups` times the work and cannot beat cuDNN (inductor/convolution.py): the
+        convolution then gets cuDNN alone, nothing compiled or benchmarked."""
+        own = (self.inner.get_conv_configs if self.inner is not None
+               else super().get_conv_configs)(device_type)
+        try:
+            if self.settings().gemm_topk == options.SAME:
+                return own
+            conv = convolution.ConvParams.of_node(V.graph.current_node)
+        except Exception as exc:  # noqa: BLE001 -- nothing may raise inside torch.compile
+            warn.warn_fallback(exc, log, "Inductor benchmarks its own convolution configs instead")
+            return own
+        if conv is None or not convolution.triton_conv_cannot_win(conv):
+            return own
+        warn.warn_once(("grouped conv", conv), log, "kernel_select: %s: no Triton convolution template for a "
+                       "grouped convolution (at least %d x the work); cuDNN alone", conv, conv.groups,
+                       level=logging.INFO)
+        return _no_configs
+
     def preload(self) -> None:
         """Load the LUT, the model and the cuBLAS gate now, outside any compile.
 
@@ -222,7 +246,12 @@ class KernelSelectChoices(InductorChoices):
 
 #: Methods that make up the GEMM candidate path: ours, never delegated to a wrapped handler (its
 #: get_template_configs would call its own _finalize_template_configs and bypass the selection).
-_OWN_METHODS = frozenset({"_finalize_template_configs", "get_template_configs", "uuid"})
+_OWN_METHODS = frozenset({"_finalize_template_configs", "get_template_configs", "get_conv_configs", "uuid"})
+
+
+def _no_configs(*args: Any, **kwargs: Any) -> Iterator[Any]:
+    """A conv config generator that yields nothing (Inductor calls it as configs(m, n, k, dtype_size=))."""
+    return iter(())
 
 
 def _delegate_customized_heuristics(handler: KernelSelectChoices, inner: InductorChoices) -> None:
