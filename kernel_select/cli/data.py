@@ -78,9 +78,9 @@ def register_bench(sub: Subparsers) -> None:
                                    "cuBLAS, and append rows to a parquet dataset. Re-running skips "
                                    "problems already in the output. Needs a CUDA GPU.")
     p.add_argument("--shapes", required=True,
-                   help='JSON list of {m, n, k, dtype[, source][, layout][, op, batch]}; layout "nn" (default), '
-                        '"nt", "tn" or "tt": A then B, "t" stored transposed (as W in x @ W.t()); op "mm" '
-                        '(default) or "bmm" with a batch')
+                   help='JSON list of {m, n, k, dtype[, source][, layout][, op, batch]}; layout "nn" '
+                        '(default), "nt", "tn" or "tt": A then B, "t" stored transposed (as W in x @ W.t()); '
+                        'op "mm" (default) or "bmm" with a batch')
     p.add_argument("--out", type=output_file, required=True, help="parquet file to create or extend")
     p.add_argument("--dtype", default=None,
                    help="only benchmark shapes of these dtypes (comma-separated; default: all)")
@@ -238,7 +238,8 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.limit:
         chosen = chosen[: args.limit]
     options = bench.BenchOptions(search_space=args.search_space, workers=args.workers,
-                                 max_seconds=args.max_seconds, order=args.order, progress=not args.no_progress)
+                                 max_seconds=args.max_seconds, order=args.order,
+                                 progress=not args.no_progress)
     problems = [s.problem() for s in chosen]  # each in its entry's layout
     df = sharding.run_sharded(problems, args.out, detect(), args.gpus, options,
                               origins={p: s.provenance() for p, s in zip(problems, chosen)})

@@ -52,7 +52,8 @@ def _rows(frame: pd.DataFrame, name: str) -> pd.DataFrame:
     return finite[[*_ROW_KEY, "runtime_ms"]]
 
 
-def agreement(first: pd.DataFrame, second: pd.DataFrame, names: tuple[str, str] = ("first", "second")) -> Agreement:
+def agreement(first: pd.DataFrame, second: pd.DataFrame,
+              names: tuple[str, str] = ("first", "second")) -> Agreement:
     """The agreement of two dataset frames on the problems both hold (see the module docstring).
 
     Raises:
@@ -76,7 +77,8 @@ def agreement(first: pd.DataFrame, second: pd.DataFrame, names: tuple[str, str] 
         median_ratio=float(np.exp(np.median(log_ratio))),
         median_abs_log_ratio=float(np.median(np.abs(log_ratio))),
         p90_abs_log_ratio=float(np.quantile(np.abs(log_ratio), 0.9)),
-        compared=compared, best_matches=int(same.sum()), best_match_share=float(same.mean()) if compared else math.nan,
+        compared=compared, best_matches=int(same.sum()),
+        best_match_share=float(same.mean()) if compared else math.nan,
         geomean_regret=float(np.exp(np.log(regret).mean())) if compared else math.nan,
         worst_regret=float(regret.max()) if compared else math.nan)
 
@@ -91,5 +93,6 @@ def report_lines(result: Agreement, names: tuple[str, str]) -> list[str]:
     if not result.compared:
         return [*lines, "no problem has a finite Triton row in both"]
     return [*lines, f"same fastest Triton config: {result.best_matches} of {result.compared} problems "
-            f"({result.best_match_share:.1%}); the first's fastest runs at geomean {result.geomean_regret:.4f}x "
-            f"the second's fastest in the second (worst {result.worst_regret:.3f}x)"]
+            f"({result.best_match_share:.1%}); the first's fastest runs at geomean "
+            f"{result.geomean_regret:.4f}x the second's fastest in the second "
+            f"(worst {result.worst_regret:.3f}x)"]

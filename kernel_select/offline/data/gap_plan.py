@@ -112,7 +112,8 @@ def _mm(family: str, layer: str, dtype: str, layout: str, m: int, n: int, k: int
                  group=compile_class(dtype, n, k, layout, m), layout=layout)
 
 
-def large_m(dtype: str, layouts: Iterable[str], layers=LARGE_M_LAYERS, tokens: Iterable[int] = LARGE_M) -> list[Shape]:
+def large_m(dtype: str, layouts: Iterable[str], layers=LARGE_M_LAYERS,
+            tokens: Iterable[int] = LARGE_M) -> list[Shape]:
     """A Linear (out, in)'s GEMMs at M > 4096 tokens: forward x @ W^T "nt" (M = tokens, N = out,
     K = in), input gradient "nn" (N = in, K = out), weight gradient "tn" (M = out, N = in,
     K = tokens: the large dimension is K there, so "tn" rows have M = out)."""
@@ -143,7 +144,8 @@ def gap_plan() -> list[Shape]:
     shapes = (
         attention("bfloat16", (64, 128), backward=())
         + attention("bfloat16", (80, 96, 256), prefill=(), decode_keys=(2048, 8192))
-        + attention("bfloat16", (64,), prefill=(), decode_keys=(), backward=(1024, 2048, 4096, 8192), batches=2)
+        + attention("bfloat16", (64,), prefill=(), decode_keys=(), backward=(1024, 2048, 4096, 8192),
+                    batches=2)
         + moe_experts("bfloat16")
         + attention("float16", (64, 128), prefill=(), decode_keys=(1024, 4096))
         + [s for s in attention("float32", (64,), prefill=(), decode_keys=(1024, 2048, 4096, 8192),
@@ -175,8 +177,9 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="shapes file to write")
-    parser.add_argument("--cores", type=int, default=32, help="the collecting host's cores (default: %(default)s, "
-                        "two H100s' host); the estimate also shows one GPU with 15 compile workers")
+    parser.add_argument("--cores", type=int, default=32,
+                        help="the collecting host's cores (default: %(default)s, two H100s' host); the "
+                             "estimate also shows one GPU with 15 compile workers")
     args = parser.parse_args(argv)
     shapes = gap_plan()
     save(shapes, args.out)

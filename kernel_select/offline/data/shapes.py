@@ -228,9 +228,10 @@ def load(path: str | Path) -> list[Shape]:
     shapes = []
     for i, item in enumerate(raw):
         try:
-            problem = Problem(int(item["m"]), int(item["n"]), int(item["k"]), str(item.get("dtype", "bfloat16")),
-                              batch=item.get("batch", 1), op=str(item.get("op", "mm")),
-                              layout=check_layout(item.get("layout", DEFAULT_LAYOUT)))  # validates it all
+            problem = Problem(int(item["m"]), int(item["n"]), int(item["k"]),
+                              str(item.get("dtype", "bfloat16")), batch=item.get("batch", 1),
+                              op=str(item.get("op", "mm")),
+                              layout=check_layout(item.get("layout", DEFAULT_LAYOUT)))  # validates all
             shape = Shape(problem.m, problem.n, problem.k, problem.dtype, str(item.get("source", "")),
                           str(item.get("family", "")), str(item.get("layer", "")),
                           str(item.get("pass", "coverage")), str(item.get("group", "")),

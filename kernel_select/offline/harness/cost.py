@@ -81,8 +81,8 @@ class Estimate:
         by_dtype = ", ".join(f"{d} {n}" for d, n in sorted(self.keys_by_dtype.items()))
         out = [f"{self.problems} problems, {self.rows} rows, {self.keys} distinct compile keys ({by_dtype}): "
                f"{self.compile_core_s:.0f} core-seconds of compile, {self.timing_s:.0f} s of timing",
-               f"predicted wall {self.wall_s:.0f} s ({self.wall_s / 60:.1f} min) on {len(self.gpu_rows)} GPU(s), "
-               f"{self.rows_per_gpu_minute():.0f} rows per GPU-minute"]
+               f"predicted wall {self.wall_s:.0f} s ({self.wall_s / 60:.1f} min) on "
+               f"{len(self.gpu_rows)} GPU(s), {self.rows_per_gpu_minute():.0f} rows per GPU-minute"]
         out += [f"  GPU {i}: {rows} rows, waits {wait:.0f} s for compiled kernels"
                 for i, (rows, wait) in enumerate(zip(self.gpu_rows, self.gpu_wait_s))]
         return out

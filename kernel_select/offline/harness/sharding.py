@@ -71,7 +71,9 @@ def run_sharded(problems: Problems, out: str | Path, device: DeviceSpec, gpus: i
             planned = reuse_order(planned)
         workers = options.workers or max(1, (os.cpu_count() or 2) - gpus)  # a core per timing process
         collect_on_host(planned, Path(out), device, options, origins or {}, gpus, workers, started)
-    return dataset.read(out) if Path(out).exists() else dataset.conform(pd.DataFrame(columns=list(dataset.COLUMNS)))
+    if Path(out).exists():
+        return dataset.read(out)
+    return dataset.conform(pd.DataFrame(columns=list(dataset.COLUMNS)))
 
 
 def visible_devices(gpus: int) -> list[str]:
