@@ -124,7 +124,8 @@ def test_the_committed_gap_plan_is_what_the_generator_writes(tmp_path):
 @pytest.fixture(scope="module")
 def committed():
     planned_shapes = shapes.load(PLAN_FILE)
-    return planned_shapes, reuse_order(plan([s.problem() for s in planned_shapes], H100, torch_version="2.11.0"))
+    problems = [s.problem() for s in planned_shapes]
+    return planned_shapes, reuse_order(plan(problems, H100, torch_version="2.11.0"))
 
 
 def test_the_gap_plan_covers_each_family_in_few_compile_classes(committed):
