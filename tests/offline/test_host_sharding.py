@@ -153,8 +153,8 @@ def test_throughput_lines_name_rows_per_gpu_minute_and_waits():
     tallies = [GpuTally(0, problems=3, rows=600, busy_s=50.0, wait_s=7.5),
                GpuTally(1, problems=2, rows=300, busy_s=40.0, wait_s=12.0, stopped_at_bound=True)]
     assert run_line(tallies, 60.0, 1234, 30) == (
-        "2 GPUs: 5 problems, 900 rows in 60.0 s wall (compile included; 1234 kernels compiled on 30 workers): "
-        "900 rows per minute, 450 per GPU-minute")
+        "2 GPUs: 5 problems, 900 rows in 60.0 s wall (compile included; 1234 kernels compiled on 30 "
+        "workers): 900 rows per minute, 450 per GPU-minute")
     line = gpu_line(tallies[1], 60.0)
     assert line.startswith("GPU 1: 2 problems, 300 rows, 300 rows per GPU-minute, busy 40.0 s, waited 12.0 s")
     assert "stopped at the --max-seconds bound" in line
