@@ -85,9 +85,11 @@ def register_bench(sub: Subparsers) -> None:
     p.add_argument("--dtype", default=None,
                    help="only benchmark shapes of these dtypes (comma-separated; default: all)")
     p.add_argument("--search-space", choices=("default", "exhaustive"), default="exhaustive")
-    p.add_argument("--gpus", type=int_at_least(1), default=1, help="shard problems over this many GPUs")
+    p.add_argument("--gpus", type=int_at_least(1), default=1,
+                   help="time on this many GPUs of the host: one compile pool, and a timing process per GPU "
+                        "taking the next problem whose kernels are ready")
     p.add_argument("--workers", type=int_at_least(0), default=0,
-                   help="compile processes (default: one per core)")
+                   help="compile processes (default: every core but one per GPU)")
     p.add_argument("--limit", type=int_at_least(0), default=0, help="benchmark at most this many problems")
     p.add_argument("--max-seconds", type=non_negative_float, default=0.0,
                    help="bound the run's wall time, compile included (stops between problems; re-run "
