@@ -78,15 +78,18 @@ def register_bench(sub: Subparsers) -> None:
                                    "cuBLAS, and append rows to a parquet dataset. Re-running skips "
                                    "problems already in the output. Needs a CUDA GPU.")
     p.add_argument("--shapes", required=True,
-                   help='JSON list of {m, n, k, dtype[, source][, layout]}; layout "nn" (default), "nt", '
-                        '"tn" or "tt": A then B, "t" stored transposed (as W in x @ W.t())')
+                   help='JSON list of {m, n, k, dtype[, source][, layout][, op, batch]}; layout "nn" '
+                        '(default), "nt", "tn" or "tt": A then B, "t" stored transposed (as W in x @ W.t()); '
+                        'op "mm" (default) or "bmm" with a batch')
     p.add_argument("--out", type=output_file, required=True, help="parquet file to create or extend")
     p.add_argument("--dtype", default=None,
                    help="only benchmark shapes of these dtypes (comma-separated; default: all)")
     p.add_argument("--search-space", choices=("default", "exhaustive"), default="exhaustive")
-    p.add_argument("--gpus", type=int_at_least(1), default=1, help="shard problems over this many GPUs")
+    p.add_argument("--gpus", type=int_at_least(1), default=1,
+                   help="time on this many GPUs of the host: one compile pool, and a timing process per GPU "
+                        "taking the next problem whose kernels are ready")
     p.add_argument("--workers", type=int_at_least(0), default=0,
-                   help="compile processes (default: one per core)")
+                   help="compile processes (default: every core but one per GPU)")
     p.add_argument("--limit", type=int_at_least(0), default=0, help="benchmark at most this many problems")
     p.add_argument("--max-seconds", type=non_negative_float, default=0.0,
                    help="bound the run's wall time, compile included (stops between problems; re-run "
@@ -94,6 +97,8 @@ def register_bench(sub: Subparsers) -> None:
     p.add_argument("--order", choices=("reuse", "file"), default="reuse",
                    help="reuse (default): time problems that share compiled kernels together, so a "
                         "bounded run reaches more of them; file: the shapes file's order")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (for logs: the run's lines stay readable)")
     p.set_defaults(handler=run_bench)
 
 
@@ -117,18 +122,24 @@ def register_fidelity(sub: Subparsers) -> None:
 
 
 def register_audit(sub: Subparsers) -> None:
-    p = sub.add_parser("audit", help="flag implausible single-sample timings in datasets (CPU)",
+    p = sub.add_parser("audit", help="flag implausible single-sample timings in datasets, or compare two "
+                                     "collections (CPU)",
                        description="Count capped (single-sample) Triton rows timed more than --ratio times "
                                    "the fastest config of their problem with the same output tile "
                                    "(block_m, block_n): the mark of a host stall inside a timed interval. "
                                    "Prints per file: rows, suspect rows and problems affected, by dtype. "
-                                   "Reads only; see data/README.md.")
+                                   "With --compare, instead: how well the data agree with another "
+                                   "collection of the same problems. Reads only; see data/README.md.")
     p.add_argument("data", nargs="+", help="dataset files or glob patterns")
     p.add_argument("--ratio", type=positive_float, default=None,
                    help="flag rows slower than this multiple of their tile's fastest (default: 8, "
                         "the harness's SUSPECT_RATIO)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--check", action="store_true", help="exit 1 if any file has a suspect row")
+    p.add_argument("--compare", default=None, metavar="PARQUET",
+                   help="instead: compare the data with this collection of the same problems: median "
+                        "runtime ratio per (problem, config) and the share of problems whose fastest "
+                        "config matches")
     p.set_defaults(handler=run_audit)
 
 
@@ -229,11 +240,11 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.limit:
         chosen = chosen[: args.limit]
     options = bench.BenchOptions(search_space=args.search_space, workers=args.workers,
-                                 max_seconds=args.max_seconds, order=args.order)
+                                 max_seconds=args.max_seconds, order=args.order,
+                                 progress=not args.no_progress)
     problems = [s.problem() for s in chosen]  # each in its entry's layout
     df = sharding.run_sharded(problems, args.out, detect(), args.gpus, options,
-                              origins={p: s.provenance() for p, s in zip(problems, chosen)},
-                              groups=[s.group for s in chosen])  # "" for none: see default_group
+                              origins={p: s.provenance() for p, s in zip(problems, chosen)})
     print(f"{args.out}: {df['problem_id'].nunique()} problems, {len(df)} rows "
           f"({int((df['runtime_ms'] < float('inf')).sum())} finite)")
     return 0
@@ -291,6 +302,8 @@ def run_audit(args: argparse.Namespace) -> int:
 
     from kernel_select.offline.data import audit, dataset
 
+    if args.compare:
+        return _compare_collections(args)
     ratio = audit.SUSPECT_RATIO if args.ratio is None else args.ratio
     paths = dataset.expand_paths(args.data)
     reports = {str(path): audit.audit(dataset.read(path), ratio) for path in paths}
@@ -308,3 +321,19 @@ def run_audit(args: argparse.Namespace) -> int:
                       f"{hit:>16} {c.worst_ratio:>6.0f}x")
     suspect = any(r["all"].suspect_rows for r in reports.values())
     return 1 if args.check and suspect else 0
+
+
+def _compare_collections(args: argparse.Namespace) -> int:
+    import json
+
+    from kernel_select.offline.data import agreement, dataset
+
+    if args.check or args.ratio is not None:
+        raise OptionError("audit --compare: --check and --ratio belong to the stall audit; leave them out")
+    names = (", ".join(str(p) for p in dataset.expand_paths(args.data)), str(args.compare))
+    result = agreement.agreement(dataset.read_many(args.data), dataset.read(args.compare), names)
+    if args.json:
+        print(json.dumps({"first": names[0], "second": names[1], **result.as_json()}, indent=2))
+    else:
+        print("\n".join(agreement.report_lines(result, names)))
+    return 0

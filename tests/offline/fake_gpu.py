@@ -80,3 +80,57 @@ def kernel(stream: FakeStream, duration_s: float, stalls_s: list[float] | None =
             stream.host_s += stalls_s.pop(0)
         stream.op(duration_s)
     return launch
+
+
+class FakeGpuTimer:
+    """Stands in for `bench.time_problem` on a host of fake GPUs: "times" a problem by sleeping
+    `seconds_per_row` per row and returns one sample per config (its index, in ms). It records
+    which thread timed which problem and when, and refuses a problem whose keys are not all
+    compiled (`compiled_at`: key -> monotonic time its compile finished)."""
+
+    def __init__(self, compiled_at: dict, seconds_per_row: float = 2e-5):
+        import threading
+
+        self.compiled_at = compiled_at
+        self.seconds_per_row = seconds_per_row
+        self.lock = threading.Lock()
+        self.started: list[tuple[str, float]] = []  # (problem, monotonic start)
+
+    def __call__(self, runs, compiled, device, options, checked, loaded, stats):
+        import time
+
+        from kernel_select.offline.harness.bench import _Timed
+
+        start = time.monotonic()
+        with self.lock:
+            late = [r.key for r in runs if self.compiled_at.get(r.key, float("inf")) > start]
+            assert not late, f"{runs[0].problem}: timed before {len(late)} of its keys were compiled"
+            assert set(compiled) >= {r.key for r in runs}
+            self.started.append((str(runs[0].problem), start))
+        time.sleep(self.seconds_per_row * (len(runs) + 1))
+        stats.chunks += 1
+        return {i: _Timed(samples=[float(i + 1)]) for i in range(len(runs))}, _Timed(samples=[0.5])
+
+
+class FakeCompiler:
+    """A compile function for `pipeline.CompilePipeline` on a thread pool: sleeps per key, counts
+    how often each key is compiled and notes when it finished."""
+
+    def __init__(self, seconds_per_key: float = 1e-4):
+        import threading
+        from collections import Counter
+
+        self.seconds_per_key = seconds_per_key
+        self.counts: Counter = Counter()
+        self.compiled_at: dict = {}
+        self.lock = threading.Lock()
+
+    def __call__(self, keys):
+        import time
+
+        time.sleep(self.seconds_per_key * len(keys))
+        with self.lock:
+            for key in keys:
+                self.counts[key] += 1
+                self.compiled_at[key] = time.monotonic()
+        return [(key, None, "") for key in keys]

@@ -31,10 +31,11 @@ from kernel_select.offline.data.dataset_io import atomic_write_parquet, exclusiv
 if TYPE_CHECKING:
     from kernel_select.problem import Problem
 
-#: Version 2 added the sampling provenance columns (family, layer, pass); version 1 files are read
-#: with those filled in (OPTIONAL_DEFAULTS).
-DATASET_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+#: Version 2 added the sampling provenance columns (family, layer, pass), version 3 the index of the
+#: GPU that timed each row (device_index); older files are read with those filled in
+#: (OPTIONAL_DEFAULTS).
+DATASET_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 
 #: column -> pandas dtype. Triton rows carry their config; the cuBLAS row of each problem has
 #: backend="aten" and zeros in the config columns.
@@ -56,12 +57,18 @@ COLUMNS: dict[str, str] = {
     # provenance
     "device_name": "string", "sm_count": "int64", "torch_version": "string",
     "triton_version": "string", "git_sha": "string", "timestamp": "string", "timing_method": "string",
+    # which GPU of the host timed the row (CUDA index as the collection saw it; -1: not recorded)
+    "device_index": "int64",
     # sampling provenance: which architecture (or sampler stratum) and layer the problem came from,
     # and which collection pass chose it ("coverage" or "active")
     "family": "string", "layer": "string", "pass": "string",
 }
-#: Columns older files (and hand-built frames) may lack, with the value they get.
-OPTIONAL_DEFAULTS: dict[str, str] = {"family": "unknown", "layer": "", "pass": "coverage"}
+#: Columns older files (and hand-built frames) may lack, with the value they get: files before
+#: version 3 did not record the GPU (the H200 file holds rows of two), hence -1, not 0.
+OPTIONAL_DEFAULTS: dict[str, object] = {"family": "unknown", "layer": "", "pass": "coverage",
+                                        "device_index": -1}
+#: The sampling provenance columns among them (a shapes file's entry gives these).
+ORIGIN_COLUMNS = ("family", "layer", "pass")
 CONFIG_COLUMNS = ("block_m", "block_n", "block_k", "num_stages", "num_warps", "group_m")
 STATUSES = ("ok", "capped", "out_of_resources", "compile_error", "runtime_error", "incorrect")
 SPLITS = ("train", "val", "test")

@@ -6,7 +6,9 @@ projection is listed; the seed layer also gets its two backward GEMMs.
 
 Each problem's work is capped (MAX_FLOP) so that slow configs on huge problems cannot eat the GPU
 budget. Shapes files (JSON) are what `kernel-select bench` and `compare` read; an entry may name
-the operands' memory layout (`"layout"`, kernel_select.layouts; default "nn", A and B row-major).
+the operands' memory layout (`"layout"`, kernel_select.layouts; default "nn", A and B row-major)
+and a batched op (`"op": "bmm"` with `"batch"`: C[batch, m, n] = A[batch, m, k] @ B[batch, k, n];
+default "mm", batch 1).
 """
 
 from __future__ import annotations
@@ -79,9 +81,11 @@ class Shape:
     pass_: str = "coverage"
     group: str = ""
     layout: str = DEFAULT_LAYOUT
+    op: str = "mm"
+    batch: int = 1
 
     def problem(self) -> Problem:
-        return Problem(self.m, self.n, self.k, self.dtype, layout=self.layout)
+        return Problem(self.m, self.n, self.k, self.dtype, batch=self.batch, op=self.op, layout=self.layout)
 
     def provenance(self) -> dict[str, str]:
         """The dataset columns family / layer / pass; older files derive them from `source`."""
@@ -96,6 +100,8 @@ class Shape:
         out["pass"] = self.pass_
         if self.layout != DEFAULT_LAYOUT:  # files of "nn" shapes stay as they were
             out["layout"] = self.layout
+        if self.op != "mm":  # and files of mm shapes too
+            out.update(op=self.op, batch=self.batch)
         return out
 
 
@@ -188,10 +194,11 @@ def model_subset(dtype: str, tokens: tuple[int, ...], max_flop: float) -> list[S
 
 
 def dedupe(shapes: list[Shape]) -> list[Shape]:
-    """First occurrence of each (m, n, k, dtype, layout) wins (keeps the most descriptive source)."""
-    seen: dict[tuple[int, int, int, str, str], Shape] = {}
+    """First occurrence of each problem (sizes, dtype, layout, op and batch) wins (keeps the most
+    descriptive source)."""
+    seen: dict[tuple, Shape] = {}
     for shape in shapes:
-        seen.setdefault((shape.m, shape.n, shape.k, shape.dtype, shape.layout), shape)
+        seen.setdefault((shape.m, shape.n, shape.k, shape.dtype, shape.layout, shape.op, shape.batch), shape)
     return list(seen.values())
 
 
@@ -206,10 +213,10 @@ def save(shapes: list[Shape], path: str | Path) -> None:
 
 
 def load(path: str | Path) -> list[Shape]:
-    """Read a shapes file: a JSON list of {m, n, k, dtype[, source][, layout]} objects.
+    """Read a shapes file: a JSON list of {m, n, k, dtype[, source][, layout][, op, batch]} objects.
 
     Raises:
-        ProblemError: naming the file and the entry, for a bad size, dtype or layout.
+        ProblemError: naming the file and the entry, for a bad size, dtype, layout, op or batch.
     """
     path = Path(path)
     try:
@@ -222,12 +229,14 @@ def load(path: str | Path) -> list[Shape]:
     for i, item in enumerate(raw):
         try:
             problem = Problem(int(item["m"]), int(item["n"]), int(item["k"]),
-                              str(item.get("dtype", "bfloat16")))  # validates sizes and dtype
+                              str(item.get("dtype", "bfloat16")), batch=item.get("batch", 1),
+                              op=str(item.get("op", "mm")),
+                              layout=check_layout(item.get("layout", DEFAULT_LAYOUT)))  # validates all
             shape = Shape(problem.m, problem.n, problem.k, problem.dtype, str(item.get("source", "")),
                           str(item.get("family", "")), str(item.get("layer", "")),
                           str(item.get("pass", "coverage")), str(item.get("group", "")),
-                          check_layout(item.get("layout", DEFAULT_LAYOUT)))
-        except (KeyError, TypeError, ValueError) as exc:
+                          problem.layout, problem.op, problem.batch)
+        except (KeyError, TypeError, ValueError, ProblemError) as exc:
             raise ProblemError(f"{path}[{i}]: {exc}") from None
         shapes.append(shape)
     return shapes

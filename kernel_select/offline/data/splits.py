@@ -6,7 +6,8 @@ Two test sets, both never trained on, both frozen (adding problems never moves a
           (`dataset.split_of`). It measures a new M, N or K near shapes the model has seen.
   family  every problem of a held-out architecture family (HELD_OUT_FAMILIES: one of each kind the
           datasets hold: a large and a small LLM, an MoE, ViTs and a SigLIP tower, a diffusion
-          transformer, a speech model, a recommendation MLP), plus every problem of one alignment
+          transformer, a speech model, a recommendation MLP, and of the batched GEMMs the batched
+          MoE experts, `moe-experts` of data/shapes_bmm_h100.json), plus every problem of one alignment
           class: odd N with odd K (unaligned rows and columns turn off vectorized loads and the
           pipelined prologue). The coverage sampler puts odd N in training only with K of other
           classes, and odd K only with other N. It measures generalization to layer shapes and
@@ -35,10 +36,13 @@ from kernel_select.offline.data.dataset import problem_id
 
 #: Families held out whole. From the first collection (shapes_h100*.json): one large LLM (8192-wide),
 #: one small LLM (3072-wide, fused qkv / gate_up) and the ViTs (M a multiple of 197 or 257 tokens);
-#: from the coverage collection (shapes_coverage.json), one architecture of every other kind.
+#: from the coverage collection (shapes_coverage.json), one architecture of every other kind; from
+#: the batched plan (shapes_bmm_h100.json), the batched MoE experts: batch = experts and M = tokens
+#: per expert, unlike attention's batch x heads, so it tests a batched form no bmm family trains.
 HELD_OUT_FAMILIES: frozenset[str] = frozenset({
     "llama3-70b", "phi3-mini", "vit-b16", "vit-l14",
     "gemma2-9b", "olmoe-1b-7b", "siglip-so400m", "sd3-medium-mmdit", "whisper-large-v3", "dcnv2-mlperf",
+    "moe-experts",
 })
 
 #: Names of the evaluation splits; each maps to a boolean mask over problems.

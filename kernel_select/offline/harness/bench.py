@@ -46,7 +46,7 @@ from typing import Any
 from kernel_select.offline.data import dataset
 from kernel_select.offline.data.audit import SUSPECT_RATIO
 from kernel_select.offline.harness.bench_plan import CompileKey, PlannedRun, distinct_keys
-from kernel_select.offline.harness.timer import ProblemTimer, TimingStats, constexprs, torch_dtype
+from kernel_select.offline.harness.timer import ProblemTimer, TimingStats, constexprs, kernel_of, torch_dtype
 from kernel_select.device import DeviceSpec
 
 log = logging.getLogger(__name__)
@@ -94,15 +94,13 @@ def error_class(exc: BaseException) -> str:
 
 def _compile_keys(keys: list[CompileKey]) -> list[tuple[CompileKey, str | None, str]]:
     """Worker: compile each key into Triton's disk cache. Runs in a spawned process."""
-    from kernel_select.offline.harness.mm_kernel import mm_kernel
-
     out = []
     for key in keys:
         dtype = torch_dtype(key.dtype)
         _, _, _, stages, warps, _ = key.config
         try:
-            mm_kernel.warmup(dtype, dtype, dtype, 1, 1, 1, grid=(1,), num_warps=warps,
-                             num_stages=stages, **constexprs(key))
+            kernel_of(key).warmup(dtype, dtype, dtype, 1, 1, 1, grid=(1,), num_warps=warps,
+                                  num_stages=stages, **constexprs(key))
             out.append((key, None, ""))
         except Exception as exc:  # the failure is data: recorded as this key's status
             out.append((key, error_class(exc), f"{type(exc).__name__}: {str(exc)[:300]}"))
@@ -281,14 +279,18 @@ def _retime_contenders(items: list, results: dict[int, _Timed], cublas: _Timed,
 
 # -- rows, provenance, driver --------------------------------------------------------------------
 
-def provenance(git_sha: str = "") -> dict:
+def provenance(git_sha: str = "", device_index: int | None = None) -> dict:
+    """The provenance columns of every row this process times: the GPU (its name, SM count and
+    index on the host, by default the current CUDA device's index), the torch and triton
+    versions and the commit."""
     import torch
     import triton
 
+    index = torch.cuda.current_device() if device_index is None else device_index
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     return {"device_name": props.name, "sm_count": props.multi_processor_count,
             "torch_version": torch.__version__, "triton_version": triton.__version__,
-            "git_sha": git_sha or _git_sha()}
+            "git_sha": git_sha or _git_sha(), "device_index": int(index)}
 
 
 def _git_sha(here: Path | None = None) -> str:
@@ -325,7 +327,8 @@ def rows_for(runs: list[PlannedRun], results: dict[int, _Timed], cublas: _Timed,
     if stats is not None:
         method += f"; this problem: {stats.summary()}"
     stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    base = dict(problem_id=pid, **(origin or dataset.OPTIONAL_DEFAULTS), m=problem.m, n=problem.n,
+    origin = {c: (origin or {}).get(c, dataset.OPTIONAL_DEFAULTS[c]) for c in dataset.ORIGIN_COLUMNS}
+    base = dict(problem_id=pid, **origin, m=problem.m, n=problem.n,
                 k=problem.k, batch=problem.batch, dtype=problem.dtype, op=problem.op, layout=problem.layout,
                 split=dataset.split_of(pid), timestamp=stamp, timing_method=method, **prov)
     rows = []

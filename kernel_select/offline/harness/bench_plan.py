@@ -1,10 +1,12 @@
 """What the benchmark harness will compile and run: pure Python, no GPU needed.
 
-A *compile key* is everything that makes one Triton binary of the benchmark kernel distinct:
-the dtype, the operand layout, the config, and the specializations Inductor's literal shapes and
-strides would imply (EVEN_K, ALLOW_TF32, the power-of-two divisibility of N and K, and of M when
-A is read transposed, and the two offset hints). Problems that share a key share a binary;
-planning the keys up front lets the harness compile everything in parallel before timing anything.
+A *compile key* is everything that makes one Triton binary of a benchmark kernel distinct:
+the kernel (`mm_kernel` for mm and addmm, `bmm_kernel` for bmm and baddbmm), the dtype, the
+operand layout, the config, and the specializations Inductor's literal shapes and strides would
+imply (EVEN_K, ALLOW_TF32, the power-of-two divisibility of N and K, and of M when A is read
+transposed, and the two offset hints). Problems that share a key share a binary, whatever their
+M or batch size; planning the keys up front lets the harness compile everything in parallel
+before timing anything.
 """
 
 from __future__ import annotations
@@ -14,16 +16,24 @@ from dataclasses import dataclass
 
 from kernel_select.configs import GemmConfig, inductor_allow_tf32
 from kernel_select.device import DeviceSpec
+from kernel_select.errors import ProblemError
 from kernel_select.layouts import a_transposed, operand_strides
 from kernel_select.problem import Problem
 from kernel_select.space import for_problem
 
 MAX_DIV = 16  # Triton's own integer specialization stops at 16; wider never changes vector width
+MAX_INT32 = 2**31 - 1
+MAX_GRID_Y = 65535  # CUDA's limit on a grid's second dimension
 
 
 def pow2_divisor(x: int, cap: int = MAX_DIV) -> int:
     """Largest power of two dividing x, capped (what an integer literal tells the compiler)."""
     return min(x & -x, cap)
+
+
+#: The benchmark kernel of each op: the bias epilogue of addmm / baddbmm is not timed (the
+#: config space and the main loop are those of mm / bmm; data/README.md, "Batched GEMMs").
+KERNEL_OF_OP = {"mm": "mm", "addmm": "mm", "bmm": "bmm", "baddbmm": "bmm"}
 
 
 @dataclass(frozen=True)
@@ -38,6 +48,7 @@ class CompileKey:
     k_div: int
     a_hint: bool
     b_hint: bool
+    kernel: str = "mm"  # "mm" (harness.mm_kernel) or "bmm" (harness.bmm_kernel): KERNEL_OF_OP
 
     @property
     def gemm_config(self) -> GemmConfig:
@@ -56,19 +67,55 @@ def inductor_hint(rows: int, k: int, stride_rows: int, stride_k: int, block: int
     return contiguous and rows >= block and k > 1
 
 
+def inductor_bmm_hint(rows: int, k: int, stride_rows: int, stride_k: int) -> bool:
+    """The same hint's condition in Inductor 2.11's `triton::bmm` template (triton_bmm.py.jinja),
+    which tests the strides only (no `M >= BLOCK_M and K > 1` clause, unlike triton_mm):
+
+        (stride_am == 1 and stride_ak == M) or (stride_am == K and stride_ak == 1)
+
+    Every layout the harness builds (contiguous batches of row-major or transposed matrices)
+    meets it, so both hints are on for every bmm key; the key keeps them to say so."""
+    return (stride_rows == 1 and stride_k == rows) or (stride_rows == k and stride_k == 1)
+
+
 def compile_key(problem: Problem, config: GemmConfig, allow_tf32: bool) -> CompileKey:
     """The key of `problem` (in its layout) with `config`; the hints follow the strides of the
-    operands the timer builds (kernel_select.layouts.operand_strides)."""
+    operands the timer builds (kernel_select.layouts.operand_strides: a batched problem's
+    matrices are contiguous one after another, so the strides within a batch are the same)."""
     layout = problem.layout
     (stride_am, stride_ak), (stride_bk, stride_bn) = operand_strides(problem.m, problem.n, problem.k, layout)
+    kernel = KERNEL_OF_OP[problem.op]
+    if kernel == "bmm":
+        a_hint = inductor_bmm_hint(problem.m, problem.k, stride_am, stride_ak)
+        b_hint = inductor_bmm_hint(problem.n, problem.k, stride_bn, stride_bk)
+    else:
+        a_hint = inductor_hint(problem.m, problem.k, stride_am, stride_ak, config.block_m)
+        b_hint = inductor_hint(problem.n, problem.k, stride_bn, stride_bk, config.block_n)
     return CompileKey(
         dtype=problem.dtype, layout=layout, config=config.key, even_k=problem.k % config.block_k == 0,
         allow_tf32=allow_tf32 and problem.dtype == "float32",
         m_div=pow2_divisor(problem.m) if a_transposed(layout) else 1,
-        n_div=pow2_divisor(problem.n), k_div=pow2_divisor(problem.k),
-        a_hint=inductor_hint(problem.m, problem.k, stride_am, stride_ak, config.block_m),
-        b_hint=inductor_hint(problem.n, problem.k, stride_bn, stride_bk, config.block_n),
+        n_div=pow2_divisor(problem.n), k_div=pow2_divisor(problem.k), a_hint=a_hint, b_hint=b_hint,
+        kernel=kernel,
     )
+
+
+def check_benchmarkable(problem: Problem) -> None:
+    """Refuse what the benchmark kernels do not reproduce: offsets past 32 bits (the kernels
+    index in int32, Inductor's INDEX_DTYPE for problems within it; beyond, Inductor compiles
+    int64 indexing) and batches past the grid dimension the bmm grid puts them in.
+
+    Raises:
+        ProblemError: naming the problem and the limit.
+    """
+    batch = problem.batch if KERNEL_OF_OP[problem.op] == "bmm" else 1
+    largest = batch * max(problem.m * problem.k, problem.k * problem.n, problem.m * problem.n)
+    if largest > MAX_INT32:
+        raise ProblemError(f"{problem}: an operand of {largest} elements needs 64-bit offsets, which the "
+                           "benchmark kernels do not use; plan a smaller batch or size")
+    if batch > MAX_GRID_Y:
+        raise ProblemError(f"{problem}: batch {batch} exceeds the grid's second dimension ({MAX_GRID_Y}), "
+                           "where Inductor 2.11's bmm grid puts the batch; plan a smaller batch")
 
 
 @dataclass(frozen=True)
@@ -85,9 +132,12 @@ class PlannedRun:
 def plan(problems: Sequence[Problem], device: DeviceSpec, *, search_space: str = "exhaustive",
          torch_version: str | None = None, fp32_precision: str = "ieee") -> list[list[PlannedRun]]:
     """For each problem, its configs (Inductor's pruned space for the device) with compile keys
-    for the problem's operand layout."""
+    for the problem's operand layout. A bmm problem's space is that of its per-batch (m, n, k):
+    Inductor 2.11 registers one heuristic class for `triton::mm` and `triton::bmm`
+    (CUDAMMTemplateConfigHeuristic) and feeds it the per-batch sizes."""
     out = []
     for problem in problems:
+        check_benchmarkable(problem)
         tf32 = inductor_allow_tf32(problem, torch_version=torch_version, fp32_precision=fp32_precision)
         configs = for_problem(problem, device, search_space, torch_version)  # type: ignore[arg-type]
         out.append([PlannedRun(problem, c, compile_key(problem, c, tf32)) for c in configs])

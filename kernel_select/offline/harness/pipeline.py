@@ -10,9 +10,12 @@
   before a problem it does not expect to finish in time, and the pool is torn down.
 * After every problem its rows go to a writer thread that appends them (locked, atomic) to the
   output, so a killed run keeps everything up to the last write.
-* The run logs its throughput in rows per GPU-minute of wall time, compile included, and how much
-  timing it had to redo: chunks re-timed after a drained backlog and single samples re-timed for
-  a second opinion (`timer.TimingStats`; per problem in the `timing_method` column too).
+* The run logs its throughput in rows per GPU-minute of wall time, compile included, the seconds
+  the GPU waited for compiled kernels (`gpu_tally`), and how much timing it had to redo: chunks
+  re-timed after a drained backlog and single samples re-timed for a second opinion
+  (`timer.TimingStats`; per problem in the `timing_method` column too).
+
+This is the one-GPU driver; `sharding` runs one timing process per GPU off the same compile pool.
 """
 
 from __future__ import annotations
@@ -23,8 +26,8 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 
@@ -39,6 +42,7 @@ from kernel_select.offline.harness.bench import (
     rows_for,
     time_problem,
 )
+from kernel_select.offline.harness.gpu_tally import GpuTally, gpu_line
 from kernel_select.offline.harness.timer import TimingStats
 from kernel_select.offline.harness.bench_plan import CompileKey, PlannedRun, plan, reuse_order
 from kernel_select.problem import Problem
@@ -51,11 +55,16 @@ Origins = dict[Problem, dict]  # problem -> its family / layer / pass columns
 
 
 class CompilePipeline:
-    """A pool of compile processes fed in timing order; `wait` returns when given keys are done."""
+    """A pool of compile processes fed in timing order; `wait` returns when given keys are done.
 
-    def __init__(self, workers: int):
+    `compile_fn` (a batch of keys -> [(key, error status or None, error text)]) and `executor`
+    default to `bench._compile_keys` on a pool of spawned processes; tests pass fakes."""
+
+    def __init__(self, workers: int, compile_fn: Callable = _compile_keys, executor: Executor | None = None):
         self.workers = workers
-        self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+        self.compile_fn = compile_fn
+        self.pool = executor or ProcessPoolExecutor(max_workers=workers,
+                                                    mp_context=multiprocessing.get_context("spawn"))
         self.futures: dict[CompileKey, Future] = {}
         self.results: dict[CompileKey, tuple[str | None, str]] = {}
         self.busy_s = 0.0
@@ -64,7 +73,7 @@ class CompilePipeline:
         fresh = [k for k in dict.fromkeys(keys) if k not in self.futures]
         for i in range(0, len(fresh), COMPILE_BATCH):
             batch = fresh[i:i + COMPILE_BATCH]
-            future = self.pool.submit(_compile_keys, batch)
+            future = self.pool.submit(self.compile_fn, batch)
             for key in batch:
                 self.futures[key] = future
 
@@ -177,6 +186,7 @@ def run_bench(problems: Problems, out: str | Path, device: DeviceSpec,
         log.info("%d problems, %d rows in %.1f s wall (compile included; %d kernels compiled on %d "
                  "workers): %.0f rows per GPU-minute; timing: %s", stats["problems"], stats["rows"], wall,
                  stats["compiled"], workers, 60 * stats["rows"] / max(wall, 1e-9), stats["timing"].summary())
+        log.info("%s", gpu_line(stats["tally"], wall))
         torch.cuda.empty_cache()
     if Path(out).exists():
         return dataset.read(out)
@@ -195,7 +205,8 @@ def _collect(planned: list[list[PlannedRun]], out: Path, device: DeviceSpec, opt
     deadline = started + options.max_seconds if options.max_seconds else float("inf")
     checked: dict[CompileKey, int] = {}
     loaded: set[CompileKey] = set()
-    stats = {"problems": 0, "rows": 0, "compiled": 0, "timing": TimingStats()}
+    tally = GpuTally(int(prov.get("device_index", 0)))
+    stats = {"problems": 0, "rows": 0, "compiled": 0, "timing": TimingStats(), "tally": tally}
     per_problem_s = 0.0  # running estimate of one problem's timing, to stop before the bound
     bar = tqdm(planned, desc="bench", unit="problem", disable=not options.progress)
     try:
@@ -204,9 +215,11 @@ def _collect(planned: list[list[PlannedRun]], out: Path, device: DeviceSpec, opt
                 continue
             now = time.perf_counter()
             compiled = compiler.wait([r.key for r in runs], deadline - now - per_problem_s)
+            tally.wait_s += time.perf_counter() - now
             if compiled is None or time.perf_counter() + per_problem_s > deadline:
                 log.info("stopping at the %.0f s bound (--max-seconds); re-run to resume",
                          options.max_seconds)
+                tally.stopped_at_bound = True
                 break
             t0 = time.perf_counter()
             timing = TimingStats()
@@ -216,6 +229,7 @@ def _collect(planned: list[list[PlannedRun]], out: Path, device: DeviceSpec, opt
             _log_timing(timed, timing)
             stats["timing"].add(timing)
             per_problem_s = max(per_problem_s * 0.7, time.perf_counter() - t0)
+            tally.add_problem(len(runs) + 1, time.perf_counter() - t0)
             stats["problems"] += 1
             stats["rows"] += len(runs) + 1
             rate = 60 * stats["rows"] / max(time.perf_counter() - started, 1e-9)

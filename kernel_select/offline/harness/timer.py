@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from kernel_select.device import DeviceSpec
 from kernel_select.layouts import a_transposed, b_transposed, stored_shape
-from kernel_select.offline.harness.bench_plan import CompileKey, PlannedRun
+from kernel_select.offline.harness.bench_plan import KERNEL_OF_OP, CompileKey, PlannedRun
 from kernel_select.problem import Problem
 
 if TYPE_CHECKING:
@@ -89,6 +89,18 @@ def torch_dtype(name: str):
     return getattr(torch, name)
 
 
+def kernel_of(key: CompileKey) -> Any:
+    """The Triton kernel a key compiles: mm_kernel or bmm_kernel (imported here: triton loads
+    only where kernels are compiled or launched)."""
+    if key.kernel == "bmm":
+        from kernel_select.offline.harness.bmm_kernel import bmm_kernel
+
+        return bmm_kernel
+    from kernel_select.offline.harness.mm_kernel import mm_kernel
+
+    return mm_kernel
+
+
 def constexprs(key: CompileKey) -> dict:
     """The compile-time arguments of `mm_kernel` for one compile key."""
     import triton.language as tl
@@ -101,18 +113,22 @@ def constexprs(key: CompileKey) -> dict:
 
 
 def operands(problem: Problem, device: str = "cuda", generator: Any = None) -> tuple[Any, Any]:
-    """A[M, K] and B[K, N] for `problem`, each a view of a contiguous buffer stored as its layout
-    says (a transposed operand is stored [K, M] resp. [N, K] and read through `.t()`, as W in
-    x @ W.t()). Random values scaled so that outputs stay O(1) in every dtype; never zeros (they
-    run faster)."""
+    """A[M, K] and B[K, N] for `problem` (for bmm / baddbmm A[batch, M, K] and B[batch, K, N]),
+    each a view of a contiguous buffer stored as its layout says (a transposed operand is stored
+    [K, M] resp. [N, K], per batch, and read through a transposed view, as W in x @ W.t() or k in
+    q @ k.transpose(-2, -1)). Random values scaled so that outputs stay O(1) in every dtype; never
+    zeros (they run faster). An mm problem draws the values it always drew."""
     import torch
 
     dtype = torch_dtype(problem.dtype)
+    batched = KERNEL_OF_OP[problem.op] == "bmm"
 
     def operand(rows: int, cols: int, transposed: bool, scale: float) -> Any:
-        buffer = torch.randn(*stored_shape(rows, cols, transposed), device=device, generator=generator)
+        stored = stored_shape(rows, cols, transposed)
+        buffer = torch.randn(*((problem.batch,) if batched else ()), *stored, device=device,
+                             generator=generator)
         buffer = (buffer / scale if scale != 1.0 else buffer).to(dtype)  # still contiguous
-        return buffer.t() if transposed else buffer
+        return buffer.transpose(-2, -1) if transposed else buffer
 
     a = operand(problem.m, problem.k, a_transposed(problem.layout), 1.0)
     b = operand(problem.k, problem.n, b_transposed(problem.layout), math.sqrt(problem.k))
@@ -129,7 +145,9 @@ class ProblemTimer:
         self.problem = problem
         gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(str(problem).encode()))
         self.a, self.b = operands(problem, "cuda", gen)  # views in the problem's layout
-        self.c = torch.empty(problem.m, problem.n, device="cuda", dtype=torch_dtype(problem.dtype))
+        self.batched = KERNEL_OF_OP[problem.op] == "bmm"
+        shape = (problem.batch, problem.m, problem.n) if self.batched else (problem.m, problem.n)
+        self.c = torch.empty(*shape, device="cuda", dtype=torch_dtype(problem.dtype))
         self.ref = torch.matmul(self.a.float(), self.b.float())
         self.ref_norm = float(torch.linalg.vector_norm(self.ref))
         flush_bytes = options.flush_bytes or device.l2_bytes
@@ -142,16 +160,18 @@ class ProblemTimer:
                        for _ in range(CHUNK)]
 
     def launch(self, run: PlannedRun) -> None:
-        from kernel_select.offline.harness.mm_kernel import mm_kernel
-
         key, cfg, p = run.key, run.config, self.problem
-        grid = (math.ceil(p.m / cfg.block_m) * math.ceil(p.n / cfg.block_n),)
-        mm_kernel[grid](self.a, self.b, self.c, p.m // key.m_div, p.n // key.n_div, p.k // key.k_div,
-                        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **constexprs(key))
+        tiles = math.ceil(p.m / cfg.block_m) * math.ceil(p.n / cfg.block_n)
+        grid = (tiles, p.batch, 1) if key.kernel == "bmm" else (tiles,)
+        kernel_of(key)[grid](self.a, self.b, self.c, p.m // key.m_div, p.n // key.n_div, p.k // key.k_div,
+                             num_warps=cfg.num_warps, num_stages=cfg.num_stages, **constexprs(key))
 
     def launch_cublas(self) -> None:
         # The same views: cuBLAS reads a transposed operand in place (a transpose flag, no copy).
-        self.torch.mm(self.a, self.b, out=self.c)
+        if self.batched:
+            self.torch.bmm(self.a, self.b, out=self.c)
+        else:
+            self.torch.mm(self.a, self.b, out=self.c)
 
     def time_pass(self, items: list[Item], *, check: set | None = None,
                   gpu_ms: dict | None = None) -> dict[object, tuple[float, object]]:

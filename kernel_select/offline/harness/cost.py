@@ -1,0 +1,150 @@
+"""What collecting a plan will cost on one host, estimated on CPU: compile, timing and wall time.
+
+The estimate replays the harness's pipeline as a small simulation:
+  * compile: every distinct key once, in plan order, on `workers` processes, each key taking
+    COMPILE_CORE_S[(kernel, dtype)] core-seconds;
+  * GPUs: each takes the next problem in plan order whose keys are all compiled (the host's ready
+    queue; with one GPU the same), so a GPU waits only when compile is behind;
+  * a problem's timing: PROBLEM_S (operands, fp32 reference, cuBLAS, sleeps and syncs) plus
+    LOAD_S for every binary new to that GPU's process (its untimed first launch), plus its
+    launches: pass 1 runs every config once, pass 2 the contenders REPS more times; a launch costs
+    the longer of the host's enqueue (HOST_S) and the GPU's work (L2 flush plus the kernel), since
+    launches are queued ahead behind a GPU sleep;
+  * the kernel times come from the problem's size: the fastest config at the dtype's measured rate
+    (FLOP and bytes, with a floor for tiny problems), the mean config SLOWDOWN times that, and the
+    contenders' summed time CONTENDER_SUM times the fastest.
+
+Every constant is a measurement (data/README.md, the committed H100 files, a CPU compile probe),
+named with where it comes from. Checked against whole runs on the H100 host (15 compile workers,
+the plans' problems in file order): layers run 5 predicted 480 s, measured 469 s; coverage run 2
+(with float32) predicted 539 s, measured 520 s; coverage run 1, of the older harness v2, predicted
+293 s, measured 371 s.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from kernel_select.offline.harness.bench import REPS
+from kernel_select.offline.harness.bench_plan import CompileKey, PlannedRun
+
+#: Core-seconds to compile one key. mm in bf16/fp16: layers run 5 on the H100 host (data/README.md),
+#: compile-bound, 11,726 keys in 469.4 s on 15 workers (0.60; seed run 1 with nothing else
+#: running: 0.52). The others: 0.60 times the ratio of their compile CPU time (the process and its
+#: ptxas) to mm bf16's, 40 random keys each compiled for sm_90 on a CPU host with triton 3.6.0:
+#: mm bf16 0.223, bmm bf16 0.214, mm fp32 0.735, bmm fp32 1.274 core-s a key. float32 without TF32
+#: compiles 3.3x (mm) to 5.7x (bmm) slower.
+COMPILE_CORE_S = {("mm", "bfloat16"): 0.60, ("mm", "float16"): 0.60, ("mm", "float32"): 0.60 * 0.735 / 0.223,
+                  ("bmm", "bfloat16"): 0.60 * 0.214 / 0.223, ("bmm", "float16"): 0.60 * 0.214 / 0.223,
+                  ("bmm", "float32"): 0.60 * 1.274 / 0.223}
+#: Host seconds to enqueue one launch with its L2 flush (timer.INITIAL_ENQUEUE_S, what the timer
+#: starts from before it measures its own rate).
+HOST_S = 80e-6
+#: GPU seconds of one L2 flush: zeroing 50 MB at the 2.6 TB/s the H100 streams a write.
+FLUSH_S = 50e6 / 2.6e12
+#: Seconds per problem besides its launches (operands, the fp32 reference, checks, syncs), and per
+#: binary loaded into a process for the first time (its untimed launch). Not measured apart: with
+#: these the checks above hold, and they are small beside compile on those runs.
+PROBLEM_S = 0.25
+LOAD_S = 0.004
+#: The fastest config's rate on problems over 1e10 FLOP (median over the three H100 files), its
+#: time on problems under 1e8 FLOP (median: launch latency, not work), and the effective memory
+#: rate at which memory-bound problems' fastest configs ran.
+RATE_FLOP_S = {"bfloat16": 499e12, "float16": 511e12, "float32": 32e12}
+FLOOR_S = {"bfloat16": 10.9e-6, "float16": 6.3e-6, "float32": 21.2e-6}
+BYTES_S = 2.0e12
+#: The mean config over the fastest (geomean over problems), and the contenders' summed time
+#: over the fastest (median over problems), in the three H100 files.
+SLOWDOWN = {"bfloat16": 3.87, "float16": 3.32, "float32": 4.39}
+CONTENDER_SUM = {"bfloat16": 101.5, "float16": 128.7, "float32": 65.7}
+CONTENDERS = 30  # configs re-timed in pass 2: MIN_CONTENDERS and those within 1.5x, typically
+
+
+@dataclass
+class Estimate:
+    problems: int
+    rows: int
+    keys: int
+    keys_by_dtype: dict[str, int]
+    compile_core_s: float
+    timing_s: float  # every problem's timing, summed over GPUs
+    wall_s: float
+    gpu_wait_s: list[float] = field(default_factory=list)
+    gpu_rows: list[int] = field(default_factory=list)
+
+    def rows_per_gpu_minute(self) -> float:
+        return 60.0 * self.rows / max(self.wall_s * max(len(self.gpu_rows), 1), 1e-9)
+
+    def lines(self) -> list[str]:
+        by_dtype = ", ".join(f"{d} {n}" for d, n in sorted(self.keys_by_dtype.items()))
+        out = [f"{self.problems} problems, {self.rows} rows, {self.keys} distinct compile keys ({by_dtype}): "
+               f"{self.compile_core_s:.0f} core-seconds of compile, {self.timing_s:.0f} s of timing",
+               f"predicted wall {self.wall_s:.0f} s ({self.wall_s / 60:.1f} min) on "
+               f"{len(self.gpu_rows)} GPU(s), {self.rows_per_gpu_minute():.0f} rows per GPU-minute"]
+        out += [f"  GPU {i}: {rows} rows, waits {wait:.0f} s for compiled kernels"
+                for i, (rows, wait) in enumerate(zip(self.gpu_rows, self.gpu_wait_s))]
+        return out
+
+
+def kernel_times_s(run: PlannedRun) -> tuple[float, float]:
+    """(fastest config's seconds, mean config's seconds) of a problem, from its size."""
+    p = run.problem
+    batch = p.batch if run.key.kernel == "bmm" else 1
+    best = max(FLOOR_S[p.dtype], 2.0 * batch * p.m * p.n * p.k / RATE_FLOP_S[p.dtype],
+               batch * (p.m * p.k + p.k * p.n + p.m * p.n) * p.dtype_bytes / BYTES_S)
+    return best, best * SLOWDOWN[p.dtype]
+
+
+def problem_timing_s(runs: Sequence[PlannedRun], new_binaries: int) -> float:
+    """Seconds one GPU spends on a problem (module docstring)."""
+    if not runs:
+        return 0.0
+    best, mean = kernel_times_s(runs[0])
+    dtype = runs[0].problem.dtype
+    launches = len(runs) + 1
+    pass1 = launches * max(HOST_S, FLUSH_S + mean)
+    contenders = min(CONTENDERS, launches)
+    pass2 = REPS * max(contenders * HOST_S, contenders * FLUSH_S + CONTENDER_SUM[dtype] * best)
+    return PROBLEM_S + LOAD_S * new_binaries + pass1 + pass2
+
+
+def estimate(planned: Sequence[list[PlannedRun]], workers: int, gpus: int = 1,
+             startup_s: float = 10.0) -> Estimate:
+    """Simulate collecting `planned` (in this order) with `workers` compile processes and `gpus`
+    GPUs. `startup_s`: the pool's and the timing processes' start (imports, CUDA)."""
+    key_done: dict[CompileKey, float] = {}
+    compile_core_s, clock = 0.0, startup_s
+    for runs in planned:
+        for run in runs:
+            if run.key not in key_done:
+                cost = COMPILE_CORE_S[(run.key.kernel, run.key.dtype)]
+                compile_core_s += cost
+                clock += cost / workers  # the pool as one fluid of `workers` cores
+                key_done[run.key] = clock
+    free = [(startup_s, gpu) for gpu in range(gpus)]
+    heapq.heapify(free)
+    loaded: list[set[CompileKey]] = [set() for _ in range(gpus)]
+    waits, rows = [0.0] * gpus, [0] * gpus
+    timing_s, end = 0.0, startup_s
+    for runs in planned:
+        if not runs:
+            continue
+        at, gpu = heapq.heappop(free)
+        ready = max(key_done[r.key] for r in runs)
+        start = max(at, ready)
+        waits[gpu] += start - at
+        keys = {r.key for r in runs}
+        seconds = problem_timing_s(runs, len(keys - loaded[gpu]))
+        loaded[gpu] |= keys
+        timing_s += seconds
+        rows[gpu] += len(runs) + 1
+        end = max(end, start + seconds)
+        heapq.heappush(free, (start + seconds, gpu))
+    by_dtype: dict[str, int] = {}
+    for key in key_done:
+        by_dtype[key.dtype] = by_dtype.get(key.dtype, 0) + 1
+    return Estimate(problems=sum(1 for r in planned if r), rows=sum(rows), keys=len(key_done),
+                    keys_by_dtype=by_dtype, compile_core_s=compile_core_s, timing_s=timing_s,
+                    wall_s=end, gpu_wait_s=waits, gpu_rows=rows)

@@ -1,0 +1,171 @@
+"""`bench --gpus N` scheduling on CPU: one compile pool, a ready queue, a timing worker per fake GPU."""
+
+from __future__ import annotations
+
+import logging
+import math
+import queue
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import pytest
+
+from kernel_select.device import get_device
+from kernel_select.offline.data import dataset
+from kernel_select.offline.harness import bench, sharding
+from kernel_select.offline.harness.bench_plan import plan, reuse_order
+from kernel_select.offline.harness.gpu_tally import GpuTally, gpu_line, run_line
+from kernel_select.offline.harness.pipeline import CompilePipeline
+from kernel_select.offline.harness.ready_queue import ReadyDispatcher
+from kernel_select.problem import Problem
+from tests.offline.fake_gpu import FakeCompiler, FakeGpuTimer
+
+H100 = get_device("h100")
+PROV = {"device_name": "NVIDIA H100 80GB HBM3", "sm_count": 132, "torch_version": "2.11.0",
+        "triton_version": "3.6.0", "git_sha": "test"}
+
+
+def _planned(count: int = 12):
+    # three compile classes (dtype x layout), each with sizes that share binaries
+    classes = [("bfloat16", "nn", "mm", 1), ("float16", "nt", "bmm", 4), ("bfloat16", "tn", "bmm", 8)]
+    problems = [Problem(m, 64, 128, dtype, batch=batch, op=op, layout=layout)
+                for dtype, layout, op, batch in classes for m in (16 * (i + 1) for i in range(count // 3))]
+    return reuse_order(plan(problems, H100, search_space="default", torch_version="2.11.0"))
+
+
+def _thread_worker(timer):
+    def start(ctx, gpu, visible, args):
+        thread = threading.Thread(target=sharding.time_on_gpu,
+                                  args=(*args, {**PROV, "device_index": gpu}, timer), daemon=True)
+        thread.start()
+        return thread
+    return start
+
+
+def _collect(tmp_path, planned, compiler_fn, timer, gpus=2, max_seconds=0.0):
+    options = bench.BenchOptions(progress=False, max_seconds=max_seconds)
+    compiler = CompilePipeline(2, compile_fn=compiler_fn, executor=ThreadPoolExecutor(2))
+    out = tmp_path / "rows.parquet"
+    tallies = sharding.collect_on_host(planned, out, H100, options, {}, gpus, 2, time.perf_counter(),
+                                       compiler=compiler, start_worker=_thread_worker(timer),
+                                       queues=(queue.Queue(), queue.Queue()))
+    return out, tallies
+
+
+def test_two_gpus_time_every_problem_once_from_one_compile_pool(tmp_path, caplog):
+    planned = _planned()
+    compiler = FakeCompiler(seconds_per_key=2e-4)
+    timer = FakeGpuTimer(compiler.compiled_at, seconds_per_row=5e-4)
+    with caplog.at_level(logging.INFO, logger=sharding.__name__):
+        out, tallies = _collect(tmp_path, planned, compiler, timer)
+    df = dataset.read(out)
+    assert df["problem_id"].nunique() == len(planned)
+    assert sorted(name for name, _ in timer.started) == sorted(str(runs[0].problem) for runs in planned)
+    assert set(compiler.counts.values()) == {1}  # each key compiled once, for both GPUs
+    assert len(compiler.counts) == len({r.key for runs in planned for r in runs})
+    # every row says which GPU timed it, and both GPUs took work from the shared queue
+    assert set(df["device_index"]) == {0, 1}
+    per_gpu = df.groupby("device_index")["problem_id"].nunique().to_dict()
+    assert [t.problems for t in tallies] == [per_gpu[0], per_gpu[1]]
+    assert sum(t.rows for t in tallies) == len(df)
+    assert all(t.wait_s >= 0 and not t.stopped_at_bound for t in tallies)
+    lines = [r.getMessage() for r in caplog.records]
+    assert any(line.startswith(f"2 GPUs: {len(planned)} problems, {len(df)} rows in") for line in lines)
+    assert sum(line.startswith("GPU ") and "rows per GPU-minute" in line and "waited" in line
+               for line in lines) == 2
+
+
+def test_a_gpu_never_idles_while_ready_work_waits(tmp_path):
+    """Compile finishes at once: from then on both GPUs stay busy, so they time about as much."""
+    planned = _planned(24)
+    compiler = FakeCompiler(seconds_per_key=0.0)
+    timer = FakeGpuTimer(compiler.compiled_at, seconds_per_row=2e-4)
+    _, tallies = _collect(tmp_path, planned, compiler, timer)
+    rows = [t.rows for t in tallies]
+    largest_problem = max(len(runs) + 1 for runs in planned)
+    assert abs(rows[0] - rows[1]) <= 2 * largest_problem
+    assert all(t.wait_s < 0.5 * t.busy_s for t in tallies)
+
+
+def test_waits_are_counted_when_compile_is_behind(tmp_path):
+    planned = _planned()
+    compiler = FakeCompiler(seconds_per_key=3e-3)  # slower than timing: the GPUs wait
+    timer = FakeGpuTimer(compiler.compiled_at, seconds_per_row=1e-5)
+    _, tallies = _collect(tmp_path, planned, compiler, timer)
+    assert sum(t.wait_s for t in tallies) > sum(t.busy_s for t in tallies)
+
+
+def test_the_time_bound_stops_both_gpus_and_keeps_what_they_timed(tmp_path):
+    planned = _planned(24)
+    compiler = FakeCompiler(seconds_per_key=0.0)
+    timer = FakeGpuTimer(compiler.compiled_at, seconds_per_row=1e-2)
+    started = time.monotonic()
+    out, tallies = _collect(tmp_path, planned, compiler, timer, max_seconds=1.0)
+    assert time.monotonic() - started < 5.0
+    timed = dataset.read(out)["problem_id"].nunique()
+    assert 0 < timed < len(planned)
+    assert all(t.stopped_at_bound for t in tallies)
+
+
+def test_the_dispatcher_releases_a_problem_only_when_its_last_key_is_compiled():
+    planned = _planned(6)
+    first_keys = list(dict.fromkeys(r.key for r in planned[0]))
+    rest = {r.key for runs in planned[1:] for r in runs} - set(first_keys)
+    batch = Future()  # the other problems' keys: one compile batch, done at once
+    futures = {key: Future() for key in first_keys} | {key: batch for key in rest}
+    ready: queue.Queue = queue.Queue()
+    dispatcher = ReadyDispatcher(planned, futures, ready, consumers=2).start()
+    for key in first_keys[:-1]:
+        futures[key].set_result([(key, None, "")])
+    time.sleep(0.3)
+    assert ready.empty()  # one key of the first problem is still compiling
+    futures[first_keys[-1]].set_result([(first_keys[-1], "out_of_resources", "too big")])
+    index, runs, compiled = ready.get(timeout=5)
+    assert index == 0 and compiled[first_keys[-1]] == ("out_of_resources", "too big")
+    batch.set_result([(key, None, "") for key in rest])
+    items = [ready.get(timeout=5) for _ in range(len(planned) + 1)]  # the rest, then two ends
+    assert [item[0] for item in items[:-2]] == list(range(1, len(planned)))  # ready together: plan order
+    assert items[-2:] == [None, None]
+    dispatcher.stop()
+    assert dispatcher.dispatched == len(planned) and dispatcher.error is None
+
+
+def test_a_broken_compile_pool_stops_dispatching_and_says_why():
+    planned = _planned(3)
+    futures = {r.key: Future() for runs in planned for r in runs}
+    ready: queue.Queue = queue.Queue()
+    dispatcher = ReadyDispatcher(planned, futures, ready, consumers=1).start()
+    next(iter(futures.values())).set_exception(RuntimeError("a compile worker died"))
+    assert ready.get(timeout=5) is None
+    dispatcher.stop()
+    assert isinstance(dispatcher.error, RuntimeError)
+
+
+def test_each_timing_process_sees_its_own_gpu(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert sharding.visible_devices(2) == ["0", "1"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5,6")
+    assert sharding.visible_devices(2) == ["3", "5"]
+
+
+def test_throughput_lines_name_rows_per_gpu_minute_and_waits():
+    tallies = [GpuTally(0, problems=3, rows=600, busy_s=50.0, wait_s=7.5),
+               GpuTally(1, problems=2, rows=300, busy_s=40.0, wait_s=12.0, stopped_at_bound=True)]
+    assert run_line(tallies, 60.0, 1234, 30) == (
+        "2 GPUs: 5 problems, 900 rows in 60.0 s wall (compile included; 1234 kernels compiled on 30 "
+        "workers): 900 rows per minute, 450 per GPU-minute")
+    line = gpu_line(tallies[1], 60.0)
+    assert line.startswith("GPU 1: 2 problems, 300 rows, 300 rows per GPU-minute, busy 40.0 s, waited 12.0 s")
+    assert "stopped at the --max-seconds bound" in line
+    assert math.isclose(float(gpu_line(tallies[0], 30.0).split(", ")[2].split()[0]), 1200.0)
+
+
+def test_more_gpus_than_the_host_has_is_refused(tmp_path, monkeypatch):
+    import torch
+
+    from kernel_select.errors import OptionError
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(OptionError, match="--gpus 2: this host has 1"):
+        sharding.run_sharded([Problem(16, 16, 16)], tmp_path / "d.parquet", H100, 2, bench.BenchOptions())
