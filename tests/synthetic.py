@@ -120,3 +120,20 @@ def untrained_problem_net(kind, device: str = "h100", seed: int = 0, dtypes=("bf
                      feature_mean=[0.0] * len(names), feature_std=[1.0] * len(names), dtypes=list(dtypes),
                      hyperparameters={"seed": seed})
     return kind(device, build_body(arch), card)
+
+
+def constant_gate(ratio: float, device: str = "h100"):
+    """A real CublasGate whose network predicts cuBLAS / best Triton time = `ratio` for every problem
+    (to float32 precision): its last layer's weights are zero and its bias log(ratio)."""
+    import math
+
+    import torch
+
+    from kernel_select.model.cublas import CublasGate
+
+    gate = untrained_problem_net(CublasGate, device=device)
+    last = gate.net[-1]
+    with torch.no_grad():
+        last.weight.zero_()
+        last.bias.fill_(math.log(ratio))
+    return gate

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tests.synthetic import untrained_mlp, untrained_problem_net
+from tests.synthetic import constant_gate, untrained_mlp, untrained_problem_net
 
 from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec, get_device
@@ -225,16 +225,6 @@ class _Fixed(PerformanceModel):
         return self.aten_ms
 
 
-class _FixedGate:
-    """Predicts one cuBLAS / best Triton ratio for every problem (all `select` asks of a gate)."""
-
-    def __init__(self, ratio: float) -> None:
-        self.ratio = ratio
-
-    def predict_log_ratio(self, problems: Sequence[Problem]) -> np.ndarray:
-        return np.full(len(problems), math.log(self.ratio))
-
-
 @pytest.mark.parametrize("triton_ms, prefers_cublas", [(0.90, False), (0.96, False), (1.2, True)])
 def test_without_a_gate_the_models_cublas_time_decides_by_the_same_margin(triton_ms: float,
                                                                          prefers_cublas: bool):
@@ -263,18 +253,18 @@ def test_the_models_cublas_time_gets_the_small_gemm_and_bias_clauses(problem: Pr
 
 def test_the_gate_wins_over_the_models_cublas_time_and_gets_its_clauses():
     model = _Fixed(triton_ms=1.0, aten_ms=0.05)  # the model alone: 0.05, cuBLAS by far
-    decision = select(SEED, model=model, gate=_FixedGate(1.01), cublas_margin=0.15).cublas
+    decision = select(SEED, model=model, gate=constant_gate(1.01), cublas_margin=0.15).cublas
     assert decision.source == "gate" and decision.predicted_ratio == pytest.approx(1.01)
     assert decision.small and decision.prefers_cublas  # the model's cuBLAS time marks it small
-    charged = select(SEED, model=model, gate=_FixedGate(0.9), cublas_margin=0.15,
+    charged = select(SEED, model=model, gate=constant_gate(0.9), cublas_margin=0.15,
                      epilogue=Epilogue(separate_pointwise=True)).cublas
     assert charged.epilogue_factor == 1.0  # 0.05 ms is not launch-sized
     tiny = _Fixed(triton_ms=1.0, aten_ms=0.005)
-    charged = select(SEED, model=tiny, gate=_FixedGate(0.9), cublas_margin=0.15,
+    charged = select(SEED, model=tiny, gate=constant_gate(0.9), cublas_margin=0.15,
                      epilogue=Epilogue(bias_row=True, separate_pointwise=True)).cublas
     assert charged.epilogue_factor == pytest.approx(1.2) and charged.bias_epilogue
 
 
 def test_no_decision_without_a_margin_or_anything_that_predicts_cublas():
-    assert select(SEED, model=_Fixed(1.0, 0.5), cublas_margin=None, gate=_FixedGate(0.5)).cublas is None
+    assert select(SEED, model=_Fixed(1.0, 0.5), cublas_margin=None, gate=constant_gate(0.5)).cublas is None
     assert select(SEED, model=_Fixed(1.0, None), cublas_margin=0.15).cublas is None
