@@ -40,11 +40,13 @@ CASES = [Problem(560, 1280, 3420, "bfloat16"), Problem(560, 1280, 3420, "bfloat1
 # float32 rounding of log ms between machines, and between the fused members and the members one by
 # one (which sum in another order); a retrained model moves estimates by percents.
 RTOL = 1e-5
-RECORD_AGAIN = "if the change is intended, record the fixture again: python -m tests.model.test_estimate_unchanged"
+RECORD_AGAIN = ("if the change is intended, record the fixture again: "
+                "python -m tests.model.test_estimate_unchanged")
 
 
 def _key(problem: Problem) -> str:
-    return f"{problem.op}_{problem.batch}x{problem.m}x{problem.n}x{problem.k}_{problem.dtype}_{problem.layout}"
+    sizes = f"{problem.batch}x{problem.m}x{problem.n}x{problem.k}"
+    return f"{problem.op}_{sizes}_{problem.dtype}_{problem.layout}"
 
 
 def _shipped(device: str) -> MLPModel:
@@ -101,7 +103,8 @@ def test_the_gate_predicts_the_recorded_ratios(recorded):
 
 def test_the_fixture_covers_every_case_on_every_shipped_device(recorded):
     # a case added to CASES without recording again would otherwise fail with a KeyError
-    expected = {f"{d}/{_key(p)}/{part}" for d in DEVICES for p in CASES for part in ("configs", "ms", "aten_ms")}
+    parts = ("configs", "ms", "aten_ms")
+    expected = {f"{d}/{_key(p)}/{part}" for d in DEVICES for p in CASES for part in parts}
     assert set(recorded.files) == expected | {"h100/gate_log_ratio"}
 
 
@@ -109,7 +112,8 @@ def test_the_fixture_covers_every_case_on_every_shipped_device(recorded):
 def test_estimates_equal_the_slow_path(model, problem):
     configs = for_problem(problem, model.device)
     frame = pd.DataFrame([{"m": problem.m, "n": problem.n, "k": problem.k, "dtype": problem.dtype,
-                           "layout": problem.layout, "batch": problem.batch, **c.model_dump()} for c in configs])
+                           "layout": problem.layout, "batch": problem.batch, **c.model_dump()}
+                          for c in configs])
     x = (featurize_frame(frame, model.device, model.card.feature_version) - model._mean) * model._inv_std
     nets = model.net.members if isinstance(model.net, AveragedRuntimeNet) else [model.net]
     with torch.inference_mode():
