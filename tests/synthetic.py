@@ -82,15 +82,19 @@ def _problem_rows(m, n, k, pid, split, count, rng, noise) -> pd.DataFrame:
     return rows
 
 
-def untrained_mlp(hidden_widths=(16, 16), seed: int = 0, device: str = "h100", feature_version: int = 1,
-                  members: int = 1):
-    """An MLPModel with small random weights and identity standardization (for contract tests)."""
+def untrained_mlp(hidden_widths=(16, 16), seed: int = 0, device: str = "h100",
+                  feature_version: int | None = None, members: int = 1):
+    """An MLPModel with small random weights and identity standardization (for contract tests), with
+    the features new trainings use unless `feature_version` names another of FEATURE_SETS."""
     import torch
 
-    from kernel_select.model.mlp import FEATURE_SETS, MLPModel, ModelCard, architecture, build_net
+    from kernel_select.model.card import ModelCard
+    from kernel_select.model.features import FEATURE_SETS, FEATURE_VERSION
+    from kernel_select.model.mlp import MLPModel, architecture, build_net
 
     torch.manual_seed(seed)
-    names = FEATURE_SETS[feature_version][0]
+    feature_version = FEATURE_VERSION if feature_version is None else feature_version
+    names = FEATURE_SETS[feature_version]
     arch = architecture(len(names), hidden_widths, members)
     net = build_net(arch)
     card = ModelCard(model="mlp", device=device, feature_version=feature_version, feature_names=list(names),
@@ -98,3 +102,38 @@ def untrained_mlp(hidden_widths=(16, 16), seed: int = 0, device: str = "h100", f
                      kernel_overhead_ms=net.kernel_overhead_ms, dtypes=["bfloat16", "float16"],
                      hyperparameters={"seed": seed})
     return MLPModel(device, net, card)
+
+
+def untrained_problem_net(kind, device: str = "h100", seed: int = 0, dtypes=("bfloat16", "float16")):
+    """A cuBLAS gate or cuBLAS time head (`kind`: CublasGate or AtenHead of model/cublas.py) with small
+    random weights and identity standardization, as `fit_gate` / `fit_aten` would shape it."""
+    import torch
+
+    from kernel_select.model.card import Architecture, ModelCard, build_body
+    from kernel_select.model.cublas import PROBLEM_FEATURE_NAMES, PROBLEM_FEATURE_VERSION
+
+    torch.manual_seed(seed)
+    names = list(PROBLEM_FEATURE_NAMES)
+    arch = Architecture(inputs=len(names), hidden_widths=[8], activation="silu")
+    card = ModelCard(model=kind.STEM, device=device, architecture=arch,
+                     feature_version=PROBLEM_FEATURE_VERSION, feature_names=names,
+                     feature_mean=[0.0] * len(names), feature_std=[1.0] * len(names), dtypes=list(dtypes),
+                     hyperparameters={"seed": seed})
+    return kind(device, build_body(arch), card)
+
+
+def constant_gate(ratio: float, device: str = "h100"):
+    """A real CublasGate whose network predicts cuBLAS / best Triton time = `ratio` for every problem
+    (to float32 precision): its last layer's weights are zero and its bias log(ratio)."""
+    import math
+
+    import torch
+
+    from kernel_select.model.cublas import CublasGate
+
+    gate = untrained_problem_net(CublasGate, device=device)
+    last = gate.net[-1]
+    with torch.no_grad():
+        last.weight.zero_()
+        last.bias.fill_(math.log(ratio))
+    return gate

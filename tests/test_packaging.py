@@ -29,7 +29,7 @@ BUILD_INPUTS = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "LICEN
                 "kernel_select", "models", "luts")
 #: Libraries of the extras (and lightgbm, of none): a ranking must load none of them.
 NOT_CORE = ("pandas", "pyarrow", "scipy", "tqdm", "matplotlib", "transformers", "lightgbm")
-TOPK = ["topk", "--m", "560", "--n", "1280", "--k", "3420", "--device", "h100", "-k", "4"]
+TOPK = ["topk", "--m", "560", "--n", "1280", "--k", "3420", "--device", "h100", "--gemm-topk", "4"]
 #: Ranks with the CLI's own entry point, then prints which NOT_CORE modules the ranking loaded
 #: beyond those `import torch` loaded itself (torch.hub imports tqdm whenever it is installed).
 RANK_AND_LIST_MODULES = f"""
@@ -142,7 +142,7 @@ def test_the_core_environment_holds_none_of_the_extras(installed, tmp_path):
 @pytest.mark.slow
 def test_the_installed_package_is_the_wheel_with_its_data(installed, tmp_path):
     script = ("import kernel_select, kernel_select.resources as r; print(kernel_select.__file__); "
-              "print(r.models_dir()); print(r.shipped_lut('h100_seed.json'))")
+              "print(r.shipped_dir('models')); print(r.shipped_lut('h100_seed.json'))")
     out = _run([str(installed / "python"), "-c", script], cwd=tmp_path, env=_clean_env())
     package, models, lut = (Path(line) for line in out.splitlines())
     venv_root = installed.parent
@@ -158,15 +158,24 @@ def test_the_installed_package_is_the_wheel_with_its_data(installed, tmp_path):
 def test_installed_topk_ranks_with_the_mlp_and_the_gate(installed, tmp_path):
     out = _run([str(installed / "kernel-select"), *TOPK], cwd=tmp_path, env=_clean_env())
     assert "ranked by: mlp model for h100" in out
-    assert "cuBLAS gate: predicted cuBLAS / best Triton time" in out
+    assert "cuBLAS decision (gate): predicted cuBLAS / best Triton time" in out
 
 
 @pytest.mark.slow
 def test_installed_topk_on_an_h200_ranks_with_its_own_mlp(installed, tmp_path):
     out = _run([str(installed / "kernel-select"), "topk", "--m", "560", "--n", "1280", "--k", "3420",
-                "--device", "h200", "-k", "4"], cwd=tmp_path, env=_clean_env())
+                "--device", "h200", "--gemm-topk", "4"], cwd=tmp_path, env=_clean_env())
     assert "ranked by: mlp model for h200" in out and "measured on h100" not in out.split("ranked by:")[1]
-    assert "cuBLAS gate: predicted cuBLAS / best Triton time" in out  # the H100 gate, borrowed
+    assert "cuBLAS decision (gate): predicted cuBLAS / best Triton time" in out  # the H100 gate, borrowed
+
+
+@pytest.mark.slow
+def test_the_installed_command_and_module_report_the_packages_version(installed, tmp_path):
+    import kernel_select
+
+    expected = f"kernel-select {kernel_select.__version__}"
+    for command in ([str(installed / "kernel-select")], [str(installed / "python"), "-m", "kernel_select"]):
+        assert _run([*command, "--version"], cwd=tmp_path, env=_clean_env()).strip() == expected
 
 
 @pytest.mark.slow
@@ -204,9 +213,12 @@ def test_a_ranking_loads_no_extra_even_where_the_extras_are_installed(tmp_path):
 def test_packaging_metadata_has_one_version_source_and_a_tested_torch_range():
     import kernel_select
 
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    project = pyproject["project"]
     assert "version" in project["dynamic"] and "version" not in project
     assert kernel_select.__version__.count(".") == 2
+    version_source = pyproject["tool"]["setuptools"]["dynamic"]["version"]
+    assert version_source == {"attr": "kernel_select._version.__version__"}
     assert any(dep.replace(" ", "") == "torch>=2.11,<2.14" for dep in project["dependencies"])
     assert project["license"] == "BSD-3-Clause" and (REPO / "LICENSE").is_file()
     assert (REPO / "kernel_select" / "py.typed").is_file()

@@ -11,7 +11,7 @@ from kernel_select.errors import ProblemError
 from kernel_select.lut import parse_lut
 from kernel_select.model.analytical import AnalyticalModel
 from kernel_select.problem import Problem
-from kernel_select.select import top_k
+from kernel_select.select import select
 from kernel_select.space import for_problem
 from tests.inductor_doubles import FakeLUT
 
@@ -54,4 +54,5 @@ def test_selection_is_the_same_for_every_layout_while_the_model_ignores_it():
     lut = FakeLUT({(560, 1280, 3420, "bfloat16"): [TRITON]})
     nn, nt = Problem(560, 1280, 3420), Problem(560, 1280, 3420, layout="nt")
     assert (model.estimate(nt, for_problem(nt, "h100")) == model.estimate(nn, for_problem(nn, "h100"))).all()
-    assert top_k(nt, 6, lut=lut, model=model) == top_k(nn, 6, lut=lut, model=model)
+    picks = [select(problem, model=model, gemm_topk=6, lut=lut).choices for problem in (nt, nn)]
+    assert picks[0] == picks[1] and len(picks[0]) == 6 and picks[0][0].source == "lut"

@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 
-from kernel_select import runtime
+from kernel_select import runtime, warn
 from kernel_select.device import get_device
-from kernel_select.errors import LUTError, ModelError
-from kernel_select.model import MODELS_DIR_ENV
+from kernel_select.errors import LUTError, ModelError, NoTrainedModelError
+from kernel_select.model.cublas import CublasGate
+from kernel_select.resources import MODELS_DIR_ENV
 
 REPO = Path(__file__).resolve().parent.parent
 H100 = get_device("h100")
@@ -118,17 +119,17 @@ def test_warn_once_is_keyed_by_cause_not_by_message(caplog: pytest.LogCaptureFix
             return exc
 
     with caplog.at_level(logging.WARNING, logger="kernel_select.test"):
-        shown = [runtime.warn_fallback(failure(i), logger, "falling back") for i in range(50)]
+        shown = [warn.warn_fallback(failure(i), logger, "falling back") for i in range(50)]
         tagged = failure(0)
         tagged.cause_id = "lut:/some/file.json"  # type: ignore[attr-defined]
-        shown.append(runtime.warn_fallback(tagged, logger, "falling back"))
+        shown.append(warn.warn_fallback(tagged, logger, "falling back"))
     assert shown.count(True) == 2 and len(caplog.records) == 2
-    runtime.reset()
-    assert runtime.warn_fallback(failure(1), logger, "falling back")
+    runtime.reset()  # forgets the warnings shown, too
+    assert warn.warn_fallback(failure(1), logger, "falling back")
 
 
 def shipped_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: Callable[[Path], None]) -> Path:
-    """A copy of the shipped h100 models with one file damaged, made the models directory."""
+    """A copy of the shipped h100 models with one file damaged, made the user's model directory."""
     root = tmp_path / "models"
     shutil.copytree(REPO / "models" / "h100", root / "h100")
     damage(root / "h100")
@@ -136,9 +137,10 @@ def shipped_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: Callab
     return root
 
 
-@pytest.mark.parametrize("damage", ["truncated", "garbage-card"])
-def test_a_broken_shipped_model_is_an_error_naming_the_file_never_the_analytical_model(
-        damage: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+@pytest.mark.parametrize("damage, broken, message", [("truncated", "mlp.pt", "cannot be loaded as weights"),
+                                                      ("garbage-card", "mlp.json", "Invalid JSON")])
+def test_a_broken_model_is_an_error_naming_the_file_never_another_model(
+        damage: str, broken: str, message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     def truncate(folder: Path) -> None:
         weights = folder / "mlp.pt"
         weights.write_bytes(weights.read_bytes()[:100])
@@ -146,20 +148,37 @@ def test_a_broken_shipped_model_is_an_error_naming_the_file_never_the_analytical
     def garble(folder: Path) -> None:
         (folder / "mlp.json").write_text("{not json")
 
-    shipped_copy(tmp_path, monkeypatch, truncate if damage == "truncated" else garble)
-    with pytest.raises(ModelError, match=r"mlp\.pt: the model shipped for h100 does not load.*retrain"):
+    root = shipped_copy(tmp_path, monkeypatch, truncate if damage == "truncated" else garble)
+    with pytest.raises(ModelError, match=message) as first:
         runtime.model(None, H100)
-    # Cached: the next GEMM gets the same error without touching the file again.
-    (tmp_path / "models" / "h100" / "mlp.pt").unlink()
-    with pytest.raises(ModelError, match="does not load"):
+    assert str(root / "h100" / broken) in str(first.value) and "retrain" in str(first.value)
+    # Cached: the next GEMM gets the same error without touching the files again.
+    (root / "h100" / "mlp.pt").unlink()
+    with pytest.raises(ModelError) as second:
         runtime.model(None, H100)
+    assert str(second.value) == str(first.value)
 
 
-def test_without_a_shipped_model_the_analytical_model_is_the_default(tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch):
+def test_without_a_trained_model_the_default_is_an_error_loaded_once(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv(MODELS_DIR_ENV, str(tmp_path))
-    assert runtime.model(None, H100).name == "analytical"
-    assert runtime.model(None, H100) is runtime.model(None, H100)
+    a100 = get_device("a100")
+    loads = []
+    load_default = runtime.load_default
+    monkeypatch.setattr(runtime, "load_default", lambda device: loads.append(device) or load_default(device))
+    for _ in range(3):
+        with pytest.raises(NoTrainedModelError, match="no trained model for a100"):
+            runtime.model(None, a100)
+    assert loads == [a100]
+    assert runtime.model("analytical", a100).name == "analytical"  # only when asked for by name
+    assert runtime.model(None, H100) is runtime.model(None, H100)  # the shipped model, loaded once
+
+
+def test_gates_are_loaded_once_per_device(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv(MODELS_DIR_ENV, str(tmp_path))
+    gate = runtime.gate(H100)
+    assert isinstance(gate, CublasGate) and runtime.gate(H100) is gate
+    assert runtime.gate(get_device("a100")) is None
 
 
 def test_reset_forgets_cached_models_and_devices(monkeypatch: pytest.MonkeyPatch):

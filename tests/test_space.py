@@ -1,4 +1,5 @@
-"""The config space must match Inductor's own heuristic output, count for count."""
+"""The config space matches Inductor's own heuristic output, count for count, and holds only configs that
+pass its one hardware check (`unfit_reason`, which hand-written LUT configs go through too)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from kernel_select.space import (
     for_problem,
     inductor_configs,
     shared_memory_bytes,
+    unfit_reason,
 )
 
 SEED = Problem(560, 1280, 3420, "bfloat16")
@@ -57,3 +59,33 @@ def test_space_is_deduplicated_and_fits(m, n, k):
     configs = for_problem(problem, "a100")
     assert len(set(configs)) == len(configs)
     assert all(fits_shared_memory(c, 4, get_device("a100")) for c in configs)
+
+
+@pytest.mark.parametrize("config, dtype, reason", [
+    (GemmConfig(block_m=128, block_n=128, block_k=128, num_stages=4, num_warps=8), "bfloat16",
+     "128x128x128 s4 w8 needs 262,272 B of shared memory per block for bfloat16; h100 allows 232,448 B"),
+    (GemmConfig(block_m=256, block_n=256, block_k=32, num_stages=4, num_warps=4), "bfloat16",
+     "256x256x32 s4 w4 needs 512 accumulator registers per thread; a thread may use 255"),
+    (GemmConfig(block_m=512, block_n=256, block_k=16, num_stages=1, num_warps=32), "bfloat16",
+     "512x256x16 s1 w32 needs 131,072 accumulator registers per block; h100 has 65,536 per SM"),
+    (GemmConfig(block_m=128, block_n=128, block_k=64, num_stages=4, num_warps=8), "float32",
+     "128x128x64 s4 w8 needs 262,272 B of shared memory per block for float32; h100 allows 232,448 B"),
+    (GemmConfig(block_m=128, block_n=128, block_k=64, num_stages=4, num_warps=8), "bfloat16", None),
+])
+def test_unfit_reason_names_the_figure_and_the_limit(config: GemmConfig, dtype: str, reason: str | None):
+    assert unfit_reason(config, dtype, get_device("h100")) == reason
+
+
+def test_the_lut_check_is_the_spaces_one_check():
+    from kernel_select.lut import hardware
+
+    assert hardware.unfit_reason is unfit_reason
+
+
+@pytest.mark.parametrize("device", ["h100", "a100"])
+@pytest.mark.parametrize("problem", [SEED, Problem(8192, 8192, 8192, "float32"),
+                                     Problem(1, 4096, 4096, "float16")])
+def test_every_config_the_space_proposes_can_run(device: str, problem: Problem):
+    # what the space proposes and what a LUT may hold are limited by the same check
+    spec = get_device(device)
+    assert all(unfit_reason(c, problem.dtype, spec) is None for c in for_problem(problem, spec))

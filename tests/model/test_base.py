@@ -1,5 +1,5 @@
 """The estimate() contract: every registered model keeps it, estimate validates once and calls
-predict(problem, device, configs), and load_default falls back as documented."""
+predict(problem, device, configs), and load_default serves only trained models."""
 
 from __future__ import annotations
 
@@ -8,10 +8,12 @@ import pytest
 from tests.model_contract import MODEL_CHECKS, assert_model_contract
 
 from kernel_select.configs import GemmConfig
-from kernel_select.errors import ModelError, ProblemError, UnsupportedProblemError
+from kernel_select.errors import ModelError, NoTrainedModelError, ProblemError, UnsupportedProblemError
 from kernel_select.model.analytical import AnalyticalModel
+from kernel_select.model.mlp import MLPModel
 from kernel_select.problem import Problem
 from kernel_select.model import PerformanceModel, get_model, load_default, registered_models
+from kernel_select.resources import MODELS_DIR_ENV
 
 DEVICE = "h100"
 
@@ -103,21 +105,36 @@ def test_malformed_predictions_are_a_model_error(result):
         _Recording(DEVICE, result).estimate(Problem(64, 64, 64), CONFIGS)
 
 
-def test_no_device_means_the_local_gpu(monkeypatch):
+@pytest.fixture
+def no_user_models(tmp_path, monkeypatch):
+    """An empty user model directory: only the shipped models serve."""
+    monkeypatch.setenv(MODELS_DIR_ENV, str(tmp_path))
+
+
+@pytest.mark.parametrize("device", ["h200", "a100"])
+def test_no_device_means_the_local_gpu(monkeypatch, no_user_models, device):
     from kernel_select import device as device_module
 
-    monkeypatch.setattr(device_module, "detect", lambda index=0: device_module.get_device("a100"))
-    assert get_model("analytical").device.key == "a100"
-    assert load_default().device.key == "a100"
+    monkeypatch.setattr(device_module, "detect", lambda index=0: device_module.get_device(device))
+    assert get_model("analytical").device.key == device
+    if device == "h200":
+        model = load_default()
+        assert isinstance(model, MLPModel) and model.device.key == model.card.device == "h200"
+    else:
+        with pytest.raises(NoTrainedModelError, match="a100"):
+            load_default()
 
 
-def test_load_default_without_trained_model_is_analytical(tmp_path, monkeypatch):
-    monkeypatch.setenv("KERNEL_SELECT_MODELS_DIR", str(tmp_path))  # an empty models directory
-    model = load_default(DEVICE)
-    assert isinstance(model, AnalyticalModel)
-    assert model.device.key == DEVICE
-    assert "analytical" in model.describe() and DEVICE in model.describe()
-    assert model.estimate(560, 1280, 3420, "bfloat16", []).shape == (0,)
+def test_load_default_without_a_trained_model_raises_and_never_ranks_analytically(no_user_models):
+    with pytest.raises(NoTrainedModelError) as info:
+        load_default("a100")
+    assert isinstance(info.value, ModelError)  # callers that catch ModelError keep working
+    message = str(info.value)
+    assert "no trained model for a100" in message and "kernel-select calibrate" in message
+    assert "model='analytical'" in message  # the untrained model is there, by name only
+    analytical = get_model("analytical", "a100")
+    assert isinstance(analytical, AnalyticalModel) and analytical.device.key == "a100"
+    assert isinstance(load_default(DEVICE), MLPModel)  # an empty user folder: the shipped model
 
 
 def test_get_model_names_the_available_models():

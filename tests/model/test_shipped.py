@@ -1,5 +1,5 @@
-"""Which model a device gets: its own, a same-architecture device's, or the analytical one with a
-warning when a shipped model is broken. Broken files are ModelErrors naming the file and the fix."""
+"""The shipped models: which ones each device folder carries, what their cards say, and that a broken
+file is a ModelError naming the file and the fix. (Which folder serves a device: test_folders.py.)"""
 
 from __future__ import annotations
 
@@ -11,24 +11,27 @@ import pytest
 import torch
 from tests.synthetic import untrained_mlp
 
-from kernel_select.errors import ModelCardMismatchError
-from kernel_select.model import MODELS_DIR_ENV, base, load_default
-from kernel_select.model.analytical import AnalyticalModel
+from kernel_select.errors import ModelCardMismatchError, NoTrainedModelError
+from kernel_select.model import load_default, load_gate
 from kernel_select.model.card import ModelCard
-from kernel_select.model.gate import load_default_gate
 from kernel_select.model.mlp import CARD_FILE, WEIGHTS_FILE, MLPModel
-from kernel_select.resources import models_dir
+from kernel_select.resources import MODELS_DIR_ENV, shipped_dir
 
-SHIPPED_H100 = models_dir() / "h100"
+SHIPPED = shipped_dir("models")
 
 
 @pytest.fixture
 def models(tmp_path, monkeypatch):
-    """A private copy of the shipped models folder, and a fresh warn-once memory."""
-    shutil.copytree(SHIPPED_H100, tmp_path / "h100")
+    """A private copy of the shipped h100 folder, as the user's model directory."""
+    shutil.copytree(SHIPPED / "h100", tmp_path / "h100")
     monkeypatch.setenv(MODELS_DIR_ENV, str(tmp_path))
-    monkeypatch.setattr(base, "_WARNED_SUBSTITUTES", set())
     return tmp_path
+
+
+@pytest.fixture
+def shipped_only(tmp_path, monkeypatch):
+    """An empty user model directory: the shipped models serve."""
+    monkeypatch.setenv(MODELS_DIR_ENV, str(tmp_path))
 
 
 def _truncate(path):
@@ -56,43 +59,23 @@ def test_a_broken_model_file_is_a_model_error_naming_file_and_fix(models, breaka
     assert "this pickle ran code" not in capsys.readouterr().out
 
 
-def test_load_default_warns_when_a_shipped_model_is_broken(models, caplog):
+def test_load_default_raises_when_the_model_serving_the_device_is_broken(models, caplog):
     _truncate(models / "h100" / WEIGHTS_FILE)
-    with caplog.at_level(logging.INFO, logger="kernel_select"):
-        model = load_default("h100")
-    assert isinstance(model, AnalyticalModel)
-    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1
-    assert str(models / "h100" / WEIGHTS_FILE) in warnings[0].getMessage()
-    assert "kernel-select train" in warnings[0].getMessage()
-
-
-def test_a_device_without_a_model_falls_back_quietly(models, caplog):
-    with caplog.at_level(logging.INFO, logger="kernel_select"):
-        assert isinstance(load_default("a100"), AnalyticalModel)
+    with caplog.at_level(logging.INFO, logger="kernel_select"), \
+            pytest.raises(ModelCardMismatchError, match="cannot be loaded as weights") as info:
+        load_default("h100")
+    assert str(models / "h100" / WEIGHTS_FILE) in str(info.value) and "kernel-select train" in str(info.value)
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
-@pytest.mark.parametrize("device", ["h200", "h100-pcie"])
-def test_a_same_architecture_device_uses_the_h100_model_with_one_warning(models, device, caplog):
-    with caplog.at_level(logging.WARNING, logger="kernel_select"):
-        model = load_default(device)
-        again = load_default(device)
-        gate = load_default_gate(device)
-    assert isinstance(model, MLPModel) and isinstance(again, MLPModel)
-    assert model.device.key == device and model.card.device == "h100"
-    assert "measured on h100" in model.describe()
-    assert gate is not None and gate.device.key == device
-    messages = [r.getMessage() for r in caplog.records]
-    mlp_warnings = [m for m in messages if "no mlp model trained on" in m]
-    assert len(mlp_warnings) == 1 and str(models / "h100" / WEIGHTS_FILE) in mlp_warnings[0]
-    assert "sm_90" in mlp_warnings[0]
+def test_a_device_without_a_model_raises_no_trained_model_error_quietly(shipped_only, caplog):
+    with caplog.at_level(logging.INFO, logger="kernel_select"), pytest.raises(NoTrainedModelError):
+        load_default("a100")
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 @pytest.mark.parametrize("device", ["h100", "h200"])
-def test_each_device_with_its_own_folder_gets_its_own_mlp(device, monkeypatch, caplog):
-    monkeypatch.delenv(MODELS_DIR_ENV, raising=False)
-    monkeypatch.setattr(base, "_WARNED_SUBSTITUTES", set())
+def test_each_device_with_its_own_folder_gets_its_own_mlp(device, shipped_only, caplog):
     with caplog.at_level(logging.WARNING, logger="kernel_select"):
         model = load_default(device)
     assert isinstance(model, MLPModel) and model.card.device == model.device.key == device
@@ -100,27 +83,27 @@ def test_each_device_with_its_own_folder_gets_its_own_mlp(device, monkeypatch, c
     assert not [r for r in caplog.records if "no mlp model" in r.getMessage()]
 
 
-def test_the_h200_ships_its_own_cublas_head_and_borrows_the_h100_gate(monkeypatch):
+def test_the_h200_ships_its_own_cublas_head_and_borrows_the_h100_gate(shipped_only):
     # On the 1,263-problem H200 file the head trained on H200 problems beat the H100 one on both
     # held-out splits, the gate did not (docs/model.md): the folder ships the MLP and the head, and
     # the missing gate falls back on its own.
-    monkeypatch.delenv(MODELS_DIR_ENV, raising=False)
-    model, gate = load_default("h200"), load_default_gate("h200")
-    shipped = sorted(path.name for path in (models_dir() / "h200").iterdir())
+    model, gate = load_default("h200"), load_gate("h200")
+    shipped = sorted(path.name for path in (SHIPPED / "h200").iterdir())
     assert shipped == ["aten.json", "aten.pt", "eval.json", "mlp.json", "mlp.pt"]
     assert model.aten is not None and model.aten.card.device == "h200" and model.aten.device.key == "h200"
     assert gate is not None and gate.card.device == "h100" and gate.device.key == "h200"
 
 
 def test_the_h200_model_is_the_h100_model_fine_tuned_on_h200_data():
-    h200, h100 = MLPModel.load(models_dir() / "h200", "h200"), MLPModel.load(models_dir() / "h100", "h100")
+    h200, h100 = MLPModel.load(SHIPPED / "h200", "h200"), MLPModel.load(SHIPPED / "h100", "h100")
     assert h200.card.hyperparameters["init"]["digest"] == h100.digest()
     assert h200.card.data.file == "h200.parquet" and h200.card.data.device_names == ["NVIDIA H200"]
 
 
 def test_an_a100_never_borrows_the_h100_model(models):
-    assert isinstance(load_default("a100"), AnalyticalModel)
-    assert load_default_gate("a100") is None
+    with pytest.raises(NoTrainedModelError, match="no trained model for a100"):
+        load_default("a100")
+    assert load_gate("a100") is None
 
 
 def test_a_schema_v1_card_is_read_as_v2():
@@ -137,7 +120,7 @@ def test_a_schema_v1_card_is_read_as_v2():
                                             ("h200", ("mlp", "aten"))])
 def test_shipped_checkpoints_carry_their_architecture(device, stems):
     for stem in stems:
-        card = ModelCard.model_validate_json((models_dir() / device / f"{stem}.json").read_text())
+        card = ModelCard.model_validate_json((SHIPPED / device / f"{stem}.json").read_text())
         activation = {"mlp": "relu", "aten": "silu", "cublas_gate": "silu"}[stem]
         assert card.model == stem and card.device == device and card.architecture.activation == activation
         assert card.architecture.inputs == len(card.feature_names) == len(card.feature_mean)
@@ -145,13 +128,14 @@ def test_shipped_checkpoints_carry_their_architecture(device, stems):
 
 def test_the_shipped_model_ranks_one_size_differently_per_layout():
     """Features v4 read the layout: GPT-2's LM head (x @ W.t(), "nt") and the same sizes in the
-    other layouts get different orders, while a v3-style model would score all three alike."""
+    other layouts get different orders, while a model without the layout columns would score all
+    three alike."""
     import numpy as np
 
     from kernel_select.problem import Problem
     from kernel_select.space import for_problem
 
-    model = MLPModel.load(models_dir() / "h100", "h100")
+    model = MLPModel.load(SHIPPED / "h100", "h100")
     assert model.card.feature_version == 4 and model.trained_layouts() == ("nn", "nt", "tn")
     configs = for_problem(Problem(1024, 50257, 768, "bfloat16"), "h100")
     firsts = {layout: tuple(np.argsort(model.estimate(Problem(1024, 50257, 768, "bfloat16", layout=layout),

@@ -17,6 +17,7 @@ from kernel_select.offline.data import active, dataset, shapes, splits
 from kernel_select.offline.data.sampler import compile_class
 from kernel_select.offline.data.shapes import Shape
 from kernel_select.offline.training import active_experiment
+from kernel_select.offline.training.train import save_model
 from kernel_select.problem import Problem
 from tests.synthetic import synthetic_frame, untrained_mlp
 
@@ -146,7 +147,7 @@ def test_cli_disagreement_uses_the_committee(tmp_path):
     pool, _ = _write_pool(tmp_path)
     dirs = [tmp_path / f"member{seed}" for seed in range(2)]
     for seed, folder in enumerate(dirs):
-        untrained_mlp(seed=seed).save(folder)
+        save_model(untrained_mlp(seed=seed), folder)
     out = tmp_path / "next.json"
     assert main(["shapes", "--active", "--pool", str(pool), "--rows", "2000", "--strategy", "disagreement",
                  "--committee", *map(str, dirs), "--out", str(out)]) == 0

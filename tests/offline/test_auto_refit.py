@@ -1,4 +1,4 @@
-"""topk="auto" chosen again on every val row: the card's figure is eval's, and only the card changes."""
+"""gemm_topk="auto" chosen again on every val row: the card's figure is eval's, and only the card changes."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from kernel_select.model.mlp import CARD_FILE, WEIGHTS_FILE, MLPModel
 from kernel_select.offline.data import dataset, splits
 from kernel_select.offline.training.auto_refit import refit_auto, refit_auto_dir
 from kernel_select.offline.training.evaluate import evaluate
+from kernel_select.offline.training.train import save_model
 from tests.synthetic import synthetic_frame, untrained_mlp
 
 AUTO_KEYS = ("auto_topk_rule", "auto_topk_gap", "auto_topk_floor", "auto_topk_spread")
@@ -46,7 +47,7 @@ def test_refit_rewrites_the_card_and_leaves_the_weights(data, tmp_path, capsys):
     model = untrained_mlp(members=2)
     model.card.hyperparameters.update(auto_topk_rule="gap", auto_topk_gap=0.5, auto_topk_floor=1,
                                       auto_topk_spread=None)  # k = the cap almost everywhere
-    model.save(tmp_path)
+    save_model(model, tmp_path)
     weights, before = (tmp_path / WEIGHTS_FILE).read_bytes(), json.loads((tmp_path / CARD_FILE).read_text())
     assert main(["train", "--refit-auto", "--data", str(data), "--out", str(tmp_path)]) == 0
     assert f"topk='auto' on {val_problems(data)} val problems" in capsys.readouterr().out
@@ -64,7 +65,7 @@ def test_refit_rewrites_the_card_and_leaves_the_weights(data, tmp_path, capsys):
 def test_a_dataset_without_val_problems_is_refused(tmp_path, capsys):
     path = tmp_path / "train_only.parquet"
     dataset.write(synthetic_frame({"train": 2}, configs_per_problem=20), path)
-    untrained_mlp(members=2).save(tmp_path / "m")
+    save_model(untrained_mlp(members=2), tmp_path / "m")
     with pytest.raises(DatasetError, match="'val'"):
         refit_auto_dir(tmp_path / "m", path)
     with pytest.raises(SystemExit) as exited:

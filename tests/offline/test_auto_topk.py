@@ -1,28 +1,28 @@
-"""topk="auto": the near-tie rule, its knob, and how it is chosen and measured offline."""
+"""gemm_topk="auto": the near-tie rule, its knobs, and how it is chosen and measured offline."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from kernel_select import knobs
+from kernel_select import knobs, options
 from kernel_select.errors import ConfigError, OptionError
 from kernel_select.model import get_model
-from kernel_select.model.mlp import auto_k_from_gap
+from kernel_select.model.auto_topk import auto_k_from_gap
 from kernel_select.offline.training.uncertainty import choose_gap, gap_k, scores_at_k
 from kernel_select.problem import Problem
-from kernel_select.select import AUTO_FALLBACK, resolve_k, top_k
+from kernel_select.select import AUTO_FALLBACK, resolve_k, select
 from tests.synthetic import untrained_mlp
 
 
 def test_the_knobs_accept_auto_and_a_cap():
-    assert knobs.parse_topk("Auto") == knobs.AUTO == "auto"
-    assert knobs.parse_auto_topk_cap("3") == 3
+    assert options.parse_topk("Auto") == options.AUTO == "auto"
+    assert options.parse_auto_topk_cap("3") == 3
     for bad in (0, "x", True, 2.5):
-        with pytest.raises(OptionError, match="auto_topk_cap"):
-            knobs.parse_auto_topk_cap(bad)
-    with knobs.patch(topk="auto", auto_topk_cap=2):
-        assert knobs.topk == "auto" and knobs.auto_topk_cap == 2
+        with pytest.raises(OptionError, match="gemm_auto_topk_cap"):
+            options.parse_auto_topk_cap(bad)
+    with knobs.patch(gemm_topk="auto", gemm_auto_topk_cap=2):
+        assert knobs.gemm_topk == "auto" and knobs.gemm_auto_topk_cap == 2
 
 
 def test_k_counts_the_near_ties_of_the_best_prediction_within_the_cap():
@@ -46,9 +46,9 @@ def test_resolve_k_auto_asks_the_model_and_falls_back_to_top4():
         resolve_k("auto", 3)
 
 
-def test_top_k_auto_returns_between_one_and_the_cap():
-    chosen = top_k(Problem(560, 1280, 3420, "bfloat16"), "auto", model=untrained_mlp(), auto_cap=3)
-    assert 1 <= len(chosen) <= 3
+def test_select_auto_returns_between_one_and_the_cap():
+    chosen = select(Problem(560, 1280, 3420, "bfloat16"), model=untrained_mlp(), gemm_topk="auto", auto_cap=3)
+    assert 1 <= len(chosen.choices) <= 3 and not chosen.hedged
 
 
 def test_gap_k_and_scores_at_k_per_problem():
@@ -84,11 +84,11 @@ def test_choose_gap_takes_a_floor_of_two_when_the_runner_up_often_wins():
     assert choose_gap(groups, log_pred, runtime, budget=1.5)["floor"] == 1  # 2 per problem is over budget
 
 
-def test_top_k_auto_lets_the_model_ask_its_members():
+def test_select_auto_lets_the_model_ask_its_members():
     problem = Problem(560, 1280, 3420, "bfloat16")
-    model = untrained_mlp(feature_version=3, members=2)
+    model = untrained_mlp(members=2)
     model.card.hyperparameters.update(auto_topk_rule="spread", auto_topk_floor=1, auto_topk_gap=0.0,
                                       auto_topk_spread=1e-9)  # any disagreement at all: the cap
-    assert len(top_k(problem, "auto", model=model, auto_cap=5)) == 5
+    assert len(select(problem, model=model, gemm_topk="auto", auto_cap=5).choices) == 5
     model.card.hyperparameters["auto_topk_spread"] = 1e9  # no disagreement counts: the floor
-    assert len(top_k(problem, "auto", model=model, auto_cap=5)) == 1
+    assert len(select(problem, model=model, gemm_topk="auto", auto_cap=5).choices) == 1

@@ -271,7 +271,7 @@ def test_inproc_method_passes_the_knob_to_install(monkeypatch: pytest.MonkeyPatc
     inproc = ModelMethod(**json.loads(json.dumps(dataclasses.asdict(inproc))))
     for method in (inproc, plain):  # Dynamo without Inductor: compiles lazily, nothing runs here
         dataclasses.replace(method, backend="eager").compile(torch.nn.Linear(2, 2))
-    assert [(c["topk"], c["precompile_in_process"]) for c in calls] == [(4, True), (4, False)]
+    assert [(c["gemm_topk"], c["gemm_precompile_in_process"]) for c in calls] == [(4, True), (4, False)]
 
 
 @pytest.mark.slow

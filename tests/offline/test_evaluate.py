@@ -133,7 +133,16 @@ def test_baselines(tiny):
     assert "skipped" in nvmmh or "topk" in nvmmh
 
 
-def test_an_unavailable_model_is_reported_as_skipped(tiny, tmp_path, monkeypatch):
-    monkeypatch.setenv("KERNEL_SELECT_MODELS_DIR", str(tmp_path))  # nothing shipped here
+def test_a_device_without_a_trained_model_is_reported_as_skipped(tiny, tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNEL_SELECT_MODELS_DIR", str(tmp_path))  # nothing of the user's either
+    report = evaluate(tiny[0], "test", ["mlp", "analytical"], device="a100")
+    assert "no trained model for a100" in report["methods"]["mlp"]["skipped"]
+    assert "topk" in report["methods"]["analytical"]  # the others are still scored
+
+
+def test_a_model_that_does_not_load_is_reported_as_skipped_naming_the_file(tiny, tmp_path, monkeypatch):
+    (tmp_path / "h100").mkdir()
+    (tmp_path / "h100" / "mlp.json").write_text("{not json")  # the user's h100 model, broken
+    monkeypatch.setenv("KERNEL_SELECT_MODELS_DIR", str(tmp_path))
     report = evaluate(tiny[0], "test", ["mlp"])
-    assert "no trained mlp model" in report["methods"]["mlp"]["skipped"]
+    assert str(tmp_path / "h100" / "mlp.json") in report["methods"]["mlp"]["skipped"]

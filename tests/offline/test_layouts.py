@@ -228,19 +228,21 @@ def test_evaluation_scores_the_layouts_a_model_reads_and_reports_each():
 
     nn_only = synthetic_frame({"test": 3}, configs_per_problem=20)
     mixed, _ = _with_a_transposed_copy(nn_only)
-    v3, v4 = untrained_mlp(feature_version=3), untrained_mlp(feature_version=4)
-    v4.card = v4.card.model_copy(update={"layouts": ["nn", "nt"]})
-    v3.name, v4.name = "mlp_v3", "mlp_v4"
-    report = evaluate("synthetic.parquet", "test", [v3, v4], device=H100, frame=mixed)
+    # two models of the same features: one trained on "nn" rows only (its card says so), one on both
+    nn_model, both = untrained_mlp(feature_version=4), untrained_mlp(feature_version=4, seed=1)
+    both.card = both.card.model_copy(update={"layouts": ["nn", "nt"]})
+    nn_model.name, both.name = "mlp_nn", "mlp_both"
+    report = evaluate("synthetic.parquet", "test", [nn_model, both], device=H100, frame=mixed)
     assert report["problems"] == 6
-    for method in ("mlp_v3", "mlp_v4"):
+    for method in ("mlp_nn", "mlp_both"):
         per_layout = report["methods"][method]["layouts"]
         assert {k: v["problems"] for k, v in per_layout.items()} == {"nn": 3, "nt": 3}
-    # the v3 model's top-k stays its "nn" figure; the v4 model's covers both layouts
-    nn_alone = evaluate("synthetic.parquet", "test", [v3], device=H100, frame=nn_only)["methods"]["mlp_v3"]
-    v3_report = report["methods"]["mlp_v3"]
-    assert v3_report["topk"] == nn_alone["topk"] == v3_report["layouts"]["nn"]["topk"]
-    assert report["methods"]["mlp_v4"]["topk_layouts"] == ["nn", "nt"]
+    # the "nn" model's top-k stays its "nn" figure; the other model's covers both layouts
+    nn_alone = evaluate("synthetic.parquet", "test", [nn_model], device=H100,
+                        frame=nn_only)["methods"]["mlp_nn"]
+    nn_report = report["methods"]["mlp_nn"]
+    assert nn_report["topk"] == nn_alone["topk"] == nn_report["layouts"]["nn"]["topk"]
+    assert report["methods"]["mlp_both"]["topk_layouts"] == ["nn", "nt"]
 
 
 def test_the_layout_filter_keeps_a_frame_of_nn_rows_as_it_is():

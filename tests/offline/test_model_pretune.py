@@ -62,7 +62,7 @@ def fake_benchmark(problem: Problem, configs: list[GemmConfig], device: object,
 def test_the_worker_pins_every_gemm_of_the_workload(tmp_path: Path) -> None:
     out = tmp_path / "recsys-mlp_decode.json"
     spec = {"model": "recsys-mlp/decode", "device": "cpu", "tiny": True, "lut": str(out), "k": 2}
-    with knobs.patch(cublas_margin="off"):  # every GEMM benchmarked: the pins follow fake_benchmark
+    with knobs.patch(gemm_cublas_margin="off"):  # every GEMM benchmarked: the pins follow fake_benchmark
         result = make_pinned_lut(spec, device_spec=H100, benchmark=fake_benchmark)
     sites = discover_sites(model_zoo.build_workload("recsys-mlp/decode", device="cpu", tiny=True))
     assert result["lut"] == str(out) and result["k"] == 2 and result["pretune_s"] > 0
@@ -80,7 +80,7 @@ def test_the_worker_pins_aten_where_the_shipped_gate_skips_triton(tmp_path: Path
     spec = {"model": "recsys-mlp/decode", "device": "cpu", "tiny": True, "lut": str(out), "k": 2}
     result = make_pinned_lut(spec, device_spec=H100, benchmark=fake_benchmark)
     gated = [site for site in result["sites"] if "gated" in site]
-    assert gated and all(site["pin"] == ATEN and "cuBLAS gate" in site["gated"] for site in gated)
+    assert gated and all(site["pin"] == ATEN and "cuBLAS decision (gate)" in site["gated"] for site in gated)
     assert result["entries"] == len(result["sites"])
 
 

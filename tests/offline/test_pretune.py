@@ -13,9 +13,9 @@ from kernel_select.device import get_device
 from kernel_select.errors import KernelSelectError
 from kernel_select.lut import ATEN, KernelLUT, load_lut
 from kernel_select.offline.serving import pretune
-from kernel_select.problem import Problem
-from kernel_select.select import spread_ms
+from kernel_select.problem import Problem, spread_ms
 from tests.inductor_doubles import FakeModel
+from tests.synthetic import constant_gate
 
 H100 = get_device("h100")
 
@@ -168,8 +168,6 @@ def test_a_gemm_inductor_does_not_autotune_is_left_out_not_fatal(tmp_path: Path)
 def test_a_gemm_the_gate_sends_to_cublas_is_pinned_to_aten_without_a_benchmark(tmp_path: Path):
     """The handler's cuBLAS decision, clauses included: at a predicted ratio of 0.9 (inside the 0.15
     margin) a plain mm is benchmarked, a biased Linear's addmm goes to cuBLAS, as serving would send it."""
-    from tests.inductor.kit import FakeGate
-
     linear = pretune.Site(Problem(560, 1280, 3420, "bfloat16", op="addmm"), "m", 560, 8192, "nt")
     plain = pretune.Site(Problem(560, 1280, 3420, "bfloat16"), "m", 560, 8192, "nt")
     benchmarked = []
@@ -181,7 +179,7 @@ def test_a_gemm_the_gate_sends_to_cublas_is_pinned_to_aten_without_a_benchmark(t
 
     out = tmp_path / "gated.json"
     summary = pretune.pretune([linear, plain], out=out, device=H100, model=FakeModel(), k=2, points=3,
-                              benchmark=fake_benchmark, progress=False, gate=FakeGate(ratio=0.9),
+                              benchmark=fake_benchmark, progress=False, gate=constant_gate(0.9),
                               cublas_margin=0.15)
     lut = load_lut(out)
     entry = lut.match(Problem(1024, 1280, 3420, "bfloat16", op="addmm", layout="nt"), "h100")

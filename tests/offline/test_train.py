@@ -12,8 +12,9 @@ import torch
 from kernel_select.offline.data import dataset, splits
 from kernel_select.cli import main
 from kernel_select.errors import DatasetError, OptionError
-from kernel_select.model.features_v4 import FEATURE_VERSION
+from kernel_select.model.features import FEATURE_SETS, FEATURE_VERSION
 from kernel_select.model.mlp import CARD_FILE, MLPModel
+from kernel_select.offline.training.features import featurize_frame
 from kernel_select.offline.training.train import MLPHParams, _make_split, _training_rows, train, validate
 from tests.synthetic import synthetic_frame
 
@@ -42,11 +43,10 @@ def test_both_objectives_are_compared_and_the_better_is_kept(trained):
 
 def test_the_kept_model_is_better_than_its_initialization(data, trained):
     rows, _ = _training_rows(dataset.read(data), trained.model.device, [data], 384, 0)
-    from kernel_select.model.features_v4 import featurize_frame
-
     mean = np.asarray(trained.model.card.feature_mean)
     std = np.asarray(trained.model.card.feature_std)
-    val = _make_split(rows, ((featurize_frame(rows, "h100") - mean) / std).astype(np.float32), "val")
+    features = featurize_frame(rows, "h100", trained.model.card.feature_version)
+    val = _make_split(rows, ((features - mean) / std).astype(np.float32), "val")
     torch.manual_seed(0)
     from kernel_select.model.mlp import RuntimeNet
 
@@ -87,6 +87,7 @@ def test_bad_member_counts_are_refused_before_anything_is_written(data, tmp_path
 def test_card_records_what_was_learned_and_from_what(data, trained):
     card = json.loads((trained.out_dir / CARD_FILE).read_text())
     assert card["feature_version"] == FEATURE_VERSION
+    assert card["feature_names"] == list(FEATURE_SETS[FEATURE_VERSION])
     assert card["data"]["sha256"] == hashlib.sha256(data.read_bytes()).hexdigest()
     # the frozen test and family problems are never read; failed configs and aten rows are not targets
     frame = dataset.read(data)
@@ -110,6 +111,23 @@ def test_card_records_what_was_learned_and_from_what(data, trained):
     hyper = card["hyperparameters"]
     assert hyper["auto_topk_rule"] in ("gap", "spread") and hyper["auto_topk_floor"] in (1, 2)
     assert MLPModel.load(trained.out_dir).card.model_dump() == card
+
+
+def test_an_older_feature_version_is_trained_on_request(data, tmp_path):
+    result = train(data, tmp_path, device="h100", objective="mse", feature_version=4, progress=False,
+                   hparams=MLPHParams(hidden_widths=(16,), epochs=1, batch_rows=512, members=1))
+    loaded = MLPModel.load(tmp_path)
+    assert result.model.card.feature_version == loaded.card.feature_version == 4
+    assert loaded.card.feature_names == list(FEATURE_SETS[4])
+
+
+@pytest.mark.parametrize("version", [3, 6])
+def test_a_feature_version_this_code_does_not_compute_is_refused_before_anything_is_written(data, tmp_path,
+                                                                                          version):
+    out = tmp_path / "never"
+    with pytest.raises(OptionError, match=r"feature version: expected one of \[4, 5\]"):
+        train(data, out, device="h100", feature_version=version, hparams=SMALL, progress=False)
+    assert not out.exists()
 
 
 def test_same_seed_same_model(data, tmp_path):

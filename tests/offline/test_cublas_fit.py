@@ -1,0 +1,204 @@
+"""Training the cuBLAS decision's networks (offline/training/cublas_fit.py): per-problem ratios and
+cuBLAS times from dataset rows, fitting, the validation report, and the shipped gate's card."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from kernel_select.device import get_device
+from kernel_select.errors import ModelError
+from kernel_select.model.card import Architecture
+from kernel_select.model.cublas import CublasGate, problem_features
+from kernel_select.model.mlp import MLPModel
+from kernel_select.offline.data.dataset import read_many
+from kernel_select.offline.data.splits import split_masks
+from kernel_select.offline.training.cublas_fit import (
+    GATE_MARGINS,
+    cublas_errors_by_layout,
+    fit_aten,
+    fit_gate,
+    fit_problem_net,
+    gate_metrics,
+    problem_ratios,
+    problems_of,
+    save_problem_net,
+    table_features,
+)
+from kernel_select.offline.training.training_data import aten_problems, prepare_rows
+from kernel_select.problem import Problem
+from kernel_select.resources import shipped_dir
+from tests.synthetic import DEVICE, synthetic_frame
+
+REPO = Path(__file__).resolve().parents[2]
+H100 = get_device("h100")
+
+
+@pytest.fixture(scope="module")
+def frame():
+    return synthetic_frame({"train": 24, "val": 8, "test": 2}, configs_per_problem=24, seed=3)
+
+
+@pytest.fixture(scope="module")
+def gate(frame):
+    return fit_gate(frame, H100, epochs=60)
+
+
+@pytest.fixture(scope="module")
+def problems():
+    frame = synthetic_frame({"train": 24, "val": 8, "test": 0}, configs_per_problem=16)
+    rows, aten = prepare_rows(frame, DEVICE)
+    return aten_problems(rows, aten)
+
+
+@pytest.fixture(scope="module")
+def head(problems):
+    return fit_aten(problems[problems["split"] == "train"], problems[problems["split"] == "val"], DEVICE,
+                    epochs=1500)
+
+
+# -- from dataset rows to problems ----------------------------------------------------------------
+
+def test_problem_ratios_need_both_a_cublas_and_a_triton_row(frame):
+    first_aten = (frame["problem_id"] == frame["problem_id"].iloc[0]) & (frame["backend"] == "aten")
+    table = problem_ratios(frame[~first_aten])
+    assert frame["problem_id"].iloc[0] not in table.index
+    assert len(table) == frame["problem_id"].nunique() - 1 and np.all(np.isfinite(table["log_ratio"]))
+
+
+def test_the_ratio_is_cublas_over_the_fastest_finite_triton_row(frame):
+    table = problem_ratios(frame)
+    pid = frame["problem_id"].iloc[0]
+    rows = frame[frame["problem_id"] == pid]
+    ok = rows[np.isfinite(rows["runtime_ms"])]
+    expected = ok.loc[ok["backend"] == "aten", "runtime_ms"].min() / ok.loc[ok["backend"] == "triton",
+                                                                           "runtime_ms"].min()
+    assert table.loc[pid, "log_ratio"] == pytest.approx(np.log(expected))
+
+
+def test_table_features_are_the_problem_features_of_each_row():
+    table = pd.DataFrame({"m": [511, 64], "n": [512, 4096], "k": [512, 33], "dtype": ["bfloat16", "float32"],
+                          "layout": ["tn", "nt"]})
+    expected = problem_features([511, 64], [512, 4096], [512, 33], [2, 4], [1, 0], [0, 1], H100)
+    np.testing.assert_array_equal(table_features(table, H100), expected)
+    without_layout = table_features(table.drop(columns=["layout"]), H100)
+    np.testing.assert_array_equal(without_layout, problem_features([511, 64], [512, 4096], [512, 33], [2, 4],
+                                                                   [0, 0], [0, 0], H100))
+    assert problems_of(table) == [Problem(511, 512, 512, "bfloat16", layout="tn"),
+                                           Problem(64, 4096, 33, "float32", layout="nt")]
+
+
+# -- the gate ---------------------------------------------------------------------------------------
+
+def test_training_keeps_the_best_validation_epoch_and_reports_it(gate):
+    metrics = gate.card.metrics
+    assert (metrics["train_problems"], metrics["val_problems"]) == (24, 8)
+    assert gate.card.hyperparameters["seed"] == 0 and gate.card.model == "cublas_gate"
+    assert 10 <= metrics["best_epoch"] <= 60 and metrics["best_epoch"] % 10 == 0
+    assert metrics["validation"]["problems"] == 8
+    assert set(metrics["validation"]["margins"]) == {f"{m:g}" for m in GATE_MARGINS}
+
+
+def test_the_validation_report_counts_what_the_gate_does_at_each_margin(frame, gate):
+    val = problem_ratios(frame)
+    val = val[val["split"] == "val"]
+    report = gate_metrics(gate, val, margins=(0.0, 0.15))
+    predicted, truth = gate.predict_log_ratio(problems_of(val)), val["log_ratio"].to_numpy()
+    assert report["sign_accuracy"] == pytest.approx(np.mean((predicted < 0) == (truth < 0)))
+    for margin in (0.0, 0.15):
+        gated = predicted <= np.log(1.0 - margin)
+        figures = report["margins"][f"{margin:g}"]
+        assert figures["gated"] == pytest.approx(gated.mean())
+        assert figures["wrongly_gated"] == int((truth[gated] > 0).sum())
+
+
+def test_decisions_follow_the_margin(gate):
+    problem = Problem(560, 1280, 3420, "bfloat16")
+    ratio = float(np.exp(gate.predict_log_ratio([problem])[0]))
+    assert gate.skips_triton([problem], 0.0)[0] == (ratio <= 1.0)
+    assert not gate.skips_triton([problem], max(0.0, 1.0 - ratio) + 0.01)[0]
+
+
+def test_a_fitted_gate_round_trips_through_its_checkpoint(gate, tmp_path: Path):
+    save_problem_net(gate, tmp_path)
+    loaded = CublasGate.load(tmp_path, "h100")
+    problems = [Problem(560, 1280, 3420, "bfloat16"), Problem(16, 1024, 4096, "float32")]
+    np.testing.assert_array_equal(loaded.predict_log_ratio(problems), gate.predict_log_ratio(problems))
+    assert loaded.digest() == gate.digest() and loaded.card == gate.card
+
+
+def test_too_few_problems_with_a_cublas_row_is_a_model_error(frame):
+    few = frame[frame["problem_id"].isin(frame["problem_id"].unique()[:6])]
+    with pytest.raises(ModelError, match="need >= 10 train and >= 5 validation"):
+        fit_gate(few, H100, epochs=10)
+
+
+def test_fewer_epochs_than_one_validation_check_is_a_model_error():
+    x, y = np.ones((4, 2)), np.zeros(4)
+    with pytest.raises(ModelError, match="epochs"):
+        fit_problem_net(x, y, x, y, Architecture(inputs=2, hidden_widths=[4], activation="silu"), epochs=5,
+                        check_every=10)
+
+
+def test_shipped_gate_reproduces_its_validation_figures():
+    """The card's numbers are what the shipped weights do on the dataset's validation problems."""
+    shipped = CublasGate.load(shipped_dir("models") / "h100", "h100")
+    # trained on the three H100 files (every layout), validated on their val problems outside the
+    # frozen family holdout
+    frame = read_many([REPO / "data" / name for name in ("h100.parquet", "h100_coverage.parquet",
+                                                         "h100_layers.parquet")])
+    table = problem_ratios(frame[split_masks(frame)["val"]])
+    recomputed = gate_metrics(shipped, table)
+    card = shipped.card.metrics["validation"]
+    assert recomputed["problems"] == card["problems"]
+    assert recomputed["sign_accuracy"] == pytest.approx(card["sign_accuracy"])
+    for margin, figures in card["margins"].items():
+        assert recomputed["margins"][margin]["gated"] == pytest.approx(figures["gated"])
+        assert recomputed["margins"][margin]["wrongly_gated"] == figures["wrongly_gated"]
+
+
+# -- the cuBLAS time head -------------------------------------------------------------------------
+
+def test_the_head_predicts_cublas_milliseconds_better_than_a_constant(problems, head):
+    val = problems[problems["split"] == "val"]
+    predicted = head.predict_ms([Problem(int(r.m), int(r.n), int(r.k), r.dtype) for r in val.itertuples()])
+    error = np.abs(np.log(predicted / val["aten_ms"].to_numpy()))
+    constant = np.abs(np.log(val["aten_ms"].to_numpy()) - np.log(problems["aten_ms"]).mean())
+    assert np.median(error) < np.median(constant) * 0.75
+    assert head.card.metrics["val_problems"] == len(val) and head.card.model == "aten"
+
+
+def test_too_few_cublas_rows_is_a_model_error(problems):
+    with pytest.raises(ModelError, match="need >= 10 train"):
+        fit_aten(problems.iloc[:3], problems.iloc[3:9], DEVICE)
+
+
+def test_a_fitted_head_loads_with_the_mlp_it_was_saved_with(head, tmp_path: Path):
+    from kernel_select.offline.training.train import save_model
+    from tests.synthetic import untrained_mlp
+
+    mlp = untrained_mlp()
+    save_model(MLPModel(mlp.device, mlp.net, mlp.card, head), tmp_path)
+    problem = Problem(512, 1024, 2048, "bfloat16")
+    assert MLPModel.load(tmp_path).estimate_aten(problem) == pytest.approx(head.predict_ms([problem])[0])
+
+
+# -- errors by layout -------------------------------------------------------------------------------
+
+def test_errors_by_layout_score_the_held_out_problems_of_each_layout(frame, gate, head):
+    transposed = frame.assign(layout="nt", problem_id=frame["problem_id"] + "-nt")
+    both = pd.concat([frame, transposed], ignore_index=True)
+    report = cublas_errors_by_layout(both, head, gate)
+    masks = split_masks(frame)
+    held_out = frame.loc[masks["test"] | masks["family"], "problem_id"].nunique()  # never trained on
+    assert 0 < held_out < frame["problem_id"].nunique()
+    assert set(report) == {"nn", "nt"}
+    for entry in report.values():
+        assert entry["problems"] == held_out
+        assert 0.0 <= entry["gate_sign_accuracy"] <= 1.0 and entry["gate_rmse_log_ratio"] >= 0
+        assert entry["aten_rmse_log_ms"] >= 0
+    assert cublas_errors_by_layout(both, None, None) == {"nn": {"problems": held_out},
+                                                         "nt": {"problems": held_out}}
