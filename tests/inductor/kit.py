@@ -4,10 +4,13 @@ torch's real KernelTemplateChoice classes), a fixed-ratio cuBLAS gate, and small
 from __future__ import annotations
 
 import logging
+import math
 import subprocess
 import sys
 import textwrap
+from collections.abc import Sequence
 
+import numpy as np
 import pytest
 import torch
 from torch._inductor.kernel_template_choice import KernelTemplateChoice
@@ -108,25 +111,21 @@ def params_config(choice: KernelTemplateChoice) -> GemmConfig:
     return GemmConfig.from_inductor_kwargs(choice.params.to_kwargs())
 
 
-
 def warnings_of(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
     return [r for r in caplog.records
             if r.name.startswith("kernel_select.inductor") and r.levelno == logging.WARNING]
 
 
 class FakeGate:
-    """Predicts a fixed cuBLAS / best-Triton time ratio for every problem."""
+    """A cuBLAS gate (CublasGate's interface) that predicts a fixed cuBLAS / best-Triton time ratio
+    for every problem, and counts how often it is asked."""
 
     def __init__(self, ratio: float, tag: str = "g1") -> None:
         self.ratio, self.tag, self.calls = ratio, tag, 0
 
-    def decide(self, problem: Problem, margin: float, predicted_cublas_ms: float | None = None,
-               bias_epilogue: bool = False, separate_epilogue: bool = False):  # noqa: ANN201
-        from kernel_select.model.gate import make_decision
-
+    def predict_log_ratio(self, problems: Sequence[Problem]) -> np.ndarray:
         self.calls += 1
-        return make_decision(problem, self.ratio, margin, predicted_cublas_ms, bias_epilogue,
-                             separate_epilogue)
+        return np.full(len(problems), math.log(self.ratio))
 
     def digest(self) -> str:
         return self.tag
