@@ -1,16 +1,13 @@
 """Shared pieces of the Inductor tests: stand-ins for what the handler reads from Inductor (with
-torch's real KernelTemplateChoice classes), a fixed-ratio cuBLAS gate, and small helpers."""
+torch's real KernelTemplateChoice classes) and small helpers."""
 
 from __future__ import annotations
 
 import logging
-import math
 import subprocess
 import sys
 import textwrap
-from collections.abc import Sequence
 
-import numpy as np
 import pytest
 import torch
 from torch._inductor.kernel_template_choice import KernelTemplateChoice
@@ -19,6 +16,7 @@ from torch._inductor.template_heuristics.params import DictKernelTemplateParams
 from kernel_select import runtime
 from kernel_select.configs import GemmConfig
 from kernel_select.problem import Problem
+from tests.inductor_doubles import FakeGate  # noqa: F401 -- tests elsewhere import it from here
 from tests.subprocess_env import package_env
 
 
@@ -114,21 +112,6 @@ def params_config(choice: KernelTemplateChoice) -> GemmConfig:
 def warnings_of(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
     return [r for r in caplog.records
             if r.name.startswith("kernel_select.inductor") and r.levelno == logging.WARNING]
-
-
-class FakeGate:
-    """A cuBLAS gate (CublasGate's interface) that predicts a fixed cuBLAS / best-Triton time ratio
-    for every problem, and counts how often it is asked."""
-
-    def __init__(self, ratio: float, tag: str = "g1") -> None:
-        self.ratio, self.tag, self.calls = ratio, tag, 0
-
-    def predict_log_ratio(self, problems: Sequence[Problem]) -> np.ndarray:
-        self.calls += 1
-        return np.full(len(problems), math.log(self.ratio))
-
-    def digest(self) -> str:
-        return self.tag
 
 
 def use_gate(monkeypatch: pytest.MonkeyPatch, gate: object) -> None:

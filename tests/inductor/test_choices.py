@@ -35,9 +35,9 @@ from kernel_select.resources import MODELS_DIR_ENV, shipped_dir  # noqa: E402
 from kernel_select.select import select  # noqa: E402
 from kernel_select.space import for_problem, shared_memory_bytes  # noqa: E402
 from tests.inductor.kit import (  # noqa: E402
-    FakeGate, FakeInputs, FakeNode, INDUCTOR_FIRST, LUT_A, LUT_B, SEED, finalize, inductor_candidates,
+    FakeInputs, FakeNode, INDUCTOR_FIRST, LUT_A, LUT_B, SEED, finalize, inductor_candidates,
     params_config, triton_of, use_gate, warnings_of)
-from tests.inductor_doubles import BrokenModel, FakeModel, expected_top  # noqa: E402
+from tests.inductor_doubles import BrokenModel, FakeGate, FakeModel, expected_top  # noqa: E402
 
 
 # -- selection ------------------------------------------------------------------------------------
