@@ -139,8 +139,8 @@ def test_problems_fall_back_to_all_configs_with_one_warning(problem: str, caplog
     assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
 
 
-@pytest.mark.parametrize("kw", [{"gemm_topk": 0}, {"gemm_topk": 1.5}, {"gemm_topk": True}, {"gemm_topk": "4"}, {"m": ""},
-                                {"model": 3}])
+@pytest.mark.parametrize("kw", [{"gemm_topk": 0}, {"gemm_topk": 1.5}, {"gemm_topk": True}, {"gemm_topk": "4"},
+                                {"m": ""}, {"model": 3}])
 def test_bad_arguments_raise_at_decoration_time(kw: dict[str, object]):
     with pytest.raises(OptionError):
         triton_pruner(**kw)
