@@ -1,9 +1,10 @@
-"""Test doubles for the Inductor and Triton integration tests: a deterministic model, a broken
-one, a LUT stand-in, and what a correct top-k must return with them."""
+"""Test doubles for the selection, Inductor and Triton integration tests: a deterministic model, a
+broken one, a LUT stand-in, a fixed-ratio cuBLAS gate, and what a correct top-k must return with them."""
 
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -55,6 +56,21 @@ class FakeLUT:
     def digest(self) -> str:
         text = repr(sorted((key, [c.key for c in value]) for key, value in self.entries.items())) + self.tag
         return hashlib.sha256(text.encode()).hexdigest()
+
+
+class FakeGate:
+    """A cuBLAS gate (CublasGate's interface) that predicts a fixed cuBLAS / best-Triton time ratio
+    for every problem, and counts how often it is asked."""
+
+    def __init__(self, ratio: float, tag: str = "g1") -> None:
+        self.ratio, self.tag, self.calls = ratio, tag, 0
+
+    def predict_log_ratio(self, problems: Sequence[Problem]) -> np.ndarray:
+        self.calls += 1
+        return np.full(len(problems), math.log(self.ratio))
+
+    def digest(self) -> str:
+        return self.tag
 
 
 def expected_top(problem: Problem, k: int, pinned: Sequence[GemmConfig] = (),

@@ -1,25 +1,29 @@
-"""top_k and rank: LUT entries first and always kept, then the model's order, k as Triton reads it."""
+"""select(): a LUT pin alone, else LUT entries first and always kept, then the model's order, k as Triton
+reads it ("DEFAULT" and "auto" too), and one cuBLAS decision per GEMM; rank(); kernel_select.top_k."""
 
 from __future__ import annotations
 
 import math
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kernel_select import device as device_module
-from kernel_select.model.analytical import AnalyticalModel
+import kernel_select
 from kernel_select.configs import GemmConfig
 from kernel_select.errors import ConfigError, DeviceError, LUTError, ModelError, ProblemError
-from kernel_select.model import PerformanceModel
+from kernel_select.lut import ATEN, KernelLUT, LUTEntry, save_lut
+from kernel_select.model import PerformanceModel, load_default
+from kernel_select.model.analytical import AnalyticalModel
 from kernel_select.problem import Problem
-from kernel_select.model import load_default
-from kernel_select.select import Choice, rank, resolve_k, top_k
+from kernel_select.select import Choice, rank, resolve_k, select
 from kernel_select.space import for_problem
+from tests.inductor_doubles import FakeGate, FakeModel
 
 SEED = Problem(560, 1280, 3420, "bfloat16")
 
@@ -29,18 +33,24 @@ def cfg(bm: int, bn: int = 64, bk: int = 32, stages: int = 3, warps: int = 4) ->
 
 
 class TableModel(PerformanceModel):
-    """Predicts whatever its table says: a fake that makes the expected order obvious."""
+    """Predicts whatever its table says (a fake that makes the expected order obvious), and cuBLAS at
+    `aten_ms` (None: it does not predict cuBLAS)."""
 
     name = "table"
 
-    def __init__(self, runtimes: dict[GemmConfig, float], device: str = "h100") -> None:
+    def __init__(self, runtimes: dict[GemmConfig, float], device: str = "h100",
+                 aten_ms: float | None = None) -> None:
         super().__init__(device)
-        self.runtimes = runtimes
-        self.calls = 0
+        self.runtimes, self.aten_ms = runtimes, aten_ms
+        self.calls = self.aten_calls = 0
 
     def predict(self, problem, device, configs: Sequence[GemmConfig]) -> np.ndarray:
         self.calls += 1
         return np.array([self.runtimes.get(c, 100.0) for c in configs], dtype=np.float64)
+
+    def estimate_aten(self, problem: Problem) -> float | None:
+        self.aten_calls += 1
+        return self.aten_ms
 
 
 class FakeLUT:
@@ -58,20 +68,34 @@ CANDIDATES = [A, B, C, D, E]
 MODEL = TableModel({A: 5.0, B: 1.0, C: 3.0, D: 1.0, E: 2.0})
 
 
-def configs_of(choices: list[Choice]) -> list[GemmConfig]:
+def chosen(k, lut=None, model=MODEL, **kw) -> list[Choice]:  # noqa: ANN001
+    """The choices select() makes among CANDIDATES."""
+    return list(select(SEED, model=model, gemm_topk=k, lut=lut, candidates=CANDIDATES, **kw).choices)
+
+
+def configs_of(choices: Sequence[Choice]) -> list[GemmConfig]:
     return [c.config for c in choices]
 
 
 def test_model_order_with_stable_ties():
-    choices = top_k(SEED, 5, model=MODEL, candidates=CANDIDATES)
+    choices = chosen(5)
     assert configs_of(choices) == [B, D, E, C, A]  # B and D tie at 1.0: candidate order wins
     assert [c.predicted_ms for c in choices] == [1.0, 1.0, 2.0, 3.0, 5.0]
     assert {c.source for c in choices} == {"table"}
 
 
+def test_the_selection_says_what_was_ranked_for_which_device():
+    selection = select(SEED, model=MODEL, gemm_topk=2, candidates=CANDIDATES)
+    assert selection.problem == SEED and selection.device == "h100" and selection.candidates == 5
+    assert selection.configs == (B, D) and selection.sources == ("table", "table")
+    assert selection.pinned is None and selection.cublas is None and not selection.skips_triton
+
+
+# -- the LUT --------------------------------------------------------------------------------------------
+
 def test_lut_entries_come_first_in_lut_order_and_count_towards_k():
     lut = FakeLUT([C, A])
-    choices = top_k(SEED, 3, lut=lut, model=MODEL, candidates=CANDIDATES)
+    choices = chosen(3, lut=lut)
     assert configs_of(choices) == [C, A, B]
     assert [c.source for c in choices] == ["lut", "lut", "table"]
     # LUT entries are scored by the model for display, and looked up for the model's device.
@@ -81,31 +105,98 @@ def test_lut_entries_come_first_in_lut_order_and_count_towards_k():
 
 def test_lut_entries_are_kept_beyond_k_and_outside_the_candidates():
     outsider = cfg(64, 128, 64, 4, 8)
-    choices = top_k(SEED, 1, lut=FakeLUT([E, outsider, D]), model=MODEL, candidates=CANDIDATES)
+    choices = chosen(1, lut=FakeLUT([E, outsider, D]))
     assert configs_of(choices) == [E, outsider, D]
     assert all(c.source == "lut" for c in choices)
 
 
 def test_no_duplicates_even_if_lut_and_candidates_repeat():
-    choices = top_k(SEED, 10, lut=FakeLUT([B, B, D]), model=MODEL, candidates=CANDIDATES + [B, A])
+    choices = select(SEED, model=MODEL, gemm_topk=10, lut=FakeLUT([B, B, D]),
+                     candidates=CANDIDATES + [B, A]).choices
     assert configs_of(choices) == [B, D, E, C, A]
     assert [c.source for c in choices] == ["lut", "lut", "table", "table", "table"]
 
 
+def pinning_lut(pin: GemmConfig | str, entries: Sequence[GemmConfig] = ()) -> KernelLUT:
+    """A LUT that pins SEED to `pin` and lists `entries` for another M."""
+    rows = [("h100", "mm", "bfloat16", LUTEntry(m=560, n=1280, k=3420, pin=pin))]
+    if entries:
+        rows.append(("h100", "mm", "bfloat16", LUTEntry(m=1024, n=1280, k=3420, configs=list(entries))))
+    return KernelLUT.from_rows(rows)
+
+
+def test_a_triton_pin_is_the_only_choice_and_nothing_else_is_ranked():
+    model, gate = TableModel({C: 3.0}), FakeGate(ratio=0.1)
+    selection = select(SEED, model=model, gemm_topk=4, lut=pinning_lut(C, entries=[A, B]),
+                       candidates=CANDIDATES, gate=gate, cublas_margin=0.15)
+    assert selection.choices == (Choice(C, 3.0, "pin"),) and selection.pinned == C
+    assert selection.candidates == 0 and selection.cublas is None
+    assert model.calls == 1 and model.aten_calls == 0 and gate.calls == 0  # only the pin was scored
+
+
+def test_an_aten_pin_leaves_no_triton_choice_and_asks_the_model_nothing():
+    model = TableModel({})
+    selection = select(SEED, model=model, gemm_topk=4, lut=pinning_lut(ATEN))
+    assert selection.pinned == ATEN and selection.choices == () and not selection.skips_triton
+    assert model.calls == 0
+
+
+def test_a_pin_serves_only_its_problem():
+    lut = pinning_lut(C, entries=[A, B])
+    other = select(Problem(1024, 1280, 3420, "bfloat16"), model=MODEL, gemm_topk=3, lut=lut,
+                   candidates=CANDIDATES)
+    assert other.pinned is None and configs_of(other.choices) == [A, B, D]
+
+
+def test_a_lookup_pinning_something_else_is_a_lut_error():
+    class OddPin(FakeLUT):
+        def pinned(self, problem: Problem, device: str) -> object:
+            return "cublas"
+
+    with pytest.raises(LUTError, match="not 'aten' or a GemmConfig"):
+        chosen(2, lut=OddPin([]))
+
+
+# -- k ---------------------------------------------------------------------------------------------------
+
 def test_fraction_k_is_of_the_candidates_and_keeps_at_least_one():
-    assert len(top_k(SEED, 0.4, model=MODEL, candidates=CANDIDATES)) == 2
-    assert len(top_k(SEED, 0.01, model=MODEL, candidates=CANDIDATES)) == 1
-    assert len(top_k(SEED, 1.0, model=MODEL, candidates=CANDIDATES)) == 5
+    assert len(chosen(0.4)) == 2
+    assert len(chosen(0.01)) == 1
+    assert len(chosen(1.0)) == 5
 
 
 def test_k_larger_than_the_space_returns_everything_once():
-    assert configs_of(top_k(SEED, 50, model=MODEL, candidates=CANDIDATES)) == [B, D, E, C, A]
+    assert configs_of(chosen(50)) == [B, D, E, C, A]
+
+
+@pytest.mark.parametrize("problem", [SEED, Problem(16, 32, 64, "bfloat16")])
+def test_default_k_is_the_size_of_inductors_default_list_for_the_problem(problem: Problem):
+    default_size = len(for_problem(problem, "h100", "default"))
+    selection = select(problem, model=FakeModel(), gemm_topk="DEFAULT")
+    assert len(selection.choices) == default_size < selection.candidates
+    assert selection.configs == tuple(select(problem, model=FakeModel(), gemm_topk=default_size).configs)
+
+
+def test_default_k_follows_the_problem_not_a_constant():
+    sizes = {len(select(p, model=FakeModel(), gemm_topk="DEFAULT").choices)
+             for p in (SEED, Problem(16, 32, 64, "bfloat16"))}
+    assert len(sizes) == 2
+
+
+def test_auto_k_asks_the_model_and_falls_back_to_four_without_an_estimate():
+    class Unsure(TableModel):
+        def auto_topk(self, runtime_ms, cap, problem=None, configs=None) -> int:  # noqa: ANN001
+            return 3
+
+    assert len(chosen("auto", model=Unsure(MODEL.runtimes))) == 3
+    assert len(chosen("auto")) == 4  # TableModel has no measure of its uncertainty
+    assert len(chosen("auto", auto_cap=2)) == 2
 
 
 @pytest.mark.parametrize("bad", [0, -3, True, False, 0.0, -0.5, 1.5, 4.0, math.nan, math.inf, "4", None])
 def test_bad_k_is_a_clear_value_error(bad):
     with pytest.raises(ConfigError, match="k:") as info:
-        top_k(SEED, bad, model=MODEL, candidates=CANDIDATES)
+        chosen(bad)
     assert isinstance(info.value, ValueError)
 
 
@@ -124,13 +215,20 @@ def test_resolve_fraction_like_triton(k, n):
     assert resolve_k(k, n) == max(1, int(n * k))
 
 
+def test_resolve_auto_takes_the_cap_for_a_hedged_problem():
+    assert resolve_k("auto", 100, model=MODEL, predicted_ms=np.ones(100), cap=6, hedged=True) == 6
+    assert resolve_k("auto", 100, model=MODEL, predicted_ms=np.ones(100), cap=6) == 4
+    with pytest.raises(ConfigError, match="needs the model"):
+        resolve_k("auto", 100)
+
+
 @given(data=st.data())
-def test_top_k_is_a_prefix_of_rank_after_the_lut(data):
+def test_selection_is_a_prefix_of_rank_after_the_lut(data):
     runtimes = data.draw(st.lists(st.sampled_from([0.5, 1.0, 2.0, 3.0]), min_size=5, max_size=5))
     model = TableModel(dict(zip(CANDIDATES, runtimes)))
     pinned = data.draw(st.lists(st.sampled_from(CANDIDATES), max_size=3, unique=True))
     k = data.draw(st.integers(1, 7))
-    choices = top_k(SEED, k, lut=FakeLUT(pinned), model=model, candidates=CANDIDATES)
+    choices = chosen(k, lut=FakeLUT(pinned), model=model)
     ranked = [c.config for c in rank(SEED, CANDIDATES, model) if c.config not in pinned]
     assert configs_of(choices) == pinned + ranked[: max(0, k - len(pinned))]
     assert len(choices) == max(len(pinned), min(k, len(CANDIDATES)))
@@ -142,39 +240,75 @@ def test_rank_orders_everything_ascending_and_stably():
     assert rank(SEED, [], MODEL) == []
 
 
-def test_defaults_rank_the_exhaustive_space_with_the_default_model():
-    choices = top_k(SEED, 8, device="h100")
-    assert len(choices) == 8
-    assert {c.source for c in choices} == {load_default("h100").name}
+# -- the cuBLAS decision ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("ratio, skips", [(0.5, True), (0.9, False)])
+def test_a_gate_that_prefers_cublas_leaves_only_the_lut_entries(ratio: float, skips: bool):
+    gate = FakeGate(ratio)
+    selection = select(SEED, model=TableModel(MODEL.runtimes, aten_ms=1.0), gemm_topk=4, lut=FakeLUT([C]),
+                       candidates=CANDIDATES, gate=gate, cublas_margin=0.15)
+    assert selection.cublas.source == "gate" and selection.cublas.predicted_ratio == pytest.approx(ratio)
+    assert selection.skips_triton is skips
+    assert configs_of(selection.choices) == ([C] if skips else [C, B, D, E])
+    assert selection.sources == (("lut",) if skips else ("lut", "table", "table", "table"))
+
+
+@pytest.mark.parametrize("aten_ms, skips", [(0.5, True), (0.9, False)])
+def test_without_a_gate_the_models_cublas_time_decides_the_same_way(aten_ms: float, skips: bool):
+    # the best Triton time is 1.0 ms, so the model's cuBLAS time is the ratio; no small-GEMM clause
+    model = TableModel(MODEL.runtimes, aten_ms=aten_ms)
+    selection = select(SEED, model=model, gemm_topk=4, lut=FakeLUT([C]), candidates=CANDIDATES,
+                       cublas_margin=0.15)
+    assert selection.cublas.source == "model" and selection.cublas.predicted_ratio == pytest.approx(aten_ms)
+    assert selection.skips_triton is skips
+    assert configs_of(selection.choices) == ([C] if skips else [C, B, D, E])
+
+
+def test_a_small_gemm_drops_the_margin_and_ties_go_to_cublas():
+    # 0.02 ms: under SMALL_GEMM_MS, where a predicted cuBLAS win of 4% is enough
+    model = TableModel({B: 0.0208}, aten_ms=0.02)
+    selection = select(SEED, model=model, gemm_topk=2, candidates=[B, D], cublas_margin=0.15)
+    assert selection.cublas.small and selection.skips_triton and selection.choices == ()
+
+
+def test_without_a_gate_or_a_cublas_prediction_or_a_margin_there_is_no_decision():
+    gate = FakeGate(0.1)
+    assert select(SEED, model=MODEL, gemm_topk=2, candidates=CANDIDATES, cublas_margin=0.15).cublas is None
+    off = select(SEED, model=TableModel(MODEL.runtimes, aten_ms=0.01), gemm_topk=2, candidates=CANDIDATES,
+                 gate=gate)
+    assert off.cublas is None and configs_of(off.choices) == [B, D] and gate.calls == 0
+
+
+def test_the_cublas_decision_is_made_once_per_gemm_even_over_a_spread_of_m():
+    gate, model = FakeGate(0.9), TableModel(MODEL.runtimes, aten_ms=1.0)
+    select(SEED, model=model, gemm_topk=2, candidates=CANDIDATES, gate=gate, cublas_margin=0.15,
+           ms=[256, 560, 2048])
+    assert gate.calls == 1 and model.aten_calls == 1
+
+
+# -- the model and its device --------------------------------------------------------------------------
+
+def test_defaults_rank_the_exhaustive_space_of_the_models_device():
+    model = load_default("h100")
+    choices = select(SEED, model=model, gemm_topk=8).choices
+    assert len(choices) == 8 and {c.source for c in choices} == {model.name}
     assert all(c.config in set(for_problem(SEED, "h100")) for c in choices)
     times = [c.predicted_ms for c in choices]
     assert times == sorted(times)
 
 
-def test_device_defaults_to_the_models_device():
-    model = AnalyticalModel("a100")
-    choices = top_k(SEED, 3, model=model)
+def test_the_space_is_the_one_of_the_models_device():
+    selection = select(SEED, model=AnalyticalModel("a100"), gemm_topk=3)
     a100_space = set(for_problem(SEED, "a100"))
-    assert all(c.config in a100_space for c in choices)
+    assert selection.device == "a100" and selection.candidates == len(a100_space)
+    assert all(c in a100_space for c in selection.configs)
 
 
-def test_device_and_model_must_agree():
-    with pytest.raises(ModelError, match="h200"):
-        top_k(SEED, 3, model=AnalyticalModel("h100"), device="h200")
-
-
-def test_no_device_and_no_gpu_says_how_to_fix_it(monkeypatch):
-    def no_gpu(index: int = 0):
-        raise DeviceError("device: no CUDA device found")
-
-    monkeypatch.setattr(device_module, "detect", no_gpu)
-    with pytest.raises(DeviceError, match='device="h100"'):
-        top_k(SEED, 3)
-
-
-def test_rejects_a_problem_that_is_not_a_problem():
+def test_rejects_a_problem_that_is_not_a_problem_and_a_model_that_is_not_a_model():
     with pytest.raises(ProblemError):
-        top_k((560, 1280, 3420), 3, model=MODEL)
+        select((560, 1280, 3420), model=MODEL)
+    with pytest.raises(ModelError, match="PerformanceModel"):
+        select(SEED, model="analytical")
 
 
 def test_malformed_model_output_is_a_model_error():
@@ -183,29 +317,51 @@ def test_malformed_model_output_is_a_model_error():
             return np.full(len(configs), np.nan)
 
     with pytest.raises(ModelError, match="malformed"):
-        top_k(SEED, 2, model=Broken({}), candidates=CANDIDATES)
+        chosen(2, model=Broken({}))
 
 
 def test_lut_returning_non_configs_is_a_lut_error():
     with pytest.raises(LUTError, match="GemmConfig"):
-        top_k(SEED, 2, lut=FakeLUT([{"block_m": 64}]), model=MODEL, candidates=CANDIDATES)
+        chosen(2, lut=FakeLUT([{"block_m": 64}]))
+
+
+def test_nothing_to_select_is_a_config_error():
+    with pytest.raises(ConfigError, match="nothing to select"):
+        select(SEED, model=MODEL, gemm_topk=2, candidates=[])
 
 
 def test_batched_problem_reaches_the_model():
-    problem = Problem(512, 512, 512, batch=64, op="bmm")
-    single = top_k(Problem(512, 512, 512, op="bmm"), 1, device="h100")[0]
-    batched = top_k(problem, 1, device="h100")[0]
+    model = load_default("h100")
+    single = select(Problem(512, 512, 512, op="bmm"), model=model, gemm_topk=1).choices[0]
+    batched = select(Problem(512, 512, 512, batch=64, op="bmm"), model=model, gemm_topk=1).choices[0]
     assert batched.predicted_ms > single.predicted_ms
 
 
 def test_selecting_from_a_full_exhaustive_space_is_fast():
     model = AnalyticalModel("h100")
     candidates = for_problem(SEED, "h100")
-    top_k(SEED, 8, model=model, candidates=candidates)
+    select(SEED, model=model, gemm_topk=8, candidates=candidates)
     timings = []
     for _ in range(30):
         start = time.perf_counter()
-        top_k(SEED, 8, model=model, candidates=candidates)
+        select(SEED, model=model, gemm_topk=8, candidates=candidates)
         timings.append(time.perf_counter() - start)
     # About 0.7 ms here; the bound leaves room for a slow shared CI core.
     assert np.median(timings) < 5e-3
+
+
+# -- kernel_select.top_k ---------------------------------------------------------------------------------
+
+def test_top_k_returns_selects_choices_with_the_devices_trained_model(tmp_path: Path):
+    expected = select(SEED, model=load_default("h100"), gemm_topk=6).choices
+    assert kernel_select.top_k(560, 1280, 3420, "bfloat16", gemm_topk=6, device="h100") == list(expected)
+    lut_path = tmp_path / "lut.json"
+    save_lut(pinning_lut(C), lut_path)
+    pinned = kernel_select.top_k(560, 1280, 3420, "bfloat16", device="h100", lut=str(lut_path))
+    assert [c.config for c in pinned] == [C] and pinned[0].source == "pin"
+
+
+def test_top_k_without_a_device_or_a_gpu_says_how_to_fix_it(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(DeviceError, match="no CUDA device found; pass a device name"):
+        kernel_select.top_k(560, 1280, 3420, "bfloat16")

@@ -140,16 +140,17 @@ class KernelSelectChoices(InductorChoices):
                            "GEMM configs on this GPU", exc)
             return choices
         lut = runtime.load_lut(settings.kernel_lut_path) if settings.kernel_lut_path else None
+        uids = [uid for uid in choices if uid in TRITON_GEMM_TEMPLATES]
+        bases = candidates.peek_first(choices, uids) if uids else {}
+        pinned_of = getattr(lut, "pinned", None)
+        if not bases and (pinned_of is None or pinned_of(problem, device.key) is None):
+            return choices  # no Triton candidates to replace and no pin to honour: nothing to rank
         k_symbolic = inputs.symbolic_k(kernel_inputs)
         with _stack_headroom():
             selections = self._select_all(problem, inputs.epilogue_of(kernel_inputs, problem), device,
                                           settings, lut, model, inputs.symbolic_m(kernel_inputs))
         if selections[0].pinned is not None:
             return self._offer_pin(selections[0], choices, kernel_inputs, op_name, kwarg_overrides, k_symbolic)
-        uids = [uid for uid in choices if uid in TRITON_GEMM_TEMPLATES]
-        bases = candidates.peek_first(choices, uids) if uids else {}
-        if not bases:  # Inductor generates no Triton candidates here
-            return choices
         replaced = dict(choices)
         for uid, base in bases.items():
             overrides = kwarg_overrides.get(uid, {})

@@ -20,7 +20,8 @@ def clean_state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     monkeypatch.chdir(tmp_path)
     # The cuBLAS gate is off here (the tests below that are about it turn it on): these tests pin
     # exact selections, which must not depend on whether the shipped gate skips a problem.
-    with ks_config.patch(topk="DEFAULT", kernel_lut_path=None, model=None, device=None, cublas_margin=None):
+    with ks_config.patch(gemm_topk="DEFAULT", kernel_lut_path=None, gemm_model=None, gemm_device=None,
+                         gemm_cublas_margin=None):
         yield
     while ks_inductor.uninstall():
         pass

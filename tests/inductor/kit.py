@@ -1,5 +1,5 @@
 """Shared pieces of the Inductor tests: stand-ins for what the handler reads from Inductor (with
-torch's real KernelTemplateChoice classes), a fixed-ratio cuBLAS gate, and small helpers."""
+torch's real KernelTemplateChoice classes) and small helpers."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from torch._inductor.template_heuristics.params import DictKernelTemplateParams
 from kernel_select import runtime
 from kernel_select.configs import GemmConfig
 from kernel_select.problem import Problem
+from tests.inductor_doubles import FakeGate  # noqa: F401 -- tests elsewhere import it from here
 from tests.subprocess_env import package_env
 
 
@@ -108,28 +109,9 @@ def params_config(choice: KernelTemplateChoice) -> GemmConfig:
     return GemmConfig.from_inductor_kwargs(choice.params.to_kwargs())
 
 
-
 def warnings_of(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
     return [r for r in caplog.records
             if r.name.startswith("kernel_select.inductor") and r.levelno == logging.WARNING]
-
-
-class FakeGate:
-    """Predicts a fixed cuBLAS / best-Triton time ratio for every problem."""
-
-    def __init__(self, ratio: float, tag: str = "g1") -> None:
-        self.ratio, self.tag, self.calls = ratio, tag, 0
-
-    def decide(self, problem: Problem, margin: float, predicted_cublas_ms: float | None = None,
-               bias_epilogue: bool = False, separate_epilogue: bool = False):  # noqa: ANN201
-        from kernel_select.model.gate import make_decision
-
-        self.calls += 1
-        return make_decision(problem, self.ratio, margin, predicted_cublas_ms, bias_epilogue,
-                             separate_epilogue)
-
-    def digest(self) -> str:
-        return self.tag
 
 
 def use_gate(monkeypatch: pytest.MonkeyPatch, gate: object) -> None:

@@ -17,8 +17,9 @@ from torch._inductor.choices import InductorChoices  # noqa: E402
 from torch._inductor.virtualized import V  # noqa: E402
 
 import kernel_select.inductor as ks_inductor  # noqa: E402
+from kernel_select import options  # noqa: E402
 from kernel_select.errors import OptionError  # noqa: E402
-from tests.inductor.kit import FakeInputs, finalize, inductor_candidates, run_python  # noqa: E402
+from tests.inductor.kit import FakeInputs, finalize, inductor_candidates, run_python, triton_of  # noqa: E402
 from tests.inductor_doubles import FakeModel  # noqa: E402
 
 
@@ -28,25 +29,26 @@ def test_uuid_changes_with_k_lut_contents_model_and_device(lut_file: Path):
     model = FakeModel()
 
     def uuid(**kw: object) -> str:
-        args = {"topk": 4, "kernel_lut_path": str(lut_file), "model": model, "device": "h100", **kw}
+        args = {"gemm_topk": 4, "kernel_lut_path": str(lut_file), "gemm_model": model,
+                "gemm_device": "h100", **kw}
         return ks_inductor.KernelSelectChoices(**args).uuid()
 
     base = uuid()
     assert base == uuid()  # stable
-    assert uuid(topk=8) != base
-    assert uuid(device="a100") != base
-    assert uuid(model=FakeModel(tag="v2")) != base
+    assert uuid(gemm_topk=8) != base
+    assert uuid(gemm_device="a100") != base
+    assert uuid(gemm_model=FakeModel(tag="v2")) != base
     assert uuid(kernel_lut_path=None) != base
     lut_file.write_text("seed-v2, edited")
     edited = uuid()
     assert edited != base
     lut_file.write_text("{ broken")  # a broken LUT still yields a key, and a different one
     assert uuid() not in (base, edited)
-    assert ks_inductor.KernelSelectChoices(topk="SAME").uuid() != base
+    assert ks_inductor.KernelSelectChoices(gemm_topk="SAME").uuid() != base
 
 
 def test_factory_pickle_carries_the_uuid_and_copies_are_identity(lut_file: Path):
-    factory = ks_inductor.ChoicesFactory(topk=4, kernel_lut_path=str(lut_file), device="h100")
+    factory = ks_inductor.ChoicesFactory(gemm_topk=4, kernel_lut_path=str(lut_file), gemm_device="h100")
     assert copy.deepcopy(factory) is factory
     first = pickle.dumps(factory)
     lut_file.write_text("seed-v2, edited")
@@ -54,11 +56,11 @@ def test_factory_pickle_carries_the_uuid_and_copies_are_identity(lut_file: Path)
     clone = pickle.loads(first)
     assert clone == factory and isinstance(clone(), ks_inductor.KernelSelectChoices)
     with pytest.raises(OptionError, match="model name"):
-        ks_inductor.ChoicesFactory(model=FakeModel())
+        ks_inductor.ChoicesFactory(gemm_model=FakeModel())
 
 
 def test_cache_key_config_contains_the_handler_uuid():
-    handler = ks_inductor.install(topk=4, device="h100")
+    handler = ks_inductor.install(gemm_topk=4, gemm_device="h100")
     portable = inductor_config.save_config_portable()
     if portable.get("inductor_choices_class") != handler.uuid():  # torch 2.11 pickles the factory
         assert isinstance(portable["inductor_choices_class"], ks_inductor.ChoicesFactory)
@@ -70,11 +72,11 @@ def test_cache_key_config_contains_the_handler_uuid():
 def test_install_and_uninstall_restore_the_previous_handler_and_config():
     previous_handler = V.choices
     previous_class = inductor_config.inductor_choices_class
-    handler = ks_inductor.install(topk=4, device="h100")
+    handler = ks_inductor.install(gemm_topk=4, gemm_device="h100")
     assert V.choices is handler
     assert isinstance(inductor_config.inductor_choices_class, ks_inductor.ChoicesFactory)
-    assert inductor_config.inductor_choices_class().settings().topk == 4
-    inner = ks_inductor.install(topk=2, device="h100")
+    assert inductor_config.inductor_choices_class().settings().gemm_topk == 4
+    inner = ks_inductor.install(gemm_topk=2, gemm_device="h100")
     assert V.choices is inner
     assert ks_inductor.uninstall()
     assert V.choices is handler
@@ -87,8 +89,8 @@ def test_install_and_uninstall_restore_the_previous_handler_and_config():
 def test_enabled_context_manager_restores_on_error():
     previous_handler = V.choices
     with pytest.raises(RuntimeError, match="boom"):
-        with ks_inductor.enabled(topk=3, device="h100") as handler:
-            assert V.choices is handler and handler.settings().topk == 3
+        with ks_inductor.enabled(gemm_topk=3, gemm_device="h100") as handler:
+            assert V.choices is handler and handler.settings().gemm_topk == 3
             raise RuntimeError("boom")
     assert V.choices is previous_handler
 
@@ -96,10 +98,32 @@ def test_enabled_context_manager_restores_on_error():
 def test_install_rejects_bad_arguments_before_changing_anything():
     previous_handler = V.choices
     with pytest.raises(OptionError):
-        ks_inductor.install(topk=-1)
+        ks_inductor.install(gemm_topk=-1)
     with pytest.raises(OptionError):
         ks_inductor.install(kernel_lut_path=42)
+    with pytest.raises(OptionError,
+                       match="install: unknown knob 'gemm_tpok'; known: kernel_lut_path, gemm_topk"):
+        ks_inductor.install(gemm_tpok=4)
     assert V.choices is previous_handler
+    assert not ks_inductor.uninstall()
+
+
+@pytest.mark.parametrize("old, new", sorted(options.DEPRECATED_NAMES.items()))
+def test_old_spellings_warn_and_still_set_the_knob(old: str, new: str):
+    value = {"gemm_topk": 4, "gemm_auto_topk_cap": 5, "gemm_cublas_margin": 0.1, "gemm_dynamic_m": "1,2",
+             "gemm_precompile_in_process": True, "gemm_model": "analytical", "gemm_device": "a100"}[new]
+    with pytest.warns(DeprecationWarning, match=f"'{old}' is deprecated; use '{new}'"):
+        handler = ks_inductor.KernelSelectChoices(**{old: value})
+    assert getattr(handler.settings(), new) == options.parse(new, value)
+
+
+def test_install_with_the_old_topk_spelling_warns_and_works():
+    with pytest.warns(DeprecationWarning, match="install: 'topk' is deprecated; use 'gemm_topk'"):
+        handler = ks_inductor.install(topk=4, gemm_model="analytical", gemm_device="h100")
+    rebuilt = inductor_config.inductor_choices_class()
+    assert [h.settings().gemm_topk for h in (handler, rebuilt)] == [4, 4]
+    inputs = FakeInputs(560, 1280, 3420)
+    assert len(triton_of(finalize(handler, inputs, inductor_candidates(inputs)))) == 4
 
 
 def test_import_kernel_select_imports_neither_inductor_nor_triton():
@@ -119,15 +143,16 @@ def test_real_cpu_compile_with_handler_installed(monkeypatch: pytest.MonkeyPatch
     # Through real Inductor lowering (on the CPU every candidate passes through) with the handler
     # installed, the options set per compile and the uuid in the cache key: the result must be right.
     calls = []
-    original = ks_inductor.KernelSelectChoices._replace_triton_candidates
+    original = ks_inductor.KernelSelectChoices._replace
 
     def spy(self, choices, kernel_inputs, op_name, overrides):  # noqa: ANN001, ANN202
         calls.append((op_name, kernel_inputs.device_type, tuple(choices)))
         return original(self, choices, kernel_inputs, op_name, overrides)
 
-    monkeypatch.setattr(ks_inductor.KernelSelectChoices, "_replace_triton_candidates", spy)
+    monkeypatch.setattr(ks_inductor.KernelSelectChoices, "_replace", spy)
     a, b = torch.randn(64, 32), torch.randn(32, 48)
-    with ks_inductor.enabled(topk=2, device="h100"), torch.compiler.config.patch(force_disable_caches=True):
+    with ks_inductor.enabled(gemm_topk=2, gemm_device="h100"), \
+            torch.compiler.config.patch(force_disable_caches=True):
         torch._dynamo.reset()
         compiled = torch.compile(lambda x, y: x @ y, options={"gemm_topk": 4})
         torch.testing.assert_close(compiled(a, b), a @ b)
@@ -161,7 +186,7 @@ def test_install_wraps_torchs_lookup_table_choices_and_uninstall_restores_it(
     with inductor_config.patch(inductor_choices_class=LookupTableChoices):
         previous_handler = V.choices
         with caplog.at_level(logging.INFO, logger="kernel_select.inductor"):
-            handler = ks_inductor.install(topk=4, device="h100")
+            handler = ks_inductor.install(gemm_topk=4, gemm_device="h100")
         assert isinstance(handler.inner, LookupTableChoices)
         assert isinstance(inductor_config.inductor_choices_class().inner, LookupTableChoices)
         assert isinstance(pickle.loads(pickle.dumps(inductor_config.inductor_choices_class))().inner,
@@ -177,19 +202,20 @@ def test_install_wraps_torchs_lookup_table_choices_and_uninstall_restores_it(
 def test_the_wrapped_handler_finalizes_our_candidates_and_keeps_its_heuristics():
     RecordingChoices.seen.clear()
     inner = RecordingChoices()
-    handler = ks_inductor.KernelSelectChoices(topk=2, model=FakeModel(), device="h100", inner=inner)
+    handler = ks_inductor.KernelSelectChoices(gemm_topk=2, gemm_model=FakeModel(), gemm_device="h100",
+                                              inner=inner)
     inputs = FakeInputs(560, 1280, 3420)
     finalize(handler, inputs, inductor_candidates(inputs))
     assert RecordingChoices.seen == [["aten::mm", "triton::mm", "triton::mm", "decompose_k"]]
     assert handler.should_use_persistent_reduction() is True  # the inner handler's customization
-    plain = ks_inductor.KernelSelectChoices(topk=2, device="h100")
+    plain = ks_inductor.KernelSelectChoices(gemm_topk=2, gemm_device="h100")
     assert handler.uuid() != plain.uuid()
 
 
 def test_nested_installs_wrap_the_original_handler_not_each_other():
     with inductor_config.patch(inductor_choices_class=RecordingChoices):
-        outer = ks_inductor.install(topk=4, device="h100")
-        inner = ks_inductor.install(topk=2, device="h100")
+        outer = ks_inductor.install(gemm_topk=4, gemm_device="h100")
+        inner = ks_inductor.install(gemm_topk=2, gemm_device="h100")
         assert isinstance(outer.inner, RecordingChoices) and isinstance(inner.inner, RecordingChoices)
         assert inductor_config.inductor_choices_class.wraps is RecordingChoices
         ks_inductor.uninstall()

@@ -15,7 +15,7 @@ from torch._inductor.virtualized import V
 
 import kernel_select.inductor as ks_inductor
 import kernel_select.knobs as ks_config
-from kernel_select.inductor.operand_layout import layout_from
+from kernel_select.inductor.inputs import layout_from
 from kernel_select.problem import Problem
 from tests.inductor.kit import FakeInputs, finalize, inductor_candidates
 from tests.inductor_doubles import FakeModel
@@ -34,7 +34,7 @@ def graph() -> Iterator[SizeVarAllocator]:
 
 
 def select(inputs: FakeInputs, op: str = "mm") -> Problem:
-    handler = ks_inductor.KernelSelectChoices(topk=2, model=FakeModel(), device="h100")
+    handler = ks_inductor.KernelSelectChoices(gemm_topk=2, gemm_model=FakeModel(), gemm_device="h100")
     finalize(handler, inputs, inductor_candidates(inputs), op=op)
     return handler.selections[-1].problem
 
@@ -105,13 +105,14 @@ def test_auto_takes_its_cap_for_a_layout_outside_training_and_says_why(
         graph: SizeVarAllocator, b: tuple, count: int, why: str, caplog: pytest.LogCaptureFixture):
     caplog.set_level(logging.INFO, logger="kernel_select.inductor")
     inputs = FakeInputs(M, N, K, strides=(ROW_MAJOR_A, b))
-    with ks_config.patch(auto_topk_cap=5):
-        handler = ks_inductor.KernelSelectChoices(topk="auto", model=TrainedOnNN(), device="h100")
+    with ks_config.patch(gemm_auto_topk_cap=5):
+        handler = ks_inductor.KernelSelectChoices(gemm_topk="auto", gemm_model=TrainedOnNN(),
+                                                  gemm_device="h100")
         finalize(handler, inputs, inductor_candidates(inputs))
     selection = handler.selections[-1]
     assert len(selection.configs) == count and selection.hedged == why
     line = next(r.getMessage() for r in caplog.records if "benchmarking" in r.getMessage())
-    assert (f"topk=auto at its cap: {why}" in line) == bool(why)
+    assert (f"gemm_topk=auto at its cap: {why}" in line) == bool(why)
 
 
 def test_a_lut_pin_serves_only_the_layout_it_names(graph: SizeVarAllocator, tmp_path):  # noqa: ANN001
@@ -128,7 +129,7 @@ def test_a_lut_pin_serves_only_the_layout_it_names(graph: SizeVarAllocator, tmp_
         path = tmp_path / f"{layout}.json"
         save_lut(KernelLUT.from_rows([("h100", "mm", "bfloat16",
                                        LUTEntry(m=1280, n=3420, k=1280, layout=layout, pin=pinned))]), path)
-        handler = ks_inductor.KernelSelectChoices(topk=4, model=FakeModel(), device="h100",
+        handler = ks_inductor.KernelSelectChoices(gemm_topk=4, gemm_model=FakeModel(), gemm_device="h100",
                                                   kernel_lut_path=str(path))
         offered = triton_of(finalize(handler, inputs, inductor_candidates(inputs)))
         assert handler.selections[-1].problem.layout == "tn"

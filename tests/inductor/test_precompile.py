@@ -27,7 +27,7 @@ import kernel_select.inductor as ks_inductor  # noqa: E402
 import kernel_select.knobs as ks_config  # noqa: E402
 from kernel_select.errors import OptionError  # noqa: E402
 from kernel_select.inductor import precompile  # noqa: E402
-from kernel_select.inductor.settings import resolve_precompile_in_process  # noqa: E402
+from kernel_select.inductor.settings import resolve_settings, validated_overrides  # noqa: E402
 from tests.subprocess_env import package_env  # noqa: E402
 
 
@@ -71,9 +71,9 @@ def pool_ready(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
 
 @pytest.fixture(autouse=True)
-def knob_off_and_warning_unsaid(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(precompile._state, "warned", False)
-    with ks_config.patch(precompile_in_process=False):
+def knob_off():
+    # (tests/conftest.py's fresh_runtime forgets the warnings already shown)
+    with ks_config.patch(gemm_precompile_in_process=False):
         yield
 
 
@@ -96,7 +96,7 @@ def test_without_the_knob_choices_go_to_the_pool(pool_ready: dict[str, Any], tmp
 
 def test_with_the_knob_choices_are_precompiled_in_process(pool_ready: dict[str, Any], tmp_path: Path):
     pool_check = AsyncCompile.__dict__["use_process_pool"]
-    ks_inductor.install(precompile_in_process=True)
+    ks_inductor.install(gemm_precompile_in_process=True)
     precompile_two_choices(pool_ready, tmp_path)
     assert sorted(pool_ready["in_process"]) == ["a", "b"] and not pool_ready["in_pool"]
     # The worker threads (and everything after the call) see torch's own answer.
@@ -115,16 +115,17 @@ def test_every_call_resolves_option_then_install_then_knob(pool_ready: dict[str,
                                                           install_arg: bool | None, knob: bool,
                                                           option: bool | None, in_process: bool):
     assert ks_inductor.register_options()
-    ks_inductor.install(precompile_in_process=install_arg)
-    with ks_config.patch(precompile_in_process=knob), \
+    ks_inductor.install(gemm_precompile_in_process=install_arg)
+    overrides = validated_overrides({"gemm_precompile_in_process": install_arg}, where="install")
+    with ks_config.patch(gemm_precompile_in_process=knob), \
             inductor_config.patch(gemm_precompile_in_process=option):
-        assert resolve_precompile_in_process(install_arg) is in_process
+        assert resolve_settings(overrides).gemm_precompile_in_process is in_process
         precompile_two_choices(pool_ready, tmp_path)
     assert bool(pool_ready["in_process"]) is in_process and bool(pool_ready["in_pool"]) is not in_process
 
 
 def test_another_thread_without_an_install_keeps_the_pool(pool_ready: dict[str, Any], tmp_path: Path):
-    ks_inductor.install(precompile_in_process=True)  # in this thread only, like the handler
+    ks_inductor.install(gemm_precompile_in_process=True)  # in this thread only, like the handler
     worker = threading.Thread(target=precompile_two_choices, args=(pool_ready, tmp_path))
     worker.start()
     worker.join()
@@ -151,7 +152,7 @@ def test_gate_answers_false_in_its_thread_only(monkeypatch: pytest.MonkeyPatch):
 def test_install_wraps_make_precompile_fn_and_uninstall_restores_it():
     make_fn = AlgorithmSelectorCache.__dict__["make_precompile_fn"]
     pool_check = AsyncCompile.__dict__["use_process_pool"]
-    ks_inductor.install(precompile_in_process=True)
+    ks_inductor.install(gemm_precompile_in_process=True)
     ks_inductor.install()
     assert AlgorithmSelectorCache.__dict__["make_precompile_fn"] is not make_fn
     assert AsyncCompile.__dict__["use_process_pool"] is pool_check  # patched only during the call
@@ -162,18 +163,27 @@ def test_install_wraps_make_precompile_fn_and_uninstall_restores_it():
     assert AsyncCompile.__dict__["use_process_pool"] is pool_check
 
 
-def test_knob_validation_and_install_argument():
-    with pytest.raises(OptionError, match="precompile_in_process"):
-        ks_config.precompile_in_process = "maybe"
-    with ks_config.patch(precompile_in_process="ON"):
-        assert ks_config.precompile_in_process is True
-    with pytest.raises(OptionError, match=r"install\(precompile_in_process"):
-        ks_inductor.install(precompile_in_process="sometimes")
+def test_knob_is_parsed_when_settings_are_resolved_and_install_checks_its_argument():
+    with ks_config.patch(gemm_precompile_in_process="ON"):
+        assert resolve_settings().gemm_precompile_in_process is True
+    with ks_config.patch(gemm_precompile_in_process="maybe"):
+        with pytest.raises(OptionError, match=r"kernel_select.knobs.gemm_precompile_in_process"):
+            resolve_settings()
+    with pytest.raises(OptionError, match=r"install\(gemm_precompile_in_process"):
+        ks_inductor.install(gemm_precompile_in_process="sometimes")
     assert not ks_inductor.uninstall()  # the bad argument installed nothing
 
 
+def test_a_bad_knob_value_keeps_the_pool_instead_of_breaking_the_compile(pool_ready: dict[str, Any],
+                                                                        tmp_path: Path):
+    ks_inductor.install()
+    with ks_config.patch(gemm_precompile_in_process="maybe"):
+        precompile_two_choices(pool_ready, tmp_path)
+    assert pool_ready["in_pool"] == ["a", "b"] and not pool_ready["in_process"]
+
+
 def test_environment_variable_is_read_and_validated():
-    code = "import kernel_select.knobs as c; print(c.precompile_in_process)"
+    code = "import kernel_select.knobs as c; print(c.gemm_precompile_in_process)"
     env = package_env(TORCHINDUCTOR_GEMM_PRECOMPILE_IN_PROCESS="yes")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["True"]
@@ -194,8 +204,8 @@ def test_torch_without_use_process_pool_warns_once_and_patches_nothing(monkeypat
     with caplog.at_level(logging.WARNING, logger="kernel_select"):
         ks_inductor.install()  # knob off: nothing asked for, nothing said
         assert not _precompile_warnings(caplog)
-        handler = ks_inductor.install(precompile_in_process=True)
-        ks_inductor.install(precompile_in_process=True)
+        handler = ks_inductor.install(gemm_precompile_in_process=True)
+        ks_inductor.install(gemm_precompile_in_process=True)
         with precompile.in_process_precompile():  # the gate alone does not raise either
             pass
     assert isinstance(handler, ks_inductor.KernelSelectChoices)
@@ -214,7 +224,7 @@ def test_make_precompile_fn_that_no_longer_consults_the_pool_is_left_alone(
 
     monkeypatch.setattr(AlgorithmSelectorCache, "make_precompile_fn", make_precompile_fn)
     with caplog.at_level(logging.WARNING, logger="kernel_select"):
-        ks_inductor.install(precompile_in_process=True)
+        ks_inductor.install(gemm_precompile_in_process=True)
     assert AlgorithmSelectorCache.__dict__["make_precompile_fn"] is make_precompile_fn
     warnings = _precompile_warnings(caplog)
     assert len(warnings) == 1 and "no longer consults use_process_pool" in warnings[0]

@@ -18,11 +18,12 @@ from torch._inductor import config as inductor_config  # noqa: E402
 import kernel_select.inductor as ks_inductor  # noqa: E402
 from kernel_select.configs import GemmConfig  # noqa: E402
 from kernel_select.device import DeviceSpec  # noqa: E402
-from kernel_select.model import MODELS_DIR_ENV  # noqa: E402
 from kernel_select.problem import Problem  # noqa: E402
+from kernel_select.resources import MODELS_DIR_ENV  # noqa: E402
 from tests.inductor.kit import FakeInputs, finalize, inductor_candidates, warnings_of  # noqa: E402
 from tests.inductor_doubles import FakeModel  # noqa: E402
-from tests.test_runtime import REPO, within  # noqa: E402
+from tests.subprocess_env import REPO  # noqa: E402
+from tests.test_runtime import within  # noqa: E402
 
 
 def stock(candidates: dict[str, list]) -> list:
@@ -49,7 +50,8 @@ def test_a_fifo_or_dev_zero_lut_returns_within_two_seconds_with_one_warning(
         os.mkfifo(path)
     else:
         path = "/dev/zero"
-    handler = ks_inductor.KernelSelectChoices(topk=4, kernel_lut_path=path, model=FakeModel(), device="h100")
+    handler = ks_inductor.KernelSelectChoices(gemm_topk=4, kernel_lut_path=path, gemm_model=FakeModel(),
+                                              gemm_device="h100")
     within(2, lambda: compile_gemms(handler, (560, 1024), caplog))
     assert len(warnings_of(caplog)) == 1 and "regular file" in warnings_of(caplog)[0].getMessage()
 
@@ -58,7 +60,7 @@ def test_a_fifo_or_dev_zero_lut_returns_within_two_seconds_with_one_warning(
 def test_a_non_ascii_or_non_integer_gemm_topk_option_falls_back_cleanly(value: str,
                                                                          caplog: pytest.LogCaptureFixture):
     assert ks_inductor.register_options()
-    handler = ks_inductor.KernelSelectChoices(topk=2, model=FakeModel(), device="h100")
+    handler = ks_inductor.KernelSelectChoices(gemm_topk=2, gemm_model=FakeModel(), gemm_device="h100")
     with inductor_config.patch(gemm_topk=value):  # per thread on torch 2.13: no worker thread here
         compile_gemms(handler, (560, 1024), caplog)
     messages = [r.getMessage() for r in warnings_of(caplog)]
@@ -72,7 +74,7 @@ class NaNModel(FakeModel):
 
 
 def test_a_model_with_nan_outputs_warns_once_over_fifty_shapes(caplog: pytest.LogCaptureFixture):
-    handler = ks_inductor.KernelSelectChoices(topk=4, model=NaNModel(), device="h100")
+    handler = ks_inductor.KernelSelectChoices(gemm_topk=4, gemm_model=NaNModel(), gemm_device="h100")
     compile_gemms(handler, range(64, 64 + 50 * 16, 16), caplog)
     assert len(warnings_of(caplog)) == 1
 
@@ -84,7 +86,8 @@ def test_a_broken_shipped_model_leaves_inductor_its_own_candidates(tmp_path: Pat
     weights = tmp_path / "h100" / "mlp.pt"
     weights.write_bytes(weights.read_bytes()[:100])
     monkeypatch.setenv(MODELS_DIR_ENV, str(tmp_path))
-    handler = ks_inductor.KernelSelectChoices(topk=4, device="h100")  # model=None: the shipped one
+    # gemm_model=None: the shipped one
+    handler = ks_inductor.KernelSelectChoices(gemm_topk=4, gemm_device="h100")
     compile_gemms(handler, (560, 1024, 2048), caplog)
     messages = [r.getMessage() for r in warnings_of(caplog)]
     assert len(messages) == 1 and str(weights) in messages[0] and "retrain" in messages[0]

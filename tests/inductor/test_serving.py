@@ -16,9 +16,10 @@ from torch._inductor import config as inductor_config  # noqa: E402
 import kernel_select.inductor as ks_inductor  # noqa: E402
 import kernel_select.knobs as ks_config  # noqa: E402
 from kernel_select.configs import GemmConfig  # noqa: E402
-from kernel_select.inductor import dynamic  # noqa: E402
+from kernel_select.inductor import inputs as inductor_inputs  # noqa: E402
 from kernel_select.lut import ATEN, KernelLUT, LUTEntry, MRange, SizeRange, save_lut  # noqa: E402
-from kernel_select.select import default_spread, spread_ms, top_k  # noqa: E402
+from kernel_select.problem import default_spread, spread_ms  # noqa: E402
+from kernel_select.select import select  # noqa: E402
 from tests.inductor.kit import (  # noqa: E402
     FakeInputs, SEED, finalize, inductor_candidates, params_config, triton_of)
 from tests.inductor_doubles import FakeModel  # noqa: E402
@@ -44,28 +45,29 @@ def write_lut(tmp_path: Path, *entries: LUTEntry, op: str = "mm") -> str:
 
 def test_a_symbolic_m_is_ranked_over_the_default_spread_around_its_hint():
     inputs = SymbolicInputs(560, 1280, 3420)
-    handler = ks_inductor.KernelSelectChoices(topk=4, model=FakeModel(), device="h100")
+    handler = ks_inductor.KernelSelectChoices(gemm_topk=4, gemm_model=FakeModel(), gemm_device="h100")
     triton = triton_of(finalize(handler, inputs, inductor_candidates(inputs)))
     selection = handler.selections[-1]
     assert selection.ms == default_spread(560) and selection.ms_origin == "hint/4..hint*4"
-    expected = top_k(SEED, 4, model=FakeModel(), device="h100", ms=default_spread(560))
-    assert [params_config(c) for c in triton] == [c.config for c in expected]
+    expected = select(SEED, model=FakeModel(), gemm_topk=4, ms=default_spread(560)).configs
+    assert [params_config(c) for c in triton] == list(expected)
     assert all(c.params.to_kwargs()["hint_override"] is None for c in triton)
 
 
 def test_a_static_m_is_ranked_for_itself():
     inputs = FakeInputs(560, 1280, 3420)
-    handler = ks_inductor.KernelSelectChoices(topk=4, model=FakeModel(), device="h100")
+    handler = ks_inductor.KernelSelectChoices(gemm_topk=4, gemm_model=FakeModel(), gemm_device="h100")
     finalize(handler, inputs, inductor_candidates(inputs))
     assert handler.selections[-1].ms == ()
 
 
 def test_the_dynamic_m_knob_and_option_name_the_ms():
     inputs = SymbolicInputs(560, 1280, 3420)
-    handler = ks_inductor.KernelSelectChoices(topk=4, model=FakeModel(), device="h100",
-                                              dynamic_m="560,1024,8192")
+    handler = ks_inductor.KernelSelectChoices(gemm_topk=4, gemm_model=FakeModel(), gemm_device="h100",
+                                              gemm_dynamic_m="560,1024,8192")
     finalize(handler, inputs, inductor_candidates(inputs))
-    assert handler.selections[-1].ms == (560, 1024, 8192) and handler.selections[-1].ms_origin == "dynamic_m"
+    selection = handler.selections[-1]
+    assert selection.ms == (560, 1024, 8192) and selection.ms_origin == "gemm_dynamic_m"
     ks_inductor.register_options()
     with inductor_config.patch({"gemm_dynamic_m": "512..4096"}):
         finalize(handler, inputs, inductor_candidates(inputs))
@@ -76,8 +78,8 @@ def test_a_lut_entrys_m_range_wins_over_the_knob(tmp_path: Path):
     entry = LUTEntry(m=MRange(min=256, max=2048), n=1280, k=3420, configs=[PINNED])
     path = write_lut(tmp_path, entry)
     inputs = SymbolicInputs(560, 1280, 3420)
-    with ks_config.patch(dynamic_m="1,2,3"):
-        handler = ks_inductor.KernelSelectChoices(topk=4, model=FakeModel(), device="h100",
+    with ks_config.patch(gemm_dynamic_m="1,2,3"):
+        handler = ks_inductor.KernelSelectChoices(gemm_topk=4, gemm_model=FakeModel(), gemm_device="h100",
                                                   kernel_lut_path=path)
         triton = triton_of(finalize(handler, inputs, inductor_candidates(inputs)))
     assert handler.selections[-1].ms == spread_ms(256, 2048)
@@ -86,7 +88,7 @@ def test_a_lut_entrys_m_range_wins_over_the_knob(tmp_path: Path):
 
 def test_multi_kernel_hints_get_their_own_configs_tagged_with_the_hint():
     inputs = SymbolicInputs(560, 1280, 3420)
-    handler = ks_inductor.KernelSelectChoices(topk=2, model=FakeModel(), device="h100")
+    handler = ks_inductor.KernelSelectChoices(gemm_topk=2, gemm_model=FakeModel(), gemm_device="h100")
     with inductor_config.patch(multi_kernel_hints=[64, 8192]):
         triton = triton_of(finalize(handler, inputs, inductor_candidates(inputs)))
     by_hint: dict[object, list[GemmConfig]] = {}
@@ -94,25 +96,27 @@ def test_multi_kernel_hints_get_their_own_configs_tagged_with_the_hint():
         by_hint.setdefault(choice.params.to_kwargs()["hint_override"], []).append(params_config(choice))
     assert set(by_hint) == {None, 64, 8192} and all(len(v) == 2 for v in by_hint.values())
     for hint in (64, 8192):
-        expected = top_k(dataclasses.replace(SEED, m=hint), 2, model=FakeModel(), device="h100")
-        assert by_hint[hint] == [c.config for c in expected]
+        expected = select(dataclasses.replace(SEED, m=hint), model=FakeModel(), gemm_topk=2).configs
+        assert by_hint[hint] == list(expected)
 
 
 def test_a_real_cpu_compile_with_mark_dynamic_gives_the_declared_range(monkeypatch: pytest.MonkeyPatch):
     # Inductor's own symbolic sizes: CPU GEMMs pass through the handler, so record what the
     # dynamic-M helpers see inside the real lowering.
     seen = []
-    original = ks_inductor.KernelSelectChoices._replace_triton_candidates
+    original = ks_inductor.KernelSelectChoices._replace
 
     def spy(self, choices, kernel_inputs, op_name, overrides):  # noqa: ANN001, ANN202
-        m = dynamic.symbolic_m(kernel_inputs)
-        seen.append((m, dynamic.declared_range(m) if m is not None else None, kernel_inputs.mnk_hinted()[0]))
+        m = inductor_inputs.symbolic_m(kernel_inputs)
+        declared = inductor_inputs.declared_range(m) if m is not None else None
+        seen.append((m, declared, kernel_inputs.mnk_hinted()[0]))
         return original(self, choices, kernel_inputs, op_name, overrides)
 
-    monkeypatch.setattr(ks_inductor.KernelSelectChoices, "_replace_triton_candidates", spy)
+    monkeypatch.setattr(ks_inductor.KernelSelectChoices, "_replace", spy)
     x, w = torch.randn(96, 32), torch.randn(32, 48)
     torch._dynamo.mark_dynamic(x, 0, min=16, max=4096)
-    with ks_inductor.enabled(topk=2, device="h100"), torch.compiler.config.patch(force_disable_caches=True):
+    with ks_inductor.enabled(gemm_topk=2, gemm_device="h100"), \
+            torch.compiler.config.patch(force_disable_caches=True):
         torch._dynamo.reset()
         compiled = torch.compile(lambda a, b: a @ b)
         torch.testing.assert_close(compiled(x, w), x @ w)
@@ -120,7 +124,7 @@ def test_a_real_cpu_compile_with_mark_dynamic_gives_the_declared_range(monkeypat
     m, declared, hint = seen[0]
     assert m is not None and not m.is_number and hint == 96
     assert declared == (16, 4096)
-    assert dynamic.ms_to_rank(hint, None, None, declared) == (spread_ms(16, 4096), "declared range")
+    assert inductor_inputs.ms_to_rank(hint, None, None, declared) == (spread_ms(16, 4096), "declared range")
 
 
 # -- pinned entries -----------------------------------------------------------------------------
@@ -129,7 +133,7 @@ def test_a_triton_pin_is_the_only_choice_inductor_gets(tmp_path: Path):
     path = write_lut(tmp_path, LUTEntry(m=MRange(min=1, max=8192), n=1280, k=3420, pin=PINNED,
                                         note="pretune"))
     inputs = SymbolicInputs(560, 1280, 3420)
-    handler = ks_inductor.KernelSelectChoices(topk=4, model=FakeModel(), device="h100",
+    handler = ks_inductor.KernelSelectChoices(gemm_topk=4, gemm_model=FakeModel(), gemm_device="h100",
                                               kernel_lut_path=path)
     with inductor_config.patch(multi_kernel_hints=[64]):
         result = finalize(handler, inputs, inductor_candidates(inputs))
@@ -142,7 +146,7 @@ def test_a_k_range_pin_serves_a_weight_gradient_at_every_compiles_hint(tmp_path:
     # grad_y.t() @ x under mark_dynamic: M = 1280 and N = 3420 fixed, K = the sequence length,
     # symbolic, hinted with whichever length a compile was for. One entry over the range serves all.
     path = write_lut(tmp_path, LUTEntry(m=1280, n=3420, k=SizeRange(min=560, max=8192), pin=PINNED))
-    handler = ks_inductor.KernelSelectChoices(topk=4, model=FakeModel(), device="h100",
+    handler = ks_inductor.KernelSelectChoices(gemm_topk=4, gemm_model=FakeModel(), gemm_device="h100",
                                               kernel_lut_path=path)
     k = sympy.Symbol("s1", positive=True, integer=True)
     for hint in (560, 1024, 2048, 8192):
@@ -157,7 +161,7 @@ def test_a_k_range_pin_serves_a_weight_gradient_at_every_compiles_hint(tmp_path:
 def test_an_aten_pin_offers_only_aten(tmp_path: Path):
     path = write_lut(tmp_path, LUTEntry(m=560, n=1280, k=3420, pin=ATEN))
     inputs = FakeInputs(560, 1280, 3420)
-    handler = ks_inductor.KernelSelectChoices(topk=4, model=FakeModel(), device="h100",
+    handler = ks_inductor.KernelSelectChoices(gemm_topk=4, gemm_model=FakeModel(), gemm_device="h100",
                                               kernel_lut_path=path)
     candidates = inductor_candidates(inputs)
     result = finalize(handler, inputs, candidates)
@@ -171,7 +175,7 @@ def test_an_aten_pin_on_addmm_offers_the_bias_epilogue_call(tmp_path: Path):
 
     path = write_lut(tmp_path, LUTEntry(m=560, n=1280, k=3420, pin=ATEN), op="addmm")
     inputs = FakeInputs(560, 1280, 3420)
-    handler = ks_inductor.KernelSelectChoices(topk=4, model=FakeModel(), device="h100",
+    handler = ks_inductor.KernelSelectChoices(gemm_topk=4, gemm_model=FakeModel(), gemm_device="h100",
                                               kernel_lut_path=path)
     aten_call = {"aten::addmm": [ktc("aten::addmm", inputs)],
                  "aten::bias_addmm": [ktc("aten::bias_addmm", inputs)]}
@@ -186,25 +190,25 @@ def test_a_pin_for_a_template_inductor_does_not_offer_keeps_inductors_candidates
     path = write_lut(tmp_path, LUTEntry(m=560, n=1280, k=3420, pin=ATEN))
     inputs = FakeInputs(560, 1280, 3420)
     candidates = {uid: items for uid, items in inductor_candidates(inputs).items() if uid != "aten::mm"}
-    handler = ks_inductor.KernelSelectChoices(topk=4, model=FakeModel(), device="h100",
+    handler = ks_inductor.KernelSelectChoices(gemm_topk=4, gemm_model=FakeModel(), gemm_device="h100",
                                               kernel_lut_path=path)
     result = finalize(handler, inputs, candidates)
-    assert len(triton_of(result)) == 4 and any("which Inductor does not offer" in r.getMessage()
-                                                for r in caplog.records)
+    assert result == [c for items in candidates.values() for c in items]
+    assert any("which Inductor does not offer" in r.getMessage() for r in caplog.records)
 
 
 def test_addmm_drops_aten_in_its_first_call_when_triton_is_pinned(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch):
-    from kernel_select.inductor import pinning
+    from kernel_select.inductor import candidates
 
     path = write_lut(tmp_path, LUTEntry(m=560, n=1280, k=3420, pin=PINNED), op="addmm")
     inputs = FakeInputs(560, 1280, 3420)
-    handler = ks_inductor.KernelSelectChoices(topk=4, model=FakeModel(), device="h100",
+    handler = ks_inductor.KernelSelectChoices(gemm_topk=4, gemm_model=FakeModel(), gemm_device="h100",
                                               kernel_lut_path=path)
     aten_call = {"aten::addmm": inductor_candidates(inputs)["aten::mm"]}
-    monkeypatch.setattr(pinning, "_triton_offered", lambda kernel_inputs: True)
+    monkeypatch.setattr(candidates, "_triton_offered", lambda kernel_inputs: True)
     assert finalize(handler, inputs, aten_call, op="addmm") == []
-    monkeypatch.setattr(pinning, "_triton_offered", lambda kernel_inputs: False)
+    monkeypatch.setattr(candidates, "_triton_offered", lambda kernel_inputs: False)
     assert len(finalize(handler, inputs, aten_call, op="addmm")) == 1  # no Triton call coming: keep ATen
     triton_call = {"triton::mm": inductor_candidates(inputs)["triton::mm"]}
     assert [params_config(c) for c in finalize(handler, inputs, triton_call, op="addmm")] == [PINNED]

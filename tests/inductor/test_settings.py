@@ -1,13 +1,15 @@
-"""Knobs, their precedence, and the torch.compile options kernel_select registers."""
+"""Knobs (kernel_select.knobs, a torch config module), their old spellings, their precedence, and the
+torch.compile options kernel_select registers."""
 
 from __future__ import annotations
 
+import ast
+import logging
 import os
 import subprocess
 import sys
 
 import pytest
-import torch
 
 pytest.importorskip("torch._inductor.kernel_template_choice")
 
@@ -16,48 +18,151 @@ from torch._inductor import config as inductor_config  # noqa: E402
 
 import kernel_select.inductor as ks_inductor  # noqa: E402
 import kernel_select.knobs as ks_config  # noqa: E402
+from kernel_select import options  # noqa: E402
 from kernel_select.errors import OptionError  # noqa: E402
-from tests.inductor.kit import run_python  # noqa: E402
+from kernel_select.inductor.settings import resolve_settings  # noqa: E402
+from kernel_select.model.cublas import DEFAULT_MARGIN  # noqa: E402
+from tests.inductor.kit import (  # noqa: E402
+    FakeInputs, finalize, inductor_candidates, run_python, warnings_of)
+from tests.inductor_doubles import FakeModel  # noqa: E402
 from tests.subprocess_env import package_env  # noqa: E402
 
+#: Per knob, three valid values that parse to three different settings: one for the knob, one for
+#: install(), one for the torch.compile option (a boolean has two: the option repeats the knob's).
+VALUES: dict[str, tuple[object, object, object]] = {
+    "kernel_lut_path": ("knob.json", "install.json", "option.json"),
+    "gemm_topk": (16, "8", "auto"),
+    "gemm_auto_topk_cap": (16, "4", 2),
+    "gemm_cublas_margin": (0.05, "0.1", 0.2),
+    "gemm_dynamic_m": ("1,2", [3, 4], "64..1024"),
+    "gemm_precompile_in_process": ("on", False, True),
+    "gemm_model": ("knob-model", "install-model", "option-model"),  # names are looked up when loading
+    "gemm_device": ("h100", "a100", "NVIDIA H200"),
+}
+#: The spellings before 1.0 that kernel_select.knobs keeps as aliases (`top_k` was triton_pruner's
+#: argument, never a knob).
+KNOB_ALIASES = sorted((old, new) for old, new in options.DEPRECATED_NAMES.items() if old != "top_k")
 
-# -- knobs and precedence --------------------------------------------------------------------------
 
-def test_knobs_validate_on_assignment_and_patch():
-    with pytest.raises(OptionError, match="topk"):
-        ks_config.topk = 0
-    with pytest.raises(OptionError, match="DEFAULT"):
-        ks_config.patch(topk="many").__enter__()
-    with pytest.raises(OptionError, match="unknown knob"):
-        ks_config.patch(top_k=3).__enter__()
-    with pytest.raises(OptionError, match="device"):
-        ks_config.device = "tpu-v9"
-    with ks_config.patch(topk="4", device="NVIDIA H100 80GB HBM3", kernel_lut_path="~/lut.json"):
-        assert ks_config.topk == 4 and ks_config.device == "h100"
-        assert ks_config.kernel_lut_path == os.path.expanduser("~/lut.json")
-    assert ks_config.topk == "DEFAULT" and ks_config.device is None
+def test_every_knob_has_values_here():
+    assert set(VALUES) == set(options.KNOBS)
 
 
-def test_environment_variables_are_read_and_validated():
-    code = "import kernel_select.knobs as c; print(c.topk, c.kernel_lut_path)"
-    env = package_env(TORCHINDUCTOR_GEMM_TOPK="same", TORCHINDUCTOR_KERNEL_LUT_PATH="/x/lut.json")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["SAME", "/x/lut.json"]
-    env["TORCHINDUCTOR_GEMM_TOPK"] = "-3"
+# -- kernel_select.knobs ------------------------------------------------------------------------------
+
+def test_an_unknown_knob_is_an_attribute_error():
+    with pytest.raises(AttributeError, match="gemm_tpok"):
+        ks_config.gemm_tpok = 3
+    with pytest.raises(AttributeError, match="gemm_tpok"):
+        ks_config.gemm_tpok  # noqa: B018
+    with pytest.raises(AttributeError, match="gemm_tpok"), ks_config.patch(gemm_tpok=3):
+        pass
+
+
+@pytest.mark.parametrize("old, new", KNOB_ALIASES)
+def test_an_old_spelling_reads_and_writes_the_same_knob(old: str, new: str):
+    first, second, _ = VALUES[new]
+    with ks_config.patch({new: first}):
+        assert getattr(ks_config, old) == first
+        with ks_config.patch({old: second}):
+            assert getattr(ks_config, new) == second
+        assert getattr(ks_config, new) == first
+
+
+BAD_VALUES = {"kernel_lut_path": 42, "gemm_topk": 0, "gemm_auto_topk_cap": -1, "gemm_cublas_margin": 1.5,
+              "gemm_dynamic_m": "9..3", "gemm_precompile_in_process": "maybe", "gemm_model": 3,
+              "gemm_device": "tpu-v9"}
+
+
+@pytest.mark.parametrize("knob", sorted(options.KNOBS))
+def test_a_bad_value_is_named_when_the_handler_resolves_its_settings(knob: str):
+    handler = ks_inductor.KernelSelectChoices()
+    with ks_config.patch({knob: BAD_VALUES[knob]}):
+        assert getattr(ks_config, knob) == BAD_VALUES[knob]  # assignment does not check
+        with pytest.raises(OptionError, match=f"kernel_select.knobs.{knob}: "):
+            handler.settings()
+
+
+def test_a_bad_knob_value_leaves_inductor_its_candidates_with_one_warning(caplog: pytest.LogCaptureFixture):
+    handler = ks_inductor.KernelSelectChoices(gemm_model=FakeModel(), gemm_device="h100")
+    with ks_config.patch(gemm_topk="lots"), caplog.at_level(logging.WARNING, logger="kernel_select"):
+        for m in (560, 1024):
+            inputs = FakeInputs(m, 1280, 3420)
+            candidates = inductor_candidates(inputs)
+            stock = [c for items in candidates.values() for c in items]
+            assert finalize(handler, inputs, candidates) == stock
+    messages = [r.getMessage() for r in warnings_of(caplog)]
+    assert len(messages) == 1 and "OptionError: kernel_select.knobs.gemm_topk" in messages[0]
+    assert not handler.selections
+
+
+def test_the_cublas_margin_default_is_the_one_the_rule_was_chosen_for():
+    assert options.DEFAULT_CUBLAS_MARGIN == DEFAULT_MARGIN
+
+
+def knobs_in_a_fresh_process(**environment: str) -> dict[str, object]:
+    """Every knob's value as `import kernel_select.knobs` sets it under `environment` (with no other
+    TORCHINDUCTOR_ variable of a knob set)."""
+    env = {name: value for name, value in package_env().items()
+           if name not in {options.env_name(knob) for knob in options.KNOBS}}
+    code = ("import kernel_select.knobs as c; from kernel_select.options import KNOBS; "
+            "print(repr({name: getattr(c, name) for name in KNOBS}))")
+    out = subprocess.run([sys.executable, "-c", code], env={**env, **environment}, capture_output=True,
+                         text=True, check=True)
+    return ast.literal_eval(out.stdout.strip())
+
+
+def test_environment_variables_set_every_knobs_default():
+    raw = {"kernel_lut_path": "~/lut.json", "gemm_topk": "same", "gemm_auto_topk_cap": "5",
+           "gemm_cublas_margin": "off", "gemm_dynamic_m": "560,1024", "gemm_precompile_in_process": "yes",
+           "gemm_model": "analytical", "gemm_device": "NVIDIA H100 80GB HBM3"}
+    assert set(raw) == set(options.KNOBS)
+    assert knobs_in_a_fresh_process() == {knob: default for knob, (_, default) in options.KNOBS.items()}
+    assert knobs_in_a_fresh_process(**{options.env_name(knob): text for knob, text in raw.items()}) == {
+        "kernel_lut_path": os.path.expanduser("~/lut.json"), "gemm_topk": "SAME", "gemm_auto_topk_cap": 5,
+        "gemm_cublas_margin": None, "gemm_dynamic_m": (560, 1024), "gemm_precompile_in_process": True,
+        "gemm_model": "analytical", "gemm_device": "h100"}
+
+
+def test_a_bad_environment_variable_fails_the_import_naming_it():
+    env = package_env(TORCHINDUCTOR_GEMM_TOPK="-3")
+    bad = subprocess.run([sys.executable, "-c", "import kernel_select.knobs"], env=env, capture_output=True,
+                         text=True)
+    assert bad.returncode != 0 and "OptionError: environment variable TORCHINDUCTOR_GEMM_TOPK" in bad.stderr
+
+
+def test_a_non_ascii_digit_in_the_environment_is_an_option_error_not_a_value_error():
+    env = package_env(TORCHINDUCTOR_GEMM_TOPK="²")
+    code = "import kernel_select.knobs"
     bad = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert bad.returncode != 0 and "environment variable TORCHINDUCTOR_GEMM_TOPK" in bad.stderr
+    assert bad.returncode != 0 and "OptionError: environment variable TORCHINDUCTOR_GEMM_TOPK" in bad.stderr
+    assert "ValueError" not in bad.stderr
 
 
-def test_precedence_torch_option_over_install_over_knob():
+@pytest.mark.parametrize("value", ["²", "٣", "１２", "+4", "4.0"])
+def test_topk_accepts_only_ascii_digits(value: str):
+    with pytest.raises(OptionError, match="expected a positive integer"):
+        options.parse_topk(value)
+
+
+# -- precedence ---------------------------------------------------------------------------------------
+
+#: gemm_precompile_in_process is not the handler's (it changes how choices compile, not which):
+#: test_precompile.py checks its precedence where it acts, in make_precompile_fn.
+@pytest.mark.parametrize("knob", sorted(set(options.KNOBS) - {"gemm_precompile_in_process"}))
+def test_a_torch_compile_option_overrides_install_which_overrides_the_knob(knob: str):
     assert ks_inductor.register_options()
-    with ks_config.patch(topk=16):
-        assert ks_inductor.KernelSelectChoices().settings().topk == 16
-        handler = ks_inductor.KernelSelectChoices(topk=4)
-        assert handler.settings().topk == 4
-        with inductor_config.patch(gemm_topk=2, kernel_lut_path="per-compile.json"):
-            assert handler.settings().topk == 2
-            assert handler.settings().kernel_lut_path == "per-compile.json"
-        assert handler.settings().topk == 4
+    knob_value, install_value, option_value = VALUES[knob]
+    expected = [options.parse(knob, value) for value in VALUES[knob]]
+    assert len({repr(value) for value in expected[:2]}) == 2 and expected[1] != expected[2]
+    with ks_config.patch({knob: knob_value}):
+        assert getattr(resolve_settings(), knob) == expected[0]
+        handler = ks_inductor.install(**{knob: install_value})
+        per_compile = inductor_config.inductor_choices_class()  # what Inductor instantiates
+        assert [getattr(h.settings(), knob) for h in (handler, per_compile)] == [expected[1]] * 2
+        with inductor_config.patch({knob: option_value}):  # what torch.compile(options=...) does
+            assert [getattr(h.settings(), knob) for h in (handler, per_compile)] == [expected[2]] * 2
+        assert getattr(handler.settings(), knob) == expected[1]
 
 
 def test_torch_compile_accepts_the_options_only_after_install():
@@ -71,7 +176,7 @@ def test_torch_compile_accepts_the_options_only_after_install():
         else:
             raise AssertionError("torch knew gemm_topk before install()")
         import kernel_select.inductor as ks
-        ks.install(topk=2, device="h100")
+        ks.install(gemm_topk=2, gemm_device="h100")
         torch.compile(lambda x: x + 1, options=options)
         ks.uninstall()
         torch.compile(lambda x: x + 1, options=options)  # the options stay registered, inert
@@ -79,32 +184,3 @@ def test_torch_compile_accepts_the_options_only_after_install():
     """)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().endswith("ok")
-
-
-
-
-def test_cublas_margin_knob_is_validated_and_read_from_the_environment():
-    with pytest.raises(OptionError, match="cublas_margin"):
-        ks_config.cublas_margin = 1.5
-    with pytest.raises(OptionError):
-        ks_inductor.install(cublas_margin="sometimes")
-    code = "import kernel_select.knobs as c; print(c.cublas_margin)"
-    for raw, expected in (("0.1", "0.1"), ("off", "None"), ("", "0.15")):
-        env = package_env(TORCHINDUCTOR_GEMM_CUBLAS_MARGIN=raw)
-        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                             check=True)
-        assert out.stdout.strip() == expected
-
-
-@pytest.mark.parametrize("value", ["²", "٣", "１２", "+4", "4.0"])
-def test_topk_accepts_only_ascii_digits(value: str):
-    with pytest.raises(OptionError, match="expected a positive integer"):
-        ks_config.parse_topk(value)
-
-
-def test_a_non_ascii_digit_in_the_environment_is_an_option_error_not_a_value_error():
-    env = package_env(TORCHINDUCTOR_GEMM_TOPK="²")
-    code = "import kernel_select.knobs"
-    bad = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert bad.returncode != 0 and "OptionError: environment variable TORCHINDUCTOR_GEMM_TOPK" in bad.stderr
-    assert "ValueError" not in bad.stderr
