@@ -117,6 +117,23 @@ def test_digest_follows_the_bytes_and_never_raises(tmp_path: Path) -> None:
     assert lut_digest(tmp_path / "lut.json", limit=10).startswith("unreadable:")
 
 
+def test_a_tables_digest_is_computed_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The handler's uuid() asks for the digest of the loaded table on every compile; dumping and
+    hashing a 40 MB table took seconds per call when it was recomputed."""
+    from kernel_select import runtime
+
+    path = tmp_path / "lut.json"
+    save_lut(_table(SMALL, HUGE), path)
+    dumps: list[KernelLUT] = []
+    real_dump = lut_io.dump_lut
+    monkeypatch.setattr(lut_io, "dump_lut", lambda table: dumps.append(table) or real_dump(table))
+    keys = {runtime.lut_fingerprint(str(path)) for _ in range(5)}
+    assert keys == {f"{path}:{_table(SMALL, HUGE).digest()}"}
+    assert len(dumps) == 2  # the loaded table's digest once, the fresh table's above once
+    table = load_lut(path)
+    assert [table.digest() for _ in range(3)] == [table.digest()] * 3 and len(dumps) == 3
+
+
 # -- messages are safe to print -----------------------------------------------------------------
 
 @pytest.mark.parametrize("key", ["\x1b[31mred", "line\nbreak", "\u202eevil", "bell\x07"])
