@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from kernel_select.cli.common import int_at_least, positive_float
+from kernel_select.cli.common import int_at_least, load_lut_file, positive_float, printable
 
 _positive_int = int_at_least(1)
 
@@ -45,7 +45,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu (default: %(default)s)")
     p.add_argument("--tiny", action="store_true", help="narrow, shallow versions of the models (smoke test)")
     p.add_argument("--out", default="results", help="output directory (default: %(default)s)")
-    p.add_argument("--timeout", type=float, default=1800.0,
+    p.add_argument("--timeout", type=positive_float, default=1800.0,
                    help="seconds allowed per worker process (default: %(default)s)")
     p.add_argument("--max-seconds", type=positive_float, default=None,
                    help="stop before a run that would not finish within this many seconds of the "
@@ -64,6 +64,8 @@ def run_compare_models(args: argparse.Namespace) -> int:
 
     models = parse_workloads(args.models)
     require_transformers(models)
+    if args.lut is not None:  # the workers load it leniently (ignored if broken): fail here instead
+        load_lut_file(args.lut)
     methods = select_methods(args.methods, MethodContext(lut=args.lut, cudagraphs=not args.no_cudagraphs))
     results, json_path, png_path = compare_models.run_compare_models(
         models, methods, out_dir=args.out, device=args.device, tiny=args.tiny, repeat=args.repeat,
@@ -71,7 +73,7 @@ def run_compare_models(args: argparse.Namespace) -> int:
         settings={"lut": args.lut, "cudagraphs": not args.no_cudagraphs})
     print(model_report.format_summary(model_report.summarize(results)))
     plot = f" and {png_path}" if png_path else " (no plot: matplotlib is not installed)"
-    print(f"wrote {json_path}{plot}")
+    print(f"wrote {printable(json_path)}{plot}")
     return 0
 
 
