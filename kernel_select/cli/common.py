@@ -59,7 +59,7 @@ def printable(text: object) -> str:
 
 def echo(text: object) -> str:
     """`text` quoted, printable, and cut to _ECHO_CHARS characters, for repeating a bad value."""
-    shown = repr(printable(text))
+    shown = f"'{printable(text)}'"
     return shown if len(shown) <= _ECHO_CHARS else shown[:_ECHO_CHARS - 4] + "...'"
 
 
@@ -218,8 +218,8 @@ def emit_text(text: str, out: str | None) -> None:
 
 
 def say(line: str, *, stderr: bool = False) -> None:
-    """Print one line; a failed write (`> /dev/full`) is an OSError naming <stdout> (or <stderr>),
-    where a bare print would raise one that names no file (or none at all, if buffered)."""
+    """Print one line; a failed write (`> /dev/full`) raises an OSError naming <stdout> (or
+    <stderr>), where a bare print's names no file."""
     stream = sys.stderr if stderr else sys.stdout
     try:
         print(line, file=stream)
@@ -237,6 +237,7 @@ def flush_stdout() -> None:
 
 
 def _stream_error(exc: OSError, stream: Any = None) -> OSError:
+    """The error to raise for a failed write to `stream` (stdout unless stderr is named)."""
     if isinstance(exc, BrokenPipeError):  # the reader left (`| head`): the caller stops quietly
         return exc
     if stream is sys.stderr:

@@ -170,7 +170,8 @@ def check_values(df: pd.DataFrame) -> None:
             error = exc.errors(include_url=False)[0]
             col = str(error["loc"][0])
             row = int(np.flatnonzero(~aten)[(triton == list(key)).all(axis=1).to_numpy().argmax()])
-            _refuse(df, row, col, f"a Triton config value GemmConfig accepts ({error['msg']})")
+            reason = error["msg"].removeprefix("Value error, ")
+            _refuse(df, row, col, f"a Triton config value GemmConfig accepts ({reason})")
 
 
 def _refuse(df: pd.DataFrame, row: int, col: str, expected: str) -> None:
