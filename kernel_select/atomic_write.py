@@ -3,38 +3,71 @@ never a truncated one, and concurrent writers never share a temporary file.
 
 The new content goes to a uniquely named temporary file beside the target, `.NAME.PID.RANDOM.tmp`
 (same file system, so the rename is atomic on POSIX; the pid lets a later writer tell a temp left
-by a killed writer from a live one's), is flushed and fsynced, gets the permissions of an ordinary new
-file (mkstemp creates 0600), is renamed over the target, and the folder is fsynced so the rename
-itself survives a power loss. Used for LUTs, model checkpoints and cards, datasets and result files.
+by a killed writer from a live one's, see `remove_stale_temps`), is flushed and fsynced, gets the
+target's permissions (or those of an ordinary new file: mkstemp creates 0600), is renamed over the
+target, and the folder is fsynced so the rename itself survives a power loss. Used for LUTs, model
+checkpoints and cards, datasets and result files.
+
+What is replaced is the file a path names, not the path:
+
+* A symlink is followed: the file it points to is replaced and the link stays a link.
+* The target's mode is kept (a 0600 file stays 0600), and its owner and group where the writer
+  may set them.
+* A read-only target (no write permission bit, or not writable by this user) is refused with
+  PermissionError: replacing it would silently undo the chmod that protects it.
+* A target with several hard links is refused: a rename gives one name the new content and leaves
+  the other names on the old file, and writing in place instead would give up the guarantee above
+  (a crash mid-write would leave every name on a torn file). Break the link first
+  (`cp FILE FILE.new && mv FILE.new FILE`) or write to another path.
+* Anything but a regular file (a directory, FIFO or device) is refused: renaming over /dev/null
+  would replace the device node.
+
+Every OSError names the path the caller passed (never the temporary file), so "No space left on
+device" says which write failed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
 
+def resolve_target(path: str | os.PathLike[str]) -> Path:
+    """The file a write to `path` replaces: the end of its chain of symlinks (which may not exist
+    yet), as an absolute path."""
+    return Path(os.path.realpath(path))
+
+
 @contextlib.contextmanager
 def atomic_file(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO[Any]]:
-    """Open a temporary file that replaces `path` when the block ends without an exception.
+    """Open a temporary file that replaces the file `path` names when the block ends without an
+    exception (see the module docstring for symlinks, modes, read-only files and hard links).
 
     `mode` is "wb" or "w" (text is UTF-8 with "\\n" line ends). The target's folder is created.
     On an exception the temporary file is removed and the target is left as it was.
+
+    Raises:
+        OSError: naming `path`: the target cannot be replaced (read-only, hard-linked, not a
+            regular file) or the write failed (no space, no permission on the folder).
     """
     if mode not in ("wb", "w"):
         raise ValueError(f"atomic_file: mode must be 'wb' or 'w', got {mode!r}")
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.{os.getpid()}.", suffix=".tmp", dir=target.parent)
-    tmp = Path(tmp_name)
+    shown = os.fspath(path)
+    target = resolve_target(path)
+    existing = _replaceable(target, shown)
+    tmp: Path | None = None
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.{os.getpid()}.", suffix=".tmp",
+                                        dir=target.parent)
+        tmp = Path(tmp_name)
+        _copy_permissions(fd, existing)
         text = {"encoding": "utf-8", "newline": "\n"} if mode == "w" else {}
         with os.fdopen(fd, mode, **text) as handle:
             yield handle
@@ -42,15 +75,89 @@ def atomic_file(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO[A
             os.fsync(handle.fileno())
         os.replace(tmp, target)
         _fsync_dir(target.parent)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
+    except BaseException as exc:
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.errno is not None and _names_a_temp(exc.filename, target):
+            # The temporary name means nothing to the caller; the target does.
+            raise OSError(exc.errno, exc.strerror, shown) from None
         raise
 
 
 def write_atomic(path: str | os.PathLike[str], data: bytes | str) -> None:
-    """Replace `path` with `data` (bytes, or text written as UTF-8) atomically and durably."""
+    """Replace the file `path` names with `data` (bytes, or text written as UTF-8), atomically and
+    durably; see `atomic_file` for what is refused."""
     with atomic_file(path, "w" if isinstance(data, str) else "wb") as handle:
         handle.write(data)
+
+
+def remove_stale_temps(path: str | os.PathLike[str]) -> list[Path]:
+    """Delete the temporary files of `path`'s target left by writers that died (their pid is no
+    longer alive); returns what was removed. Call it while holding a lock on the target, so no
+    live writer of another pid namespace is mistaken for a dead one."""
+    target = resolve_target(path)
+    removed = []
+    for tmp in target.parent.glob(f".{target.name}.*.tmp"):
+        pid = tmp.name[len(target.name) + 2:].split(".")[0]
+        if pid.isascii() and pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+            tmp.unlink(missing_ok=True)
+            removed.append(tmp)
+    return removed
+
+
+def _replaceable(target: Path, shown: str) -> os.stat_result | None:
+    """The target's stat when it exists and may be replaced, None when it does not exist."""
+    try:
+        info = os.stat(target)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, shown) from None
+    if not stat.S_ISREG(info.st_mode):
+        from kernel_select.lut.io import file_kind  # lut.io imports this module
+
+        raise OSError(errno.EINVAL, f"is {file_kind(info.st_mode)}, not a regular file; name a file "
+                                    "to write", shown)
+    if not info.st_mode & 0o222 or not os.access(target, os.W_OK):
+        mode = stat.S_IMODE(info.st_mode)
+        raise PermissionError(errno.EACCES, f"is read-only (mode {mode:04o}); make it writable (chmod u+w) "
+                                            "to replace it, or write elsewhere", shown)
+    if info.st_nlink > 1:
+        raise OSError(errno.EMLINK, f"has {info.st_nlink} hard links, and replacing it would split them; "
+                                    "break the link first (cp FILE FILE.new && mv FILE.new FILE) or write "
+                                    "elsewhere", shown)
+    return info
+
+
+def _names_a_temp(filename: Any, target: Path) -> bool:
+    """Whether an OSError's filename is none or one of `target`'s temporary files."""
+    if filename is None:
+        return True
+    name = Path(os.fsdecode(filename))
+    return name.parent == target.parent and name.name.startswith(f".{target.name}.")
+
+
+def _copy_permissions(fd: int, existing: os.stat_result | None) -> None:
+    if existing is None:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
+        return
+    os.fchmod(fd, stat.S_IMODE(existing.st_mode))
+    try:
+        os.fchown(fd, existing.st_uid, existing.st_gid)
+    except PermissionError:  # only root may give a file away (or a member, to its group)
+        pass
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _fsync_dir(directory: Path) -> None:

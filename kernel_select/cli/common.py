@@ -1,17 +1,27 @@
 """Argument helpers shared by the command groups: argparse types that reject bad values at parse
-time (so every command reports them the same way), and the few I/O helpers commands share."""
+time (so every command reports them the same way), and the few I/O helpers commands share.
+
+Numbers on the command line are ASCII only: Python's int() and float() also take "64_0" (640) and
+other scripts' digits ("٦٤"), which no user means. Every line that echoes a path or another
+user-given text goes through `printable`, as error lines do: a file name must not move the cursor,
+color the terminal or forge a second line.
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
+import errno
+import os
 import re
+import stat
 import sys
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernel_select.atomic_write import write_atomic
+
+if TYPE_CHECKING:
+    from kernel_select.lut.io import FileKind
 
 #: Largest GEMM dimension the CLI accepts: Inductor's mm templates index with int32 by default,
 #: and the model's features are computed in int64, where larger products would overflow.
@@ -33,48 +43,79 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def _integer(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+#: Longest user text an error message repeats; the rest is cut (a 4,300-digit number is not read).
+_ECHO_CHARS = 40
 
 
-def int_at_least(low: int) -> Callable[[str], int]:
-    """An argparse type: an integer >= `low`."""
+def printable(text: object) -> str:
+    """`text` with every unprintable character (newline, ESC, right-to-left override) written as
+    its escape, so it is shown on one line exactly as it is. Use it wherever a path or another
+    user-given text is printed."""
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii")
+                   for ch in str(text))
+
+
+def echo(text: object) -> str:
+    """`text` quoted, printable, and cut to _ECHO_CHARS characters, for repeating a bad value."""
+    shown = f"'{printable(text)}'"
+    return shown if len(shown) <= _ECHO_CHARS else shown[:_ECHO_CHARS - 4] + "...'"
+
+
+def parse_integer(text: str) -> int | None:
+    """The integer `text` spells in ASCII digits (an optional sign), else None."""
+    return int(text) if _INTEGER.fullmatch(text) else None
+
+
+def integer(text: str) -> int:
+    """An argparse type: an integer in ASCII digits."""
+    value = parse_integer(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {echo(text)}")
+    return value
+
+
+def int_at_least(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an integer >= `low` (and <= `high`, when given)."""
 
     def parse(text: str) -> int:
-        value = _integer(text)
-        if value < low:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {value}")
+        value = integer(text)
+        if value < low or (high is not None and value > high):
+            wanted = f">= {low}" if high is None else f"from {low} to {high:,}"
+            raise argparse.ArgumentTypeError(f"expected an integer {wanted}, got {echo(value)}")
         return value
 
     parse.__name__ = f"integer >= {low}"
     return parse
 
 
+def parse_number(text: str) -> float | None:
+    """The number `text` spells in ASCII (digits, a point, an exponent), else None."""
+    return float(text) if _NUMBER.fullmatch(text) else None
+
+
 def positive_float(text: str) -> float:
     """An argparse type: a finite number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    value = parse_number(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"expected a number, got {echo(text)}")
     if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text}")
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {echo(text)}")
     return value
 
 
 def non_negative_float(text: str) -> float:
     """An argparse type: a finite number >= 0 (0 usually means "no limit")."""
-    return 0.0 if text.strip() in ("0", "0.0") else positive_float(text)
+    return 0.0 if parse_number(text) == 0 else positive_float(text)
 
 
 def dimension(text: str) -> int:
     """An argparse type: a GEMM size from 1 to MAX_DIMENSION."""
-    value = _integer(text)
+    value = integer(text)
     if not 1 <= value <= MAX_DIMENSION:
         raise argparse.ArgumentTypeError(
-            f"expected a positive integer no larger than {MAX_DIMENSION}, got {value}")
+            f"expected a positive integer no larger than {MAX_DIMENSION}, got {echo(value)}")
     return value
 
 
@@ -86,10 +127,38 @@ def torch_version(text: str) -> str:
 
 
 def output_file(text: str) -> str:
-    """An argparse type: a path to write a file to, which must not be a directory."""
-    if Path(text).is_dir():
-        raise argparse.ArgumentTypeError(f"{text} is a directory; give the path of a file to write")
+    """An argparse type: a path to write a file to; an existing one must be a regular file (a
+    directory, FIFO or device is refused before any work starts)."""
+    kind = _existing_kind(text)
+    if kind == "a directory":
+        raise argparse.ArgumentTypeError(f"{printable(text)} is a directory; give the path of a file to "
+                                         "write")
+    if kind not in (None, "a regular file"):
+        raise argparse.ArgumentTypeError(f"{printable(text)} is {kind}; give the path of a regular file "
+                                         "to write")
     return text
+
+
+def output_dir(text: str) -> str:
+    """An argparse type: a folder to write into (created if missing); an existing file is refused
+    before any work starts, not after training."""
+    kind = _existing_kind(text)
+    if kind not in (None, "a directory"):
+        raise argparse.ArgumentTypeError(f"{printable(text)} is {kind}, not a folder; give a folder to write "
+                                         "the model files into")
+    return text
+
+
+def _existing_kind(text: str) -> str | None:
+    """What is at `text` (following symlinks): None when nothing is, else "a directory", "a regular
+    file", "a FIFO (named pipe)", ..."""
+    from kernel_select.lut.io import file_kind
+
+    try:
+        mode = os.stat(text).st_mode
+    except (OSError, ValueError):  # missing, or a path the OS refuses: the write will say why
+        return None
+    return "a regular file" if stat.S_ISREG(mode) else file_kind(mode)
 
 
 def add_problem_args(parser: argparse.ArgumentParser) -> None:
@@ -129,15 +198,14 @@ def parse_topk(text: str) -> int | float | str:
         return "auto"
     if word.upper() == "DEFAULT":
         return "DEFAULT"
-    try:
-        return int(word)
-    except ValueError:
-        pass
-    try:
-        return float(word)
-    except ValueError:
+    count = parse_integer(word)
+    if count is not None:
+        return count
+    fraction = parse_number(word)
+    if fraction is None:
         raise ConfigError(f"--gemm-topk: expected a count such as 4, a fraction such as 0.01, DEFAULT or "
-                          f"auto, got {text!r}") from None
+                          f"auto, got {echo(text)}")
+    return fraction
 
 
 def require_gpu(command: str) -> None:
@@ -152,31 +220,80 @@ def require_gpu(command: str) -> None:
 
 def emit_text(text: str, out: str | None) -> None:
     """Print `text`, or write it to the file `out` (creating its folder) atomically: an
-    interrupted write leaves the old file, never a truncated one."""
+    interrupted write leaves the old file, never a truncated one. Either way a failed write (a
+    full disk) raises an OSError naming the file, or <stdout>."""
     if out is None:
-        sys.stdout.write(text)
+        try:
+            sys.stdout.write(text)
+        except OSError as exc:
+            raise _stream_error(exc) from None
+        flush_stdout()
         return
     write_atomic(out, text)
 
 
-def read_json(path: str) -> object:
-    """A JSON file's content; a LUTError naming the file when it cannot be read or parsed."""
-    from kernel_select.errors import LUTError
-
+def say(line: str, *, stderr: bool = False) -> None:
+    """Print one line; a failed write (`> /dev/full`) raises an OSError naming <stdout> (or
+    <stderr>), where a bare print's names no file."""
+    stream = sys.stderr if stderr else sys.stdout
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
+        print(line, file=stream)
     except OSError as exc:
-        raise LUTError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise LUTError(f"{path}: not valid JSON: {exc}") from None
+        raise _stream_error(exc, stream) from None
+
+
+def flush_stdout() -> None:
+    """Flush what was printed, so a failed write (`> /dev/full`) is an error naming <stdout> here
+    rather than a traceback at exit."""
+    try:
+        sys.stdout.flush()
+    except OSError as exc:
+        raise _stream_error(exc, sys.stdout) from None
+
+
+def _stream_error(exc: OSError, stream: Any = None) -> OSError:
+    """The error to raise for a failed write to `stream` (stdout unless stderr is named)."""
+    if isinstance(exc, BrokenPipeError):  # the reader left (`| head`): the caller stops quietly
+        return exc
+    if stream is sys.stderr:
+        return OSError(exc.errno or errno.EIO, exc.strerror or str(exc), "<stderr>")
+    # What stdout still buffers cannot be written either; dropping it keeps the interpreter's final
+    # flush from failing again after the one-line error ("Exception ignored", exit 120).
+    sys.stdout = open(os.devnull, "w")  # noqa: SIM115 -- lives until the process exits
+    return OSError(exc.errno or errno.EIO, exc.strerror or str(exc), "<stdout>")
+
+
+def debug_requested(args: argparse.Namespace) -> bool:
+    """Whether --debug or KERNEL_SELECT_DEBUG asks for the traceback behind an error, for commands
+    that report errors themselves and go on (`lut validate` with several files)."""
+    from kernel_select.cli.main import DEBUG_ENV  # main imports the command modules
+
+    return bool(getattr(args, "debug", False)) or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
+def readable_file(path: str, kind: FileKind) -> str:
+    """`path`, once the package's bounded reader has read it whole (a regular file within
+    `kind`'s size cap). For loaders that take a path and read it themselves (shapes files, the
+    comparison suite): a FIFO, /dev/zero or an oversized file is refused, naming the path and the
+    cap, before they open it."""
+    from kernel_select.lut.io import read_bounded
+
+    read_bounded(path, kind)
+    return path
+
+
+def readable_json(path: str, kind: FileKind) -> str:
+    """`path`, once read as with `readable_file` and parsed as strict JSON nested at most
+    MAX_JSON_DEPTH deep (deeper JSON is a RecursionError in a loader that parses it itself)."""
+    from kernel_select.lut.io import read_json
+
+    read_json(path, kind)
+    return path
 
 
 def load_lut_file(path: str) -> object:
-    """A LUT loaded strictly; a missing file is named as such rather than as a parse error."""
-    from kernel_select.errors import LUTError
-
-    if not Path(path).is_file():
-        raise LUTError(f"{path}: no such lookup table file")
+    """A LUT loaded strictly; the error names the path and what is wrong with it (missing, a
+    FIFO or directory, too large, invalid)."""
     from kernel_select.lut import load_lut
 
     return load_lut(path)

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-from kernel_select.cli.common import Subparsers, positive_float
+from kernel_select.cli.common import (
+    Subparsers,
+    integer,
+    load_lut_file,
+    positive_float,
+    printable,
+    readable_file,
+    readable_json,
+)
 
 
 def register(sub: Subparsers) -> None:
@@ -30,7 +38,8 @@ def register(sub: Subparsers) -> None:
                    help="compile every method with GEMM autotuning only (kernel_select.inductor."
                         "gemm_autotune_options: no pointwise autotuning, no coordinate descent, so "
                         "GEMVs stay on cuBLAS) in place of max-autotune's options")
-    p.add_argument("--device-index", type=int, default=0, help="CUDA device to use (default: %(default)s)")
+    p.add_argument("--device-index", type=integer, default=0,
+                   help="CUDA device to use (default: %(default)s)")
     p.add_argument("--lut", default=None,
                    help="kernel lookup table for the top-k runs (default: $TORCHINDUCTOR_KERNEL_LUT_PATH)")
     p.add_argument("--model", default=None, help="registered model name (default: the best shipped model)")
@@ -46,9 +55,14 @@ def register(sub: Subparsers) -> None:
 
 def run_compare(args: argparse.Namespace) -> int:
     from kernel_select.offline import compare
+    from kernel_select.offline.json_files import SHAPES_FILE
 
     topks = compare.parse_topks(args.topk)
     nogate_topks = compare.parse_topks(args.nogate_topk) if args.nogate_topk.strip() else []
+    if args.shapes is not None:  # a JSON or CSV file; the suite loader reads it by its suffix
+        (readable_json if args.shapes.lower().endswith(".json") else readable_file)(args.shapes, SHAPES_FILE)
+    if args.lut is not None:  # the workers load it leniently (ignored if broken): fail here instead
+        load_lut_file(args.lut)
     cases = compare.load_cases(args.shapes)
     only = [name.strip() for name in args.only.split(",") if name.strip()] if args.only else None
     results, json_path, png_path = compare.run_compare(
@@ -57,5 +71,5 @@ def run_compare(args: argparse.Namespace) -> int:
         shapes=args.shapes, resume=args.resume, only=only, gemm_only=args.gemm_only)
     print(compare.format_summary(compare.summarize(results)))
     plot = f" and {png_path}" if png_path else " (no plot: matplotlib is not installed)"
-    print(f"wrote {json_path}{plot}")
+    print(f"wrote {printable(json_path)}{plot}")
     return 0

@@ -9,7 +9,7 @@ import os
 import sys
 from typing import Any
 
-from kernel_select.cli.common import int_at_least, positive_float
+from kernel_select.cli.common import int_at_least, load_lut_file, positive_float, printable
 from kernel_select.errors import OptionError
 
 _positive_int = int_at_least(1)
@@ -68,7 +68,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="narrow, shallow versions of the zoo's networks (smoke test; --model networks are "
                         "as their factory builds them)")
     p.add_argument("--out", default="results", help="output directory (default: %(default)s)")
-    p.add_argument("--timeout", type=float, default=1800.0,
+    p.add_argument("--timeout", type=positive_float, default=1800.0,
                    help="seconds allowed per worker process (default: %(default)s)")
     p.add_argument("--max-seconds", type=positive_float, default=None,
                    help="stop before a run that would not finish within this many seconds of the "
@@ -94,6 +94,8 @@ def run_compare_models(args: argparse.Namespace) -> int:
         sys.path.insert(0, os.getcwd())
     models = select_workloads(args.models, args.model, train=args.train)
     require_transformers(models)
+    if args.lut is not None:  # the workers load it leniently (ignored if broken): fail here instead
+        load_lut_file(args.lut)
     methods = select_methods(args.methods, MethodContext(lut=args.lut, cudagraphs=not args.no_cudagraphs))
     check_factories(args.model)
     results, json_path, png_path = compare_models.run_compare_models(
@@ -104,7 +106,7 @@ def run_compare_models(args: argparse.Namespace) -> int:
     print()
     print(model_report.format_models(results))
     plot = f" and {png_path}" if png_path else " (no plot: matplotlib is not installed)"
-    print(f"wrote {json_path}{plot}")
+    print(f"wrote {printable(json_path)}{plot}")
     return 0
 
 

@@ -11,12 +11,21 @@ from typing import Any
 from kernel_select.cli.common import (
     Subparsers,
     int_at_least,
+    integer,
     non_negative_float,
     output_file,
     positive_float,
+    printable,
+    readable_json,
     require_gpu,
 )
 from kernel_select.errors import OptionError
+
+#: Most problems `shapes` generates (--random, --coverage). A file of 100,000 problems is ~21 MB,
+#: well within what the shapes reader accepts (offline.json_files.MAX_SHAPES_BYTES), so every file
+#: written here can be read back; far more than any collection so far (the largest plan,
+#: data/shapes_coverage.json, has 4,000).
+MAX_GENERATED_PROBLEMS = 100_000
 
 
 def register_shapes(sub: Subparsers) -> None:
@@ -29,13 +38,13 @@ def register_shapes(sub: Subparsers) -> None:
     p.add_argument("--dtype", default=None,
                    help="dtype of every problem (default: bfloat16); with --layers a comma-separated "
                         "list in collection order (default: bfloat16,float16)")
-    p.add_argument("--random", type=int_at_least(0), default=150,
+    p.add_argument("--random", type=int_at_least(0, MAX_GENERATED_PROBLEMS), default=150,
                    help="how many random problems (default: %(default)s)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
+    p.add_argument("--seed", type=integer, default=0, help="random seed (default: %(default)s)")
     p.add_argument("--no-models", action="store_true", help="leave out the model layer shapes")
     p.add_argument("--max-flop", type=positive_float, default=None,
                    help="work cap per problem (default: 1e12, with --coverage or --layers 1e11)")
-    p.add_argument("--coverage", type=int_at_least(0), default=0, metavar="N",
+    p.add_argument("--coverage", type=int_at_least(1, MAX_GENERATED_PROBLEMS), default=None, metavar="N",
                    help="instead: N problems from the coverage sampler (strata and compile groups; "
                         "see data/README.md); --dtype, --random and --no-models are ignored")
     p.add_argument("--group-size", type=int_at_least(1), default=128,
@@ -147,11 +156,11 @@ def run_shapes(args: argparse.Namespace) -> int:
     from kernel_select.offline.data import shapes
     from kernel_select.problem import dtype_name
 
-    if sum(map(bool, (args.active, args.coverage, args.layers))) > 1:
+    if sum(map(bool, (args.active, args.coverage is not None, args.layers))) > 1:
         raise OptionError("shapes: --active, --coverage and --layers each write a whole plan; pass one")
     if args.active:
         return _active_shapes(args)
-    if args.coverage:
+    if args.coverage is not None:
         return _coverage_shapes(args)
     if args.layers:
         return _layer_shapes(args)
@@ -162,7 +171,7 @@ def run_shapes(args: argparse.Namespace) -> int:
         chosen = shapes.model_shapes(dtype, max_flop) + chosen
     chosen = shapes.dedupe(shapes.seed_shapes(dtype) + chosen)
     shapes.save(chosen, args.out)
-    print(f"{args.out}: {len(chosen)} {dtype} problems")
+    print(f"{printable(args.out)}: {len(chosen)} {dtype} problems")
     return 0
 
 
@@ -173,7 +182,8 @@ def _coverage_shapes(args: argparse.Namespace) -> int:
                                      max_flop=1e11 if args.max_flop is None else args.max_flop)
     shapes.save(chosen, args.out)
     shares = sampler.strata_shares(chosen)
-    print(f"{args.out}: {len(chosen)} problems in {len({s.group for s in chosen})} compile groups; "
+    groups = len({s.group for s in chosen})
+    print(f"{printable(args.out)}: {len(chosen)} problems in {groups} compile groups; "
           + ", ".join(f"{key} {share:.0%}" for key, share in shares.items()))
     for line in sampler.check_shares(chosen):
         print(f"warning: stratum below its minimum share: {line}")
@@ -191,7 +201,7 @@ def _layer_shapes(args: argparse.Namespace) -> int:
     shapes.save(chosen, args.out)
     shares = sampler.strata_shares(chosen)
     groups = len({s.group for s in chosen})
-    print(f"{args.out}: {len(chosen)} real layer problems in {groups} compile groups; "
+    print(f"{printable(args.out)}: {len(chosen)} real layer problems in {groups} compile groups; "
           + ", ".join(f"{key} {share:.0%}" for key, share in shares.items()
                       if share and (key in dtypes or key.startswith("layout "))))
     return 0
@@ -203,6 +213,7 @@ def _active_shapes(args: argparse.Namespace) -> int:
     from kernel_select.atomic_write import write_atomic
     from kernel_select.model.mlp import MLPModel
     from kernel_select.offline.data import active, shapes
+    from kernel_select.offline.json_files import SHAPES_FILE
 
     if not args.pool or args.rows is None:
         raise OptionError("shapes --active: needs --pool FILE and --rows N")
@@ -210,7 +221,7 @@ def _active_shapes(args: argparse.Namespace) -> int:
         raise OptionError("shapes --active --strategy disagreement: needs --committee with at least 2 model "
                           "folders")
     committee = [MLPModel.load(d, args.device) for d in args.committee]
-    pool = active.unmeasured(shapes.load(args.pool), args.measured)
+    pool = active.unmeasured(shapes.load(readable_json(args.pool, SHAPES_FILE)), args.measured)
     chosen = active.plan_collection(pool, args.rows, strategy=args.strategy, committee=committee,
                                     device=args.device, seed=args.seed)
     shapes.save(active.as_shapes(chosen, args.strategy), args.out)
@@ -220,8 +231,9 @@ def _active_shapes(args: argparse.Namespace) -> int:
                "committee": list(args.committee), "measured": list(args.measured)}
     if args.json_out:
         write_atomic(args.json_out, json.dumps(summary, indent=1) + "\n")
-    print(f"{args.out}: {summary['problems']} of {len(pool)} unmeasured pool problems, {summary['rows']} of "
-          f"{args.rows} rows, {summary['compile_classes']} compile classes ({args.strategy})")
+    print(f"{printable(args.out)}: {summary['problems']} of {len(pool)} unmeasured pool problems, "
+          f"{summary['rows']} of {args.rows} rows, {summary['compile_classes']} compile classes "
+          f"({args.strategy})")
     return 0
 
 
@@ -229,9 +241,10 @@ def run_bench(args: argparse.Namespace) -> int:
     from kernel_select.device import detect
     from kernel_select.offline.harness import bench, sharding
     from kernel_select.offline.data import shapes
+    from kernel_select.offline.json_files import SHAPES_FILE
     from kernel_select.problem import dtype_name
 
-    chosen = shapes.load(args.shapes)
+    chosen = shapes.load(readable_json(args.shapes, SHAPES_FILE))
     require_gpu("bench")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if args.dtype:
@@ -245,7 +258,7 @@ def run_bench(args: argparse.Namespace) -> int:
     problems = [s.problem() for s in chosen]  # each in its entry's layout
     df = sharding.run_sharded(problems, args.out, detect(), args.gpus, options,
                               origins={p: s.provenance() for p, s in zip(problems, chosen)})
-    print(f"{args.out}: {df['problem_id'].nunique()} problems, {len(df)} rows "
+    print(f"{printable(args.out)}: {df['problem_id'].nunique()} problems, {len(df)} rows "
           f"({int((df['runtime_ms'] < float('inf')).sum())} finite)")
     return 0
 
@@ -254,12 +267,13 @@ def run_fidelity(args: argparse.Namespace) -> int:
     from kernel_select.device import detect
     from kernel_select.offline.data import dataset, shapes
     from kernel_select.offline.harness import fidelity
+    from kernel_select.offline.json_files import SHAPES_FILE
 
-    chosen = shapes.load(args.shapes)
+    chosen = shapes.load(readable_json(args.shapes, SHAPES_FILE))
     transposed = sorted({s.layout for s in chosen} - {"nn"})
     if transposed:  # its Inductor side compiles contiguous operands only
-        raise OptionError(f"fidelity: {args.shapes} has entries in layouts {', '.join(transposed)}; "
-                          "fidelity compares row-major (\"nn\") problems only")
+        raise OptionError(f"fidelity: {printable(args.shapes)} has entries in layouts "
+                          f"{', '.join(transposed)}; fidelity compares row-major (\"nn\") problems only")
     problems = [s.problem() for s in chosen]
     if args.resume and not args.json_out:
         raise OptionError("fidelity: --resume needs --json (the file to resume)")
@@ -268,7 +282,7 @@ def run_fidelity(args: argparse.Namespace) -> int:
         results = fidelity.read_json(args.json_out)
         done = {r.problem for r in results}
         problems = [p for p in problems if str(p) not in done]
-        print(f"resuming {args.json_out}: {len(results)} problems measured, {len(problems)} to go")
+        print(f"resuming {printable(args.json_out)}: {len(results)} problems measured, {len(problems)} to go")
     require_gpu("fidelity")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     data = dataset.read(args.data) if args.data else None
@@ -317,7 +331,8 @@ def run_audit(args: argparse.Namespace) -> int:
         for path, counts in reports.items():
             for name, c in counts.items():
                 hit = f"{c.problems_affected:,} of {c.problems:,}"
-                print(f"{path:<34} {name:<9} {c.rows:>10,} {c.capped_rows:>10,} {c.suspect_rows:>8,} "
+                print(f"{printable(path):<34} {name:<9} {c.rows:>10,} {c.capped_rows:>10,} "
+                      f"{c.suspect_rows:>8,} "
                       f"{hit:>16} {c.worst_ratio:>6.0f}x")
     suspect = any(r["all"].suspect_rows for r in reports.values())
     return 1 if args.check and suspect else 0

@@ -5,14 +5,23 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
+import traceback
 from typing import TYPE_CHECKING
 
-from kernel_select.cli.common import Subparsers, emit_text, int_at_least, output_file, read_json
-from kernel_select.errors import KernelSelectError
+from kernel_select.cli.common import (
+    Subparsers,
+    debug_requested,
+    emit_text,
+    flush_stdout,
+    int_at_least,
+    output_file,
+    printable,
+    say,
+)
+from kernel_select.errors import KernelSelectError, LUTError
 
 if TYPE_CHECKING:
-    from kernel_select.lut import LUTEntry
+    from kernel_select.lut import KernelLUT, LUTEntry
 
 
 def register(sub: Subparsers) -> None:
@@ -37,7 +46,9 @@ def _register_checks(lut_sub: Subparsers) -> None:
 
     q = lut_sub.add_parser("fmt", help="rewrite LUT files in the canonical layout",
                            description="Rewrite each LUT in place in the canonical layout (sorted, "
-                                       "2-space indent, one config per line, trailing newline).")
+                                       "2-space indent, one config per line, trailing newline). A "
+                                       "symlink is followed and the file's mode kept; a read-only or "
+                                       "hard-linked file is refused (docs/lut.md).")
     q.add_argument("paths", nargs="+", metavar="PATH")
     q.add_argument("--check", action="store_true",
                    help="change nothing; exit 1 if a file is not in canonical layout")
@@ -101,36 +112,59 @@ def run_validate(args: argparse.Namespace) -> int:
         try:
             lut = load_lut(path)
             if device is not None and not check_fits(lut, device, source=path):
-                print(f"kernel-select: warning: {path}: no entries for {device.key}", file=sys.stderr)
+                say(f"kernel-select: warning: {printable(path)}: no entries for {device.key}", stderr=True)
             # Each table is also checked against the device it is keyed by: a config that cannot
             # run there is an error whether or not --device names it.
             for key in sorted(lut.devices):
                 check_fits(lut, get_device(key), source=path)
         except KernelSelectError as exc:
             # One bad file must not hide the verdict on the others: report it and go on.
-            print(f"kernel-select: error: {exc}", file=sys.stderr)
+            if debug_requested(args):
+                traceback.print_exc()
+            say(f"kernel-select: error: {printable(exc)}", stderr=True)
             failed += 1
             continue
         devices = ", ".join(sorted(lut.devices)) or "no devices"
-        print(f"{path}: ok, {lut.num_entries} entries ({devices})")
+        say(f"{printable(path)}: ok, {lut.num_entries} entries ({devices})")
+    flush_stdout()
     return 2 if failed else 0
 
 
 def run_fmt(args: argparse.Namespace) -> int:
-    from kernel_select.lut import dump_lut, load_lut, read_lut_bytes, save_lut
+    """Not locked: the canonical text is a function of the table, so two runs on one file write
+    the same bytes, each atomically. What a lock could not stop either is an edit made while a
+    run formats; `_replace_unless_edited` catches that instead (docs/lut.md, "Formatting")."""
+    from kernel_select.lut import dump_lut, parse_lut, read_lut_bytes
 
     unformatted = 0
     for path in args.paths:
-        lut = load_lut(path)
-        if read_lut_bytes(path) == dump_lut(lut).encode("utf-8"):
+        original = read_lut_bytes(path)
+        lut = parse_lut(original, source=path)
+        canonical = dump_lut(lut).encode("utf-8")
+        if original == canonical:
             continue
         unformatted += 1
         if args.check:
-            print(f"would reformat {path}")
+            say(f"would reformat {printable(path)}")
         else:
-            save_lut(lut, path)  # atomic: a killed rewrite leaves the original, not a 0-byte file
-            print(f"reformatted {path}")
+            _replace_unless_edited(path, lut, original, canonical)
+            say(f"reformatted {printable(path)}")
+    flush_stdout()
     return 1 if args.check and unformatted else 0
+
+
+def _replace_unless_edited(path: str, lut: KernelLUT, original: bytes, canonical: bytes) -> None:
+    """Save `lut` over `path` if the file still holds `original` (or already `canonical`: another
+    fmt run got there first). An edit saved since it was read is kept and reported."""
+    from kernel_select.lut import read_lut_bytes, save_lut
+
+    current = read_lut_bytes(path)
+    if current == canonical:
+        return
+    if current != original:
+        raise LUTError(printable(f"{path}: changed while it was being formatted; the new content is kept, "
+                                 "run `kernel-select lut fmt` on it again"))
+    save_lut(lut, path)  # atomic: a killed rewrite leaves the original
 
 
 def run_show(args: argparse.Namespace) -> int:
@@ -144,10 +178,11 @@ def run_show(args: argparse.Namespace) -> int:
         wanted = get_device(args.device).key
         rows = [row for row in rows if row.device == wanted]
     if args.json:
-        print(dump_lut(KernelLUT.from_rows(rows)), end="")
+        emit_text(dump_lut(KernelLUT.from_rows(rows)), None)
         return 0
     if not rows:
-        print(f"{args.path}: no entries")
+        say(f"{printable(args.path)}: no entries")
+        flush_stdout()
         return 0
     table = [("device", "op", "dtype", "m", "n", "k", "batch", "layout", "configs (in order)", "note")]
     for row in rows:
@@ -155,10 +190,11 @@ def run_show(args: argparse.Namespace) -> int:
         table.append((row.device, row.op, row.dtype, describe_bounds(row.entry.m),
                       str(row.entry.n), describe_bounds(row.entry.k),
                       "-" if row.op not in BATCHED_OPS else "any" if batch is None else str(batch),
-                      row.entry.layout or "any", _choices_text(row.entry), row.entry.note or ""))
+                      row.entry.layout or "any", _choices_text(row.entry), printable(row.entry.note or "")))
     widths = [max(len(line[i]) for line in table) for i in range(len(table[0]) - 1)]
     for line in table:
-        print("  ".join(cell.ljust(width) for cell, width in zip(line, widths)) + "  " + line[-1])
+        say("  ".join(cell.ljust(width) for cell, width in zip(line, widths)) + "  " + line[-1])
+    flush_stdout()
     return 0
 
 
@@ -170,20 +206,19 @@ def _choices_text(entry: LUTEntry) -> str:
 
 
 def run_from_log(args: argparse.Namespace) -> int:
-    from kernel_select.errors import LUTError
     from kernel_select.lut import dump_lut
     from kernel_select.lut.autotune_log import lut_from_autotune_log, parse_autotune_log
+    from kernel_select.lut.io import AUTOTUNE_LOG_FILE, read_bounded, read_stream_bounded
 
-    try:
-        text = sys.stdin.read() if args.log == "-" else Path(args.log).read_text(encoding="utf-8",
-                                                                                  errors="replace")
-    except OSError as exc:
-        raise LUTError(f"{args.log}: cannot read: {exc.strerror or exc}") from None
-    source = "<stdin>" if args.log == "-" else args.log
+    if args.log == "-":
+        source, data = "<stdin>", read_stream_bounded(sys.stdin.buffer, AUTOTUNE_LOG_FILE)
+    else:
+        source, data = args.log, read_bounded(args.log, AUTOTUNE_LOG_FILE)
+    text = data.decode("utf-8", errors="replace")  # a log may hold any bytes; its blocks are ASCII
     lut = lut_from_autotune_log(text, args.device, top=args.top, source=source)
     emit_text(dump_lut(lut), args.out)
-    print(f"{source}: {lut.num_entries} LUT entries from {len(parse_autotune_log(text))} AUTOTUNE "
-          f"blocks" + (f", written to {args.out}" if args.out else ""), file=sys.stderr)
+    say(f"{printable(source)}: {lut.num_entries} LUT entries from {len(parse_autotune_log(text))} AUTOTUNE "
+        f"blocks" + (f", written to {printable(args.out)}" if args.out else ""), stderr=True)
     return 0
 
 
@@ -198,9 +233,10 @@ def run_to_inductor(args: argparse.Namespace) -> int:
 
 def run_from_inductor(args: argparse.Namespace) -> int:
     from kernel_select.lut import dump_lut
+    from kernel_select.lut.io import INDUCTOR_TABLE_FILE, read_json
     from kernel_select.lut.torch_table import from_inductor_table
 
-    lut = from_inductor_table(read_json(args.path), args.device)  # type: ignore[arg-type]
+    lut = from_inductor_table(read_json(args.path, INDUCTOR_TABLE_FILE), args.device)
     emit_text(dump_lut(lut), args.out)
     return 0
 

@@ -6,16 +6,25 @@ import argparse
 import json
 from pathlib import Path
 
-from kernel_select.cli.common import Subparsers, emit_text, int_at_least, output_file, positive_float
-from kernel_select.errors import OptionError
+from kernel_select.cli.common import (
+    Subparsers,
+    emit_text,
+    int_at_least,
+    integer,
+    output_dir,
+    output_file,
+    positive_float,
+    printable,
+)
+from kernel_select.errors import DatasetError, OptionError
 
 
 def _add_training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", required=True, nargs="+", metavar="PARQUET",
                    help="benchmark dataset file(s) or glob patterns, read as one (e.g. 'data/h100*.parquet')")
-    p.add_argument("--out", required=True, help="output directory, e.g. models/h100/")
+    p.add_argument("--out", type=output_dir, required=True, help="output directory, e.g. models/h100/")
     p.add_argument("--device", default="h100", help="device the data was measured on (default: %(default)s)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
+    p.add_argument("--seed", type=integer, default=0, help="random seed (default: %(default)s)")
 
 
 def register_train(sub: Subparsers) -> None:
@@ -33,7 +42,7 @@ def register_train(sub: Subparsers) -> None:
     p.add_argument("--method", choices=("mlp", "ensemble"), default="mlp",
                    help="mlp: the MLP and the cuBLAS gate; ensemble: MLP + LightGBM shortlist ensemble "
                         "trained without the frozen test and family splits (default: %(default)s)")
-    p.add_argument("--features", type=int, choices=(1, 2, 3, 4), default=None,
+    p.add_argument("--features", type=integer, choices=(1, 2, 3, 4), default=None,
                    help="feature version of the MLP; 4 reads the operand layout and trains on every layout "
                         "in the data (default: the training default, 4)")
     p.add_argument("--members", type=int_at_least(1), default=None,
@@ -110,7 +119,9 @@ def register_gate_rules(sub: Subparsers) -> None:
 
 def run_gate_rules(args: argparse.Namespace) -> int:
     from kernel_select.offline.training.gate_rules import format_table, simulate
+    from kernel_select.offline.training.training_data import require_rows
 
+    require_rows(args.data, "gate-rules")
     rows = simulate(args.data, args.split, args.k, device=args.device)
     print(format_table(rows))
     if args.json is not None:
@@ -137,6 +148,9 @@ def _names_among(allowed: tuple[str, ...]):  # noqa: ANN202
 
 
 def run_train(args: argparse.Namespace) -> int:
+    from kernel_select.offline.training.training_data import require_rows
+
+    require_rows(args.data, "training")  # before any model is built
     from kernel_select.offline.training.train import MLPHParams, train
 
     if args.refit_auto:
@@ -152,7 +166,8 @@ def run_train(args: argparse.Namespace) -> int:
     for objective, metrics in result.metrics["val"].items():
         topk = "  ".join(f"k={k}: {v:.4f}" for k, v in metrics["topk"].items())
         print(f"val [{objective}] epoch {metrics['epoch']}: {topk}")
-    print(f"kept the {result.objective} model; trained in {result.seconds:.0f} s; wrote {result.out_dir}")
+    print(f"kept the {result.objective} model; trained in {result.seconds:.0f} s; "
+          f"wrote {printable(result.out_dir)}")
     gate = result.metrics.get("cublas_gate", {})
     if "skipped" in gate:
         print(f"no cuBLAS gate: {gate['skipped']}")
@@ -169,7 +184,7 @@ def _run_refit_auto(args: argparse.Namespace) -> int:
     print(f"topk='auto' on {chosen['problems']} val problems: {chosen['rule']} rule, {threshold}, "
           f"floor {chosen['floor']}: {chosen['score']:.4f} at {chosen['mean_k']:.2f} configs per problem "
           f"(top-4 {chosen['top4_score']:.4f})")
-    print(f"wrote {Path(args.out) / 'mlp.json'}")
+    print(f"wrote {printable(Path(args.out) / 'mlp.json')}")
     return 0
 
 
@@ -182,7 +197,7 @@ def _run_train_ensemble(args: argparse.Namespace) -> int:
         if isinstance(m, dict) and "topk" in m:
             topk = "  ".join(f"k={k}: {v:.4f}" for k, v in m["topk"].items())
             print(f"{split} ({m['problems']} problems): {topk}")
-    print(f"trained in {model.card.metrics['train_seconds']:.0f} s; wrote {args.out}")
+    print(f"trained in {model.card.metrics['train_seconds']:.0f} s; wrote {printable(args.out)}")
     return 0
 
 
@@ -190,12 +205,13 @@ def run_train_gate(args: argparse.Namespace) -> int:
     from kernel_select.device import get_device
     from kernel_select.offline.data import dataset
     from kernel_select.offline.training.train import train_gate
+    from kernel_select.offline.training.training_data import require_rows
 
-    paths = dataset.expand_paths(args.data)
+    paths = require_rows(args.data, "training the cuBLAS gate")
     gate = train_gate(dataset.read_many(paths), get_device(args.device), args.out, seed=args.seed,
                       data_path=paths[0] if len(paths) == 1 else None)
     _print_gate_validation(gate.card.metrics["validation"])
-    print(f"wrote {Path(args.out) / 'cublas_gate.pt'}")
+    print(f"wrote {printable(Path(args.out) / 'cublas_gate.pt')}")
     return 0
 
 
@@ -228,7 +244,9 @@ def run_eval(args: argparse.Namespace) -> int:
     from kernel_select.offline.data import dataset
     from kernel_select.offline.training.evaluate import dataset_device, evaluate, evaluate_splits
     from kernel_select.offline.training.report import format_paired, format_report
+    from kernel_select.offline.training.training_data import require_rows
 
+    require_rows(args.data, "eval")
     frame, device = None, args.device
     if device is None and (args.mlp_dir is not None or args.ensemble_dir is not None):
         # A model folder is loaded for a device: the one the data was measured on, unless named.
@@ -244,6 +262,10 @@ def run_eval(args: argparse.Namespace) -> int:
         models.append(EnsembleModel.load(args.ensemble_dir, device))
     if args.split == "held-out":
         report = evaluate_splits(args.data, models, device=device, frame=frame)
+        if all("skipped" in r for r in report["splits"].values()):
+            reasons = "; ".join(r["skipped"] for r in report["splits"].values())
+            raise DatasetError(f"{', '.join(map(str, args.data))}: nothing to evaluate ({reasons}); pass "
+                               "--split with a split the data has")
         print("\n\n".join(format_report(r) for r in report["splits"].values()))
         if "paired" in report:
             print(format_paired(report["paired"]))
@@ -253,5 +275,5 @@ def run_eval(args: argparse.Namespace) -> int:
         print(format_report(report))
     if args.json:
         emit_text(json.dumps(report, indent=2) + "\n", args.json)
-        print(f"wrote {args.json}")
+        print(f"wrote {printable(args.json)}")
     return 0

@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 
-from kernel_select.cli.common import Subparsers, int_at_least, output_file, require_gpu
+from kernel_select.cli.common import (
+    Subparsers,
+    int_at_least,
+    output_file,
+    printable,
+    readable_json,
+    require_gpu,
+)
 
 
 def register(sub: Subparsers) -> None:
@@ -51,16 +58,18 @@ def run_pretune(args: argparse.Namespace) -> int:
     from kernel_select import runtime
     from kernel_select.offline.serving import pretune
 
+    if args.shapes:  # a bad file is reported before the GPU is looked for, as `bench` does
+        from kernel_select.offline.json_files import SHAPES_FILE
+
+        sites = pretune.load_shapes(readable_json(args.shapes, SHAPES_FILE))
     require_gpu("pretune")
     device = runtime.current_device()
     if args.model:
         module, inputs, dynamic = pretune.load_factory(args.model)
         sites = pretune.discover(module, inputs, dynamic, backward=args.backward)
-    else:
-        sites = pretune.load_shapes(args.shapes)
     summary = pretune.pretune(sites, out=args.out, device=device, model=runtime.model(None, device), k=args.k,
                               points=args.buckets, progress=not args.json, **pretune.gate_settings(device))
-    _report(summary, args.json, f"pinned {summary['entries']} GEMMs into {summary['out']}")
+    _report(summary, args.json, f"pinned {summary['entries']} GEMMs into {printable(summary['out'])}")
     return 0
 
 
@@ -83,7 +92,8 @@ def run_record(args: argparse.Namespace) -> int:
     lut = recording.lut
     summary = {"out": args.out, "entries": lut.num_entries if lut else 0,
                "gemms_benchmarked": len(recording.feedback)}
-    _report(summary, args.json, f"recorded {summary['gemms_benchmarked']} autotuned GEMMs into {args.out}")
+    _report(summary, args.json,
+            f"recorded {summary['gemms_benchmarked']} autotuned GEMMs into {printable(args.out)}")
     return 0
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from kernel_select.cli.common import Subparsers, add_problem_args, torch_version
+from kernel_select.cli.common import Subparsers, add_problem_args, printable, torch_version
 
 
 def register(sub: Subparsers) -> None:
@@ -31,7 +31,7 @@ def run_space(args: argparse.Namespace) -> int:
         print(json.dumps({"problem": str(problem), "search_space": args.search_space,
                           "count": len(configs), "configs": [c.model_dump() for c in configs]}))
         return 0
-    print(f"{problem} on {args.device}: {len(configs)} {args.search_space} configs")
+    print(f"{problem} on {printable(args.device)}: {len(configs)} {args.search_space} configs")
     for config in configs:
         print(f"  {config.short()}")
     return 0

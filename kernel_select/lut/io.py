@@ -4,6 +4,7 @@ Loading is strict (LUTError naming file, JSON location and fix) everywhere excep
 torch.compile, where `load_lut(path, strict=False)` logs one warning and returns an empty table.
 Nothing here blocks or exhausts memory on a hostile path: only regular files are opened (a FIFO
 would block forever, /dev/zero would never end), and no more than MAX_LUT_BYTES are read.
+`read_bounded` is the package's one reader of user files, for every kind of file (FileKind).
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ import logging
 import os
 import stat
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from kernel_select.atomic_write import write_atomic
-from kernel_select.errors import LUTError
+from kernel_select.errors import KernelSelectError, LUTError
 from kernel_select.lut.entries import entry_dict
 from kernel_select.lut.schema import SCHEMA_VERSION, KernelLUT, empty_lut
 from kernel_select.lut.validation import escape_controls, lut_error, short, validate_document
@@ -99,13 +101,13 @@ def migrate(raw: dict[str, Any], *, source: str = "<string>") -> dict[str, Any]:
     if isinstance(version, bool) or not isinstance(version, int):
         raise lut_error(source, f"schema_version: expected an integer, got {short(version)}")
     if version > SCHEMA_VERSION:
-        raise lut_error(source, f"schema_version: {version} was written by a newer kernel_select "
+        raise lut_error(source, f"schema_version: {short(version)} was written by a newer kernel_select "
                        f"(this one reads up to {SCHEMA_VERSION}); upgrade kernel_select")
     while version < SCHEMA_VERSION:
         step = MIGRATIONS.get(version)
         if step is None:
             readable = ", ".join(map(str, sorted({*MIGRATIONS, SCHEMA_VERSION})))
-            raise lut_error(source, f"schema_version: unknown version {version}; "
+            raise lut_error(source, f"schema_version: unknown version {short(version)}; "
                            f"this kernel_select reads versions {readable}")
         try:
             raw = step(raw)
@@ -118,7 +120,106 @@ def migrate(raw: dict[str, Any], *, source: str = "<string>") -> dict[str, Any]:
 
 
 
-# -- reading -------------------------------------------------------------------------------------
+# -- reading: the package's one bounded reader ----------------------------------------------------
+#
+# Every command that reads a file a user names (a LUT, an AUTOTUNE log, an Inductor lookup_table,
+# a shapes or results file, a dataset) goes through `read_bounded` with the FileKind of that file,
+# so none of them blocks on a FIFO, reads /dev/zero until memory runs out, or dies in a
+# RecursionError on deeply nested JSON. It lives here because the LUT layer is the lowest one that
+# reads user files (inside torch.compile); the offline tools and the CLI build on it.
+
+@dataclass(frozen=True)
+class FileKind:
+    """A kind of file the package reads: its size cap and the words messages use for it."""
+
+    name: str  # "LUT", as in "no such LUT file", "over the LUT size limit"
+    noun: str  # "a LUT JSON file", as in "pass the path of a LUT JSON file"
+    limit: int  # the most bytes read
+    limit_name: str  # the constant that sets `limit`, named when a file is over it
+    error: type[KernelSelectError] = LUTError
+    fix: str = "check the path"
+
+    def fail(self, source: str, detail: str) -> KernelSelectError:
+        """This kind's error for `detail` in `source`, safe to print."""
+        return self.error(escape_controls(f"{source}: {detail}"))
+
+
+#: Largest AUTOTUNE log read, in bytes (256 MiB). Its text is parsed whole, so it is capped: one
+#: AUTOTUNE block is ~5 kB (results/models_h100_logs/: 170 kB of stderr for the 32 GEMMs of a
+#: 2-layer Llama training step), so the cap holds ~50,000 benchmarked GEMMs.
+MAX_LOG_BYTES = 256 * 1024 * 1024
+#: Deepest JSON nesting any input may have. A LUT nests 8 levels, a shapes file 3; the C parser's
+#: own guard (the interpreter's recursion limit) allows ~1000, and code that walks the result
+#: recursively would then fail wherever the stack runs out.
+MAX_JSON_DEPTH = 64
+
+LUT_FILE = FileKind("LUT", "a LUT JSON file", MAX_LUT_BYTES, "kernel_select.lut.MAX_LUT_BYTES",
+                    fix="split the table or check the path")
+INDUCTOR_TABLE_FILE = FileKind("lookup_table", "a torch._inductor lookup_table JSON file", MAX_LUT_BYTES,
+                               "kernel_select.lut.MAX_LUT_BYTES")
+AUTOTUNE_LOG_FILE = FileKind("AUTOTUNE log", "a log file (max-autotune's stderr)", MAX_LOG_BYTES,
+                             "kernel_select.lut.io.MAX_LOG_BYTES",
+                             fix="pass the compile's stderr only, or split the log")
+
+
+def read_bounded(path: str | os.PathLike[str], kind: FileKind) -> bytes:
+    """The bytes of a regular file of at most `kind.limit` bytes, read without blocking.
+
+    Raises:
+        kind.error: for a missing path, anything but a regular file (directory, FIFO, device), a
+            file over the limit, or a read error; the message names the path and the fix.
+    """
+    source = os.fspath(path)
+    fd = open_regular(path, kind)
+    try:
+        size = os.fstat(fd).st_size
+        if size > kind.limit:
+            raise _too_large(kind, source, size)
+        data = _read_at_most(fd, kind.limit + 1)  # +1: a file that grew since fstat is caught too
+    except OSError as exc:
+        raise kind.fail(source, f"cannot read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if len(data) > kind.limit:
+        raise _too_large(kind, source, len(data))
+    return data
+
+
+def open_regular(path: str | os.PathLike[str], kind: FileKind) -> int:
+    """A read-only descriptor of the regular file at `path` (the caller closes it). For readers
+    that stream a file themselves (parquet); `read_bounded` reads whole files.
+
+    Raises:
+        kind.error: for a missing path or anything but a regular file, naming what it is.
+    """
+    source = os.fspath(path)
+    try:
+        fd = os.open(source, _OPEN_FLAGS)
+    except FileNotFoundError:
+        raise kind.fail(source, f"no such {kind.name} file; check the path") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+        raise kind.fail(source, f"cannot open: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError as exc:
+        os.close(fd)
+        raise kind.fail(source, f"cannot read: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise kind.fail(source, f"is {file_kind(mode)}, not a regular file; pass the path of {kind.noun}")
+    return fd
+
+
+def read_stream_bounded(stream: BinaryIO, kind: FileKind, source: str = "<stdin>") -> bytes:
+    """At most `kind.limit` bytes of an open stream (stdin), or kind.error naming `source`."""
+    try:
+        data = stream.read(kind.limit + 1)
+    except OSError as exc:
+        raise kind.fail(source, f"cannot read: {exc.strerror or exc}") from None
+    if len(data) > kind.limit:
+        raise _too_large(kind, source, len(data))
+    return data
+
 
 def read_lut_bytes(path: str | os.PathLike[str], *, limit: int = MAX_LUT_BYTES) -> bytes:
     """The bytes of a LUT file: a regular file of at most `limit` bytes, read without blocking.
@@ -127,28 +228,51 @@ def read_lut_bytes(path: str | os.PathLike[str], *, limit: int = MAX_LUT_BYTES) 
         LUTError: for a missing path, anything but a regular file (directory, FIFO, device), a
             file over `limit` bytes, or a read error; the message names the path and the fix.
     """
-    source = os.fspath(path)
+    return read_bounded(path, replace(LUT_FILE, limit=limit))
+
+
+def read_json(path: str | os.PathLike[str], kind: FileKind) -> Any:
+    """The parsed content of a JSON file of `kind`, read with `read_bounded` and `parse_json`."""
+    return parse_json(read_bounded(path, kind), kind, os.fspath(path))
+
+
+def parse_json(text: str | bytes, kind: FileKind, source: str, *,
+               object_pairs_hook: Callable[[list[tuple[str, Any]]], Any] | None = None) -> Any:
+    """Strict JSON (UTF-8, no NaN or Infinity, at most MAX_JSON_DEPTH levels) of at most
+    `kind.limit` bytes; kind.error naming `source`, the line and column otherwise."""
+    if len(text) > kind.limit:
+        raise _too_large(kind, source, len(text))
+    if isinstance(text, (bytes, bytearray)):
+        try:
+            text = bytes(text).decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise kind.fail(source, f"byte {exc.start}: not valid UTF-8; save the file as UTF-8") from None
+    too_deep = kind.fail(source, f"invalid JSON: nested more than {MAX_JSON_DEPTH} levels deep "
+                                 "(kernel_select.lut.io.MAX_JSON_DEPTH)")
     try:
-        fd = os.open(source, _OPEN_FLAGS)
-    except FileNotFoundError:
-        raise lut_error(source, "no such file; check the path") from None
-    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
-        raise lut_error(source, f"cannot open: {getattr(exc, 'strerror', None) or exc}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise lut_error(source, f"is {_file_kind(info.st_mode)}, not a regular file; "
-                                    "pass the path of a LUT JSON file")
-        if info.st_size > limit:
-            raise _too_large(source, info.st_size, limit)
-        data = _read_at_most(fd, limit + 1)  # +1: a file that grew since fstat is caught too
-    except OSError as exc:
-        raise lut_error(source, f"cannot read: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    if len(data) > limit:
-        raise _too_large(source, len(data), limit)
-    return data
+        value = json.loads(text, object_pairs_hook=object_pairs_hook, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise kind.fail(source, f"line {exc.lineno} column {exc.colno}: invalid JSON: {exc.msg}") from None
+    except RecursionError:
+        raise too_deep from None
+    except ValueError as exc:  # NaN/Infinity, or an integer too long for Python to convert
+        reason = "a number has too many digits" if "digits" in str(exc) else _first_line(exc)
+        raise kind.fail(source, f"invalid JSON: {reason}") from None
+    if _depth_over(value, MAX_JSON_DEPTH):
+        raise too_deep
+    return value
+
+
+def _depth_over(value: Any, limit: int) -> bool:
+    """Whether `value` nests containers more than `limit` deep; iterative, so never a RecursionError."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
 
 
 def _read_at_most(fd: int, size: int) -> bytes:
@@ -162,12 +286,13 @@ def _read_at_most(fd: int, size: int) -> bytes:
     return b"".join(chunks)
 
 
-def _too_large(source: str, size: int, limit: int) -> LUTError:
-    return lut_error(source, f"{size:,} bytes or more is over the LUT size limit of {limit:,} bytes "
-                             "(kernel_select.lut.MAX_LUT_BYTES); split the table or check the path")
+def _too_large(kind: FileKind, source: str, size: int) -> KernelSelectError:
+    return kind.fail(source, f"{size:,} bytes or more is over the {kind.name} size limit of {kind.limit:,} "
+                             f"bytes ({kind.limit_name}); {kind.fix}")
 
 
-def _file_kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a path that is not a regular file is, from its st_mode: "a FIFO (named pipe)", ..."""
     kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
              (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
              (stat.S_ISSOCK, "a socket"))
@@ -221,34 +346,15 @@ def parse_lut(text: str | bytes, *, source: str = "<string>") -> KernelLUT:
         LUTError: for invalid UTF-8 or JSON, duplicate object keys, text over MAX_LUT_BYTES, or a
             document that does not match the schema.
     """
-    if len(text) > MAX_LUT_BYTES:
-        raise _too_large(source, len(text), MAX_LUT_BYTES)
-    if isinstance(text, (bytes, bytearray)):
-        try:
-            text = bytes(text).decode("utf-8-sig")
-        except UnicodeDecodeError as exc:
-            raise lut_error(source, f"byte {exc.start}: not valid UTF-8; save the file as UTF-8") from None
-    raw = _load_json(text, source)
+    raw = parse_json(text, LUT_FILE, source, object_pairs_hook=_object_without_duplicates)
     duplicate = _find_duplicate_key(raw)
     if duplicate is not None:
         where, key = duplicate
-        raise lut_error(source, f"{where or '<top level>'}: duplicate key {key!r}; keep one of them")
+        raise lut_error(source, f"{where or '<top level>'}: duplicate key {short(key)}; keep one of them")
     if not isinstance(raw, dict):
         raise lut_error(source, "expected a JSON object with \"schema_version\" and \"devices\", "
                                 f"got {type(raw).__name__}")
     return validate_document(migrate(raw, source=source), source)
-
-
-def _load_json(text: str, source: str) -> Any:
-    try:
-        return json.loads(text, object_pairs_hook=_object_without_duplicates, parse_constant=_reject_constant)
-    except json.JSONDecodeError as exc:
-        raise lut_error(source, f"line {exc.lineno} column {exc.colno}: invalid JSON: {exc.msg}") from None
-    except RecursionError:
-        raise lut_error(source, "invalid JSON: nested too deeply to be a LUT") from None
-    except ValueError as exc:  # NaN/Infinity, or an integer too long for Python to convert
-        reason = "a number has too many digits" if "digits" in str(exc) else _first_line(exc)
-        raise lut_error(source, f"invalid JSON: {reason}") from None
 
 
 class _DuplicateKeys(dict):
@@ -268,19 +374,30 @@ def _object_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _find_duplicate_key(value: Any, where: str = "") -> tuple[str, str] | None:
-    if isinstance(value, _DuplicateKeys):
-        return where, value.duplicate
-    children: Iterable[tuple[str, Any]] = ()
-    if isinstance(value, dict):
-        children = ((f"{where}.{key}" if where else str(key), child) for key, child in value.items())
-    elif isinstance(value, list):
-        children = ((f"{where}[{index}]", child) for index, child in enumerate(value))
-    for path, child in children:
-        found = _find_duplicate_key(child, path)
-        if found is not None:
-            return found
+def _find_duplicate_key(value: Any) -> tuple[str, str] | None:
+    """The JSON location and key of the first object (in document order) with a repeated key."""
+    stack: list[tuple[Any, tuple[Any, ...]]] = [(value, ())]  # (node, (parent's link, key))
+    while stack:
+        node, link = stack.pop()
+        if isinstance(node, _DuplicateKeys):
+            return _location(link), node.duplicate
+        children = (node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list)
+                    else ())
+        stack.extend(reversed([(child, (link, key)) for key, child in children
+                               if isinstance(child, (dict, list))]))
     return None
+
+
+def _location(link: tuple[Any, ...]) -> str:
+    """devices.h100.mm.bfloat16[2] from the (parent's link, key) chain of a node."""
+    keys: list[Any] = []
+    while link:
+        link, key = link
+        keys.append(key)
+    out = ""
+    for key in reversed(keys):
+        out += f"[{key}]" if isinstance(key, int) else f".{key}" if out else str(key)
+    return out
 
 
 def _reject_constant(name: str) -> Any:

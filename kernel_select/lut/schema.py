@@ -132,6 +132,9 @@ class KernelLUT(Strict):
     # One private attribute for both indexes: each read of one costs pydantic's __getattr__.
     _index: _Index = PrivateAttr(default_factory=lambda: _Index({}, {}))
     _warned: set[Hashable] = PrivateAttr(default_factory=set)
+    # The table is immutable, so its digest is computed once: it goes into every compile's cache
+    # key (the choices handler's uuid()), and dumping and hashing a 40 MB table takes seconds.
+    _digest: str | None = PrivateAttr(default=None)
 
     @model_validator(mode="before")
     @classmethod
@@ -247,10 +250,13 @@ class KernelLUT(Strict):
         return sum(len(value) for index in self._index for value in index.values())
 
     def digest(self) -> str:
-        """sha256 of the canonical JSON; equal tables have equal digests (use it in cache keys)."""
-        from kernel_select.lut.io import dump_lut  # io builds on this module
+        """sha256 of the canonical JSON; equal tables have equal digests (use it in cache keys).
+        Computed on the first call and kept."""
+        if self._digest is None:
+            from kernel_select.lut.io import dump_lut  # io builds on this module
 
-        return hashlib.sha256(dump_lut(self).encode("utf-8")).hexdigest()
+            self._digest = hashlib.sha256(dump_lut(self).encode("utf-8")).hexdigest()
+        return self._digest
 
     # -- building --------------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ they reach a terminal.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from typing import Any
 
@@ -37,8 +38,20 @@ def lut_error(source: str, detail: str) -> LUTError:
 
 def short(value: Any) -> str:
     """repr(value), cut to 40 characters."""
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # an int of more digits than Python converts to text (sys.int_info)
+        return "an integer of thousands of digits"
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+_LONG_WORD = re.compile(r"\S{41,}")
+
+
+def cut_long_words(text: str) -> str:
+    """`text` with every run of more than 40 non-space characters cut to 40: validators repeat the
+    value they refuse, and a 4,300-digit number or a 5,000-letter layout is not worth a screen."""
+    return _LONG_WORD.sub(lambda match: match.group()[:37] + "...", text)
 
 
 def validate_document(raw: Any, source: str) -> KernelLUT:
@@ -59,7 +72,7 @@ def _describe(exc: ValidationError) -> str:
     errors = exc.errors(include_url=False)
     first = errors[0]
     where, is_key = _json_path(first["loc"])
-    message = first["msg"].removeprefix("Value error, ")
+    message = cut_long_words(first["msg"].removeprefix("Value error, "))
     hint = _hint(first, where, is_key)
     more = f" (and {len(errors) - 1} more error{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
     if is_key:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -331,12 +332,34 @@ def _read_weights(path: Path, hint: str) -> dict[str, Any]:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 -- truncated, not a checkpoint, or refused unpickling
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModelCardMismatchError(f"{path}: cannot be loaded as weights ({first}); {hint}") from None
+        raise ModelCardMismatchError(f"{path}: cannot be loaded as weights ({_load_failure(exc)}); "
+                                     f"{hint}") from None
     if not isinstance(state, dict) or not all(isinstance(t, torch.Tensor) for t in state.values()):
         raise ModelCardMismatchError(f"{path}: not a state dict of tensors (an older checkpoint format?); "
                                      f"{hint}")
     return state
+
+
+#: Sentences of torch's weights_only refusal that advise loading the file anyway (with
+#: weights_only=False, or by allowlisting its globals); a file that needs either is not a state
+#: dict of tensors, and following the advice could run code from it.
+_UNSAFE_ADVICE = ("weights_only", "safe_globals", "trusted source", "documentation", "file an issue")
+
+
+def _load_failure(exc: Exception) -> str:
+    """Why torch.load(weights_only=True) failed, in one line, without torch's unsafe advice."""
+    text = str(exc).strip()
+    if not text:
+        return type(exc).__name__
+    if "Weights only load failed" not in text:
+        return text.splitlines()[0]
+    found = re.search(r"WeightsUnpickler error: (.+?)(?:\.\s|\.?$)", text, re.S)
+    sentences = [found.group(1)] if found else [
+        part.strip().rstrip(".") for part in re.split(r"(?<=\.)\s+", text)
+        if part.strip() and not part.startswith("Weights only load failed")
+        and not any(word in part for word in _UNSAFE_ADVICE)]
+    reason = sentences[0] if sentences else "it holds objects other than tensors"
+    return f"it holds more than tensors, which are all a weights file may hold: {reason}"
 
 
 def _same_architecture(key: str, spec: DeviceSpec) -> bool:

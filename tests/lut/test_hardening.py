@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
+import io
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import time
@@ -30,6 +34,8 @@ from kernel_select.lut import (
     save_lut,
 )
 from kernel_select.lut import io as lut_io
+from kernel_select.offline import json_files
+from kernel_select.offline.data import dataset
 from kernel_select.problem import Problem
 from tests.subprocess_env import package_env
 
@@ -99,6 +105,60 @@ def test_text_over_the_limit_is_refused_before_parsing() -> None:
         parse_lut(b" " * (MAX_LUT_BYTES + 1))
 
 
+# Every kind of file the package reads goes through the same reader, with its own cap and error.
+KINDS = [lut_io.LUT_FILE, lut_io.INDUCTOR_TABLE_FILE, lut_io.AUTOTUNE_LOG_FILE, json_files.SHAPES_FILE,
+         json_files.RESULTS_FILE, dataset.DATASET_FILE]
+
+
+@unix_only
+@pytest.mark.parametrize("kind", KINDS, ids=lambda kind: kind.name)
+def test_every_kind_of_file_refuses_fifos_devices_and_folders_at_once(fifo: Path, tmp_path: Path,
+                                                                      kind: lut_io.FileKind) -> None:
+    for path, what in ((fifo, "a FIFO (named pipe)"), (Path("/dev/zero"), "a character device"),
+                       (tmp_path, "a directory")):
+        with pytest.raises(kind.error, match=f"^{path}: is {re.escape(what)}, not a regular file; "
+                                             f"pass the path of {re.escape(kind.noun)}$"):
+            _within_two_seconds(lut_io.read_bounded, path, kind)
+    with pytest.raises(kind.error, match=f"^{tmp_path}/nope: no such {kind.name} file; check the path$"):
+        lut_io.read_bounded(tmp_path / "nope", kind)
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=lambda kind: kind.name)
+def test_every_kind_of_file_has_a_size_cap_named_in_the_error(tmp_path: Path, kind: lut_io.FileKind) -> None:
+    sparse = tmp_path / "huge"
+    with open(sparse, "wb") as handle:  # a hole: the size is there, the bytes are not
+        handle.truncate(kind.limit + 1)
+    expected = (f"^{sparse}: {kind.limit + 1:,} bytes or more is over the {kind.name} size limit of "
+                f"{kind.limit:,} bytes \\({re.escape(kind.limit_name)}\\)")
+    with pytest.raises(kind.error, match=expected):
+        _within_two_seconds(lut_io.read_bounded, sparse, kind)
+    stream = io.BytesIO(b"x" * 101)
+    with pytest.raises(kind.error, match="^<stdin>: 101 bytes or more is over .* size limit of 100 bytes"):
+        lut_io.read_stream_bounded(stream, dataclasses.replace(kind, limit=100))
+    small = dataclasses.replace(kind, limit=100)
+    assert lut_io.read_stream_bounded(io.BytesIO(b"x" * 100), small) == b"x" * 100
+
+
+def test_the_size_caps_are_the_documented_constants() -> None:
+    assert [kind.limit for kind in KINDS] == [64 << 20, 64 << 20, 256 << 20, 64 << 20, 64 << 20, 256 << 20]
+    for kind in KINDS:
+        module, _, name = kind.limit_name.rpartition(".")
+        assert getattr(importlib.import_module(module), name) == kind.limit
+
+
+def test_json_deeper_than_the_bound_is_refused_even_on_a_deep_stack() -> None:
+    """Inside torch.compile the stack is already hundreds of frames deep; the parser's own guard
+    then trips at a shallower document, and that too must be a LUTError."""
+    def at_depth(frames: int) -> object:
+        return at_depth(frames - 1) if frames else parse_lut("[" * 500 + "]" * 500, source="deep.json")
+
+    with pytest.raises(LUTError, match="^deep.json: invalid JSON: nested more than 64 levels deep"):
+        at_depth(sys.getrecursionlimit() - 200)
+    with pytest.raises(LUTError, match="nested more than 64 levels"):
+        lut_io.parse_json("[" * 65 + "]" * 65, lut_io.LUT_FILE, "x.json")
+    assert lut_io.parse_json("[" * 64 + "]" * 64, lut_io.LUT_FILE, "x.json") is not None
+
+
 def test_a_nul_byte_in_the_path_is_a_lut_error() -> None:
     with pytest.raises(LUTError, match="cannot open"):
         load_lut("bad\0path.json")
@@ -115,6 +175,23 @@ def test_digest_follows_the_bytes_and_never_raises(tmp_path: Path) -> None:
     assert lut_digest(path) != first
     assert lut_digest(tmp_path / "missing.json").startswith("unreadable:")
     assert lut_digest(tmp_path / "lut.json", limit=10).startswith("unreadable:")
+
+
+def test_a_tables_digest_is_computed_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The handler's uuid() asks for the digest of the loaded table on every compile; dumping and
+    hashing a 40 MB table took seconds per call when it was recomputed."""
+    from kernel_select import runtime
+
+    path = tmp_path / "lut.json"
+    save_lut(_table(SMALL, HUGE), path)
+    dumps: list[KernelLUT] = []
+    real_dump = lut_io.dump_lut
+    monkeypatch.setattr(lut_io, "dump_lut", lambda table: dumps.append(table) or real_dump(table))
+    keys = {runtime.lut_fingerprint(str(path)) for _ in range(5)}
+    assert keys == {f"{path}:{_table(SMALL, HUGE).digest()}"}
+    assert len(dumps) == 2  # the loaded table's digest once, the fresh table's above once
+    table = load_lut(path)
+    assert [table.digest() for _ in range(3)] == [table.digest()] * 3 and len(dumps) == 3
 
 
 # -- messages are safe to print -----------------------------------------------------------------
@@ -141,9 +218,14 @@ def test_device_keys_match_exactly_not_by_substring(name: str) -> None:
         parse_lut(dump_lut(_table(SMALL)).replace('"h100"', json.dumps(name)))
 
 
-@pytest.mark.parametrize("name", ["h100", " H100 ", "NVIDIA H100 80GB HBM3", "h100_pcie", "nvidia h200"])
-def test_device_keys_forgive_case_space_and_underscores(name: str) -> None:
-    assert parse_lut(dump_lut(_table(SMALL)).replace('"h100"', json.dumps(name))).devices
+@pytest.mark.parametrize("name, key", [("h100", "h100"), (" H100 ", "h100"),
+                                       ("NVIDIA H100 80GB HBM3", "h100"), ("h100_pcie", "h100-pcie"),
+                                       ("nvidia h200", "h200")])
+def test_device_keys_forgive_case_space_and_underscores(name: str, key: str) -> None:
+    parsed = parse_lut(dump_lut(_table(SMALL)).replace('"h100"', json.dumps(name)))
+    assert parsed == _table(SMALL, device=key)
+    entry = LUTEntry(m=64, n=64, k=64, configs=[SMALL])
+    assert list(parsed.entries()) == [LUTRow(key, "mm", "bfloat16", entry)]
 
 
 def test_a_table_for_another_device_warns_once(caplog: pytest.LogCaptureFixture) -> None:

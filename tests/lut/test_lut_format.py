@@ -221,7 +221,7 @@ def test_utf8_bom_and_unicode_notes_are_accepted():
 # -- strict and lenient loading ------------------------------------------------------------------
 
 def test_missing_file_strict_names_the_path(tmp_path):
-    with pytest.raises(LUTError, match=f"^{tmp_path}/nope.json: no such file"):
+    with pytest.raises(LUTError, match=f"^{tmp_path}/nope.json: no such LUT file"):
         load_lut(tmp_path / "nope.json")
     with pytest.raises(LUTError, match="is a directory, not a regular file"):
         load_lut(tmp_path)

@@ -18,6 +18,7 @@ from kernel_select.device import KNOWN_DEVICES, DeviceSpec
 from kernel_select.errors import LUTError
 from kernel_select.lut import (MAX_DIM, BatchedLUTEntry, KernelLUT, LUTEntry, LUTRow, SizeRange, dump_lut,
                                empty_lut, load_lut, parse_lut)
+from kernel_select.lut.io import MAX_JSON_DEPTH
 from kernel_select.problem import Problem
 from tests.lut.documents import documents, expected_rows, parsed_rows
 from tests.strategies import corrupted, entries_meet, examples, hand_written, luts, probes
@@ -74,6 +75,50 @@ def test_arbitrary_input_raises_only_lut_error(data: bytes | str) -> None:
         parse_lut(data, source="any.json")
     except LUTError as exc:
         assert str(exc).startswith("any.json: ")
+
+
+#: A number of up to 4,300 digits (the most Python converts to text) or a string of thousands of
+#: letters: what a hostile file puts where a size, a config field or a version belongs.
+_HUGE_VALUES = st.one_of(st.integers(41, 4300).map(lambda digits: int("9" * digits)),
+                         st.integers(41, 5000).map(lambda length: "x" * length))
+
+
+def _value_slots(tree: object, out: list[tuple[object, object]]) -> list[tuple[object, object]]:
+    """Every (container, key-or-index) of a JSON tree whose value can be replaced."""
+    items = tree.items() if isinstance(tree, dict) else enumerate(tree) if isinstance(tree, list) else ()
+    for key, value in items:
+        out.append((tree, key))
+        _value_slots(value, out)
+    return out
+
+
+@examples(ci=600)
+@given(luts(min_tables=1), st.integers(0, 2**16), _HUGE_VALUES)
+def test_refused_values_are_echoed_cut_short(lut: KernelLUT, pick: int, value: int | str) -> None:
+    """Anywhere in a document, a huge value is refused with a message of a few hundred characters
+    at most: a 4,300-digit schema_version once filled a terminal."""
+    doc = json.loads(dump_lut(lut))
+    slots = _value_slots(doc, [])
+    container, key = slots[pick % len(slots)]
+    container[key] = value  # type: ignore[index]
+    try:
+        parse_lut(json.dumps(doc), source="lut.json")
+    except LUTError as exc:
+        assert len(str(exc)) < 400, str(exc)
+        assert str(exc).startswith("lut.json: ")
+        return
+    assert key == "note" and isinstance(value, str), f"{key!r} = {str(value)[:40]}... was accepted"
+
+
+@examples(ci=300)
+@given(st.integers(1, 5000), st.sampled_from(("[", '{"a": ', '{"devices": ')))
+def test_json_nested_to_any_depth_is_a_lut_error(depth: int, opener: str) -> None:
+    closer = "]" if opener == "[" else "}"
+    with pytest.raises(LUTError) as info:
+        parse_lut(opener * depth + "1" + closer * depth, source="deep.json")
+    assert str(info.value).startswith("deep.json: ")
+    if depth > MAX_JSON_DEPTH:
+        assert "nested more than 64 levels deep" in str(info.value)
 
 
 _BAD_CONFIG_VALUES = st.sampled_from((("block_m", 48), ("block_n", 0), ("block_k", 2048), ("num_stages", 0),

@@ -57,6 +57,20 @@ def test_a_broken_model_file_is_a_model_error_naming_file_and_fix(models, breaka
         MLPModel.load(models / "h100", "h100")
     assert str(models / "h100") in str(info.value) and "kernel-select train" in str(info.value)
     assert "this pickle ran code" not in capsys.readouterr().out
+    # torch's advice to load the file anyway is not passed on: the load stays weights_only=True
+    for advice in ("weights_only", "trusted source", "safe_globals", "Re-running"):
+        assert advice not in str(info.value)
+
+
+def test_a_checkpoint_that_would_run_code_names_what_it_holds(models, capsys):
+    torch.save({"x": _RunsCode()}, models / "h100" / WEIGHTS_FILE)
+    with pytest.raises(ModelCardMismatchError) as info:
+        MLPModel.load(models / "h100", "h100")
+    message = str(info.value)
+    assert message.startswith(f"{models / 'h100' / WEIGHTS_FILE}: cannot be loaded as weights (it holds more "
+                              "than tensors, which are all a weights file may hold: ")
+    assert "print" in message.split("); ")[0]  # torch names the global it refused: builtins.print
+    assert "this pickle ran code" not in capsys.readouterr().out
 
 
 def test_load_default_raises_when_the_model_serving_the_device_is_broken(models, caplog):

@@ -43,16 +43,16 @@ def test_reuse_order_keeps_every_problem_once(planned):
 def test_reuse_order_groups_classes_and_keeps_file_order_within_them(planned):
     ordered = reuse_order(planned)
     signatures = [frozenset(r.key for r in runs) for runs in ordered]
-    seen_done: set = set()
-    for before, after in zip(signatures, signatures[1:]):
-        if after != before:
-            assert after not in seen_done, "a compile class was split"
-            seen_done.add(before)
+    assert len(signatures) == len(_interleaved()) == 12
+    # Each class's problems form one run of consecutive positions (never split, never revisited)...
+    runs_of_classes = [signature for i, signature in enumerate(signatures)
+                       if i == 0 or signature != signatures[i - 1]]
+    assert len(runs_of_classes) == len(set(signatures)) == 4
+    # ...and keep their file order inside it: the order is the file order, sorted by class.
     file_position = {str(runs[0].problem): i for i, runs in enumerate(planned)}
-    for signature in set(signatures):
-        members = [file_position[str(runs[0].problem)]
-                   for runs, s in zip(ordered, signatures) if s == signature]
-        assert members == sorted(members)
+    positions = [file_position[str(runs[0].problem)] for runs in ordered]
+    first_seen = {signature: signatures.index(signature) for signature in signatures}
+    assert positions == sorted(positions, key=lambda p: (first_seen[signatures[positions.index(p)]], p))
 
 
 def test_reuse_order_needs_fewer_kernels_for_every_prefix(planned):

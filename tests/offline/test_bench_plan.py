@@ -68,8 +68,9 @@ def _rows(pid: str, runtimes: list[float]) -> pd.DataFrame:
                 error="", split=dataset.split_of(pid), device_name="NVIDIA H100 80GB HBM3", sm_count=132,
                 torch_version="2.11.0", triton_version="3.6.0", git_sha="abc", timestamp="t",
                 timing_method="events")
-    return pd.DataFrame([dict(base, block_m=16 * (i + 1), block_n=16, block_k=16, num_stages=1,
-                              num_warps=1, runtime_ms=ms, runtime_min_ms=ms)
+    # A distinct valid config per row: 7 block_m x 7 block_n x 8 stages before one repeats.
+    return pd.DataFrame([dict(base, block_m=16 << i % 7, block_n=16 << i // 7 % 7, block_k=16,
+                              num_stages=1 + i // 49 % 8, num_warps=1, runtime_ms=ms, runtime_min_ms=ms)
                          for i, ms in enumerate(runtimes)])
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import multiprocessing
 import os
 import signal
@@ -51,7 +52,7 @@ def test_a_second_writer_waits_then_fails_with_a_clear_error(tmp_path):
             dataset.append(out, _rows(_pid(1), [1.0]), timeout_s=0.3)
         assert time.monotonic() - started >= 0.3
     dataset.append(out, _rows(_pid(1), [1.0]), timeout_s=0.3)  # free again
-    assert lock_path(out).exists() and dataset.completed_problems(out) == {_pid(1)}
+    assert dataset.completed_problems(out) == {_pid(1)}
 
 
 def test_unknown_columns_are_refused_with_the_fix():
@@ -116,3 +117,81 @@ def test_a_killed_append_leaves_the_file_intact_and_no_stale_temp(tmp_path):
     dataset.append(out, _rows(_pid(8), [1.0]))  # the next writer cleans it up
     assert not list(tmp_path.glob(".d.parquet.*.tmp"))
     assert dataset.completed_problems(out) == {_pid(7), _pid(8)}
+
+
+# -- symlinks: written through, locked by the file they name -----------------------------------
+
+def test_append_through_a_symlink_writes_the_real_file_and_keeps_the_link(tmp_path):
+    real, link = tmp_path / "real.parquet", tmp_path / "link.parquet"
+    dataset.append(real, _rows(_pid(1), [1.0]))
+    link.symlink_to("real.parquet")
+    dataset.append(link, _rows(_pid(2), [2.0]))
+    assert link.is_symlink() and os.readlink(link) == "real.parquet"
+    assert dataset.completed_problems(real) == {_pid(1), _pid(2)}
+    assert lock_path(link) == lock_path(real) == tmp_path / ".real.parquet.lock"
+
+
+def test_writers_through_a_link_and_the_real_path_exclude_each_other(tmp_path):
+    real, link = tmp_path / "real.parquet", tmp_path / "link.parquet"
+    link.symlink_to("real.parquet")
+    with exclusive_lock(real, timeout_s=1):
+        with pytest.raises(DatasetError, match="another process is writing"):
+            dataset.append(link, _rows(_pid(1), [1.0]), timeout_s=0.3)
+    with exclusive_lock(link, timeout_s=1):
+        with pytest.raises(DatasetError, match="another process is writing"):
+            dataset.append(real, _rows(_pid(1), [1.0]), timeout_s=0.3)
+    assert not real.exists()
+
+
+# -- values a measurement cannot have ----------------------------------------------------------
+
+@pytest.mark.parametrize("column, value, shown", [
+    ("m", 2**62, "4611686018427387904"), ("k", 0, "0"), ("batch", -1, "-1"),
+    ("block_m", 0, "0"), ("block_n", 48, "48"), ("num_warps", 0, "0"), ("num_stages", 9, "9"),
+    ("group_m", 0, "0"), ("runtime_ms", -1.0, "-1.0"), ("runtime_min_ms", float("nan"), "nan"),
+    ("runtime_ms", 0.0, "0.0"), ("n_runs", -2, "-2"), ("sm_count", 0, "0"),
+])
+def test_out_of_range_values_are_refused_naming_row_column_and_value(tmp_path, column, value, shown):
+    rows = _rows(_pid(1), [1.0, 2.0, 3.0])
+    rows.loc[2, column] = value
+    expected = f"row 2 \\(problem '{_pid(1)}'\\): column '{column}' is {shown}; expected "
+    with pytest.raises(DatasetError, match=f"^{tmp_path}/d.parquet: rows to append: {expected}"):
+        dataset.append(tmp_path / "d.parquet", rows)
+    assert not (tmp_path / "d.parquet").exists()
+    # A file written without the checks (another tool, an older version) is refused when read.
+    import pyarrow as pa
+
+    pq.write_table(pa.Table.from_pandas(rows, preserve_index=False), tmp_path / "raw.parquet")
+    with pytest.raises(DatasetError, match=f"^{tmp_path}/raw.parquet: {expected}"):
+        dataset.read(tmp_path / "raw.parquet")
+
+
+def test_inf_marks_a_failed_config_and_cublas_rows_carry_no_config():
+    rows = _rows(_pid(1), [1.0, float("inf")])
+    rows.loc[0, ["backend", "block_m", "block_n", "block_k", "num_stages", "num_warps", "group_m"]] = \
+        ["aten", 0, 0, 0, 0, 0, 0]
+    assert list(dataset.conform(rows)["runtime_ms"]) == [1.0, float("inf")]
+
+
+# -- what a path is, when it is not a dataset file ----------------------------------------------
+
+@pytest.mark.parametrize("make, what", [
+    (lambda p: os.mkfifo(p), "a FIFO (named pipe)"),
+    (lambda p: p.mkdir(), "a directory"),
+])
+def test_a_special_path_is_named_for_what_it_is(tmp_path, make, what):
+    path = tmp_path / "d.parquet"
+    make(path)
+    for read in (dataset.read, dataset.row_count):
+        with pytest.raises(DatasetError, match=f"^{path}: is {re.escape(what)}, not a regular file"):
+            read(path)
+    with pytest.raises(DatasetError, match="^/dev/null: is a character device, not a regular file"):
+        dataset.read("/dev/null")
+    with pytest.raises(DatasetError, match=f"^{tmp_path}/none.parquet: no such dataset file"):
+        dataset.read(tmp_path / "none.parquet")
+
+
+def test_row_count_reads_the_footer(tmp_path):
+    dataset.write(_rows(_pid(1), [1.0, 2.0, 3.0]), tmp_path / "three.parquet")
+    dataset.write(_rows(_pid(1), [1.0]).iloc[:0], tmp_path / "empty.parquet")
+    assert [dataset.row_count(tmp_path / name) for name in ("three.parquet", "empty.parquet")] == [3, 0]

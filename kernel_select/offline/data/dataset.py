@@ -18,14 +18,21 @@ import glob
 import hashlib
 import json
 import logging
+import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pandas as pd
+from pydantic import ValidationError
 
+from kernel_select.configs import GemmConfig
 from kernel_select.errors import DatasetError
 from kernel_select.layouts import DEFAULT_LAYOUT, LAYOUTS, check_layout
+from kernel_select.lut.entries import MAX_DIM
+from kernel_select.lut.io import FileKind, open_regular
+from kernel_select.lut.validation import short
 from kernel_select.offline.data.dataset_io import atomic_write_parquet, exclusive_lock
 
 if TYPE_CHECKING:
@@ -70,11 +77,20 @@ OPTIONAL_DEFAULTS: dict[str, object] = {"family": "unknown", "layer": "", "pass"
 #: The sampling provenance columns among them (a shapes file's entry gives these).
 ORIGIN_COLUMNS = ("family", "layer", "pass")
 CONFIG_COLUMNS = ("block_m", "block_n", "block_k", "num_stages", "num_warps", "group_m")
+BACKENDS = ("triton", "aten")
 STATUSES = ("ok", "capped", "out_of_resources", "compile_error", "runtime_error", "incorrect")
 SPLITS = ("train", "val", "test")
 PASSES = ("coverage", "active")
 #: Layouts a model without a layout input (features before version 4) trains and is evaluated on.
 MODELLED_LAYOUTS = (DEFAULT_LAYOUT,)
+
+#: Largest dataset file read, in bytes (256 MiB). A parquet file's bytes grow ~140x in memory
+#: (data/h100_coverage.parquet: 5.8 MB, 1.16M rows, a 0.8 GB frame), so this is ~50M rows and
+#: ~35 GB of memory, 40x the largest collection so far.
+MAX_DATASET_BYTES = 256 * 1024 * 1024
+DATASET_FILE = FileKind("dataset", "a parquet dataset file (written by `kernel-select bench`)",
+                        MAX_DATASET_BYTES, "kernel_select.offline.data.dataset.MAX_DATASET_BYTES",
+                        error=DatasetError)
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +120,12 @@ def split_of(pid: str) -> str:
 
 
 def conform(df: pd.DataFrame) -> pd.DataFrame:
-    """Check the columns (none missing, none unknown) and cast to the schema's dtypes."""
+    """Check the columns (none missing, none unknown), cast to the schema's dtypes and check the
+    values (see `check_values`).
+
+    Raises:
+        DatasetError: naming the column, and for a bad value the value and its row.
+    """
     df = df.assign(**{c: v for c, v in OPTIONAL_DEFAULTS.items() if c not in df.columns})
     missing = [c for c in COLUMNS if c not in df.columns]
     if missing:
@@ -119,11 +140,51 @@ def conform(df: pd.DataFrame) -> pd.DataFrame:
             out[col] = out[col].astype(dtype)
         except (TypeError, ValueError) as exc:
             raise DatasetError(f"column {col!r} cannot be read as {dtype}: {exc}") from None
-    for col, allowed in (("status", STATUSES), ("pass", PASSES), ("layout", LAYOUTS)):
+    for col, allowed in (("status", STATUSES), ("pass", PASSES), ("layout", LAYOUTS), ("backend", BACKENDS)):
         bad = set(out[col].unique()) - set(allowed)
         if bad:
-            raise DatasetError(f"column {col!r} has unknown values {sorted(bad)}; expected {allowed}")
+            raise DatasetError(f"column {col!r} has unknown values {short(sorted(bad))}; expected {allowed}")
+    check_values(out)
     return out
+
+
+def check_values(df: pd.DataFrame) -> None:
+    """Refuse values no measurement can have: a size outside 1..MAX_DIM, a Triton row whose config
+    GemmConfig refuses (a block of 0, 0 warps), a runtime that is not > 0 (inf marks a failed
+    config), a negative run count, no SMs. Rows that pass can be divided by, logged and turned
+    into problems without a warning. (The config columns of cuBLAS rows are not read.)
+
+    Raises:
+        DatasetError: naming the first bad row (counting from 0), its problem, column and value.
+    """
+    aten = (df["backend"] == "aten").to_numpy()
+    checks: list[tuple[str, np.ndarray, str]] = [
+        *((col, ((df[col] >= 1) & (df[col] <= MAX_DIM)).to_numpy(), f"a size from 1 to {MAX_DIM}")
+          for col in ("m", "n", "k", "batch")),
+        *((col, (df[col] > 0).to_numpy(), "a time > 0 in ms (inf for a failed config)")
+          for col in ("runtime_ms", "runtime_min_ms")),
+        ("n_runs", (df["n_runs"] >= 0).to_numpy(), "a count >= 0"),
+        ("sm_count", (df["sm_count"] >= 1).to_numpy(), "a count >= 1"),
+    ]
+    for col, ok, expected in checks:
+        if not ok.all():
+            _refuse(df, int(np.argmin(ok)), col, expected)
+    triton = df.loc[~aten, list(CONFIG_COLUMNS)]
+    for key in triton.drop_duplicates().itertuples(index=False):
+        try:
+            GemmConfig(**dict(zip(CONFIG_COLUMNS, map(int, key))))
+        except ValidationError as exc:
+            error = exc.errors(include_url=False)[0]
+            col = str(error["loc"][0])
+            row = int(np.flatnonzero(~aten)[(triton == list(key)).all(axis=1).to_numpy().argmax()])
+            reason = error["msg"].removeprefix("Value error, ")
+            _refuse(df, row, col, f"a Triton config value GemmConfig accepts ({reason})")
+
+
+def _refuse(df: pd.DataFrame, row: int, col: str, expected: str) -> None:
+    value: Any = df[col].iloc[row]
+    raise DatasetError(f"row {row} (problem {short(str(df['problem_id'].iloc[row]))}): column {col!r} is "
+                       f"{short(value.item() if hasattr(value, 'item') else value)}; expected {expected}")
 
 
 def modelled_layout_rows(frame: pd.DataFrame, purpose: str = "training and evaluation",
@@ -141,10 +202,10 @@ def modelled_layout_rows(frame: pd.DataFrame, purpose: str = "training and evalu
     return frame[keep].reset_index(drop=True)
 
 
-def _version_of(path: Path) -> int:
+def _version_of(handle: Any, path: Path) -> int:
     import pyarrow.parquet as pq
 
-    meta = pq.read_schema(path).metadata or {}
+    meta = pq.read_schema(handle).metadata or {}
     raw = meta.get(b"kernel_select")
     if raw is None:
         return 1  # files written before the version was recorded
@@ -155,27 +216,57 @@ def _version_of(path: Path) -> int:
 
 
 def read(path: str | Path, *, split: str | None = None) -> pd.DataFrame:
-    """Read and validate a dataset file; optionally keep one split."""
+    """Read and validate a dataset file (a regular file of at most MAX_DATASET_BYTES); optionally
+    keep one split.
+
+    Raises:
+        DatasetError: naming the file: missing, not a regular file (a FIFO, directory or device
+            is named as such), too large, not parquet, or a column or value out of the schema.
+    """
     path = Path(path)
-    if not path.is_file():
-        raise DatasetError(f"{path}: no such dataset file")
-    try:
-        version = _version_of(path)
-        df = pd.read_parquet(path)
-    except DatasetError:
-        raise
-    except Exception as exc:  # pyarrow raises several unrelated types for a bad file
-        raise DatasetError(f"{path}: not a readable parquet file ({exc})") from None
+    fd = open_regular(path, DATASET_FILE)
+    with os.fdopen(fd, "rb") as handle:
+        size = os.fstat(fd).st_size
+        if size > MAX_DATASET_BYTES:
+            raise DATASET_FILE.fail(str(path), f"{size:,} bytes is over the dataset size limit of "
+                                               f"{MAX_DATASET_BYTES:,} bytes ({DATASET_FILE.limit_name}); "
+                                               "split the collection into several files")
+        try:
+            version = _version_of(handle, path)
+            handle.seek(0)
+            df = pd.read_parquet(handle)
+        except DatasetError:
+            raise
+        except Exception as exc:  # pyarrow raises several unrelated types for a bad file
+            raise DatasetError(f"{path}: not a readable parquet file ({exc})") from None
     if version not in READABLE_VERSIONS:
         raise DatasetError(f"{path}: dataset_version {version} is not one this code reads "
                            f"{READABLE_VERSIONS}; upgrade kernel_select, or re-collect with "
                            "`kernel-select bench`")
-    df = conform(df)
+    try:
+        df = conform(df)
+    except DatasetError as exc:
+        raise DatasetError(f"{path}: {exc}") from None
     if split is not None:
         if split not in SPLITS:
             raise DatasetError(f"split: expected one of {SPLITS}, got {split!r}")
         df = df[df["split"] == split].reset_index(drop=True)
     return df
+
+
+def row_count(path: str | Path) -> int:
+    """The rows of a dataset file, from its parquet footer (nothing else is read).
+
+    Raises:
+        DatasetError: as `read` does for a missing, special or unreadable file.
+    """
+    import pyarrow.parquet as pq
+
+    with os.fdopen(open_regular(path, DATASET_FILE), "rb") as handle:
+        try:
+            return pq.read_metadata(handle).num_rows
+        except Exception as exc:  # pyarrow raises several unrelated types for a bad file
+            raise DatasetError(f"{path}: not a readable parquet file ({exc})") from None
 
 
 def expand_paths(paths: str | Path | Sequence[str | Path]) -> list[Path]:
@@ -253,7 +344,10 @@ def append(path: str | Path, rows: pd.DataFrame, *, timeout_s: float = 120.0) ->
     `timeout_s` raises DatasetError.
     """
     path = Path(path)
-    rows = conform(rows)
+    try:
+        rows = conform(rows)
+    except DatasetError as exc:
+        raise DatasetError(f"{path}: rows to append: {exc}") from None
     with exclusive_lock(path, timeout_s):
         if path.exists():
             old = read(path)

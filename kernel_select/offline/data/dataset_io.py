@@ -1,80 +1,54 @@
-"""Crash- and concurrency-safe file writing for datasets.
+"""Crash- and concurrency-safe writing of dataset files.
 
-* Every write goes to a temp file with a unique name next to the target, is fsynced, renamed over
-  the target (atomic on POSIX), and the directory is fsynced, so a reader sees the old file or the
-  new one, never a torn one, even after a power cut.
-* Temp names carry the writer's pid (`.NAME.PID.RANDOM.tmp`); a writer killed mid-write leaves
-  one behind, and the next writer (holding the lock) removes temps whose pid is no longer alive.
-* `exclusive_lock` is an fcntl lock on a sidecar `.NAME.lock` file: the kernel drops it when the
-  holder dies, so a killed writer can never leave the dataset locked.
+* Every write goes through `kernel_select.atomic_write` (a unique temp file, fsync, rename over
+  the target, fsync of the folder): a reader sees the old file or the new one, never a torn one,
+  even after a power cut. A symlinked dataset is written through the link, to the file it names.
+* `exclusive_lock` is a `filelock` lock on a sidecar `.NAME.lock` beside the resolved file, so
+  writers through a symlink and through the real path exclude each other. It is an flock: the
+  kernel drops it when the holder dies, so a killed writer can never leave the dataset locked.
+  Holding it, a writer removes the temps of writers that were killed mid-write.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
-import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from kernel_select.atomic_write import atomic_file
+import filelock
+
+from kernel_select.atomic_write import atomic_file, remove_stale_temps, resolve_target
 from kernel_select.errors import DatasetError
 
-POLL_S = 0.05
 
-
-def lock_path(path: Path) -> Path:
-    return path.with_name(f".{path.name}.lock")
+def lock_path(path: str | Path) -> Path:
+    """The lock file of the dataset `path` names (a symlink's target, not the link)."""
+    target = resolve_target(path)
+    return target.with_name(f".{target.name}.lock")
 
 
 @contextlib.contextmanager
-def exclusive_lock(path: Path, timeout_s: float) -> Iterator[None]:
-    """Hold an exclusive lock on `path` (waiting up to `timeout_s`), then clean stale temps."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path(path), os.O_RDWR | os.O_CREAT, 0o644)
+def exclusive_lock(path: str | Path, timeout_s: float) -> Iterator[None]:
+    """Hold the exclusive lock of the dataset `path` names (waiting up to `timeout_s`), then
+    remove temps left by killed writers.
+
+    Raises:
+        DatasetError: another process held the lock for more than `timeout_s` seconds.
+    """
+    lock = lock_path(path)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    held = filelock.FileLock(lock, timeout=timeout_s)
     try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as exc:
-                if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                    raise
-                if time.monotonic() >= deadline:
-                    raise DatasetError(
-                        f"{path}: another process is writing this dataset (lock {lock_path(path)} "
-                        f"held for more than {timeout_s:g} s); wait for it to finish, or write to "
-                        "another file and merge later") from None
-                time.sleep(POLL_S)
+        held.acquire()
+    except filelock.Timeout:
+        raise DatasetError(
+            f"{path}: another process is writing this dataset (lock {lock} held for more than "
+            f"{timeout_s:g} s); wait for it to finish, or write to another file and merge later") from None
+    try:
         remove_stale_temps(path)
         yield
     finally:
-        os.close(fd)  # closing releases the lock
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def remove_stale_temps(path: Path) -> list[Path]:
-    """Delete temp files of `path` left by writers that died; returns what was removed."""
-    removed = []
-    for tmp in path.parent.glob(f".{path.name}.*.tmp"):
-        parts = tmp.name[len(path.name) + 2:].split(".")
-        pid = int(parts[0]) if parts and parts[0].isdigit() else -1
-        if pid != os.getpid() and not _pid_alive(pid):
-            tmp.unlink(missing_ok=True)
-            removed.append(tmp)
-    return removed
+        held.release()
 
 
 def atomic_write_parquet(table, path: Path) -> None:

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from kernel_select.device import DeviceSpec
+from kernel_select.errors import DatasetError
 from kernel_select.layouts import LAYOUTS
 from kernel_select.model.card import DataFile, DataProvenance
 from kernel_select.offline.data import dataset
@@ -24,6 +25,22 @@ from kernel_select.offline.training.evaluate import usable_triton_rows
 
 #: Configs per problem a model trains on: every contender within 1.5x of the oracle, then a sample.
 DEFAULT_CAP = 384
+
+
+def require_rows(paths: str | Path | Sequence[str | Path], purpose: str) -> list[Path]:
+    """The dataset files `paths` names (files or glob patterns), once their footers show rows.
+
+    Checked where a command starts, before any model is built: a dataset of 0 rows (a collection
+    that stopped before its first problem) otherwise fails deep in pandas with a TypeError.
+
+    Raises:
+        DatasetError: naming the files, when they hold no row at all.
+    """
+    files = dataset.expand_paths(paths)
+    if sum(dataset.row_count(path) for path in files) == 0:
+        raise DatasetError(f"{', '.join(map(str, files))}: no rows; {purpose} needs a dataset measured "
+                           "with `kernel-select bench`")
+    return files
 
 
 def layouts_for(feature_version: int) -> tuple[str, ...]:
