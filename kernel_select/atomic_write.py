@@ -105,6 +105,14 @@ def remove_stale_temps(path: str | os.PathLike[str]) -> list[Path]:
     return removed
 
 
+def file_kind(mode: int) -> str:
+    """What a path that is not a regular file is, from its st_mode: "a FIFO (named pipe)", ..."""
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISSOCK, "a socket"))
+    return next((name for test, name in kinds if test(mode)), "a special file")
+
+
 def _replaceable(target: Path, shown: str) -> os.stat_result | None:
     """The target's stat when it exists and may be replaced, None when it does not exist."""
     try:
@@ -114,8 +122,6 @@ def _replaceable(target: Path, shown: str) -> os.stat_result | None:
     except OSError as exc:
         raise OSError(exc.errno, exc.strerror, shown) from None
     if not stat.S_ISREG(info.st_mode):
-        from kernel_select.lut.io import file_kind  # lut.io imports this module
-
         raise OSError(errno.EINVAL, f"is {file_kind(info.st_mode)}, not a regular file; name a file "
                                     "to write", shown)
     if not info.st_mode & 0o222 or not os.access(target, os.W_OK):

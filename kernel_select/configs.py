@@ -149,45 +149,6 @@ def torch_minor_version(version: str | None = None) -> tuple[int, int]:
     return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
 
 
-def inductor_allow_tf32(problem: Problem, *, torch_version: str | None = None,
-                        fp32_precision: str | None = None,
-                        force_same_precision: bool | None = None) -> bool:
-    """ALLOW_TF32 exactly as Inductor's mm template heuristic sets it.
-
-    Both 2.11 and 2.13 require `torch.backends.cuda.matmul.fp32_precision == "tf32"`; they
-    differ in the shape condition:
-      2.11 and older: not force_same_precision or (M % 16 == 0, N % 16 == 0, K % 8 == 0)
-      2.13 and newer: M >= 16 and min(N, K) >= 512
-    For half-precision inputs tl.dot ignores the flag, but Inductor still emits it.
-    """
-    if fp32_precision is None:
-        fp32_precision = _running_fp32_precision()
-    if fp32_precision != "tf32":
-        return False
-    if torch_minor_version(torch_version) >= (2, 13):
-        return problem.m >= 16 and min(problem.n, problem.k) >= 512
-    if force_same_precision is None:
-        force_same_precision = _running_force_same_precision()
-    shape_ok = problem.m % 16 == 0 and problem.n % 16 == 0 and problem.k % 8 == 0
-    return (not force_same_precision) or shape_ok
-
-
-def _running_fp32_precision() -> str:
-    try:
-        import torch
-    except ImportError:
-        return "ieee"
-    return str(getattr(torch.backends.cuda.matmul, "fp32_precision", "ieee"))
-
-
-def _running_force_same_precision() -> bool:
-    try:
-        from torch._inductor import config as inductor_config
-    except ImportError:
-        return False
-    return bool(getattr(inductor_config, "force_same_precision", False))
-
-
 # -- Inductor AUTOTUNE log descriptions ---------------------------------------------------------
 
 _KV = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=('[^']*'|\"[^\"]*\"|[^,\s]+)")

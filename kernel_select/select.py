@@ -133,7 +133,8 @@ def select(problem: Problem, *, model: PerformanceModel, gemm_topk: TopK | float
     # One batched call scores candidates and LUT entries: inside torch.compile it is the whole cost.
     all_scores = _scores(problem, [*candidates, *entries], model)
     scores = all_scores[: len(candidates)]
-    chosen = [Choice(config, float(ms), LUT_SOURCE) for config, ms in zip(entries, all_scores[len(candidates):])]
+    chosen = [Choice(config, float(ms), LUT_SOURCE)
+              for config, ms in zip(entries, all_scores[len(candidates):])]
 
     outside = model.domain_gap(problem)
     decision = None if outside else _cublas_decision(problem, model, gate, cublas_margin, epilogue, scores)
@@ -230,7 +231,8 @@ def _checked_ms(ms: Sequence[int] | None, problem: Problem) -> tuple[int, ...]:
     if ms is None:
         return ()
     values = tuple(ms)
-    if not values or any(isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1 for m in values):
+    if not values or any(isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1
+                         for m in values):
         raise ProblemError(f"ms: expected positive integers (values of M to rank for {problem}), got {ms!r}")
     return tuple(sorted({int(m) for m in values}))
 

@@ -46,7 +46,8 @@ _NAME_ALIASES = {
 
 def triton_pruner(gemm_topk: int | float = 4, m: str = "M", n: str = "N", k: str = "K", dtype: Any = None,
                   model: PerformanceModel | str | None = None, lut: Any = None,
-                  device: DeviceSpec | str | None = None, **deprecated: Any) -> dict[str, Callable[..., list[Any]]]:
+                  device: DeviceSpec | str | None = None,
+                  **deprecated: Any) -> dict[str, Callable[..., list[Any]]]:
     """A `prune_configs_by` dict whose `early_config_prune` keeps the model's top configs.
 
     Args:
@@ -115,7 +116,8 @@ class ModelPruner:
             return configs
         problem, device = self._problem(args)
         # A config that cannot run on the device would only fail to compile: never keep one for speed.
-        runnable = [(config, gemm) for config, gemm in mapped if unfit_reason(gemm, problem.dtype, device) is None]
+        runnable = [(config, gemm) for config, gemm in mapped
+                    if unfit_reason(gemm, problem.dtype, device) is None]
         if not runnable:
             return configs
         keep = resolve_k(self.gemm_topk, len(runnable))
@@ -126,7 +128,8 @@ class ModelPruner:
         chosen = select(problem, model=runtime.model(self._model, device), gemm_topk=keep, lut=lut,
                         candidates=candidates).choices
         position = {choice.config: i for i, choice in enumerate(chosen)}
-        ranked = sorted((pair for pair in runnable if pair[1] in position), key=lambda pair: position[pair[1]])
+        ranked = sorted((pair for pair in runnable if pair[1] in position),
+                        key=lambda pair: position[pair[1]])
         kept = [config for config, _ in ranked] + unmapped
         log.debug("kernel_select: %s: benchmarking %d of %d Triton configs", problem, len(kept), len(configs))
         return kept

@@ -15,6 +15,7 @@ from typing import Any
 from hypothesis import settings
 from hypothesis import strategies as st
 
+from kernel_select.lut import lut_from_rows
 from kernel_select.configs import GemmConfig
 from kernel_select.device import KNOWN_DEVICES
 from kernel_select.layouts import LAYOUTS
@@ -168,7 +169,7 @@ def luts(draw: st.DrawFn, max_tables: int = 2, min_tables: int = 0) -> KernelLUT
     cells = draw(_CELL_LISTS[max_tables, min_tables])
     rows = [LUTRow(device, op, dtype, entry) for device, op, dtype in sorted(set(cells))
             for entry in draw(_ENTRY_LISTS.setdefault(op, lut_entries(op)))]
-    return KernelLUT.from_rows(rows)
+    return lut_from_rows(rows)
 
 
 _PICK = st.integers(0, 2**16)  # an index into a list drawn at run time, taken modulo its length

@@ -102,7 +102,8 @@ def test_triton_is_imported_lazily_outside_the_harness():
 
 @pytest.mark.parametrize("name", COMPILE_PATH)
 def test_the_compile_path_imports_no_offline_code_and_no_extra(name):
-    bad = [dep for dep in GRAPH[name] if dep.startswith("kernel_select.offline") or dep.split(".")[0] in EXTRAS]
+    bad = [dep for dep in GRAPH[name]
+           if dep.startswith("kernel_select.offline") or dep.split(".")[0] in EXTRAS]
     assert bad == []
 
 

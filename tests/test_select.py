@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import kernel_select
 from kernel_select.configs import GemmConfig
 from kernel_select.errors import ConfigError, DeviceError, LUTError, ModelError, ProblemError
-from kernel_select.lut import ATEN, KernelLUT, LUTEntry, save_lut
+from kernel_select.lut import ATEN, KernelLUT, lut_from_rows, LUTEntry, save_lut
 from kernel_select.model import PerformanceModel, load_default
 from kernel_select.model.analytical import AnalyticalModel
 from kernel_select.problem import Problem
@@ -122,7 +122,7 @@ def pinning_lut(pin: GemmConfig | str, entries: Sequence[GemmConfig] = ()) -> Ke
     rows = [("h100", "mm", "bfloat16", LUTEntry(m=560, n=1280, k=3420, pin=pin))]
     if entries:
         rows.append(("h100", "mm", "bfloat16", LUTEntry(m=1024, n=1280, k=3420, configs=list(entries))))
-    return KernelLUT.from_rows(rows)
+    return lut_from_rows(rows)
 
 
 def test_a_triton_pin_is_the_only_choice_and_nothing_else_is_ranked():

@@ -23,6 +23,8 @@ from kernel_select.atomic_write import write_atomic
 if TYPE_CHECKING:
     from kernel_select.lut.io import FileKind
 
+#: Set to 1 to print the traceback behind a one-line error.
+DEBUG_ENV = "KERNEL_SELECT_DEBUG"
 #: Largest GEMM dimension the CLI accepts: Inductor's mm templates index with int32 by default,
 #: and the model's features are computed in int64, where larger products would overflow.
 MAX_DIMENSION = 2**31 - 1
@@ -266,8 +268,6 @@ def _stream_error(exc: OSError, stream: Any = None) -> OSError:
 def debug_requested(args: argparse.Namespace) -> bool:
     """Whether --debug or KERNEL_SELECT_DEBUG asks for the traceback behind an error, for commands
     that report errors themselves and go on (`lut validate` with several files)."""
-    from kernel_select.cli.main import DEBUG_ENV  # main imports the command modules
-
     return bool(getattr(args, "debug", False)) or os.environ.get(DEBUG_ENV, "") not in ("", "0")
 
 

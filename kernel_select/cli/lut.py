@@ -169,7 +169,7 @@ def _replace_unless_edited(path: str, lut: KernelLUT, original: bytes, canonical
 
 def run_show(args: argparse.Namespace) -> int:
     from kernel_select.device import get_device
-    from kernel_select.lut import BATCHED_OPS, KernelLUT, dump_lut, load_lut
+    from kernel_select.lut import BATCHED_OPS, dump_lut, load_lut, lut_from_rows
     from kernel_select.lut.entries import describe_bounds
 
     lut = load_lut(args.path)
@@ -178,7 +178,7 @@ def run_show(args: argparse.Namespace) -> int:
         wanted = get_device(args.device).key
         rows = [row for row in rows if row.device == wanted]
     if args.json:
-        emit_text(dump_lut(KernelLUT.from_rows(rows)), None)
+        emit_text(dump_lut(lut_from_rows(rows)), None)
         return 0
     if not rows:
         say(f"{printable(args.path)}: no entries")

@@ -15,18 +15,17 @@ import traceback
 from collections.abc import Callable, Sequence
 
 from kernel_select.cli import compare, compare_models, data, lut, model, select_cmds, serving, space
-from kernel_select.cli.common import OneLineParser, Subparsers
+from kernel_select.cli.common import DEBUG_ENV, OneLineParser, Subparsers
 from kernel_select._version import __version__
 from kernel_select.errors import KernelSelectError
 
-#: Set to 1 to print the traceback behind a one-line error.
-DEBUG_ENV = "KERNEL_SELECT_DEBUG"
 
 #: The top-level modules of pyproject.toml's optional dependencies -> the extra that installs them.
 #: The core install (torch, pydantic, numpy) ranks configs; a command that imports one of these
 #: without it installed names the extra instead of tracing back.
 EXTRA_OF_MODULE: dict[str, str] = {
     "pandas": "offline", "pyarrow": "offline", "scipy": "offline", "tqdm": "offline", "matplotlib": "offline",
+    "filelock": "offline",
     "transformers": "models",
     "nvMatmulHeuristics": "baselines",
 }

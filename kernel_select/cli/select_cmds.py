@@ -92,7 +92,8 @@ def run_demo(args: argparse.Namespace) -> int:
     lut_path = Path(args.lut) if args.lut else shipped_lut(DEFAULT_DEMO_LUT)
     # An explicit --lut must exist; the shipped default is optional.
     lut = load_lut_file(str(lut_path)) if args.lut or lut_path.is_file() else None
-    print(f"kernel-select demo: top {args.gemm_topk} Triton mm configs for the seed problems on {model.device.key}")
+    print(f"kernel-select demo: top {args.gemm_topk} Triton mm configs for the seed problems on "
+          f"{model.device.key}")
     print(f"ranked by: {model.describe()}")
     shown = os.path.relpath(lut_path) if lut_path.is_relative_to(Path.cwd()) else str(lut_path)
     print(f"lookup table: {shown}" if lut is not None else f"lookup table: no LUT ({shown} not found)")
@@ -127,8 +128,8 @@ def _payload(args: argparse.Namespace, model: PerformanceModel, selection: Selec
     problem, cublas = selection.problem, selection.cublas
     pinned = selection.pinned
     return {
-        "problem": {"m": problem.m, "n": problem.n, "k": problem.k, "dtype": problem.dtype, "batch": problem.batch,
-                    "op": problem.op, "layout": problem.layout},
+        "problem": {"m": problem.m, "n": problem.n, "k": problem.k, "dtype": problem.dtype,
+                    "batch": problem.batch, "op": problem.op, "layout": problem.layout},
         "device": model.device.key, "model": model.name, "model_description": model.describe(),
         "lut": args.lut, "search_space": args.search_space, "candidates": selection.candidates,
         "pinned": None if pinned is None else (pinned if isinstance(pinned, str) else pinned.model_dump()),

@@ -150,7 +150,8 @@ class KernelSelectChoices(InductorChoices):
             selections = self._select_all(problem, inputs.epilogue_of(kernel_inputs, problem), device,
                                           settings, lut, model, inputs.symbolic_m(kernel_inputs))
         if selections[0].pinned is not None:
-            return self._offer_pin(selections[0], choices, kernel_inputs, op_name, kwarg_overrides, k_symbolic)
+            return self._offer_pin(selections[0], choices, kernel_inputs, op_name, kwarg_overrides,
+                                   k_symbolic)
         replaced = dict(choices)
         for uid, base in bases.items():
             overrides = kwarg_overrides.get(uid, {})

@@ -50,7 +50,8 @@ class ChoicesFactory:
                               "cannot be pickled into Inductor's cache key (for an instance use "
                               "V.set_choices_handler(KernelSelectChoices(gemm_model=...)))")
         # The precompile knob changes how choices are compiled, never which: not the handler's.
-        self.overrides = dict(sorted((k, v) for k, v in overrides.items() if k != "gemm_precompile_in_process"))
+        self.overrides = dict(sorted((k, v) for k, v in overrides.items()
+                                     if k != "gemm_precompile_in_process"))
         # Wrapping our own factory would stack two selections; wrap what it wraps instead.
         self.wraps = wraps.wraps if isinstance(wraps, ChoicesFactory) else wraps
 

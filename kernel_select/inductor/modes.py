@@ -13,8 +13,8 @@ option (`gemm_topk`, ...) has to be spelled as the mode's options plus ours.
 Why the second exists, measured on the H100 (docs/results.md, "Whole models"): beyond
 mode="default"'s compile, the max-autotune modes cost 20-45 s per model however few GEMM choices
 there are, and that fixed part is not GEMM tuning; docs/results.md compares the handler against
-Inductor with these same GEMM-only options ("stock-gemm"). Without coordinate descent, Inductor also keeps GEMVs (M = 1) on
-cuBLAS, as eager does (kernel_select.inductor.eager_parity).
+Inductor with these same GEMM-only options ("stock-gemm"). Without coordinate descent, Inductor also
+keeps GEMVs (M = 1) on cuBLAS, as eager does (kernel_select.inductor.eager_parity).
 """
 
 from __future__ import annotations

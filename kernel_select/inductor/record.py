@@ -31,7 +31,18 @@ from kernel_select.errors import DeviceError
 from kernel_select.inductor import inputs
 from kernel_select.inductor.probe import ChoiceTiming, choice_timing, feedback_saver
 from kernel_select.layouts import DEFAULT_LAYOUT
-from kernel_select.lut import ATEN, BatchedLUTEntry, KernelLUT, LUTEntry, LUTRow, MRange, load_lut, save_lut
+from kernel_select.lut import (
+    ATEN,
+    BatchedLUTEntry,
+    KernelLUT,
+    load_lut,
+    lut_from_rows,
+    LUTEntry,
+    LUTRow,
+    merge_luts,
+    MRange,
+    save_lut,
+)
 from kernel_select.problem import Problem, dtype_name
 
 log = logging.getLogger(__name__)
@@ -77,7 +88,7 @@ def lut_from_feedback(feedback: Sequence[Feedback], device: DeviceSpec | str, *,
             continue
         key = (item.problem.op, item.problem.dtype, entry.n, entry.k, entry.m_bounds, entry.layout)
         rows[key] = LUTRow(spec.key, item.problem.op, item.problem.dtype, entry)
-    return KernelLUT.from_rows(rows.values(), source="<recorded>")
+    return lut_from_rows(rows.values(), source="<recorded>")
 
 
 def _entry(item: Feedback, pin: bool, top: int, source: str) -> LUTEntry | None:
@@ -171,7 +182,7 @@ def record(path: str | os.PathLike[str] | None = None, *, device: str | None = N
         yield recording
     recording.lut = lut_from_feedback(recording.feedback, _device(device), pin=pin, top=top)
     if target is not None:
-        save_lut(existing.merge(recording.lut) if existing is not None else recording.lut, target)
+        save_lut(merge_luts(existing, recording.lut) if existing is not None else recording.lut, target)
         log.info("kernel_select.record: wrote %d entries to %s", recording.lut.num_entries, target)
 
 

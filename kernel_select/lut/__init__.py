@@ -21,10 +21,12 @@ from kernel_select.lut.io import (
     save_lut,
 )
 from kernel_select.lut.schema import SCHEMA_VERSION, KernelLUT, LUTRow, OpTables, empty_lut, json_schema
+from kernel_select.lut.validation import lut_from_rows, merge_luts
 
 __all__ = [
     "ATEN", "BATCHED_OPS", "MAX_DIM", "MAX_LUT_BYTES", "SCHEMA_VERSION", "BatchedLUTEntry", "KernelLUT",
     "LUTEntry", "LUTRow", "MRange", "OpTables", "SizeRange", "check_fits", "dump_lut", "empty_lut",
-    "json_schema", "load_lut", "lut_digest", "migrate", "parse_lut", "read_lut_bytes", "save_lut",
+    "json_schema", "load_lut", "lut_digest", "lut_from_rows", "merge_luts", "migrate", "parse_lut",
+    "read_lut_bytes", "save_lut",
     "unfit_reason",
 ]

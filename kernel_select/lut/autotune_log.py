@@ -27,7 +27,7 @@ from kernel_select.configs import GemmConfig, config_from_description
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import KernelSelectError, LUTError, ProblemError
 from kernel_select.layouts import DEFAULT_LAYOUT, layout_from_strides
-from kernel_select.lut import BATCHED_OPS, BatchedLUTEntry, KernelLUT, LUTEntry, LUTRow
+from kernel_select.lut import BATCHED_OPS, BatchedLUTEntry, KernelLUT, lut_from_rows, LUTEntry, LUTRow
 from kernel_select.problem import SUPPORTED_OPS, Problem, dtype_name
 
 log = logging.getLogger(__name__)
@@ -204,7 +204,7 @@ def lut_from_autotune_log(text: str, device: str | DeviceSpec, *, top: int = 1,
     if not any(rows.values()):
         raise LUTError(f"{source}: no usable AUTOTUNE mm/addmm/bmm/baddbmm block with Triton choices "
                        f"({len(blocks)} blocks found); run with max-autotune and stderr captured")
-    return KernelLUT.from_rows((row for read in rows.values() for row in read.values()), source=source)
+    return lut_from_rows((row for read in rows.values() for row in read.values()), source=source)
 
 
 def _entry(problem: Problem, layout: str | None, configs: list[GemmConfig], note: str) -> LUTEntry:

@@ -19,10 +19,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from kernel_select.atomic_write import write_atomic
+from kernel_select.atomic_write import file_kind, write_atomic
 from kernel_select.errors import KernelSelectError, LUTError
-from kernel_select.lut.entries import entry_dict
-from kernel_select.lut.schema import SCHEMA_VERSION, KernelLUT, empty_lut
+from kernel_select.lut.schema import SCHEMA_VERSION, KernelLUT, dump_lut, empty_lut
 from kernel_select.lut.validation import escape_controls, lut_error, short, validate_document
 
 log = logging.getLogger("kernel_select.lut")
@@ -291,14 +290,6 @@ def _too_large(kind: FileKind, source: str, size: int) -> KernelSelectError:
                              f"bytes ({kind.limit_name}); {kind.fix}")
 
 
-def file_kind(mode: int) -> str:
-    """What a path that is not a regular file is, from its st_mode: "a FIFO (named pipe)", ..."""
-    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-             (stat.S_ISSOCK, "a socket"))
-    return next((name for test, name in kinds if test(mode)), "a special file")
-
-
 def load_lut(path: str | os.PathLike[str], *, strict: bool = True) -> KernelLUT:
     """Read and validate a LUT file.
 
@@ -410,31 +401,6 @@ def _first_line(exc: BaseException) -> str:
 
 
 # -- writing -------------------------------------------------------------------------------------
-
-def dump_lut(lut: KernelLUT) -> str:
-    """The canonical text of `lut`: sorted keys and entries, 2-space indent, one config per line,
-    trailing newline. `dump_lut(parse_lut(dump_lut(t))) == dump_lut(t)` for every table."""
-    tree: dict[str, Any] = {}
-    for row in lut.entries():
-        per_op = tree.setdefault(row.device, {}).setdefault(row.op, {})
-        per_op.setdefault(row.dtype, []).append(entry_dict(row.entry))
-    return _emit({"schema_version": lut.schema_version, "devices": tree}, 0) + "\n"
-
-
-def _emit(value: Any, depth: int, *, inline: bool = False, inline_items: bool = False) -> str:
-    # Configs, pins and m and k ranges go on one line each; everything else is indented, one key
-    # per line.
-    if inline or not isinstance(value, (dict, list)) or not value:
-        return json.dumps(value, ensure_ascii=False)
-    pad, close = "  " * (depth + 1), "  " * depth
-    if isinstance(value, dict):
-        items = [f"{pad}{json.dumps(key, ensure_ascii=False)}: "
-                 f"{_emit(child, depth + 1, inline=key in ('m', 'k', 'pin'), inline_items=key == 'configs')}"
-                 for key, child in value.items()]
-        return "{\n" + ",\n".join(items) + "\n" + close + "}"
-    items = [pad + _emit(item, depth + 1, inline=inline_items) for item in value]
-    return "[\n" + ",\n".join(items) + "\n" + close + "]"
-
 
 def save_lut(lut: KernelLUT, path: str | os.PathLike[str]) -> None:
     """Write `lut` in canonical form, atomically: a unique temporary file in the same folder,

@@ -30,7 +30,7 @@ import functools
 import hashlib
 import json
 import logging
-from collections.abc import Hashable, Iterable, Iterator
+from collections.abc import Hashable, Iterator
 from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import AfterValidator, ConfigDict, Field, PrivateAttr, field_validator, model_validator
@@ -39,7 +39,7 @@ from kernel_select.configs import GemmConfig
 from kernel_select.device import KNOWN_DEVICES, DeviceSpec, get_device
 from kernel_select.lut.entries import (BatchedEntryList, EntryList, LUTEntry, SizeRange, Strict, entry_dict,
                                       first_repeat)
-from kernel_select.lut.hardware import unfit_reason
+from kernel_select.space import unfit_reason
 from kernel_select.problem import Problem
 
 log = logging.getLogger("kernel_select.lut")
@@ -120,7 +120,7 @@ class _Index(NamedTuple):
 
 
 class KernelLUT(Strict):
-    """A kernel lookup table. Immutable; build new tables with `from_rows` or `merge`."""
+    """A kernel lookup table. Immutable; build new tables with `lut_from_rows` or `merge_luts`."""
 
     model_config = ConfigDict(title="kernel_select kernel lookup table")
 
@@ -253,44 +253,8 @@ class KernelLUT(Strict):
         """sha256 of the canonical JSON; equal tables have equal digests (use it in cache keys).
         Computed on the first call and kept."""
         if self._digest is None:
-            from kernel_select.lut.io import dump_lut  # io builds on this module
-
             self._digest = hashlib.sha256(dump_lut(self).encode("utf-8")).hexdigest()
         return self._digest
-
-    # -- building --------------------------------------------------------------------------------
-
-    @classmethod
-    def from_rows(cls, rows: Iterable[LUTRow | tuple[str, str, str, LUTEntry]], *,
-                  source: str = "<rows>") -> KernelLUT:
-        """A validated table from (device, op, dtype, entry) rows; device names are normalized.
-
-        Raises:
-            LUTError: for unknown devices/ops/dtypes, overlapping keys, or `batch` on mm/addmm.
-        """
-        from kernel_select.lut.validation import validate_document  # it builds on this module
-
-        tree: dict[str, dict[str, dict[str, list[dict[str, Any]]]]] = {}
-        for device, op, dtype, entry in rows:
-            # Names are normalized (or reported with their location) by validation.
-            device = device.key if isinstance(device, DeviceSpec) else device
-            tree.setdefault(device, {}).setdefault(op, {}).setdefault(dtype, []).append(entry_dict(entry))
-        return validate_document({"schema_version": SCHEMA_VERSION, "devices": tree}, source)
-
-    def merge(self, other: KernelLUT) -> KernelLUT:
-        """A new table with the entries of both; `other` wins where both have the same key.
-
-        Raises:
-            LUTError: if an entry of `other` overlaps an entry of this table without having the
-                same key (for example an m range covering an exact m); resolve it by hand.
-        """
-        def ident(row: LUTRow) -> tuple[Any, ...]:
-            return (row.device, row.op, row.dtype, row.entry.n, row.entry.k_bounds, row.entry.m_bounds,
-                    row.entry.batch_key, row.entry.layout)
-
-        merged = {ident(row): row for row in self.entries()}
-        merged.update((ident(row), row) for row in other.entries())
-        return KernelLUT.from_rows(merged.values(), source="<merged table>")
 
 
 def empty_lut() -> KernelLUT:
@@ -312,3 +276,28 @@ def json_schema() -> str:
     """The JSON schema of the current format, as committed in luts/schema/lut.v4.schema.json."""
     schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", **KernelLUT.model_json_schema()}
     return json.dumps(schema, indent=2) + "\n"
+
+
+def dump_lut(lut: KernelLUT) -> str:
+    """The canonical text of `lut`: sorted keys and entries, 2-space indent, one config per line,
+    trailing newline. `dump_lut(parse_lut(dump_lut(t))) == dump_lut(t)` for every table."""
+    tree: dict[str, Any] = {}
+    for row in lut.entries():
+        per_op = tree.setdefault(row.device, {}).setdefault(row.op, {})
+        per_op.setdefault(row.dtype, []).append(entry_dict(row.entry))
+    return _emit({"schema_version": lut.schema_version, "devices": tree}, 0) + "\n"
+
+
+def _emit(value: Any, depth: int, *, inline: bool = False, inline_items: bool = False) -> str:
+    # Configs, pins and m and k ranges go on one line each; everything else is indented, one key
+    # per line.
+    if inline or not isinstance(value, (dict, list)) or not value:
+        return json.dumps(value, ensure_ascii=False)
+    pad, close = "  " * (depth + 1), "  " * depth
+    if isinstance(value, dict):
+        items = [f"{pad}{json.dumps(key, ensure_ascii=False)}: "
+                 f"{_emit(child, depth + 1, inline=key in ('m', 'k', 'pin'), inline_items=key == 'configs')}"
+                 for key, child in value.items()]
+        return "{\n" + ",\n".join(items) + "\n" + close + "}"
+    items = [pad + _emit(item, depth + 1, inline=inline_items) for item in value]
+    return "[\n" + ",\n".join(items) + "\n" + close + "]"

@@ -33,7 +33,16 @@ from kernel_select.configs import GemmConfig, mm_template_kwargs
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import KernelSelectError, LUTError
 from kernel_select.layouts import DEFAULT_LAYOUT, layout_from_strides
-from kernel_select.lut import ATEN, BATCHED_OPS, BatchedLUTEntry, KernelLUT, LUTEntry, LUTRow, SizeRange
+from kernel_select.lut import (
+    ATEN,
+    BATCHED_OPS,
+    BatchedLUTEntry,
+    KernelLUT,
+    lut_from_rows,
+    LUTEntry,
+    LUTRow,
+    SizeRange,
+)
 from kernel_select.problem import Problem, dtype_name
 
 log = logging.getLogger(__name__)
@@ -186,7 +195,7 @@ def from_inductor_table(table: dict[str, list[dict[str, Any]]], device: str | De
         slot.extend(config for config in configs if config not in slot)
     rows = [LUTRow(target, op, dtype, _entry(op, batch, m, n, k, layout, configs))
             for (dtype, batch, m, n, k, op, layout), configs in found.items() if configs]
-    return KernelLUT.from_rows(rows, source="<inductor table>")
+    return lut_from_rows(rows, source="<inductor table>")
 
 
 def _entry(op: str, batch: int, m: int, n: int, k: int, layout: str, configs: list[GemmConfig]) -> LUTEntry:

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import ValidationError
 
 from kernel_select.configs import GemmConfig
+from kernel_select.device import DeviceSpec
 from kernel_select.errors import LUTError
-from kernel_select.lut.entries import BATCHED_OPS, UNION_TAGS, BatchedLUTEntry, LUTEntry, SizeRange
-from kernel_select.lut.schema import KernelLUT, OpTables
+from kernel_select.lut.entries import (BATCHED_OPS, UNION_TAGS, BatchedLUTEntry, LUTEntry, SizeRange,
+                                       entry_dict)
+from kernel_select.lut.schema import SCHEMA_VERSION, KernelLUT, LUTRow, OpTables
 
 #: Unicode categories that are not safe to print raw: control (Cc, e.g. ESC), format (Cf, e.g.
 #: right-to-left overrides), surrogates (Cs) and line/paragraph separators.
@@ -142,3 +145,32 @@ def _parent_kind(loc: list[Any]) -> str | None:
     return None
 
 
+def lut_from_rows(rows: Iterable[LUTRow | tuple[str, str, str, LUTEntry]], *,
+                  source: str = "<rows>") -> KernelLUT:
+    """A validated table from (device, op, dtype, entry) rows; device names are normalized.
+
+    Raises:
+        LUTError: for unknown devices/ops/dtypes, overlapping keys, or `batch` on mm/addmm.
+    """
+    tree: dict[str, dict[str, dict[str, list[dict[str, Any]]]]] = {}
+    for device, op, dtype, entry in rows:
+        # Names are normalized (or reported with their location) by validation.
+        device = device.key if isinstance(device, DeviceSpec) else device
+        tree.setdefault(device, {}).setdefault(op, {}).setdefault(dtype, []).append(entry_dict(entry))
+    return validate_document({"schema_version": SCHEMA_VERSION, "devices": tree}, source)
+
+
+def merge_luts(base: KernelLUT, other: KernelLUT) -> KernelLUT:
+    """A new table with the entries of both; `other` wins where both have the same key.
+
+    Raises:
+        LUTError: if an entry of `other` overlaps an entry of `base` without having the same key (for
+            example an m range covering an exact m); resolve it by hand.
+    """
+    def ident(row: LUTRow) -> tuple[Any, ...]:
+        return (row.device, row.op, row.dtype, row.entry.n, row.entry.k_bounds, row.entry.m_bounds,
+                row.entry.batch_key, row.entry.layout)
+
+    merged = {ident(row): row for row in base.entries()}
+    merged.update((ident(row), row) for row in other.entries())
+    return lut_from_rows(merged.values(), source="<merged table>")

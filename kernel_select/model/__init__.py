@@ -13,7 +13,8 @@ from kernel_select.model.cublas import GATE_STEM, CublasGate
 from kernel_select.model.folders import find_checkpoint
 from kernel_select.model.mlp import MLPModel  # registers "mlp"
 
-__all__ = ["PerformanceModel", "get_model", "load_default", "load_gate", "register_model", "registered_models"]
+__all__ = ["PerformanceModel", "get_model", "load_default", "load_gate", "register_model",
+           "registered_models"]
 
 
 def load_default(device: DeviceSpec | str | None = None) -> PerformanceModel:

@@ -90,7 +90,10 @@ class PerformanceModel(abc.ABC):
         """Why `problem` lies outside what this model was trained on (an op, dtype, layout or size never
         measured, or a stratum with too few problems), or "" where it does not; a model not trained on
         data has no outside. The Inductor handler then keeps Inductor's own candidates beside the
-        model's, and gemm_topk="auto" takes its cap."""
+        model's, and gemm_topk="auto" takes its cap. By default: a layout outside `trained_layouts()`."""
+        trained = self.trained_layouts()
+        if trained is not None and problem.layout not in trained:
+            return f"layout {problem.layout} not in the model's training data"
         return ""
 
     def trained_layouts(self) -> tuple[str, ...] | None:

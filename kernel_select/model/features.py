@@ -182,7 +182,8 @@ def feature_columns(m, n, k, dtype_bytes, a_t, b_t, bm, bn, bk, stages, warps, g
     alignment = (
         n_align, k_align, n_vec, k_vec, (1.0 - n_vec * k_vec) * np.log(stages),
         (stages == 1).astype(np.float64), np.log(ctas / device.sm_count),
-        np.log(2.0 * bm * bn * bk / step_bytes), np.log(k * (bm + bn) * dtype_bytes), np.log(np.minimum(m, n)),
+        np.log(2.0 * bm * bn * bk / step_bytes), np.log(k * (bm + bn) * dtype_bytes),
+        np.log(np.minimum(m, n)),
     )
 
     # -- loads per thread per K step, read as "nn" (A along K, B and C along N) --------------------

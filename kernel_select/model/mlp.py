@@ -62,7 +62,8 @@ DEFAULT_AUTO_GAP = 0.05
 class RuntimeNet(nn.Module):
     """Standardized features (batch, n_features) -> log runtime in ms (batch,)."""
 
-    def __init__(self, n_features: int, hidden_widths: Sequence[int], kernel_overhead_ms: float = 0.005) -> None:
+    def __init__(self, n_features: int, hidden_widths: Sequence[int],
+                 kernel_overhead_ms: float = 0.005) -> None:
         super().__init__()
         self.body = build_body(architecture(n_features, hidden_widths))
         self.log_overhead_ms = nn.Parameter(torch.tensor(math.log(kernel_overhead_ms)))
@@ -99,7 +100,8 @@ class AveragedRuntimeNet(nn.Module):
 
 def architecture(n_features: int, hidden_widths: Sequence[int], members: int = 1) -> Architecture:
     """The card's description of a RuntimeNet body (and how many are averaged)."""
-    return Architecture(inputs=n_features, hidden_widths=list(hidden_widths), activation="relu", members=members)
+    return Architecture(inputs=n_features, hidden_widths=list(hidden_widths), activation="relu",
+                        members=members)
 
 
 def build_net(arch: Architecture) -> RuntimeNet | AveragedRuntimeNet:
@@ -175,8 +177,9 @@ class MLPModel(PerformanceModel):
 
     def domain_gap(self, problem: Problem) -> str:
         card = self.card
-        if problem.layout not in card.layouts:
-            return f"layout {problem.layout} not in the model's training data"
+        outside_layouts = super().domain_gap(problem)
+        if outside_layouts:
+            return outside_layouts
         dtypes = {problem.dtype, _SAME_FEATURES.get(problem.dtype)}
         if card.dtypes and not dtypes & set(card.dtypes):
             return f"dtype {problem.dtype} not in the model's training data"
@@ -288,8 +291,8 @@ def _card_feature_version(model_dir: Path, spec: DeviceSpec) -> int:
 def _card_device(model_dir: Path) -> DeviceSpec:
     card_path = model_dir / CARD_FILE
     if not card_path.is_file():
-        raise ModelError(f"{model_dir}: no trained mlp model here (no {CARD_FILE}); pass the device, or train "
-                         f"one with `kernel-select train --out {model_dir}`")
+        raise ModelError(f"{model_dir}: no trained mlp model here (no {CARD_FILE}); pass the device, or "
+                         f"train one with `kernel-select train --out {model_dir}`")
     return get_device(read_card(card_path, retrain_hint(model_dir, "<device>")).device)
 
 

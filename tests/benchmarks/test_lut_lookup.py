@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kernel_select.configs import GemmConfig
-from kernel_select.lut import KernelLUT, LUTEntry, LUTRow, MRange
+from kernel_select.lut import KernelLUT, lut_from_rows, LUTEntry, LUTRow, MRange
 from kernel_select.problem import Problem
 
 CONFIG = GemmConfig(block_m=64, block_n=128, block_k=64, num_stages=3, num_warps=4)
@@ -16,7 +16,7 @@ def _big_lut() -> KernelLUT:
     rows += [LUTRow("h100", "mm", "bfloat16",
                     LUTEntry(m=MRange(min=11, max=4096), n=n, k=1024, configs=[CONFIG]))
              for n in range(16, 1616, 16)]
-    return KernelLUT.from_rows(rows)
+    return lut_from_rows(rows)
 
 
 def test_lookup_hit(benchmark):

@@ -16,7 +16,7 @@ from kernel_select import runtime
 from kernel_select.cli import main
 from kernel_select.configs import GemmConfig
 from kernel_select.device import get_device
-from kernel_select.lut import ATEN, KernelLUT, LUTEntry, save_lut
+from kernel_select.lut import ATEN, lut_from_rows, LUTEntry, save_lut
 from kernel_select.model import get_model
 from kernel_select.model.cublas import DEFAULT_MARGIN, NO_MARGIN_TIE, SMALL_GEMM_MS
 from kernel_select.problem import Problem
@@ -41,7 +41,7 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 def write_lut(path: Path, problem: Problem, **entry: object) -> str:
-    save_lut(KernelLUT.from_rows([("h100", "mm", "bfloat16",
+    save_lut(lut_from_rows([("h100", "mm", "bfloat16",
                                    LUTEntry(m=problem.m, n=problem.n, k=problem.k, **entry))]), path)
     return str(path)
 
@@ -157,7 +157,9 @@ def test_topk_layout_is_printed_and_auto_takes_its_cap_outside_training(capsys):
     assert code == 0
     lines = out.splitlines()
     assert lines[0].startswith("mm 560x1280x3420 bfloat16 tt on h100: 8 of ")  # the cap (default 8)
-    assert lines[2] == "--gemm-topk auto took its cap: layout tt not in the model's training data"
+    assert lines[2].startswith(
+        "outside the model's training data (layout tt not in the model's training data)")
+    assert lines[3] == "--gemm-topk auto took its cap: layout tt not in the model's training data"
     code, out, _ = run(capsys, "topk", *SEED_ARGS, "--layout", "nt", "--gemm-topk", "auto", *off)
     assert code == 0 and "took its cap" not in out
     code, out, _ = run(capsys, "topk", *SEED_ARGS, "--gemm-topk", "auto", *off)

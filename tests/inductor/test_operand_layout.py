@@ -120,14 +120,14 @@ def test_a_lut_pin_serves_only_the_layout_it_names(graph: SizeVarAllocator, tmp_
     # input gradient grad_y @ W ("nn"): one (m, n, k), two layouts, and a pin for one only.
     from kernel_select.configs import GemmConfig
     from kernel_select.layouts import operand_strides
-    from kernel_select.lut import KernelLUT, LUTEntry, save_lut
+    from kernel_select.lut import lut_from_rows, LUTEntry, save_lut
     from tests.inductor.kit import triton_of
 
     pinned = GemmConfig(block_m=64, block_n=128, block_k=64, num_stages=4, num_warps=4)
     inputs = FakeInputs(1280, 3420, 1280, strides=operand_strides(1280, 3420, 1280, "tn"))
     for layout, expected in (("nt", None), ("tn", pinned)):
         path = tmp_path / f"{layout}.json"
-        save_lut(KernelLUT.from_rows([("h100", "mm", "bfloat16",
+        save_lut(lut_from_rows([("h100", "mm", "bfloat16",
                                        LUTEntry(m=1280, n=3420, k=1280, layout=layout, pin=pinned))]), path)
         handler = ks_inductor.KernelSelectChoices(gemm_topk=4, gemm_model=FakeModel(), gemm_device="h100",
                                                   kernel_lut_path=str(path))

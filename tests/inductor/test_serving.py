@@ -17,7 +17,7 @@ import kernel_select.inductor as ks_inductor  # noqa: E402
 import kernel_select.knobs as ks_config  # noqa: E402
 from kernel_select.configs import GemmConfig  # noqa: E402
 from kernel_select.inductor import inputs as inductor_inputs  # noqa: E402
-from kernel_select.lut import ATEN, KernelLUT, LUTEntry, MRange, SizeRange, save_lut  # noqa: E402
+from kernel_select.lut import ATEN, LUTEntry, MRange, SizeRange, lut_from_rows, save_lut  # noqa: E402
 from kernel_select.problem import default_spread, spread_ms  # noqa: E402
 from kernel_select.select import select  # noqa: E402
 from tests.inductor.kit import (  # noqa: E402
@@ -37,7 +37,7 @@ class SymbolicInputs(FakeInputs):
 
 def write_lut(tmp_path: Path, *entries: LUTEntry, op: str = "mm") -> str:
     path = tmp_path / "pins.json"
-    save_lut(KernelLUT.from_rows([("h100", op, "bfloat16", entry) for entry in entries]), path)
+    save_lut(lut_from_rows([("h100", op, "bfloat16", entry) for entry in entries]), path)
     return str(path)
 
 

@@ -34,6 +34,7 @@ from kernel_select.lut import (
     save_lut,
 )
 from kernel_select.lut import io as lut_io
+from kernel_select.lut import lut_from_rows, schema as lut_schema
 from kernel_select.offline import json_files
 from kernel_select.offline.data import dataset
 from kernel_select.problem import Problem
@@ -47,7 +48,7 @@ unix_only = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs (P
 
 def _table(*configs: GemmConfig, device: str = "h100") -> KernelLUT:
     entry = LUTEntry(m=64, n=64, k=64, configs=list(configs))
-    return KernelLUT.from_rows([LUTRow(device, "mm", "bfloat16", entry)])
+    return lut_from_rows([LUTRow(device, "mm", "bfloat16", entry)])
 
 
 @pytest.fixture
@@ -185,8 +186,8 @@ def test_a_tables_digest_is_computed_once(tmp_path: Path, monkeypatch: pytest.Mo
     path = tmp_path / "lut.json"
     save_lut(_table(SMALL, HUGE), path)
     dumps: list[KernelLUT] = []
-    real_dump = lut_io.dump_lut
-    monkeypatch.setattr(lut_io, "dump_lut", lambda table: dumps.append(table) or real_dump(table))
+    real_dump = lut_schema.dump_lut
+    monkeypatch.setattr(lut_schema, "dump_lut", lambda table: dumps.append(table) or real_dump(table))
     keys = {runtime.lut_fingerprint(str(path)) for _ in range(5)}
     assert keys == {f"{path}:{_table(SMALL, HUGE).digest()}"}
     assert len(dumps) == 2  # the loaded table's digest once, the fresh table's above once

@@ -8,9 +8,10 @@ import time
 
 import pytest
 
+from kernel_select.lut import lut_from_rows
 from kernel_select.configs import GemmConfig
 from kernel_select.errors import LUTError
-from kernel_select.lut import (ATEN, SCHEMA_VERSION, BatchedLUTEntry, KernelLUT, LUTEntry, SizeRange,
+from kernel_select.lut import (ATEN, SCHEMA_VERSION, BatchedLUTEntry, LUTEntry, SizeRange,
                                dump_lut, parse_lut)
 from kernel_select.problem import Problem
 
@@ -69,7 +70,7 @@ def test_the_pin_serves_every_k_of_its_range_and_no_other():
 
 def test_m_and_k_ranges_together_and_batches():
     up_to_64, from_16_to_32 = SizeRange(min=1, max=64), SizeRange(min=16, max=32)
-    lut = KernelLUT.from_rows([
+    lut = lut_from_rows([
         ("h100", "mm", "bfloat16", LUTEntry(m=up_to_64, n=8, k=up_to_64, pin=ATEN)),
         ("h100", "bmm", "bfloat16", BatchedLUTEntry(m=16, n=8, k=from_16_to_32, batch=4, pin=ATEN)),
         ("h100", "bmm", "bfloat16", BatchedLUTEntry(m=16, n=8, k=from_16_to_32, batch=5, pin=TRITON)),
@@ -131,7 +132,7 @@ def test_checking_overlaps_stays_near_linear_in_exact_k_entries():
     timings = {}
     for name, rows in (("exact", exact), ("with ranges", exact + ranges)):
         start = time.perf_counter()
-        lut = KernelLUT.from_rows(rows)
+        lut = lut_from_rows(rows)
         timings[name] = time.perf_counter() - start
         assert lut.num_entries == len(rows)
     assert timings["with ranges"] < 3 * timings["exact"] + 1.0, timings

@@ -11,13 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from kernel_select.lut import io as lut_module
+from kernel_select.lut import io as lut_module, lut_from_rows, merge_luts
 from kernel_select.configs import GemmConfig
 from kernel_select.device import get_device
 from kernel_select.errors import DeviceError, LUTError
 from kernel_select.lut import (
     BatchedLUTEntry,
-    KernelLUT,
     LUTEntry,
     LUTRow,
     MRange,
@@ -253,24 +252,24 @@ def _mm_row(m: object, configs: list[GemmConfig], note: str | None = None) -> LU
 
 
 def test_merge_lets_the_other_table_win_on_equal_keys():
-    base = KernelLUT.from_rows([_mm_row(560, [cfg(64, 64, 32, 2, 4)]),
+    base = lut_from_rows([_mm_row(560, [cfg(64, 64, 32, 2, 4)]),
                                 _mm_row(1024, [cfg(32, 32, 32, 2, 4)])])
-    mine = KernelLUT.from_rows([_mm_row(560, [cfg(128, 128, 64, 3, 8)], "measured")])
-    merged = base.merge(mine)
+    mine = lut_from_rows([_mm_row(560, [cfg(128, 128, 64, 3, 8)], "measured")])
+    merged = merge_luts(base, mine)
     assert merged.lookup(Problem(560, 1280, 3420), "h100") == [cfg(128, 128, 64, 3, 8)]
     assert merged.lookup(Problem(1024, 1280, 3420), "h100") == [cfg(32, 32, 32, 2, 4)]
     assert merged.num_entries == 2
-    overlapping = KernelLUT.from_rows([_mm_row(MRange(min=1, max=600), [cfg(16, 16, 16, 1, 1)])])
+    overlapping = lut_from_rows([_mm_row(MRange(min=1, max=600), [cfg(16, 16, 16, 1, 1)])])
     with pytest.raises(LUTError, match="<merged table>: .*overlap"):
-        base.merge(overlapping)
+        merge_luts(base, overlapping)
 
 
 def test_from_rows_rejects_batch_on_mm_and_accepts_plain_entries_for_bmm():
     batched = BatchedLUTEntry(m=4, n=4, k=4, batch=2, configs=[cfg(16, 16, 16, 1, 1)])
     with pytest.raises(LUTError, match=r"devices\.h100\.mm\.float16\[0\]\.batch"):
-        KernelLUT.from_rows([LUTRow("h100", "mm", "float16", batched)])
+        lut_from_rows([LUTRow("h100", "mm", "float16", batched)])
     plain = LUTEntry(m=4, n=4, k=4, configs=[cfg(16, 16, 16, 1, 1)])
-    table = KernelLUT.from_rows([LUTRow("NVIDIA H100 80GB HBM3", "bmm", "float16", plain)])
+    table = lut_from_rows([LUTRow("NVIDIA H100 80GB HBM3", "bmm", "float16", plain)])
     assert table.lookup(Problem(4, 4, 4, "float16", batch=9, op="bmm"), "h100") == [cfg(16, 16, 16, 1, 1)]
 
 

@@ -9,7 +9,16 @@ import pytest
 
 from kernel_select.configs import GemmConfig
 from kernel_select.errors import LUTError
-from kernel_select.lut import ATEN, SCHEMA_VERSION, KernelLUT, LUTEntry, MRange, dump_lut, load_lut, parse_lut
+from kernel_select.lut import (
+    ATEN,
+    SCHEMA_VERSION,
+    dump_lut,
+    load_lut,
+    lut_from_rows,
+    LUTEntry,
+    MRange,
+    parse_lut,
+)
 from kernel_select.lut.torch_table import to_inductor_table
 from kernel_select.problem import Problem
 
@@ -80,7 +89,7 @@ def test_a_pin_in_a_version_1_file_is_refused_not_migrated():
 
 def test_a_pinned_config_that_cannot_run_is_ignored_with_one_warning(caplog: pytest.LogCaptureFixture):
     huge = GemmConfig(block_m=256, block_n=256, block_k=256, num_stages=8, num_warps=8)
-    lut = KernelLUT.from_rows([("h100", "mm", "bfloat16", LUTEntry(m=560, n=1280, k=3420, pin=huge))])
+    lut = lut_from_rows([("h100", "mm", "bfloat16", LUTEntry(m=560, n=1280, k=3420, pin=huge))])
     assert lut.pinned(problem(560), "h100") is None
     assert lut.pinned(problem(560), "h100") is None
     assert len([r for r in caplog.records if "cannot run" in r.getMessage()]) == 1
@@ -90,7 +99,7 @@ def test_pinned_entries_export_exactly_their_choice_to_torchs_table():
     rows = [("h100", "mm", "bfloat16", LUTEntry(m=560, n=1280, k=3420, pin=TRITON)),
             ("h100", "mm", "bfloat16", LUTEntry(m=1024, n=1280, k=3420, pin=ATEN)),
             ("h100", "mm", "bfloat16", LUTEntry(m=MRange(min=2048, max=4096), n=1280, k=3420, pin=ATEN))]
-    table = to_inductor_table(KernelLUT.from_rows(rows), keep_aten=True)
+    table = to_inductor_table(lut_from_rows(rows), keep_aten=True)
     by_m = {key.split("[")[1].split(",")[0].strip("("): value for key, value in table.items()}
     assert [e["template_id"] for e in by_m["560"]] == ["triton::mm"]
     assert [e["template_id"] for e in by_m["1024"]] == ["aten::mm"]

@@ -11,7 +11,16 @@ import pytest
 from kernel_select.configs import GemmConfig
 from kernel_select.errors import LUTError
 from kernel_select.lut.torch_table import from_inductor_table, to_inductor_table
-from kernel_select.lut import BatchedLUTEntry, KernelLUT, LUTEntry, LUTRow, MRange, SizeRange, load_lut
+from kernel_select.lut import (
+    BatchedLUTEntry,
+    KernelLUT,
+    load_lut,
+    lut_from_rows,
+    LUTEntry,
+    LUTRow,
+    MRange,
+    SizeRange,
+)
 
 SEED = Path(__file__).resolve().parents[2] / "luts" / "h100_seed.json"
 SEED_KEY = "((torch.bfloat16, [560, 3420], [3420, 1]), (torch.bfloat16, [3420, 1280], [1280, 1]))+mm"
@@ -25,7 +34,7 @@ def cfg(bm: int, bn: int, bk: int, stages: int, warps: int) -> GemmConfig:
 
 def all_ops_lut() -> KernelLUT:
     configs = [cfg(64, 128, 64, 3, 4), cfg(32, 32, 128, 2, 2)]
-    return KernelLUT.from_rows([
+    return lut_from_rows([
         LUTRow("h100", "mm", "bfloat16", LUTEntry(m=560, n=1280, k=3420, configs=configs)),
         LUTRow("h100", "addmm", "float16", LUTEntry(m=7, n=8, k=4096, configs=configs[:1])),
         LUTRow("h100", "bmm", "float32", BatchedLUTEntry(m=64, n=32, k=128, batch=4, configs=configs)),
@@ -100,7 +109,7 @@ def test_template_ids_and_even_k_follow_the_problem():
 
 
 def test_m_and_k_ranges_and_batchless_bmm_entries_are_skipped_with_one_warning_each(caplog):
-    table = KernelLUT.from_rows([
+    table = lut_from_rows([
         LUTRow("h100", "mm", "bfloat16",
                LUTEntry(m=MRange(min=1, max=512), n=8, k=8, configs=[cfg(16, 16, 16, 1, 1)])),
         LUTRow("h100", "mm", "bfloat16",
@@ -125,7 +134,7 @@ def test_m_and_k_ranges_and_batchless_bmm_entries_are_skipped_with_one_warning_e
 
 
 def test_several_devices_need_a_device_name():
-    two = KernelLUT.from_rows([
+    two = lut_from_rows([
         LUTRow(device, "mm", "bfloat16", LUTEntry(m=1, n=2, k=3, configs=[cfg(16, 16, 16, 1, 1)]))
         for device in ("h100", "a100")])
     with pytest.raises(LUTError, match="a100, h100; pass the device name"):
@@ -135,12 +144,12 @@ def test_several_devices_need_a_device_name():
 
 
 def _strip_notes(table: KernelLUT) -> KernelLUT:
-    return KernelLUT.from_rows(row._replace(entry=row.entry.model_copy(update={"note": None}))
+    return lut_from_rows(row._replace(entry=row.entry.model_copy(update={"note": None}))
                                for row in table.entries())
 
 
 def _with_layouts(table: KernelLUT, layouts: str) -> KernelLUT:
-    return KernelLUT.from_rows(row._replace(entry=row.entry.model_copy(update={"layout": layout}))
+    return lut_from_rows(row._replace(entry=row.entry.model_copy(update={"layout": layout}))
                                for row, layout in zip(table.entries(), layouts))
 
 
@@ -164,7 +173,7 @@ def test_layouts_export_under_the_strides_inductor_sees():
 
     rows = [LUTRow("h100", "mm", "bfloat16", LUTEntry(m=560, n=1280, k=3420, layout="nt", pin="aten")),
             LUTRow("h100", "mm", "bfloat16", LUTEntry(m=1280, n=3420, k=560, layout="tn", pin="aten"))]
-    table = to_inductor_table(KernelLUT.from_rows(rows))
+    table = to_inductor_table(lut_from_rows(rows))
     assert set(table) == {key(x, w.t()), key(gy.t(), x)}  # forward x @ W.t(), grad weight grad_y.t() @ x
 
 

@@ -11,7 +11,7 @@ import torch
 from kernel_select.configs import GemmConfig
 from kernel_select.device import get_device
 from kernel_select.errors import KernelSelectError
-from kernel_select.lut import ATEN, KernelLUT, load_lut
+from kernel_select.lut import ATEN, load_lut, lut_from_rows
 from kernel_select.offline.serving import pretune
 from kernel_select.problem import Problem, spread_ms
 from tests.inductor_doubles import FakeModel
@@ -304,4 +304,4 @@ def test_the_serving_bench_shapes_pretune_into_a_lut_that_validates(tmp_path: Pa
     rows = [row._replace(entry=row.entry.model_copy(update={"layout": None})) for row in lut.entries()]
     with pytest.raises(KernelSelectError, match=r"\(m=1280 n=3420 k=560\.\.8192\) and \[2\] "
                                                 r"\(m=560\.\.8192 n=3420 k=1280\) overlap"):
-        KernelLUT.from_rows(rows)
+        lut_from_rows(rows)

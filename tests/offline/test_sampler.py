@@ -16,7 +16,6 @@ from kernel_select.offline.data.architectures import ARCHITECTURES, KINDS, layer
 from kernel_select.offline.harness.bench_plan import distinct_keys, plan
 from kernel_select.offline.harness.pipeline import RowWriter
 from kernel_select.offline.data.splits import family_holdout
-from kernel_select.problem import Problem
 from tests.offline.test_bench_plan import _rows
 
 

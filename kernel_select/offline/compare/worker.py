@@ -51,8 +51,8 @@ def _measure(spec: dict[str, Any]) -> dict[str, Any]:
 
         _warm_up_compiler(device)
         if method.kind == "topk":
-            ks_inductor.install(gemm_topk=method.topk, kernel_lut_path=spec.get("lut"), gemm_model=spec.get("model"),
-                                gemm_cublas_margin=method.cublas_margin)
+            ks_inductor.install(gemm_topk=method.topk, kernel_lut_path=spec.get("lut"),
+                                gemm_model=spec.get("model"), gemm_cublas_margin=method.cublas_margin)
         if method.gemm_only:  # CUDA graphs off: the kernel is timed the same way for every method
             options = ks_inductor.gemm_autotune_options(
                 cudagraphs=False, max_autotune_gemm_search_space=method.search_space)

@@ -53,7 +53,7 @@ from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec
 from kernel_select.errors import KernelSelectError
 from kernel_select.layouts import check_layout, layout_of
-from kernel_select.lut import ATEN, BatchedLUTEntry, KernelLUT, LUTEntry, LUTRow, SizeRange
+from kernel_select.lut import ATEN, BatchedLUTEntry, lut_from_rows, LUTEntry, LUTRow, SizeRange
 from kernel_select.problem import Problem
 from kernel_select.model.cublas import Epilogue
 from kernel_select.problem import spread_ms
@@ -291,7 +291,8 @@ def gate_settings(device: DeviceSpec) -> dict[str, Any]:
     and the `cublas_margin` knob (its environment variable, else the default)."""
     from kernel_select import knobs, options, runtime
 
-    margin = options.parse_cublas_margin(knobs.gemm_cublas_margin, source="kernel_select.knobs.gemm_cublas_margin")
+    margin = options.parse_cublas_margin(knobs.gemm_cublas_margin,
+                                         source="kernel_select.knobs.gemm_cublas_margin")
     return {"gate": runtime.gate(device) if margin is not None else None, "cublas_margin": margin}
 
 #: (problem, candidates, device, operand layout) -> timings
@@ -356,6 +357,6 @@ def pretune(sites: Sequence[Site], *, out: str | Path, device: DeviceSpec, model
     if not rows and sites:
         raise KernelSelectError(f"pretune: Inductor autotuned none of the {len(sites)} GEMMs "
                                 "(is max-autotune on?); no LUT written")
-    lut = KernelLUT.from_rows(rows, source="<pretune>")
+    lut = lut_from_rows(rows, source="<pretune>")
     save_lut(lut, out)
     return {"out": str(out), "entries": lut.num_entries, "sites": summary}

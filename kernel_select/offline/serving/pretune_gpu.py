@@ -9,7 +9,7 @@ from pathlib import Path
 
 from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec
-from kernel_select.lut import BatchedLUTEntry, KernelLUT, LUTEntry, save_lut
+from kernel_select.lut import BatchedLUTEntry, lut_from_rows, LUTEntry, save_lut
 from kernel_select.offline.serving.pretune import NotAutotunedError, Timings, label_of
 from kernel_select.problem import Problem
 
@@ -38,7 +38,7 @@ def benchmark_problem(problem: Problem, configs: list[GemmConfig], device: Devic
              else LUTEntry(**fields))
     with tempfile.TemporaryDirectory(prefix="pretune-") as tmp:
         lut_path = Path(tmp) / "candidates.json"
-        save_lut(KernelLUT.from_rows([(device.key, problem.op, problem.dtype, entry)]), lut_path)
+        save_lut(lut_from_rows([(device.key, problem.op, problem.dtype, entry)]), lut_path)
         fn, args = _program(problem, layout)
         options = ks_inductor.max_autotune_options("DEFAULT")
         with ks_inductor.enabled(gemm_topk=1, kernel_lut_path=str(lut_path), gemm_cublas_margin="off"), \

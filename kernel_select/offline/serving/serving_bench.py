@@ -106,7 +106,8 @@ def run_method(method: str, lut: str | None, samples: int) -> dict[str, Any]:
         if method == "topk4_dynamic":
             handler = ks_inductor.install(gemm_topk=4, gemm_dynamic_m=f"{LOW}..{HIGH}")
         elif method == "topk4_dynamic_gemm":  # CUDA graphs off, as for every method here
-            handler = ks_inductor.install(gemm_topk=4, gemm_dynamic_m=f"{LOW}..{HIGH}", gemm_precompile_in_process=True)
+            handler = ks_inductor.install(gemm_topk=4, gemm_dynamic_m=f"{LOW}..{HIGH}",
+                                          gemm_precompile_in_process=True)
             # Shape padding off: on torch 2.11 its heuristic guards the length below 1280 and splits
             # the dynamic graph in three (docs/guide.md, "Serving: dynamic shapes and pinned LUTs").
             options = ks_inductor.gemm_autotune_options(cudagraphs=False, shape_padding=False)

@@ -70,7 +70,8 @@ def load_replay(seed_path: str | Path, pool_path: str | Path, spec: DeviceSpec, 
     trainable = set(rows.loc[masks["train"], "problem_id"])
     first_pass = trainable & set(first_frame["problem_id"])
     pool = (trainable & set(pool_frame["problem_id"])) - set(first_frame["problem_id"])
-    return Replay(rows=rows, x=featurize_frame(rows, spec, FEATURE_VERSION), capped=cap_rows_per_problem(rows, cap, 0),
+    return Replay(rows=rows, x=featurize_frame(rows, spec, FEATURE_VERSION),
+                  capped=cap_rows_per_problem(rows, cap, 0),
                   first_pass=first_pass, pool=pool, masks=masks)
 
 

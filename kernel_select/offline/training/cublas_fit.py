@@ -20,7 +20,14 @@ import torch
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import ModelError
 from kernel_select.layouts import DEFAULT_LAYOUT
-from kernel_select.model.card import Architecture, ModelCard, build_body, save_checkpoint, training_versions, utc_now
+from kernel_select.model.card import (
+    Architecture,
+    ModelCard,
+    build_body,
+    save_checkpoint,
+    training_versions,
+    utc_now,
+)
 from kernel_select.model.cublas import (
     ATEN_STEM,
     GATE_STEM,
@@ -109,7 +116,8 @@ def fit_problem_net(x_train: np.ndarray, y_train: np.ndarray, x_val: np.ndarray,
     if best_state is None:
         raise ModelError(f"epochs ({epochs}) must be at least check_every ({check_every})")
     net.load_state_dict(best_state)
-    return FittedProblemNet(net.eval(), mean.astype(np.float32), std.astype(np.float32), best_rmse, best_epoch)
+    return FittedProblemNet(net.eval(), mean.astype(np.float32), std.astype(np.float32), best_rmse,
+                            best_epoch)
 
 
 def _card(stem: str, spec: DeviceSpec, architecture: Architecture, fitted: FittedProblemNet, dtypes: Any,
@@ -134,11 +142,12 @@ def fit_gate(df: pd.DataFrame, device: DeviceSpec | str, *, seed: int = 0, epoch
     if len(train) < 10 or len(val) < 5:
         raise ModelError(f"cuBLAS gate: need >= 10 train and >= 5 validation problems with a cuBLAS row, "
                          f"got {len(train)} and {len(val)}")
-    fitted = fit_problem_net(table_features(train, spec), train["log_ratio"].to_numpy(), table_features(val, spec),
-                             val["log_ratio"].to_numpy(), GATE_ARCHITECTURE, seed=seed, epochs=epochs,
-                             check_every=check_every)
+    fitted = fit_problem_net(table_features(train, spec), train["log_ratio"].to_numpy(),
+                             table_features(val, spec), val["log_ratio"].to_numpy(), GATE_ARCHITECTURE,
+                             seed=seed, epochs=epochs, check_every=check_every)
     card = _card(GATE_STEM, spec, GATE_ARCHITECTURE, fitted, table["dtype"],
-                 {"seed": seed, "epochs": epochs, "check_every": check_every, "lr": 1e-2, "weight_decay": 1e-2},
+                 {"seed": seed, "epochs": epochs, "check_every": check_every, "lr": 1e-2,
+                  "weight_decay": 1e-2},
                  {"train_problems": len(train), "val_problems": len(val), "best_epoch": fitted.best_epoch,
                   "val_rmse_log_ratio": fitted.val_rmse})
     gate = CublasGate(spec, fitted.net, card)
@@ -172,7 +181,8 @@ def save_problem_net(net: ProblemNet, model_dir: str | Path) -> Path:
     return save_checkpoint(model_dir, net.STEM, net.net.state_dict(), net.card)
 
 
-def gate_metrics(gate: CublasGate, table: pd.DataFrame, margins: Sequence[float] = GATE_MARGINS) -> dict[str, Any]:
+def gate_metrics(gate: CublasGate, table: pd.DataFrame,
+                 margins: Sequence[float] = GATE_MARGINS) -> dict[str, Any]:
     """How the gate decides on the problems of `table` (rows from `problem_ratios`), per margin.
 
     gated: fraction of problems where Triton is skipped; wrongly_gated: of those, how many had a Triton

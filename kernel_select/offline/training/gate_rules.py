@@ -1,9 +1,9 @@
 """The cuBLAS gate's no-margin zone, replayed on measured data: what a zone and a tie rule cost and save.
 
 Inductor's autotune benchmark times small cuBLAS calls slower than they run in the program
-(docs/results.md, "The cuBLAS decision's small-GEMM rule"). Where the gate offers Triton there, Inductor may take a Triton
-kernel slower than cuBLAS, and the compiled GEMM is slower than eager. This module replays that on a
-dataset split, per problem:
+(docs/results.md, "The cuBLAS decision's small-GEMM rule"). Where the gate offers Triton there,
+Inductor may take a Triton kernel slower than cuBLAS, and the compiled GEMM is slower than eager. This
+module replays that on a dataset split, per problem:
 
 - the model's top-k (the best measured runtime among its k best-ranked configs) and the measured
   cuBLAS time;

@@ -38,7 +38,12 @@ from kernel_select.errors import DatasetError, ModelError, OptionError
 from kernel_select.offline.metrics import geomean, topk_scores
 from kernel_select.model.card import ModelCard, save_checkpoint, training_versions, utc_now
 from kernel_select.model.mlp import STEM, AveragedRuntimeNet, MLPModel, RuntimeNet, architecture
-from kernel_select.offline.training.cublas_fit import cublas_errors_by_layout, fit_aten, fit_gate, save_problem_net
+from kernel_select.offline.training.cublas_fit import (
+    cublas_errors_by_layout,
+    fit_aten,
+    fit_gate,
+    save_problem_net,
+)
 from kernel_select.offline.training.features import featurize_frame
 from kernel_select.offline.training.training_data import (
     DEFAULT_CAP, aten_problems, cap_rows_per_problem, layouts_for, prepare_rows, provenance,
