@@ -206,12 +206,13 @@ def rank(problem: Problem, configs: Sequence[GemmConfig], model: PerformanceMode
 
 def _cublas_decision(problem: Problem, model: PerformanceModel, gate: CublasGate | None,
                      margin: float | None, epilogue: Epilogue, scores: np.ndarray) -> CublasDecision | None:
-    """The gate's prediction where there is a gate, else the model's cuBLAS time over its best Triton
-    time; None when the decision is off or nothing predicts cuBLAS for the problem."""
+    """The gate's prediction where there is a gate for the problem, else the model's cuBLAS time over its
+    best Triton time; None when the decision is off or nothing predicts cuBLAS for the problem (a batched
+    GEMM: neither network sees a batch, so Inductor benchmarks cuBLAS beside the Triton picks)."""
     if margin is None:
         return None
     aten_ms = model.estimate_aten(problem)
-    if gate is not None:
+    if gate is not None and gate.supports(problem):
         ratio = float(np.exp(gate.predict_log_ratio([problem])[0]))
         return decide(ratio, "gate", margin, aten_ms, epilogue)
     if aten_ms is None or not len(scores):

@@ -17,6 +17,7 @@ from kernel_select.cli.common import (
     printable,
 )
 from kernel_select.errors import DatasetError, OptionError
+from kernel_select.model.features import FEATURE_SETS, FEATURE_VERSION
 
 
 def _add_training_args(p: argparse.ArgumentParser) -> None:
@@ -32,19 +33,16 @@ def register_train(sub: Subparsers) -> None:
                        description="Fit the MLP on the dataset's 'train' problems, keep the epoch (and "
                                    "objective) with the best top-k score on 'val', and write mlp.pt + "
                                    "mlp.json to --out; then fit the cuBLAS gate the same way and "
-                                   "write cublas_gate.pt + cublas_gate.json. The 'test' split is never read.")
+                                   "write cublas_gate.pt + cublas_gate.json. The held-out 'test' and "
+                                   "'family' splits are never read.")
     _add_training_args(p)
-    p.add_argument("--epochs", type=int_at_least(1), default=None,
-                   help="training epochs (default: 120; 30 with --method ensemble)")
+    p.add_argument("--epochs", type=int_at_least(1), default=None, help="training epochs (default: 120)")
     p.add_argument("--objective", choices=("mse", "rank", "both"), default="both",
                    help="loss: mse on log runtime, rank (mse + listwise within-problem), or both and keep "
                         "the better on validation (default: %(default)s)")
-    p.add_argument("--method", choices=("mlp", "ensemble"), default="mlp",
-                   help="mlp: the MLP and the cuBLAS gate; ensemble: MLP + LightGBM shortlist ensemble "
-                        "trained without the frozen test and family splits (default: %(default)s)")
-    p.add_argument("--features", type=integer, choices=(1, 2, 3, 4), default=None,
-                   help="feature version of the MLP; 4 reads the operand layout and trains on every layout "
-                        "in the data (default: the training default, 4)")
+    p.add_argument("--features", type=integer, choices=sorted(FEATURE_SETS), default=FEATURE_VERSION,
+                   help="feature version of the MLP: 5 reads the batch of batched GEMMs and trains on them "
+                        "(default: %(default)s)")
     p.add_argument("--members", type=int_at_least(1), default=None,
                    help="MLPs trained from seeds seed, seed+1, ... whose log-ms predictions the model "
                         "averages (default: the training default, 2)")
@@ -89,8 +87,6 @@ def register_eval(sub: Subparsers) -> None:
                    help="comma-separated registered models (default: %(default)s)")
     p.add_argument("--mlp-dir", default=None,
                    help="evaluate the MLP saved in this directory instead of the shipped one")
-    p.add_argument("--ensemble-dir", default=None,
-                   help="also evaluate the shortlist ensemble saved in this directory (e.g. models/h100/)")
     p.add_argument("--device", default=None, help="device key (default: from the dataset)")
     p.add_argument("--json", type=output_file, default=None, metavar="OUT",
                    help="also write the report as JSON to OUT")
@@ -155,9 +151,7 @@ def run_train(args: argparse.Namespace) -> int:
 
     if args.refit_auto:
         return _run_refit_auto(args)
-    if args.method == "ensemble":
-        return _run_train_ensemble(args)
-    options = {} if args.features is None else {"feature_version": args.features}
+    options = {"feature_version": args.features}
     chosen = {name: value for name, value in (("members", args.members), ("lr", args.lr))
               if value is not None}  # the rest: MLPHParams' defaults
     result = train(args.data, args.out, seed=args.seed, epochs=args.epochs, objective=args.objective,
@@ -185,19 +179,6 @@ def _run_refit_auto(args: argparse.Namespace) -> int:
           f"floor {chosen['floor']}: {chosen['score']:.4f} at {chosen['mean_k']:.2f} configs per problem "
           f"(top-4 {chosen['top4_score']:.4f})")
     print(f"wrote {printable(Path(args.out) / 'mlp.json')}")
-    return 0
-
-
-def _run_train_ensemble(args: argparse.Namespace) -> int:
-    from kernel_select.offline.training.train_ensemble import train_ensemble
-
-    model = train_ensemble(args.data, args.out, args.device, seed=args.seed,
-                           epochs=30 if args.epochs is None else args.epochs, progress=not args.quiet)
-    for split, m in model.card.metrics.items():
-        if isinstance(m, dict) and "topk" in m:
-            topk = "  ".join(f"k={k}: {v:.4f}" for k, v in m["topk"].items())
-            print(f"{split} ({m['problems']} problems): {topk}")
-    print(f"trained in {model.card.metrics['train_seconds']:.0f} s; wrote {printable(args.out)}")
     return 0
 
 
@@ -248,7 +229,7 @@ def run_eval(args: argparse.Namespace) -> int:
 
     require_rows(args.data, "eval")
     frame, device = None, args.device
-    if device is None and (args.mlp_dir is not None or args.ensemble_dir is not None):
+    if device is None and args.mlp_dir is not None:
         # A model folder is loaded for a device: the one the data was measured on, unless named.
         frame = dataset.read_many(args.data)
         device = dataset_device(frame, args.data).key
@@ -256,10 +237,6 @@ def run_eval(args: argparse.Namespace) -> int:
         from kernel_select.model.mlp import MLPModel
 
         models = [MLPModel.load(args.mlp_dir, device) if name == "mlp" else name for name in models]
-    if args.ensemble_dir is not None:
-        from kernel_select.model.ensemble import EnsembleModel
-
-        models.append(EnsembleModel.load(args.ensemble_dir, device))
     if args.split == "held-out":
         report = evaluate_splits(args.data, models, device=device, frame=frame)
         if all("skipped" in r for r in report["splits"].values()):

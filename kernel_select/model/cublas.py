@@ -232,6 +232,10 @@ class CublasGate(ProblemNet):
     STEM = GATE_STEM
     WHAT = "cuBLAS gate"
 
+    def supports(self, problem: Problem) -> bool:
+        """Single GEMMs, what it was trained on: its features do not see a batch."""
+        return problem.batch == 1 and problem.op in ("mm", "addmm")
+
     def predict_log_ratio(self, problems: Sequence[Problem]) -> np.ndarray:
         return self.outputs(problems)
 

@@ -73,7 +73,7 @@ class ProblemRows:
     groups: np.ndarray  # each row's problem code
     problem_ids: pd.Index  # code -> problem_id
     runtime: np.ndarray  # each row's measured ms
-    problems: pd.DataFrame  # one row per problem: m, n, k, dtype, layout
+    problems: pd.DataFrame  # one row per problem: m, n, k, dtype, layout, batch, op
 
 
 def problem_rows(df: pd.DataFrame, empty_error: str) -> ProblemRows:
@@ -83,7 +83,7 @@ def problem_rows(df: pd.DataFrame, empty_error: str) -> ProblemRows:
         raise DatasetError(empty_error)
     rows = rows.reset_index(drop=True)
     groups, problem_ids = pd.factorize(rows["problem_id"], sort=True)
-    problems = rows.groupby("problem_id", sort=True)[["m", "n", "k", "dtype", "layout"]].first()
+    problems = rows.groupby("problem_id", sort=True)[["m", "n", "k", "dtype", "layout", "batch", "op"]].first()
     return ProblemRows(rows=rows, groups=groups, problem_ids=problem_ids,
                        runtime=rows["runtime_ms"].to_numpy(np.float64), problems=problems)
 
@@ -254,10 +254,12 @@ def _model_extras(model: PerformanceModel, cases: Sequence[tuple[Problem, list[G
 
 def problem_cases(rows: pd.DataFrame, problems: pd.DataFrame) -> list[tuple[Problem, list[GemmConfig]]]:
     """Each problem with its configs, in `problems` order (rows are sorted by problem the same way);
-    problems without a `layout` column are "nn"."""
+    problems without a `layout` column are "nn", without `batch` and `op` single mm."""
     columns = problems.reindex(columns=["m", "n", "k", "dtype", "layout"], fill_value=DEFAULT_LAYOUT)
+    batch = problems["batch"].to_numpy() if "batch" in problems else np.ones(len(problems), dtype=np.int64)
+    op = problems["op"].astype(str).to_numpy() if "op" in problems else np.full(len(problems), "mm")
     bounds = np.r_[0, np.cumsum(rows.groupby("problem_id", sort=True).size().to_numpy())]
-    return [(Problem(int(m), int(n), int(k), str(dtype), layout=str(layout)),
+    return [(Problem(int(m), int(n), int(k), str(dtype), batch=int(batch[i]), op=str(op[i]), layout=str(layout)),
              configs_of(rows.iloc[bounds[i]:bounds[i + 1]]))
             for i, (m, n, k, dtype, layout) in enumerate(columns.itertuples(index=False, name=None))]
 
@@ -422,7 +424,8 @@ def _with_cublas_report(df: pd.DataFrame, split: str, problem_ids: pd.Index, gro
     gate = load_gate(spec)
     if gate is None:
         return out
-    table = problem_ratios(df).reindex(problem_ids[have]).dropna(subset=["log_ratio"])
+    # the gate decides single GEMMs only (model.cublas.CublasGate.supports)
+    table = problem_ratios(df[df["batch"] == 1]).reindex(problem_ids[have]).dropna(subset=["log_ratio"])
     out["gate"] = {"margin": DEFAULT_MARGIN, "split": split, **gate_metrics(gate, table)}
     gated = np.zeros(len(problem_ids), dtype=bool)
     gated[problem_ids.get_indexer(table.index)] = gate.skips_triton(problems_of(table), DEFAULT_MARGIN)

@@ -46,7 +46,7 @@ from kernel_select.offline.training.cublas_fit import (
 )
 from kernel_select.offline.training.features import featurize_frame
 from kernel_select.offline.training.training_data import (
-    DEFAULT_CAP, aten_problems, cap_rows_per_problem, layouts_for, prepare_rows, provenance,
+    DEFAULT_CAP, aten_problems, cap_rows_per_problem, domain_of, layouts_for, prepare_rows, provenance,
 )
 from kernel_select.offline.training.auto_refit import refit_auto
 from kernel_select.offline.training.warm_start import WarmStart, load_warm_start
@@ -130,7 +130,8 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
 
     paths = dataset.expand_paths(data_path)
     frame = dataset.modelled_layout_rows(dataset.read_many(paths), layouts=layouts_for(feature_version))
-    rows, aten = _training_rows(frame, spec, paths, cap, seed, layouts_for(feature_version))
+    rows, aten = _training_rows(frame, spec, paths, cap, seed, layouts_for(feature_version),
+                                batched=feature_version >= 5)
     names = FEATURE_SETS[feature_version]
     standardized, mean, std = _standardize(featurize_frame(rows, spec, feature_version),
                                            (rows["split"] == "train").to_numpy(), warm)
@@ -154,6 +155,7 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
         feature_mean=mean.tolist(), feature_std=std.tolist(), kernel_overhead_ms=net.kernel_overhead_ms,
         architecture=architecture(len(names), hparams.hidden_widths, hparams.members),
         dtypes=sorted(rows["dtype"].unique()), layouts=sorted(rows["layout"].astype(str).unique()),
+        domain=domain_of(rows),
         hyperparameters={**dataclasses.asdict(hparams), "seed": seed, "objective": objective,
                          "cap_rows_per_problem": cap, **({"init": warm.record} if warm else {})},
         data=provenance(paths, rows), metrics=metrics, trained_at=utc_now(), versions=training_versions())
@@ -275,13 +277,14 @@ def train_gate(frame: pd.DataFrame, spec: DeviceSpec, out_dir: str | Path, *, se
 
 
 def _training_rows(df: pd.DataFrame, spec: DeviceSpec, paths: Sequence[Path], cap: int, seed: int,
-                   layouts: Sequence[str] = dataset.MODELLED_LAYOUTS) -> tuple[pd.DataFrame, pd.Series]:
+                   layouts: Sequence[str] = dataset.MODELLED_LAYOUTS,
+                   batched: bool = False) -> tuple[pd.DataFrame, pd.Series]:
     """Capped Triton rows of the trainable problems (never `test` or `family`), and cuBLAS ms per problem."""
     on_device = df["device_name"].map(lambda name: _device_key(name) == spec.key)
     if not on_device.all():
         log.warning("%s: ignoring %d rows measured on devices other than %s", ", ".join(map(str, paths)),
                     int((~on_device).sum()), spec.key)
-    rows, aten = prepare_rows(df[on_device], spec, layouts)
+    rows, aten = prepare_rows(df[on_device], spec, layouts, batched=batched)
     masks = splits.split_masks(rows)
     keep = (masks["train"] | masks["val"]) & cap_rows_per_problem(rows, cap, seed)
     rows = rows[keep].reset_index(drop=True)

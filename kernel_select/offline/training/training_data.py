@@ -10,6 +10,7 @@ configs per problem so that millions of rows train in minutes on a laptop-class 
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -19,7 +20,7 @@ import pandas as pd
 from kernel_select.device import DeviceSpec
 from kernel_select.errors import DatasetError
 from kernel_select.layouts import LAYOUTS
-from kernel_select.model.card import DataFile, DataProvenance
+from kernel_select.model.card import DataFile, DataProvenance, Domain, stratum
 from kernel_select.offline.data import dataset
 from kernel_select.offline.training.evaluate import usable_triton_rows
 
@@ -49,16 +50,29 @@ def layouts_for(feature_version: int) -> tuple[str, ...]:
     return LAYOUTS
 
 
-def prepare_rows(frame: pd.DataFrame, spec: DeviceSpec,
-                 layouts: Sequence[str] = dataset.MODELLED_LAYOUTS) -> tuple[pd.DataFrame, pd.Series]:
-    """Usable single-GEMM Triton rows of `spec` in `layouts`, sorted by problem, and cuBLAS ms per
-    problem."""
+def prepare_rows(frame: pd.DataFrame, spec: DeviceSpec, layouts: Sequence[str] = dataset.MODELLED_LAYOUTS,
+                 batched: bool = False) -> tuple[pd.DataFrame, pd.Series]:
+    """Usable Triton rows of `spec` in `layouts`, sorted by problem, and cuBLAS ms per problem; batched
+    GEMMs only with `batched` (a feature version that reads the batch)."""
     frame = dataset.modelled_layout_rows(frame, layouts=layouts)
     rows = usable_triton_rows(frame)
-    rows = rows[(rows["batch"] == 1) & (rows["sm_count"] == spec.sm_count)]
+    rows = rows[((rows["batch"] == 1) | batched) & (rows["sm_count"] == spec.sm_count)]
     rows = rows.sort_values(["problem_id", *dataset.CONFIG_COLUMNS], kind="stable").reset_index(drop=True)
     aten = frame[(frame["backend"] == "aten") & np.isfinite(frame["runtime_ms"])]
     return rows, aten.groupby("problem_id")["runtime_ms"].min()
+
+
+def domain_of(rows: pd.DataFrame) -> Domain:
+    """What `rows` (a model's training rows) cover: problems per stratum, and each dimension's range."""
+    problems = rows.groupby("problem_id", sort=False)[["m", "n", "k", "batch", "dtype", "op"]].first()
+    strata = Counter(stratum(op, dtype, int(m))
+                     for op, dtype, m in zip(problems["op"], problems["dtype"].astype(str), problems["m"]))
+
+    def extent(column: str) -> tuple[int, int]:
+        return int(problems[column].min()), int(problems[column].max())
+
+    return Domain(strata=dict(sorted(strata.items())), m=extent("m"), n=extent("n"), k=extent("k"),
+                  batch=extent("batch"))
 
 
 def cap_rows_per_problem(rows: pd.DataFrame, cap: int, seed: int) -> np.ndarray:
@@ -75,8 +89,9 @@ def cap_rows_per_problem(rows: pd.DataFrame, cap: int, seed: int) -> np.ndarray:
 
 
 def aten_problems(rows: pd.DataFrame, aten: pd.Series) -> pd.DataFrame:
-    """One row per problem of `rows` that has a cuBLAS time: m, n, k, dtype, split, layout, aten_ms."""
-    problems = rows.groupby("problem_id", sort=True)[["m", "n", "k", "dtype", "split", "layout"]].first()
+    """One row per single-GEMM problem of `rows` that has a cuBLAS time: m, n, k, dtype, split, layout,
+    aten_ms (the cuBLAS time head is trained on single GEMMs, model.cublas.AtenHead.supports)."""
+    problems = rows[rows["batch"] == 1].groupby("problem_id", sort=True)[["m", "n", "k", "dtype", "split", "layout"]].first()
     problems["aten_ms"] = aten.reindex(problems.index)
     return problems[np.isfinite(problems["aten_ms"]) & (problems["aten_ms"] > 0)]
 
