@@ -5,7 +5,7 @@ must score them in <= 2 ms median. Without a shipped MLP the benchmark times a r
 initialized one of the default architecture (the time does not depend on the weight values).
 
 `space.for_problem` hands out the same config objects for every problem of a size class, and the
-features read each object's fields once (model/config_columns.py), so the usual call finds them
+features read each object's fields once (model/features.py, ConfigColumns), so the usual call finds them
 read; `test_estimate_speed_first_call` times the first call for a size class, configs never seen.
 """
 

@@ -7,7 +7,7 @@ import threading
 import numpy as np
 
 from kernel_select.configs import GemmConfig
-from kernel_select.model.config_columns import FIELDS, ConfigColumns, read_columns
+from kernel_select.model.features import FIELDS, ConfigColumns, read_columns
 from kernel_select.problem import Problem
 from kernel_select.space import for_problem
 

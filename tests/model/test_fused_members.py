@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from kernel_select.model.fused_members import fused_forward
+from kernel_select.model.mlp import fused_forward
 from kernel_select.model.mlp import AveragedRuntimeNet, RuntimeNet
 
 

@@ -220,7 +220,7 @@ def test_an_averaged_model_predicts_the_mean_log_ms_of_its_members(tmp_path):
         members = [m(x).numpy() for m in model.net.members]
     assert all(isinstance(m, RuntimeNet) for m in model.net.members)
     assert not np.allclose(members[0], members[1])  # seeded apart: the average is not one member
-    # atol: the fused inference path (model/fused_members.py) sums in another order (float32 rounding)
+    # atol: the fused inference path (model/mlp.py, fused_forward) sums in another order (float32 rounding)
     np.testing.assert_allclose(np.log(_estimate(model)), np.mean(members, axis=0), rtol=1e-5, atol=1e-6)
     save_model(model, tmp_path)
     loaded = MLPModel.load(tmp_path, "h100")
