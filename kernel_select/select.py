@@ -10,7 +10,8 @@ CPU. In order:
   2. score      the model scores every candidate config (the problem's pruned EXHAUSTIVE space,
                 unless the caller gives its own) and every LUT entry, in one batched call
   3. cuBLAS     with a margin, one cuBLAS decision (model/cublas.py); where cuBLAS is preferred
-                only the LUT's entries are offered, so Inductor takes ATen without compiling Triton.
+                only the LUT's entries are offered, so Inductor takes ATen without compiling Triton (in a
+                close call, the hedge, the model's first pick beside them).
                 Not for a problem outside the model's training data (`outside`): there nothing is
                 known well enough to narrow Inductor's choice, and the handler offers Inductor's own
                 candidates beside the model's
@@ -90,7 +91,7 @@ class Selection:
     @property
     def skips_triton(self) -> bool:
         """Whether the cuBLAS decision left only the LUT's entries to benchmark."""
-        return self.cublas is not None and self.cublas.prefers_cublas
+        return self.cublas is not None and self.cublas.prefers_cublas and not self.cublas.hedges
 
 
 def select(problem: Problem, *, model: PerformanceModel, gemm_topk: TopK | float = 4,
@@ -142,7 +143,9 @@ def select(problem: Problem, *, model: PerformanceModel, gemm_topk: TopK | float
                           outside=outside, hedged=outside if gemm_topk == AUTO else "")
     if selection.skips_triton:
         return selection
-    if gemm_topk == DEFAULT:
+    if decision is not None and decision.hedges:  # a close call: the first pick beside cuBLAS
+        gemm_topk = len(chosen) + 1
+    elif gemm_topk == DEFAULT:
         gemm_topk = len(for_problem(problem, device, "default"))
     count = resolve_k(gemm_topk, len(candidates), model=model, predicted_ms=scores, cap=auto_cap,
                       problem=problem, configs=candidates, hedged=bool(selection.hedged))

@@ -72,6 +72,9 @@ class FakeGate:
     def digest(self) -> str:
         return self.tag
 
+    def supports(self, problem: Problem) -> bool:
+        return problem.batch == 1
+
 
 def expected_top(problem: Problem, k: int, pinned: Sequence[GemmConfig] = (),
                  device: str = "h100") -> list[GemmConfig]:

@@ -21,7 +21,8 @@ from tests.synthetic import synthetic_frame
 
 
 def one_problem(cublas: float, top_k: float, ratio: float, predicted_cublas: float) -> SplitCase:
-    return SplitCase(top_k_ms=np.array([top_k]), cublas_ms=np.array([cublas]), oracle_ms=np.array([top_k]),
+    return SplitCase(top_k_ms=np.array([top_k]), top_1_ms=np.array([top_k]), cublas_ms=np.array([cublas]),
+                     oracle_ms=np.array([top_k]),
                      predicted_ratio=np.array([ratio]), predicted_cublas_ms=np.array([predicted_cublas]))
 
 
@@ -29,28 +30,28 @@ def test_an_over_timed_cublas_hands_a_slower_triton_kernel_the_win_unless_the_ga
     # cuBLAS 0.054 ms, the top-k's best 0.056 ms; Inductor times cuBLAS at 1.3x: Triton is taken.
     case = one_problem(cublas=0.054, top_k=0.056, ratio=1.002, predicted_cublas=0.051)
     over_timed = Scenario(below_ms=0.055, factor=1.3)
-    score, slower = outcome(case, over_timed, Rule(small_ms=0.05, tie=0.0))
+    score, slower, _ = outcome(case, over_timed, Rule(small_ms=0.05, tie=0.0))
     assert slower == 1 and score == pytest.approx(0.054 / 0.056)
     # In the zone with a 2% tie, the predicted tie goes to cuBLAS: eager's time, no loss.
-    assert outcome(case, over_timed, Rule(small_ms=0.06, tie=0.02)) == (pytest.approx(1.0), 0)
+    assert outcome(case, over_timed, Rule(small_ms=0.06, tie=0.02))[:2] == (pytest.approx(1.0), 0)
     # Zone alone is not enough at a predicted ratio just above 1; an honest benchmark needs no rule.
     assert outcome(case, over_timed, Rule(small_ms=0.06, tie=0.0))[1] == 1
     honest = Scenario(below_ms=0.055, factor=1.0)
-    assert outcome(case, honest, Rule(small_ms=0.05, tie=0.0)) == (pytest.approx(1.0), 0)
+    assert outcome(case, honest, Rule(small_ms=0.05, tie=0.0))[:2] == (pytest.approx(1.0), 0)
 
 
 def test_skipping_triton_where_it_is_truly_faster_costs_the_difference():
     case = one_problem(cublas=0.062, top_k=0.054, ratio=0.976, predicted_cublas=0.0547)
     over_timed = Scenario(below_ms=0.066, factor=1.3)
-    assert outcome(case, over_timed, Rule(small_ms=0.05, tie=0.0)) == (pytest.approx(1.0), 0)
-    score, slower = outcome(case, over_timed, Rule(small_ms=0.06, tie=0.0))
+    assert outcome(case, over_timed, Rule(small_ms=0.05, tie=0.0))[:2] == (pytest.approx(1.0), 0)
+    score, slower, _ = outcome(case, over_timed, Rule(small_ms=0.06, tie=0.0))
     assert score == pytest.approx(0.054 / 0.062) and slower == 0
 
 
 def test_the_margin_skips_triton_outside_the_zone():
     case = one_problem(cublas=0.5, top_k=0.7, ratio=0.8, predicted_cublas=0.5)
     rule = Rule(small_ms=0.06, tie=0.0)
-    assert outcome(case, DEFAULT_SCENARIOS[0], rule, margin=0.15) == (pytest.approx(1.0), 0)
+    assert outcome(case, DEFAULT_SCENARIOS[0], rule, margin=0.15)[:2] == (pytest.approx(1.0), 0)
     assert outcome(case, Scenario(below_ms=1.0, factor=2.0), Rule(small_ms=0.06, tie=0.0), margin=0.0)[1] == 0
 
 
@@ -71,3 +72,18 @@ def test_cli_rejects_bad_splits_and_k(tmp_path, capsys, args, message):
     with pytest.raises(SystemExit) as exit_info:
         main(["gate-rules", "--data", str(tmp_path / "x.parquet"), *args])
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_the_hedge_offers_the_first_pick_where_the_gate_calls_a_close_one_for_cublas():
+    # The gate predicts cuBLAS 20% faster (past the 0.15 margin), but the model's first pick is truly 20% faster
+    # than cuBLAS: with a hedge of 0.25 it is offered beside cuBLAS and taken (Inductor times honestly here);
+    # without, it is lost.
+    case = SplitCase(top_k_ms=np.array([0.8]), top_1_ms=np.array([0.8]), cublas_ms=np.array([1.0]),
+                     oracle_ms=np.array([0.8]), predicted_ratio=np.array([0.8]),
+                     predicted_cublas_ms=np.array([1.0]))
+    honest = Scenario(below_ms=0.0, factor=1.0)
+    assert outcome(case, honest, Rule(small_ms=0.06, tie=0.02, hedge=0.0)) == (pytest.approx(0.8), 0, 0)
+    assert outcome(case, honest, Rule(small_ms=0.06, tie=0.02, hedge=0.25)) == (pytest.approx(1.0), 0, 1)
+    # outside the band (cuBLAS predicted 30% faster) the hedge offers nothing
+    far = SplitCase(**{**case.__dict__, "predicted_ratio": np.array([0.7])})
+    assert outcome(far, honest, Rule(small_ms=0.06, tie=0.02, hedge=0.25))[2] == 0
