@@ -48,8 +48,9 @@ class Scenario:
 @dataclass(frozen=True)
 class Rule:
     """The gate's no-margin zone (`small_ms` of predicted cuBLAS), its tie tolerance, and its hedge: where
-    Triton is skipped with cuBLAS predicted faster by less than `hedge`, the model's top-1 config is
-    offered beside cuBLAS anyway and Inductor's benchmark decides (one compile more per such GEMM)."""
+    Triton is skipped by the margin with cuBLAS predicted faster by less than margin + `hedge` (outside the
+    zone, where Inductor's benchmark is trusted), the model's top-1 config is offered beside cuBLAS anyway
+    and Inductor's benchmark decides (one compile more per such GEMM)."""
 
     small_ms: float
     tie: float
@@ -60,7 +61,7 @@ class Rule:
 #: at the median and a high over-timing factor.
 DEFAULT_SCENARIOS = (Scenario(0.055, 1.3), Scenario(0.066, 1.3), Scenario(0.066, 2.0))
 DEFAULT_RULES = (*(Rule(s, t) for s in (0.05, SMALL_GEMM_MS, 0.07) for t in (0.0, NO_MARGIN_TIE, 0.05)),
-                 *(Rule(SMALL_GEMM_MS, NO_MARGIN_TIE, h) for h in (0.1, 0.2, 0.3)))
+                 *(Rule(SMALL_GEMM_MS, NO_MARGIN_TIE, h) for h in (0.05, 0.1, 0.15)))
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,8 @@ def outcome(case: SplitCase, scenario: Scenario, rule: Rule,
     problems where the hedge offered the top-1 beside cuBLAS."""
     zone = case.predicted_cublas_ms < rule.small_ms
     skipped = (case.predicted_ratio <= 1.0 - margin) | (zone & (case.predicted_ratio < 1.0 + rule.tie))
-    hedged = skipped & (rule.hedge > 0) & (case.predicted_ratio > 1.0 - rule.hedge)
+    # only where Inductor's benchmark is trusted to decide (outside the no-margin zone): a close call past the margin
+    hedged = skipped & ~zone & (rule.hedge > 0) & (case.predicted_ratio > 1.0 - margin - rule.hedge)
     timed = np.where(case.cublas_ms < scenario.below_ms, scenario.factor, 1.0) * case.cublas_ms
 
     def inductor_takes(triton_ms: np.ndarray) -> np.ndarray:
