@@ -1,0 +1,38 @@
+"""pretune's discovery from the compiled graph (CPU, real torch.compile): the GEMMs Inductor
+lowers, their epilogues, and the size that follows the length."""
+
+from __future__ import annotations
+
+import torch
+
+from kernel_select.model.cublas import Epilogue
+from kernel_select.offline.serving import discovery
+
+
+def test_the_compiled_graph_shows_epilogues_layouts_and_the_dynamic_size_of_every_gemm():
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(64, 32)
+
+    def model(x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(linear(x)) * 2  # a pointwise chain a Triton template would fuse
+
+    x = torch.randn(48, 64, requires_grad=True)
+    sites = discovery.discover_compiled(model, (x,), {0: (0, 16, 4096)}, backward=True)
+    by_layout = {site.layout: site for site in sites}
+    assert sorted(by_layout) == ["nn", "nt", "tn"] and len(sites) == 3
+    forward, grad_input, grad_weight = by_layout["nt"], by_layout["nn"], by_layout["tn"]
+    assert forward.problem.op == "addmm"
+    assert forward.epilogue == Epilogue(bias_row=True, separate_pointwise=True)
+    assert (forward.dynamic, forward.low, forward.high, forward.per_length) == ("m", 16, 4096, 1)
+    assert (grad_input.dynamic, grad_input.problem.n, grad_input.problem.k) == ("m", 64, 32)
+    assert (grad_weight.dynamic, grad_weight.low, grad_weight.high) == ("k", 16, 4096)
+    assert grad_weight.epilogue == Epilogue()  # eager discovery knows no epilogue: None there
+    assert discovery.discover(model, (x,), {0: (0, 16, 4096)})[0].epilogue is None
+
+
+def test_a_batch_of_sequences_makes_m_a_multiple_of_the_length_and_inference_lowers_no_backward():
+    linear = torch.nn.Linear(64, 32, bias=False)
+    x = torch.randn(2, 48, 64)
+    (site,) = discovery.discover_compiled(linear, (x,), {0: (1, 16, 4096)})
+    assert (site.dynamic, site.low, site.high, site.per_length) == ("m", 32, 8192, 2)
+    assert site.lengths() == (16, 4096) and site.at(200).m == 200
