@@ -17,8 +17,10 @@ modes     torch.compile options: max-autotune's, and GEMM-only autotuning (recom
 probe     experiment helpers (offline compare and fidelity): autotuning records
 eager_parity  config patches that keep GEMVs on cuBLAS as eager does
 record    record(): a LUT from Inductor's own autotuning (feedback saver, caches off)
+bucketed  one compiled graph per length bucket, so a LUT's per-bucket pins are served
 """
 
+from kernel_select.inductor.bucketed import Bucketed, bucketed, mark_bucket
 from kernel_select.inductor.choices import KernelSelectChoices
 from kernel_select.inductor.eager_parity import eager_parity_patches
 from kernel_select.inductor.install import ChoicesFactory, enabled, install, uninstall
@@ -27,7 +29,7 @@ from kernel_select.inductor.probe import AutotuneRecord, ChoiceTiming, record_au
 from kernel_select.inductor.record import Recording, record
 from kernel_select.inductor.settings import Settings, register_options, resolve_settings
 
-__all__ = ["AutotuneRecord", "ChoiceTiming", "ChoicesFactory", "KernelSelectChoices", "Settings",
-           "Recording", "eager_parity_patches", "enabled", "gemm_autotune_options", "install",
-           "max_autotune_options", "record", "record_autotuning", "register_options", "resolve_settings",
-           "uninstall"]
+__all__ = ["AutotuneRecord", "Bucketed", "ChoiceTiming", "ChoicesFactory", "KernelSelectChoices", "Settings",
+           "Recording", "bucketed", "eager_parity_patches", "enabled", "gemm_autotune_options", "install",
+           "mark_bucket", "max_autotune_options", "record", "record_autotuning", "register_options",
+           "resolve_settings", "uninstall"]

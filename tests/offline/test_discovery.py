@@ -36,3 +36,29 @@ def test_a_batch_of_sequences_makes_m_a_multiple_of_the_length_and_inference_low
     (site,) = discovery.discover_compiled(linear, (x,), {0: (1, 16, 4096)})
     assert (site.dynamic, site.low, site.high, site.per_length) == ("m", 32, 8192, 2)
     assert site.lengths() == (16, 4096) and site.at(200).m == 200
+
+
+def test_lowerings_a_lut_entry_cannot_tell_apart_share_one_site_with_their_epilogues_merged():
+    from kernel_select.problem import Problem
+
+    projection = Problem(2048, 4096, 4096, layout="nt")
+    query = discovery.Site(projection, "m", 128, 8192, "nt", Epilogue())
+    output = discovery.Site(projection, "m", 128, 8192, "nt", Epilogue(separate_pointwise=True))
+    other = discovery.Site(Problem(2048, 1024, 4096, layout="nt"), "m", 128, 8192, "nt", Epilogue())
+    merged = discovery.merge_epilogues([query, other, output])
+    fused = Epilogue(separate_pointwise=True)
+    assert merged == [discovery.Site(projection, "m", 128, 8192, "nt", fused), other]
+
+
+def test_the_decoder_layer_lowers_four_gemms_its_projections_sharing_them(monkeypatch):  # noqa: ANN001
+    from kernel_select.offline.serving import programs
+
+    for name, value in {"HIDDEN": 64, "HEADS": 4, "KV_HEADS": 2, "HEAD_DIM": 16, "MLP": 128}.items():
+        monkeypatch.setattr(programs, name, value)  # the serving program's layer, narrow for a CPU
+    layer = programs.DecoderLayer().eval()
+    sites = discovery.discover_compiled(layer, (torch.randn(1, 48, 64),), {0: (1, 8, 512)})
+    found = {(s.problem.n, s.problem.k): s.epilogue for s in sites}
+    # q and o (64 x 64), k and v (32 x 64), gate and up (128 x 64, SiLU x up fused after them), down
+    assert set(found) == {(64, 64), (32, 64), (128, 64), (64, 128)}
+    assert found[(128, 64)].separate_pointwise and not found[(32, 64)].separate_pointwise
+    assert {(s.dynamic, s.low, s.high, s.layout) for s in sites} == {("m", 8, 512, "nt")}

@@ -140,7 +140,26 @@ def discover_compiled(module: Any, inputs: Sequence[Any], dynamic: dict[int, tup
             continue
         sites.append(Site(gemm.problem, gemm.dynamic, gemm.low, gemm.high, gemm.problem.layout, gemm.epilogue,
                           gemm.per_length))
-    return list(dict.fromkeys(sites))
+    return merge_epilogues(sites)
+
+
+def merge_epilogues(sites: Sequence[Site]) -> list[Site]:
+    """One site per GEMM a LUT entry can tell apart (sizes, range, layout), in first-seen order.
+
+    Two lowerings of one GEMM with other epilogues (a decoder's query and output projections:
+    the same sizes, a residual add after one of them) get one entry, so one pin: the merged
+    epilogue has a bias row or a separate pointwise kernel where either has one."""
+    merged: dict[Site, Site] = {}
+    for site in sites:
+        key = dataclasses.replace(site, epilogue=None)
+        seen = merged.get(key)
+        if seen is None or seen.epilogue is None or site.epilogue is None:
+            merged.setdefault(key, site)
+            continue
+        merged[key] = dataclasses.replace(seen, epilogue=Epilogue(
+            bias_row=seen.epilogue.bias_row or site.epilogue.bias_row,
+            separate_pointwise=seen.epilogue.separate_pointwise or site.epilogue.separate_pointwise))
+    return list(merged.values())
 
 
 def _backward(out: Any) -> None:
