@@ -62,3 +62,13 @@ def test_the_decoder_layer_lowers_four_gemms_its_projections_sharing_them(monkey
     assert set(found) == {(64, 64), (32, 64), (128, 64), (64, 128)}
     assert found[(128, 64)].separate_pointwise and not found[(32, 64)].separate_pointwise
     assert {(s.dynamic, s.low, s.high, s.layout) for s in sites} == {("m", 8, 512, "nt")}
+
+
+def test_an_example_length_outside_its_range_is_refused_before_compiling():
+    import pytest
+
+    from kernel_select.errors import KernelSelectError
+
+    with pytest.raises(KernelSelectError, match=r"example input 0 has length 48 in dimension 0, outside its "
+                                                r"range 64\.\.4096"):
+        discovery.discover_compiled(torch.nn.Linear(8, 4), (torch.randn(48, 8),), {0: (0, 64, 4096)})

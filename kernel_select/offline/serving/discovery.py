@@ -113,16 +113,19 @@ def discover_compiled(module: Any, inputs: Sequence[Any], dynamic: dict[int, tup
     import torch
 
     import kernel_select.inductor as ks_inductor
-    from kernel_select.inductor.lowered import lowered_gemms
 
     options = ks_inductor.gemm_autotune_options(cudagraphs=False, shape_padding=False) if options is None \
         else options
     for index, (dim, low, high) in dynamic.items():
+        size = int(inputs[index].shape[dim])
+        if not max(low, 2) <= size <= high:
+            raise KernelSelectError(f"pretune: example input {index} has length {size} in dimension {dim}, "
+                                    f"outside its range {low}..{high}; give an example inside it (2 or more)")
         torch._dynamo.mark_dynamic(inputs[index], dim, min=max(low, 2), max=high)
     try:
         # Without backward, an inference graph, as serving compiles: with grad enabled, AOTAutograd
         # would lower the backward's GEMMs too.
-        with lowered_gemms() as gemms, torch.set_grad_enabled(backward):
+        with ks_inductor.lowered_gemms() as gemms, torch.set_grad_enabled(backward):
             torch._dynamo.reset()
             out = torch.compile(module, options=options)(*inputs)
             if backward:
