@@ -18,7 +18,7 @@ from kernel_select.offline.serving.crossovers import DEFAULT_REFINE, DEFAULT_TOL
 
 
 def register(sub: Subparsers) -> None:
-    q = sub.add_parser("pretune", help="benchmark a model's GEMMs per length bucket and write a pinned LUT",
+    q = sub.add_parser("pretune", help="benchmark a model's GEMMs per length bucket, write a pinned LUT",
                        description="Find the GEMMs Inductor lowers for a model (its compiled graph, the "
                                    "length marked dynamic over its range) or read a shapes file, benchmark "
                                    "the model's top-k per GEMM at a spread of lengths with Inductor's "
@@ -40,8 +40,8 @@ def register(sub: Subparsers) -> None:
     q.add_argument("-k", type=int_at_least(1), default=4,
                    help="model-ranked configs per length (default: %(default)s)")
     q.add_argument("--points", "--buckets", dest="points", type=int_at_least(1), default=5,
-                   help="log-spaced lengths timed per length range before refining (default: %(default)s; "
-                        "--buckets is its old name)")
+                   help="log-spaced lengths timed per length range before refining (default: "
+                        "%(default)s; --buckets is its old name)")
     q.add_argument("--tolerance", type=non_negative_float, default=DEFAULT_TOLERANCE,
                    help="how far from each length's best a bucket's pin may be (default: %(default)s)")
     q.add_argument("--refine", type=int_at_least(0), default=DEFAULT_REFINE,

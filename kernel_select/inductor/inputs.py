@@ -22,8 +22,9 @@ for representative Ms, taken from the first of:
 4. the symbol's declared range, when both ends are finite (`mark_dynamic(t, d, min=, max=)`);
 5. hint/4 .. hint*4.
 
-Inductor's `multi_kernel_hints` compile one variant per hint and dispatch on the runtime size; each
-variant is ranked for its own hint, so dispatch gets configs chosen for its bucket.
+Inductor's `multi_kernel_hints` compile one variant per hint, benchmark each, and dispatch on the
+runtime size; each variant is ranked for its own hint. A pinned GEMM (one choice) gets no variants:
+one graph per length bucket serves per-bucket pins (kernel_select.inductor.bucketed says why).
 """
 
 from __future__ import annotations

@@ -25,8 +25,8 @@ def benchmark_problem(problem: Problem, configs: list[GemmConfig], device: Devic
     cuBLAS gate off), so Inductor benchmarks those configs, ATen and whatever other templates it
     adds itself (their timings are dropped: a LUT cannot name them). `dynamic` ("m" or "k") is
     compiled symbolic (`mark_dynamic`), as serving compiles a length: the kernels timed are those
-    serving runs (a static M would be a constant the kernel is specialized for), and Triton's
-    cache serves them again at the next length. Shape padding is off: a static compile may pad K
+    serving runs (a static M would be a constant the kernel is specialized for), and the next
+    length can find them in Triton's cache. Shape padding is off: a static compile may pad K
     (3420 -> 3424) before the GEMM is lowered, so the problem Inductor benchmarks would not be the
     one pinned, and serving's graphs (which pretune's discovery compiles) are not padded either.
     The temporary entry names no layout: it is the compile's only GEMM, and an entry for every
