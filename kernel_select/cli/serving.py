@@ -23,10 +23,10 @@ def register(sub: Subparsers) -> None:
                                    "length marked dynamic over its range) or read a shapes file, benchmark "
                                    "the model's top-k per GEMM at a spread of lengths with Inductor's "
                                    "autotuner (caches off; where the cuBLAS decision skips Triton, ATen is "
-                                   "pinned unbenchmarked), split the lengths into buckets where a best choice "
-                                   "changes, and write a LUT of pinned entries, one per GEMM and bucket: "
-                                   "serving one graph per bucket then benchmarks nothing. Resumable: "
-                                   "measurements are kept in OUT.progress.json.")
+                                   "pinned unbenchmarked), split the lengths into buckets where a best "
+                                   "choice changes, and write a LUT of pinned entries, one per GEMM and "
+                                   "bucket: serving one graph per bucket then benchmarks nothing. "
+                                   "Resumable: measurements are kept in OUT.progress.json.")
     source = q.add_mutually_exclusive_group(required=True)
     source.add_argument("--model", metavar="MODULE:FACTORY",
                         help="a factory returning (module, example_inputs, {input_index: (dim, low, high)})")
