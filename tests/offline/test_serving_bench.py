@@ -56,3 +56,18 @@ def test_unknown_methods_are_refused_before_anything_runs(capsys: pytest.Capture
     with pytest.raises(SystemExit):
         serving_bench.main(["--methods", "pinned_buckets,fastest"])
     assert "unknown fastest" in capsys.readouterr().err
+
+
+def test_a_method_compiles_one_graph_per_bucket_and_counts_its_first_calls_on_the_cpu():
+    import torch
+
+    weight = torch.randn(32, 16)
+    program = programs.Program("tiny", "x @ W", (40, 100, 300, 90), 40, 300, {0: 0},
+                               lambda: (lambda x: x @ weight), lambda length: (torch.randn(length, 32),),
+                               "unused:factory")
+    bucketed = serving_bench.run_method(program, "topk4_buckets", None, 1, edges=(64, 128, 301), timing=False)
+    assert bucketed["graphs"] == 3 and bucketed["buckets"] == ["128..300", "2..63", "64..127"]
+    assert bucketed["edges"] == [64, 128, 301] and set(bucketed["lengths"]) == {"40", "100", "300", "90"}
+    assert bucketed["benchmarks"] == 0  # CPU GEMMs are not autotuned
+    one_graph = serving_bench.run_method(program, "default", None, 1, timing=False)
+    assert one_graph["graphs"] == 1 and "buckets" not in one_graph and one_graph["compile_s"] > 0
