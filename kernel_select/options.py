@@ -13,6 +13,9 @@ share torch._inductor.config's flat namespace with Inductor's own GEMM options.
   gemm_cublas_margin          the cuBLAS decision's margin (kernel_select.model.cublas): a fraction in
                               [0, 1), or "off"
   gemm_dynamic_m              the values a dynamic M takes: "LOW..HIGH", "A,B,C" or a list of ints
+  gemm_dynamic_buckets        where the length buckets of kernel_select.inductor.bucketed begin (one
+                              graph per bucket): "A,B,C" or a list of ints; "off": one graph for
+                              every length; None: the edges of the LUT's range entries
   gemm_precompile_in_process  precompile autotuned Triton choices in the compiling process
   gemm_model                  a registered model's name; None = the device's trained model
   gemm_device                 the device to rank for ("h100"); None = the GPU being compiled for
@@ -28,6 +31,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, Union
 
+from kernel_select.buckets import check_edges
 from kernel_select.errors import KernelSelectError, OptionError
 
 SAME = "SAME"
@@ -156,6 +160,33 @@ def parse_dynamic_m(value: object, *, source: str = "gemm_dynamic_m") -> tuple[i
     raise error
 
 
+def parse_dynamic_buckets(value: object, *,
+                          source: str = "gemm_dynamic_buckets") -> tuple[int, ...] | None:
+    """None / "" (take the edges from the LUT's range entries), "off" or an empty list (one graph for
+    every length: returns ()), "A,B,C" or a list of ints above 2 (the lengths where a bucket begins;
+    returned sorted)."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    error = OptionError(f"{source}: expected the lengths where a bucket begins, 'A,B,C' (e.g. "
+                        f"'1024,2048,4096') or a list of ints above 2 and up to {MAX_M}, 'off' (one graph "
+                        f"for every length) or None (the LUT's ranges), got {_shown(value)}")
+    if isinstance(value, str):
+        text = value.strip()
+        if text.lower() in (OFF, "none"):
+            return ()
+        parts = [part.strip() for part in text.split(",")]
+        if not all(_ASCII_DIGITS.fullmatch(part) for part in parts):
+            raise error
+        value = [int(part) for part in parts]
+    if not isinstance(value, (list, tuple)) or any(
+            isinstance(m, bool) or not isinstance(m, int) or m > MAX_M for m in value):
+        raise error
+    try:
+        return check_edges(value, source=source)
+    except OptionError:
+        raise error from None
+
+
 _TRUE_WORDS = ("1", "true", "on", "yes")
 _FALSE_WORDS = ("0", "false", "off", "no")
 
@@ -176,6 +207,7 @@ KNOBS: dict[str, tuple[Callable[..., Any], Any]] = {
     "gemm_auto_topk_cap": (parse_auto_topk_cap, DEFAULT_AUTO_TOPK_CAP),
     "gemm_cublas_margin": (parse_cublas_margin, DEFAULT_CUBLAS_MARGIN),
     "gemm_dynamic_m": (parse_dynamic_m, None),
+    "gemm_dynamic_buckets": (parse_dynamic_buckets, None),
     "gemm_precompile_in_process": (parse_precompile_in_process, False),
     "gemm_model": (parse_model, None),
     "gemm_device": (parse_device, None),

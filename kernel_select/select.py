@@ -6,7 +6,10 @@ plain arguments (the model, the LUT and the cuBLAS gate are loaded by the caller
 CPU. In order:
 
   1. pin        a LUT entry that pins the problem (to a Triton config or to ATen) is the only
-                choice: nothing is ranked or benchmarked
+                choice: nothing is ranked or benchmarked. Where the kernel serves a range of a
+                dynamic size (`served`) that the entry covers only part of, the pin is still the
+                choice and `pin_gap` says what it leaves out: one kernel per graph cannot follow
+                a LUT that pins per length bucket; one graph per bucket can
   2. score      the model scores every candidate config (the problem's pruned EXHAUSTIVE space,
                 unless the caller gives its own) and every LUT entry, in one batched call
   3. cuBLAS     with a margin, one cuBLAS decision (model/cublas.py); where cuBLAS is preferred
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -79,6 +82,7 @@ class Selection:
     hedged: str = ""  # why gemm_topk="auto" took its cap rather than the model's estimate
     ms_origin: str = ""  # for the handler's log: where `ms` came from ("lut m range", ...)
     hint: int | None = None  # for the handler's log: the Inductor multi-kernel hint it is for
+    pin_gap: str = ""  # which of the `served` sizes the pin's entry does not cover ("" none)
 
     @property
     def configs(self) -> tuple[GemmConfig, ...]:
@@ -98,7 +102,8 @@ def select(problem: Problem, *, model: PerformanceModel, gemm_topk: TopK | float
            lut: ConfigLookup | None = None, gate: CublasGate | None = None,
            cublas_margin: float | None = None, epilogue: Epilogue = Epilogue(),
            candidates: Sequence[GemmConfig] | None = None, ms: Sequence[int] | None = None,
-           auto_cap: int = DEFAULT_AUTO_TOPK_CAP) -> Selection:
+           auto_cap: int = DEFAULT_AUTO_TOPK_CAP,
+           served: Mapping[str, tuple[int, int]] | None = None) -> Selection:
     """The configs to benchmark for `problem` (the module docstring gives the steps).
 
     Args:
@@ -112,6 +117,8 @@ def select(problem: Problem, *, model: PerformanceModel, gemm_topk: TopK | float
             of `ms`, whose space holds the blocks the smaller Ms clamp to).
         ms: rank for these values of M (a dynamic dimension) instead of problem.m alone.
         auto_cap: the most configs gemm_topk="auto" takes.
+        served: for a dynamic size ("m" or "k"), the (low, high) the compiled kernel serves; read
+            only to tell where a pin's entry covers part of it (`Selection.pin_gap`).
 
     Raises:
         ProblemError, ConfigError, ModelError, LUTError: on bad arguments or malformed predictions.
@@ -124,7 +131,8 @@ def select(problem: Problem, *, model: PerformanceModel, gemm_topk: TopK | float
     pin = _pin(lut, problem, device)
     if pin is not None:
         choices = () if pin == ATEN else (Choice(pin, float(_scores(problem, [pin], model)[0]), PIN_SOURCE),)
-        return Selection(problem, device.key, choices, candidates=0, pinned=pin)
+        return Selection(problem, device.key, choices, candidates=0, pinned=pin,
+                         pin_gap=_pin_gap(lut, problem, device, served or {}))
 
     spread = _checked_ms(ms, problem)
     if candidates is None:
@@ -229,6 +237,27 @@ def _pin(lut: ConfigLookup | None, problem: Problem, device: DeviceSpec) -> Gemm
     if pin is None or pin == ATEN or isinstance(pin, GemmConfig):
         return pin
     raise LUTError(f"lut: pinned() for {problem} returned {pin!r}, not 'aten' or a GemmConfig")
+
+
+def _pin_gap(lut: ConfigLookup | None, problem: Problem, device: DeviceSpec,
+             served: Mapping[str, tuple[int, int]]) -> str:
+    """What part of the `served` sizes the entry pinning `problem` leaves to other entries, or "".
+
+    Entries are intervals that never overlap, so the entry covers low..high exactly when it is
+    the entry of both ends."""
+    match = getattr(lut, "match", None)
+    if match is None or not served:
+        return ""
+    entry = match(problem, device.key)
+    if entry is None:
+        return ""
+    for dim, (low, high) in sorted(served.items()):
+        ends = [match(dataclasses.replace(problem, **{dim: end}), device.key) for end in (low, high)]
+        if any(other is not entry for other in ends):
+            own = entry.m_bounds if dim == "m" else entry.k_bounds
+            return (f"the kernel serves {dim}={low}..{high}, the pinned entry only {dim}={own[0]}..{own[1]} "
+                    f"(the LUT pins other {dim} separately)")
+    return ""
 
 
 def _checked_ms(ms: Sequence[int] | None, problem: Problem) -> tuple[int, ...]:

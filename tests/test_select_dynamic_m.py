@@ -62,3 +62,19 @@ def test_spreads_are_log_spaced_and_include_their_ends():
 def test_bad_ms_are_refused(ms: list):
     with pytest.raises(ProblemError, match="ms: expected positive integers"):
         select(PROBLEM, model=TileModel("h100"), gemm_topk=1, candidates=[SMALL], ms=ms)
+
+
+def test_a_pin_covering_part_of_the_served_range_is_used_and_says_what_it_leaves_out():
+    from kernel_select.lut import LUTEntry, SizeRange, lut_from_rows
+
+    lut = lut_from_rows([("h100", "mm", "bfloat16", LUTEntry(m=SizeRange(min=256, max=1023), n=1280, k=3420,
+                                                             pin=SMALL)),
+                         ("h100", "mm", "bfloat16", LUTEntry(m=SizeRange(min=1024, max=8192), n=1280, k=3420,
+                                                             pin=LARGE))])
+    model = TileModel("h100")
+    inside = select(PROBLEM, model=model, lut=lut, served={"m": (256, 1023)})
+    assert inside.pinned == SMALL and inside.pin_gap == ""  # a graph per bucket: its bucket's pin
+    across = select(PROBLEM, model=model, lut=lut, served={"m": (256, 8192)})
+    assert across.pinned == SMALL and across.pin_gap == (
+        "the kernel serves m=256..8192, the pinned entry only m=256..1023 (the LUT pins other m separately)")
+    assert select(PROBLEM, model=model, lut=lut).pin_gap == ""  # nothing known of the served range

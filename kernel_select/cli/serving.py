@@ -8,22 +8,25 @@ import json
 from kernel_select.cli.common import (
     Subparsers,
     int_at_least,
+    non_negative_float,
     output_file,
     printable,
     readable_json,
     require_gpu,
 )
+from kernel_select.offline.serving.crossovers import DEFAULT_REFINE, DEFAULT_TOLERANCE
 
 
 def register(sub: Subparsers) -> None:
-    q = sub.add_parser("pretune", help="benchmark a model's GEMMs per M bucket and write a pinned LUT",
-                       description="Discover every GEMM a model runs (or read a shapes file), benchmark "
-                                   "the model's top-k per GEMM and M bucket with Inductor's autotuner "
-                                   "(caches off; where the cuBLAS gate skips Triton, ATen is pinned "
-                                   "unbenchmarked), "
-                                   "and write a LUT of pinned entries: serving then "
-                                   "benchmarks nothing. Resumable: measurements are kept in "
-                                   "OUT.progress.json.")
+    q = sub.add_parser("pretune", help="benchmark a model's GEMMs per length bucket, write a pinned LUT",
+                       description="Find the GEMMs Inductor lowers for a model (its compiled graph, the "
+                                   "length marked dynamic over its range) or read a shapes file, benchmark "
+                                   "the model's top-k per GEMM at a spread of lengths with Inductor's "
+                                   "autotuner (caches off; where the cuBLAS decision skips Triton, ATen is "
+                                   "pinned unbenchmarked), split the lengths into buckets where a best "
+                                   "choice changes, and write a LUT of pinned entries, one per GEMM and "
+                                   "bucket: serving one graph per bucket then benchmarks nothing. "
+                                   "Resumable: measurements are kept in OUT.progress.json.")
     source = q.add_mutually_exclusive_group(required=True)
     source.add_argument("--model", metavar="MODULE:FACTORY",
                         help="a factory returning (module, example_inputs, {input_index: (dim, low, high)})")
@@ -32,10 +35,17 @@ def register(sub: Subparsers) -> None:
                              '"tt"]}; m or k (not both) may be {"min", "max"}, the dynamic size')
     q.add_argument("--out", type=output_file, required=True, help="the LUT to write")
     q.add_argument("--backward", action="store_true", help="also the GEMMs of the backward pass")
+    q.add_argument("--eager", action="store_true",
+                   help="find the GEMMs in an eager run rather than the compiled graph (no epilogues)")
     q.add_argument("-k", type=int_at_least(1), default=4,
-                   help="model-ranked configs per bucket (default: %(default)s)")
-    q.add_argument("--buckets", type=int_at_least(1), default=5,
-                   help="log-spaced values per dynamic range (default: %(default)s)")
+                   help="model-ranked configs per length (default: %(default)s)")
+    q.add_argument("--points", "--buckets", dest="points", type=int_at_least(1), default=5,
+                   help="log-spaced lengths timed per length range before refining (default: "
+                        "%(default)s; --buckets is its old name)")
+    q.add_argument("--tolerance", type=non_negative_float, default=DEFAULT_TOLERANCE,
+                   help="how far from each length's best a bucket's pin may be (default: %(default)s)")
+    q.add_argument("--refine", type=int_at_least(0), default=DEFAULT_REFINE,
+                   help="rounds of timing the middle of every gap between buckets (default: %(default)s)")
     q.add_argument("--json", action="store_true", help="print a JSON summary")
     q.set_defaults(handler=run_pretune)
 
@@ -56,20 +66,25 @@ def register(sub: Subparsers) -> None:
 
 def run_pretune(args: argparse.Namespace) -> int:
     from kernel_select import runtime
-    from kernel_select.offline.serving import pretune
+    from kernel_select.offline.serving import discovery, pretune
 
     if args.shapes:  # a bad file is reported before the GPU is looked for, as `bench` does
         from kernel_select.offline.json_files import SHAPES_FILE
 
-        sites = pretune.load_shapes(readable_json(args.shapes, SHAPES_FILE))
+        sites = discovery.load_shapes(readable_json(args.shapes, SHAPES_FILE))
     require_gpu("pretune")
     device = runtime.current_device()
     if args.model:
-        module, inputs, dynamic = pretune.load_factory(args.model)
-        sites = pretune.discover(module, inputs, dynamic, backward=args.backward)
+        module, inputs, dynamic = discovery.load_factory(args.model)
+        find = discovery.discover if args.eager else discovery.discover_compiled
+        sites = find(module, inputs, dynamic, backward=args.backward)
     summary = pretune.pretune(sites, out=args.out, device=device, model=runtime.model(None, device), k=args.k,
-                              points=args.buckets, progress=not args.json, **pretune.gate_settings(device))
-    _report(summary, args.json, f"pinned {summary['entries']} GEMMs into {printable(summary['out'])}")
+                              points=args.points, progress=not args.json, tolerance=args.tolerance,
+                              refine=args.refine, **pretune.gate_settings(device))
+    edges = summary["gemm_dynamic_buckets"]
+    buckets = f"; length buckets begin at {', '.join(map(str, edges))}" if edges else ""
+    _report(summary, args.json, f"pinned {summary['entries']} entries for {len(sites)} GEMMs into "
+                                f"{printable(summary['out'])}{buckets}")
     return 0
 
 
@@ -77,10 +92,10 @@ def run_record(args: argparse.Namespace) -> int:
     import torch
 
     import kernel_select.inductor as ks_inductor
-    from kernel_select.offline.serving import pretune
+    from kernel_select.offline.serving import discovery
 
     require_gpu("record")
-    module, inputs, dynamic = pretune.load_factory(args.model)
+    module, inputs, dynamic = discovery.load_factory(args.model)
     for index, (dim, low, high) in dynamic.items():
         torch._dynamo.mark_dynamic(inputs[index], dim, min=low, max=high)
     with ks_inductor.record(args.out, pin=args.pin, top=args.top) as recording:

@@ -17,17 +17,21 @@ modes     torch.compile options: max-autotune's, and GEMM-only autotuning (recom
 probe     experiment helpers (offline compare and fidelity): autotuning records
 eager_parity  config patches that keep GEMVs on cuBLAS as eager does
 record    record(): a LUT from Inductor's own autotuning (feedback saver, caches off)
+bucketed  one compiled graph per length bucket, so a LUT's per-bucket pins are served
+lowered   lowered_gemms(): the GEMMs a compile lowers, as the handler sees them (pretune's discovery)
 """
 
+from kernel_select.inductor.bucketed import Bucketed, bucketed, mark_bucket
 from kernel_select.inductor.choices import KernelSelectChoices
 from kernel_select.inductor.eager_parity import eager_parity_patches
 from kernel_select.inductor.install import ChoicesFactory, enabled, install, uninstall
+from kernel_select.inductor.lowered import LoweredGemm, lowered_gemms
 from kernel_select.inductor.modes import gemm_autotune_options, max_autotune_options
 from kernel_select.inductor.probe import AutotuneRecord, ChoiceTiming, record_autotuning
 from kernel_select.inductor.record import Recording, record
 from kernel_select.inductor.settings import Settings, register_options, resolve_settings
 
-__all__ = ["AutotuneRecord", "ChoiceTiming", "ChoicesFactory", "KernelSelectChoices", "Settings",
-           "Recording", "eager_parity_patches", "enabled", "gemm_autotune_options", "install",
-           "max_autotune_options", "record", "record_autotuning", "register_options", "resolve_settings",
-           "uninstall"]
+__all__ = ["AutotuneRecord", "Bucketed", "ChoiceTiming", "ChoicesFactory", "KernelSelectChoices",
+           "LoweredGemm", "Settings", "Recording", "bucketed", "eager_parity_patches", "enabled",
+           "gemm_autotune_options", "install", "lowered_gemms", "mark_bucket", "max_autotune_options",
+           "record", "record_autotuning", "register_options", "resolve_settings", "uninstall"]

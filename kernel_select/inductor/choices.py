@@ -148,7 +148,8 @@ class KernelSelectChoices(InductorChoices):
         k_symbolic = inputs.symbolic_k(kernel_inputs)
         with _stack_headroom():
             selections = self._select_all(problem, inputs.epilogue_of(kernel_inputs, problem), device,
-                                          settings, lut, model, inputs.symbolic_m(kernel_inputs))
+                                          settings, lut, model, inputs.symbolic_m(kernel_inputs),
+                                          inputs.served_ranges(kernel_inputs))
         if selections[0].pinned is not None:
             return self._offer_pin(selections[0], choices, kernel_inputs, op_name, kwarg_overrides,
                                    k_symbolic)
@@ -168,23 +169,25 @@ class KernelSelectChoices(InductorChoices):
         return replaced
 
     def _select_all(self, problem: Problem, epilogue: Epilogue, device: DeviceSpec, settings: Settings,
-                    lut: Any, model: Any, m_symbolic: Any) -> list[Selection]:
+                    lut: Any, model: Any, m_symbolic: Any,
+                    served: dict[str, tuple[int, int]]) -> list[Selection]:
         """One selection for a static M; for a symbolic M, one over the Ms it will take plus one per
-        Inductor multi-kernel hint (each for its hint, tagged with it)."""
+        Inductor multi-kernel hint (each for its hint, tagged with it). `served`: the declared ranges
+        of a symbolic M or K, which tell select() whether a pin covers every size the kernel serves."""
         gate = runtime.gate(device) if settings.gemm_cublas_margin is not None else None
 
-        def one(problem: Problem, ms: tuple[int, ...] | None = None) -> Selection:
+        def one(problem: Problem, ms: tuple[int, ...] | None = None, served: Any = None) -> Selection:
             return select(problem, model=model, gemm_topk=settings.gemm_topk, lut=lut, gate=gate,
                           cublas_margin=settings.gemm_cublas_margin, epilogue=epilogue, ms=ms,
-                          auto_cap=settings.gemm_auto_topk_cap)
+                          auto_cap=settings.gemm_auto_topk_cap, served=served)
 
         if m_symbolic is None:
-            return [one(problem)]
+            return [one(problem, served=served)]
         match = getattr(lut, "match", None)
         entry = match(problem, device) if match is not None else None
         ms, origin = inputs.ms_to_rank(problem.m, entry.m_bounds if entry is not None else None,
                                        settings.gemm_dynamic_m, inputs.declared_range(m_symbolic))
-        selections = [dataclasses.replace(one(problem, ms), ms_origin=origin)]
+        selections = [dataclasses.replace(one(problem, ms, served), ms_origin=origin)]
         for hint in inputs.multi_kernel_hints():
             selections.append(dataclasses.replace(one(dataclasses.replace(problem, m=hint)), hint=hint))
         return selections
@@ -204,6 +207,11 @@ class KernelSelectChoices(InductorChoices):
             pin = selection.pinned
             log.info("kernel_select: %s on %s: pinned by the LUT to %s; nothing is benchmarked",
                      selection.problem, selection.device, pin if isinstance(pin, str) else pin.short())
+            if selection.pin_gap:
+                warn.warn_once(("pin gap", selection.problem, selection.pin_gap), log,
+                               "kernel_select: %s: %s; one kernel serves them all with this pin. Compile "
+                               "one graph per length bucket (kernel_select.inductor.bucketed) to serve "
+                               "each bucket its own pin", selection.problem, selection.pin_gap)
         return offered
 
     def get_conv_configs(self, device_type: str | None = "cuda") -> Any:

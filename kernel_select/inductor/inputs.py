@@ -15,12 +15,16 @@ for that hint alone picks tiles that may be poor for the lengths served later, s
 for representative Ms, taken from the first of:
 
 1. the m range of the LUT entry that serves the hint (the table says which lengths it covers);
-2. the `gemm_dynamic_m` knob (buckets, or a range);
-3. the symbol's declared range, when both ends are finite (`mark_dynamic(t, d, min=, max=)`);
-4. hint/4 .. hint*4.
+2. the symbol's declared range, where it lies inside the span of the `gemm_dynamic_m` knob's
+   values: a graph compiled for one length bucket (kernel_select.inductor.bucketed) serves that
+   bucket alone;
+3. the `gemm_dynamic_m` knob (buckets, or a range);
+4. the symbol's declared range, when both ends are finite (`mark_dynamic(t, d, min=, max=)`);
+5. hint/4 .. hint*4.
 
-Inductor's `multi_kernel_hints` compile one variant per hint and dispatch on the runtime size; each
-variant is ranked for its own hint, so dispatch gets configs chosen for its bucket.
+Inductor's `multi_kernel_hints` compile one variant per hint, benchmark each, and dispatch on the
+runtime size; each variant is ranked for its own hint. A pinned GEMM (one choice) gets no variants:
+one graph per length bucket serves per-bucket pins (kernel_select.inductor.bucketed says why).
 """
 
 from __future__ import annotations
@@ -72,6 +76,22 @@ def symbolic_k(kernel_inputs: Any) -> Any:
         return kernel_inputs.mnk_symbolic()[2]
     except Exception:  # noqa: BLE001 -- EVEN_K=False is always correct, just slower
         return None
+
+
+def served_ranges(kernel_inputs: Any) -> dict[str, tuple[int, int]]:
+    """The declared (low, high) of a symbolic M and of a symbolic K ({"m": ..., "k": ...}, each
+    where it has one): the sizes the compiled kernel serves. Never raises."""
+    served = {}
+    m, k = symbolic_m(kernel_inputs), symbolic_k(kernel_inputs)
+    for dim, expr in (("m", m), ("k", None if _is_number(k) else k)):
+        declared = declared_range(expr) if expr is not None else None
+        if declared is not None:
+            served[dim] = declared
+    return served
+
+
+def _is_number(expr: Any) -> bool:
+    return isinstance(expr, int) or bool(getattr(expr, "is_number", False))
 
 
 def symbolic_m(kernel_inputs: Any) -> Any | None:
@@ -173,11 +193,18 @@ def ms_to_rank(hint: int, entry_range: tuple[int, int] | None, knob: tuple[int, 
     """(the Ms to rank a symbolic M for, where they came from), in the order the module doc gives."""
     if entry_range is not None and entry_range[0] < entry_range[1]:
         return spread_ms(*entry_range), "lut m range"
+    if knob and declared is not None and _narrower(declared, (knob[0], knob[-1])):
+        return spread_ms(*declared), "declared range (a bucket of gemm_dynamic_m)"
     if knob:
         return knob, "gemm_dynamic_m"
     if declared is not None and declared[0] < declared[1]:
         return spread_ms(max(declared[0], 1), declared[1]), "declared range"
     return default_spread(hint), "hint/4..hint*4"
+
+
+def _narrower(inner: tuple[int, int], outer: tuple[int, int]) -> bool:
+    """Whether `inner` is a range of at least two sizes inside `outer` and not all of it."""
+    return inner[0] < inner[1] and outer[0] <= inner[0] and inner[1] <= outer[1] and inner != outer
 
 
 def multi_kernel_hints() -> list[int]:

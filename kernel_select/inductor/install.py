@@ -121,14 +121,15 @@ def install(**knobs: Any) -> KernelSelectChoices:
     """Make torch.compile's max-autotune benchmark only the top-k Triton GEMM configs.
 
     Keyword arguments are knobs (kernel_select.options: gemm_topk, kernel_lut_path, gemm_cublas_margin,
-    gemm_dynamic_m, gemm_precompile_in_process, gemm_auto_topk_cap, gemm_model, gemm_device) and
-    override kernel_select.knobs for this handler; None = use the knob, and a torch.compile option of
-    the same name overrides them per compile. Call it in the thread that compiles: the handler is per
-    thread, and so are Inductor's config overrides on torch 2.13. A choices handler already in place
-    is wrapped, not dropped (one INFO line says which). Undo with uninstall(). Also registers the knobs
-    as torch.compile options (see register_options). `gemm_precompile_in_process` precompiles this
-    thread's autotuned Triton choices in process, so benchmarking does not compile them again
-    (kernel_select.inductor.precompile). Returns the installed handler.
+    gemm_dynamic_m, gemm_dynamic_buckets, gemm_precompile_in_process, gemm_auto_topk_cap, gemm_model,
+    gemm_device) and override kernel_select.knobs for this handler; None = use the knob, and a
+    torch.compile option of the same name overrides them per compile. Call it in the thread that
+    compiles: the handler is per thread, and so are Inductor's config overrides on torch 2.13. A
+    choices handler already in place is wrapped, not dropped (one INFO line says which). Undo with
+    uninstall(). Also registers the knobs as torch.compile options (see register_options).
+    `gemm_precompile_in_process` precompiles this thread's autotuned Triton choices in process, so
+    benchmarking does not compile them again (kernel_select.inductor.precompile). Returns the
+    installed handler.
 
     Raises:
         OptionError: an unknown knob, or a value it does not accept.

@@ -36,6 +36,7 @@ class Settings:
     gemm_auto_topk_cap: int
     gemm_cublas_margin: float | None  # None: the cuBLAS decision is off
     gemm_dynamic_m: tuple[int, ...] | None  # None: derive the Ms a symbolic M is ranked for
+    gemm_dynamic_buckets: tuple[int, ...] | None  # None: the LUT's edges; (): one graph (not the handler's)
     gemm_precompile_in_process: bool
     gemm_model: str | PerformanceModel | None
     gemm_device: str | None

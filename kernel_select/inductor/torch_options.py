@@ -15,6 +15,7 @@ gemm_topk: Optional[Union[int, str]] = None
 gemm_auto_topk_cap: Optional[Union[int, str]] = None
 gemm_cublas_margin: Optional[Union[float, str]] = None
 gemm_dynamic_m: Optional[Union[str, list]] = None
+gemm_dynamic_buckets: Optional[Union[str, list]] = None
 gemm_precompile_in_process: Optional[Union[bool, str]] = None
 gemm_model: Optional[str] = None
 gemm_device: Optional[str] = None

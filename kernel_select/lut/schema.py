@@ -35,6 +35,7 @@ from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import AfterValidator, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
+from kernel_select.buckets import edges_of_ranges
 from kernel_select.configs import GemmConfig
 from kernel_select.device import KNOWN_DEVICES, DeviceSpec, get_device
 from kernel_select.lut.entries import (BatchedEntryList, EntryList, LUTEntry, SizeRange, Strict, entry_dict,
@@ -221,6 +222,19 @@ class KernelLUT(Strict):
         if isinstance(entry.pin, GemmConfig) and not self._runs_on(entry.pin, problem.dtype, spec):
             return None
         return entry.pin
+
+    def bucket_edges(self, device: str | DeviceSpec) -> tuple[int, ...]:
+        """The length buckets the entries of `device` ask for (kernel_select.buckets): every m range
+        and k range begins a bucket and ends one, so that a graph compiled per bucket finds one
+        entry, and so one pin, for each GEMM over its whole bucket. () without range entries.
+
+        Raises:
+            DeviceError: if `device` is not a known device name.
+        """
+        key = _device_spec(device).key
+        ranges = [bounds for row in self.entries() if row.device == key
+                  for bounds in (row.entry.m_bounds, row.entry.k_bounds)]
+        return edges_of_ranges(ranges)
 
     def _runs_on(self, config: GemmConfig, dtype: str, spec: DeviceSpec) -> bool:
         reason = unfit_reason(config, dtype, spec)

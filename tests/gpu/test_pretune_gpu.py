@@ -1,4 +1,5 @@
-"""pretune and record on a GPU with a tiny model: the pinned LUT serves a compile with no autotuning."""
+"""pretune and record on a GPU with a tiny model: the pinned LUT serves one graph per length bucket
+with no autotuning."""
 
 from __future__ import annotations
 
@@ -16,29 +17,39 @@ def tiny_factory():  # noqa: ANN201
     return module, (x,), {0: (0, 64, 1024)}
 
 
-def test_pretune_writes_pins_that_serve_without_benchmarks(tmp_path: Path):
+def test_pretune_from_the_compiled_graph_pins_what_two_buckets_serve_without_benchmarks(tmp_path: Path):
     import kernel_select.inductor as ks_inductor
     from kernel_select import runtime
-    from kernel_select.offline.serving import pretune
+    from kernel_select.lut import load_lut
+    from kernel_select.offline.serving import discovery, pretune
 
     device = runtime.current_device()
     module, inputs, dynamic = tiny_factory()
-    sites = pretune.discover(module, inputs, dynamic)
+    with torch.no_grad():
+        sites = discovery.discover_compiled(module, inputs, dynamic)
+    assert [(s.dynamic, s.low, s.high, s.layout) for s in sites] == [("m", 64, 1024, "nt")]
     out = tmp_path / "tiny.json"
-    summary = pretune.pretune(sites, out=out, device=device, model=runtime.model(None, device), k=2, points=2,
-                              progress=False)
-    assert summary["entries"] == 1 and summary["sites"][0]["dynamic"] == "m"
+    summary = pretune.pretune(sites, out=out, device=device, model=runtime.model(None, device), k=2, points=3,
+                              refine=1, progress=False)
+    lut = load_lut(out)
+    buckets = summary["sites"][0]["buckets"]
+    assert buckets[0]["lengths"][0] == 64 and buckets[-1]["lengths"][1] == 1024  # the whole range, pinned
+    assert summary["gemm_dynamic_buckets"][0] == 64 and summary["gemm_dynamic_buckets"][-1] == 1025
+    assert lut.bucket_edges(device) == tuple(summary["gemm_dynamic_buckets"])
 
-    x = inputs[0]
-    torch._dynamo.mark_dynamic(x, 0, min=64, max=1024)
-    with ks_inductor.enabled(kernel_lut_path=str(out)), ks_inductor.record_autotuning() as records, \
-            torch.compiler.config.patch(force_disable_caches=True), torch.no_grad():
-        # Inference only: with grad enabled, the weight's backward GEMM (dynamic K, not discovered
-        # without --backward) would be autotuned too.
+    # Serve two buckets (whatever pretune found: a LUT of one bucket pins both graphs the same).
+    with ks_inductor.enabled(kernel_lut_path=str(out), gemm_dynamic_buckets="64,300,1025"), \
+            ks_inductor.record_autotuning() as records, torch.no_grad(), \
+            torch.compiler.config.patch(force_disable_caches=True):
         torch._dynamo.reset()
-        compiled = torch.compile(module, mode="max-autotune-no-cudagraphs")
-        torch.testing.assert_close(compiled(x), module(x), atol=1e-1, rtol=1e-2)
-    assert records == []  # one choice: Inductor benchmarked nothing
+        compiled = torch.compile(module, options=ks_inductor.gemm_autotune_options(cudagraphs=False,
+                                                                                    shape_padding=False))
+        serve = ks_inductor.bucketed(compiled, {0: 0})
+        for length in (100, 200, 500, 1000):
+            x = torch.randn(length, 256, device="cuda", dtype=torch.bfloat16)
+            torch.testing.assert_close(serve(x), module(x), atol=1e-1, rtol=1e-2)
+    assert {str(b) for b in serve.seen} == {"64..299", "300..1024"}
+    assert records == []  # one choice per GEMM in each graph: Inductor benchmarked nothing
 
 
 def test_record_writes_the_autotuned_gemms(tmp_path: Path):

@@ -91,7 +91,7 @@ def first_gemm(fn: Callable[..., Any], *shapes: tuple[int, ...]) -> Any:
     return next(n for n in graph.nodes if n.op == "call_function" and n.target in gemm_targets())
 
 
-def test_the_lowering_gemm_is_read_from_inductors_current_node(monkeypatch: pytest.MonkeyPatch):
+def test_the_lowering_gemm_is_read_from_inductors_current_node():
     from torch._inductor import config
     from torch._inductor.virtualized import V
 
@@ -99,8 +99,10 @@ def test_the_lowering_gemm_is_read_from_inductors_current_node(monkeypatch: pyte
     with V.set_graph_handler(types.SimpleNamespace(current_node=node)):
         assert pointwise_epilogue.lowering_has_separate_epilogue(4 * 32)
         assert not pointwise_epilogue.lowering_has_separate_epilogue(4 * 33)  # another GEMM's candidates
-        monkeypatch.setattr(config, "epilogue_fusion", False)
-        assert not pointwise_epilogue.lowering_has_separate_epilogue(4 * 32)  # Inductor would not fuse it
+        # config.patch, not monkeypatch: monkeypatch's undo deletes a config module's entry (it is
+        # no attribute of the module), and every later read of epilogue_fusion then fails.
+        with config.patch(epilogue_fusion=False):
+            assert not pointwise_epilogue.lowering_has_separate_epilogue(4 * 32)  # Inductor would not fuse it
     relu = next(iter(node.users))
     with V.set_graph_handler(types.SimpleNamespace(current_node=relu)):
         assert not pointwise_epilogue.lowering_has_separate_epilogue(4 * 32)  # not a GEMM node

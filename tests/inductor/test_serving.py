@@ -212,3 +212,44 @@ def test_addmm_drops_aten_in_its_first_call_when_triton_is_pinned(tmp_path: Path
     assert len(finalize(handler, inputs, aten_call, op="addmm")) == 1  # no Triton call coming: keep ATen
     triton_call = {"triton::mm": inductor_candidates(inputs)["triton::mm"]}
     assert [params_config(c) for c in finalize(handler, inputs, triton_call, op="addmm")] == [PINNED]
+
+
+# -- per-bucket pins ------------------------------------------------------------------------------
+
+BUCKET_PIN = GemmConfig(block_m=128, block_n=128, block_k=64, num_stages=3, num_warps=8)
+
+
+@pytest.mark.parametrize("declared, pin, gap", [((560, 1023), PINNED, False),
+                                                ((1024, 8192), BUCKET_PIN, False),
+                                                ((560, 8192), PINNED, True)])
+def test_a_graph_gets_the_pin_of_its_bucket_and_a_warning_when_it_spans_several(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+        declared: tuple[int, int], pin: GemmConfig, gap: bool):
+    from kernel_select import warn
+
+    path = write_lut(tmp_path, LUTEntry(m=MRange(min=560, max=1023), n=1280, k=3420, pin=PINNED),
+                     LUTEntry(m=MRange(min=1024, max=8192), n=1280, k=3420, pin=BUCKET_PIN))
+    # The graph compiled for one length bucket (mark_dynamic(min=, max=)) declares it; its hint lies in it.
+    monkeypatch.setattr(inductor_inputs, "declared_range", lambda expr: declared)
+    inputs = SymbolicInputs(declared[0], 1280, 3420)
+    handler = ks_inductor.KernelSelectChoices(gemm_topk=4, gemm_model=FakeModel(), gemm_device="h100",
+                                              kernel_lut_path=path)
+    warn.forget()
+    result = finalize(handler, inputs, inductor_candidates(inputs))
+    assert [params_config(c) for c in result] == [pin] and handler.selections[-1].pinned == pin
+    warned = [r.getMessage() for r in caplog.records if "one kernel serves them all" in r.getMessage()]
+    assert bool(warned) == gap
+    if gap:
+        assert "kernel serves m=560..8192, the pinned entry only m=560..1023" in warned[0]
+
+
+def test_a_bucket_graph_is_ranked_over_its_bucket_not_the_whole_dynamic_m_knob(
+        monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(inductor_inputs, "declared_range", lambda expr: (1024, 2047))
+    inputs = SymbolicInputs(1440, 1280, 3420)
+    handler = ks_inductor.KernelSelectChoices(gemm_topk=4, gemm_model=FakeModel(), gemm_device="h100",
+                                              gemm_dynamic_m="560..8192")
+    finalize(handler, inputs, inductor_candidates(inputs))
+    selection = handler.selections[-1]
+    assert selection.ms == spread_ms(1024, 2047) and selection.ms_origin.startswith("declared range")
+    assert inductor_inputs.ms_to_rank(1440, None, spread_ms(560, 8192), (560, 8192))[1] == "gemm_dynamic_m"

@@ -35,6 +35,7 @@ VALUES: dict[str, tuple[object, object, object]] = {
     "gemm_auto_topk_cap": (16, "4", 2),
     "gemm_cublas_margin": (0.05, "0.1", 0.2),
     "gemm_dynamic_m": ("1,2", [3, 4], "64..1024"),
+    "gemm_dynamic_buckets": ("1024,2048", [512], "off"),
     "gemm_precompile_in_process": ("on", False, True),
     "gemm_model": ("knob-model", "install-model", "option-model"),  # names are looked up when loading
     "gemm_device": ("h100", "a100", "NVIDIA H200"),
@@ -70,7 +71,8 @@ def test_an_old_spelling_reads_and_writes_the_same_knob(old: str, new: str):
 
 
 BAD_VALUES = {"kernel_lut_path": 42, "gemm_topk": 0, "gemm_auto_topk_cap": -1, "gemm_cublas_margin": 1.5,
-              "gemm_dynamic_m": "9..3", "gemm_precompile_in_process": "maybe", "gemm_model": 3,
+              "gemm_dynamic_m": "9..3", "gemm_dynamic_buckets": "2,4",
+              "gemm_precompile_in_process": "maybe", "gemm_model": 3,
               "gemm_device": "tpu-v9"}
 
 
@@ -114,13 +116,15 @@ def knobs_in_a_fresh_process(**environment: str) -> dict[str, object]:
 
 def test_environment_variables_set_every_knobs_default():
     raw = {"kernel_lut_path": "~/lut.json", "gemm_topk": "same", "gemm_auto_topk_cap": "5",
-           "gemm_cublas_margin": "off", "gemm_dynamic_m": "560,1024", "gemm_precompile_in_process": "yes",
-           "gemm_model": "analytical", "gemm_device": "NVIDIA H100 80GB HBM3"}
+           "gemm_cublas_margin": "off", "gemm_dynamic_m": "560,1024", "gemm_dynamic_buckets": "4096, 1024",
+           "gemm_precompile_in_process": "yes", "gemm_model": "analytical",
+           "gemm_device": "NVIDIA H100 80GB HBM3"}
     assert set(raw) == set(options.KNOBS)
     assert knobs_in_a_fresh_process() == {knob: default for knob, (_, default) in options.KNOBS.items()}
     assert knobs_in_a_fresh_process(**{options.env_name(knob): text for knob, text in raw.items()}) == {
         "kernel_lut_path": os.path.expanduser("~/lut.json"), "gemm_topk": "SAME", "gemm_auto_topk_cap": 5,
-        "gemm_cublas_margin": None, "gemm_dynamic_m": (560, 1024), "gemm_precompile_in_process": True,
+        "gemm_cublas_margin": None, "gemm_dynamic_m": (560, 1024), "gemm_dynamic_buckets": (1024, 4096),
+        "gemm_precompile_in_process": True,
         "gemm_model": "analytical", "gemm_device": "h100"}
 
 

@@ -15,7 +15,7 @@ import kernel_select.inductor as inductor
 
 OFFLINE = Path(__file__).resolve().parents[2] / "kernel_select" / "offline"
 PUBLIC = {"install", "uninstall", "enabled", "max_autotune_options", "gemm_autotune_options",
-          "record_autotuning", "eager_parity_patches", "record"}
+          "record_autotuning", "eager_parity_patches", "record", "bucketed", "lowered_gemms"}
 
 
 def inductor_uses(source: str) -> tuple[list[str], list[str]]:

@@ -48,7 +48,7 @@ def test_linear_and_conv1d_weights_give_their_layouts_and_sizes():
 
 @pytest.mark.parametrize("weights", [OUT_IN, IN_OUT])
 def test_layer_gemms_agree_with_what_pretune_discovers(weights, monkeypatch):
-    from kernel_select.offline.serving import pretune
+    from kernel_select.offline.serving import discovery
 
     torch.manual_seed(0)
     monkeypatch.setitem(architectures.TOKENS, "decoder-llm", {"train": (48,)})
@@ -61,7 +61,7 @@ def test_layer_gemms_agree_with_what_pretune_discovers(weights, monkeypatch):
             return torch.nn.functional.linear(x, weight, bias)
         return torch.addmm(bias, x, weight)
 
-    sites = pretune.discover(layer, (torch.randn(48, 64, requires_grad=True),), {0: (0, 16, 4096)},
+    sites = discovery.discover(layer, (torch.randn(48, 64, requires_grad=True),), {0: (0, 16, 4096)},
                              backward=True)
     discovered = {(s.problem.m, s.problem.n, s.problem.k, s.layout) for s in sites}
     assert discovered == {(g.m, g.n, g.k, g.layout) for g in layer_gemms(toy)}

@@ -52,7 +52,7 @@ def test_a_training_step_adds_its_backward_gemms() -> None:
 
 
 def fake_benchmark(problem: Problem, configs: list[GemmConfig], device: object,
-                   layout: str) -> dict[str, float]:
+                   layout: str, dynamic: str | None = None) -> dict[str, float]:
     """cuBLAS wins the GEMMs with N < 32, the model's first config the others."""
     timings = {c.short(): 1.0 + i for i, c in enumerate(configs)}
     timings[ATEN] = 0.5 if problem.n < 32 else 3.0

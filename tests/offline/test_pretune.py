@@ -12,7 +12,7 @@ from kernel_select.configs import GemmConfig
 from kernel_select.device import get_device
 from kernel_select.errors import KernelSelectError
 from kernel_select.lut import ATEN, load_lut, lut_from_rows
-from kernel_select.offline.serving import pretune
+from kernel_select.offline.serving import crossovers, discovery, pretune
 from kernel_select.problem import Problem, spread_ms
 from tests.inductor_doubles import FakeModel
 from tests.synthetic import constant_gate
@@ -28,18 +28,18 @@ def linear_factory():  # noqa: ANN201 -- the user's program: Linear 3420 -> 1280
 
 def test_discovery_finds_forward_and_backward_gemms_and_their_dynamic_dimension():
     module, inputs, dynamic = linear_factory()
-    sites = pretune.discover(module, inputs, dynamic, backward=True)
+    sites = discovery.discover(module, inputs, dynamic, backward=True)
     by_op = {(s.problem.op, s.problem.n, s.problem.k): s for s in sites}
     forward = by_op[("addmm", 32, 64)]
     assert forward.problem.m == 96 and forward.dynamic is None  # 2 x 48 rows: not the size itself
-    sites = pretune.discover(module, inputs, {0: (1, 16, 4096)}, backward=False)
+    sites = discovery.discover(module, inputs, {0: (1, 16, 4096)}, backward=False)
     assert len(sites) == 1
 
 
 def test_a_dynamic_m_and_a_dynamic_k_are_told_apart():
     x = torch.randn(48, 64, requires_grad=True)
     module = torch.nn.Linear(64, 32)
-    sites = pretune.discover(module, (x,), {0: (0, 16, 4096)}, backward=True)
+    sites = discovery.discover(module, (x,), {0: (0, 16, 4096)}, backward=True)
     dynamic = {(s.problem.op, s.problem.m, s.problem.n, s.problem.k): s.dynamic for s in sites}
     assert dynamic[("addmm", 48, 32, 64)] == "m"  # forward: rows follow the sequence length
     assert dynamic[("mm", 48, 64, 32)] == "m"  # grad input
@@ -51,32 +51,32 @@ def test_a_dynamic_m_and_a_dynamic_k_are_told_apart():
 
 
 def test_load_factory_checks_its_spec():
-    assert pretune.load_factory("tests.offline.test_pretune:linear_factory")[2] == {0: (1, 16, 4096)}
+    assert discovery.load_factory("tests.offline.test_pretune:linear_factory")[2] == {0: (1, 16, 4096)}
     for bad in ("nocolon", "no.such.module:f", "tests.offline.test_pretune:missing"):
         with pytest.raises(KernelSelectError, match="--model"):
-            pretune.load_factory(bad)
+            discovery.load_factory(bad)
 
 
 def test_shapes_files_name_sites(tmp_path: Path):
     path = tmp_path / "shapes.json"
     path.write_text(json.dumps([{"op": "mm", "n": 1280, "k": 3420, "m": {"min": 560, "max": 8192}},
                                 {"op": "mm", "n": 64, "k": 64, "m": 128, "dtype": "float16"}]))
-    ranged, static = pretune.load_shapes(path)
+    ranged, static = discovery.load_shapes(path)
     assert (ranged.dynamic, ranged.low, ranged.high, ranged.layout) == ("m", 560, 8192, "nn")
     assert ranged.buckets(5) == spread_ms(560, 8192) and static.buckets(5) == (128,)
     path.write_text('[{"n": 1}]')
     with pytest.raises(KernelSelectError, match=r"entry \[0\]"):
-        pretune.load_shapes(path)
+        discovery.load_shapes(path)
     path.write_text(json.dumps([{"n": 64, "k": 64, "m": 128, "layout": "nt"},
                                 {"n": 64, "k": 64, "m": 128, "layout": "x"}]))
     with pytest.raises(KernelSelectError, match=r"entry \[1\].*layout 'x'"):
-        pretune.load_shapes(path)
+        discovery.load_shapes(path)
 
 
 def test_shapes_files_name_k_dynamic_sites_and_refuse_two_dynamic_sizes(tmp_path: Path):
     path = _write(tmp_path / "shapes.json", [{"n": 3420, "m": 1280, "k": {"min": 560, "max": 8192}},
                                              {"n": 64, "m": 32, "k": {"min": 48, "max": 48}}])
-    weight_gradient, fixed = pretune.load_shapes(path)
+    weight_gradient, fixed = discovery.load_shapes(path)
     assert (weight_gradient.dynamic, weight_gradient.low, weight_gradient.high) == ("k", 560, 8192)
     assert weight_gradient.problem == Problem(1280, 3420, 8192, "bfloat16")
     assert weight_gradient.at(1024) == Problem(1280, 3420, 1024, "bfloat16")
@@ -84,72 +84,95 @@ def test_shapes_files_name_k_dynamic_sites_and_refuse_two_dynamic_sizes(tmp_path
     both = {"n": 64, "m": {"min": 1, "max": 8}, "k": {"min": 1, "max": 8}}
     _write(path, [{"n": 64, "m": 32, "k": 64}, both])
     with pytest.raises(KernelSelectError, match=r"entry \[1\].*m and k are both ranges"):
-        pretune.load_shapes(path)
+        discovery.load_shapes(path)
 
 
-def test_the_choice_minimizes_the_geometric_mean_ratio_over_buckets():
-    timings = {560: {"a": 1.0, "b": 1.05, "aten": 1.5}, 8192: {"a": 3.0, "b": 1.1, "aten": 1.0}}
-    label, geomean, ratios = pretune.choose(timings)
-    assert label == "b" and ratios == pytest.approx({560: 1.05, 8192: 1.1})
-    assert geomean == pytest.approx((1.05 * 1.1) ** 0.5)
-    with pytest.raises(KernelSelectError):
-        pretune.choose({1: {"a": 1.0}, 2: {"b": 1.0}})
+def test_a_bucket_pins_the_best_geometric_mean_among_the_choices_within_tolerance():
+    measured = {560: {"a": 1.0, "b": 1.019, "c": 1.5, "aten": 1.6},
+                1024: {"a": 1.03, "b": 1.019, "c": 1.0, "aten": 1.1}}
+    # "a" is 3% off at 1024 and "c" 50% at 560: out at 2%, although their geometric means are better
+    (pin,) = pretune.bucket_pins(measured, [(560, 1024)], 560, 2047, tolerance=0.02)
+    assert (pin.low, pin.high, pin.label) == (560, 2047, "b")
+    assert pin.ratios == pytest.approx({560: 1.019, 1024: 1.019}) and pin.geomean == pytest.approx(1.019)
+    (loose,) = pretune.bucket_pins(measured, [(560, 1024)], 560, 2047, tolerance=0.05)
+    assert loose.label == "a"  # within 5% everywhere, and the best geometric mean then
+
+
+def test_buckets_split_where_the_pin_changes_and_merge_where_it_does_not():
+    measured = {100: {"a": 1.0, "b": 1.5}, 200: {"a": 1.0, "b": 1.5}, 400: {"a": 1.5, "b": 1.0}}
+    pins = pretune.bucket_pins(measured, [(100,), (200,), (400,)], 64, 1000, tolerance=0.02)
+    edge = crossovers.edge(200, 400)
+    assert [(p.low, p.high, p.label) for p in pins] == [(64, edge - 1, "a"), (edge, 1000, "b")]
+    assert sorted(pins[0].ratios) == [100, 200]  # the merged bucket keeps both measurements
 
 
 def test_candidates_are_the_union_of_the_per_bucket_top_k():
-    site = pretune.Site(Problem(560, 1280, 3420, "bfloat16"), "m", 560, 8192)
+    site = discovery.Site(Problem(560, 1280, 3420, "bfloat16"), "m", 560, 8192)
     configs = pretune.candidates(site, site.buckets(3), 4, FakeModel(), H100)
     assert 4 <= len(configs) <= 12 and len(set(configs)) == len(configs)
 
 
-def test_a_run_writes_pins_with_ranges_and_resumes(tmp_path: Path):
-    sites = [pretune.Site(Problem(560, 1280, 3420, "bfloat16"), "m", 560, 8192, "nt"),
-             pretune.Site(Problem(1280, 3420, 560, "bfloat16"), "k", 560, 8192)]
+def test_a_run_writes_pins_per_bucket_with_ranges_and_resumes(tmp_path: Path):
+    sites = [discovery.Site(Problem(560, 1280, 3420, "bfloat16"), "m", 560, 8192, "nt"),
+             discovery.Site(Problem(1280, 3420, 560, "bfloat16"), "k", 560, 8192)]
     calls = []
 
     def fake_benchmark(problem: Problem, configs: list[GemmConfig],
-                       device, layout: str) -> dict[str, float]:  # noqa: ANN001
-        calls.append((problem, layout))
+                       device, layout: str, dynamic=None) -> dict[str, float]:  # noqa: ANN001
+        calls.append((problem, layout, dynamic))
         timings = {c.short(): 1.0 + i * 0.1 for i, c in enumerate(configs)}
-        # cuBLAS wins the weight gradient (N=3420) at the two big-K buckets, loses it at K=560
-        timings[ATEN] = 0.5 if problem.n == 3420 and problem.k > 2000 else 2.0
+        # cuBLAS wins the weight gradient (N=3420) from K = 2000 on, loses it below
+        timings[ATEN] = 0.5 if problem.n == 3420 and problem.k >= 2000 else 2.0
         return timings
 
     out = tmp_path / "serving.json"
-    summary = pretune.pretune(sites, out=out, device=H100, model=FakeModel(), k=2, points=3,
+    summary = pretune.pretune(sites, out=out, device=H100, model=FakeModel(), k=2, points=3, refine=2,
                               benchmark=fake_benchmark, progress=False)
     lut = load_lut(out)
     forward = Problem(2048, 1280, 3420, "bfloat16", layout="nt")
     assert isinstance(lut.pinned(forward, "h100"), GemmConfig)
     assert lut.match(Problem(2048, 1280, 3420, "bfloat16", layout="nn"), "h100") is None  # for "nt" only
-    assert lut.match(forward, "h100").m_bounds == (560, 8192)
+    assert lut.match(forward, "h100").m_bounds == (560, 8192)  # one pin over every bucket: one entry
     assert "kernel-select pretune" in lut.match(forward, "h100").note
-    # The weight gradient: ONE entry over the K range, its choice the best geometric mean over the
-    # buckets 560/2142/8192: aten (ratios 2, 1, 1) over the best Triton config (1, 2, 2), although
-    # the K=560 bucket alone would have pinned Triton.
-    weight_gradient = lut.match(Problem(1280, 3420, 560, "bfloat16"), "h100")
-    assert weight_gradient.k_bounds == (560, 8192) and weight_gradient.m_bounds == (1280, 1280)
-    for k in (560, 1000, 2048, 2143, 8192):  # every compile's hint, not only the buckets
-        assert lut.match(Problem(1280, 3420, k, "bfloat16"), "h100") == weight_gradient
+    # The weight gradient: timed at 560/2142/8192, then at the middles of the gap 1095 and 1531,
+    # where Triton still wins; its bucket edge lies in the middle of what is left, 1531..2142.
+    edge = crossovers.edge(1531, 2142)
+    assert [problem.k for problem, _, _ in calls if problem.n == 3420] == [560, 2142, 8192, 1095, 1531]
+    small, large = (lut.match(Problem(1280, 3420, k, "bfloat16"), "h100") for k in (560, 8192))
+    assert small.k_bounds == (560, edge - 1) and large.k_bounds == (edge, 8192)
+    assert isinstance(small.pin, GemmConfig) and large.pin == ATEN and small.m_bounds == (1280, 1280)
+    for k in (560, 1000, edge - 1):  # every compile's hint in the bucket, not only the timed lengths
+        assert lut.match(Problem(1280, 3420, k, "bfloat16"), "h100") == small
     assert lut.match(Problem(1280, 3420, 8193, "bfloat16"), "h100") is None
-    assert weight_gradient.layout == "nn"  # written, not left out: a layout-less entry serves every layout
-    assert lut.pinned(Problem(1280, 3420, 1024, "bfloat16"), "h100") == ATEN
-    assert summary["entries"] == 2 and len(calls) == 6
-    assert [site["pin"] for site in summary["sites"]][1] == ATEN
-    assert [layout for _, layout in calls] == ["nt"] * 3 + ["nn"] * 3  # each site's own layout
+    assert small.layout == "nn"  # written, not left out: a layout-less entry serves every layout
+    assert summary["entries"] == 3 and summary["gemm_dynamic_buckets"] == [560, edge, 8193]
+    assert lut.bucket_edges("h100") == (560, edge, 8193)  # what serving's bucketed() reads
+    weight_gradient = summary["sites"][1]
+    assert weight_gradient["pin"] == "per bucket"
+    assert [b["pin"] for b in weight_gradient["buckets"]][1] == ATEN
+    assert [layout for _, layout, _ in calls][:3] == ["nt"] * 3 and {d for _, _, d in calls} == {"m", "k"}
     pretune.pretune(sites, out=out, device=H100, model=FakeModel(), k=2, points=3, benchmark=fake_benchmark,
                     progress=False)
-    assert len(calls) == 6  # resumed from OUT.progress.json: nothing measured twice
+    assert len(calls) == 10  # resumed from OUT.progress.json: nothing measured twice
+
+
+def test_a_pointwise_epilogue_charges_aten_its_separate_kernel():
+    from kernel_select.model.cublas import Epilogue, POINTWISE_KERNEL_MS
+
+    timings = {ATEN: 0.005, "64x64x32 s3 w4": 0.0055}
+    fused = discovery.Site(Problem(64, 64, 64), epilogue=Epilogue(separate_pointwise=True))
+    assert pretune.charged(timings, fused)[ATEN] == pytest.approx(0.005 + POINTWISE_KERNEL_MS)
+    assert pretune.charged(timings, discovery.Site(Problem(64, 64, 64))) == timings
 
 
 def test_a_gemm_inductor_does_not_autotune_is_left_out_not_fatal(tmp_path: Path):
     """A tiny float32 GEMV (a rotary embedding's) gets no autotuning: nothing to pin, so the LUT
     pins the others; a run where Inductor autotuned nothing at all is an error."""
-    gemv = pretune.Site(Problem(64, 1, 1, "float32", op="bmm", batch=1))
-    linear = pretune.Site(Problem(8, 4096, 4096, "bfloat16"), layout="nt")
+    gemv = discovery.Site(Problem(64, 1, 1, "float32", op="bmm", batch=1))
+    linear = discovery.Site(Problem(8, 4096, 4096, "bfloat16"), layout="nt")
 
     def fake_benchmark(problem: Problem, configs: list[GemmConfig],
-                       device, layout: str) -> dict[str, float]:  # noqa: ANN001
+                       device, layout: str, dynamic=None) -> dict[str, float]:  # noqa: ANN001
         if problem.dtype == "float32":
             raise pretune.NotAutotunedError(f"{problem}: Inductor benchmarked nothing for it")
         return {ATEN: 1.0, **{c.short(): 2.0 for c in configs}}
@@ -168,12 +191,12 @@ def test_a_gemm_inductor_does_not_autotune_is_left_out_not_fatal(tmp_path: Path)
 def test_a_gemm_the_gate_sends_to_cublas_is_pinned_to_aten_without_a_benchmark(tmp_path: Path):
     """The handler's cuBLAS decision, clauses included: at a predicted ratio of 0.9 (inside the 0.15
     margin) a plain mm is benchmarked, a biased Linear's addmm goes to cuBLAS, as serving would send it."""
-    linear = pretune.Site(Problem(560, 1280, 3420, "bfloat16", op="addmm"), "m", 560, 8192, "nt")
-    plain = pretune.Site(Problem(560, 1280, 3420, "bfloat16"), "m", 560, 8192, "nt")
+    linear = discovery.Site(Problem(560, 1280, 3420, "bfloat16", op="addmm"), "m", 560, 8192, "nt")
+    plain = discovery.Site(Problem(560, 1280, 3420, "bfloat16"), "m", 560, 8192, "nt")
     benchmarked = []
 
     def fake_benchmark(problem: Problem, configs: list[GemmConfig],
-                       device, layout: str) -> dict[str, float]:  # noqa: ANN001
+                       device, layout: str, dynamic=None) -> dict[str, float]:  # noqa: ANN001
         benchmarked.append(problem.op)
         return {ATEN: 2.0, **{c.short(): 1.0 for c in configs}}  # Inductor's timing: Triton faster
 
@@ -195,7 +218,7 @@ def test_a_gemm_the_gate_sends_to_cublas_is_pinned_to_aten_without_a_benchmark(t
 def test_the_serving_bench_compares_each_length_with_the_fastest_method(tmp_path: Path):
     from kernel_select.offline.serving import serving_bench
 
-    sites = pretune.load_shapes(_write(tmp_path / "s.json", serving_bench.shapes()))
+    sites = discovery.load_shapes(_write(tmp_path / "s.json", serving_bench.shapes()))
     assert [s.dynamic for s in sites] == ["m", "m", "k"]
     assert {(s.low, s.high) for s in sites} == {(serving_bench.LOW, serving_bench.HIGH)}
     per_method = {"a": {"compile_s": 1.0, "benchmarks": 0,
@@ -246,7 +269,7 @@ def test_the_serving_harness_shapes_use_the_layouts_pretune_discovers_for_the_pr
         return x @ weight.t()
 
     x = torch.randn(48, 64, requires_grad=True)
-    sites = pretune.discover(step, (x,), {0: (0, 16, 4096)}, backward=True)
+    sites = discovery.discover(step, (x,), {0: (0, 16, 4096)}, backward=True)
     discovered = {(s.problem.m, s.problem.n, s.problem.k): s.layout for s in sites}
     for gemm, (m, n, k) in {"forward": (48, 32, 64), "grad_input": (48, 64, 32),
                             "grad_weight": (32, 64, 48)}.items():
@@ -271,14 +294,14 @@ def _write(path: Path, value: object) -> Path:
     return path
 
 
-def _serving_bench_sites(tmp_path: Path) -> list[pretune.Site]:
+def _serving_bench_sites(tmp_path: Path) -> list[discovery.Site]:
     from kernel_select.offline.serving import serving_bench
 
-    return pretune.load_shapes(_write(tmp_path / "shapes.json", serving_bench.shapes()))
+    return discovery.load_shapes(_write(tmp_path / "shapes.json", serving_bench.shapes()))
 
 
 def _fastest_first(problem: Problem, configs: list[GemmConfig], device,  # noqa: ANN001
-                   layout: str) -> dict[str, float]:
+                   layout: str, dynamic=None) -> dict[str, float]:
     """A stand-in for the GPU benchmark: the model's first candidate is the fastest."""
     return {**{c.short(): 1.0 + i * 0.1 for i, c in enumerate(configs)}, ATEN: 1.05}
 

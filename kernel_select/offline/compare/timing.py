@@ -25,9 +25,10 @@ def input_copies(bytes_per_call: int, l2_bytes: int) -> int:
     return max(2, min(MAX_INPUT_COPIES, math.ceil(L2_MULTIPLE * l2_bytes / bytes_per_call)))
 
 
-def kernel_ms(fns: dict[str, Callable[..., Any]], inputs: list[tuple[Any, Any]], *, samples: int = 30,
-               min_sample_ms: float = 2.0) -> tuple[dict[str, float], str]:
-    """Median per-call time of each fn over back-to-back calls that rotate through `inputs`.
+def kernel_ms(fns: dict[str, Callable[..., Any]], inputs: list[tuple[Any, ...]], *, samples: int = 30,
+              min_sample_ms: float = 2.0) -> tuple[dict[str, float], str]:
+    """Median per-call time of each fn over back-to-back calls that rotate through `inputs` (each a
+    tuple of a call's arguments).
 
     The functions' samples are interleaved (a sample of each, then the next round), so slow drift
     in clocks or temperature affects them alike and their ratio stays honest.
@@ -63,25 +64,25 @@ def kernel_ms(fns: dict[str, Callable[..., Any]], inputs: list[tuple[Any, Any]],
     return {name: statistics.median(values) for name, values in per_call.items()}, timing
 
 
-def _launches(fn: Callable[..., Any], inputs: list[tuple[Any, Any]]) -> Callable[[], None]:
+def _launches(fn: Callable[..., Any], inputs: list[tuple[Any, ...]]) -> Callable[[], None]:
     def replay() -> None:
-        for a, b in inputs:
-            fn(a, b)
+        for args in inputs:
+            fn(*args)
 
     return replay
 
 
-def _capture(fn: Callable[..., Any], inputs: list[tuple[Any, Any]]) -> Callable[[], None]:
+def _capture(fn: Callable[..., Any], inputs: list[tuple[Any, ...]]) -> Callable[[], None]:
     import torch
 
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):  # warm-up off the capture stream, as CUDA graphs require
-        for a, b in inputs[:3]:
-            fn(a, b)
+        for args in inputs[:3]:
+            fn(*args)
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for a, b in inputs:
-            fn(a, b)
+        for args in inputs:
+            fn(*args)
     return graph.replay

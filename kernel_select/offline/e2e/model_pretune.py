@@ -33,14 +33,14 @@ MODULE = "kernel_select.offline.e2e.model_pretune"
 
 
 def discover_sites(workload: Any) -> list[Any]:
-    """The distinct GEMMs one eager step of `workload` runs (`pretune.Site`s, static shapes).
+    """The distinct GEMMs one eager step of `workload` runs (`discovery.Site`s, static shapes).
 
     The step is the callable pretune's recorder runs: it takes no inputs and, for a training
     workload, already runs backward and the optimizer, so pretune's own backward pass stays off.
     """
-    from kernel_select.offline.serving import pretune
+    from kernel_select.offline.serving import discovery
 
-    return pretune.discover(workload.make_step(workload.module), (), {}, backward=False)
+    return discovery.discover(workload.make_step(workload.module), (), {}, backward=False)
 
 
 def make_pinned_lut(spec: dict[str, Any], *, device_spec: Any = None, benchmark: Any = None,

@@ -1,53 +1,73 @@
-"""Serving measurement on a GPU: one process per method, fresh caches.
+"""Serving measurement on a GPU: compile time, benchmarks and kernel time per sequence length.
 
-    python -m kernel_select.offline.serving.serving_bench --out results/serving_h100.json
+A program is served at many sequence lengths, one fresh process per method, and again with the
+Triton cache the first left (a serving restart):
 
-The program is the first user's: nn.Linear(3420 -> 1280) in bf16, its forward GEMM and both
-backward GEMMs (grad input, grad weight) in one compiled function, the sequence length marked
-dynamic (560..8192) and served at 560, 1024, 2048, 4096, 8192. Methods: eager, mode="default",
-stock max-autotune, kernel_select top-4 with dynamic ranking (under the mode, and as README's recipe:
-GEMM-only options with precompile_in_process), and the pretuned pinned LUT (made
-first with `pretune` on the same GEMMs unless --lut names one). Per method: compile wall time
-(all first calls), autotune benchmarks run (choices Inductor timed), and per length the kernel
-time (CUDA-graph replays over L2-cold input copies, offline.compare.timing).
+    python -m kernel_select.offline.serving.serving_bench --program seed --warm all \
+        --out results/serving_h100.json
 
-`best_ms` per length is the harness's best for the step when `--harness` names a parquet that
+Programs (programs.py): `seed`, the first user's Linear(3420 -> 1280) step (forward, grad input,
+grad weight) at 560..8192; `decoder`, a Llama-3-8B-width decoder layer's prefill at 128..8192.
+
+Methods, each in its own process with empty Inductor and Triton caches (`--methods`):
+  eager           no compile
+  default         mode="default", the length marked dynamic
+  max_autotune    stock mode="max-autotune-no-cudagraphs", the length marked dynamic
+  stock_gemm      stock GEMM-only autotuning (gemm_autotune_options), the length marked dynamic
+  topk4_dynamic   kernel_select top-4 ranked over the whole range, one graph
+  topk4_buckets   kernel_select top-4, one graph per length bucket (kernel_select.inductor.bucketed:
+                  each bucket ranked over its range and benchmarked at its middle); the buckets of
+                  `--edges`, else three log-spaced over the range (no pretune needed)
+  pinned_lut      the pinned LUT served by one graph (one kernel per GEMM for every length)
+  pinned_buckets  the pinned LUT served by one graph per bucket (each bucket its pins)
+The pinned LUT comes from `kernel-select pretune --model` on the program (its compiled graph,
+per-bucket pins) unless `--lut` names one. Methods that take a strict range per bucket compile
+without shape padding (its guard on the length would split a bucket, docs/guide.md).
+
+Per method: compile wall time (all first calls), graphs Dynamo compiled, autotune benchmarks run
+(choices Inductor timed), and per length the kernel time (CUDA-graph replays over L2-cold input
+copies, offline.compare.timing). The methods named by `--warm` run again in a new process that
+finds the Triton cache of their first run (Inductor's caches still off): `compile_warm_s`, and
+`triton_compile_s` = compile_s - compile_warm_s, the part of the compile that was Triton's.
+
+`best_ms` per length, seed program: the harness's best when `--harness` names a parquet that
 `kernel-select bench` wrote for `--harness-shapes` (the sum over the step's three GEMMs of the
-fastest Triton config or cuBLAS, each timed alone in the operand layout the program runs it in:
-forward x @ W.t() "nt", grad input grad_y @ W "nn", grad weight grad_y.t() @ x "tn", as pretune
-discovers them), else the fastest measured method at that length; `best_source` says which.
+fastest Triton config or cuBLAS, each timed alone in the operand layout the program runs it in),
+else the fastest measured method at that length; `best_source` says which. The decoder layer runs
+attention and norms beside its GEMMs, so its best is the fastest method.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-LENGTHS = (560, 1024, 2048, 4096, 8192)
-LOW, HIGH = 560, 8192
-IN_FEATURES, OUT_FEATURES = 3420, 1280
-METHODS = ("eager", "default", "max_autotune", "topk4_dynamic", "topk4_dynamic_gemm", "pinned_lut")
+from kernel_select.offline.serving.programs import (IN_FEATURES, LAYOUTS, OUT_FEATURES, PROGRAMS, SEED,
+                                                    Program, gemm_sizes)
+
+LENGTHS, LOW, HIGH = SEED.lengths, SEED.low, SEED.high
+METHODS = ("eager", "default", "max_autotune", "stock_gemm", "topk4_dynamic", "topk4_buckets",
+           "pinned_lut", "pinned_buckets")
+DEFAULT_METHODS = ("eager", "default", "max_autotune", "topk4_buckets", "pinned_buckets")
+PINNED = frozenset({"pinned_lut", "pinned_buckets"})
+BUCKETED = frozenset({"topk4_buckets", "pinned_buckets"})
+#: A method's process may take this long (a stock max-autotune of the decoder layer is the longest).
+METHOD_TIMEOUT_S = 480
+
+__all__ = ["IN_FEATURES", "LAYOUTS", "OUT_FEATURES", "gemm_sizes"]  # the seed program's, for callers
 
 
-#: Each GEMM's operand layout in the program (`_program`): the layouts pretune discovers from the
-#: operands' strides for the same Linear.
-LAYOUTS = {"forward": "nt", "grad_input": "nn", "grad_weight": "tn"}
-
-
-def gemm_sizes(length: int) -> dict[str, tuple[int, int, int]]:
-    """The step's GEMMs at sequence length `length`: name -> (m, n, k)."""
-    return {"forward": (length, OUT_FEATURES, IN_FEATURES),  # x @ W^T
-            "grad_input": (length, IN_FEATURES, OUT_FEATURES),  # grad_y @ W
-            "grad_weight": (OUT_FEATURES, IN_FEATURES, length)}  # grad_y^T @ x
-
+# -- what pretune and the harness measure (pure) -------------------------------------------------------
 
 def shapes() -> list[dict[str, Any]]:
-    """The program's GEMMs as a pretune shapes file, one pinned entry each over the length range:
+    """The seed program's GEMMs as a pretune shapes file, one pinned entry each over the length range:
     forward and grad input have the length as M (an m range), the grad weight has it as K (a k
     range), so every compile's hint finds its pin."""
     length = {"min": LOW, "max": HIGH}
@@ -57,16 +77,17 @@ def shapes() -> list[dict[str, Any]]:
 
 
 def harness_shapes() -> list[dict[str, Any]]:
-    """The step's three GEMMs at every served length, each in the layout the program runs it in,
-    as a `kernel-select bench` shapes file."""
+    """The seed step's three GEMMs at every served length, each in the layout the program runs it
+    in, as a `kernel-select bench` shapes file."""
     return [{"m": m, "n": n, "k": k, "dtype": "bfloat16", "layout": LAYOUTS[gemm],
              "source": f"serving {gemm} L={length}"}
             for length in LENGTHS for gemm, (m, n, k) in gemm_sizes(length).items()]
 
 
 def harness_best(rows: Any) -> dict[str, float]:
-    """Per served length, the sum over its three GEMMs of the fastest timed choice in `rows` (a
-    bench DataFrame) in the GEMM's own layout; a length with a GEMM missing from `rows` is left out."""
+    """Per served length of the seed program, the sum over its three GEMMs of the fastest timed
+    choice in `rows` (a bench DataFrame) in the GEMM's own layout; a length with a GEMM missing
+    from `rows` is left out."""
     timed = rows[rows["status"].isin(("ok", "capped")) & rows["runtime_ms"].notna()]
     fastest = timed.groupby(["m", "n", "k", "layout"])["runtime_ms"].min().to_dict()
     best = {}
@@ -78,97 +99,213 @@ def harness_best(rows: Any) -> dict[str, float]:
     return best
 
 
-def _program():  # noqa: ANN202 -- (fn(x, grad_y), weight)
+def default_edges(program: Program) -> tuple[int, ...]:
+    """Buckets for topk4_buckets without a LUT: three log-spaced buckets over the program's range."""
+    from kernel_select.buckets import edges_of_ranges
+    from kernel_select.problem import spread_ms
+
+    points = spread_ms(program.low, program.high, 4)
+    return edges_of_ranges([(points[0], points[1] - 1), (points[1], points[2] - 1),
+                            (points[2], program.high)])
+
+
+# -- one method, in a fresh process (GPU) ----------------------------------------------------------
+
+def run_method(program: Program, method: str, lut: str | None, samples: int, *,
+               edges: tuple[int, ...] | None = None, timing: bool = True) -> dict[str, Any]:
+    """Measure one method on `program` in this (fresh) process."""
     import torch
-
-    weight = torch.randn(OUT_FEATURES, IN_FEATURES, device="cuda", dtype=torch.bfloat16) / IN_FEATURES**0.5
-
-    def step(x, grad_y):  # noqa: ANN001, ANN202 -- forward, grad input, grad weight
-        return x @ weight.t(), grad_y @ weight, grad_y.t() @ x
-
-    return step
-
-
-def run_method(method: str, lut: str | None, samples: int) -> dict[str, Any]:
-    """Measure one method in this (fresh) process."""
-    import torch
+    from torch._dynamo.utils import counters
 
     import kernel_select.inductor as ks_inductor
     from kernel_select.offline.compare.timing import input_copies, kernel_ms
 
     torch.compiler.config.force_disable_caches = True
-    step = _program()
-    fn, handler = step, None
-    if method == "default":
-        fn = torch.compile(step)
-    elif method != "eager":
-        options = ks_inductor.max_autotune_options()
-        if method == "topk4_dynamic":
-            handler = ks_inductor.install(gemm_topk=4, gemm_dynamic_m=f"{LOW}..{HIGH}")
-        elif method == "topk4_dynamic_gemm":  # CUDA graphs off, as for every method here
-            handler = ks_inductor.install(gemm_topk=4, gemm_dynamic_m=f"{LOW}..{HIGH}",
-                                          gemm_precompile_in_process=True)
-            # Shape padding off: on torch 2.11 its heuristic guards the length below 1280 and splits
-            # the dynamic graph in three (docs/guide.md, "Serving: dynamic shapes and pinned LUTs").
-            options = ks_inductor.gemm_autotune_options(cudagraphs=False, shape_padding=False)
-        elif method == "pinned_lut":
-            handler = ks_inductor.install(kernel_lut_path=lut)
-        fn = torch.compile(step, options=options)
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    fn, handler, bucketed = _compiled(program, method, lut, edges)
+    # Without a GPU (a program built on the CPU, for tests) compile times are still measured.
+    synchronize = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     result: dict[str, Any] = {"compile_s": 0.0, "benchmarks": 0, "lengths": {}}
-    with ks_inductor.record_autotuning() as records:
-        for length in LENGTHS:
-            x = torch.randn(length, IN_FEATURES, device="cuda", dtype=torch.bfloat16)
-            grad_y = torch.randn(length, OUT_FEATURES, device="cuda", dtype=torch.bfloat16)
-            # As the user did: no range. Tracing guards the length below N = 1280 (a strict
-            # 560..8192 range fails there), so lengths >= 1280 compile a second dynamic graph.
-            torch._dynamo.mark_dynamic(x, 0)
-            torch._dynamo.mark_dynamic(grad_y, 0)
+    graphs_before = int(counters["stats"]["unique_graphs"])
+    with ks_inductor.record_autotuning() as records, torch.no_grad():
+        for length in program.lengths:
+            args = program.inputs(length)
+            if method != "eager" and bucketed is None:  # as the user did: the length dynamic, no range
+                for index, dim in program.dims.items():
+                    torch._dynamo.mark_dynamic(args[index], dim)
             start = time.perf_counter()
-            fn(x, grad_y)
-            torch.cuda.synchronize()
-            result["compile_s"] += time.perf_counter() - start if method != "eager" else 0.0
-            bytes_per_call = 2 * length * (IN_FEATURES + OUT_FEATURES)
-            copies = [(x.clone(), grad_y.clone()) for _ in range(input_copies(bytes_per_call, l2))]
-            times, timing = kernel_ms({method: fn}, copies, samples=samples)
-            result["lengths"][str(length)] = {"kernel_ms": times[method], "timing": timing}
+            fn(*args)
+            synchronize()
+            first_call_s = time.perf_counter() - start
+            result["compile_s"] += first_call_s if method != "eager" else 0.0
+            entry: dict[str, Any] = {"first_call_s": first_call_s}
+            if timing:
+                l2 = torch.cuda.get_device_properties(0).L2_cache_size
+                copies = [tuple(a.clone() for a in args)
+                          for _ in range(input_copies(program.bytes_per_call(length), l2))]
+                times, entry["timing"] = kernel_ms({method: fn}, copies, samples=samples)
+                entry["kernel_ms"] = times[method]
+                del copies
+            result["lengths"][str(length)] = entry
+    result["graphs"] = int(counters["stats"]["unique_graphs"]) - graphs_before
     result["benchmarks"] = sum(len(r.timings) for r in records)
     result["autotuned_gemms"] = len(records)
     # Which GEMMs were autotuned (a pinned LUT should leave none): their input sizes as Inductor
     # saw them, symbols included, and how many choices each timed.
     result["autotuned"] = [{"op": r.op, "shapes": r.shapes, "choices": len(r.timings)} for r in records]
+    if bucketed is not None:
+        result["edges"] = list(bucketed.edges)
+        result["buckets"] = sorted(str(b) for b in bucketed.seen)
     if handler is not None:
         ks_inductor.uninstall()
     return result
 
 
-def _in_subprocess(method: str, lut: str | None, samples: int, log_dir: Path) -> dict[str, Any]:
+def _compiled(program: Program, method: str, lut: str | None, edges: tuple[int, ...] | None
+              ) -> tuple[Any, Any, Any]:
+    """(what to call, the installed handler or None, the Bucketed wrapper or None) for a method."""
+    import torch
+
+    import kernel_select.inductor as ks_inductor
+
+    model = program.build()
+    if method == "eager":
+        return model, None, None
+    if method == "default":
+        return torch.compile(model), None, None
+    if method == "max_autotune":
+        return torch.compile(model, options=ks_inductor.max_autotune_options()), None, None
+    if method == "stock_gemm":
+        return torch.compile(model, options=ks_inductor.gemm_autotune_options(cudagraphs=False)), None, None
+    # A strict range per bucket needs shape padding off (module doc); the one-graph methods keep it,
+    # as a user who never bucketed would.
+    strict = method in BUCKETED
+    if method.startswith("topk4"):
+        knobs = {"gemm_topk": 4} | ({} if strict else {"gemm_dynamic_m": f"{program.low}..{program.high}"})
+        options = ks_inductor.max_autotune_options(**({"shape_padding": False} if strict else {}))
+    else:
+        knobs = {"kernel_lut_path": lut}
+        options = ks_inductor.gemm_autotune_options(cudagraphs=False, shape_padding=False)
+    handler = ks_inductor.install(**knobs)
+    compiled = torch.compile(model, options=options)
+    if not strict:
+        return compiled, handler, None
+    wrapper = ks_inductor.bucketed(compiled, program.dims, edges=edges)
+    return wrapper, handler, wrapper
+
+
+# -- the run ----------------------------------------------------------------------------------------
+
+def _in_subprocess(program: Program, method: str, args: argparse.Namespace, lut: str | None,
+                   edges: tuple[int, ...] | None, cache: Path, log_dir: Path, *, warm: bool,
+                   timeout_s: float) -> dict[str, Any]:
+    """One worker process, its Inductor and Triton caches in `cache` (empty on the first run)."""
     command = [sys.executable, "-m", "kernel_select.offline.serving.serving_bench", "--worker", method,
-               "--samples", str(samples)] + (["--lut", lut] if lut else [])
-    done = subprocess.run(command, capture_output=True, text=True, timeout=480)
+               "--program", program.name, "--samples", str(args.samples)]
+    command += (["--lut", lut] if lut else []) + (["--edges", ",".join(map(str, edges))] if edges else [])
+    command += ["--no-timing"] if warm else []
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache), "TRITON_CACHE_DIR": str(cache / "triton")}
     log_dir.mkdir(parents=True, exist_ok=True)
-    (log_dir / f"{method}.log").write_text(done.stderr)  # Inductor's AUTOTUNE tables, warnings
+    log = log_dir / f"{method}{'_warm' if warm else ''}.log"
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=env)
+    except subprocess.TimeoutExpired as exc:
+        stderr = exc.stderr or b""
+        log.write_text(stderr.decode(errors="replace") if isinstance(stderr, bytes) else stderr)
+        return {"error": f"timed out after {timeout_s:.0f} s"}
+    log.write_text(done.stderr)  # Inductor's AUTOTUNE tables, warnings
     if done.returncode != 0:
         stderr = done.stderr.strip()
         return {"error": stderr.splitlines()[-1] if stderr else f"exit {done.returncode}"}
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def assemble(per_method: dict[str, dict[str, Any]],
-             harness: dict[str, float] | None = None) -> dict[str, Any]:
+def _pretune(program: Program, lut: Path, args: argparse.Namespace, cache: Path, log_dir: Path,
+             timeout_s: float) -> dict[str, Any]:
+    """`kernel-select pretune` on the program's compiled graph, in its own process and caches."""
+    command = [sys.executable, "-m", "kernel_select.cli", "pretune", "--model", program.factory,
+               "--out", str(lut), "-k", str(args.pretune_k), "--points", str(args.pretune_points),
+               "--refine", str(args.pretune_refine), "--json"]
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache), "TRITON_CACHE_DIR": str(cache / "triton")}
+    start = time.perf_counter()
+    log_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=env)
+    except subprocess.TimeoutExpired:
+        return {"error": f"pretune did not finish in {timeout_s:.0f} s (a rerun resumes from "
+                         f"{lut.name}.progress.json)"}
+    (log_dir / "pretune.log").write_text(done.stderr)
+    if done.returncode != 0:
+        last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"
+        return {"error": f"pretune failed: {last}"}
+    summary = json.loads(done.stdout)
+    return {"pretune_s": time.perf_counter() - start, "lut": str(lut), "entries": summary["entries"],
+            "gemm_dynamic_buckets": summary["gemm_dynamic_buckets"], "sites": summary["sites"]}
+
+
+def measure(program: Program, args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """Pretune if needed, then every method (and its warm run) in its own process, within
+    `--max-seconds`; methods left when the budget is spent are recorded as skipped."""
+    deadline = time.monotonic() + args.max_seconds if args.max_seconds else None
+    log_dir = out.with_name(out.stem + "_logs")
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    lut, pretuned = args.lut, None
+    with tempfile.TemporaryDirectory(prefix="serving-") as tmp:
+        if lut is None and any(m in PINNED for m in methods):
+            lut = str(out.with_name(out.stem + "_pinned_lut.json"))
+            left = deadline - time.monotonic() if deadline else METHOD_TIMEOUT_S
+            pretuned = _pretune(program, Path(lut), args, Path(tmp) / "pretune", log_dir,
+                                timeout_s=min(METHOD_TIMEOUT_S, max(left, 1)))
+            if "error" in pretuned:
+                lut = None
+        edges = args.edges if args.edges is not None else default_edges(program)
+        per_method: dict[str, dict[str, Any]] = {}
+        for method in methods:
+            left = deadline - time.monotonic() if deadline else METHOD_TIMEOUT_S
+            if left < 30:
+                per_method[method] = {"error": "skipped: the run's time budget (--max-seconds) was spent"}
+                continue
+            if method in PINNED and lut is None:
+                per_method[method] = {"error": f"no pinned LUT ({pretuned['error'] if pretuned else 'none'})"}
+                continue
+            cache = Path(tmp) / method
+            method_edges = edges if method == "topk4_buckets" else None
+            result = _in_subprocess(program, method, args, lut, method_edges, cache, log_dir, warm=False,
+                                    timeout_s=min(METHOD_TIMEOUT_S, left))
+            left = deadline - time.monotonic() if deadline else METHOD_TIMEOUT_S
+            warm_wanted = method in args.warm.split(",") or (args.warm == "all" and method != "eager")
+            if warm_wanted and "error" not in result and left >= 30:
+                warm = _in_subprocess(program, method, args, lut, method_edges, cache, log_dir, warm=True,
+                                      timeout_s=min(METHOD_TIMEOUT_S, left))
+                result["warm"] = {key: warm[key] for key in ("compile_s", "benchmarks", "graphs", "error")
+                                  if key in warm}
+            per_method[method] = result
+    return {"per_method": per_method, "lut": lut, "pretune": pretuned}
+
+
+def assemble(per_method: dict[str, dict[str, Any]], harness: dict[str, float] | None = None,
+             program: Program = SEED) -> dict[str, Any]:
     """Results with `best_ms` per length beside each kernel time: the harness's best (`harness`,
-    from `harness_best`) where it covers every length, else the fastest measured method."""
-    fastest = {length: min((r["lengths"][length]["kernel_ms"] for r in per_method.values() if "lengths" in r),
-                           default=None) for length in map(str, LENGTHS)}
-    use_harness = bool(harness) and all(str(length) in harness for length in LENGTHS)
+    from `harness_best`, seed program) where it covers every length, else the fastest measured
+    method; with a warm run, `compile_warm_s` and `triton_compile_s` per method."""
+    lengths = [str(length) for length in program.lengths]
+    fastest = {length: min((r["lengths"][length]["kernel_ms"] for r in per_method.values()
+                            if "kernel_ms" in r.get("lengths", {}).get(length, {})), default=None)
+               for length in lengths}
+    # The harness times the seed step's three GEMMs; other programs run more than GEMMs.
+    use_harness = program is SEED and bool(harness) and all(length in harness for length in lengths)
     best = {length: harness[length] for length in fastest} if use_harness else fastest
     for result in per_method.values():
         for length, entry in result.get("lengths", {}).items():
-            entry["best_ms"] = best[length]
-            entry["ratio_to_best"] = entry["kernel_ms"] / best[length] if best[length] else None
-    return {"program": f"Linear {IN_FEATURES}->{OUT_FEATURES} bf16, forward + grad input + grad weight, "
-                       f"mark_dynamic length {LOW}..{HIGH}",
-            "lengths": list(LENGTHS),
+            if "kernel_ms" in entry:
+                entry["best_ms"] = best.get(length)
+                entry["ratio_to_best"] = entry["kernel_ms"] / best[length] if best.get(length) else None
+        warm = result.get("warm", {})
+        if warm.get("compile_s") is not None:
+            result["compile_warm_s"] = warm["compile_s"]
+            result["triton_compile_s"] = result["compile_s"] - warm["compile_s"]
+    return {"program": f"{program.description}, mark_dynamic length {program.low}..{program.high}",
+            "program_name": program.name,
+            "lengths": list(program.lengths),
             "best_source": ("harness: per length, the sum over the three GEMMs of the fastest config or "
                             "cuBLAS timed alone in the program's operand layouts" if use_harness
                             else "fastest measured method per length"),
@@ -183,10 +320,13 @@ def plot(results: dict[str, Any], path: str | Path | None = None) -> Any:
     figure = Figure(figsize=(7, 4))
     axes = figure.add_subplot()
     for method, result in results["methods"].items():
-        if "lengths" in result:
-            lengths = [int(length) for length in result["lengths"]]
-            axes.plot(lengths, [e["ratio_to_best"] for e in result["lengths"].values()], marker="o",
-                      label=f"{method} (compile {result['compile_s']:.1f} s, "
+        timed = {int(length): e["ratio_to_best"] for length, e in result.get("lengths", {}).items()
+                 if e.get("ratio_to_best") is not None}
+        if timed:
+            warm = (f", warm {result['compile_warm_s']:.1f} s" if result.get("compile_warm_s") is not None
+                    else "")
+            axes.plot(list(timed), list(timed.values()), marker="o",
+                      label=f"{method} (compile {result['compile_s']:.1f} s{warm}, "
                             f"{result['benchmarks']} benchmarks)")
     axes.set_xscale("log")
     axes.set_xlabel("sequence length")
@@ -199,76 +339,94 @@ def plot(results: dict[str, Any], path: str | Path | None = None) -> Any:
 
 
 def table(results: dict[str, Any]) -> Any:
-    """One row per method: compile seconds, benchmarks, and per length kernel ms and ratio to best."""
+    """One row per method: compile seconds (fresh, and with a warm Triton cache where measured),
+    graphs, benchmarks, and per length kernel ms and ratio to best."""
     import pandas as pd
 
     rows = {}
     for method, result in results["methods"].items():
-        row: dict[str, Any] = {"compile_s": result.get("compile_s"), "benchmarks": result.get("benchmarks"),
-                               "error": result.get("error")}
+        row: dict[str, Any] = {"compile_s": result.get("compile_s"),
+                               "compile_warm_s": result.get("compile_warm_s"), "graphs": result.get("graphs"),
+                               "benchmarks": result.get("benchmarks"), "error": result.get("error")}
         for length, entry in result.get("lengths", {}).items():
-            row[f"{length} ms"] = entry["kernel_ms"]
-            row[f"{length} / best"] = entry["ratio_to_best"]
+            row[f"{length} ms"] = entry.get("kernel_ms")
+            row[f"{length} / best"] = entry.get("ratio_to_best")
         rows[method] = row
     frame = pd.DataFrame.from_dict(rows, orient="index")
-    return frame.drop(columns="error") if frame["error"].isna().all() else frame
+    return frame.drop(columns=[c for c in ("error", "compile_warm_s", "graphs") if frame[c].isna().all()])
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--program", choices=sorted(PROGRAMS), default="seed")
     parser.add_argument("--out", default="results/serving_h100.json")
+    parser.add_argument("--methods", default=",".join(DEFAULT_METHODS),
+                        help=f"comma-separated, of {', '.join(METHODS)} (default: %(default)s)")
+    parser.add_argument("--warm", default="", metavar="METHODS",
+                        help="comma-separated methods (or 'all') to run again with the Triton cache "
+                             "their first run left")
     parser.add_argument("--lut", default=None,
                         help="pinned LUT to serve with (default: pretune one next to --out)")
+    parser.add_argument("--edges", default=None,
+                        help="bucket edges for topk4_buckets (default: three log-spaced buckets)")
+    parser.add_argument("--pretune-k", type=int, default=2, help="pretune's -k (default: %(default)s)")
+    parser.add_argument("--pretune-points", type=int, default=5,
+                        help="pretune's --points (default: %(default)s)")
+    parser.add_argument("--pretune-refine", type=int, default=1,
+                        help="pretune's --refine (default: %(default)s)")
     parser.add_argument("--samples", type=int, default=20)
+    parser.add_argument("--max-seconds", type=float, default=0,
+                        help="the run's budget: methods not started by then are recorded as skipped")
     parser.add_argument("--harness", default=None,
-                        help="bench parquet of --harness-shapes: best_ms per length from the harness")
+                        help="bench parquet of --harness-shapes: best_ms per length from the harness (seed)")
     parser.add_argument("--harness-shapes", default=None, metavar="PATH",
-                        help="write the step's GEMMs at every length as a bench shapes file and exit")
+                        help="write the seed step's GEMMs at every length as a bench shapes file and exit")
     parser.add_argument("--reassemble", action="store_true",
                         help="measure nothing: recompute best_ms of an existing --out from --harness")
     parser.add_argument("--worker", choices=METHODS, help=argparse.SUPPRESS)
+    parser.add_argument("--no-timing", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    program = PROGRAMS[args.program]
+    if args.edges is not None:
+        from kernel_select.options import parse_dynamic_buckets
+
+        args.edges = parse_dynamic_buckets(args.edges, source="--edges")
     if args.worker:
-        print(json.dumps(run_method(args.worker, args.lut, args.samples)))
+        print(json.dumps(run_method(program, args.worker, args.lut, args.samples, edges=args.edges,
+                                    timing=not args.no_timing)))
         return 0
     if args.harness_shapes:
         Path(args.harness_shapes).write_text(json.dumps(harness_shapes(), indent=1) + "\n")
         return 0
+    unknown = [m for m in args.methods.split(",") if m.strip() and m.strip() not in METHODS]
+    if unknown:
+        parser.error(f"--methods: unknown {', '.join(unknown)}; choose from {', '.join(METHODS)}")
     out = Path(args.out)
+    harness = _harness(args.harness) if args.harness else None
     if args.reassemble:
         if not args.harness:
             parser.error("--reassemble needs --harness")
-        from kernel_select.offline.data import dataset
-
         old = json.loads(out.read_text())
-        results = old | assemble(old["methods"], harness_best(dataset.read(args.harness)))
-        out.write_text(json.dumps(results, indent=2) + "\n")
-        plot(results, out.with_suffix(".png"))
-        return 0
-    lut = args.lut or str(out.with_name(out.stem + "_pinned_lut.json"))
-    pretune_s = None
-    if args.lut is None:
-        shapes_path = out.with_name(out.stem + "_shapes.json")
-        shapes_path.parent.mkdir(parents=True, exist_ok=True)
-        shapes_path.write_text(json.dumps(shapes()))
-        start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "kernel_select.cli", "pretune", "--shapes", str(shapes_path),
-                        "--out", lut, "-k", "2", "--buckets", "3", "--json"], check=True, timeout=420)
-        pretune_s = time.perf_counter() - start
-    log_dir = out.with_name(out.stem + "_logs")
-    per_method = {method: _in_subprocess(method, lut, args.samples, log_dir) for method in METHODS}
-    harness = None
-    if args.harness:
-        from kernel_select.offline.data import dataset
-
-        harness = harness_best(dataset.read(args.harness))
-    results = assemble(per_method, harness) | {"pretune_s": pretune_s, "lut": lut}
+        results = old | assemble(old["methods"], harness, PROGRAMS[old.get("program_name", "seed")])
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        measured = measure(program, args, out)
+        results = assemble(measured["per_method"], harness, program) | {"lut": measured["lut"],
+                                                                        "pretune": measured["pretune"]}
     out.write_text(json.dumps(results, indent=2) + "\n")
-    plot(results, out.with_suffix(".png"))
-    print(json.dumps({m: {"compile_s": r.get("compile_s"), "benchmarks": r.get("benchmarks"),
-                          "error": r.get("error")}
-                      for m, r in per_method.items()}, indent=2))
+    try:
+        plot(results, out.with_suffix(".png"))
+    except ImportError as exc:  # a GPU machine without matplotlib: the JSON has everything
+        print(f"serving_bench: no plot ({exc})", file=sys.stderr)
+    keys = ("compile_s", "compile_warm_s", "graphs", "benchmarks", "error")
+    print(json.dumps({m: {k: r.get(k) for k in keys} for m, r in results["methods"].items()}, indent=2))
     return 0
+
+
+def _harness(path: str) -> dict[str, float]:
+    from kernel_select.offline.data import dataset
+
+    return harness_best(dataset.read(path))
 
 
 if __name__ == "__main__":
