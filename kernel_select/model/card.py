@@ -117,6 +117,25 @@ class Domain(BaseModel):
     batch: tuple[int, int] = (1, 1)
 
 
+class GpuIdentity(BaseModel):
+    """The GPU a model was measured on, beyond its key: two GPUs of one key with another SM count
+    (a cut-down or partitioned part) or capability time kernels differently, so a card that
+    records its GPU is loaded only on that GPU (`check_card`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str  # as torch.cuda.get_device_name() reports it
+    capability: tuple[int, int]
+    sm_count: int = Field(ge=1)
+
+    @classmethod
+    def of(cls, spec: DeviceSpec) -> GpuIdentity:
+        return cls(name=spec.name, capability=spec.capability, sm_count=spec.sm_count)
+
+    def describe(self) -> str:
+        return f"{self.name} (sm_{self.capability[0]}{self.capability[1]}, {self.sm_count} SMs)"
+
+
 class ModelCard(BaseModel):
     """The JSON half of a checkpoint (see the module docstring)."""
 
@@ -125,6 +144,8 @@ class ModelCard(BaseModel):
     schema_version: Literal[2] = CARD_SCHEMA_VERSION
     model: str  # what the checkpoint is: "mlp", "cublas_gate", ...
     device: str  # DeviceSpec.key the training data was measured on
+    #: the GPU itself; None in cards written before it was recorded (loaded on any GPU of `device`)
+    gpu: GpuIdentity | None = None
     architecture: Architecture
     feature_version: int
     feature_names: list[str]
@@ -271,6 +292,7 @@ def check_card(card: ModelCard, path: Path, spec: DeviceSpec, hint: str, *, mode
     if card.device != spec.key and not (allow_same_architecture and _same_architecture(card.device, spec)):
         raise ModelCardMismatchError(f"{path}: model was trained for device {card.device!r}, "
                                      f"not {spec.key!r}; {hint}")
+    check_gpu(card, path, spec)
     if card.feature_version != feature_version or tuple(card.feature_names) != tuple(feature_names):
         raise ModelCardMismatchError(
             f"{path}: feature_version {card.feature_version} ({len(card.feature_names)} features) does "
@@ -285,6 +307,20 @@ def check_card(card: ModelCard, path: Path, spec: DeviceSpec, hint: str, *, mode
         raise ModelCardMismatchError(f"{path}: feature_std must be finite and positive; {hint}")
     if not all(math.isfinite(m) for m in card.feature_mean):
         raise ModelCardMismatchError(f"{path}: feature_mean must be finite; {hint}")
+
+
+def check_gpu(card: ModelCard, path: Path, spec: DeviceSpec) -> None:
+    """Refuse a card of `spec`'s key that records another GPU: another SM count or capability. A
+    same-architecture stand-in (a card of another key) is announced where it is chosen
+    (model/folders.py), not refused here."""
+    gpu = card.gpu
+    if gpu is None or card.device != spec.key:
+        return
+    if gpu.sm_count != spec.sm_count or tuple(gpu.capability) != tuple(spec.capability):
+        raise ModelCardMismatchError(
+            f"{path}: model was measured on {gpu.describe()}, not on this {spec.identity}; a model "
+            f"serves only the GPU it was measured on: run `kernel-select calibrate` on this GPU, or "
+            f"move {path.parent} away")
 
 
 def load_network(build: Callable[[], Any], state: dict[str, Any], weights: Path, card: ModelCard,
