@@ -29,7 +29,7 @@ def test_calibrate_a_handful_of_problems_end_to_end(tmp_path, monkeypatch, capsy
     assert summary["training"]["epochs_run"] == 1 and summary["installed"] == ["mlp"]
     assert summary["held_out"]["problems"] >= 1 and "calibrated" in summary["held_out"]["methods"]
     folder = models / spec.key
-    assert (folder / "mlp.pt").is_file() and (folder / "calibration" / "measurements.parquet").is_file()
+    assert (folder / "mlp.pt").is_file() and (folder / "calibration.parquet").is_file()
     model = load_default(spec)
-    assert model.card.gpu == GpuIdentity.of(spec) and model.card.data.file == "measurements.parquet"
+    assert model.card.gpu == GpuIdentity.of(spec) and model.card.data.file == "calibration.parquet"
     assert model.card.hyperparameters["epochs"] == 1 and model.card.device == spec.key

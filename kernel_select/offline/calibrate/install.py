@@ -1,13 +1,13 @@
 """Where calibrate keeps its files, and how a trained model replaces the one in the device's folder.
 
-  <models dir>/<device key>/                  the model folder model/folders.py loads for the GPU:
-      mlp.pt, mlp.json                        the performance model (its card records the GPU)
-      aten.pt, aten.json                      the cuBLAS time head, where there were enough cuBLAS rows
-      cublas_gate.pt, cublas_gate.json        the cuBLAS gate, likewise
-      calibration.json                        what the last calibration measured, trained and scored
-      calibration/measurements.parquet        every row measured (a re-run resumes it)
-      calibration/plan.json                   the problems of the last plan (a shapes file)
-      calibration/model/                      training's output, moved up when it is complete
+  <models dir>/<device key>/                the model folder model/folders.py loads for the GPU:
+      mlp.pt, mlp.json                      the performance model (its card records the GPU)
+      aten.pt, aten.json                    the cuBLAS time head, where there were enough cuBLAS rows
+      cublas_gate.pt, cublas_gate.json      the cuBLAS gate, likewise
+      calibration.json                      what the last calibration measured, trained and scored
+      calibration.parquet                   every row measured on this GPU (a re-run resumes it)
+      calibration_plan.json                 the problems of the last plan (a shapes file)
+      calibration_training/                 training's output while it runs, moved up when complete
 
 The models dir is the user's (kernel_select.resources.user_models_dir: KERNEL_SELECT_MODELS_DIR,
 else the per-user cache), searched before the shipped models.
@@ -16,6 +16,7 @@ else the per-user cache), searched before the shipped models.
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +24,6 @@ from kernel_select.model.cublas import ATEN_STEM, GATE_STEM
 from kernel_select.model.mlp import STEM
 
 CHECKPOINTS = (STEM, ATEN_STEM, GATE_STEM)
-SUMMARY_FILE = "calibration.json"
 
 
 @dataclass(frozen=True)
@@ -31,24 +31,20 @@ class CalibrationFiles:
     folder: Path  # the device's model folder
 
     @property
-    def work(self) -> Path:
-        return self.folder / "calibration"
-
-    @property
     def measurements(self) -> Path:
-        return self.work / "measurements.parquet"
+        return self.folder / "calibration.parquet"
 
     @property
     def plan(self) -> Path:
-        return self.work / "plan.json"
+        return self.folder / "calibration_plan.json"
 
     @property
     def staging(self) -> Path:
-        return self.work / "model"
+        return self.folder / "calibration_training"
 
     @property
     def summary(self) -> Path:
-        return self.folder / SUMMARY_FILE
+        return self.folder / "calibration.json"
 
 
 def install(staging: Path, folder: Path) -> list[str]:
@@ -67,4 +63,5 @@ def install(staging: Path, folder: Path) -> list[str]:
                 target.unlink(missing_ok=True)
         if (folder / f"{stem}.pt").is_file():
             installed.append(stem)
+    shutil.rmtree(staging, ignore_errors=True)  # what is left: nothing a later run needs
     return installed

@@ -3,8 +3,8 @@
   1. plan: the compile classes and problems that fit the collection's share of the minutes on this
      machine's compile workers (offline/data/calibration_plan.py, sized by harness/cost.py);
   2. collect: the benchmark harness times the plan, bounded by the harness's max_seconds, into
-     calibration/measurements.parquet; problems already there from an earlier run on this GPU are
-     skipped (a killed run resumes; training always starts over);
+     calibration.parquet in the model folder; problems already there from an earlier run on this
+     GPU are skipped (a killed run resumes; training always starts over);
   3. train: the MLP (fine-tuned from the model --from names, or from scratch), the cuBLAS time head
      and the gate where enough cuBLAS rows were measured, on the `train` and `val` problems,
      within the training share of the minutes (train.TimeLimit);
@@ -20,6 +20,7 @@ import dataclasses
 import json
 import logging
 import os
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -83,7 +84,7 @@ def calibrate(options: CalibrateOptions, spec: DeviceSpec, *,
                      f"{'fine-tuning ' + start.describe() if start else 'training from scratch'}")
         plan = plan_calibration(spec, budget.collection_s, workers, max_problems=options.max_problems,
                                 seed=options.seed, fp32_precision=running_fp32_precision())
-        files.work.mkdir(parents=True, exist_ok=True)
+        files.folder.mkdir(parents=True, exist_ok=True)
         shapes.save(plan.shapes, files.plan)
         done = dataset.completed_problems(files.measurements, spec.name)
         todo = [i for i, s in enumerate(plan.shapes) if dataset.id_of(s.problem()) not in done]
@@ -142,6 +143,7 @@ def _plan_line(plan: Any, workers: int, resumed: int, earlier: int, files: Calib
 def _collect(plan: Any, todo: list[int], files: CalibrationFiles, spec: DeviceSpec, budget: Budget,
              workers: int, progress: RunProgress, collect: Collector) -> dict[str, Any]:
     """Time the plan's problems still to do, within the collection's deadline."""
+    from kernel_select.model.card import utc_now
     from kernel_select.offline.data.dataset import completed_problems, id_of
     from kernel_select.offline.harness.bench import BenchOptions
 
@@ -153,7 +155,7 @@ def _collect(plan: Any, todo: list[int], files: CalibrationFiles, spec: DeviceSp
     share = {p: plan.finish_s[i] - (plan.finish_s[i - 1] if i else 0.0) for p, i in zip(problems, todo)}
     runs_of = {runs[0].problem: runs for runs in plan.planned}
     options = BenchOptions(workers=workers, max_seconds=seconds, order="file", progress=False)
-    started = time.perf_counter()
+    started_at, started = utc_now(), time.perf_counter()
     collect(problems, files.measurements, spec, options,
             {p: plan.shapes[i].provenance() for p, i in zip(problems, todo)},
             planned=[runs_of[p] for p in problems], on_problem=lambda p: progress.advance(share.get(p, 0.0)))
@@ -165,7 +167,7 @@ def _collect(plan: Any, todo: list[int], files: CalibrationFiles, spec: DeviceSp
     stopped = len(new) < len(problems)
     line = (f"{len(new)} of {len(problems)} timed in {wall:.0f} s, {rows:,} rows, {rate:,.0f} rows per "
             f"GPU-minute{'; stopped at the time bound' if stopped else ''}")
-    return {"problems": len(new), "rows": rows, "seconds": round(wall, 1),
+    return {"problems": len(new), "rows": rows, "started_at": started_at, "seconds": round(wall, 1),
             "rows_per_gpu_minute": round(rate), "stopped_at_bound": stopped, "line": line}
 
 
@@ -214,9 +216,7 @@ def _train(files: CalibrationFiles, spec: DeviceSpec, start: StartModel | None, 
     fits = hparams.members  # objective "rank" alone: one fit per member
     per_epoch = budget.training_s / ((options.epochs or hparams.epochs) * fits)
     limit = TimeLimit(budget.training_deadline, on_epoch=lambda: progress.advance(per_epoch))
-    if files.staging.exists():  # a killed training's leftovers: training starts over
-        for leftover in files.staging.iterdir():
-            leftover.unlink()
+    shutil.rmtree(files.staging, ignore_errors=True)  # a killed training's leftovers: it starts over
     result = train(files.measurements, files.staging, device=spec, seed=options.seed,
                    epochs=options.epochs, objective=OBJECTIVE, hparams=hparams, progress=False, init=warm,
                    time_limit=limit)
