@@ -107,8 +107,7 @@ def calibrate(options: CalibrateOptions, spec: DeviceSpec, *,
         write_atomic(files.summary, (json.dumps(summary, indent=1) + "\n").encode())
         for line in lines(scores):
             progress.say(line)
-        progress.say(f"wrote {files.folder} ({', '.join(installed)}); it serves {spec.key} from now on "
-                     f"(kernel_select loads it before any shipped model)")
+        progress.say(f"wrote {files.folder} ({', '.join(installed)}); " + _served(root, spec))
         return summary
     except KeyboardInterrupt:
         progress.say(f"interrupted: the problems measured so far are kept in {files.measurements}; run the "
@@ -116,6 +115,15 @@ def calibrate(options: CalibrateOptions, spec: DeviceSpec, *,
         raise
     finally:
         progress.close()
+
+
+def _served(root: Path, spec: DeviceSpec) -> str:
+    """Whether kernel_select will find the folder written under `root`, and how to make it."""
+    from kernel_select.resources import MODELS_DIR_ENV, user_models_dir
+
+    if root.resolve() == user_models_dir().resolve():
+        return f"it serves {spec.key} from now on (loaded before any shipped model)"
+    return f"set {MODELS_DIR_ENV}={root} for kernel_select to load it"
 
 
 def _harness() -> Collector:
@@ -131,8 +139,8 @@ def _predicted_s(finish_s: list[float], todo: list[int]) -> float:
 
 def _plan_line(plan: Any, workers: int, resumed: int, earlier: int, files: CalibrationFiles) -> str:
     est = plan.estimate
-    text = (f"plan: {len(plan.shapes)} problems in {len(plan.classes)} compile classes, {est.keys} kernels, "
-            f"{est.rows} rows; cost.py predicts {est.wall_s:.0f} s with {workers} compile workers "
+    text = (f"plan: {len(plan.shapes)} problems in {len(plan.classes)} compile class(es), {est.keys} "
+            f"kernels, {est.rows} rows; cost.py predicts {est.wall_s:.0f} s with {workers} compile workers "
             f"({est.rows_per_gpu_minute():,.0f} rows per GPU-minute)")
     if earlier:
         text += (f"; resuming {files.measurements}: {resumed} of them (and {earlier} problems in all) "
