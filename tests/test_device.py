@@ -148,3 +148,18 @@ def test_hiding_the_shipped_models_of_a_device(hidden: str, user: Path, monkeypa
         assert load_default("h100").card.device == "h200"
     save_model(untrained_mlp(), user / "h100")  # the user's folder is never hidden
     assert load_default("h100").card.device == "h100"
+
+
+def test_a_card_of_another_name_but_the_same_sm_count_loads_with_one_warning(fake_gpu, user: Path, caplog):
+    import logging
+
+    fake_gpu["props"] = types.SimpleNamespace(
+        name="NVIDIA H100 NVL", major=9, minor=0, multi_processor_count=132,
+        shared_memory_per_block_optin=232448, L2_cache_size=50 * 1024 * 1024)
+    nvl = detect()
+    assert nvl.key == "h100" and nvl.name == "NVIDIA H100 NVL"
+    with caplog.at_level(logging.WARNING, logger="kernel_select"):
+        first, again = load_default(nvl), load_default(nvl)
+    assert first.card.gpu.name == "NVIDIA H100 80GB HBM3" and again.card == first.card
+    named = [r.getMessage() for r in caplog.records if "this GPU is NVIDIA H100 NVL" in r.getMessage()]
+    assert len(named) == 1 and "kernel-select calibrate" in named[0]

@@ -15,6 +15,7 @@ constants in code. Every load failure is a ModelError naming the file and what t
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -23,10 +24,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from kernel_select import warn
 from kernel_select.atomic_write import write_atomic
 from kernel_select.device import DeviceSpec
 from kernel_select.errors import ModelCardMismatchError, ModelError
 from kernel_select.layouts import DEFAULT_LAYOUT, check_layout
+
+log = logging.getLogger(__name__)
 
 CARD_SCHEMA_VERSION = 2
 
@@ -310,9 +314,10 @@ def check_card(card: ModelCard, path: Path, spec: DeviceSpec, hint: str, *, mode
 
 
 def check_gpu(card: ModelCard, path: Path, spec: DeviceSpec) -> None:
-    """Refuse a card of `spec`'s key that records another GPU: another SM count or capability. A
-    same-architecture stand-in (a card of another key) is announced where it is chosen
-    (model/folders.py), not refused here."""
+    """Refuse a card of `spec`'s key that records another GPU: another SM count or capability. One
+    that differs only in name (an H100 NVL beside the H100 SXM the shipped model was measured on)
+    loads, announced with one warning. A same-architecture stand-in (a card of another key) is
+    announced where it is chosen (model/folders.py), not here."""
     gpu = card.gpu
     if gpu is None or card.device != spec.key:
         return
@@ -321,6 +326,11 @@ def check_gpu(card: ModelCard, path: Path, spec: DeviceSpec) -> None:
             f"{path}: model was measured on {gpu.describe()}, not on this {spec.identity}; a model "
             f"serves only the GPU it was measured on: run `kernel-select calibrate` on this GPU, or "
             f"move {path.parent} away")
+    if " ".join(gpu.name.lower().split()) != " ".join(spec.name.lower().split()):
+        warn.warn_once(("gpu name", str(path.parent), spec.name), log,
+                       "kernel_select: the models in %s were measured on %s; this GPU is %s (same "
+                       "architecture and SM count); `kernel-select calibrate` trains a model for this GPU",
+                       path.parent, gpu.name, spec.name)
 
 
 def load_network(build: Callable[[], Any], state: dict[str, Any], weights: Path, card: ModelCard,
