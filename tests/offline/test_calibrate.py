@@ -84,6 +84,11 @@ def test_a_killed_run_resumes_its_measurements_and_trains_again(user: Path, caps
     assert summary["measured"]["problems"] == 14 and summary["collection"]["problems"] == 9
     assert "resuming" in capsys.readouterr().err
     assert (user / "h100" / "mlp.pt").exists()
+    # run once more: nothing left to measure, and the model is trained again on everything measured
+    last = FakeHarness()
+    summary = calibrate(CalibrateOptions(start="none", **QUICK), H100, collect=last)
+    assert not last.asked and summary["collection"]["problems"] == 0
+    assert summary["measured"]["problems"] == 14 and "nothing left to measure" in capsys.readouterr().err
 
 
 def test_a_calibrated_model_serves_its_gpu_before_a_same_architecture_stand_in(user: Path, caplog):

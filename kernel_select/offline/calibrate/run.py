@@ -157,7 +157,8 @@ def _collect(plan: Any, todo: list[int], files: CalibrationFiles, spec: DeviceSp
 
     seconds = budget.seconds_until(budget.collection_deadline)
     if not todo or seconds <= 0:
-        return {"problems": 0, "rows": 0, "seconds": 0.0, "stopped_at_bound": bool(todo),
+        return {"problems": 0, "rows": 0, "started_at": None, "seconds": 0.0, "rows_per_gpu_minute": 0,
+                "stopped_at_bound": bool(todo),
                 "line": "nothing left to measure" if not todo else "no time left to measure"}
     problems = [plan.shapes[i].problem() for i in todo]
     share = {p: plan.finish_s[i] - (plan.finish_s[i - 1] if i else 0.0) for p, i in zip(problems, todo)}
