@@ -24,6 +24,12 @@ log = logging.getLogger(__name__)
 #: Environment variable naming a folder of models/<device key>/ to use instead of the shipped ones.
 MODELS_DIR_ENV = "KERNEL_SELECT_MODELS_DIR"
 
+#: Environment variable hiding the shipped models of some devices from the search ("h100,h200", or
+#: "all"): a GPU that has a shipped model then looks like a new one, to measure `kernel-select
+#: calibrate` where the shipped model is the reference (results/calibrate.sh). The user's model
+#: directory is never hidden.
+HIDE_SHIPPED_ENV = "KERNEL_SELECT_HIDE_SHIPPED"
+
 #: The folders shipped next to the code, by name.
 SHIPPED_FOLDERS = ("models", "luts")
 
@@ -68,6 +74,11 @@ def model_roots() -> list[Path]:
         roots.append(shipped)
     return roots
 
+
+def shipped_hidden(device_key: str) -> bool:
+    """Whether KERNEL_SELECT_HIDE_SHIPPED hides the shipped models of `device_key`."""
+    hidden = {word.strip().lower() for word in os.environ.get(HIDE_SHIPPED_ENV, "").split(",")}
+    return "all" in hidden or device_key in hidden
 
 
 def shipped_lut(file_name: str) -> Path:

@@ -14,7 +14,8 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 
-from kernel_select.cli import compare, compare_models, data, lut, model, select_cmds, serving, space
+from kernel_select.cli import (calibrate, compare, compare_models, data, lut, model, select_cmds, serving,
+                               space)
 from kernel_select.cli.common import DEBUG_ENV, OneLineParser, Subparsers
 from kernel_select._version import __version__
 from kernel_select.errors import KernelSelectError
@@ -36,6 +37,7 @@ _REGISTER: tuple[Callable[[Subparsers], None], ...] = (
     data.register_bench, data.register_audit, data.register_fidelity, lut.register, compare.register,
     compare_models.register,
     model.register_train, model.register_train_gate, model.register_eval, model.register_gate_rules,
+    calibrate.register,
     serving.register,
 )
 

@@ -15,6 +15,7 @@ constants in code. Every load failure is a ModelError naming the file and what t
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -23,10 +24,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from kernel_select import warn
 from kernel_select.atomic_write import write_atomic
 from kernel_select.device import DeviceSpec
 from kernel_select.errors import ModelCardMismatchError, ModelError
 from kernel_select.layouts import DEFAULT_LAYOUT, check_layout
+
+log = logging.getLogger(__name__)
 
 CARD_SCHEMA_VERSION = 2
 
@@ -117,6 +121,25 @@ class Domain(BaseModel):
     batch: tuple[int, int] = (1, 1)
 
 
+class GpuIdentity(BaseModel):
+    """The GPU a model was measured on, beyond its key: two GPUs of one key with another SM count
+    (a cut-down or partitioned part) or capability time kernels differently, so a card that
+    records its GPU is loaded only on that GPU (`check_card`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str  # as torch.cuda.get_device_name() reports it
+    capability: tuple[int, int]
+    sm_count: int = Field(ge=1)
+
+    @classmethod
+    def of(cls, spec: DeviceSpec) -> GpuIdentity:
+        return cls(name=spec.name, capability=spec.capability, sm_count=spec.sm_count)
+
+    def describe(self) -> str:
+        return f"{self.name} (sm_{self.capability[0]}{self.capability[1]}, {self.sm_count} SMs)"
+
+
 class ModelCard(BaseModel):
     """The JSON half of a checkpoint (see the module docstring)."""
 
@@ -125,6 +148,8 @@ class ModelCard(BaseModel):
     schema_version: Literal[2] = CARD_SCHEMA_VERSION
     model: str  # what the checkpoint is: "mlp", "cublas_gate", ...
     device: str  # DeviceSpec.key the training data was measured on
+    #: the GPU itself; None in cards written before it was recorded (loaded on any GPU of `device`)
+    gpu: GpuIdentity | None = None
     architecture: Architecture
     feature_version: int
     feature_names: list[str]
@@ -271,6 +296,7 @@ def check_card(card: ModelCard, path: Path, spec: DeviceSpec, hint: str, *, mode
     if card.device != spec.key and not (allow_same_architecture and _same_architecture(card.device, spec)):
         raise ModelCardMismatchError(f"{path}: model was trained for device {card.device!r}, "
                                      f"not {spec.key!r}; {hint}")
+    check_gpu(card, path, spec)
     if card.feature_version != feature_version or tuple(card.feature_names) != tuple(feature_names):
         raise ModelCardMismatchError(
             f"{path}: feature_version {card.feature_version} ({len(card.feature_names)} features) does "
@@ -285,6 +311,26 @@ def check_card(card: ModelCard, path: Path, spec: DeviceSpec, hint: str, *, mode
         raise ModelCardMismatchError(f"{path}: feature_std must be finite and positive; {hint}")
     if not all(math.isfinite(m) for m in card.feature_mean):
         raise ModelCardMismatchError(f"{path}: feature_mean must be finite; {hint}")
+
+
+def check_gpu(card: ModelCard, path: Path, spec: DeviceSpec) -> None:
+    """Refuse a card of `spec`'s key that records another GPU: another SM count or capability. One
+    that differs only in name (an H100 NVL beside the H100 SXM the shipped model was measured on)
+    loads, announced with one warning. A same-architecture stand-in (a card of another key) is
+    announced where it is chosen (model/folders.py), not here."""
+    gpu = card.gpu
+    if gpu is None or card.device != spec.key:
+        return
+    if gpu.sm_count != spec.sm_count or tuple(gpu.capability) != tuple(spec.capability):
+        raise ModelCardMismatchError(
+            f"{path}: model was measured on {gpu.describe()}, not on this {spec.identity}; a model "
+            f"serves only the GPU it was measured on: run `kernel-select calibrate` on this GPU, or "
+            f"move {path.parent} away")
+    if " ".join(gpu.name.lower().split()) != " ".join(spec.name.lower().split()):
+        warn.warn_once(("gpu name", str(path.parent), spec.name), log,
+                       "kernel_select: the models in %s were measured on %s; this GPU is %s (same "
+                       "architecture and SM count); `kernel-select calibrate` trains a model for this GPU",
+                       path.parent, gpu.name, spec.name)
 
 
 def load_network(build: Callable[[], Any], state: dict[str, Any], weights: Path, card: ModelCard,

@@ -16,7 +16,7 @@ from pathlib import Path
 from kernel_select import warn
 from kernel_select.device import DeviceSpec, same_architecture
 from kernel_select.errors import NoTrainedModelError
-from kernel_select.resources import model_roots
+from kernel_select.resources import model_roots, shipped_dir, shipped_hidden
 
 log = logging.getLogger(__name__)
 
@@ -25,9 +25,12 @@ def model_folders(spec: DeviceSpec) -> list[tuple[Path, DeviceSpec]]:
     """Folders that may hold a model for `spec`, in the order they are tried, each with the device its
     models were trained for: every model root (kernel_select.resources.model_roots: the user's
     models first, then the shipped ones) for the device itself, then for devices of the same SM
-    architecture (an H100 model for an H100 PCIe): their kernels and relative speeds carry over."""
+    architecture (an H100 model for an H100 PCIe): their kernels and relative speeds carry over.
+    Shipped folders of devices named in KERNEL_SELECT_HIDE_SHIPPED are left out."""
     roots = model_roots()
-    return [(root / other.key, other) for other in (spec, *same_architecture(spec)) for root in roots]
+    shipped = shipped_dir("models")
+    return [(root / other.key, other) for other in (spec, *same_architecture(spec)) for root in roots
+            if not (root == shipped and shipped_hidden(other.key))]
 
 
 def find_checkpoint(spec: DeviceSpec, stem: str) -> tuple[Path, DeviceSpec] | None:

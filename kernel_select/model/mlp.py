@@ -263,9 +263,10 @@ class MLPModel(PerformanceModel):
 
     def digest(self) -> str:
         """sha256 of the weights and the model card. Inductor's cache keys include it (through the
-        choices handler's uuid), so a retrained model never reuses choices made by the old one."""
+        choices handler's uuid), so a retrained model never reuses choices made by the old one. The
+        card's `gpu` record is left out: it says where the model may load, not what it predicts."""
         if self._digest is None:
-            h = hashlib.sha256(self.card.model_dump_json().encode())
+            h = hashlib.sha256(self.card.model_dump_json(exclude={"gpu"}).encode())
             nets = [self.net] + ([self.aten.net] if self.aten is not None else [])
             for net in nets:
                 for name, tensor in sorted(net.state_dict().items()):

@@ -29,6 +29,7 @@ from kernel_select.device import get_device  # noqa: E402
 from kernel_select.inductor import pointwise_epilogue  # noqa: E402
 from kernel_select.inductor.inputs import row_bias  # noqa: E402
 from kernel_select.model import base as model_base  # noqa: E402
+from kernel_select.model.card import GpuIdentity  # noqa: E402
 from kernel_select.model.cublas import POINTWISE_KERNEL_MS  # noqa: E402
 from kernel_select.problem import Problem  # noqa: E402
 from kernel_select.resources import MODELS_DIR_ENV, shipped_dir  # noqa: E402
@@ -353,7 +354,8 @@ def user_model_folder(root: Path, device: str, cublas_scale: float) -> None:
     folder.mkdir(parents=True)
     for stem in ("mlp", "aten"):
         card = json.loads((shipped / f"{stem}.json").read_text())
-        (folder / f"{stem}.json").write_text(json.dumps({**card, "device": device}))
+        gpu = GpuIdentity.of(get_device(device)).model_dump(mode="json")  # the card names the GPU it was on
+        (folder / f"{stem}.json").write_text(json.dumps({**card, "device": device, "gpu": gpu}))
         state = torch.load(shipped / f"{stem}.pt", weights_only=True)
         if stem == "aten":  # the head predicts log ms: its output layer's bias scales every prediction
             output_bias = max((name for name in state if name.endswith(".bias")),

@@ -66,3 +66,51 @@ def test_reuse_order_needs_fewer_kernels_for_every_prefix(planned):
 
 def test_bench_reorders_by_default():
     assert BenchOptions().order == "reuse"
+
+
+def test_run_bench_times_runs_planned_beforehand_in_their_order_and_reports_each(tmp_path, monkeypatch):
+    import pandas as pd
+
+    from kernel_select.offline.data import dataset
+    from kernel_select.offline.harness import bench, pipeline
+
+    class NoCompile:
+        def __init__(self, workers):
+            self.compiled = 0
+
+        def submit(self, keys):
+            pass
+
+        def wait(self, keys, timeout_s):
+            return {}
+
+        def close(self):
+            pass
+
+    timed = []
+
+    def fake_time_problem(runs, compiled, device, options, checked, loaded, stats):
+        timed.append(runs[0].problem)
+        return {i: bench._Timed(samples=[1.0 + i]) for i in range(len(runs))}, bench._Timed(samples=[1.0])
+
+    def refuse_to_plan(*args, **kwargs):
+        raise AssertionError("the runs were planned already")
+
+    prov = dict(device_name="fake", sm_count=1, torch_version="t", triton_version="t", git_sha="x",
+                device_index=0)
+    monkeypatch.setattr(pipeline, "CompilePipeline", NoCompile)
+    monkeypatch.setattr(pipeline, "time_problem", fake_time_problem)
+    monkeypatch.setattr(pipeline, "provenance", lambda git_sha="": prov)
+    monkeypatch.setattr(pipeline, "plan", refuse_to_plan)
+    problems = [Problem(64, 128, 256, "bfloat16"), Problem(96, 128, 256, "bfloat16"),
+                Problem(32, 256, 128, "float16", layout="nt")]
+    planned = plan(problems, H100)
+    out = tmp_path / "rows.parquet"
+    earlier = bench.rows_for(planned[1], {i: bench._Timed(samples=[1.0]) for i in range(len(planned[1]))},
+                             bench._Timed(), prov, BenchOptions())
+    dataset.append(out, pd.DataFrame(earlier))  # the second problem was measured by an earlier run
+    reported = []
+    pipeline.run_bench(problems, out, H100, BenchOptions(progress=False, order="file"), planned=planned,
+                       on_problem=reported.append)
+    assert timed == reported == [problems[0], problems[2]]
+    assert dataset.completed_problems(out, "fake") == {dataset.id_of(p) for p in problems}

@@ -110,7 +110,7 @@ def test_card_records_what_was_learned_and_from_what(data, trained):
     assert 0 <= card["hyperparameters"]["auto_topk_gap"] <= 0.12
     hyper = card["hyperparameters"]
     assert hyper["auto_topk_rule"] in ("gap", "spread") and hyper["auto_topk_floor"] in (1, 2)
-    assert MLPModel.load(trained.out_dir).card.model_dump() == card
+    assert MLPModel.load(trained.out_dir).card.model_dump(mode="json") == card
 
 
 def test_an_older_feature_version_is_trained_on_request(data, tmp_path):

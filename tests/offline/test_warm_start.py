@@ -84,3 +84,48 @@ def test_cli_init_without_a_model_exits_2_with_one_line(data, tmp_path, capsys):
     err = capsys.readouterr().err
     assert exc.value.code == 2 and err.count("\n") == 1 and "no trained mlp model" in err
     assert not out.exists()
+
+
+def test_a_version_4_model_is_widened_to_version_5_and_predicts_the_same_for_single_gemms(data, tmp_path):
+    from kernel_select.device import get_device
+    from kernel_select.model.features import FEATURE_SETS, featurize
+    from kernel_select.offline.training.warm_start import load_warm_start
+    from kernel_select.problem import Problem
+    from kernel_select.space import for_problem
+
+    saved = train(data, tmp_path / "v4", device="h100", objective="rank", hparams=BASE, progress=False,
+                  feature_version=4)
+    spec = get_device("h100")
+    warm = load_warm_start(saved.out_dir, spec, feature_version=5, hidden_widths=BASE.hidden_widths,
+                           members=BASE.members)
+    assert warm.record["widened"] == "feature version 4 -> 5"
+    assert len(warm.feature_mean) == len(FEATURE_SETS[5]) and warm.feature_std[-1] == 1.0
+    problem = Problem(560, 1280, 3420, "bfloat16")
+    configs = for_problem(problem, spec)[:50]
+    old = saved.model.net.members[0]
+    x4 = saved.model.features(problem, configs)
+    x5 = featurize(problem, configs, spec, 5)
+    mean, inv_std = torch.tensor(saved.model._mean), torch.tensor(saved.model._inv_std)
+    standardized = (torch.from_numpy(x4) - mean) * inv_std
+    old_ms = old(standardized)
+    new_ms = warm.members[0](torch.from_numpy(warm.standardize(x5)))
+    assert torch.allclose(old_ms, new_ms, atol=1e-5)
+    # batched problems read the new input once fine-tuning gives it weight; training v5 from it works
+    tuned = train(data, tmp_path / "v5", device="h100", objective="rank", epochs=1, hparams=BASE,
+                  progress=False, init=warm)
+    assert tuned.model.card.feature_version == 5
+    assert tuned.model.card.hyperparameters["init"]["widened"] == "feature version 4 -> 5"
+
+
+def test_a_time_limit_bounds_the_epochs_and_the_card_says_how_many_ran(data, tmp_path):
+    import time
+
+    from kernel_select.offline.training.train import TimeLimit
+
+    calls = []
+    limit = TimeLimit(time.perf_counter() + 3.0, on_epoch=lambda: calls.append(1))
+    result = train(data, tmp_path, device="h100", objective="rank", progress=False, time_limit=limit,
+                   hparams=dataclasses.replace(BASE, epochs=500))
+    rank = result.metrics["val"]["rank"]
+    assert 1 <= rank["epochs_run"] < 500 and rank["epochs_planned"] == 500
+    assert len(calls) >= rank["epochs_run"]  # every epoch of every member reported

@@ -136,11 +136,15 @@ def plan(problems: Sequence[Problem], device: DeviceSpec, *, search_space: str =
     Inductor 2.11 registers one heuristic class for `triton::mm` and `triton::bmm`
     (CUDAMMTemplateConfigHeuristic) and feeds it the per-batch sizes."""
     out = []
+    # Equal keys of different problems become one object: every later lookup of a key (the compile
+    # pipeline's, reuse_order's, cost.py's) then matches by identity instead of comparing 11 fields.
+    interned: dict[CompileKey, CompileKey] = {}
     for problem in problems:
         check_benchmarkable(problem)
         tf32 = inductor_allow_tf32(problem, torch_version=torch_version, fp32_precision=fp32_precision)
         configs = for_problem(problem, device, search_space, torch_version)  # type: ignore[arg-type]
-        out.append([PlannedRun(problem, c, compile_key(problem, c, tf32)) for c in configs])
+        keys = [compile_key(problem, c, tf32) for c in configs]
+        out.append([PlannedRun(problem, c, interned.setdefault(key, key)) for c, key in zip(configs, keys)])
     return out
 
 
@@ -188,7 +192,7 @@ def inductor_allow_tf32(problem: Problem, *, torch_version: str | None = None,
     For half-precision inputs tl.dot ignores the flag, but Inductor still emits it.
     """
     if fp32_precision is None:
-        fp32_precision = _running_fp32_precision()
+        fp32_precision = running_fp32_precision()
     if fp32_precision != "tf32":
         return False
     if torch_minor_version(torch_version) >= (2, 13):
@@ -199,7 +203,9 @@ def inductor_allow_tf32(problem: Problem, *, torch_version: str | None = None,
     return (not force_same_precision) or shape_ok
 
 
-def _running_fp32_precision() -> str:
+def running_fp32_precision() -> str:
+    """torch.backends.cuda.matmul.fp32_precision in this process ("ieee" without torch): what
+    decides ALLOW_TF32 for the float32 problems planned here."""
     try:
         import torch
     except ImportError:

@@ -23,6 +23,7 @@ the plans' problems in file order): layers run 5 predicted 480 s, measured 469 s
 
 from __future__ import annotations
 
+import copy
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -110,41 +111,71 @@ def problem_timing_s(runs: Sequence[PlannedRun], new_binaries: int) -> float:
     return PROBLEM_S + LOAD_S * new_binaries + pass1 + pass2
 
 
+class Simulation:
+    """The pipeline replayed one problem at a time, in plan order: `add` a problem's runs and read
+    when it would finish. Problems only ever join the end of a plan, and what an earlier problem
+    costs never depends on a later one (compile and timing both go in plan order), so a planner
+    can grow a plan and ask after each step whether it still fits (`copy` to try a step)."""
+
+    def __init__(self, workers: int, gpus: int = 1, startup_s: float = 10.0) -> None:
+        self.workers, self.gpus = workers, gpus
+        self.key_done: dict[CompileKey, float] = {}
+        self.compile_core_s = 0.0
+        self.compile_clock = startup_s  # the pool as one fluid of `workers` cores
+        self.free = [(startup_s, gpu) for gpu in range(gpus)]
+        heapq.heapify(self.free)
+        self.loaded: list[set[CompileKey]] = [set() for _ in range(gpus)]
+        self.waits, self.rows = [0.0] * gpus, [0] * gpus
+        self.timing_s, self.end, self.problems = 0.0, startup_s, 0
+
+    def add(self, runs: Sequence[PlannedRun]) -> float:
+        """Plan one more problem (after every problem added so far); returns when its timing ends."""
+        if not runs:
+            return self.end
+        for run in runs:
+            if run.key not in self.key_done:
+                cost = COMPILE_CORE_S[(run.key.kernel, run.key.dtype)]
+                self.compile_core_s += cost
+                self.compile_clock += cost / self.workers
+                self.key_done[run.key] = self.compile_clock
+        at, gpu = heapq.heappop(self.free)
+        start = max(at, max(self.key_done[r.key] for r in runs))
+        self.waits[gpu] += start - at
+        keys = {r.key for r in runs}
+        seconds = problem_timing_s(runs, len(keys - self.loaded[gpu]))
+        self.loaded[gpu] |= keys
+        self.timing_s += seconds
+        self.rows[gpu] += len(runs) + 1
+        self.problems += 1
+        self.end = max(self.end, start + seconds)
+        heapq.heappush(self.free, (start + seconds, gpu))
+        return start + seconds
+
+    def copy(self) -> Simulation:
+        twin = copy.copy(self)
+        twin.key_done, twin.free = dict(self.key_done), list(self.free)
+        twin.loaded = [set(keys) for keys in self.loaded]
+        twin.waits, twin.rows = list(self.waits), list(self.rows)
+        return twin
+
+    @property
+    def wall_s(self) -> float:
+        return self.end
+
+    def result(self) -> Estimate:
+        by_dtype: dict[str, int] = {}
+        for key in self.key_done:
+            by_dtype[key.dtype] = by_dtype.get(key.dtype, 0) + 1
+        return Estimate(problems=self.problems, rows=sum(self.rows), keys=len(self.key_done),
+                        keys_by_dtype=by_dtype, compile_core_s=self.compile_core_s, timing_s=self.timing_s,
+                        wall_s=self.end, gpu_wait_s=list(self.waits), gpu_rows=list(self.rows))
+
+
 def estimate(planned: Sequence[list[PlannedRun]], workers: int, gpus: int = 1,
              startup_s: float = 10.0) -> Estimate:
     """Simulate collecting `planned` (in this order) with `workers` compile processes and `gpus`
     GPUs. `startup_s`: the pool's and the timing processes' start (imports, CUDA)."""
-    key_done: dict[CompileKey, float] = {}
-    compile_core_s, clock = 0.0, startup_s
+    simulation = Simulation(workers, gpus, startup_s)
     for runs in planned:
-        for run in runs:
-            if run.key not in key_done:
-                cost = COMPILE_CORE_S[(run.key.kernel, run.key.dtype)]
-                compile_core_s += cost
-                clock += cost / workers  # the pool as one fluid of `workers` cores
-                key_done[run.key] = clock
-    free = [(startup_s, gpu) for gpu in range(gpus)]
-    heapq.heapify(free)
-    loaded: list[set[CompileKey]] = [set() for _ in range(gpus)]
-    waits, rows = [0.0] * gpus, [0] * gpus
-    timing_s, end = 0.0, startup_s
-    for runs in planned:
-        if not runs:
-            continue
-        at, gpu = heapq.heappop(free)
-        ready = max(key_done[r.key] for r in runs)
-        start = max(at, ready)
-        waits[gpu] += start - at
-        keys = {r.key for r in runs}
-        seconds = problem_timing_s(runs, len(keys - loaded[gpu]))
-        loaded[gpu] |= keys
-        timing_s += seconds
-        rows[gpu] += len(runs) + 1
-        end = max(end, start + seconds)
-        heapq.heappush(free, (start + seconds, gpu))
-    by_dtype: dict[str, int] = {}
-    for key in key_done:
-        by_dtype[key.dtype] = by_dtype.get(key.dtype, 0) + 1
-    return Estimate(problems=sum(1 for r in planned if r), rows=sum(rows), keys=len(key_done),
-                    keys_by_dtype=by_dtype, compile_core_s=compile_core_s, timing_s=timing_s,
-                    wall_s=end, gpu_wait_s=waits, gpu_rows=rows)
+        simulation.add(runs)
+    return simulation.result()

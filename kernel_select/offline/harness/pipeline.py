@@ -162,12 +162,16 @@ def _fp32_precision() -> str:
 
 
 def run_bench(problems: Problems, out: str | Path, device: DeviceSpec,
-              options: BenchOptions | None = None, origins: Origins | None = None) -> pd.DataFrame:
+              options: BenchOptions | None = None, origins: Origins | None = None, *,
+              planned: Sequence[list[PlannedRun]] | None = None,
+              on_problem: Callable[[Problem], None] | None = None) -> pd.DataFrame:
     """Benchmark `problems` in order (skipping those already in `out` for this GPU), appending
     each problem's rows to `out` as soon as it is timed. Returns the whole output.
 
     Each problem is timed in its own operand layout; `origins` maps a problem to its family /
-    layer / pass columns."""
+    layer / pass columns. `planned`: the problems' runs already planned (bench_plan.plan, same
+    order as `problems`, with this run's fp32 precision), so they are not planned again;
+    `on_problem` is called with each problem once it is timed (its rows handed to the writer)."""
     import torch
 
     options = options or BenchOptions()
@@ -177,11 +181,16 @@ def run_bench(problems: Problems, out: str | Path, device: DeviceSpec,
     if len(todo) < len(problems):
         log.info("resuming: %d of %d problems already in %s", len(problems) - len(todo), len(problems), out)
     if todo:
-        planned = plan(todo, device, search_space=options.search_space, fp32_precision=_fp32_precision())
+        if planned is None:
+            planned = plan(todo, device, search_space=options.search_space, fp32_precision=_fp32_precision())
+        else:
+            wanted = set(todo)
+            planned = [runs for runs in planned if runs and runs[0].problem in wanted]
         if options.order == "reuse":
             planned = reuse_order(planned)
         workers = options.workers or max(1, (os.cpu_count() or 2) - 1)  # one core launches kernels
-        stats = _collect(planned, Path(out), device, options, prov, origins or {}, workers, started)
+        stats = _collect(list(planned), Path(out), device, options, prov, origins or {}, workers, started,
+                         on_problem)
         wall = time.perf_counter() - started
         log.info("%d problems, %d rows in %.1f s wall (compile included; %d kernels compiled on %d "
                  "workers): %.0f rows per GPU-minute; timing: %s", stats["problems"], stats["rows"], wall,
@@ -194,7 +203,8 @@ def run_bench(problems: Problems, out: str | Path, device: DeviceSpec,
 
 
 def _collect(planned: list[list[PlannedRun]], out: Path, device: DeviceSpec, options: BenchOptions,
-             prov: dict, origins: Origins, workers: int, started: float) -> dict:
+             prov: dict, origins: Origins, workers: int, started: float,
+             on_problem: Callable[[Problem], None] | None = None) -> dict:
     """The timing loop over planned problems, with compiling ahead and writing behind."""
     import torch
     from tqdm import tqdm
@@ -232,6 +242,8 @@ def _collect(planned: list[list[PlannedRun]], out: Path, device: DeviceSpec, opt
             tally.add_problem(len(runs) + 1, time.perf_counter() - t0)
             stats["problems"] += 1
             stats["rows"] += len(runs) + 1
+            if on_problem is not None:
+                on_problem(timed)
             rate = 60 * stats["rows"] / max(time.perf_counter() - started, 1e-9)
             bar.set_postfix(rows=stats["rows"], compiled=compiler.compiled, rows_per_gpu_min=f"{rate:.0f}",
                             retimed_chunks=stats["timing"].chunks_retimed)

@@ -22,6 +22,7 @@ from kernel_select.errors import ModelError
 from kernel_select.layouts import DEFAULT_LAYOUT
 from kernel_select.model.card import (
     Architecture,
+    GpuIdentity,
     ModelCard,
     build_body,
     save_checkpoint,
@@ -123,7 +124,8 @@ def fit_problem_net(x_train: np.ndarray, y_train: np.ndarray, x_val: np.ndarray,
 def _card(stem: str, spec: DeviceSpec, architecture: Architecture, fitted: FittedProblemNet, dtypes: Any,
           hyperparameters: dict[str, Any], metrics: dict[str, Any]) -> ModelCard:
     return ModelCard(
-        model=stem, device=spec.key, architecture=architecture, feature_version=PROBLEM_FEATURE_VERSION,
+        model=stem, device=spec.key, gpu=GpuIdentity.of(spec), architecture=architecture,
+        feature_version=PROBLEM_FEATURE_VERSION,
         feature_names=list(PROBLEM_FEATURE_NAMES), feature_mean=fitted.mean.tolist(),
         feature_std=fitted.std.tolist(), dtypes=sorted({dtype_name(d) for d in dtypes}),
         hyperparameters=hyperparameters, metrics=metrics, trained_at=utc_now(), versions=training_versions())

@@ -37,7 +37,7 @@ from kernel_select.offline.data import dataset, splits
 from kernel_select.offline.training import model_extras
 from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec, get_device
-from kernel_select.errors import DatasetError, KernelSelectError
+from kernel_select.errors import DatasetError, KernelSelectError, NoTrainedModelError
 from kernel_select.layouts import DEFAULT_LAYOUT
 from kernel_select.model import PerformanceModel, get_model
 from kernel_select.offline.metrics import (  # noqa: F401 - re-exported for callers
@@ -83,7 +83,8 @@ def problem_rows(df: pd.DataFrame, empty_error: str) -> ProblemRows:
         raise DatasetError(empty_error)
     rows = rows.reset_index(drop=True)
     groups, problem_ids = pd.factorize(rows["problem_id"], sort=True)
-    problems = rows.groupby("problem_id", sort=True)[["m", "n", "k", "dtype", "layout", "batch", "op"]].first()
+    problems = rows.groupby("problem_id", sort=True)[["m", "n", "k", "dtype", "layout", "batch", "op"]]
+    problems = problems.first()
     return ProblemRows(rows=rows, groups=groups, problem_ids=problem_ids,
                        runtime=rows["runtime_ms"].to_numpy(np.float64), problems=problems)
 
@@ -259,7 +260,8 @@ def problem_cases(rows: pd.DataFrame, problems: pd.DataFrame) -> list[tuple[Prob
     batch = problems["batch"].to_numpy() if "batch" in problems else np.ones(len(problems), dtype=np.int64)
     op = problems["op"].astype(str).to_numpy() if "op" in problems else np.full(len(problems), "mm")
     bounds = np.r_[0, np.cumsum(rows.groupby("problem_id", sort=True).size().to_numpy())]
-    return [(Problem(int(m), int(n), int(k), str(dtype), batch=int(batch[i]), op=str(op[i]), layout=str(layout)),
+    return [(Problem(int(m), int(n), int(k), str(dtype), batch=int(batch[i]), op=str(op[i]),
+                     layout=str(layout)),
              configs_of(rows.iloc[bounds[i]:bounds[i + 1]]))
             for i, (m, n, k, dtype, layout) in enumerate(columns.itertuples(index=False, name=None))]
 
@@ -287,9 +289,12 @@ def evaluate_splits(data_path: str | Path | Sequence[str | Path],
         reports[name], split_scores = _evaluate(data_path, name, models, device=spec, ks=ks, frame=frame,
                                                 **options)
         scores.append(split_scores)
-    shipped = load_default(spec)
-    out = {"data": _names(data_path), "device": spec.key, "shipped": shipped.name,
-           "shipped_model": shipped.describe(), "splits": reports}
+    try:
+        shipped = load_default(spec)
+        served = {"shipped": shipped.name, "shipped_model": shipped.describe()}
+    except NoTrainedModelError as exc:  # a GPU being calibrated: nothing serves it yet
+        served = {"shipped": None, "shipped_model": str(exc)}
+    out = {"data": _names(data_path), "device": spec.key, **served, "splits": reports}
     # Over the splits together: models evaluated on every split, in the order of the first.
     together = {name: ModelScores(np.concatenate([s[name].per_problem for s in scores]),
                                   np.concatenate([s[name].own for s in scores]))

@@ -46,7 +46,8 @@ def strata_labels(problems: pd.DataFrame) -> dict[str, np.ndarray]:
             "n_align": alignment_class(problems["n"].to_numpy()),
             "k_align": alignment_class(problems["k"].to_numpy()),
             **({"layout": problems["layout"].astype(str).to_numpy()} if "layout" in problems else {}),
-            **({"op": np.where(problems["batch"].to_numpy() > 1, "bmm", "mm")} if "batch" in problems else {})}
+            **({"op": np.where(problems["batch"].to_numpy() > 1, "bmm", "mm")}
+               if "batch" in problems else {})}
 
 
 def strata_report(per_problem: np.ndarray, default_ratio: np.ndarray, labels: dict[str, np.ndarray],

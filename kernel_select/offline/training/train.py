@@ -21,7 +21,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -33,10 +33,10 @@ from tqdm.auto import tqdm
 from kernel_select.offline.data import dataset, splits
 from kernel_select.model.cublas import GATE_STEM, AtenHead, CublasGate
 from kernel_select.model.features import FEATURE_SETS, FEATURE_VERSION
-from kernel_select.device import DeviceSpec, get_device
+from kernel_select.device import DeviceSpec, get_device, key_for_name
 from kernel_select.errors import DatasetError, ModelError, OptionError
 from kernel_select.offline.metrics import geomean, topk_scores
-from kernel_select.model.card import ModelCard, save_checkpoint, training_versions, utc_now
+from kernel_select.model.card import GpuIdentity, ModelCard, save_checkpoint, training_versions, utc_now
 from kernel_select.model.mlp import STEM, AveragedRuntimeNet, MLPModel, RuntimeNet, architecture
 from kernel_select.offline.training.cublas_fit import (
     cublas_errors_by_layout,
@@ -89,6 +89,21 @@ class TrainResult:
     seconds: float
 
 
+@dataclass(frozen=True)
+class TimeLimit:
+    """A wall-clock bound on the MLP's training: the networks to fit share what is left of it
+    equally, each stopping after the last epoch it can afford (kernel-select calibrate trains
+    within its time budget). `on_epoch` is called after every epoch (a progress display)."""
+
+    deadline: float  # time.perf_counter() by which every network is fitted
+    on_epoch: Callable[[], None] | None = None
+
+    def share(self, fits_left: int) -> float:
+        """The deadline of the next fit when `fits_left` fits (it included) remain."""
+        now = time.perf_counter()
+        return now + max(self.deadline - now, 0.0) / max(fits_left, 1)
+
+
 @dataclass
 class _Split:
     x: torch.Tensor  # standardized features (rows, n_features)
@@ -102,7 +117,8 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
           seed: int = 0, epochs: int | None = None, objective: str = "both",
           hparams: MLPHParams | None = None,
           feature_version: int = FEATURE_VERSION, cap: int = DEFAULT_CAP,
-          progress: bool = True, init: str | Path | None = None) -> TrainResult:
+          progress: bool = True, init: str | Path | WarmStart | None = None,
+          time_limit: TimeLimit | None = None) -> TrainResult:
     """Fit the MLP on the trainable problems of the dataset file(s) and save it to `out_dir`,
     with the cuBLAS time head, the `topk="auto"` rule, and the cuBLAS gate.
 
@@ -113,7 +129,10 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
         feature_version: one of `model.features.FEATURE_SETS` (5 adds the batch of batched GEMMs).
         cap: configs per problem (every contender within 1.5x of the oracle, then a sample).
         init: a saved MLP directory to fine-tune (warm_start.py): member i starts from its member i,
-            with its standardization; the saved weights compete as "epoch 0" on validation.
+            with its standardization; the saved weights compete as "epoch 0" on validation. A
+            WarmStart already loaded (load_warm_start) is used as it is.
+        time_limit: bound the networks' training in wall time (TimeLimit); the card's metrics say
+            how many epochs each ran. The cuBLAS head and gate after them are not bounded.
     Raises:
         DatasetError: a file is unreadable, or a split has no usable rows for `device`.
         OptionError: bad epochs, objective, feature version or cap.
@@ -124,7 +143,7 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
     if epochs is not None:
         hparams = dataclasses.replace(hparams, epochs=epochs)
     _check_options(hparams, objective, feature_version, cap)
-    warm = None if init is None else load_warm_start(
+    warm = init if isinstance(init, WarmStart) or init is None else load_warm_start(
         init, spec, feature_version=feature_version, hidden_widths=hparams.hidden_widths,
         members=hparams.members)
 
@@ -138,11 +157,14 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
     splits_ = {name: _make_split(rows, standardized, name) for name in ("train", "val")}
 
     runs: dict[str, tuple[RuntimeNet, dict[str, Any]]] = {}
-    for name in (list(OBJECTIVES) if objective == "both" else [objective]):
+    objectives = list(OBJECTIVES) if objective == "both" else [objective]
+    for i, name in enumerate(objectives):
+        fits_left = len(objectives) - i + hparams.members - 1
         runs[name] = _fit(name, splits_["train"], splits_["val"], hparams, seed, progress,
-                          start=warm.members[0] if warm else None)
+                          start=warm.members[0] if warm else None, limit=time_limit, fits_left=fits_left)
     best = max(runs, key=lambda name: runs[name][1]["selection_score"])
-    net, member_metrics = _train_members(runs[best][0], best, splits_, hparams, seed, progress, warm)
+    net, member_metrics = _train_members(runs[best][0], best, splits_, hparams, seed, progress, warm,
+                                         time_limit)
 
     metrics: dict[str, Any] = {"selected_objective": best, "val": {name: m for name, (_, m) in runs.items()},
                                **member_metrics}
@@ -151,7 +173,8 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
     metrics["cublas_by_layout"] = cublas_errors_by_layout(frame, head, gate)
     metrics["train_seconds"] = round(time.perf_counter() - started, 1)
     card = ModelCard(
-        model="mlp", device=spec.key, feature_version=feature_version, feature_names=list(names),
+        model="mlp", device=spec.key, gpu=GpuIdentity.of(spec), feature_version=feature_version,
+        feature_names=list(names),
         feature_mean=mean.tolist(), feature_std=std.tolist(), kernel_overhead_ms=net.kernel_overhead_ms,
         architecture=architecture(len(names), hparams.hidden_widths, hparams.members),
         dtypes=sorted(rows["dtype"].unique()), layouts=sorted(rows["layout"].astype(str).unique()),
@@ -179,7 +202,7 @@ def save_model(model: MLPModel, out_dir: str | Path) -> Path:
 
 
 def _train_members(first: RuntimeNet, objective: str, splits_: dict[str, _Split], hp: MLPHParams, seed: int,
-                   progress: bool, warm: WarmStart | None = None
+                   progress: bool, warm: WarmStart | None = None, limit: TimeLimit | None = None
                    ) -> tuple[RuntimeNet | AveragedRuntimeNet, dict[str, Any]]:
     """With `hp.members` > 1: train the other members (objective of the first, seeds seed+1, ...;
     from the warm start's member i, if any) and return their average, with the validation figures
@@ -187,7 +210,8 @@ def _train_members(first: RuntimeNet, objective: str, splits_: dict[str, _Split]
     if hp.members == 1:
         return first, {}
     members = [first] + [_fit(objective, splits_["train"], splits_["val"], hp, seed + i, progress,
-                              start=warm.members[i] if warm else None)[0]
+                              start=warm.members[i] if warm else None, limit=limit,
+                              fits_left=hp.members - i)[0]
                          for i in range(1, hp.members)]
     net = AveragedRuntimeNet(members).eval()
     return net, {"members_val": [validate(m, splits_["val"])["topk"] for m in members],
@@ -264,7 +288,8 @@ def _check_options(hparams: MLPHParams, objective: str, feature_version: int, ca
 def train_gate(frame: pd.DataFrame, spec: DeviceSpec, out_dir: str | Path, *, seed: int = 0,
                data_path: Path | None = None) -> CublasGate:
     """Fit the cuBLAS gate on the train/val problems of `spec` (all layouts of `frame`); save to `out_dir`."""
-    on_device = frame["device_name"].map(lambda name: _device_key(name) == spec.key)
+    on_device = (frame["device_name"].map(lambda name: key_for_name(str(name)) == spec.key)
+                 & (frame["sm_count"] == spec.sm_count))
     masks = splits.split_masks(frame)
     trainable = masks["train"] | masks["val"]  # never the frozen test or family problems
     gate = fit_gate(frame[on_device & trainable & (frame["batch"] == 1)], spec, seed=seed)
@@ -280,7 +305,7 @@ def _training_rows(df: pd.DataFrame, spec: DeviceSpec, paths: Sequence[Path], ca
                    layouts: Sequence[str] = dataset.MODELLED_LAYOUTS,
                    batched: bool = False) -> tuple[pd.DataFrame, pd.Series]:
     """Capped Triton rows of the trainable problems (never `test` or `family`), and cuBLAS ms per problem."""
-    on_device = df["device_name"].map(lambda name: _device_key(name) == spec.key)
+    on_device = df["device_name"].map(lambda name: key_for_name(str(name)) == spec.key)
     if not on_device.all():
         log.warning("%s: ignoring %d rows measured on devices other than %s", ", ".join(map(str, paths)),
                     int((~on_device).sum()), spec.key)
@@ -295,13 +320,6 @@ def _training_rows(df: pd.DataFrame, spec: DeviceSpec, paths: Sequence[Path], ca
     return rows, aten
 
 
-def _device_key(name: str) -> str | None:
-    try:
-        return get_device(name).key
-    except Exception:  # an unknown device name simply does not match
-        return None
-
-
 def _make_split(rows: pd.DataFrame, standardized: np.ndarray, split: str) -> _Split:
     mask = (rows["split"] == split).to_numpy()
     groups, _ = pd.factorize(rows.loc[mask, "problem_id"], sort=True)
@@ -313,11 +331,15 @@ def _make_split(rows: pd.DataFrame, standardized: np.ndarray, split: str) -> _Sp
 
 
 def _fit(objective: str, train_split: _Split, val: _Split, hp: MLPHParams, seed: int,
-         progress: bool, make_net: Any = None,
-         start: RuntimeNet | None = None) -> tuple[RuntimeNet, dict[str, Any]]:
+         progress: bool, make_net: Any = None, start: RuntimeNet | None = None,
+         limit: TimeLimit | None = None, fits_left: int = 1) -> tuple[RuntimeNet, dict[str, Any]]:
     """Fit a net (default: RuntimeNet of `hp.hidden_widths`; `make_net(n_features)` builds another
     architecture with the same `body[-1]` output layer; `start`: a copy of these trained weights)
-    and keep its best epoch on `val` (with `start`, its weights untouched count as epoch 0)."""
+    and keep its best epoch on `val` (with `start`, its weights untouched count as epoch 0).
+
+    With `limit`, this fit gets an equal share of the time left among `fits_left` fits: when the
+    first epoch shows that fewer epochs than `hp.epochs` fit in it, the cosine decay starts again
+    over the epochs that do, and training stops after the last of them."""
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     net = _initial_net(train_split, hp, make_net, start)
@@ -328,8 +350,12 @@ def _fit(objective: str, train_split: _Split, val: _Split, hp: MLPHParams, seed:
 
     best_state = copy.deepcopy(net.state_dict())
     best = {**validate(net, val), "epoch": 0} if start is not None else {"selection_score": -math.inf}
-    bar = tqdm(range(hp.epochs), desc=f"train[{objective}]", unit="epoch", disable=not progress)
-    for epoch in bar:
+    deadline = limit.share(fits_left) if limit is not None else math.inf
+    epochs = hp.epochs
+    bar = tqdm(total=hp.epochs, desc=f"train[{objective}]", unit="epoch", disable=not progress)
+    epoch = 0
+    while epoch < epochs:
+        started = time.perf_counter()
         net.train()
         losses = []
         for batch in _batches(objective, train_split, hp, rng, steps_per_epoch):
@@ -343,9 +369,24 @@ def _fit(objective: str, train_split: _Split, val: _Split, hp: MLPHParams, seed:
         metrics.update(epoch=epoch + 1, train_loss=float(np.mean(losses)))
         if metrics["selection_score"] > best["selection_score"]:
             best, best_state = metrics, copy.deepcopy(net.state_dict())
+        bar.update(1)
         bar.set_postfix(loss=f"{metrics['train_loss']:.4f}", val=f"{metrics['selection_score']:.4f}",
                         best=f"{best['selection_score']:.4f}")
+        epoch += 1
+        if limit is not None:
+            if limit.on_epoch is not None:
+                limit.on_epoch()
+            epoch_s = time.perf_counter() - started
+            affordable = epoch + int(max(deadline - time.perf_counter(), 0.0) // max(epoch_s, 1e-9))
+            if affordable < epochs:
+                if epoch == 1 and affordable > 1:  # decay over the epochs that fit, not over hp.epochs
+                    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(
+                        optimizer, T_max=(affordable - 1) * steps_per_epoch, eta_min=hp.lr / 20)
+                epochs = max(affordable, epoch)
+    bar.close()
     net.load_state_dict(best_state)
+    if limit is not None:
+        best.update(epochs_run=epoch, epochs_planned=hp.epochs)
     return net.eval(), best
 
 

@@ -91,7 +91,8 @@ def cap_rows_per_problem(rows: pd.DataFrame, cap: int, seed: int) -> np.ndarray:
 def aten_problems(rows: pd.DataFrame, aten: pd.Series) -> pd.DataFrame:
     """One row per single-GEMM problem of `rows` that has a cuBLAS time: m, n, k, dtype, split, layout,
     aten_ms (the cuBLAS time head is trained on single GEMMs, model.cublas.AtenHead.supports)."""
-    problems = rows[rows["batch"] == 1].groupby("problem_id", sort=True)[["m", "n", "k", "dtype", "split", "layout"]].first()
+    single = rows[rows["batch"] == 1]
+    problems = single.groupby("problem_id", sort=True)[["m", "n", "k", "dtype", "split", "layout"]].first()
     problems["aten_ms"] = aten.reindex(problems.index)
     return problems[np.isfinite(problems["aten_ms"]) & (problems["aten_ms"] > 0)]
 

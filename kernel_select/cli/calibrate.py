@@ -1,0 +1,63 @@
+"""`kernel-select calibrate`: train a model for this GPU from a few minutes of its own measurements."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from kernel_select.cli.common import Subparsers, int_at_least, output_dir, positive_float, require_gpu, say
+
+
+def register(sub: Subparsers) -> None:
+    from kernel_select.offline.calibrate.budget import DEFAULT_MINUTES  # free of torch: --help stays light
+
+    p = sub.add_parser("calibrate", help="measure this GPU for a few minutes and train its own model",
+                       description="Plan problems that reuse compiled kernels and cover the dtypes, M "
+                                   "buckets, N and K alignments, layouts and batched GEMMs; time them "
+                                   "with the benchmark harness within --minutes; fine-tune the nearest "
+                                   "trained model on them (or train from scratch); score it on the "
+                                   "measured problems held out from training; and write the model into "
+                                   "the user's model directory, where kernel_select finds it for this GPU "
+                                   "before any shipped model. A killed run resumes its measurements when "
+                                   "run again (training starts over). Needs a CUDA GPU.")
+    p.add_argument("--minutes", type=positive_float, default=DEFAULT_MINUTES,
+                   help="the whole run's wall time: planning, measuring (compile included; a hard bound), "
+                        "training and scoring (default: %(default)g; 15 cover every stratum with 15 "
+                        "compile workers, fewer cover the first compile classes)")
+    p.add_argument("--from", dest="start", default="auto", metavar="DEVICE|auto|none",
+                   help="the model to fine-tune: auto (default): the trained model of this GPU or of its SM "
+                        "architecture, else none; none: from scratch; a device key (h100) or a model folder")
+    p.add_argument("--out", type=output_dir, default=None, metavar="DIR",
+                   help="the model directory to write <device>/ into (default: KERNEL_SELECT_MODELS_DIR, "
+                        "else ~/.cache/kernel_select/models, the directory kernel_select searches first)")
+    p.add_argument("--json", action="store_true", help="print the run's summary as JSON on stdout")
+    p.add_argument("--workers", type=int_at_least(0), default=0,
+                   help="compile processes (default: every core but one)")
+    p.add_argument("--max-problems", type=int_at_least(1), default=None, metavar="N",
+                   help="a quick trial: measure at most N problems")
+    p.add_argument("--epochs", type=int_at_least(1), default=None,
+                   help="a quick trial: at most this many training epochs (default: 120, within the time)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(handler=run_calibrate)
+
+
+def run_calibrate(args: argparse.Namespace) -> int:
+    require_gpu("calibrate")
+    from kernel_select.device import detect
+    from kernel_select.offline.calibrate.run import CalibrateOptions, calibrate
+
+    options = CalibrateOptions(minutes=args.minutes, start=args.start,
+                               models_dir=Path(args.out) if args.out else None, workers=args.workers,
+                               max_problems=args.max_problems, epochs=args.epochs, progress=not args.quiet)
+    summary = calibrate(options, detect())
+    if args.json:
+        say(json.dumps(summary, indent=1))
+    else:
+        held_out = summary["held_out"]
+        methods = held_out.get("methods", {})
+        new = methods.get("calibrated", {})
+        score = (f"top-1 {new['top1']:.3f}, top-4 {new['top4']:.3f} on {held_out['problems']} held-out "
+                 f"problems" if "top4" in new else "no held-out score")
+        say(f"calibrated {summary['device']['key']}: {score}; model in {summary['model_dir']}")
+    return 0
