@@ -273,9 +273,9 @@ def check_card(card: ModelCard, path: Path, spec: DeviceSpec, hint: str, *, mode
                                      f"not {spec.key!r}; {hint}")
     if card.feature_version != feature_version or tuple(card.feature_names) != tuple(feature_names):
         raise ModelCardMismatchError(
-            f"{path}: feature_version {card.feature_version} ({len(card.feature_names)} features) does "
-            f"not match this code's feature version {feature_version} ({len(feature_names)} features); "
-            f"{hint}")
+            f"{path}: feature_version {card.feature_version} ({len(card.feature_names)} features"
+            f"{_first_other_feature(card.feature_names, feature_names)}) does not match this code's "
+            f"feature version {feature_version} ({len(feature_names)} features); {hint}")
     n = len(feature_names)
     if card.architecture.inputs != n or len(card.feature_mean) != n or len(card.feature_std) != n:
         raise ModelCardMismatchError(
@@ -285,6 +285,15 @@ def check_card(card: ModelCard, path: Path, spec: DeviceSpec, hint: str, *, mode
         raise ModelCardMismatchError(f"{path}: feature_std must be finite and positive; {hint}")
     if not all(math.isfinite(m) for m in card.feature_mean):
         raise ModelCardMismatchError(f"{path}: feature_mean must be finite; {hint}")
+
+
+def _first_other_feature(card_names: Sequence[str], names: Sequence[str]) -> str:
+    """Where a card's feature names first differ from this code's, when the count alone does not tell
+    (a card of the same version and count whose features are others, or in another order)."""
+    if len(card_names) != len(names):
+        return ""
+    i = next((i for i, (a, b) in enumerate(zip(card_names, names)) if a != b), None)
+    return "" if i is None else f"; feature {i} is {card_names[i]!r}, this code's is {names[i]!r}"
 
 
 def load_network(build: Callable[[], Any], state: dict[str, Any], weights: Path, card: ModelCard,
