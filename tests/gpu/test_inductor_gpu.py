@@ -31,7 +31,8 @@ def test_compiled_mm_benchmarks_exactly_k_triton_configs_plus_aten(route: str):
     a, b = _inputs(560, 1280, 3420)  # the seed problem: K = 3420 is not a multiple of any BLOCK_K
     torch._dynamo.reset()
     k = 4 if route == "install" else 2
-    with ks_inductor.enabled(gemm_topk=4) as handler, torch._inductor.config.patch(force_disable_caches=True), \
+    with ks_inductor.enabled(gemm_topk=4) as handler, \
+            torch._inductor.config.patch(force_disable_caches=True), \
             ks_inductor.record_autotuning() as records:
         if route == "install":
             compiled = torch.compile(lambda x, y: x @ y, mode="max-autotune-no-cudagraphs")
@@ -61,7 +62,8 @@ def test_bmm_and_addmm_are_selected_too():
     b = torch.randn(4, 512, 384, device="cuda", dtype=torch.bfloat16)
     bias = torch.randn(384, device="cuda", dtype=torch.bfloat16)
     torch._dynamo.reset()
-    with ks_inductor.enabled(gemm_topk=3) as handler, torch._inductor.config.patch(force_disable_caches=True), \
+    with ks_inductor.enabled(gemm_topk=3) as handler, \
+            torch._inductor.config.patch(force_disable_caches=True), \
             ks_inductor.record_autotuning() as records:
         bmm = torch.compile(lambda x, y: torch.bmm(x, y), mode="max-autotune-no-cudagraphs")
         addmm = torch.compile(lambda x, w, c: torch.addmm(c, x, w), mode="max-autotune-no-cudagraphs")
@@ -108,7 +110,8 @@ def test_a_relu_after_a_small_linear_is_charged_to_cublas_and_fused_into_triton(
     tower = tower.to("cuda", torch.bfloat16)
     x = torch.randn(1, 512, device="cuda", dtype=torch.bfloat16)
     torch._dynamo.reset()
-    with ks_inductor.enabled(gemm_topk=4) as handler, torch._inductor.config.patch(force_disable_caches=True), \
+    with ks_inductor.enabled(gemm_topk=4) as handler, \
+            torch._inductor.config.patch(force_disable_caches=True), \
             torch.no_grad():
         out = torch.compile(tower, options=ks_inductor.gemm_autotune_options(cudagraphs=False))(x)
         expected = tower(x)
