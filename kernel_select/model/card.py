@@ -164,9 +164,11 @@ class ModelCard(BaseModel):
 
 
 def retrain_hint(model_dir: Path | str, device: str) -> str:
-    """The fix for a model file that cannot be used: train a new one in place."""
+    """The fix for a model file that cannot be used: train a new one in place, or remove it (nothing
+    falls back to the analytical model: model/folders.py)."""
     return (f"retrain with `kernel-select train --data <dataset.parquet> --out {model_dir} "
-            f"--device {device}`, or delete the folder to use the analytical model")
+            f"--device {device}`, or delete the folder: the next folder with a model for the device then "
+            f"serves it, or with none Inductor keeps its own configs")
 
 
 def training_versions() -> dict[str, str]:
