@@ -114,7 +114,10 @@ def lut_identity(path: str) -> FileIdentity:
 
 
 def _lut_error(path: str, reason: str) -> LUTError:
-    error = LUTError(f"{path}: {reason}; fix kernel_lut_path / {env_name('kernel_lut_path')}")
+    from kernel_select.lut.validation import escape_controls  # a NUL or an escape sequence is shown, not sent
+
+    fix = f"fix kernel_lut_path / {env_name('kernel_lut_path')}"
+    error = LUTError(escape_controls(f"{path}: {reason}; {fix}"))
     error.cause_id = f"lut:{path}"  # type: ignore[attr-defined]
     return error
 

@@ -13,6 +13,7 @@ from kernel_select import space
 from kernel_select.configs import GemmConfig
 from kernel_select.errors import ModelError
 from kernel_select.model import PerformanceModel
+from kernel_select.model.cublas import CublasGate
 from kernel_select.problem import Problem
 
 
@@ -64,6 +65,10 @@ class FakeGate:
 
     def __init__(self, ratio: float, tag: str = "g1") -> None:
         self.ratio, self.tag, self.calls = ratio, tag, 0
+
+    def supports(self, problem: Problem) -> bool:
+        """What CublasGate.supports says: single GEMMs only."""
+        return CublasGate.supports(self, problem)  # type: ignore[arg-type]
 
     def predict_log_ratio(self, problems: Sequence[Problem]) -> np.ndarray:
         self.calls += 1

@@ -45,7 +45,8 @@ def test_a_lut_entry_matches_every_layout_of_its_sizes(layout: str):
         {"m": {"min": 1024, "max": 4096}, "n": 1280, "k": 3420, "pin": TRITON_JSON}]}}}}))
     exact, ranged = Problem(560, 1280, 3420, layout=layout), Problem(2048, 1280, 3420, layout=layout)
     assert lut.lookup(exact, "h100") == [TRITON]
-    assert lut.match(exact, "h100") is not None
+    entry = lut.match(exact, "h100")
+    assert (entry.m, entry.n, entry.k, entry.layout, entry.configs) == (560, 1280, 3420, None, [TRITON])
     assert lut.pinned(ranged, "h100") == TRITON
 
 

@@ -66,6 +66,14 @@ def test_unsafe_lut_paths_are_refused_fast_and_still_get_a_cache_key(kind: str, 
     assert fingerprint.startswith(f"{path}:unloadable:")
 
 
+def test_a_nul_byte_in_a_lut_path_is_a_lut_error_that_shows_it_escaped():
+    with pytest.raises(LUTError) as info:
+        within(2, lambda: runtime.load_lut("bad\0path.json"))
+    assert str(info.value).startswith("bad\\x00path.json: not a usable path (it contains a NUL byte); fix "
+                                      "kernel_lut_path / TORCHINDUCTOR_KERNEL_LUT_PATH")
+    assert runtime.lut_fingerprint("bad\0path.json").startswith("bad\0path.json:unloadable:")
+
+
 def test_a_lut_over_the_size_cap_is_refused_before_it_is_read(tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch):
     path = tmp_path / "big.json"

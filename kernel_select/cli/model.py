@@ -90,6 +90,10 @@ def register_eval(sub: Subparsers) -> None:
     p.add_argument("--device", default=None, help="device key (default: from the dataset)")
     p.add_argument("--json", type=output_file, default=None, metavar="OUT",
                    help="also write the report as JSON to OUT")
+    p.add_argument("--pinned-rows", type=output_file, default=None, metavar="PARQUET",
+                   help="with the held-out split: also write the rows of the report's pinned problems (the "
+                        "shipped model's fixed slice of each held-out split) to PARQUET, from which "
+                        "tests/model/test_held_out_scores.py recomputes the pinned scores")
     p.set_defaults(handler=run_eval)
 
 
@@ -224,14 +228,18 @@ def run_eval(args: argparse.Namespace) -> int:
 
     from kernel_select.offline.data import dataset
     from kernel_select.offline.training.evaluate import dataset_device, evaluate, evaluate_splits
-    from kernel_select.offline.training.report import format_paired, format_report
+    from kernel_select.offline.training.report import format_paired, format_pinned, format_report
     from kernel_select.offline.training.training_data import require_rows
 
     require_rows(args.data, "eval")
+    if args.pinned_rows is not None and args.split != "held-out":
+        raise OptionError(f"eval: --pinned-rows: the pinned problems are chosen from the held-out splits, "
+                          f"not --split {args.split}; leave --split out")
     frame, device = None, args.device
+    if args.pinned_rows is not None or (device is None and args.mlp_dir is not None):
+        frame = dataset.read_many(args.data)
     if device is None and args.mlp_dir is not None:
         # A model folder is loaded for a device: the one the data was measured on, unless named.
-        frame = dataset.read_many(args.data)
         device = dataset_device(frame, args.data).key
     if args.mlp_dir is not None:
         from kernel_select.model.mlp import MLPModel
@@ -247,10 +255,17 @@ def run_eval(args: argparse.Namespace) -> int:
         if "paired" in report:
             print(format_paired(report["paired"]))
         print(f"shipped: {report['shipped_model']}")
+        print(format_pinned(report["pinned"]))
     else:
         report = evaluate(args.data, args.split, models, device=device, frame=frame)
         print(format_report(report))
     if args.json:
         emit_text(json.dumps(report, indent=2) + "\n", args.json)
         print(f"wrote {printable(args.json)}")
+    if args.pinned_rows is not None:
+        from kernel_select.offline.training.held_out_slice import pinned_ids, slice_rows
+
+        dataset.write(slice_rows(frame, report["pinned"]), args.pinned_rows)
+        print(f"wrote {printable(args.pinned_rows)}: the rows of the {len(pinned_ids(report['pinned']))} "
+              "pinned problems")
     return 0

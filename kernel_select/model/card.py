@@ -189,9 +189,11 @@ class ModelCard(BaseModel):
 
 
 def retrain_hint(model_dir: Path | str, device: str) -> str:
-    """The fix for a model file that cannot be used: train a new one in place."""
+    """The fix for a model file that cannot be used: train a new one in place, or remove it (nothing
+    falls back to the analytical model: model/folders.py)."""
     return (f"retrain with `kernel-select train --data <dataset.parquet> --out {model_dir} "
-            f"--device {device}`, or delete the folder to use the analytical model")
+            f"--device {device}`, or delete the folder: the next folder with a model for the device then "
+            f"serves it, or with none Inductor keeps its own configs")
 
 
 def training_versions() -> dict[str, str]:
@@ -299,9 +301,9 @@ def check_card(card: ModelCard, path: Path, spec: DeviceSpec, hint: str, *, mode
     check_gpu(card, path, spec)
     if card.feature_version != feature_version or tuple(card.feature_names) != tuple(feature_names):
         raise ModelCardMismatchError(
-            f"{path}: feature_version {card.feature_version} ({len(card.feature_names)} features) does "
-            f"not match this code's feature version {feature_version} ({len(feature_names)} features); "
-            f"{hint}")
+            f"{path}: feature_version {card.feature_version} ({len(card.feature_names)} features"
+            f"{_first_other_feature(card.feature_names, feature_names)}) does not match this code's "
+            f"feature version {feature_version} ({len(feature_names)} features); {hint}")
     n = len(feature_names)
     if card.architecture.inputs != n or len(card.feature_mean) != n or len(card.feature_std) != n:
         raise ModelCardMismatchError(
@@ -331,6 +333,15 @@ def check_gpu(card: ModelCard, path: Path, spec: DeviceSpec) -> None:
                        "kernel_select: the models in %s were measured on %s; this GPU is %s (same "
                        "architecture and SM count); `kernel-select calibrate` trains a model for this GPU",
                        path.parent, gpu.name, spec.name)
+
+
+def _first_other_feature(card_names: Sequence[str], names: Sequence[str]) -> str:
+    """Where a card's feature names first differ from this code's, when the count alone does not tell
+    (a card of the same version and count whose features are others, or in another order)."""
+    if len(card_names) != len(names):
+        return ""
+    i = next((i for i, (a, b) in enumerate(zip(card_names, names)) if a != b), None)
+    return "" if i is None else f"; feature {i} is {card_names[i]!r}, this code's is {names[i]!r}"
 
 
 def load_network(build: Callable[[], Any], state: dict[str, Any], weights: Path, card: ModelCard,

@@ -45,6 +45,7 @@ def test_every_config_of_a_problem_is_correct_against_torch():
     device = detect()
     problem = Problem(33, 80, 100, "float16")
     runs = plan([problem], device)[0][::7]  # a spread of the space; compiling all takes minutes
+    assert len(runs) >= 10, f"{problem}: only {len(runs)} configs to check"
     timer = ProblemTimer(problem, device, BenchOptions())
     for run in runs:
         timer.c.fill_(float("nan"))
@@ -68,6 +69,7 @@ def test_every_layout_is_timed_and_multiplies_like_torch_mm_on_the_same_operands
     device = detect()
     problem = Problem(100, 272, 136, "float16", layout=layout)  # M = 4 mod 8: M_DIV 4 when A is transposed
     runs = plan([problem], device)[0][::11]
+    assert len(runs) >= 10, f"{problem}: only {len(runs)} configs to check"
     keys = list(dict.fromkeys(run.key for run in runs))[:3]
     compiled = {key: (status, text) for key, status, text in bench._compile_keys(keys)}  # workers' path
     assert all(status is None for status, _ in compiled.values()), compiled
@@ -81,5 +83,6 @@ def test_every_layout_is_timed_and_multiplies_like_torch_mm_on_the_same_operands
         err = torch.linalg.vector_norm(timer.c.float() - expected) / torch.linalg.vector_norm(expected)
         assert err < 1e-2, (layout, run.config)
     results, cublas = bench.time_problem(runs, compiled, device, bench.BenchOptions(reps=1))
+    assert sorted(results) == list(range(len(runs)))  # one result per run, every one timed
     assert cublas.status == "ok" and all(r.status in ("ok", "capped") for r in results.values())
     assert all(0 < s < 10 for r in [cublas, *results.values()] for s in r.samples)

@@ -375,8 +375,15 @@ def test_without_a_gate_file_a_user_models_cublas_time_decides_what_inductor_rec
     handler = ks_inductor.KernelSelectChoices(gemm_topk=4, gemm_device="a100", gemm_cublas_margin=0.15)
     result = finalize(handler, inputs, candidates)
     assert runtime.gate(get_device("a100")) is None
+    selection = handler.selections[-1]
+    assert selection.cublas.source == "model" and selection.cublas.prefers_cublas is not offers_triton
     if offers_triton:
-        assert len(triton_of(result)) == 4 and result[0] is candidates["aten::mm"][0]
+        # the A100's own space, ranked: an H100 config may not fit the A100's shared memory
+        a100_space = for_problem(SEED, "a100")
+        assert selection.device == "a100" and selection.candidates == len(a100_space)
+        assert [params_config(c) for c in triton_of(result)] == list(selection.configs)
+        assert len(selection.configs) == 4 and set(selection.configs) <= set(a100_space)
+        assert result[0] is candidates["aten::mm"][0]
     else:
         assert result == [candidates["aten::mm"][0], candidates["decompose_k"][0]]
 

@@ -130,7 +130,7 @@ def test_import_kernel_select_imports_neither_inductor_nor_triton():
     result = run_python("""
         import sys
         import kernel_select
-        assert kernel_select.triton_pruner is not None
+        assert callable(kernel_select.triton_pruner)
         bad = [m for m in sys.modules if m.startswith(("torch._inductor", "triton"))]
         assert not bad, bad
         print("ok")

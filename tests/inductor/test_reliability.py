@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +17,10 @@ pytest.importorskip("torch._inductor.kernel_template_choice")
 from torch._inductor import config as inductor_config  # noqa: E402
 
 import kernel_select.inductor as ks_inductor  # noqa: E402
+import kernel_select.knobs as knobs  # noqa: E402
 from kernel_select.configs import GemmConfig  # noqa: E402
 from kernel_select.device import DeviceSpec  # noqa: E402
+from kernel_select.errors import OptionError  # noqa: E402
 from kernel_select.problem import Problem  # noqa: E402
 from kernel_select.resources import MODELS_DIR_ENV  # noqa: E402
 from tests.inductor.kit import FakeInputs, finalize, inductor_candidates, warnings_of  # noqa: E402
@@ -79,16 +82,54 @@ def test_a_model_with_nan_outputs_warns_once_over_fifty_shapes(caplog: pytest.Lo
     assert len(warnings_of(caplog)) == 1
 
 
-def test_a_broken_shipped_model_leaves_inductor_its_own_candidates(tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch,
-                                                                   caplog: pytest.LogCaptureFixture):
-    shutil.copytree(REPO / "models" / "h100", tmp_path / "h100")
-    weights = tmp_path / "h100" / "mlp.pt"
+def _truncate_weights(folder: Path) -> Path:
+    weights = folder / "mlp.pt"
     weights.write_bytes(weights.read_bytes()[:100])
+    return weights
+
+
+def _widen_card(widths: list[int]) -> Callable[[Path], Path]:
+    def widen(folder: Path) -> Path:
+        card = json.loads((folder / "mlp.json").read_text())
+        card["architecture"]["hidden_widths"] = widths
+        (folder / "mlp.json").write_text(json.dumps(card))
+        return folder / "mlp.json"
+
+    return widen
+
+
+@pytest.mark.parametrize("breakage", [_truncate_weights, _widen_card([20_000_000]), _widen_card([-1]),
+                                      _widen_card([100_000, 100_000]), _widen_card([16] * 100_000)],
+                         ids=["truncated weights", "width 2e7", "width -1", "widths 1e5", "1e5 layers"])
+def test_a_broken_user_model_leaves_inductor_its_own_candidates(
+        breakage: Callable[[Path], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture):
+    shutil.copytree(REPO / "models" / "h100", tmp_path / "h100")
+    broken = breakage(tmp_path / "h100")
     monkeypatch.setenv(MODELS_DIR_ENV, str(tmp_path))
-    # gemm_model=None: the shipped one
+    # gemm_model=None: the device's trained model, here the user's
     handler = ks_inductor.KernelSelectChoices(gemm_topk=4, gemm_device="h100")
-    compile_gemms(handler, (560, 1024, 2048), caplog)
+    within(2, lambda: compile_gemms(handler, (560, 1024, 2048), caplog))
     messages = [r.getMessage() for r in warnings_of(caplog)]
-    assert len(messages) == 1 and str(weights) in messages[0] and "retrain" in messages[0]
+    assert len(messages) == 1 and str(broken) in messages[0] and "retrain" in messages[0]
     assert not handler.selections  # nothing was ranked, by the analytical model or any other
+
+
+@pytest.mark.parametrize("route", ["knob", "torch option"])
+def test_a_nul_byte_in_kernel_lut_path_falls_back_with_one_warning(route: str,
+                                                                   caplog: pytest.LogCaptureFixture):
+    assert ks_inductor.register_options()
+    handler = ks_inductor.KernelSelectChoices(gemm_topk=4, gemm_model=FakeModel(), gemm_device="h100")
+    patch = knobs.patch if route == "knob" else inductor_config.patch
+    with patch(kernel_lut_path="bad\0path.json"):
+        compile_gemms(handler, (560, 1024), caplog)
+    messages = [r.getMessage() for r in warnings_of(caplog)]
+    assert len(messages) == 1 and "OptionError" in messages[0] and "\0" not in messages[0]
+    assert "kernel_lut_path: a path cannot contain a NUL byte, got 'bad\\x00path.json'" in messages[0]
+
+
+def test_install_refuses_a_nul_byte_in_kernel_lut_path_and_installs_nothing():
+    with pytest.raises(OptionError,
+                       match=r"^install\(kernel_lut_path=...\): a path cannot contain a NUL byte"):
+        ks_inductor.install(gemm_topk=4, gemm_model=FakeModel(), gemm_device="h100", kernel_lut_path="a\0b")
+    assert not ks_inductor.uninstall()

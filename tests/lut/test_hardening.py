@@ -157,7 +157,10 @@ def test_json_deeper_than_the_bound_is_refused_even_on_a_deep_stack() -> None:
         at_depth(sys.getrecursionlimit() - 200)
     with pytest.raises(LUTError, match="nested more than 64 levels"):
         lut_io.parse_json("[" * 65 + "]" * 65, lut_io.LUT_FILE, "x.json")
-    assert lut_io.parse_json("[" * 64 + "]" * 64, lut_io.LUT_FILE, "x.json") is not None
+    deepest: list = []
+    for _ in range(63):
+        deepest = [deepest]
+    assert lut_io.parse_json("[" * 64 + "]" * 64, lut_io.LUT_FILE, "x.json") == deepest  # 64 deep is read
 
 
 def test_a_nul_byte_in_the_path_is_a_lut_error() -> None:

@@ -246,7 +246,9 @@ def test_a_version_1_file_is_migrated_not_rejected(tmp_path: Path):
     results = compare.load_results(FIXTURE_V1)
     assert results["schema_version"] == compare.SCHEMA_VERSION and results["migrated_from"] == 1
     assert results["settings"]["nogate_topk"] == [] and results["settings"]["cublas_margin"] is None
+    assert len(results["problems"]) == len(original["problems"]) > 0
     for before, after in zip(original["problems"], results["problems"]):
+        assert after["results"].keys() == before["results"].keys() and after["results"]
         for method, result in after["results"].items():
             assert result["eager_ms"] is None  # v1 timed eager only in its own process
             assert result["speedup"] == before["results"][method]["speedup"]

@@ -155,6 +155,7 @@ def test_shipped_gate_reproduces_its_validation_figures():
     card = shipped.card.metrics["validation"]
     assert recomputed["problems"] == card["problems"]
     assert recomputed["sign_accuracy"] == pytest.approx(card["sign_accuracy"])
+    assert recomputed["margins"].keys() == card["margins"].keys() and card["margins"]
     for margin, figures in card["margins"].items():
         assert recomputed["margins"][margin]["gated"] == pytest.approx(figures["gated"])
         assert recomputed["margins"][margin]["wrongly_gated"] == figures["wrongly_gated"]

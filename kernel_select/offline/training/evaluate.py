@@ -20,6 +20,11 @@ Two models or more: `paired` compares each with the first one evaluated, per k: 
 problems of its score(k) / the first's, with a 95% paired-bootstrap interval (`metrics.
 paired_bootstrap`; > 1: its top-k holds faster configs), on the problems of both models' trained
 layouts. `evaluate_splits` adds the same over the held-out splits together.
+
+Pinned: `evaluate_splits` also scores the shipped model on a fixed slice of each held-out split
+(held_out_slice.py: 40 problems per split, chosen by hash), small enough to commit, so a CPU test
+can recompute those scores without the dataset and catch a model or scoring change that eval.json
+does not record.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from kernel_select.offline.data import dataset, splits
-from kernel_select.offline.training import model_extras
+from kernel_select.offline.training import held_out_slice, model_extras
 from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import DatasetError, KernelSelectError, NoTrainedModelError
@@ -83,8 +88,8 @@ def problem_rows(df: pd.DataFrame, empty_error: str) -> ProblemRows:
         raise DatasetError(empty_error)
     rows = rows.reset_index(drop=True)
     groups, problem_ids = pd.factorize(rows["problem_id"], sort=True)
-    problems = rows.groupby("problem_id", sort=True)[["m", "n", "k", "dtype", "layout", "batch", "op"]]
-    problems = problems.first()
+    columns = ["m", "n", "k", "dtype", "layout", "batch", "op"]
+    problems = rows.groupby("problem_id", sort=True)[columns].first()
     return ProblemRows(rows=rows, groups=groups, problem_ids=problem_ids,
                        runtime=rows["runtime_ms"].to_numpy(np.float64), problems=problems)
 
@@ -291,7 +296,8 @@ def evaluate_splits(data_path: str | Path | Sequence[str | Path],
         scores.append(split_scores)
     try:
         shipped = load_default(spec)
-        served = {"shipped": shipped.name, "shipped_model": shipped.describe()}
+        served = {"shipped": shipped.name, "shipped_model": shipped.describe(),
+                  "pinned": pinned_report(frame, shipped)}
     except NoTrainedModelError as exc:  # a GPU being calibrated: nothing serves it yet
         served = {"shipped": None, "shipped_model": str(exc)}
     out = {"data": _names(data_path), "device": spec.key, **served, "splits": reports}
@@ -303,6 +309,34 @@ def evaluate_splits(data_path: str | Path | Sequence[str | Path],
         out["paired"] = {"splits": [name for name in splits.EVAL_SPLITS if "skipped" not in reports[name]],
                          **paired_report(together, ks)}
     return out
+
+
+def pinned_report(frame: pd.DataFrame, model: PerformanceModel) -> dict[str, Any]:
+    """eval.json's `pinned`: the model (its description and digest) and, per held-out split, the
+    problems of its fixed slice (held_out_slice.slice_ids of the problems the split's evaluation
+    scores) with the model's top-k (held_out_slice.PINNED_KS) and calibration on them, computed as the
+    split's report computes them. A split without problems, or one the model cannot score, is
+    reported as skipped with the reason."""
+    ks = held_out_slice.PINNED_KS
+    layouts = evaluated_layouts([model])
+    report: dict[str, Any] = {"rule": held_out_slice.RULE, "ks": list(ks), "model": model.describe(),
+                              "digest": model.digest(), "splits": {}}
+    for split in splits.EVAL_SPLITS:
+        rows = dataset.modelled_layout_rows(splits.split_rows(frame, split), "evaluation", layouts)
+        try:
+            scored = problem_rows(rows, f"no usable Triton rows in split {split!r}")
+            ids = held_out_slice.slice_ids(scored.problem_ids)
+            chosen = problem_rows(scored.rows[scored.rows["problem_id"].isin(ids)], "")
+            predicted = predict_cases(model, problem_cases(chosen.rows, chosen.problems))
+        except (KernelSelectError, ImportError) as exc:
+            report["splits"][split] = {"skipped": str(exc)}
+            continue
+        report["splits"][split] = {
+            "problems": ids,
+            "topk": topk_dict(topk_scores(chosen.groups, predicted, chosen.runtime, ks), ks),
+            "calibration_median_abs_log_top16": model_extras.calibration(chosen.groups, predicted,
+                                                                         chosen.runtime)}
+    return report
 
 
 def dataset_device(rows: pd.DataFrame, data_path: str | Path) -> DeviceSpec:

@@ -74,3 +74,16 @@ def format_paired(paired: dict[str, Any]) -> str:
         lines.append(f"  {name:<20}  " + ", ".join(cells) + f" ({result['problems']} problems)")
     return "\n".join(lines)
 
+
+
+def format_pinned(pinned: dict[str, Any]) -> str:
+    """One line per held-out split: the shipped model's scores on its pinned slice."""
+    lines = []
+    for split, result in pinned["splits"].items():
+        if "skipped" in result:
+            lines.append(f"pinned [{split}] skipped: {result['skipped']}")
+            continue
+        scores = ", ".join(f"top-{k} {result['topk'][str(k)]:.4f}" for k in pinned["ks"])
+        lines.append(f"pinned [{split}] {len(result['problems'])} problems: {scores}, calibration "
+                     f"{result['calibration_median_abs_log_top16']:.4f}")
+    return "\n".join(lines)
