@@ -105,8 +105,8 @@ def test_a_calibrated_model_serves_its_gpu_before_a_same_architecture_stand_in(u
         model = load_default(pcie)
     assert model.card.device == "h100-pcie" and model.card.gpu.sm_count == pcie.sm_count
     assert not [r for r in caplog.records if "no mlp model trained on" in r.getMessage()]
-    init = model.card.hyperparameters["init"]  # fine-tuned from the shipped v4 model, widened to v5
-    assert init["device"] == "h100" and init["widened"] == "feature version 4 -> 5"
+    init = model.card.hyperparameters["init"]  # fine-tuned from the shipped model, already version 5
+    assert init["device"] == "h100" and "widened" not in init
     assert model.card.hyperparameters["lr"] == 2e-4
 
 

@@ -27,7 +27,7 @@ def measured(problems: list[tuple[Problem, list[tuple[int, ...]], list[float]]])
     """The scored rows of problems measured at the given config keys and times."""
     rows = [{**dict(zip(CONFIG, key)), "backend": "triton", "status": "ok", "runtime_ms": ms,
              "problem_id": dataset.problem_id(p.m, p.n, p.k, p.dtype, layout=p.layout), "m": p.m, "n": p.n,
-             "k": p.k, "dtype": p.dtype, "layout": p.layout}
+             "k": p.k, "dtype": p.dtype, "layout": p.layout, "batch": p.batch, "op": p.op}
             for p, keys, times in problems for key, ms in zip(keys, times)]
     return problem_rows(pd.DataFrame(rows), "no rows")
 

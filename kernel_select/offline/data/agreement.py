@@ -6,8 +6,8 @@ harness's noise. Per (problem, backend, config) timed finite in both, the ratio 
 over first) says how far single timings move; per problem, whether the fastest Triton config of the
 first is the fastest of the second says whether a model's top-1 could be judged on either, and the
 second's time of the first's fastest config over its own fastest (its *regret*) how much a
-disagreement costs. Two timings of the same 235 H200 problems measured this by hand: median |log ratio| 0.9%,
-the first's fastest within 0.989 of the oracle in the second.
+disagreement costs. Two timings of the same 235 H200 problems measured this by hand: median
+|log ratio| 0.9%, the first's fastest within 0.989 of the oracle in the second.
 """
 
 from __future__ import annotations
