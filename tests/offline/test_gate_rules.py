@@ -87,3 +87,15 @@ def test_the_hedge_offers_the_first_pick_where_the_gate_calls_a_close_one_for_cu
     # past the margin and the hedge (cuBLAS predicted 45% faster: 0.55 < 1 - 0.15 - 0.25) it offers nothing
     far = SplitCase(**{**case.__dict__, "predicted_ratio": np.array([0.55])})
     assert outcome(far, honest, Rule(small_ms=0.06, tie=0.02, hedge=0.25))[2] == 0
+
+
+def test_batched_gemms_are_left_out_as_the_gate_decides_nothing_for_them(tmp_path):
+    frame = synthetic_frame(configs_per_problem=40)
+    test_ids = sorted(frame.loc[frame["split"] == "test", "problem_id"].unique())
+    batched = frame["problem_id"] == test_ids[0]
+    frame.loc[batched, "batch"] = 8
+    frame.loc[batched, "op"] = "bmm"
+    data, out = tmp_path / "synthetic.parquet", tmp_path / "rules.json"
+    dataset.write(frame, data)
+    assert main(["gate-rules", "--data", str(data), "--split", "test", "--k", "4", "--json", str(out)]) == 0
+    assert {row["problems"] for row in json.loads(out.read_text())} == {len(test_ids) - 1}

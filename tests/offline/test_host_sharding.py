@@ -169,3 +169,12 @@ def test_more_gpus_than_the_host_has_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     with pytest.raises(OptionError, match="--gpus 2: this host has 1"):
         sharding.run_sharded([Problem(16, 16, 16)], tmp_path / "d.parquet", H100, 2, bench.BenchOptions())
+
+
+def test_the_compile_pool_is_sized_by_the_cores_this_process_may_use(monkeypatch):
+    # a 32-core machine that gives this process 16 (taskset, a container's cpuset): 15 workers, not 31
+    monkeypatch.setattr(bench.os, "cpu_count", lambda: 32)
+    monkeypatch.setattr(bench.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    assert bench.compile_workers(reserved=1) == 15
+    assert bench.compile_workers(reserved=2) == 14 and bench.compile_workers() == 16
+    assert bench.compile_workers(reserved=40) == 1

@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import shutil
 import time
 from collections.abc import Callable
@@ -70,6 +69,7 @@ def calibrate(options: CalibrateOptions, spec: DeviceSpec, *,
     """
     from kernel_select.offline.data import dataset, shapes
     from kernel_select.offline.data.calibration_plan import plan_calibration
+    from kernel_select.offline.harness.bench import compile_workers
     from kernel_select.offline.harness.bench_plan import running_fp32_precision
     from kernel_select.resources import user_models_dir
 
@@ -77,7 +77,7 @@ def calibrate(options: CalibrateOptions, spec: DeviceSpec, *,
     root = Path(options.models_dir) if options.models_dir is not None else user_models_dir()
     files = CalibrationFiles(root / spec.key)
     start = resolve_start(options.start, spec, files.folder)  # a bad --from fails before any work
-    workers = options.workers or max(1, (os.cpu_count() or 2) - 1)  # one core launches kernels
+    workers = options.workers or compile_workers(reserved=1)  # one core launches kernels
     progress = RunProgress(options.progress)
     try:
         progress.say(f"calibrating {spec.identity} for {options.minutes:g} minutes into {files.folder}; "

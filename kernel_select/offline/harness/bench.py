@@ -111,6 +111,14 @@ def distinct_keys_of(runs: Sequence[PlannedRun]) -> list[CompileKey]:
     return distinct_keys([list(runs)])
 
 
+def compile_workers(reserved: int = 0) -> int:
+    """Compile workers for this host: the cores this process may run on, less `reserved` for timing
+    processes. The CPU affinity, not os.cpu_count(): under taskset or a container's cpuset the machine
+    has more cores than the process gets, and a pool sized by the machine oversubscribes them."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores - reserved)
+
+
 def precompile(keys: Sequence[CompileKey], workers: int = 0, progress: bool = True,
                batch: int = 6) -> dict[CompileKey, tuple[str | None, str]]:
     """Compile every key in parallel; returns key -> (error status or None, error text)."""
@@ -118,7 +126,7 @@ def precompile(keys: Sequence[CompileKey], workers: int = 0, progress: bool = Tr
 
     from tqdm import tqdm
 
-    workers = workers or os.cpu_count() or 1
+    workers = workers or compile_workers()
     batches = [list(keys[i:i + batch]) for i in range(0, len(keys), batch)]
     results: dict[CompileKey, tuple[str | None, str]] = {}
     started = time.perf_counter()

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
-import os
 import queue
 import threading
 import time
@@ -38,6 +37,7 @@ from kernel_select.offline.data import dataset
 from kernel_select.offline.harness.bench import (
     BenchOptions,
     _compile_keys,
+    compile_workers,
     provenance,
     rows_for,
     time_problem,
@@ -188,7 +188,7 @@ def run_bench(problems: Problems, out: str | Path, device: DeviceSpec,
             planned = [runs for runs in planned if runs and runs[0].problem in wanted]
         if options.order == "reuse":
             planned = reuse_order(planned)
-        workers = options.workers or max(1, (os.cpu_count() or 2) - 1)  # one core launches kernels
+        workers = options.workers or compile_workers(reserved=1)  # one core launches kernels
         stats = _collect(list(planned), Path(out), device, options, prov, origins or {}, workers, started,
                          on_problem)
         wall = time.perf_counter() - started

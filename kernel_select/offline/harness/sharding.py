@@ -29,7 +29,13 @@ import pandas as pd
 from kernel_select.device import DeviceSpec
 from kernel_select.errors import OptionError
 from kernel_select.offline.data import dataset
-from kernel_select.offline.harness.bench import BenchOptions, provenance, rows_for, time_problem
+from kernel_select.offline.harness.bench import (
+    BenchOptions,
+    compile_workers,
+    provenance,
+    rows_for,
+    time_problem,
+)
 from kernel_select.offline.harness.bench_plan import CompileKey, PlannedRun, plan, reuse_order
 from kernel_select.offline.harness.gpu_tally import GpuTally, gpu_line, run_line
 from kernel_select.offline.harness.pipeline import (
@@ -69,7 +75,7 @@ def run_sharded(problems: Problems, out: str | Path, device: DeviceSpec, gpus: i
         planned = plan(todo, device, search_space=options.search_space, fp32_precision=_fp32_precision())
         if options.order == "reuse":
             planned = reuse_order(planned)
-        workers = options.workers or max(1, (os.cpu_count() or 2) - gpus)  # a core per timing process
+        workers = options.workers or compile_workers(reserved=gpus)  # a core per timing process
         collect_on_host(planned, Path(out), device, options, origins or {}, gpus, workers, started)
     if Path(out).exists():
         return dataset.read(out)

@@ -13,8 +13,9 @@ module replays that on a dataset split, per problem:
   (`gate.SMALL_GEMM_MS`, `gate.NO_MARGIN_TIE` for the shipped rule). Where Triton is offered,
   Inductor takes the faster of the over-timed cuBLAS and the top-k's best.
 
-Reported per (split, k, scenario, rule): `score`, the geomean of min(cuBLAS, oracle) / time taken,
-and `slower`, the problems whose time taken is more than 2% above cuBLAS (eager's kernel).
+Single GEMMs only: the gate decides nothing for a batched one. Reported per (split, k, scenario,
+rule): `score`, the geomean of min(cuBLAS, oracle) / time taken, and `slower`, the problems whose time
+taken is more than 2% above cuBLAS (eager's kernel).
 """
 
 from __future__ import annotations
@@ -99,13 +100,16 @@ def outcome(case: SplitCase, scenario: Scenario, rule: Rule,
 
 def split_case(frame: pd.DataFrame, split: str, k: int, model: PerformanceModel,
                gate: CublasGate) -> SplitCase:
-    """The problems of `split` that have a cuBLAS row, in the layouts `model` was trained on."""
+    """The single GEMMs of `split` that have a cuBLAS row, in the layouts `model` was trained on (the
+    gate decides for batch 1 only; Inductor benchmarks a batched GEMM's cuBLAS and Triton choices)."""
     from kernel_select.offline.training.cublas_fit import problems_of
     from kernel_select.offline.data import dataset, splits
     from kernel_select.offline.metrics import best_in_top_k, oracle_ms
     from kernel_select.offline.training import evaluate
 
-    df = dataset.modelled_layout_rows(splits.split_rows(frame, split), "evaluation",
+    single = splits.split_rows(frame, split)
+    single = single[single["batch"] == 1] if "batch" in single.columns else single
+    df = dataset.modelled_layout_rows(single, "evaluation",
                                       evaluate.evaluated_layouts([model]))
     scored = evaluate.problem_rows(df, f"no usable Triton rows in split {split!r}")
     groups, runtime = scored.groups, scored.runtime
