@@ -203,3 +203,17 @@ def test_errors_by_layout_score_the_held_out_problems_of_each_layout(frame, gate
         assert entry["aten_rmse_log_ms"] >= 0
     assert cublas_errors_by_layout(both, None, None) == {"nn": {"problems": held_out},
                                                          "nt": {"problems": held_out}}
+
+
+def test_a_head_fitted_on_one_layout_records_it_and_stays_finite_on_another(problems):
+    # A calibration run measures one dtype in one layout, so the layout columns are constant over
+    # its training problems; another layout must not enter the network scaled by a ~0 spread.
+    nt = problems.assign(layout="nt")
+    head = fit_aten(nt[nt["split"] == "train"], nt[nt["split"] == "val"], DEVICE, epochs=200)
+    assert head.card.layouts == ["nt"] and head.card.dtypes == ["bfloat16"]
+    measured = nt["aten_ms"].to_numpy()
+    for layout in ("nn", "tn"):
+        predicted = head.predict_ms([Problem(int(r.m), int(r.n), int(r.k), r.dtype, layout=layout)
+                                     for r in nt.itertuples()])
+        assert np.all(np.isfinite(predicted))
+        assert measured.min() / 100 < predicted.min() and predicted.max() < measured.max() * 100

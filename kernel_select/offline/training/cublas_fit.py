@@ -94,7 +94,10 @@ def fit_problem_net(x_train: np.ndarray, y_train: np.ndarray, x_val: np.ndarray,
                     lr: float = 1e-2, weight_decay: float = 1e-2) -> FittedProblemNet:
     """Standardize on the training rows, fit MSE, keep the best validation epoch (checked every
     `check_every` epochs)."""
-    mean, std = x_train.mean(axis=0), x_train.std(axis=0) + 1e-6
+    # A feature constant over the training rows (one dtype, one layout: a calibration run) keeps scale
+    # 1: scaled by its ~0 spread, any other value would enter the network at about 1e6.
+    mean, spread = x_train.mean(axis=0), x_train.std(axis=0)
+    std = np.where(spread > 1e-6, spread + 1e-6, 1.0)
     to_tensor = lambda a: torch.tensor((a - mean) / std, dtype=torch.float32)  # noqa: E731
     xt, xv = to_tensor(x_train), to_tensor(x_val)
     yt = torch.tensor(np.asarray(y_train), dtype=torch.float32)
@@ -121,14 +124,17 @@ def fit_problem_net(x_train: np.ndarray, y_train: np.ndarray, x_val: np.ndarray,
                             best_epoch)
 
 
-def _card(stem: str, spec: DeviceSpec, architecture: Architecture, fitted: FittedProblemNet, dtypes: Any,
-          hyperparameters: dict[str, Any], metrics: dict[str, Any]) -> ModelCard:
+def _card(stem: str, spec: DeviceSpec, architecture: Architecture, fitted: FittedProblemNet,
+          trained: pd.DataFrame, hyperparameters: dict[str, Any], metrics: dict[str, Any]) -> ModelCard:
+    """The card of a problem net fitted on the problems of `trained` (their dtypes and layouts)."""
+    layouts = trained["layout"] if "layout" in trained.columns else [DEFAULT_LAYOUT]
     return ModelCard(
         model=stem, device=spec.key, gpu=GpuIdentity.of(spec), architecture=architecture,
         feature_version=PROBLEM_FEATURE_VERSION,
         feature_names=list(PROBLEM_FEATURE_NAMES), feature_mean=fitted.mean.tolist(),
-        feature_std=fitted.std.tolist(), dtypes=sorted({dtype_name(d) for d in dtypes}),
-        hyperparameters=hyperparameters, metrics=metrics, trained_at=utc_now(), versions=training_versions())
+        feature_std=fitted.std.tolist(), dtypes=sorted({dtype_name(d) for d in trained["dtype"]}),
+        layouts=sorted(set(layouts)), hyperparameters=hyperparameters, metrics=metrics, trained_at=utc_now(),
+        versions=training_versions())
 
 
 def fit_gate(df: pd.DataFrame, device: DeviceSpec | str, *, seed: int = 0, epochs: int = 1500,
@@ -147,7 +153,7 @@ def fit_gate(df: pd.DataFrame, device: DeviceSpec | str, *, seed: int = 0, epoch
     fitted = fit_problem_net(table_features(train, spec), train["log_ratio"].to_numpy(),
                              table_features(val, spec), val["log_ratio"].to_numpy(), GATE_ARCHITECTURE,
                              seed=seed, epochs=epochs, check_every=check_every)
-    card = _card(GATE_STEM, spec, GATE_ARCHITECTURE, fitted, table["dtype"],
+    card = _card(GATE_STEM, spec, GATE_ARCHITECTURE, fitted, table,
                  {"seed": seed, "epochs": epochs, "check_every": check_every, "lr": 1e-2,
                   "weight_decay": 1e-2},
                  {"train_problems": len(train), "val_problems": len(val), "best_epoch": fitted.best_epoch,
@@ -171,7 +177,7 @@ def fit_aten(train: pd.DataFrame, val: pd.DataFrame, device: DeviceSpec | str, *
     fitted = fit_problem_net(table_features(train, spec), np.log(train["aten_ms"].to_numpy()),
                              table_features(val, spec), np.log(val["aten_ms"].to_numpy()), ATEN_ARCHITECTURE,
                              seed=seed, epochs=epochs)
-    card = _card(ATEN_STEM, spec, ATEN_ARCHITECTURE, fitted, train["dtype"],
+    card = _card(ATEN_STEM, spec, ATEN_ARCHITECTURE, fitted, train,
                  {"seed": seed, "epochs": epochs, "lr": 1e-2, "weight_decay": 1e-2},
                  {"train_problems": len(train), "val_problems": len(val), "best_epoch": fitted.best_epoch,
                   "val_rmse_log_ms": fitted.val_rmse})
