@@ -1,8 +1,9 @@
-"""Shared test setup: hypothesis profiles and GPU gating, done once for the whole suite."""
+"""Shared test setup: hypothesis profiles, GPU gating and the user model directory, for the whole suite."""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -25,6 +26,18 @@ def fresh_runtime():
     runtime.reset()
     yield
     runtime.reset()
+
+
+@pytest.fixture
+def user(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty user model directory, named by KERNEL_SELECT_MODELS_DIR (where `calibrate` writes and
+    where models are looked for before the shipped ones)."""
+    from kernel_select.resources import MODELS_DIR_ENV
+
+    folder = tmp_path / "user-models"
+    folder.mkdir()
+    monkeypatch.setenv(MODELS_DIR_ENV, str(folder))
+    return folder
 
 
 def _cuda_available() -> bool:

@@ -18,7 +18,7 @@ from kernel_select.model.card import GpuIdentity
 from kernel_select.model.folders import model_folders
 from kernel_select.model.mlp import MLPModel
 from kernel_select.offline.training.train import save_model
-from kernel_select.resources import HIDE_SHIPPED_ENV, MODELS_DIR_ENV, shipped_dir
+from kernel_select.resources import HIDE_SHIPPED_ENV, shipped_dir
 
 #: What torch.cuda.get_device_properties reports on an NVIDIA L4 (datasheet: 58 SMs, 2,040 MHz boost,
 #: 121 dense BF16 TFLOP/s, 300 GB/s of GDDR6 on a 192-bit bus, 48 MB L2, 99 KB opt-in shared memory).
@@ -84,13 +84,6 @@ def test_a_known_gpu_keeps_its_datasheet_rates_with_the_driver_counts(fake_gpu):
         shared_memory_per_block_optin=232448, L2_cache_size=50 * 1024 * 1024)
     assert detect() == get_device("h100")
 
-
-@pytest.fixture
-def user(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    folder = tmp_path / "models"
-    folder.mkdir()
-    monkeypatch.setenv(MODELS_DIR_ENV, str(folder))
-    return folder
 
 
 def test_a_card_for_the_same_key_but_another_sm_count_is_refused_with_the_fix(fake_gpu, user: Path):

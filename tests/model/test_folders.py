@@ -29,14 +29,6 @@ SEED = Problem(560, 1280, 3420, "bfloat16")
 CONFIGS = for_problem(SEED, "h100")[:64]
 
 
-@pytest.fixture
-def user(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An empty user model directory, named by KERNEL_SELECT_MODELS_DIR."""
-    folder = tmp_path / "user-models"
-    folder.mkdir()
-    monkeypatch.setenv(MODELS_DIR_ENV, str(folder))
-    return folder
-
 
 def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]

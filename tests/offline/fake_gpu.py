@@ -134,3 +134,22 @@ class FakeCompiler:
                 self.counts[key] += 1
                 self.compiled_at[key] = time.monotonic()
         return [(key, None, "") for key in keys]
+
+
+class NoCompilePipeline:
+    """Stands in for `pipeline.CompilePipeline` where a test fakes the timing: nothing compiles, every
+    key is ready at once."""
+
+    compiled = 0
+
+    def __init__(self, workers):
+        pass
+
+    def submit(self, keys):
+        pass
+
+    def wait(self, keys, timeout_s):
+        return {}
+
+    def close(self):
+        pass

@@ -8,6 +8,7 @@ from kernel_select.device import get_device
 from kernel_select.offline.harness.bench import BenchOptions
 from kernel_select.offline.harness.bench_plan import plan, reuse_order
 from kernel_select.problem import Problem
+from tests.offline.fake_gpu import NoCompilePipeline
 
 H100 = get_device("h100")
 
@@ -74,19 +75,6 @@ def test_run_bench_times_runs_planned_beforehand_in_their_order_and_reports_each
     from kernel_select.offline.data import dataset
     from kernel_select.offline.harness import bench, pipeline
 
-    class NoCompile:
-        def __init__(self, workers):
-            self.compiled = 0
-
-        def submit(self, keys):
-            pass
-
-        def wait(self, keys, timeout_s):
-            return {}
-
-        def close(self):
-            pass
-
     timed = []
 
     def fake_time_problem(runs, compiled, device, options, checked, loaded, stats):
@@ -98,7 +86,7 @@ def test_run_bench_times_runs_planned_beforehand_in_their_order_and_reports_each
 
     prov = dict(device_name="fake", sm_count=1, torch_version="t", triton_version="t", git_sha="x",
                 device_index=0)
-    monkeypatch.setattr(pipeline, "CompilePipeline", NoCompile)
+    monkeypatch.setattr(pipeline, "CompilePipeline", NoCompilePipeline)
     monkeypatch.setattr(pipeline, "time_problem", fake_time_problem)
     monkeypatch.setattr(pipeline, "provenance", lambda git_sha="": prov)
     monkeypatch.setattr(pipeline, "plan", refuse_to_plan)

@@ -26,21 +26,13 @@ from kernel_select.offline.calibrate.start import resolve_start
 from kernel_select.offline.data import dataset, shapes
 from kernel_select.offline.training.cublas_fit import save_problem_net
 from kernel_select.offline.training.train import save_model
-from kernel_select.resources import HIDE_SHIPPED_ENV, MODELS_DIR_ENV, shipped_dir
+from kernel_select.resources import HIDE_SHIPPED_ENV, shipped_dir
 
 H100 = get_device("h100")
 SHIPPED = shipped_dir("models")
 #: A quick trial: fewer problems than the cuBLAS head and gate need (10 train, 5 val), one epoch.
 QUICK = dict(minutes=4.0, max_problems=14, epochs=1, workers=15, progress=False)
 
-
-@pytest.fixture
-def user(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The user's model directory (KERNEL_SELECT_MODELS_DIR), where calibrate writes by default."""
-    folder = tmp_path / "models"
-    folder.mkdir()
-    monkeypatch.setenv(MODELS_DIR_ENV, str(folder))
-    return folder
 
 
 def test_calibrate_writes_a_model_folder_that_serves_the_gpu_before_the_shipped_model(user: Path):

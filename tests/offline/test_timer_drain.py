@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kernel_select.offline.harness import timer as timer_module
-from tests.offline.fake_gpu import FakeStream, fake_timer, kernel
+from tests.offline.fake_gpu import FakeStream, NoCompilePipeline, fake_timer, kernel
 
 KERNEL_S = 6e-6
 
@@ -72,27 +72,12 @@ def test_the_run_reports_retimings_per_problem_and_in_its_summary(tmp_path, monk
     from kernel_select.offline.harness.bench_plan import plan
     from kernel_select.problem import Problem
 
-    class NoCompile:
-        compiled = 0
-
-        def __init__(self, workers):
-            pass
-
-        def submit(self, keys):
-            pass
-
-        def wait(self, keys, timeout_s):
-            return {}
-
-        def close(self):
-            pass
-
     def fake_time_problem(runs, compiled, device, options, checked, loaded, stats):
         stats.add(timer_module.TimingStats(chunks=4, chunks_retimed=1, suspects=2, suspects_lowered=1))
         results = {i: bench._Timed(samples=[1.0]) for i in range(len(runs))}
         return results, bench._Timed(samples=[1.0])
 
-    monkeypatch.setattr(pipeline, "CompilePipeline", NoCompile)
+    monkeypatch.setattr(pipeline, "CompilePipeline", NoCompilePipeline)
     monkeypatch.setattr(pipeline, "time_problem", fake_time_problem)
     device = get_device("h100")
     planned = plan([Problem(64, 128, 256, "bfloat16"), Problem(96, 128, 256, "bfloat16")], device)
