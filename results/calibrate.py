@@ -10,6 +10,10 @@ scored on the whole split too.
 
     python results/calibrate.py --runs OUT/scratch/h100 OUT/finetune/h100 [--prefix-minutes 1,2]
 
+The runs measured on 2026-11-25 are committed as results/calibrate_h100/<run>/ (the model folders and
+each run's --json summary); `--runs results/calibrate_h100/scratch/h100 results/calibrate_h100/finetune/h100`
+scores them again.
+
 writes results/calibrate.json and results/calibrate.png. --prefix-minutes also retrains, on this CPU,
 a model on the problems each run had measured after that many minutes of collection (the plan of a
 shorter run is a prefix of a longer one's), as the run trained its own, for more points on the curve.
@@ -220,9 +224,11 @@ def _plot(report: dict, path: Path) -> None:
         ax.set_title(f"H100 {split}: {split_report['covered_problems']} problems "
                      f"({split_report['coverage']:.0%} of the split)")
         ax.set_xlabel("minutes of collection on the GPU (compile included)")
+        # a score against the minutes it cost, from nothing measured
+        ax.set_xlim(0, 1.1 * max(p["collection_minutes"] for p in report["runs"]))
         ax.grid(alpha=0.3)
     np.atleast_1d(axes)[0].set_ylabel("oracle / best of the top-k (geomean)")
-    np.atleast_1d(axes)[0].legend(fontsize=7, loc="lower right")
+    np.atleast_1d(axes)[0].legend(fontsize=7, loc="lower left")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
