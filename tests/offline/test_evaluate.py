@@ -146,3 +146,28 @@ def test_a_model_that_does_not_load_is_reported_as_skipped_naming_the_file(tiny,
     monkeypatch.setenv("KERNEL_SELECT_MODELS_DIR", str(tmp_path))
     report = evaluate(tiny[0], "test", ["mlp"])
     assert str(tmp_path / "h100" / "mlp.json") in report["methods"]["mlp"]["skipped"]
+
+
+def test_the_cublas_rule_report_asks_about_each_problem_as_it_is():
+    # The model's cuBLAS head sees each problem's layout and batch; a batched GEMM, where the head
+    # makes no decision (None), is left out of the report rather than scored as a single mm.
+    from kernel_select.offline.training.model_extras import cublas_rule_report
+
+    asked = []
+
+    class Head:
+        def estimate_aten(self, problem):
+            asked.append(problem)
+            return None if problem.batch > 1 else 1.0
+
+    problems = [Problem(64, 64, 64, "bfloat16", layout="nt"),
+                Problem(64, 64, 64, "bfloat16", batch=8, op="bmm"), Problem(128, 64, 64, "bfloat16")]
+    groups = np.array([0, 0, 1, 1, 2, 2])
+    runtime = np.array([0.5, 0.6, 0.5, 0.6, 2.0, 2.2])
+    report = cublas_rule_report(Head(), problems, groups, runtime, runtime, np.array([1.0, 1.0, 1.0]),
+                                np.array([[0.5], [0.5], [2.0]]), [1])
+    assert asked == problems
+    assert report["problems"] == 2
+    # problem 0: Triton predicted at 0.5 against cuBLAS at 1.0, offered; problem 2: cuBLAS predicted
+    # faster, skipped
+    assert report["margins"]["0"]["triton_skipped"] == pytest.approx(0.5)

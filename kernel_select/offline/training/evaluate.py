@@ -252,7 +252,8 @@ def _model_extras(model: PerformanceModel, cases: Sequence[tuple[Problem, list[G
     auto = model_extras.auto_report(model, groups, predicted, runtime, cases=cases)
     if auto is not None:
         out["auto"] = auto
-    rule = model_extras.cublas_rule_report(model, problems, groups, predicted, runtime, aten, best, ks)
+    rule = model_extras.cublas_rule_report(model, [problem for problem, _ in cases], groups, predicted,
+                                           runtime, aten, best, ks)
     if rule is not None:
         out["cublas_rule"] = rule
     return out

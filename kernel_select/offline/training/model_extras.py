@@ -94,7 +94,7 @@ def auto_report(model: PerformanceModel, groups: np.ndarray, predicted_ms: np.nd
             "top4_score": float(geomean(top4))}
 
 
-def cublas_rule_report(model: PerformanceModel, problems: pd.DataFrame, groups: np.ndarray,
+def cublas_rule_report(model: PerformanceModel, problems: Sequence[Problem], groups: np.ndarray,
                        predicted_ms: np.ndarray, runtime_ms: np.ndarray, aten_ms: np.ndarray,
                        best_topk: np.ndarray, ks: Sequence[int],
                        margins: Sequence[float] = (0.0, 0.05, 0.1, DEFAULT_MARGIN)) -> dict[str, Any] | None:
@@ -102,9 +102,8 @@ def cublas_rule_report(model: PerformanceModel, problems: pd.DataFrame, groups: 
 
     `aten_ms`: measured cuBLAS per problem (nan where none); `best_topk`: (problems, len(ks)) the
     fastest measured config among the model's top-k."""
-    predicted_aten = np.array([np.nan if (v := model.estimate_aten(Problem(int(m), int(n), int(k), str(d))))
-                               is None else v for m, n, k, d in problems[["m", "n", "k", "dtype"]].itertuples(
-                                   index=False, name=None)])
+    # each problem as it is (batch, op, layout): the head answers None where it makes no decision
+    predicted_aten = np.array([np.nan if (v := model.estimate_aten(p)) is None else v for p in problems])
     have = np.isfinite(aten_ms) & np.isfinite(predicted_aten)
     if not have.any():
         return None
