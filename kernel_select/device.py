@@ -104,6 +104,16 @@ _MARKETING_NAME = re.compile(r"^nvidia\s+(?P<part>[ahb]\d{3})(?![0-9a-z])(?P<res
 _DETECTED: dict[str, DeviceSpec] = {}
 
 
+def detected_key(name: str) -> str | None:
+    """The key of a GPU `detect()` found in this process outside KNOWN_DEVICES, named by its key or
+    the exact name torch reports (case and `_` / `-` forgiven); None for any other name."""
+    plain = name.strip().lower().replace("_", "-")
+    for spec in _DETECTED.values():
+        if plain in (spec.key, spec.name.lower().replace("_", "-")):
+            return spec.key
+    return None
+
+
 def device_key(name: str | DeviceSpec) -> str:
     """The key of a known device ("h100") for a key, an alias or a torch.cuda device name.
 

@@ -37,7 +37,7 @@ from pydantic import AfterValidator, ConfigDict, Field, PrivateAttr, field_valid
 
 from kernel_select.buckets import edges_of_ranges
 from kernel_select.configs import GemmConfig
-from kernel_select.device import KNOWN_DEVICES, DeviceSpec, get_device
+from kernel_select.device import KNOWN_DEVICES, DeviceSpec, detected_key, get_device
 from kernel_select.lut.entries import (BatchedEntryList, EntryList, LUTEntry, SizeRange, Strict, entry_dict,
                                       first_repeat)
 from kernel_select.space import unfit_reason
@@ -51,8 +51,11 @@ SCHEMA_VERSION = 4
 def _exact_device_key(name: str) -> str | None:
     """The device key a LUT names with `name`, or None. Case, surrounding space and `_` versus
     `-` are forgiven; nothing else: a key is a device key ("h100") or the exact name torch reports
-    ("NVIDIA H100 80GB HBM3"), never a name that merely contains one ("not-an-h100-at-all")."""
-    return _DEVICE_NAMES.get(name.strip().lower().replace("_", "-"))
+    ("NVIDIA H100 80GB HBM3"), never a name that merely contains one ("not-an-h100-at-all"). A GPU
+    outside the table ("l4") is a device once this process has detected it (`device.detect()`, as
+    the handler, `pretune` and `record` do on that GPU), so its own LUTs load there; elsewhere its
+    key stays unknown, which keeps a typo from passing as a device."""
+    return _DEVICE_NAMES.get(name.strip().lower().replace("_", "-")) or detected_key(name)
 
 
 _DEVICE_NAMES = {name.lower().replace("_", "-"): spec.key for spec in KNOWN_DEVICES.values()
@@ -90,7 +93,7 @@ def _device_key_of(name: str) -> str:
     key = _exact_device_key(name)
     if key is None:
         raise ValueError(f"unknown device {name!r}; use one of {', '.join(KNOWN_DEVICES)} "
-                         "(or the exact name torch reports)")
+                         "(or the exact name torch reports; another GPU's key is known on that GPU)")
     return key
 
 

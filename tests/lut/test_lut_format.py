@@ -320,3 +320,32 @@ def test_importing_the_lut_modules_stays_away_from_triton_and_inductor():
             "bad = [m for m in sys.modules if m == 'triton' or m.startswith('torch._inductor')]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+# -- a GPU outside the device table ------------------------------------------------------------
+
+def test_a_gpu_outside_the_table_has_luts_on_that_gpu_and_nowhere_else(monkeypatch: pytest.MonkeyPatch):
+    """`pretune` on an L4 writes a LUT keyed "l4": it loads in a process that detected the L4 (the
+    handler and pretune detect the GPU they run on), while elsewhere the key stays unknown."""
+    import dataclasses
+
+    from kernel_select import device as device_module
+
+    monkeypatch.setattr(device_module, "_DETECTED", {})
+    with pytest.raises(LUTError, match="unknown device 'l4'.*another GPU's key is known on that GPU"):
+        parse_lut(json.dumps(doc(entry(), device="l4")))
+    l4 = dataclasses.replace(get_device("h100"), key="l4", name="NVIDIA L4")
+    monkeypatch.setitem(device_module._DETECTED, "l4", l4)
+    for name in ("l4", "NVIDIA L4", " nvidia l4 "):
+        table = parse_lut(json.dumps(doc(entry(), device=name)))
+        assert list(table.devices) == ["l4"]
+        assert table.lookup(Problem(560, 1280, 3420, "bfloat16"), l4) == [cfg(64, 128, 64, 3, 4)]
+        assert parse_lut(dump_lut(table)) == table
+    written = lut_from_rows([LUTRow(l4, "mm", "bfloat16", LUTEntry.model_validate(entry()))])
+    assert written.digest() == parse_lut(json.dumps(doc(entry(), device="l4"))).digest()
+    both = {"schema_version": 4, "devices": {"l4": {"mm": {"bfloat16": [entry()]}},
+                                             "NVIDIA L4": {"mm": {"bfloat16": [entry(m=1024)]}}}}
+    with pytest.raises(LUTError, match="both name device 'l4'"):
+        parse_lut(json.dumps(both))
+    with pytest.raises(LUTError, match="unknown device 'l4x'"):
+        parse_lut(json.dumps(doc(entry(), device="l4x")))
