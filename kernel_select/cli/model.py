@@ -94,6 +94,10 @@ def register_eval(sub: Subparsers) -> None:
                    help="with the held-out split: also write the rows of the report's pinned problems (the "
                         "shipped model's fixed slice of each held-out split) to PARQUET, from which "
                         "tests/model/test_held_out_scores.py recomputes the pinned scores")
+    p.add_argument("--drop-suspect", action="store_true",
+                   help="score as unmeasured the rows `kernel-select audit` flags (single samples over 8x "
+                        "the fastest config of their tile: host stalls, not the kernel's time), for every "
+                        "method alike")
     p.set_defaults(handler=run_eval)
 
 
@@ -235,9 +239,20 @@ def run_eval(args: argparse.Namespace) -> int:
     if args.pinned_rows is not None and args.split != "held-out":
         raise OptionError(f"eval: --pinned-rows: the pinned problems are chosen from the held-out splits, "
                           f"not --split {args.split}; leave --split out")
+    if args.pinned_rows is not None and args.drop_suspect:
+        raise OptionError("eval: --pinned-rows writes all the rows eval.json's pinned scores are "
+                          "recomputed from; leave --drop-suspect out")
     frame, device = None, args.device
-    if args.pinned_rows is not None or (device is None and args.mlp_dir is not None):
+    if args.pinned_rows is not None or args.drop_suspect or (device is None and args.mlp_dir is not None):
         frame = dataset.read_many(args.data)
+    dropped = None
+    if args.drop_suspect:
+        from kernel_select.offline.data.audit import SUSPECT_RATIO, suspect_rows
+
+        suspect = suspect_rows(frame)
+        frame, dropped = frame[~suspect], int(suspect.sum())
+        print(f"dropped {dropped:,} suspect rows (capped single samples over {SUSPECT_RATIO:g}x the fastest "
+              "config of their tile)")
     if device is None and args.mlp_dir is not None:
         # A model folder is loaded for a device: the one the data was measured on, unless named.
         device = dataset_device(frame, args.data).key
@@ -259,6 +274,8 @@ def run_eval(args: argparse.Namespace) -> int:
     else:
         report = evaluate(args.data, args.split, models, device=device, frame=frame)
         print(format_report(report))
+    if dropped is not None:
+        report["dropped_suspect_rows"] = dropped
     if args.json:
         emit_text(json.dumps(report, indent=2) + "\n", args.json)
         print(f"wrote {printable(args.json)}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 
 from kernel_select.offline.data import dataset, splits
@@ -74,3 +75,31 @@ def test_train_gate_writes_only_the_gate(tmp_path, capsys):
     val = frame.loc[splits.split_masks(frame)["val"], "problem_id"].nunique()
     assert f"cuBLAS gate, validation: {val} problems" in printed and "margin 0.05:" in printed
     assert sorted(p.name for p in out.iterdir()) == ["cublas_gate.json", "cublas_gate.pt"]
+
+
+def test_eval_can_score_the_rows_audit_flags_as_unmeasured(tmp_path, capsys):
+    # One test problem's fastest config, timed once with a host stall inside (100x its tile's
+    # fastest): as measured it is the worst config; dropped, the problem's order is its own again.
+    frame = synthetic_frame({"train": 0, "val": 0, "test": 3}, configs_per_problem=40)
+    ran = frame[(frame["backend"] == "triton") & (frame["status"] == "ok")]
+    stalled = ran.groupby("problem_id")["runtime_ms"].idxmin().iloc[0]
+    twin = frame.index[(frame["problem_id"] == frame.at[stalled, "problem_id"])
+                       & (frame["backend"] == "triton") & (frame["block_m"] == frame.at[stalled, "block_m"])
+                       & (frame["block_n"] == frame.at[stalled, "block_n"]) & (frame.index != stalled)]
+    if twin.empty:  # the stall is judged against a config of the same output tile
+        frame = pd.concat([frame, frame.loc[[stalled]]], ignore_index=True)
+        frame.loc[frame.index[-1], "num_stages"] = 99
+    frame.loc[stalled, ["status", "n_runs"]] = ["capped", 1]
+    frame.loc[stalled, "runtime_ms"] *= 100
+    data, plain, dropped = tmp_path / "d.parquet", tmp_path / "plain.json", tmp_path / "dropped.json"
+    dataset.write(frame, data)
+    args = ["eval", "--data", str(data), "--split", "test", "--model", "analytical"]
+    assert main([*args, "--json", str(plain)]) == 0
+    assert main([*args, "--drop-suspect", "--json", str(dropped)]) == 0
+    assert "dropped 1 suspect rows" in capsys.readouterr().out
+    plain_report, dropped_report = json.loads(plain.read_text()), json.loads(dropped.read_text())
+    assert dropped_report["dropped_suspect_rows"] == 1 and "dropped_suspect_rows" not in plain_report
+    assert dropped_report["rows"] == plain_report["rows"] - 1
+    with pytest.raises(SystemExit) as exc:
+        main(["eval", "--data", str(data), "--drop-suspect", "--pinned-rows", str(tmp_path / "s.parquet")])
+    assert exc.value.code == 2 and "leave --drop-suspect out" in capsys.readouterr().err
