@@ -33,7 +33,8 @@ from kernel_select import device as device_module
 from kernel_select import warn
 from kernel_select.device import DeviceSpec
 from kernel_select.errors import LUTError
-from kernel_select.lut.io import MAX_LUT_BYTES, lut_digest
+from kernel_select.lut.bounded_read import MAX_LUT_BYTES
+from kernel_select.lut.io import lut_digest
 from kernel_select.model import PerformanceModel, get_model, load_default, load_gate
 from kernel_select.model.cublas import CublasGate
 from kernel_select.options import env_name

@@ -109,7 +109,8 @@ def untrained_problem_net(kind, device: str = "h100", seed: int = 0, dtypes=("bf
     random weights and identity standardization, as `fit_gate` / `fit_aten` would shape it."""
     import torch
 
-    from kernel_select.model.card import Architecture, ModelCard, build_body
+    from kernel_select.model.card import Architecture, ModelCard
+    from kernel_select.model.checkpoint import build_body
     from kernel_select.model.cublas import PROBLEM_FEATURE_NAMES, PROBLEM_FEATURE_VERSION
 
     torch.manual_seed(seed)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from kernel_select.atomic_write import write_atomic
 
 if TYPE_CHECKING:
-    from kernel_select.lut.io import FileKind
+    from kernel_select.lut.bounded_read import FileKind
 
 #: Set to 1 to print the traceback behind a one-line error.
 DEBUG_ENV = "KERNEL_SELECT_DEBUG"
@@ -154,7 +154,7 @@ def output_dir(text: str) -> str:
 def _existing_kind(text: str) -> str | None:
     """What is at `text` (following symlinks): None when nothing is, else "a directory", "a regular
     file", "a FIFO (named pipe)", ..."""
-    from kernel_select.lut.io import file_kind
+    from kernel_select.atomic_write import file_kind
 
     try:
         mode = os.stat(text).st_mode
@@ -276,7 +276,7 @@ def readable_file(path: str, kind: FileKind) -> str:
     `kind`'s size cap). For loaders that take a path and read it themselves (shapes files, the
     comparison suite): a FIFO, /dev/zero or an oversized file is refused, naming the path and the
     cap, before they open it."""
-    from kernel_select.lut.io import read_bounded
+    from kernel_select.lut.bounded_read import read_bounded
 
     read_bounded(path, kind)
     return path
@@ -285,7 +285,7 @@ def readable_file(path: str, kind: FileKind) -> str:
 def readable_json(path: str, kind: FileKind) -> str:
     """`path`, once read as with `readable_file` and parsed as strict JSON nested at most
     MAX_JSON_DEPTH deep (deeper JSON is a RecursionError in a loader that parses it itself)."""
-    from kernel_select.lut.io import read_json
+    from kernel_select.lut.bounded_read import read_json
 
     read_json(path, kind)
     return path

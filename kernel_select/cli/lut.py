@@ -208,7 +208,7 @@ def _choices_text(entry: LUTEntry) -> str:
 def run_from_log(args: argparse.Namespace) -> int:
     from kernel_select.lut import dump_lut
     from kernel_select.lut.autotune_log import lut_from_autotune_log, parse_autotune_log
-    from kernel_select.lut.io import AUTOTUNE_LOG_FILE, read_bounded, read_stream_bounded
+    from kernel_select.lut.bounded_read import AUTOTUNE_LOG_FILE, read_bounded, read_stream_bounded
 
     if args.log == "-":
         source, data = "<stdin>", read_stream_bounded(sys.stdin.buffer, AUTOTUNE_LOG_FILE)
@@ -233,7 +233,7 @@ def run_to_inductor(args: argparse.Namespace) -> int:
 
 def run_from_inductor(args: argparse.Namespace) -> int:
     from kernel_select.lut import dump_lut
-    from kernel_select.lut.io import INDUCTOR_TABLE_FILE, read_json
+    from kernel_select.lut.bounded_read import INDUCTOR_TABLE_FILE, read_json
     from kernel_select.lut.torch_table import from_inductor_table
 
     lut = from_inductor_table(read_json(args.path, INDUCTOR_TABLE_FILE), args.device)

@@ -10,8 +10,8 @@
 
 from kernel_select.lut.entries import ATEN, BATCHED_OPS, MAX_DIM, BatchedLUTEntry, LUTEntry, MRange, SizeRange
 from kernel_select.lut.hardware import check_fits, unfit_reason
+from kernel_select.lut.bounded_read import MAX_LUT_BYTES
 from kernel_select.lut.io import (
-    MAX_LUT_BYTES,
     dump_lut,
     load_lut,
     lut_digest,

@@ -19,7 +19,7 @@ Triton template fuses but cuBLAS leaves as a kernel of its own charges cuBLAS th
 docs/design.md ("The cuBLAS decision") gives the measurements behind each constant.
 
 Both networks are problem-level: one row of `problem_features` per GEMM (sizes, alignment,
-rooflines, operand layout), no config. Files: the checkpoints `aten` and `cublas_gate` of card.py in
+rooflines, operand layout), no config. Files: the checkpoints `aten` and `cublas_gate` of checkpoint.py in
 models/<device>/, next to the MLP's. Training lives in kernel_select.offline.training.cublas_fit.
 """
 
@@ -38,7 +38,8 @@ import torch
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import ModelError
 from kernel_select.layouts import a_transposed, b_transposed
-from kernel_select.model.card import ModelCard, build_body, load_checkpoint, load_network, retrain_hint
+from kernel_select.model.card import ModelCard
+from kernel_select.model.checkpoint import build_body, load_checkpoint, load_network, retrain_hint
 from kernel_select.model.features import log2_alignment
 from kernel_select.problem import Problem
 

@@ -11,7 +11,7 @@ among 1,400 others. Several networks trained from different seeds may be average
 (`AveragedRuntimeNet`): averaging cancels part of each seed's ranking noise, and the members'
 disagreement measures how unsure the model is (gemm_topk="auto").
 
-On disk a trained MLP is the checkpoint `mlp` of `card.py` (`mlp.pt`, `mlp.json`), next to the cuBLAS
+On disk a trained MLP is the checkpoint `mlp` of `checkpoint.py` (`mlp.pt`, `mlp.json`), next to the cuBLAS
 time head `aten` (model/cublas.py) that `estimate_aten` uses. Training lives in
 kernel_select.offline.training.
 """
@@ -33,17 +33,8 @@ from kernel_select.errors import ModelError, UnsupportedProblemError
 from kernel_select.model.auto_topk import SPREAD_TOP, auto_k_from_gap, spread_k
 from kernel_select.model.base import PerformanceModel, register_model
 from kernel_select.model.folders import find_checkpoint, no_trained_model
-from kernel_select.model.card import (
-    MIN_STRATUM_PROBLEMS,
-    Architecture,
-    ModelCard,
-    build_body,
-    load_checkpoint,
-    load_network,
-    read_card,
-    retrain_hint,
-    stratum,
-)
+from kernel_select.model.card import MIN_STRATUM_PROBLEMS, Architecture, ModelCard, stratum
+from kernel_select.model.checkpoint import build_body, load_checkpoint, load_network, read_card, retrain_hint
 from kernel_select.model.cublas import ATEN_STEM, AtenHead
 from kernel_select.model.features import FEATURE_SETS, FEATURE_VERSION, featurize
 from kernel_select.problem import Problem

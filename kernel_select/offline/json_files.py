@@ -1,6 +1,6 @@
 """JSON files of the offline tools: shapes files they read, result files they write.
 
-Reading goes through the package's one bounded reader (`kernel_select.lut.io.read_bounded`): a
+Reading goes through the package's one bounded reader (`kernel_select.lut.bounded_read.read_bounded`): a
 regular file of at most its kind's size cap, strict JSON nested at most MAX_JSON_DEPTH deep, and a
 DatasetError naming the file otherwise.
 
@@ -19,7 +19,7 @@ from typing import Any
 
 from kernel_select.atomic_write import write_atomic
 from kernel_select.errors import DatasetError
-from kernel_select.lut.io import FileKind, read_json
+from kernel_select.lut.bounded_read import FileKind, read_json
 
 #: Largest shapes file read, in bytes (64 MiB): ~210 bytes a problem (data/shapes_coverage.json:
 #: 858 kB for 4,000 problems), so ~320,000 problems.

@@ -75,7 +75,7 @@ def hostile(tmp_path: Path) -> Path:
     (["lut", "from-log", "/dev/zero"], ["/dev/zero: is a character device, not a regular file"]),
     (["lut", "from-log", "{d}/huge.log"],
      ["{d}/huge.log: 268,435,457 bytes or more is over the AUTOTUNE log size limit of 268,435,456 bytes "
-      "(kernel_select.lut.io.MAX_LOG_BYTES)"]),
+      "(kernel_select.lut.bounded_read.MAX_LOG_BYTES)"]),
     (["lut", "from-inductor", "/dev/zero", "--device", "h100"], ["/dev/zero: is a character device"]),
     (["lut", "from-inductor", "{d}/fifo", "--device", "h100"], ["{d}/fifo: is a FIFO (named pipe)"]),
     (["lut", "from-inductor", "{d}/deep.json", "--device", "h100"],
@@ -132,10 +132,10 @@ def test_a_value_echoed_in_an_error_is_cut(capsys, tmp_path: Path) -> None:
 
 
 def test_a_stdin_log_over_the_cap_is_refused(capsys, monkeypatch: pytest.MonkeyPatch) -> None:
-    from kernel_select.lut import io as lut_io
+    from kernel_select.lut import bounded_read
 
-    small = dataclasses.replace(lut_io.AUTOTUNE_LOG_FILE, limit=1000)
-    monkeypatch.setattr(lut_io, "AUTOTUNE_LOG_FILE", small)
+    small = dataclasses.replace(bounded_read.AUTOTUNE_LOG_FILE, limit=1000)
+    monkeypatch.setattr(bounded_read, "AUTOTUNE_LOG_FILE", small)
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"x" * 1001)))
     code, out, err = run_main(capsys, "lut", "from-log", "-")
     assert code == 2 and out == ""

@@ -33,7 +33,7 @@ from kernel_select.lut import (
     read_lut_bytes,
     save_lut,
 )
-from kernel_select.lut import io as lut_io
+from kernel_select.lut import bounded_read, io as lut_io
 from kernel_select.lut import lut_from_rows, schema as lut_schema
 from kernel_select.offline import json_files
 from kernel_select.offline.data import dataset
@@ -107,37 +107,38 @@ def test_text_over_the_limit_is_refused_before_parsing() -> None:
 
 
 # Every kind of file the package reads goes through the same reader, with its own cap and error.
-KINDS = [lut_io.LUT_FILE, lut_io.INDUCTOR_TABLE_FILE, lut_io.AUTOTUNE_LOG_FILE, json_files.SHAPES_FILE,
-         json_files.RESULTS_FILE, dataset.DATASET_FILE]
+KINDS = [bounded_read.LUT_FILE, bounded_read.INDUCTOR_TABLE_FILE, bounded_read.AUTOTUNE_LOG_FILE,
+         json_files.SHAPES_FILE, json_files.RESULTS_FILE, dataset.DATASET_FILE]
 
 
 @unix_only
 @pytest.mark.parametrize("kind", KINDS, ids=lambda kind: kind.name)
 def test_every_kind_of_file_refuses_fifos_devices_and_folders_at_once(fifo: Path, tmp_path: Path,
-                                                                      kind: lut_io.FileKind) -> None:
+                                                                      kind: bounded_read.FileKind) -> None:
     for path, what in ((fifo, "a FIFO (named pipe)"), (Path("/dev/zero"), "a character device"),
                        (tmp_path, "a directory")):
         with pytest.raises(kind.error, match=f"^{path}: is {re.escape(what)}, not a regular file; "
                                              f"pass the path of {re.escape(kind.noun)}$"):
-            _within_two_seconds(lut_io.read_bounded, path, kind)
+            _within_two_seconds(bounded_read.read_bounded, path, kind)
     with pytest.raises(kind.error, match=f"^{tmp_path}/nope: no such {kind.name} file; check the path$"):
-        lut_io.read_bounded(tmp_path / "nope", kind)
+        bounded_read.read_bounded(tmp_path / "nope", kind)
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=lambda kind: kind.name)
-def test_every_kind_of_file_has_a_size_cap_named_in_the_error(tmp_path: Path, kind: lut_io.FileKind) -> None:
+def test_every_kind_of_file_has_a_size_cap_named_in_the_error(tmp_path: Path,
+                                                            kind: bounded_read.FileKind) -> None:
     sparse = tmp_path / "huge"
     with open(sparse, "wb") as handle:  # a hole: the size is there, the bytes are not
         handle.truncate(kind.limit + 1)
     expected = (f"^{sparse}: {kind.limit + 1:,} bytes or more is over the {kind.name} size limit of "
                 f"{kind.limit:,} bytes \\({re.escape(kind.limit_name)}\\)")
     with pytest.raises(kind.error, match=expected):
-        _within_two_seconds(lut_io.read_bounded, sparse, kind)
+        _within_two_seconds(bounded_read.read_bounded, sparse, kind)
     stream = io.BytesIO(b"x" * 101)
     with pytest.raises(kind.error, match="^<stdin>: 101 bytes or more is over .* size limit of 100 bytes"):
-        lut_io.read_stream_bounded(stream, dataclasses.replace(kind, limit=100))
+        bounded_read.read_stream_bounded(stream, dataclasses.replace(kind, limit=100))
     small = dataclasses.replace(kind, limit=100)
-    assert lut_io.read_stream_bounded(io.BytesIO(b"x" * 100), small) == b"x" * 100
+    assert bounded_read.read_stream_bounded(io.BytesIO(b"x" * 100), small) == b"x" * 100
 
 
 def test_the_size_caps_are_the_documented_constants() -> None:
@@ -156,11 +157,12 @@ def test_json_deeper_than_the_bound_is_refused_even_on_a_deep_stack() -> None:
     with pytest.raises(LUTError, match="^deep.json: invalid JSON: nested more than 64 levels deep"):
         at_depth(sys.getrecursionlimit() - 200)
     with pytest.raises(LUTError, match="nested more than 64 levels"):
-        lut_io.parse_json("[" * 65 + "]" * 65, lut_io.LUT_FILE, "x.json")
+        bounded_read.parse_json("[" * 65 + "]" * 65, bounded_read.LUT_FILE, "x.json")
     deepest: list = []
     for _ in range(63):
         deepest = [deepest]
-    assert lut_io.parse_json("[" * 64 + "]" * 64, lut_io.LUT_FILE, "x.json") == deepest  # 64 deep is read
+    # 64 deep is read
+    assert bounded_read.parse_json("[" * 64 + "]" * 64, bounded_read.LUT_FILE, "x.json") == deepest
 
 
 def test_a_nul_byte_in_the_path_is_a_lut_error() -> None:

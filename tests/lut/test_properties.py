@@ -19,7 +19,7 @@ from kernel_select.device import KNOWN_DEVICES, DeviceSpec
 from kernel_select.errors import LUTError
 from kernel_select.lut import (MAX_DIM, BatchedLUTEntry, KernelLUT, LUTEntry, LUTRow, SizeRange, dump_lut,
                                empty_lut, load_lut, parse_lut)
-from kernel_select.lut.io import MAX_JSON_DEPTH
+from kernel_select.lut.bounded_read import MAX_JSON_DEPTH
 from kernel_select.problem import Problem
 from tests.lut.documents import documents, expected_rows, parsed_rows
 from tests.strategies import corrupted, entries_meet, examples, hand_written, luts, probes

@@ -18,10 +18,9 @@ import pytest
 import torch
 
 from kernel_select.errors import ModelCardMismatchError
-from kernel_select.model import card as card_module
-from kernel_select.model.card import (
-    MAX_HIDDEN_LAYERS, MAX_MEMBERS, MAX_WEIGHTS_BYTES, MAX_WIDTH, load_network, retrain_hint, save_checkpoint,
-)
+from kernel_select.model import checkpoint as checkpoint_module
+from kernel_select.model.card import MAX_HIDDEN_LAYERS, MAX_MEMBERS, MAX_WIDTH
+from kernel_select.model.checkpoint import MAX_WEIGHTS_BYTES, load_network, retrain_hint, save_checkpoint
 from kernel_select.model.mlp import CARD_FILE, STEM, WEIGHTS_FILE, MLPModel, build_net
 from tests.synthetic import untrained_mlp
 
@@ -86,7 +85,7 @@ def test_the_largest_architecture_a_card_may_describe_loads_when_its_weights_fit
 # -- weights that do not fit the card -------------------------------------------------------------------
 
 def test_weights_that_do_not_fit_are_refused_before_the_network_is_built_for_real(saved: Path):
-    card = card_module.read_card(saved / CARD_FILE, "hint")
+    card = checkpoint_module.read_card(saved / CARD_FILE, "hint")
     state = torch.load(saved / WEIGHTS_FILE, weights_only=True)  # widths 16, 16
     wide = card.model_copy(update={"architecture": card.architecture.model_copy(
         update={"hidden_widths": [1024, 1024], "members": 2})})

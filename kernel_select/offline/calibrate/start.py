@@ -76,7 +76,7 @@ def _has_model(folder: Path) -> bool:
 def _load(folder: Path, spec: DeviceSpec) -> StartModel:
     """The model in `folder` for the device its card names (this GPU when that is its key), then the
     same network over `spec`'s features: it ranks this GPU's configs as it is before fine-tuning."""
-    from kernel_select.model.card import read_card, retrain_hint
+    from kernel_select.model.checkpoint import read_card, retrain_hint
 
     card = read_card(folder / CARD_FILE, retrain_hint(folder, spec.key))
     source = MLPModel.load(folder, spec if card.device == spec.key else None, allow_same_architecture=True)

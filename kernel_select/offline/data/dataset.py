@@ -31,7 +31,7 @@ from kernel_select.configs import GemmConfig
 from kernel_select.errors import DatasetError
 from kernel_select.layouts import DEFAULT_LAYOUT, LAYOUTS, check_layout
 from kernel_select.lut.entries import MAX_DIM
-from kernel_select.lut.io import FileKind, open_regular
+from kernel_select.lut.bounded_read import FileKind, open_regular
 from kernel_select.lut.validation import short
 from kernel_select.offline.data.dataset_io import atomic_write_parquet, exclusive_lock
 

@@ -20,15 +20,8 @@ import torch
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import ModelError
 from kernel_select.layouts import DEFAULT_LAYOUT
-from kernel_select.model.card import (
-    Architecture,
-    GpuIdentity,
-    ModelCard,
-    build_body,
-    save_checkpoint,
-    training_versions,
-    utc_now,
-)
+from kernel_select.model.card import Architecture, GpuIdentity, ModelCard, training_versions, utc_now
+from kernel_select.model.checkpoint import build_body, save_checkpoint
 from kernel_select.model.cublas import (
     ATEN_STEM,
     GATE_STEM,

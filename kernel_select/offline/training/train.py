@@ -36,7 +36,8 @@ from kernel_select.model.features import FEATURE_SETS, FEATURE_VERSION
 from kernel_select.device import DeviceSpec, get_device, key_for_name
 from kernel_select.errors import DatasetError, ModelError, OptionError
 from kernel_select.offline.metrics import geomean, topk_scores
-from kernel_select.model.card import GpuIdentity, ModelCard, save_checkpoint, training_versions, utc_now
+from kernel_select.model.card import GpuIdentity, ModelCard, training_versions, utc_now
+from kernel_select.model.checkpoint import save_checkpoint
 from kernel_select.model.mlp import STEM, AveragedRuntimeNet, MLPModel, RuntimeNet, architecture
 from kernel_select.offline.training.cublas_fit import (
     cublas_errors_by_layout,
