@@ -15,7 +15,8 @@ from kernel_select.errors import DatasetError, OptionError
 from kernel_select.model.features import FEATURE_SETS, FEATURE_VERSION
 from kernel_select.model.mlp import CARD_FILE, MLPModel
 from kernel_select.offline.training.features import featurize_frame
-from kernel_select.offline.training.train import MLPHParams, _make_split, _training_rows, train, validate
+from kernel_select.offline.training.fit_loop import MLPHParams, make_split, validate
+from kernel_select.offline.training.train import _training_rows, train
 from tests.synthetic import synthetic_frame
 
 SMALL = MLPHParams(hidden_widths=(32, 32), epochs=8, batch_rows=256, batch_problems=8, configs_per_problem=64)
@@ -46,7 +47,7 @@ def test_the_kept_model_is_better_than_its_initialization(data, trained):
     mean = np.asarray(trained.model.card.feature_mean)
     std = np.asarray(trained.model.card.feature_std)
     features = featurize_frame(rows, "h100", trained.model.card.feature_version)
-    val = _make_split(rows, ((features - mean) / std).astype(np.float32), "val")
+    val = make_split(rows, ((features - mean) / std).astype(np.float32), "val")
     torch.manual_seed(0)
     from kernel_select.model.mlp import RuntimeNet
 

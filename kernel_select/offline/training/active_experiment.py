@@ -40,7 +40,7 @@ from kernel_select.offline.training.features import featurize_frame
 from kernel_select.offline.data import active, dataset, splits
 from kernel_select.offline.data.shapes import Shape
 from kernel_select.offline.metrics import geomean, topk_scores
-from kernel_select.offline.training.train import MLPHParams, _fit, _make_split, _standardize
+from kernel_select.offline.training.fit_loop import MLPHParams, fit, make_split, standardize
 from kernel_select.offline.training.training_data import DEFAULT_CAP, cap_rows_per_problem, prepare_rows
 
 log = logging.getLogger(__name__)
@@ -82,8 +82,8 @@ def fit_model(replay: Replay, train_ids: set[str], spec: DeviceSpec, hp: MLPHPar
     rows = replay.rows.loc[keep, ["problem_id", "runtime_ms", "dtype"]].copy()
     rows["split"] = np.where(in_train[keep], "train", "val")
     rows = rows.reset_index(drop=True)
-    z, mean, std = _standardize(replay.x[keep], (rows["split"] == "train").to_numpy())
-    net, _ = _fit(OBJECTIVE, _make_split(rows, z, "train"), _make_split(rows, z, "val"), hp, seed,
+    z, mean, std = standardize(replay.x[keep], (rows["split"] == "train").to_numpy())
+    net, _ = fit(OBJECTIVE, make_split(rows, z, "train"), make_split(rows, z, "val"), hp, seed,
                   progress=False)
     names = FEATURE_SETS[FEATURE_VERSION]
     card = ModelCard(model="mlp", device=spec.key, architecture=architecture(len(names), hp.hidden_widths),

@@ -14,7 +14,8 @@ layout input keeps its "nn" figures; `layouts` gives its top-k per layout of eve
 
 Baselines on the same problems: the analytical model, random k (mean over seeds), Inductor's
 DEFAULT list (best of its measured configs; its k is its size), nvMatmulHeuristics' Triton target
-when the package is installed, and cuBLAS (the problem's aten row) against the oracle.
+when the package is installed, and cuBLAS (the problem's aten row) against the oracle; all but the
+models are scored in baseline_scores.py.
 
 Two models or more: `paired` compares each with the first one evaluated, per k: the geomean over
 problems of its score(k) / the first's, with a 95% paired-bootstrap interval (`metrics.
@@ -39,7 +40,7 @@ import numpy as np
 import pandas as pd
 
 from kernel_select.offline.data import dataset, splits
-from kernel_select.offline.training import held_out_slice, model_extras
+from kernel_select.offline.training import baseline_scores, held_out_slice, model_extras
 from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import DatasetError, KernelSelectError, NoTrainedModelError
@@ -145,8 +146,8 @@ def _evaluate(data_path: str | Path | Sequence[str | Path], split: str,
         "problems": len(problem_ids), "rows": len(rows), "methods": {},
     }
     methods = report["methods"]
-    default_best = _default_best(rows, problems, groups, runtime, spec, default_torch_version)
-    aten = aten_ms(df).reindex(problem_ids).to_numpy(np.float64)
+    default_best = baseline_scores.default_best(rows, problems, groups, runtime, spec, default_torch_version)
+    aten = baseline_scores.aten_ms(df).reindex(problem_ids).to_numpy(np.float64)
     topk_best: dict[str, np.ndarray] = {}  # model name -> best measured ms in its top-k, per problem
     scores: dict[str, ModelScores] = {}
     for name, model in resolved.items():
@@ -168,12 +169,13 @@ def _evaluate(data_path: str | Path | Sequence[str | Path], split: str,
                                            topk_best[name], default_best, ks))
     if len(scores) >= 2:
         report["paired"] = paired_report(scores, ks)
-    methods["random"] = _random_report(groups, runtime, ks, random_seeds)
-    methods["inductor_default"] = _default_report(default_best, groups, runtime, default_torch_version)
+    methods["random"] = baseline_scores.random_report(groups, runtime, ks, random_seeds)
+    methods["inductor_default"] = baseline_scores.default_report(default_best, groups, runtime,
+                                                                 default_torch_version)
     methods["nvmatmulheuristics"] = nvmmh_report(rows, problems, groups, runtime, spec, ks)
-    report["cublas"] = _cublas_report(df, groups, problem_ids, runtime)
-    report["with_cublas"] = _with_cublas_report(df, split, problem_ids, groups, runtime, topk_best,
-                                                default_best, spec, ks)
+    report["cublas"] = baseline_scores.cublas_report(df, groups, problem_ids, runtime)
+    report["with_cublas"] = baseline_scores.with_cublas_report(df, split, problem_ids, groups, runtime,
+                                                               topk_best, default_best, spec, ks)
     return report, scores
 
 
@@ -241,7 +243,7 @@ def trained_layout_mask(model: PerformanceModel, layouts: np.ndarray) -> np.ndar
 def _model_extras(model: PerformanceModel, cases: Sequence[tuple[Problem, list[GemmConfig]]],
                   problems: pd.DataFrame, groups: np.ndarray,
                   predicted: np.ndarray, runtime: np.ndarray, aten: np.ndarray, best: np.ndarray,
-                  default: _DefaultBest, ks: Sequence[int]) -> dict[str, Any]:
+                  default: baseline_scores.DefaultBest, ks: Sequence[int]) -> dict[str, Any]:
     """Strata, calibration, `topk="auto"` and the model's own cuBLAS rule (model_extras.py)."""
     per_problem = oracle_ms(groups, runtime)[:, None] / best
     default_ratio = oracle_ms(groups, runtime) / default.best_ms
@@ -385,109 +387,3 @@ def _model_report(name: str, model: PerformanceModel, groups: np.ndarray, proble
             for i in np.argsort(scores, kind="stable")[:WORST_REPORTED]
         ]
     return out
-
-
-def _random_report(groups: np.ndarray, runtime: np.ndarray, ks: Sequence[int], seeds: int) -> dict[str, Any]:
-    per_seed = np.stack([
-        geomean(topk_scores(groups, np.random.default_rng(seed).random(len(runtime)), runtime, ks))
-        for seed in range(seeds)
-    ])
-    return {"topk": {str(k): float(v) for k, v in zip(ks, per_seed.mean(axis=0))},
-            "topk_std": {str(k): float(v) for k, v in zip(ks, per_seed.std(axis=0))}, "seeds": seeds}
-
-
-@dataclass(frozen=True)
-class _DefaultBest:
-    """Inductor's DEFAULT list per problem: the fastest of its measured configs (inf if none)."""
-
-    best_ms: np.ndarray
-    sizes: np.ndarray  # configs in the list
-    found: np.ndarray  # of those, measured
-
-
-def _default_best(rows: pd.DataFrame, problems: pd.DataFrame, groups: np.ndarray, runtime: np.ndarray,
-                  spec: DeviceSpec, torch_version: str) -> _DefaultBest:
-    from kernel_select.space import for_problem
-
-    measured = measured_lookup(groups, rows[_CONFIG_COLS].itertuples(index=False, name=None), runtime)
-    best, sizes, found = [], [], []
-    sizes_dtypes = problems[["m", "n", "k", "dtype"]].itertuples(index=False, name=None)
-    for i, (m, n, k, dtype) in enumerate(sizes_dtypes):
-        default = for_problem(Problem(int(m), int(n), int(k), str(dtype)), spec, "default", torch_version)
-        hits = [measured[(i, c.key)] for c in default if (i, c.key) in measured]
-        sizes.append(len(default))
-        found.append(len(hits))
-        best.append(min(hits) if hits else np.inf)
-    return _DefaultBest(np.asarray(best), np.asarray(sizes), np.asarray(found))
-
-
-def _default_report(default: _DefaultBest, groups: np.ndarray, runtime: np.ndarray,
-                    torch_version: str) -> dict[str, Any]:
-    """Inductor's DEFAULT list: the best of its configs that were measured (its k is its size)."""
-    covered = np.isfinite(default.best_ms)
-    scores = oracle_ms(groups, runtime)[covered] / default.best_ms[covered]
-    return {
-        "score": float(geomean(scores)) if covered.any() else None,
-        "k": float(np.mean(default.sizes)), "k_max": int(default.sizes.max()), "torch_version": torch_version,
-        "measured_fraction": float(default.found.sum() / max(default.sizes.sum(), 1)),
-        "problems": int(covered.sum()),
-    }
-
-
-def _with_cublas_report(df: pd.DataFrame, split: str, problem_ids: pd.Index, groups: np.ndarray,
-                        runtime: np.ndarray, topk_best: dict[str, np.ndarray], default: _DefaultBest,
-                        spec: DeviceSpec, ks: Sequence[int]) -> dict[str, Any]:
-    """What Inductor would get, where cuBLAS is always a candidate too: score = fastest of
-    (cuBLAS, every Triton config) / fastest of (cuBLAS, the method's configs). With the shipped
-    cuBLAS gate, problems it gates get cuBLAS alone (their Triton candidates are skipped)."""
-    from kernel_select.model import load_gate
-    from kernel_select.model.cublas import DEFAULT_MARGIN
-    from kernel_select.offline.training.cublas_fit import gate_metrics, problem_ratios, problems_of
-
-    aten = aten_ms(df).reindex(problem_ids).to_numpy()
-    have = np.isfinite(aten)
-    if not have.any():
-        return {"problems": 0}
-    aten = aten[have, None]  # (problems, 1): broadcasts over the k columns
-    best_all = np.minimum(aten, oracle_ms(groups, runtime)[have, None])
-
-    def scores(best: np.ndarray) -> np.ndarray:
-        """best: the method's fastest measured ms per problem, (problems,) or (problems, len(ks))."""
-        best = best[have].reshape(len(aten), -1)
-        return best_all / np.minimum(aten, best)
-
-    out: dict[str, Any] = {"problems": int(have.sum()), "methods": {
-        "cublas": float(geomean(best_all / aten)[0]),
-        "inductor_default": float(geomean(scores(default.best_ms))[0]),
-        **{name: topk_dict(scores(best), ks) for name, best in topk_best.items()},
-    }}
-    gate = load_gate(spec)
-    if gate is None:
-        return out
-    # the gate decides single GEMMs only (model.cublas.CublasGate.supports)
-    table = problem_ratios(df[df["batch"] == 1]).reindex(problem_ids[have]).dropna(subset=["log_ratio"])
-    out["gate"] = {"margin": DEFAULT_MARGIN, "split": split, **gate_metrics(gate, table)}
-    gated = np.zeros(len(problem_ids), dtype=bool)
-    gated[problem_ids.get_indexer(table.index)] = gate.skips_triton(problems_of(table), DEFAULT_MARGIN)
-    for name, best in topk_best.items():  # a skipped problem gets cuBLAS alone
-        out["methods"][f"{name}+gate"] = topk_dict(scores(np.where(gated[:, None], np.inf, best)), ks)
-    return out
-
-
-def aten_ms(df: pd.DataFrame) -> pd.Series:
-    """The fastest finite cuBLAS (aten) time per problem_id."""
-    aten = df[(df["backend"] == "aten") & np.isfinite(df["runtime_ms"])]
-    return aten.groupby("problem_id")["runtime_ms"].min()
-
-
-def _cublas_report(df: pd.DataFrame, groups: np.ndarray, problem_ids: pd.Index,
-                   runtime: np.ndarray) -> dict[str, Any]:
-    aten = aten_ms(df)
-    oracle = pd.Series(oracle_ms(groups, runtime), index=problem_ids)
-    both = pd.concat({"aten": aten, "oracle": oracle}, axis=1, join="inner")
-    if both.empty:
-        return {"problems": 0}
-    ratio = (both["aten"] / both["oracle"]).to_numpy()  # < 1: cuBLAS beats every Triton config
-    return {"problems": len(both), "cublas_wins_fraction": float(np.mean(ratio < 1.0)),
-            "geomean_cublas_over_oracle": float(geomean(ratio)),
-            "median_cublas_over_oracle": float(np.median(ratio))}

@@ -105,7 +105,7 @@ def split_case(frame: pd.DataFrame, split: str, k: int, model: PerformanceModel,
     from kernel_select.offline.training.cublas_fit import problems_of
     from kernel_select.offline.data import dataset, splits
     from kernel_select.offline.metrics import best_in_top_k, oracle_ms
-    from kernel_select.offline.training import evaluate
+    from kernel_select.offline.training import baseline_scores, evaluate
 
     single = splits.split_rows(frame, split)
     single = single[single["batch"] == 1] if "batch" in single.columns else single
@@ -114,7 +114,7 @@ def split_case(frame: pd.DataFrame, split: str, k: int, model: PerformanceModel,
     scored = evaluate.problem_rows(df, f"no usable Triton rows in split {split!r}")
     groups, runtime = scored.groups, scored.runtime
     predicted = evaluate.predict_cases(model, evaluate.problem_cases(scored.rows, scored.problems))
-    cublas = evaluate.aten_ms(df).reindex(scored.problem_ids).to_numpy(np.float64)
+    cublas = baseline_scores.aten_ms(df).reindex(scored.problem_ids).to_numpy(np.float64)
     have = np.isfinite(cublas)
     listed = [p for p, h in zip(problems_of(scored.problems), have) if h]
     best = best_in_top_k(groups, predicted, runtime, [1, k])
