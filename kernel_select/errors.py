@@ -51,3 +51,12 @@ class OptionError(KernelSelectError, ValueError):
 class NoTrainedModelError(ModelError):
     """No trained model serves the device (neither calibrated nor shipped, nor a same-architecture
     stand-in); the Inductor handler then leaves Inductor its own candidates."""
+
+
+def first_line(error: BaseException | str) -> str:
+    """The first line of an error's message (or of a text), for one-line reports; an exception
+    without a message gives its type's name."""
+    lines = str(error).strip().splitlines()
+    if lines:
+        return lines[0]
+    return type(error).__name__ if isinstance(error, BaseException) else ""

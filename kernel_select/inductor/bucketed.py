@@ -46,7 +46,7 @@ from typing import Any
 from kernel_select import runtime, warn
 from kernel_select.buckets import Bucket, bucket_of, buckets, check_edges
 from kernel_select.device import get_device
-from kernel_select.errors import KernelSelectError
+from kernel_select.errors import KernelSelectError, first_line
 from kernel_select.inductor.choices import KernelSelectChoices
 from kernel_select.inductor.settings import Settings, resolve_settings
 
@@ -126,7 +126,7 @@ class Bucketed:
             if _range_violated(exc):
                 raise KernelSelectError(
                     f"bucketed: tracing guards the length inside one of the buckets {list(buckets(edges))} "
-                    f"({_first_line(exc)}); compile with shape_padding=False (torch 2.11's shape padding "
+                    f"({first_line(exc)}); compile with shape_padding=False (torch 2.11's shape padding "
                     "guards K > M), or add the guarded length to the edges (gemm_dynamic_buckets)") from exc
             raise
 
@@ -192,8 +192,3 @@ def _range_violated(exc: BaseException) -> bool:
             return True
         current = current.__cause__ or current.__context__
     return False
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

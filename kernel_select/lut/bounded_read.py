@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from kernel_select.atomic_write import file_kind
-from kernel_select.errors import KernelSelectError, LUTError
+from kernel_select.errors import KernelSelectError, LUTError, first_line
 from kernel_select.lut.validation import escape_controls
 
 #: Largest LUT file read, in bytes (64 MiB). A LUT of a million entries is about 250 MB, one of
@@ -158,7 +158,7 @@ def parse_json(text: str | bytes, kind: FileKind, source: str, *,
     except RecursionError:
         raise too_deep from None
     except ValueError as exc:  # NaN/Infinity, or an integer too long for Python to convert
-        reason = "a number has too many digits" if "digits" in str(exc) else _first_line(exc)
+        reason = "a number has too many digits" if "digits" in str(exc) else first_line(exc)
         raise kind.fail(source, f"invalid JSON: {reason}") from None
     if _depth_over(value, MAX_JSON_DEPTH):
         raise too_deep
@@ -195,7 +195,3 @@ def _too_large(kind: FileKind, source: str, size: int) -> KernelSelectError:
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number JSON allows; write an integer")
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).splitlines() or [type(exc).__name__])[0]

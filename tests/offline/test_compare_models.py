@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from kernel_select.errors import DatasetError, OptionError
-from kernel_select.offline.e2e import compare_models, model_methods, model_report
+from kernel_select.offline.e2e import compare_models, model_frames, model_methods, model_report
 from kernel_select.offline.e2e.model_methods import MethodContext, ModelMethod, select_methods
 from kernel_select.offline.e2e.model_worker import host_state
 from kernel_select.offline.e2e.step_timing import DeviceTimeTimer, interleaved_ms, relative_iqr
@@ -383,7 +383,7 @@ def test_plot_puts_each_method_at_its_step_over_stocks(tmp_path: Path) -> None:
     results, _, _ = compare_models.run_compare_models(
         ["recsys-mlp/decode"], METHODS, out_dir=tmp_path, device="cpu", progress=False,
         runner=fake_runner([]))
-    fig = model_report.plot_models(results)
+    fig = model_frames.plot_models(results)
     ax = fig.axes[0]
     large = {line.get_label().split(" ")[0]: line.get_ydata()[0] for line in ax.lines
              if line.get_marker() == "o"}
@@ -581,7 +581,7 @@ def test_every_table_gives_autotuning_time_and_ratios_against_stock_gemm(tmp_pat
     recipe_line = next(line for line in text.splitlines() if line.startswith("topk-4-gemm"))
     assert "10.0" in recipe_line.split() and "0.900" in recipe_line.split()
 
-    table = model_report.table(results)
+    table = model_frames.table(results)
     cell = table.loc["recsys-mlp/decode", "topk-4-gemm"]
     assert (cell["autotune_s"], cell["compile/stock-gemm"]) == (5.0, 0.25)
     assert cell["step/stock-gemm"] == pytest.approx(0.9) and cell["step/default"] == pytest.approx(6.3 / 8.0)
@@ -623,7 +623,7 @@ def test_plot_divides_by_stock_gemm_where_the_results_have_it(tmp_path: Path) ->
     results, _, _ = compare_models.run_compare_models(["recsys-mlp/decode"], select_methods(None),
                                                       out_dir=tmp_path, device="cpu", progress=False,
                                                       runner=runner)
-    ax = model_report.plot_models(results).axes[0]
+    ax = model_frames.plot_models(results).axes[0]
     large = {line.get_label().split(" ")[0]: line.get_ydata()[0] for line in ax.lines
              if line.get_marker() == "o"}
     assert large["topk-4-gemm"] == pytest.approx(0.9) and "stock-gemm" in ax.get_ylabel()

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from kernel_select.errors import OptionError
-from kernel_select.offline.e2e import compare_models, model_report
+from kernel_select.offline.e2e import compare_models, model_frames, model_report
 
 for _module in ("nbformat", "nbclient", "matplotlib", "pandas"):
     pytest.importorskip(_module)
@@ -63,7 +63,7 @@ def _synthetic() -> dict[str, Any]:
 def test_table_values_by_hand_for_two_methods() -> None:
     results = _results({"m/prefill": {"stock": [_run(100.0, 5.0, 10.0)], "topk-4": [_run(20.0, 3.0, 8.0)]},
                         "m/decode": {"stock": [{"error": CRASH}], "topk-4": [_run(10.0, 0.5, 1.0)]}})
-    table = model_report.table(results)
+    table = model_frames.table(results)
     assert list(table.index) == ["m/prefill", "m/decode"]
     assert list(table.columns.get_level_values("method").unique()) == ["stock", "topk-4"]
     topk = table.loc["m/prefill", "topk-4"]
@@ -81,7 +81,7 @@ def test_table_values_by_hand_for_two_methods() -> None:
 def test_table_ratios_match_the_summary() -> None:
     results = _synthetic()
     rows = {row.method: row for row in model_report.summarize(results).rows}
-    table = model_report.table(results).loc[["tiny-gpt/prefill"]]  # the one model every method measured
+    table = model_frames.table(results).loc[["tiny-gpt/prefill"]]  # the one model every method measured
     assert table[("topk-4", "step/default")].iloc[0] == pytest.approx(rows["topk-4"].step_vs_default)
     assert table[("stock", "vs eager")].iloc[0] == pytest.approx(rows["stock"].speedup_vs_eager)
 
@@ -115,17 +115,17 @@ def test_failures_give_each_failed_runs_first_line() -> None:
 
 
 def test_gemm_frame_folds_identical_layers_and_shows_split_winners() -> None:
-    frame = model_report.gemm_frame(_synthetic(), "tiny-gpt/prefill")
+    frame = model_frames.gemm_frame(_synthetic(), "tiny-gpt/prefill")
     assert list(frame.columns) == ["op", "shapes", "count", "stock", "topk-4"]  # default tuned nothing
     layer, head = frame.to_dict("records")
     assert (layer["op"], layer["shapes"], layer["count"]) == ("addmm", str(LAYER["shapes"]), 12)
     assert layer["stock"] == "triton 64x64x32 s3 w4"
     assert layer["topk-4"] == "triton 32x64x64 s4 w4 ×11, triton 64x64x32 s3 w4 ×1"
     assert (head["count"], head["stock"], head["topk-4"]) == (1, "aten mm", "aten mm")
-    decode = model_report.gemm_frame(_synthetic(), "tiny-gpt/decode")
+    decode = model_frames.gemm_frame(_synthetic(), "tiny-gpt/decode")
     assert list(decode.columns) == ["op", "shapes", "count", "topk-4"]  # stock failed there
     with pytest.raises(OptionError, match="no model 'vit/prefill'.*tiny-gpt/prefill"):
-        model_report.gemm_frame(_synthetic(), "vit/prefill")
+        model_frames.gemm_frame(_synthetic(), "vit/prefill")
 
 
 def test_models_notebook_executes_and_renders_table_failures_and_gemms(tmp_path: Path) -> None:

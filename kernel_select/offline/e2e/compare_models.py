@@ -62,7 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from kernel_select.errors import DatasetError
-from kernel_select.offline.e2e import model_pretune, model_report
+from kernel_select.offline.e2e import model_frames, model_pretune, model_report
 from kernel_select.offline.e2e.json_worker import run_worker
 from kernel_select.offline.e2e.model_methods import ModelMethod
 
@@ -129,7 +129,7 @@ def run_compare_models(models: Sequence[str], methods: Sequence[ModelMethod], *,
         write_results(results, json_path)
     png_path: Path | None = out_dir / f"models_{device_key}.png"
     try:
-        model_report.plot_models(results, png_path)
+        model_frames.plot_models(results, png_path)
     except ImportError:
         log.warning("matplotlib is not installed; skipped %s (pip install matplotlib)", png_path)
         png_path = None

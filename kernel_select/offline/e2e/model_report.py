@@ -1,6 +1,6 @@
-"""Reading a `compare-models` results file: per-run aggregation, the summary table, frames for
-notebooks and the compile-time vs step-time plot. Plain Python; pandas and matplotlib are
-imported only by the functions that need them.
+"""Reading a `compare-models` results file: per-run aggregation, the ratios against the references,
+the summary and the per-model text. The frames and the plot for notebooks are model_frames.py.
+Plain Python.
 
 Every table compares each method with the REFERENCES the results have: step and compile time
 over `stock-gemm`'s (Inductor's own GEMM autotuning with the GEMM-only options kernel_select's
@@ -11,22 +11,18 @@ autotuning time: compile time minus `default`'s on the same model.
     from kernel_select.offline.e2e import model_report
     results = model_report.load("results/models_h100.json")
     print(model_report.format_summary(model_report.summarize(results)))
-    model_report.plot_models(results)          # a matplotlib Figure
-    model_report.table(results)                # per model and method: compile, autotune, step, ratios
-    print(model_report.format_models(results))   # the same as text
-    model_report.gemm_frame(results, "gpt2-small/prefill")   # what each method's GEMMs picked
+    print(model_report.format_models(results))   # per model and method: compile, autotune, step, ratios
 """
 
 from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from kernel_select.errors import OptionError
+from kernel_select.errors import first_line
 from kernel_select.offline.compare.summary import counted
 from kernel_select.offline.metrics import geomean
 
@@ -108,7 +104,7 @@ def relative_step(result: dict[str, Any]) -> float:
 def step_ratio(result: dict[str, Any], reference: dict[str, Any]) -> float:
     """One method's step time over another's, each from its own process. Not normalized by each
     process's eager step: on the H100 that eager step was systematically slower in processes that
-    had compiled with max-autotune (8-25%, docs/inductor.md), so dividing by it would credit
+    had compiled with max-autotune (8-25%), so dividing by it would credit
     max-autotune with the slowdown of its own eager baseline."""
     return result["step_ms"] / reference["step_ms"]
 
@@ -321,20 +317,6 @@ def _device_column(reference: str) -> _Column:
 
 # -- notebooks -----------------------------------------------------------------------------------
 
-def model_frame(results: dict[str, Any]) -> Any:
-    """One row per (model, method): compile_s, step_ms, eager_step_ms, speedup, spreads, GEMMs."""
-    import pandas as pd
-
-    rows = []
-    for entry in results["models"]:
-        for method, result in entry["results"].items():
-            rows.append({"model": entry["name"], "method": method,
-                         **{k: result.get(k) for k in ("compile_s", "step_ms", "eager_step_ms",
-                                                       "speedup_vs_eager", "step_spread", "ratio_spread",
-                                                       "step_device_ms", "device_spread")},
-                         "gemms": len(result.get("gemms") or []), "error": result.get("error")})
-    return pd.DataFrame(rows).set_index(["model", "method"]) if rows else pd.DataFrame()
-
 
 #: The columns `table` gives each method: compile seconds, autotuning seconds (compile minus
 #: default's), step ms, compile and step against each reference's, the speedup over eager.
@@ -364,22 +346,6 @@ def model_metrics(entry: dict[str, Any], methods: Sequence[str]) -> dict[str, di
     return metrics
 
 
-def table(results: dict[str, Any]) -> Any:
-    """One row per model, a column group per method (TABLE_METRICS, from `model_metrics`, so the
-    ratios' geomeans are the summary's). NaN where the method (or the reference) failed or was
-    not run."""
-    import pandas as pd
-
-    methods = compiled_methods(results)
-    rows = {entry["name"]: {(method, metric): value
-                            for method, values in model_metrics(entry, methods).items()
-                            for metric, value in values.items()}
-            for entry in results["models"]}
-    columns = pd.MultiIndex.from_product([methods, TABLE_METRICS], names=["method", "metric"])
-    frame = pd.DataFrame(list(rows.values()), index=pd.Index(list(rows), name="model"), columns=columns)
-    return frame.astype(float)
-
-
 def format_models(results: dict[str, Any]) -> str:
     """`table` as plain text, a line per (model, method): compile and autotuning seconds, step ms,
     step against each reference's, speedup over eager ("-" where it cannot be computed); a failed
@@ -401,7 +367,7 @@ def format_models(results: dict[str, Any]) -> str:
             start = f"{name:<{width}}{method:<{method_width}}"
             name = ""  # the model's name only on its first line
             if method not in values:
-                lines.append(start + _first_line(entry["results"][method].get("error") or "no result"))
+                lines.append(start + first_line(entry["results"][method].get("error") or "no result"))
                 continue
             row = values[method]
             cells = "".join(_num(row.get(key), len(title) + 2, fmt) for title, key, fmt in metrics)
@@ -418,105 +384,5 @@ def failures(results: dict[str, Any]) -> list[str]:
             errors = [run["error"] for run in result.get("runs") or [] if run.get("error")]
             if not errors and result.get("error"):
                 errors = [result["error"]]
-            lines += [f"{entry['name']}  {method}: {_first_line(error)}" for error in errors]
+            lines += [f"{entry['name']}  {method}: {first_line(error)}" for error in errors]
     return lines
-
-
-def _first_line(text: str) -> str:
-    lines = str(text).strip().splitlines()
-    return lines[0] if lines else ""
-
-
-def gemm_frame(results: dict[str, Any], model: str) -> Any:
-    """The GEMMs of `model` Inductor autotuned: one row per (op, shapes), `count` = how many the
-    network has (identical layers share a row), and per method what won. A cell lists
-    'choice ×n' when that method's instances did not all pick one winner, or it has fewer of them.
-    Methods that autotuned nothing (mode="default", a failed run) get no column.
-
-    Raises:
-        OptionError: `model` is not in the results.
-    """
-    import pandas as pd
-
-    entry = next((e for e in results["models"] if e["name"] == model), None)
-    if entry is None:
-        raise OptionError(f"no model {model!r} in the results; they hold "
-                          f"{', '.join(e['name'] for e in results['models']) or 'none'}")
-    winners: dict[tuple[str, str], dict[str, Counter[str]]] = {}
-    for method, result in entry["results"].items():
-        for gemm in result.get("gemms") or []:
-            key = (gemm["op"], str(gemm["shapes"]))
-            winners.setdefault(key, {}).setdefault(method, Counter())[gemm["choice"]] += 1
-    rows = []
-    for (op, shapes), by_method in winners.items():
-        count = max(sum(choices.values()) for choices in by_method.values())
-        rows.append({"op": op, "shapes": shapes, "count": count,
-                     **{method: _winners_cell(choices, count) for method, choices in by_method.items()}})
-    methods = [m for m in results["methods"] if any(m in row for row in rows)]
-    return pd.DataFrame(rows, columns=["op", "shapes", "count", *methods])
-
-
-def _winners_cell(choices: Counter[str], count: int) -> str:
-    if len(choices) == 1 and sum(choices.values()) == count:
-        return next(iter(choices))
-    return ", ".join(f"{choice} ×{n}" for choice, n in choices.most_common())
-
-
-#: How the plot names each reference it may divide by.
-_PLOT_REFERENCE_NAMES = {"stock-gemm": "stock-gemm", "stock": "stock max-autotune"}
-
-
-def plot_models(results: dict[str, Any], path: str | Path | None = None) -> Any:
-    """Compile time (x, log) against step time (y) relative to stock-gemm's on the same model
-    (stock max-autotune's where the results have no stock-gemm; eager's, timed in the same
-    process, where neither was measured everywhere): a small point per model and method, a large
-    one per method at its total compile time and geomean. Needs matplotlib."""
-    from matplotlib.figure import Figure  # no pyplot: no global state, works headless
-    from matplotlib.ticker import FuncFormatter
-
-    summary = summarize(results)
-    versus = next((r for r in summary.references if r in COMPILE_REFERENCES
-                   and summary.rows and all(r in row.step_vs for row in summary.rows)), None)
-    reference = _PLOT_REFERENCE_NAMES[versus] if versus else "eager"
-
-    def relative(entry: dict[str, Any], result: dict[str, Any]) -> float | None:
-        if versus is None:
-            return relative_step(result)
-        base = entry["results"].get(versus)
-        return step_ratio(result, base) if succeeded(base) else None
-
-    fig = Figure(figsize=(8, 5), layout="constrained")
-    ax = fig.add_subplot()
-    colors = dict(zip([r.method for r in summary.rows], _palette()))
-    for entry in results["models"]:
-        for method, color in colors.items():
-            result = entry["results"].get(method)
-            y = relative(entry, result) if succeeded(result) and result["compile_s"] > 0 else None
-            if y is not None:
-                ax.plot(result["compile_s"], y, ".", color=color, alpha=0.4)
-    for row in summary.rows:
-        if row.compile_s > 0:
-            y = row.step_vs[versus] if versus else 1 / row.speedup_vs_eager
-            ax.plot(row.compile_s, y, "o", color=colors[row.method], markersize=9,
-                    label=f"{row.method} (total over {row.models} models)")
-    ax.axhline(1.0, color="gray", linestyle="--", linewidth=1, label=reference)
-    ax.set_xscale("log")
-    ax.set_yscale("log")  # ratios: 2x slower and 2x faster sit equally far from the line
-    plain = FuncFormatter(lambda value, _: f"{value:g}")  # "1.5", not "1.5 x 10^0"
-    ax.yaxis.set_major_formatter(plain)
-    ax.yaxis.set_minor_formatter(plain)
-    env = results.get("environment", {})
-    ax.set_xlabel("compile time [s] (cold caches; totals for the large markers)")
-    ax.set_ylabel(f"step time / {reference}'s (geomean for the large markers)")
-    ax.set_title(f"Compile time vs step time -- {env.get('device', '?')}, torch {env.get('torch', '?')}",
-                 fontsize=10)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
-    if path is not None:
-        fig.savefig(path, dpi=150)
-    return fig
-
-
-def _palette() -> list[str]:
-    return ["tab:green", "tab:orange", "tab:blue", "tab:purple", "tab:red", "tab:brown", "tab:pink",
-            "tab:olive", "tab:cyan"]
