@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from kernel_select.errors import DatasetError, OptionError
-from kernel_select.offline.e2e import compare_models, model_frames, model_methods, model_report
+from kernel_select.offline.e2e import compare_models, model_frames, model_methods, model_report, model_steps
 from kernel_select.offline.e2e.model_methods import MethodContext, ModelMethod, select_methods
 from kernel_select.offline.e2e.model_worker import host_state
 from kernel_select.offline.e2e.step_timing import DeviceTimeTimer, interleaved_ms, relative_iqr
@@ -305,7 +305,7 @@ def test_decode_position_stays_inside_the_models_position_table(architecture: st
     configs = {"gpt2-small": lambda: transformers.GPT2Config(n_positions=1024),
                "llama3-8b-2layer": lambda: transformers.LlamaConfig(max_position_embeddings=8192)}
     config = configs[architecture]()
-    context = model_zoo.decode_context(config, arch.sizes)
+    context = model_steps.decode_context(config, arch.sizes)
     limit = getattr(config, "max_position_embeddings", None) or config.n_positions
     assert context < limit  # the timed token sits at position `context`
     assert context == min(arch.sizes.prefill_seq, limit - 1)

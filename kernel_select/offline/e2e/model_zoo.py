@@ -29,23 +29,9 @@ from collections.abc import Callable
 from typing import Any
 
 from kernel_select.errors import OptionError
+from kernel_select.offline.e2e.model_steps import STEP_BUILDERS, MakeStep, Sizes, transformers_module
 
 PHASES = ("prefill", "decode", "train")
-
-#: A workload's `make_step`: the step through `fn` (the module itself or a compiled wrapper of it).
-MakeStep = Callable[[Callable[..., Any]], Callable[[], Any]]
-
-
-@dataclasses.dataclass(frozen=True)
-class Sizes:
-    """Batch and sequence sizes of one architecture's phases."""
-
-    prefill_batch: int
-    prefill_seq: int  # tokens per sequence (language models); unused elsewhere
-    decode_batch: int
-    train_batch: int
-    train_seq: int
-    decoder_seq: int = 0  # decoder tokens per sequence (encoder-decoders); unused elsewhere
 
 
 @dataclasses.dataclass
@@ -60,15 +46,6 @@ class Workload:
     make_step: MakeStep
 
 
-def _transformers() -> Any:
-    try:
-        import transformers
-    except ImportError:
-        raise OptionError("compare-models: the transformers package is needed for this model "
-                          "(pip install 'kernel_select[models]')") from None
-    return transformers
-
-
 def require_transformers(names: list[str]) -> None:
     """Fail early, with the install hint, when a workload of `names` needs transformers.
 
@@ -76,14 +53,14 @@ def require_transformers(names: list[str]) -> None:
         OptionError: when transformers is missing and needed.
     """
     if any(ARCHITECTURES[name.split("/")[0]].kind != "recsys" for name in names):
-        _transformers()
+        transformers_module()
 
 
 # -- architectures -------------------------------------------------------------------------------
 
 def gpt2_small(tiny: bool = False) -> Any:
     """GPT-2 small (124M): 12 layers, width 768, 12 heads, vocabulary 50257."""
-    t = _transformers()
+    t = transformers_module()
     if tiny:
         return t.GPT2LMHeadModel(t.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=512, n_positions=128,
                                               bos_token_id=0, eos_token_id=0))
@@ -94,7 +71,7 @@ def gpt2_small(tiny: bool = False) -> Any:
 def llama3_8b_2layer(tiny: bool = False) -> Any:
     """Llama-3-8B at full width (hidden 4096, MLP 14336, 32 heads, 8 KV heads, vocabulary 128256)
     but only 2 of its 32 layers: every GEMM shape of the real model, at 1/16 of the layers."""
-    t = _transformers()
+    t = transformers_module()
     if tiny:
         config = t.LlamaConfig(hidden_size=64, intermediate_size=224, num_attention_heads=4,
                                num_key_value_heads=2, num_hidden_layers=2, vocab_size=512,
@@ -108,7 +85,7 @@ def llama3_8b_2layer(tiny: bool = False) -> Any:
 
 def vit_b16(tiny: bool = False) -> Any:
     """ViT-B/16 at 224x224: 12 layers, width 768, MLP 3072, 196 patches + the class token."""
-    t = _transformers()
+    t = transformers_module()
     if tiny:
         config = t.ViTConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                              intermediate_size=128, image_size=32, patch_size=16)
@@ -138,7 +115,7 @@ def unmasked_sdpa() -> str | None:
     mask under Dynamo too; with this, every transformers version compiles the same graph.
     None on a transformers without attention and mask interfaces (before about 4.53): its ViT has
     its own SDPA attention, which builds no mask."""
-    t = _transformers()
+    t = transformers_module()
     try:
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
         from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
@@ -164,7 +141,7 @@ def qwen3_4b_2layer(tiny: bool = False) -> Any:
     """A Llama-shaped decoder at Qwen3-4B's widths (hidden 2560, MLP 9728, 32 query heads of 128,
     8 KV heads, vocabulary 151936), 2 layers: the GEMMs of a 2,560-wide decoder's prefill. Built
     from LlamaConfig, so without Qwen3's per-head q/k norms (they run no GEMM)."""
-    t = _transformers()
+    t = transformers_module()
     if tiny:
         return llama3_8b_2layer(tiny=True)
     config = t.LlamaConfig(hidden_size=2560, intermediate_size=9728, num_attention_heads=32,
@@ -177,7 +154,7 @@ def bert_base_2layer(tiny: bool = False) -> Any:
     """A BERT-base masked LM (width 768, 12 heads, MLP 3072, vocabulary 30522), 2 of its 12 layers,
     with transformers' eager attention: scores and context are two batched matmuls (`bmm`, batch
     = sequences x heads) around a softmax, where SDPA would run one fused kernel."""
-    t = _transformers()
+    t = transformers_module()
     if tiny:
         config = t.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                               intermediate_size=128, vocab_size=512, max_position_embeddings=64,
@@ -196,7 +173,7 @@ def t5_base_2layer(tiny: bool = False) -> Any:
     it before transformers gave T5 SDPA; set explicitly so every transformers version runs it.
     Its full-size workload gives the decoder as many tokens as the encoder, so that both stacks
     share their GEMM shapes: 6 distinct ones to autotune, where a 128-token decoder makes 13."""
-    t = _transformers()
+    t = transformers_module()
     if tiny:
         config = t.T5Config(d_model=64, d_kv=16, d_ff=128, num_heads=4, num_layers=2, num_decoder_layers=2,
                             vocab_size=512, attn_implementation="eager")
@@ -210,7 +187,7 @@ def convnext_tiny_2stage(tiny: bool = False) -> Any:
     """ConvNeXt-T's first two stages (widths 96 and 192), one block each, at 224x224: a 4x4 stem
     convolution, 7x7 depthwise convolutions, the blocks' pointwise layers as `nn.Linear` GEMMs
     over every pixel (M = batch x H x W), a 2x2 downsampling convolution and an ImageNet classifier."""
-    t = _transformers()
+    t = transformers_module()
     if tiny:
         config = t.ConvNextConfig(num_stages=2, hidden_sizes=[16, 32], depths=[1, 1], image_size=32)
     else:
@@ -329,142 +306,7 @@ def build_workload(name: str, *, device: Any, dtype: Any = None, tiny: bool = Fa
     module = arch.build(tiny).to(device=device, dtype=dtype or getattr(torch, arch.dtype))
     module.train(phase == "train")
     sizes = arch.tiny_sizes if tiny else arch.sizes
-    builder = {"lm": _lm_step, "mlm": _mlm_step, "seq2seq": _seq2seq_step, "vision": _vision_step,
-               "recsys": _recsys_step}[arch.kind]
-    used, make_step = builder(module, phase, sizes, device)
+    used, make_step = STEP_BUILDERS[arch.kind](module, phase, sizes, device)
     return Workload(name, arch_name, phase, module, used, make_step)
 
 
-def inference_steps(run: Callable[[Callable[..., Any]], Any]) -> MakeStep:
-    """A workload's `make_step` for inference: `run(fn)` under torch.no_grad()."""
-    import torch
-
-    def make_step(fn: Callable[..., Any]) -> Callable[[], Any]:
-        def step() -> Any:
-            with torch.no_grad():
-                return run(fn)
-
-        return step
-
-    return make_step
-
-
-def training_steps(module: Any, loss_of: Callable[[Callable[..., Any]], Any]) -> MakeStep:
-    """A workload's `make_step` for training: the loss `loss_of(fn)`, its backward, an AdamW step."""
-    import torch
-
-    # A tiny learning rate keeps random weights from diverging over hundreds of timed steps;
-    # foreach=False keeps the optimizer's kernels the same whatever the compiled part does.
-    optimizer = torch.optim.AdamW(module.parameters(), lr=1e-6, foreach=False)
-
-    def make_step(fn: Callable[..., Any]) -> Callable[[], Any]:
-        def step() -> Any:
-            loss = loss_of(fn)
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            return loss
-
-        return step
-
-    return make_step
-
-
-def _lm_step(module: Any, phase: str, sizes: Sizes, device: Any) -> tuple[dict[str, int], Callable[..., Any]]:
-    import torch
-
-    vocab = module.config.vocab_size
-    if phase == "train":
-        ids = torch.randint(0, vocab, (sizes.train_batch, sizes.train_seq), device=device)
-        return ({"batch": sizes.train_batch, "seq": sizes.train_seq},
-                training_steps(module, lambda fn: fn(input_ids=ids, labels=ids).loss))
-    if phase == "prefill":
-        ids = torch.randint(0, vocab, (sizes.prefill_batch, sizes.prefill_seq), device=device)
-        return ({"batch": sizes.prefill_batch, "seq": sizes.prefill_seq},
-                inference_steps(lambda fn: fn(input_ids=ids, use_cache=False).logits))
-    return _decode_step(module, sizes, device)
-
-
-def _decode_step(module: Any, sizes: Sizes, device: Any) -> tuple[dict[str, int], Callable[..., Any]]:
-    """One token per sequence after a prefill of `prefill_seq` tokens, into a static KV cache
-    (fixed shapes, so the step compiles once and CUDA graphs can replay it)."""
-    import torch
-
-    t = _transformers()
-    batch, context = sizes.decode_batch, decode_context(module.config, sizes)
-    cache = t.StaticCache(config=module.config, max_cache_len=context + 1)
-    vocab = module.config.vocab_size
-    prompt = torch.randint(0, vocab, (batch, context), device=device)
-    token = torch.randint(0, vocab, (batch, 1), device=device)
-    position = torch.tensor([context], device=device)
-    with torch.no_grad():
-        module(input_ids=prompt, past_key_values=cache, use_cache=True,
-               cache_position=torch.arange(context, device=device))
-
-    def run(fn: Callable[..., Any]) -> Any:
-        _rewind(cache, context)
-        return fn(input_ids=token, past_key_values=cache, use_cache=True, cache_position=position).logits
-
-    return {"batch": batch, "context": context}, inference_steps(run)
-
-
-def decode_context(config: Any, sizes: Sizes) -> int:
-    """Tokens already in the cache when the timed token is decoded: the prefill length, but
-    below the model's position limit (GPT-2 has 1024 learned positions; decoding at position
-    1024 after a 1024-token prefill indexes past its embedding table)."""
-    limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
-    return min(sizes.prefill_seq, limit - 1) if limit else sizes.prefill_seq
-
-
-def _rewind(cache: Any, length: int) -> None:
-    """Make the cache hold `length` tokens again, so every timed step decodes the same position.
-    transformers 5 keeps a per-layer length counter; 4.x writes where `cache_position` says."""
-    for layer in getattr(cache, "layers", ()):
-        counter = getattr(layer, "cumulative_length", None)
-        if counter is not None and hasattr(counter, "fill_"):
-            counter.fill_(length)
-
-
-def _mlm_step(module: Any, phase: str, sizes: Sizes,
-              device: Any) -> tuple[dict[str, int], Callable[..., Any]]:
-    """A masked LM's forward over B full sequences (no padding, so no attention mask is given)."""
-    import torch
-
-    ids = torch.randint(0, module.config.vocab_size, (sizes.prefill_batch, sizes.prefill_seq), device=device)
-    return ({"batch": sizes.prefill_batch, "seq": sizes.prefill_seq},
-            inference_steps(lambda fn: fn(input_ids=ids).logits))
-
-
-def _seq2seq_step(module: Any, phase: str, sizes: Sizes,
-                  device: Any) -> tuple[dict[str, int], Callable[..., Any]]:
-    """An encoder-decoder's forward as training runs it without the loss: B encoder sequences of S
-    tokens, B decoder sequences of `decoder_seq` tokens (teacher forcing), logits for every
-    decoder token."""
-    import torch
-
-    vocab = module.config.vocab_size
-    source = torch.randint(0, vocab, (sizes.prefill_batch, sizes.prefill_seq), device=device)
-    target = torch.randint(0, vocab, (sizes.prefill_batch, sizes.decoder_seq), device=device)
-    return ({"batch": sizes.prefill_batch, "seq": sizes.prefill_seq, "decoder_seq": sizes.decoder_seq},
-            inference_steps(lambda fn: fn(input_ids=source, decoder_input_ids=target,
-                                          use_cache=False).logits))
-
-
-def _vision_step(module: Any, phase: str, sizes: Sizes,
-                 device: Any) -> tuple[dict[str, int], Callable[..., Any]]:
-    import torch
-
-    batch = sizes.prefill_batch if phase == "prefill" else sizes.decode_batch
-    side = module.config.image_size
-    pixels = torch.randn(batch, 3, side, side, device=device, dtype=next(module.parameters()).dtype)
-    return {"batch": batch, "image": side}, inference_steps(lambda fn: fn(pixel_values=pixels).logits)
-
-
-def _recsys_step(module: Any, phase: str, sizes: Sizes,
-                 device: Any) -> tuple[dict[str, int], Callable[..., Any]]:
-    import torch
-
-    batch = sizes.prefill_batch if phase == "prefill" else sizes.decode_batch
-    dense = torch.randn(batch, module.sizes["dense"], device=device, dtype=next(module.parameters()).dtype)
-    sparse = torch.randint(0, module.sizes["rows"], (batch, module.sizes["tables"]), device=device)
-    return {"batch": batch}, inference_steps(lambda fn: fn(dense, sparse))

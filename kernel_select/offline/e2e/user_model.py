@@ -31,7 +31,8 @@ from collections.abc import Callable
 from typing import Any
 
 from kernel_select.errors import OptionError
-from kernel_select.offline.e2e.model_zoo import Workload, inference_steps, training_steps
+from kernel_select.offline.e2e.model_steps import inference_steps, training_steps
+from kernel_select.offline.e2e.model_zoo import Workload
 
 #: The phases a user's network is timed in.
 USER_PHASES = ("inference", "train")
