@@ -216,7 +216,7 @@ def test_a_gemm_the_gate_sends_to_cublas_is_pinned_to_aten_without_a_benchmark(t
 
 
 def test_the_serving_bench_compares_each_length_with_the_fastest_method(tmp_path: Path):
-    from kernel_select.offline.serving import serving_bench
+    from kernel_select.offline.serving import serving_bench, serving_report
 
     sites = discovery.load_shapes(_write(tmp_path / "s.json", serving_bench.shapes()))
     assert [s.dynamic for s in sites] == ["m", "m", "k"]
@@ -226,18 +226,18 @@ def test_the_serving_bench_compares_each_length_with_the_fastest_method(tmp_path
                   "b": {"compile_s": 2.0, "benchmarks": 9,
                         "lengths": {str(n): {"kernel_ms": 1.0} for n in serving_bench.LENGTHS}},
                   "c": {"error": "RuntimeError: out of memory"}}
-    results = serving_bench.assemble(per_method)
+    results = serving_report.assemble(per_method)
     assert results["methods"]["a"]["lengths"]["560"] == {"kernel_ms": 2.0, "best_ms": 1.0,
                                                           "ratio_to_best": 2.0}
     pytest.importorskip("matplotlib")
-    serving_bench.plot(results, tmp_path / "plot.png")
+    serving_report.plot(results, tmp_path / "plot.png")
     assert (tmp_path / "plot.png").stat().st_size > 0
 
 
 def test_the_serving_bench_takes_each_lengths_best_from_the_harness_when_given():
     import pandas as pd
 
-    from kernel_select.offline.serving import serving_bench
+    from kernel_select.offline.serving import serving_bench, serving_report
 
     shapes = serving_bench.harness_shapes()
     assert len(shapes) == 3 * len(serving_bench.LENGTHS)
@@ -253,10 +253,10 @@ def test_the_serving_bench_takes_each_lengths_best_from_the_harness_when_given()
     assert best["1024"] == pytest.approx(0.75)  # three GEMMs x the fastest valid 0.25 ms
     per_method = {"a": {"compile_s": 1.0, "benchmarks": 0,
                         "lengths": {str(n): {"kernel_ms": 1.5} for n in serving_bench.LENGTHS}}}
-    full = serving_bench.assemble(per_method, serving_bench.harness_best(rows))
+    full = serving_report.assemble(per_method, serving_bench.harness_best(rows))
     assert full["best_source"].startswith("harness")
     assert full["methods"]["a"]["lengths"]["8192"]["ratio_to_best"] == pytest.approx(2.0)
-    partial = serving_bench.assemble(per_method, best)  # not every length: fall back to the methods
+    partial = serving_report.assemble(per_method, best)  # not every length: fall back to the methods
     assert partial["best_source"] == "fastest measured method per length"
 
 

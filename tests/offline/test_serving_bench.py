@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kernel_select.buckets import buckets
-from kernel_select.offline.serving import programs, serving_bench
+from kernel_select.offline.serving import programs, serving_bench, serving_report
 
 
 def _timed(program: programs.Program, ms: float, **extra: object) -> dict[str, object]:
@@ -24,20 +24,20 @@ def test_top_k_buckets_default_to_three_log_spaced_over_the_programs_range():
 def test_a_warm_run_gives_the_compile_without_triton_and_the_triton_term():
     per_method = {"pinned_buckets": _timed(programs.SEED, 1.0, warm={"compile_s": 4.0, "benchmarks": 0}),
                   "default": _timed(programs.SEED, 2.0)}
-    results = serving_bench.assemble(per_method)
+    results = serving_report.assemble(per_method)
     pinned = results["methods"]["pinned_buckets"]
     assert pinned["compile_warm_s"] == 4.0 and pinned["triton_compile_s"] == pytest.approx(6.0)
     assert "compile_warm_s" not in results["methods"]["default"]
     assert pinned["lengths"]["6000"]["ratio_to_best"] == 1.0 and results["program_name"] == "seed"
     pytest.importorskip("pandas")
-    table = serving_bench.table(results)
+    table = serving_report.table(results)
     assert list(table.columns[:4]) == ["compile_s", "compile_warm_s", "benchmarks", "560 ms"]
 
 
 def test_the_decoder_is_compared_with_the_fastest_method_never_the_seed_harness():
     harness = {str(n): 0.5 for n in (*programs.SEED.lengths, *programs.DECODER.lengths)}
     per_method = {"a": _timed(programs.DECODER, 2.0), "b": _timed(programs.DECODER, 1.0)}
-    results = serving_bench.assemble(per_method, harness, programs.DECODER)
+    results = serving_report.assemble(per_method, harness, programs.DECODER)
     assert results["best_source"] == "fastest measured method per length"
     assert results["methods"]["a"]["lengths"]["8192"]["ratio_to_best"] == 2.0
     assert results["program"].startswith("Llama-3-8B-width decoder layer")

@@ -16,7 +16,7 @@ NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "serving.ipynb"
 
 
 def test_serving_notebook_executes_and_renders_plot_table_and_autotuned_gemms(tmp_path: Path):
-    from kernel_select.offline.serving import serving_bench
+    from kernel_select.offline.serving import serving_bench, serving_report
 
     lengths = {str(n): {"kernel_ms": 0.1 * (i + 1)} for i, n in enumerate(serving_bench.LENGTHS)}
     per_method = {"eager": {"compile_s": 0.0, "benchmarks": 0, "lengths": lengths},
@@ -25,7 +25,7 @@ def test_serving_notebook_executes_and_renders_plot_table_and_autotuned_gemms(tm
                                                 "choices": 7}]},
                   "max_autotune": {"error": "RuntimeError: out of memory"}}
     path = tmp_path / "serving.json"
-    path.write_text(json.dumps(serving_bench.assemble(per_method)))
+    path.write_text(json.dumps(serving_report.assemble(per_method)))
     outputs = execute(NOTEBOOK, "results/serving_h100.json", f"RESULTS = {str(path)!r}")
     html = html_of(outputs)
     assert "pinned_lut" in html and "8192 / best" in html and "out of memory" in html
