@@ -71,3 +71,25 @@ def test_a_method_compiles_one_graph_per_bucket_and_counts_its_first_calls_on_th
     assert bucketed["benchmarks"] == 0  # CPU GEMMs are not autotuned
     one_graph = serving_bench.run_method(program, "default", None, 1, timing=False)
     assert one_graph["graphs"] == 1 and "buckets" not in one_graph and one_graph["compile_s"] > 0
+
+
+def test_a_resumed_run_keeps_what_was_measured_and_serves_the_same_lut(tmp_path, monkeypatch):
+    lut = tmp_path / "pinned.json"
+    lut.write_text("{}")
+    done = {"program_name": "seed", "lut": str(lut), "pretune": {"pretune_s": 50.0},
+            "methods": {"default": _timed(programs.SEED, 2.0), "topk4_buckets": {"error": "timed out"}}}
+    started = []
+
+    def fake_worker(program, method, args, lut_path, edges, cache, log_dir, *, warm, timeout_s):
+        started.append((method, lut_path, warm))
+        return _timed(program, 1.0)
+
+    monkeypatch.setattr(serving_bench, "_in_subprocess", fake_worker)
+    monkeypatch.setattr(serving_bench, "_pretune", lambda *a, **k: pytest.fail("pretuned again"))
+    args = serving_bench.argparse.Namespace(max_seconds=0, methods="default,pinned_buckets,topk4_buckets",
+                                            lut=None, edges=None, warm="", samples=1)
+    measured = serving_bench.measure(programs.SEED, args, tmp_path / "out.json", done)
+    assert [m for m, _, _ in started] == ["pinned_buckets", "topk4_buckets"]  # default kept, the error redone
+    assert measured["per_method"]["default"] is done["methods"]["default"]
+    assert measured["lut"] == str(lut) and measured["pretune"] == {"pretune_s": 50.0}
+    assert all(path == str(lut) for _, path, _ in started)

@@ -243,13 +243,21 @@ def _pretune(program: Program, lut: Path, args: argparse.Namespace, cache: Path,
             "gemm_dynamic_buckets": summary["gemm_dynamic_buckets"], "sites": summary["sites"]}
 
 
-def measure(program: Program, args: argparse.Namespace, out: Path) -> dict[str, Any]:
+def measure(program: Program, args: argparse.Namespace, out: Path,
+            done: dict[str, Any] | None = None) -> dict[str, Any]:
     """Pretune if needed, then every method (and its warm run) in its own process, within
-    `--max-seconds`; methods left when the budget is spent are recorded as skipped."""
+    `--max-seconds`; methods left when the budget is spent are recorded as skipped.
+
+    `done`: an earlier run's results for the same program (`--resume`): its methods measured
+    without an error are kept as they are, and its pinned LUT is served again rather than pretuned
+    anew, so a measurement split over several runs compares the methods on one LUT."""
     deadline = time.monotonic() + args.max_seconds if args.max_seconds else None
     log_dir = out.with_name(out.stem + "_logs")
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    kept = {m: r for m, r in (done or {}).get("methods", {}).items() if "error" not in r}
     lut, pretuned = args.lut, None
+    if lut is None and done and done.get("lut") and Path(done["lut"]).is_file():
+        lut, pretuned = done["lut"], done.get("pretune")
     with tempfile.TemporaryDirectory(prefix="serving-") as tmp:
         if lut is None and any(m in PINNED for m in methods):
             lut = str(out.with_name(out.stem + "_pinned_lut.json"))
@@ -259,8 +267,10 @@ def measure(program: Program, args: argparse.Namespace, out: Path) -> dict[str, 
             if "error" in pretuned:
                 lut = None
         edges = args.edges if args.edges is not None else default_edges(program)
-        per_method: dict[str, dict[str, Any]] = {}
+        per_method: dict[str, dict[str, Any]] = dict(kept)
         for method in methods:
+            if method in kept:
+                continue
             left = deadline - time.monotonic() if deadline else METHOD_TIMEOUT_S
             if left < 30:
                 per_method[method] = {"error": "skipped: the run's time budget (--max-seconds) was spent"}
@@ -308,6 +318,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="bench parquet of --harness-shapes: best_ms per length from the harness (seed)")
     parser.add_argument("--harness-shapes", default=None, metavar="PATH",
                         help="write the seed step's GEMMs at every length as a bench shapes file and exit")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the methods an existing --out measured without an error, and its "
+                             "pinned LUT; measure the rest")
     parser.add_argument("--reassemble", action="store_true",
                         help="measure nothing: recompute best_ms of an existing --out from --harness")
     parser.add_argument("--worker", choices=METHODS, help=argparse.SUPPRESS)
@@ -338,7 +351,10 @@ def main(argv: list[str] | None = None) -> int:
         results = old | serving_report.assemble(old["methods"], harness, program)
     else:
         out.parent.mkdir(parents=True, exist_ok=True)
-        measured = measure(program, args, out)
+        done = json.loads(out.read_text()) if args.resume and out.is_file() else None
+        if done is not None and done.get("program_name", "seed") != program.name:
+            parser.error(f"--resume: {out} holds the {done.get('program_name')} program, not {program.name}")
+        measured = measure(program, args, out, done)
         results = (serving_report.assemble(measured["per_method"], harness, program)
                    | {"lut": measured["lut"], "pretune": measured["pretune"]})
     out.write_text(json.dumps(results, indent=2) + "\n")
