@@ -1,26 +1,32 @@
-# Two entry points for a fresh clone: `make demo` and `make test`. Each creates the venv it needs:
-# the package with every extra (dev pulls in offline and models; baselines adds nvMatmulHeuristics
-# where its wheel exists), so `make test` exercises everything.
+# Two entry points for a fresh clone: `make demo` and `make test`, sharing one venv. `make demo` needs
+# only the core install (torch, pydantic, numpy: what runs inside torch.compile); `make test` adds every
+# extra (dev pulls in offline and models; baselines adds nvMatmulHeuristics where its wheel exists), so
+# it exercises everything.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 # torch is pinned for the CPU install: a bare `torch` (or an open range) pulls a multi-GB CUDA
 # build. pyproject.toml declares torch>=2.11 so GPU machines keep the torch they have.
 TORCH_PIN := torch==2.13.0
+CORE_STAMP := $(VENV)/.core-installed
 STAMP := $(VENV)/.installed
 
 .PHONY: demo test bench fuzz install wheel clean
 
-$(STAMP): pyproject.toml setup.py Makefile
+$(CORE_STAMP): pyproject.toml setup.py Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet $(TORCH_PIN)
+	$(BIN)/pip install --quiet -e .
+	touch $(CORE_STAMP)
+
+$(STAMP): $(CORE_STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,baselines]'
 	touch $(STAMP)
 
 install: $(STAMP)
 
-demo: $(STAMP)
+demo: $(CORE_STAMP)
 	$(BIN)/kernel-select demo
 
 test: $(STAMP)
