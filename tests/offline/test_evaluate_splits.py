@@ -27,7 +27,9 @@ def data(tmp_path_factory):
 
 def test_both_held_out_splits_and_the_shipped_method(data):
     report = evaluate_splits(data, ("analytical",), random_seeds=2)
-    assert set(report["splits"]) == {"test", "family"}
+    assert set(report["splits"]) == {"test", "family", "unseen"}
+    assert report["splits"]["unseen"] == {"split": "unseen", "problems": 0,
+                                          "skipped": "no problems in split 'unseen'"}
     assert report["shipped"] == load_default("h100").name
     frame = dataset.read(data)
     family_ids = set(frame.loc[splits.split_masks(frame)["family"], "problem_id"])
@@ -42,7 +44,7 @@ def test_cli_eval_json_writes_splits_and_shipped(data, tmp_path, capsys):
     out = tmp_path / "eval.json"
     assert main(["eval", "--data", str(data), "--model", "analytical", "--json", str(out)]) == 0
     written = json.loads(out.read_text())
-    assert set(written["splits"]) == {"test", "family"} and written["shipped"] == load_default("h100").name
+    assert set(written["splits"]) == {"test", "family", "unseen"} and written["shipped"] == load_default("h100").name
     assert "[family]" in capsys.readouterr().out
 
 

@@ -1,6 +1,6 @@
-"""Frozen evaluation splits: which problems a model may train on, and the two held-out test sets.
+"""Frozen evaluation splits: which problems a model may train on, and the three held-out test sets.
 
-Two test sets, both never trained on, both frozen (adding problems never moves an existing one):
+Three test sets, all never trained on, all frozen (adding problems never moves an existing one):
 
   test    the dataset's hash split, unchanged: sha256(problem_id) mod 100 >= 85
           (`dataset.split_of`). It measures a new M, N or K near shapes the model has seen.
@@ -13,9 +13,14 @@ Two test sets, both never trained on, both frozen (adding problems never moves a
           classes, and odd K only with other N. It measures generalization to layer shapes and
           alignments unlike anything in training, which is what a new user brings.
 
-A problem can belong to both (a ViT shape that hashes into `test`); it is then scored in both
-reports. Training uses only problems in neither: `train` and `val` are the hash split's train and
-val problems minus the family holdout.
+  unseen  every problem of data/shapes_unseen.json (family `unseen-...`): drawn by a generator and
+          seed no training plan uses (offline/data/unseen.py), across every alignment class,
+          dtype and layout, with batched GEMMs of architectures outside the architecture table. It
+          measures what a user's shapes get; it is never in `family`.
+
+A problem can belong to `test` and another split (a ViT shape that hashes into `test`); it is then
+scored in both reports. Training uses only problems in none: `train` and `val` are the hash split's
+train and val problems minus the family and unseen holdouts.
 
 A problem's family comes from the dataset's `family` column when it has one; older datasets have
 only problem ids, mapped here through the shapes files' `source` field (its first word, e.g.
@@ -33,6 +38,7 @@ import pandas as pd
 
 from kernel_select.errors import DatasetError
 from kernel_select.offline.data.dataset import problem_id
+from kernel_select.offline.data.unseen import is_unseen_family
 
 #: Families held out whole. From the first collection (shapes_h100*.json): one large LLM (8192-wide),
 #: one small LLM (3072-wide, fused qkv / gate_up) and the ViTs (M a multiple of 197 or 257 tokens);
@@ -46,7 +52,7 @@ HELD_OUT_FAMILIES: frozenset[str] = frozenset({
 })
 
 #: Names of the evaluation splits; each maps to a boolean mask over problems.
-EVAL_SPLITS = ("test", "family")
+EVAL_SPLITS = ("test", "family", "unseen")
 TRAINING_SPLITS = ("train", "val")
 UNKNOWN_FAMILY = "unknown"
 _DATA_DIR = Path(__file__).resolve().parents[3] / "data"
@@ -60,6 +66,8 @@ def held_out_alignment(n: np.ndarray | int, k: np.ndarray | int) -> np.ndarray |
 def family_holdout(problem_row: Mapping) -> bool:
     """True if one problem (a dataset row or a dict with `family`, `n`, `k`) is in the `family` split."""
     family = family_of_source(problem_row.get("family") or "")
+    if is_unseen_family(family):
+        return False
     return family in HELD_OUT_FAMILIES or bool(held_out_alignment(int(problem_row["n"]),
                                                                   int(problem_row["k"])))
 
@@ -100,7 +108,7 @@ def families_from_shapes(paths: Iterable[str | Path]) -> dict[str, str]:
 def problem_families(frame: pd.DataFrame, shapes_files: Iterable[str | Path] | None = None) -> pd.Series:
     """Family per row of a dataset frame: its `family` column where set, else from the shapes files."""
     mapped = families_from_shapes(default_shapes_files() if shapes_files is None else shapes_files)
-    from_ids = frame["problem_id"].astype(str).map(mapped).fillna(UNKNOWN_FAMILY)
+    from_ids = frame["problem_id"].astype(str).map(mapped).astype(object).fillna(UNKNOWN_FAMILY)
     if "family" not in frame.columns:
         return from_ids.rename("family")
     own = frame["family"].astype("string").str.strip().str.lower()
@@ -110,7 +118,8 @@ def problem_families(frame: pd.DataFrame, shapes_files: Iterable[str | Path] | N
 
 def split_masks(frame: pd.DataFrame,
                 shapes_files: Iterable[str | Path] | None = None) -> dict[str, np.ndarray]:
-    """Boolean row masks: `train`, `val` (trainable), `test` and `family` (held out; may overlap).
+    """Boolean row masks: `train`, `val` (trainable), `test`, `family` and `unseen` (held out; `test`
+    may overlap the other two).
 
     Raises:
         DatasetError: the frame lacks the `split` column or the hash split is not the frozen one.
@@ -119,19 +128,21 @@ def split_masks(frame: pd.DataFrame,
         raise DatasetError("dataset has no 'split' column; it is needed for the frozen hash split")
     hashed = frame["split"].astype(str).to_numpy()
     family = problem_families(frame, shapes_files).to_numpy()
-    family_out = np.isin(family, list(HELD_OUT_FAMILIES)) | held_out_alignment(frame["n"].to_numpy(),
-                                                                                frame["k"].to_numpy())
+    unseen = np.fromiter((is_unseen_family(f) for f in family), dtype=bool, count=len(family))
+    family_out = (np.isin(family, list(HELD_OUT_FAMILIES))
+                  | held_out_alignment(frame["n"].to_numpy(), frame["k"].to_numpy())) & ~unseen
     return {
-        "train": (hashed == "train") & ~family_out,
-        "val": (hashed == "val") & ~family_out,
+        "train": (hashed == "train") & ~family_out & ~unseen,
+        "val": (hashed == "val") & ~family_out & ~unseen,
         "test": hashed == "test",
         "family": family_out,
+        "unseen": unseen,
     }
 
 
 def split_rows(frame: pd.DataFrame, split: str,
                shapes_files: Iterable[str | Path] | None = None) -> pd.DataFrame:
-    """The rows of one split (`train`, `val`, `test` or `family`)."""
+    """The rows of one split (`train`, `val`, `test`, `family` or `unseen`)."""
     masks = split_masks(frame, shapes_files)
     if split not in masks:
         raise DatasetError(f"split: expected one of {tuple(masks)}, got {split!r}")
