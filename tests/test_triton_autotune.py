@@ -12,7 +12,7 @@ from tests.inductor_doubles import BrokenModel, FakeLUT, FakeModel, score
 from kernel_select.configs import GemmConfig
 from kernel_select.errors import OptionError
 from kernel_select.problem import Problem
-from kernel_select.select import rank
+from kernel_select.decision import rank
 from kernel_select.triton_autotune import gemm_config_of, triton_pruner
 
 
@@ -139,7 +139,8 @@ def test_problems_fall_back_to_all_configs_with_one_warning(problem: str, caplog
     assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
 
 
-@pytest.mark.parametrize("kw", [{"gemm_topk": 0}, {"gemm_topk": 1.5}, {"gemm_topk": True}, {"gemm_topk": "4"},
+@pytest.mark.parametrize("kw", [{"gemm_topk": 0}, {"gemm_topk": 1.5}, {"gemm_topk": True},
+                                {"gemm_topk": "four"},
                                 {"m": ""}, {"model": 3}])
 def test_bad_arguments_raise_at_decoration_time(kw: dict[str, object]):
     with pytest.raises(OptionError):

@@ -1,4 +1,5 @@
-"""Which knobs are in effect for one selection, and the torch.compile options kernel_select adds.
+"""Which knobs are in effect for one selection, the decision's Policy they give, and the torch.compile
+options kernel_select adds.
 
 Precedence, highest first: torch.compile options / torch._inductor.config (per compile), then
 install() or handler arguments, then kernel_select.knobs (set > environment > default).
@@ -15,7 +16,9 @@ from typing import Any
 
 from torch._inductor import config as inductor_config
 
-from kernel_select import knobs, options
+from kernel_select import knobs, options, runtime
+from kernel_select.decision import Policy
+from kernel_select.device import DeviceSpec
 from kernel_select.model import PerformanceModel
 
 log = logging.getLogger(__name__)
@@ -27,19 +30,11 @@ _OFF = "off"  # an override that turns the cuBLAS decision off (None would read 
 _lock = threading.Lock()
 
 
-@dataclasses.dataclass(frozen=True)
-class Settings:
-    """The knobs in effect for one selection (kernel_select.options describes each)."""
-
-    kernel_lut_path: str | None
-    gemm_topk: options.TopK
-    gemm_auto_topk_cap: int
-    gemm_cublas_margin: float | None  # None: the cuBLAS decision is off
-    gemm_dynamic_m: tuple[int, ...] | None  # None: derive the Ms a symbolic M is ranked for
-    gemm_dynamic_buckets: tuple[int, ...] | None  # None: the LUT's edges; (): one graph (not the handler's)
-    gemm_precompile_in_process: bool
-    gemm_model: str | PerformanceModel | None
-    gemm_device: str | None
+#: The knobs in effect for one selection: one field per declared knob (kernel_select.options.KNOBS),
+#: holding its parsed value (gemm_cublas_margin None: the cuBLAS decision is off; gemm_model may be a
+#: PerformanceModel instance given to the handler).
+Settings = dataclasses.make_dataclass("Settings", [(name, Any) for name in options.KNOBS], frozen=True)
+Settings.__module__ = __name__  # where pickle and repr find it
 
 
 def validated_overrides(arguments: dict[str, Any], *, where: str) -> dict[str, Any]:
@@ -82,6 +77,21 @@ def resolve_settings(overrides: dict[str, Any] | None = None) -> Settings:
     if values["gemm_cublas_margin"] == _OFF:
         values["gemm_cublas_margin"] = None
     return Settings(**values)
+
+
+def policy(settings: Any, device: DeviceSpec) -> Policy:
+    """The decision's Policy for `device` under `settings`: the model, LUT and cuBLAS gate loaded (once
+    per process, kernel_select.runtime) and the knobs that decide.
+
+    Raises:
+        NoTrainedModelError: no trained model serves the device (and `gemm_model` names none).
+        ModelError, LUTError: the model, the gate or the LUT does not load.
+    """
+    model = runtime.model(settings.gemm_model, device)
+    lut = runtime.load_lut(settings.kernel_lut_path) if settings.kernel_lut_path else None
+    margin = settings.gemm_cublas_margin
+    return Policy(model, lut, runtime.gate(device) if margin is not None else None, settings.gemm_topk,
+                  margin, settings.gemm_auto_topk_cap, settings.gemm_dynamic_m)
 
 
 _options_registered: bool | None = None  # None = not tried yet

@@ -120,7 +120,7 @@ def test_environment_variables_set_every_knobs_default():
            "gemm_precompile_in_process": "yes", "gemm_model": "analytical",
            "gemm_device": "NVIDIA H100 80GB HBM3"}
     assert set(raw) == set(options.KNOBS)
-    assert knobs_in_a_fresh_process() == {knob: default for knob, (_, default) in options.KNOBS.items()}
+    assert knobs_in_a_fresh_process() == {name: knob.default for name, knob in options.KNOBS.items()}
     assert knobs_in_a_fresh_process(**{options.env_name(knob): text for knob, text in raw.items()}) == {
         "kernel_lut_path": os.path.expanduser("~/lut.json"), "gemm_topk": "SAME", "gemm_auto_topk_cap": 5,
         "gemm_cublas_margin": None, "gemm_dynamic_m": (560, 1024), "gemm_dynamic_buckets": (1024, 4096),
@@ -143,10 +143,26 @@ def test_a_non_ascii_digit_in_the_environment_is_an_option_error_not_a_value_err
     assert "ValueError" not in bad.stderr
 
 
-@pytest.mark.parametrize("value", ["²", "٣", "１２", "+4", "4.0"])
+@pytest.mark.parametrize("value", ["²", "٣", "１２", "+4", "0.5e0", "four"])
 def test_topk_accepts_only_ascii_digits(value: str):
-    with pytest.raises(OptionError, match="expected a positive integer"):
+    with pytest.raises(OptionError, match="expected a count >= 1, a fraction in"):
         options.parse_topk(value)
+
+
+@pytest.mark.parametrize("value, parsed", [(4, 4), ("4", 4), (" 12 ", 12), (0.25, 0.25), ("0.25", 0.25),
+                                           (".5", 0.5), (1.0, 1.0), ("default", "DEFAULT"), ("Auto", "auto"),
+                                           ("same", "SAME")])
+def test_topk_takes_a_count_a_fraction_or_a_word_in_any_case(value: object, parsed: object):
+    assert options.parse_topk(value) == parsed and type(options.parse_topk(value)) is type(parsed)
+
+
+@pytest.mark.parametrize("value, message", [(0, "a count must be >= 1"), (-2, "a count must be >= 1"),
+                                            ("0", "a count must be >= 1"), (1.5, "a fraction must be in"),
+                                            ("4.0", "for a count write 4"), (float("nan"), "a fraction"),
+                                            (True, "expected a count")])
+def test_topk_says_what_is_wrong_with_a_number(value: object, message: str):
+    with pytest.raises(OptionError, match=message):
+        options.parse_topk(value, source="gemm_topk")
 
 
 # -- precedence ---------------------------------------------------------------------------------------
