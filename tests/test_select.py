@@ -207,8 +207,8 @@ def test_auto_k_asks_the_model_and_falls_back_to_four_without_an_estimate():
     assert len(chosen("auto", auto_cap=2)) == 2
 
 
-@pytest.mark.parametrize("bad", [0, -3, True, False, 0.0, -0.5, 1.5, 4.0, math.nan, math.inf, "four", "SAMEISH",
-                                 None])
+@pytest.mark.parametrize("bad", [0, -3, True, False, 0.0, -0.5, 1.5, 4.0, math.nan, math.inf, "four",
+                                 "SAMEISH", None])
 def test_bad_k_is_a_clear_value_error(bad):
     with pytest.raises(ConfigError, match="k:") as info:
         chosen(bad)
