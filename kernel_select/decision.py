@@ -148,8 +148,9 @@ class Selection:
         capped = f"; gemm_topk=auto at its cap: {self.auto_at_cap}" if self.auto_at_cap else ""
         cublas = self.cublas
         shown = cublas is not None and (cublas.prefers_cublas or cublas.charged_epilogue)
+        outside = f"; {self.outside}: Inductor's own configs beside them" if self.outside else ""
         return (f"{self.problem} on {self.device}: benchmarking {len(self.choices)} of {self.ranked} Triton "
-                f"configs ({self.sources.count(LUT_SOURCE)} from the LUT){spread}{hint}{capped}"
+                f"configs ({self.sources.count(LUT_SOURCE)} from the LUT){spread}{hint}{capped}{outside}"
                 f"{f'; {cublas.describe()}' if shown else ''}")
 
 

@@ -1,16 +1,12 @@
 """The Inductor choices handler: benchmark only the top-k Triton GEMM configs in max-autotune.
 
-For every mm/addmm/bmm/baddbmm that Inductor autotunes on a CUDA device, `_finalize_template_configs`
-reads Inductor's inputs once into a request (inductor/inputs.py), asks `kernel_select.decision.decide()`
-under the Policy its knobs give (inductor/settings.py), and builds Inductor's candidate lists from the
-selections (inductor/choice_builder.py): the Triton GEMM templates ("triton::mm", "triton::bmm") get the
-selected configs (for a problem outside the model's training data, after Inductor's own); everything
-else (ATen/cuBLAS, decompose_k, persistent TMA, ...) passes through, so cuBLAS always competes. Nothing
-raises inside torch.compile: a failure logs one warning per cause and Inductor keeps its candidates; so
-does a device without a trained model. Grouped convolutions get no Triton convolution template
-(`get_conv_configs`, inductor/convolution.py). A handler may wrap another one (the handler in place
-before install(), e.g. torch's `LookupTableChoices`): it finalizes our lists and keeps every other
-heuristic it customizes (inductor/wrapping.py).
+For every mm/addmm/bmm/baddbmm Inductor autotunes on a CUDA device, `_finalize_template_configs` reads
+Inductor's inputs once into a request (inductor/inputs.py), asks `kernel_select.decision.decide()` under
+the Policy its knobs give (inductor/settings.py) and builds the candidate lists from the selections
+(inductor/choice_builder.py): the Triton GEMM templates get the selected configs; ATen (cuBLAS),
+decompose_k and every other template pass through, so cuBLAS always competes. Nothing raises inside
+torch.compile: a failure logs one warning per cause and Inductor keeps its candidates. Wrapping another
+handler and grouped convolutions: inductor/wrapping.py.
 """
 
 from __future__ import annotations
@@ -26,11 +22,11 @@ import torch
 from torch._inductor.choices import InductorChoices
 
 from kernel_select import options, runtime, warn
-from kernel_select.decision import GemmRequest, Policy, Selection, decide
+from kernel_select.decision import Selection, decide
 from kernel_select.device import get_device
-from kernel_select.errors import KernelSelectError, NoTrainedModelError
+from kernel_select.errors import KernelSelectError
 from kernel_select.inductor import cache_key, choice_builder, inputs
-from kernel_select.inductor.settings import Settings, policy, resolve_settings, validated_overrides
+from kernel_select.inductor.settings import Settings, policy, preload, resolve_settings, validated_overrides
 from kernel_select.inductor.wrapping import WrappingChoices
 
 log = logging.getLogger(__name__)
@@ -74,15 +70,8 @@ class KernelSelectChoices(WrappingChoices):
         return self.settings().gemm_topk == options.SAME
 
     def uuid(self) -> str:
-        """Changes whenever the selection could change: k, the LUT's contents, the model, the device,
-        the cuBLAS decision, the wrapped handler. Inductor puts it into its FX-graph cache key (2.13
-        calls it; 2.11 pickles the factory, whose pickle carries it), so caches never serve choices
-        made with other knobs. Never raises and never blocks: the LUT is hashed with a bounded read."""
-        try:
-            return cache_key.hash_parts(cache_key.parts(self.settings(), self.inner))
-        except Exception as exc:  # noqa: BLE001 -- a cache key must always be produced
-            warn.warn_fallback(exc, log, _FALLBACK)
-            return cache_key.hash_parts([f"invalid:{warn.cause_of(exc)}"])
+        """Changes whenever the selection could change (inductor/cache_key.py, `uuid`); never raises."""
+        return cache_key.uuid(self.settings, self.inner, _FALLBACK)
 
     def _finalize_template_configs(self, template_choices: dict[str, Iterable[Any]], kernel_inputs: Any,
                                    templates: list[Any], op_name: str,
@@ -113,8 +102,12 @@ class KernelSelectChoices(WrappingChoices):
         if op_name not in GEMM_OPS or kernel_inputs.device_type != "cuda" or torch.version.hip is not None:
             return choices
         request = inputs.request_from(kernel_inputs, op_name)
-        rules = self._policy(settings, request) if request is not None else None
-        if request is None or rules is None:
+        if request is None:
+            return choices
+        device = (get_device(settings.gemm_device) if settings.gemm_device
+                  else runtime.detected_device(request.device_index))
+        rules = policy(settings, device)
+        if rules is None:  # no trained model serves this GPU: Inductor's own list
             return choices
         bases = choice_builder.peek_first(choices, [uid for uid in choices if uid in TRITON_GEMM_TEMPLATES])
         with _stack_headroom():
@@ -126,40 +119,18 @@ class KernelSelectChoices(WrappingChoices):
                                                kwarg_overrides, request.k_expr, TRITON_GEMM_TEMPLATES)
             self.selections.extend(selections[:1] if offered is not None and any(offered.values()) else ())
             return offered
-        if selections[0].outside:
-            warn.warn_once(("outside", request.problem.op, selections[0].outside), log,
-                           "kernel_select: %s: %s; Inductor's own configs are benchmarked beside the model's",
-                           request.problem, selections[0].outside, level=logging.INFO)
         self.selections.extend(selections)
         for selection in selections:
             log.info("kernel_select: %s", selection.summary())
         return choice_builder.replace_triton(choices, bases, selections, request.k_expr, kwarg_overrides)
 
-    def _policy(self, settings: Settings, request: GemmRequest) -> Policy | None:
-        """The Policy for the GPU compiled for, or None where no trained model serves it."""
-        device = (get_device(settings.gemm_device) if settings.gemm_device
-                  else runtime.detected_device(request.device_index))
-        try:
-            return policy(settings, device)
-        except NoTrainedModelError as exc:  # not an error: this GPU gets Inductor's own list
-            warn.warn_once(("no model", device.key), log, "kernel_select: %s; Inductor benchmarks its own "
-                           "GEMM configs on this GPU", exc)
-            return None
-
     def preload(self) -> None:
-        """Load the LUT, the model and the cuBLAS gate now, outside any compile (inside Inductor's
-        lowering, at the bottom of a deep stack, load_state_dict failed with RecursionError on the H100
-        with torch 2.11). Needs the device: the `gemm_device` knob, or the current CUDA device.
+        """Load and check what a compile will read, now (inductor/settings.py, `preload`).
 
         Raises:
-            NoTrainedModelError, ModelError, LUTError: what the first compile would meet.
+            LUTError, ModelError: a LUT or a model that a compile could not use.
         """
-        settings = self.settings()
-        if settings.gemm_topk == options.SAME:
-            return
-        device = get_device(settings.gemm_device) if settings.gemm_device else runtime.current_device()
-        if device is not None:  # else no GPU to compile for yet: the first compile loads them
-            policy(settings, device)
+        preload(self.settings())
 
 
 @contextlib.contextmanager

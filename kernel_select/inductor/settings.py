@@ -16,9 +16,10 @@ from typing import Any
 
 from torch._inductor import config as inductor_config
 
-from kernel_select import knobs, options, runtime
+from kernel_select import knobs, options, runtime, warn
 from kernel_select.decision import Policy
-from kernel_select.device import DeviceSpec
+from kernel_select.device import DeviceSpec, get_device
+from kernel_select.errors import NoTrainedModelError
 from kernel_select.model import PerformanceModel
 
 log = logging.getLogger(__name__)
@@ -79,19 +80,44 @@ def resolve_settings(overrides: dict[str, Any] | None = None) -> Settings:
     return Settings(**values)
 
 
-def policy(settings: Any, device: DeviceSpec) -> Policy:
+def policy(settings: Any, device: DeviceSpec) -> Policy | None:
     """The decision's Policy for `device` under `settings`: the model, LUT and cuBLAS gate loaded (once
-    per process, kernel_select.runtime) and the knobs that decide.
+    per process, kernel_select.runtime) and the knobs that decide; None where no trained model serves
+    the device, which is not an error: that GPU gets Inductor's own configs (one warning).
 
     Raises:
-        NoTrainedModelError: no trained model serves the device (and `gemm_model` names none).
         ModelError, LUTError: the model, the gate or the LUT does not load.
     """
-    model = runtime.model(settings.gemm_model, device)
+    try:
+        model = runtime.model(settings.gemm_model, device)
+    except NoTrainedModelError as exc:
+        warn.warn_once(("no model", device.key), log, "kernel_select: %s; Inductor benchmarks its own GEMM "
+                       "configs on this GPU", exc)
+        return None
     lut = runtime.load_lut(settings.kernel_lut_path) if settings.kernel_lut_path else None
     margin = settings.gemm_cublas_margin
     return Policy(model, lut, runtime.gate(device) if margin is not None else None, settings.gemm_topk,
                   margin, settings.gemm_auto_topk_cap, settings.gemm_dynamic_m)
+
+
+def preload(settings: Any) -> None:
+    """Load, and so check, what a compile under `settings` reads: the LUT, and where the device is known
+    (the `gemm_device` knob, or the current CUDA device) the model and the cuBLAS gate. install() calls
+    it, so a broken LUT or model is an error there rather than a warning inside a compile; and loading
+    inside Inductor's lowering, at the bottom of a deep stack, failed with RecursionError on the H100
+    with torch 2.11: loaded here, the compile only reads the caches.
+
+    Raises:
+        LUTError, ModelError: a LUT or a model that a compile could not use (a GPU without a trained
+            model is not an error, see `policy`).
+    """
+    if settings.gemm_topk == options.SAME:
+        return
+    if settings.kernel_lut_path:
+        runtime.load_lut(settings.kernel_lut_path)
+    device = get_device(settings.gemm_device) if settings.gemm_device else runtime.current_device()
+    if device is not None:  # else no GPU to compile for yet: the first compile loads them
+        policy(settings, device)
 
 
 _options_registered: bool | None = None  # None = not tried yet
