@@ -21,7 +21,7 @@ from kernel_select.errors import ConfigError, DeviceError, LUTError, ModelError,
 from kernel_select.lut import ATEN, KernelLUT, LUTEntry, LUTHit, lut_from_rows, save_lut
 from kernel_select.model import PerformanceModel, load_default
 from kernel_select.model.analytical import AnalyticalModel
-from kernel_select.problem import Problem
+from kernel_select.problem import Problem, spread_ms
 from kernel_select.decision import Choice, rank, resolve_k, select
 from kernel_select.space import for_problem
 from tests.inductor_doubles import FakeGate, FakeModel
@@ -399,3 +399,43 @@ def test_top_k_without_a_device_or_a_gpu_says_how_to_fix_it(monkeypatch: pytest.
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(DeviceError, match="no CUDA device found; pass a device name"):
         kernel_select.top_k(560, 1280, 3420, "bfloat16")
+
+
+# -- decide(request, policy): the adapters' entry point --------------------------------------------------
+
+def test_a_static_request_is_decided_as_select_decides_its_problem():
+    from kernel_select.decision import GemmRequest, Policy, decide
+
+    lut = FakeLUT([C])
+    (selection,) = decide(GemmRequest(SEED), Policy(MODEL, lut, gemm_topk=3))
+    assert selection == select(SEED, model=MODEL, gemm_topk=3, lut=FakeLUT([C]))
+    assert lut.asked == [(SEED, "h100")]  # one probe for the whole decision
+
+
+def test_without_a_triton_template_only_a_pin_is_decided():
+    from kernel_select.decision import GemmRequest, Policy, decide
+
+    assert decide(GemmRequest(SEED), Policy(MODEL, FakeLUT([C])), rank_triton=False) == ()
+    (pinned,) = decide(GemmRequest(SEED), Policy(MODEL, pinning_lut(ATEN)), rank_triton=False)
+    assert pinned.pinned == ATEN and pinned.choices == ()
+
+
+def test_a_dynamic_m_is_ranked_over_its_ms_then_once_per_multi_kernel_hint():
+    from kernel_select.decision import GemmRequest, Policy, decide
+
+    request = GemmRequest(SEED, dynamic_m=True, served={"m": (256, 2048)}, hints=(64, 4096))
+    over, *hinted = decide(request, Policy(MODEL, gemm_topk=2, dynamic_m=(128, 8192)))
+    assert over.m_values_origin == "declared range (a bucket of gemm_dynamic_m)"
+    assert over.m_values == spread_ms(256, 2048) and over.hint is None
+    assert [(s.hint, s.problem.m, s.m_values) for s in hinted] == [(64, 64, ()), (4096, 4096, ())]
+    static = decide(GemmRequest(SEED, hints=(64,)), Policy(MODEL, gemm_topk=2))
+    assert [s.hint for s in static] == [None]  # hints are read for a dynamic M only
+
+
+def test_the_policy_refuses_what_cannot_decide():
+    from kernel_select.decision import Policy
+
+    with pytest.raises(ModelError, match="PerformanceModel"):
+        Policy(model="mlp")  # type: ignore[arg-type]
+    with pytest.raises(LUTError, match="probe"):
+        Policy(MODEL, lut=["not", "a", "table"])  # type: ignore[arg-type]

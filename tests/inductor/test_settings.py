@@ -6,8 +6,10 @@ from __future__ import annotations
 import ast
 import logging
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -204,3 +206,34 @@ def test_torch_compile_accepts_the_options_only_after_install():
     """)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().endswith("ok")
+
+
+# -- the docs' knob tables ----------------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def knob_table(markdown: str) -> list[tuple[str, str]]:
+    """(knob, default) of each row of the first table under "## Knobs"."""
+    section = markdown.split("## Knobs", 1)[1]
+    rows = re.findall(r"^\| `(\w+)` \| ([^|]+) \|", section.split("\n## ", 1)[0], flags=re.MULTILINE)
+    return [(name, default.strip()) for name, default in rows]
+
+
+def shown_default(value: object) -> str | None:
+    """How the tables write a declared default; None where they describe it in words (None defaults)."""
+    if value is None:
+        return None
+    return str(value)
+
+
+@pytest.mark.parametrize("document", ["README.md", "docs/guide.md"])
+def test_the_docs_list_exactly_the_declared_knobs_with_their_defaults(document: str):
+    table = knob_table((REPO / document).read_text(encoding="utf-8"))
+    assert [name for name, _ in table] == list(options.KNOBS)
+    for name, default in table:
+        expected = shown_default(options.KNOBS[name].default)
+        if isinstance(options.KNOBS[name].default, bool):
+            assert default in ("off", "False") and not options.KNOBS[name].default, name
+        elif expected is not None:
+            assert default == expected, name
