@@ -102,8 +102,8 @@ def parse_auto_topk_cap(value: object, *, source: str = "gemm_auto_topk_cap") ->
 
 
 def parse_lut_path(value: object, *, source: str = "kernel_lut_path") -> str | None:
-    """None (no lookup table) or a path; "" counts as None, "~" is expanded. The file is read (and
-    checked) when a GEMM is compiled, so it may be created after this is set."""
+    """None (no lookup table) or a path; "" counts as None, "~" is expanded. The file is read and checked
+    by install() (a missing or invalid one raises there) and re-read by the handler whenever it changes."""
     if value is None:
         return None
     if isinstance(value, (str, os.PathLike)):

@@ -71,7 +71,7 @@ class KernelSelectChoices(WrappingChoices):
 
     def uuid(self) -> str:
         """Changes whenever the selection could change (inductor/cache_key.py, `uuid`); never raises."""
-        return cache_key.uuid(self.settings, self.inner, _FALLBACK)
+        return cache_key.uuid(self.settings, self.inner, log, _FALLBACK)
 
     def _finalize_template_configs(self, template_choices: dict[str, Iterable[Any]], kernel_inputs: Any,
                                    templates: list[Any], op_name: str,
