@@ -165,19 +165,19 @@ def decide(request: GemmRequest, policy: Policy, *, rank_triton: bool = True) ->
     """
     problem = _checked_problem(request.problem)
     hit = _probe(policy.lut, problem, policy.model.device)
-    if hit is not None and hit.pin is not None:
-        return (_pinned(problem, policy, hit, request.served),)
-    if not rank_triton:
+    pinned = hit is not None and hit.pin is not None
+    if not pinned and not rank_triton:
         return ()
-    if not request.dynamic_m:
-        return (_ranked(problem, policy, hit, request.epilogue),)
+    if pinned or not request.dynamic_m:  # a pin serves every M: no variants
+        return (_one(problem, policy, request.epilogue, hit, served=request.served),)
     m_values, origin = m_values_to_rank(problem.m, hit.entry.m_bounds if hit is not None else None,
                                         policy.dynamic_m, request.served.get("m"))
     over = _ranked(problem, policy, hit, request.epilogue, m_values=m_values)
     selections = [dataclasses.replace(over, m_values_origin=origin)]
     for hint in request.hints:
         at_hint = dataclasses.replace(problem, m=hint)
-        selections.append(dataclasses.replace(_one(at_hint, policy, request.epilogue), hint=hint))
+        hinted = _one(at_hint, policy, request.epilogue, _probe(policy.lut, at_hint, policy.model.device))
+        selections.append(dataclasses.replace(hinted, hint=hint))
     return tuple(selections)
 
 
@@ -208,8 +208,9 @@ def select(problem: Problem, *, model: PerformanceModel, gemm_topk: TopK = DEFAU
         ProblemError, ConfigError, ModelError, LUTError: on bad arguments or malformed predictions.
     """
     policy = Policy(model, lut, gate, gemm_topk, cublas_margin, auto_cap)
-    return _one(_checked_problem(problem), policy, epilogue, candidates=candidates, m_values=m_values,
-                served=served or {})
+    problem = _checked_problem(problem)
+    return _one(problem, policy, epilogue, _probe(lut, problem, model.device), candidates=candidates,
+                m_values=m_values, served=served or {})
 
 
 def m_values_to_rank(hint: int, entry_range: tuple[int, int] | None, knob: tuple[int, ...] | None,
@@ -234,11 +235,10 @@ def _narrower(inner: tuple[int, int], outer: tuple[int, int]) -> bool:
     return inner[0] < inner[1] and outer[0] <= inner[0] and inner[1] <= outer[1] and inner != outer
 
 
-def _one(problem: Problem, policy: Policy, epilogue: Epilogue, *,
+def _one(problem: Problem, policy: Policy, epilogue: Epilogue, hit: LUTHit | None, *,
          candidates: Sequence[GemmConfig] | None = None, m_values: Sequence[int] | None = None,
          served: Mapping[str, tuple[int, int]] | None = None) -> Selection:
-    """The pin, else the ranked selection, for one problem."""
-    hit = _probe(policy.lut, problem, policy.model.device)
+    """The pin, else the ranked selection, for one problem the LUT was probed for (`hit`)."""
     if hit is not None and hit.pin is not None:
         return _pinned(problem, policy, hit, served or {})
     return _ranked(problem, policy, hit, epilogue, candidates=candidates, m_values=m_values)
