@@ -8,7 +8,7 @@
 
 Triton calls `early_config_prune(configs, named_args, **kwargs)` once per new autotuning key. We
 read M, N, K and the dtype, map each triton.Config to a GemmConfig, drop those that cannot run on
-the device (`space.unfit_reason`, the check LUT configs pass too), and let `kernel_select.decision`
+the device (`space.unfit_reason`, the check LUT configs pass too), and let `kernel_select.select`
 choose k of the rest: lookup-table entries among them first, then the model's order. There is no
 cuBLAS decision here: the kernel is the user's, with no cuBLAS alternative. Models, LUTs and
 detected devices come from `kernel_select.runtime`, shared with the Inductor handler. Configs we
@@ -165,14 +165,14 @@ class _Among:
     """A LUT seen through the kernel's own configs: a pruner can only keep configs it was given, so LUT
     entries outside them are left out (select() still puts the rest first); a pin is only an entry."""
 
-    def __init__(self, lut: Any, candidates: list[GemmConfig]) -> None:
-        self.lut, self.candidates = lut, set(candidates)
+    def __init__(self, lut: Any, configs: list[GemmConfig]) -> None:
+        self.lut, self.kernel_configs = lut, set(configs)
 
     def probe(self, problem: Problem, device: str) -> LUTHit | None:
         hit = self.lut.probe(problem, device) if self.lut is not None else None
         if hit is None:
             return None
-        return LUTHit(hit.entry, tuple(c for c in hit.configs if c in self.candidates), pin=None)
+        return LUTHit(hit.entry, tuple(c for c in hit.configs if c in self.kernel_configs), pin=None)
 
 
 def gemm_config_of(config: Any) -> GemmConfig | None:

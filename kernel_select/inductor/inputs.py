@@ -125,8 +125,8 @@ def row_bias(kernel_inputs: Any, op_name: str) -> bool:
 def layout_from(kernel_inputs: Any) -> str:
     """The layout of mat1 and mat2 in `kernel_inputs`, or "nn" where it cannot be proven.
 
-    Never raises: it runs inside torch.compile, where an unknown layout only costs the hedge of
-    `topk="auto"` (and, later, the layout feature), not the compile.
+    Never raises: it runs inside torch.compile, where an unknown layout only costs `gemm_topk="auto"`
+    its cap where "nn" lies outside the model's data (and the layout feature), not the compile.
     """
     try:
         nodes = kernel_inputs.mat1mat2()
