@@ -105,7 +105,7 @@ class KernelSelectChoices(WrappingChoices):
         if request is None:
             return choices
         device = (get_device(settings.gemm_device) if settings.gemm_device
-                  else runtime.detected_device(request.device_index))
+                  else runtime.detected_device(request.device_index or 0))  # None: no CUDA, detect() says so
         rules = policy(settings, device)
         if rules is None:  # no trained model serves this GPU: Inductor's own list
             return choices

@@ -39,11 +39,11 @@ def request_from(kernel_inputs: Any, op_name: str) -> GemmRequest | None:
     problem = problem_from(kernel_inputs, op_name)
     if problem is None:
         return None
-    m_expr = symbolic_m(kernel_inputs)
+    m_expr, k_expr = symbolic_m(kernel_inputs), symbolic_k(kernel_inputs)
     return GemmRequest(problem, epilogue_of(kernel_inputs, problem), dynamic_m=m_expr is not None,
-                       served=served_ranges(kernel_inputs),
+                       served=served_ranges(m_expr, k_expr),
                        hints=tuple(multi_kernel_hints()) if m_expr is not None else (),
-                       k_expr=symbolic_k(kernel_inputs), device_index=device_index(kernel_inputs))
+                       k_expr=k_expr, device_index=device_index(kernel_inputs))
 
 
 def problem_from(kernel_inputs: Any, op_name: str) -> Problem | None:
@@ -66,12 +66,16 @@ def epilogue_of(kernel_inputs: Any, problem: Problem) -> Epilogue:
                         problem.batch * problem.m * problem.n))
 
 
-def device_index(kernel_inputs: Any) -> int:
-    """The CUDA device index the GEMM is compiled for."""
+def device_index(kernel_inputs: Any) -> int | None:
+    """The CUDA device index the GEMM is compiled for (the current one where the inputs name none), or
+    None where neither tells (a CPU lowering in a process without CUDA)."""
     import torch
 
-    index = kernel_inputs.device().index
-    return torch.cuda.current_device() if index is None else int(index)
+    try:
+        index = kernel_inputs.device().index
+        return torch.cuda.current_device() if index is None else int(index)
+    except Exception:  # noqa: BLE001 -- read for every GEMM, CPU ones too: never raises
+        return None
 
 
 def symbolic_k(kernel_inputs: Any) -> Any:
@@ -82,12 +86,12 @@ def symbolic_k(kernel_inputs: Any) -> Any:
         return None
 
 
-def served_ranges(kernel_inputs: Any) -> dict[str, tuple[int, int]]:
+def served_ranges(m_expr: Any, k_expr: Any) -> dict[str, tuple[int, int]]:
     """The declared (low, high) of a symbolic M and of a symbolic K ({"m": ..., "k": ...}, each
-    where it has one): the sizes the compiled kernel serves. Never raises."""
+    where it has one; `symbolic_m` and `symbolic_k` read the expressions): the sizes the compiled
+    kernel serves. Never raises."""
     served = {}
-    m, k = symbolic_m(kernel_inputs), symbolic_k(kernel_inputs)
-    for dim, expr in (("m", m), ("k", None if _is_number(k) else k)):
+    for dim, expr in (("m", m_expr), ("k", None if _is_number(k_expr) else k_expr)):
         declared = declared_range(expr) if expr is not None else None
         if declared is not None:
             served[dim] = declared

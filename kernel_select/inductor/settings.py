@@ -80,7 +80,7 @@ def resolve_settings(overrides: dict[str, Any] | None = None) -> Settings:
     return Settings(**values)
 
 
-def policy(settings: Any, device: DeviceSpec) -> Policy | None:
+def policy(settings: Settings, device: DeviceSpec) -> Policy | None:
     """The decision's Policy for `device` under `settings`: the model, LUT and cuBLAS gate loaded (once
     per process, kernel_select.runtime) and the knobs that decide; None where no trained model serves
     the device, which is not an error: that GPU gets Inductor's own configs (one warning).
@@ -100,7 +100,7 @@ def policy(settings: Any, device: DeviceSpec) -> Policy | None:
                   margin, settings.gemm_auto_topk_cap, settings.gemm_dynamic_m)
 
 
-def preload(settings: Any) -> None:
+def preload(settings: Settings) -> None:
     """Load, and so check, what a compile under `settings` reads: the LUT, and where the device is known
     (the `gemm_device` knob, or the current CUDA device) the model and the cuBLAS gate. install() calls
     it, so a broken LUT or model is an error there rather than a warning inside a compile; and loading
