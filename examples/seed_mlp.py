@@ -1,7 +1,7 @@
 """The seed MLP (nn.Linear 3420 -> 1280, bf16, dynamic sequence length) under torch.compile
 max-autotune, with kernel_select choosing which Triton GEMM configs Inductor benchmarks.
 
-    python examples/seed_mlp.py                       # install(topk=4, kernel_lut_path=...)
+    python examples/seed_mlp.py                       # install(gemm_topk=4, kernel_lut_path=...)
     python examples/seed_mlp.py --route options       # the same through torch.compile(options=...)
     python examples/seed_mlp.py --topk 8 --lut luts/h100_seed.json
 
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
 
     model = torch.nn.Linear(IN_FEATURES, OUT_FEATURES, device="cuda", dtype=torch.bfloat16)
     if args.route == "install":
-        handler = ks_inductor.install(topk=args.topk, kernel_lut_path=lut)
+        handler = ks_inductor.install(gemm_topk=args.topk, kernel_lut_path=lut)
         compiled = torch.compile(model, mode="max-autotune-no-cudagraphs")
     else:
         handler = ks_inductor.install()  # also registers the gemm_topk / kernel_lut_path options

@@ -28,7 +28,7 @@ from kernel_select.errors import (
 )
 from kernel_select.model import PerformanceModel, get_model, load_default, register_model
 from kernel_select.problem import Problem
-from kernel_select.select import Choice, Selection, select
+from kernel_select.decision import Choice, Selection, select
 
 
 __all__ = [

@@ -5,7 +5,7 @@
 
 Both rank for `device` (a name such as "h100"; None: the local GPU) with the model that serves it
 (kernel_select.model.base). For the cuBLAS decision and everything else the handler decides, call
-`kernel_select.select.select` with a model of your choosing.
+`kernel_select.decision.select` with a model of your choosing.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec, resolve
 from kernel_select.model import PerformanceModel
 from kernel_select.problem import Problem
-from kernel_select.select import Choice, ConfigLookup, select
+from kernel_select.decision import Choice, LookupTable, select
+from kernel_select.options import DEFAULT_TOPK, TopK
 
 
 def estimate(m: int, n: int, k: int, dtype: str, configs: Sequence[GemmConfig],
@@ -38,12 +39,13 @@ def estimate(m: int, n: int, k: int, dtype: str, configs: Sequence[GemmConfig],
     return _model(model, device).estimate(problem, configs)
 
 
-def top_k(m: int, n: int, k: int, dtype: str = "bfloat16", *, gemm_topk: int | float | str = 4,
-          device: DeviceSpec | str | None = None, lut: ConfigLookup | str | Path | None = None,
+def top_k(m: int, n: int, k: int, dtype: str = "bfloat16", *, gemm_topk: TopK = DEFAULT_TOPK,
+          device: DeviceSpec | str | None = None, lut: LookupTable | str | Path | None = None,
           batch: int = 1, layout: str = "nn", model: PerformanceModel | str | None = None) -> list[Choice]:
     """The configs worth benchmarking for one GEMM, best first: `lut`'s entries for it (a KernelLUT or
-    the path of one), then the model's best, `gemm_topk` in all (a count, a fraction of the space,
-    "DEFAULT" or "auto"). A LUT pin is the only choice returned (none for a pin to ATen).
+    the path of one), then the model's best, `gemm_topk` in all (what kernel_select.options.parse_topk
+    accepts: a count, a fraction of the space, "DEFAULT", "auto" or "SAME", every config of the space).
+    A LUT pin is the only choice returned (none for a pin to ATen).
 
     Raises:
         as `estimate`, and LUTError for an unreadable or invalid LUT.

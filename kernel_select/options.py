@@ -1,35 +1,31 @@
-"""The knobs' names, spellings and accepted values: one parser per knob.
+"""The knobs: one declaration each (`KNOBS`), and one parser per knob.
 
 Every knob has one name, used everywhere it can be set: `kernel_select.knobs.<name>`,
 `install(<name>=...)`, the torch.compile option `<name>` and the environment variable
 `TORCHINDUCTOR_<NAME>`. The names start with `gemm_` (but the LUT path) because the torch options
 share torch._inductor.config's flat namespace with Inductor's own GEMM options.
 
-  kernel_lut_path             a kernel lookup table (JSON) whose entries are always benchmarked
-  gemm_topk                   Triton GEMM configs benchmarked per GEMM: a positive int; "DEFAULT" (as
-                              many as Inductor's default list has, chosen by the model); "auto" (as
-                              many as the model is unsure about); "SAME" (off: Inductor's own list)
-  gemm_auto_topk_cap          the most configs gemm_topk="auto" benchmarks per GEMM
-  gemm_cublas_margin          the cuBLAS decision's margin (kernel_select.model.cublas): a fraction in
-                              [0, 1), or "off"
-  gemm_dynamic_m              the values a dynamic M takes: "LOW..HIGH", "A,B,C" or a list of ints
-  gemm_dynamic_buckets        where the length buckets of kernel_select.inductor.bucketed begin (one
-                              graph per bucket): "A,B,C" or a list of ints; "off": one graph for
-                              every length; None: the edges of the LUT's range entries
-  gemm_precompile_in_process  precompile autotuned Triton choices in the compiling process
-  gemm_model                  a registered model's name; None = the device's trained model
-  gemm_device                 the device to rank for ("h100"); None = the GPU being compiled for
+A `Knob` declares the name, the default, the parser, the one-line description the docs' table gives
+and the raw types a torch.compile option lets through; kernel_select.knobs (the config module),
+kernel_select.inductor.torch_options (the torch options) and kernel_select.inductor.settings (the
+`Settings` in effect for one compile) are all generated from `KNOBS`, so adding a knob is one
+declaration here and a row in the docs' table (a test checks the table against `KNOBS`).
 
 Parsers raise OptionError naming where the value came from (`source`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
+import numbers
 import os
 import re
+import sys
 import warnings
 from collections.abc import Callable, Mapping
-from typing import Any, Union
+from dataclasses import dataclass
+from typing import Any, Optional, Union
 
 from kernel_select.buckets import check_edges
 from kernel_select.errors import KernelSelectError, OptionError
@@ -38,19 +34,35 @@ SAME = "SAME"
 DEFAULT = "DEFAULT"
 AUTO = "auto"
 OFF = "off"
+#: The gemm_topk default, wherever a count is read (install(), the knob, top_k(), the pruner, the
+#: CLI): top-4 scores 0.976 (test) and 0.989 (family) on the H100's held-out splits, above
+#: Inductor's DEFAULT list (0.897, 0.930) at a fifth of its configs; "auto" benchmarks 2.1 configs
+#: for 0.968 and 0.975 (docs/results.md, "Selection quality on the H100").
+DEFAULT_TOPK = 4
 DEFAULT_AUTO_TOPK_CAP = 8
-#: The gemm_cublas_margin default; kernel_select.model.cublas.DEFAULT_MARGIN says how it was chosen
-#: (a test checks they agree; importing it here would load torch for every knob read).
+#: The `gemm_cublas_margin` knob's default: skip Triton when cuBLAS is predicted >= 15% faster. The
+#: smallest margin at which no validation problem of the shipped H100 gate (187) is gated while a
+#: Triton config beats cuBLAS: 11% gated, none wrongly (at 0.05: 27% gated, 10 wrongly, by up to 4.1x).
+#: kernel_select.model.cublas.DEFAULT_MARGIN is this value.
 DEFAULT_CUBLAS_MARGIN = 0.15
 #: An M beyond int32 is no GEMM Inductor lowers; a larger value is a typo.
 MAX_M = 2**31 - 1
 
-TopK = Union[int, str]
+TopK = Union[int, float, str]
 _ASCII_DIGITS = re.compile(r"[0-9]+")
+_ASCII_DECIMAL = re.compile(r"[0-9]*\.[0-9]+|[0-9]+\.[0-9]*")
 
 
 def parse_topk(value: object, *, source: str = "gemm_topk") -> TopK:
-    """A positive int, "DEFAULT", "SAME" or "auto" (case-insensitive; ASCII digits are accepted)."""
+    """The one parser of a gemm_topk value, wherever one is read (install(), the knob, the torch
+    option, the environment, top_k(), select(), the pruner, the command line's --gemm-topk).
+
+    Accepts a count >= 1 (an int, or ASCII digits), a fraction in (0, 1] of the candidates (a float,
+    or text such as "0.25"; at least one is kept), "DEFAULT" (as many as Inductor's default list has
+    for the problem, picked by the model), "auto" (as many as the model is unsure about) or "SAME"
+    (every candidate: the Inductor handler passes Inductor's own list through untouched); the words
+    in any case. Returns the int, the float, or the word in its canonical spelling.
+    """
     if isinstance(value, str):
         text = value.strip()
         if text.upper() in (SAME, DEFAULT):
@@ -60,12 +72,23 @@ def parse_topk(value: object, *, source: str = "gemm_topk") -> TopK:
         # Not str.isdigit(): it is true for "²" and other digits that int() refuses.
         if _ASCII_DIGITS.fullmatch(text):
             value = int(text)
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
-        return value
+        elif _ASCII_DECIMAL.fullmatch(text):
+            value = float(text)
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        if value >= 1:
+            return int(value)
+        raise OptionError(f"{source}: a count must be >= 1, got {value}")
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        fraction = float(value)
+        if math.isfinite(fraction) and 0.0 < fraction <= 1.0:
+            return fraction
+        whole = math.isfinite(fraction) and fraction > 1 and fraction == int(fraction)
+        hint = f"; for a count write {int(fraction)}" if whole else ""
+        raise OptionError(f"{source}: a fraction must be in (0, 1], got {fraction!r}{hint}")
     raise OptionError(
-        f"{source}: expected a positive integer, 'DEFAULT' (as many configs as Inductor's default "
-        f"list), 'auto' (as many as the model is unsure about) or 'SAME' (pass Inductor's candidates "
-        f"through), got {_shown(value)}")
+        f"{source}: expected a count >= 1, a fraction in (0, 1], 'DEFAULT' (as many configs as "
+        f"Inductor's default list), 'auto' (as many as the model is unsure about) or 'SAME' (every "
+        f"candidate: Inductor's own list), got {_shown(value)}")
 
 
 def parse_auto_topk_cap(value: object, *, source: str = "gemm_auto_topk_cap") -> int:
@@ -79,8 +102,8 @@ def parse_auto_topk_cap(value: object, *, source: str = "gemm_auto_topk_cap") ->
 
 
 def parse_lut_path(value: object, *, source: str = "kernel_lut_path") -> str | None:
-    """None (no lookup table) or a path; "" counts as None, "~" is expanded. The file is read (and
-    checked) when a GEMM is compiled, so it may be created after this is set."""
+    """None (no lookup table) or a path; "" counts as None, "~" is expanded. The file is read and checked
+    by install() (a missing or invalid one raises there) and re-read by the handler whenever it changes."""
     if value is None:
         return None
     if isinstance(value, (str, os.PathLike)):
@@ -200,24 +223,53 @@ def parse_precompile_in_process(value: object, *, source: str = "gemm_precompile
     raise OptionError(f"{source}: expected True or False (or '1'/'0', 'on'/'off'), got {_shown(value)}")
 
 
-#: knob name -> (parser, default). The order is the documentation's.
-KNOBS: dict[str, tuple[Callable[..., Any], Any]] = {
-    "kernel_lut_path": (parse_lut_path, None),
-    "gemm_topk": (parse_topk, DEFAULT),
-    "gemm_auto_topk_cap": (parse_auto_topk_cap, DEFAULT_AUTO_TOPK_CAP),
-    "gemm_cublas_margin": (parse_cublas_margin, DEFAULT_CUBLAS_MARGIN),
-    "gemm_dynamic_m": (parse_dynamic_m, None),
-    "gemm_dynamic_buckets": (parse_dynamic_buckets, None),
-    "gemm_precompile_in_process": (parse_precompile_in_process, False),
-    "gemm_model": (parse_model, None),
-    "gemm_device": (parse_device, None),
-}
+@dataclass(frozen=True)
+class Knob:
+    """One knob, declared once; everything else that names the knob is generated from this."""
+
+    name: str
+    default: Any  # the parsed value when nothing sets the knob
+    parse: Callable[..., Any]  # parse(value, source=...): the value checked and normalized
+    doc: str  # what it is, one line (the docs' table says more)
+    #: the raw types a torch.compile option of this name lets through (torch type-checks options
+    #: against it, and checks nothing for a Union: the parser does)
+    accepts: Any
+    old_names: tuple[str, ...] = ()  # spellings before 1.0, deprecated
+
+
+#: The knobs, in the documentation's order.
+KNOBS: dict[str, Knob] = {knob.name: knob for knob in (
+    Knob("kernel_lut_path", None, parse_lut_path,
+         "a kernel lookup table (JSON) whose entries are always benchmarked", str),
+    Knob("gemm_topk", DEFAULT_TOPK, parse_topk,
+         "Triton GEMM configs benchmarked per GEMM: a count, a fraction, DEFAULT, auto or SAME",
+         Union[int, float, str], ("topk", "top_k")),
+    Knob("gemm_auto_topk_cap", DEFAULT_AUTO_TOPK_CAP, parse_auto_topk_cap,
+         "the most configs gemm_topk='auto' benchmarks per GEMM", Union[int, str], ("auto_topk_cap",)),
+    Knob("gemm_cublas_margin", DEFAULT_CUBLAS_MARGIN, parse_cublas_margin,
+         "the cuBLAS decision's margin: a fraction in [0, 1), or 'off'", Union[float, str],
+         ("cublas_margin",)),
+    Knob("gemm_dynamic_m", None, parse_dynamic_m,
+         "the values a dynamic M takes: 'LOW..HIGH', 'A,B,C' or a list of ints", Union[str, list],
+         ("dynamic_m",)),
+    Knob("gemm_dynamic_buckets", None, parse_dynamic_buckets,
+         "where the length buckets of kernel_select.inductor.bucketed begin; 'off': one graph",
+         Union[str, list]),
+    Knob("gemm_precompile_in_process", False, parse_precompile_in_process,
+         "precompile autotuned Triton choices in the compiling process", Union[bool, str],
+         ("precompile_in_process",)),
+    Knob("gemm_model", None, parse_model, "a registered model's name; None: the device's trained model",
+         str, ("model",)),
+    Knob("gemm_device", None, parse_device, "the device to rank for ('h100'); None: the GPU compiled for",
+         str, ("device",)),
+)}
 #: Spellings before 1.0 -> the knob's name. They keep working, with a DeprecationWarning.
-DEPRECATED_NAMES: dict[str, str] = {
-    "topk": "gemm_topk", "top_k": "gemm_topk", "auto_topk_cap": "gemm_auto_topk_cap",
-    "cublas_margin": "gemm_cublas_margin", "dynamic_m": "gemm_dynamic_m",
-    "precompile_in_process": "gemm_precompile_in_process", "model": "gemm_model", "device": "gemm_device",
-}
+DEPRECATED_NAMES: dict[str, str] = {old: knob.name for knob in KNOBS.values() for old in knob.old_names}
+
+
+def torch_option_type(knob: str) -> Any:
+    """The annotation of the knob's torch.compile option: its raw types, or None (not set there)."""
+    return Optional[KNOBS[knob].accepts]
 
 
 def env_name(knob: str) -> str:
@@ -227,14 +279,15 @@ def env_name(knob: str) -> str:
 
 def parse(knob: str, value: object, *, source: str | None = None) -> Any:
     """`value` checked and normalized for `knob` (OptionError naming `source`, default the knob)."""
-    return KNOBS[knob][0](value, source=source or knob)
+    return KNOBS[knob].parse(value, source=source or knob)
 
 
 def from_env(knob: str) -> Any:
     """The knob's value from its environment variable, else its default (read once, at import)."""
     raw = os.environ.get(env_name(knob), "")
-    parser, default = KNOBS[knob]
-    return parser(raw if raw.strip() else default, source=f"environment variable {env_name(knob)}")
+    declared = KNOBS[knob]
+    return declared.parse(raw if raw.strip() else declared.default,
+                          source=f"environment variable {env_name(knob)}")
 
 
 def canonical_names(arguments: Mapping[str, Any], *, where: str) -> dict[str, Any]:
@@ -244,13 +297,24 @@ def canonical_names(arguments: Mapping[str, Any], *, where: str) -> dict[str, An
     for name, value in arguments.items():
         if name in DEPRECATED_NAMES:
             warnings.warn(f"{where}: {name!r} is deprecated; use {DEPRECATED_NAMES[name]!r}",
-                          DeprecationWarning, stacklevel=3)
+                          DeprecationWarning, stacklevel=_stacklevel_outside_package())
             name = DEPRECATED_NAMES[name]
         elif name not in KNOBS:
             raise OptionError(f"{where}: unknown knob {name!r}; known: {', '.join(KNOBS)}")
         if value is not None:
             out[name] = value
     return out
+
+
+def _stacklevel_outside_package() -> int:
+    """The `stacklevel` that attributes a warning to the first caller outside kernel_select: Python's
+    default filters show a DeprecationWarning only where it is attributed to the user's __main__."""
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    passed_through = (package, os.path.abspath(contextlib.__file__))  # enabled() is a context manager
+    frame, level = sys._getframe(1), 1  # the warning's caller, i.e. canonical_names
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(passed_through):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _shown(value: object, limit: int = 80) -> str:

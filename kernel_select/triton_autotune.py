@@ -27,10 +27,12 @@ from typing import Any
 from kernel_select import options, runtime, warn
 from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec, get_device
+from kernel_select.decision import select
 from kernel_select.errors import ConfigError, OptionError
+from kernel_select.lut import LUTHit
 from kernel_select.model import PerformanceModel
+from kernel_select.options import DEFAULT_TOPK, SAME, TopK
 from kernel_select.problem import Problem, dtype_name
-from kernel_select.select import resolve_k, select
 from kernel_select.space import unfit_reason
 
 log = logging.getLogger(__name__)
@@ -44,15 +46,17 @@ _NAME_ALIASES = {
 }
 
 
-def triton_pruner(gemm_topk: int | float = 4, m: str = "M", n: str = "N", k: str = "K", dtype: Any = None,
+def triton_pruner(gemm_topk: TopK = DEFAULT_TOPK, m: str = "M", n: str = "N", k: str = "K", dtype: Any = None,
                   model: PerformanceModel | str | None = None, lut: Any = None,
                   device: DeviceSpec | str | None = None,
                   **deprecated: Any) -> dict[str, Callable[..., list[Any]]]:
     """A `prune_configs_by` dict whose `early_config_prune` keeps the model's top configs.
 
     Args:
-        gemm_topk: configs to keep: an int >= 1, or a fraction in (0, 1] of the mappable configs
-            (at least one is kept). Lookup-table entries among the configs are always kept.
+        gemm_topk: configs to keep, what kernel_select.options.parse_topk accepts: a count >= 1, a
+            fraction in (0, 1] of the mappable configs (at least one is kept), "DEFAULT" (as many as
+            Inductor's default list has for the problem), "auto" (as many as the model is unsure
+            about) or "SAME" (no pruning). Lookup-table entries among the configs are always kept.
             `top_k=` is the deprecated spelling.
         m, n, k: names of the kernel arguments holding M, N and K.
         dtype: input dtype ("bf16", torch.bfloat16, ...); by default the dtype of the first
@@ -76,13 +80,9 @@ def triton_pruner(gemm_topk: int | float = 4, m: str = "M", n: str = "N", k: str
 class ModelPruner:
     """The `early_config_prune` callable behind triton_pruner (see there)."""
 
-    def __init__(self, *, gemm_topk: int | float, m: str, n: str, k: str, dtype: Any,
+    def __init__(self, *, gemm_topk: TopK, m: str, n: str, k: str, dtype: Any,
                  model: PerformanceModel | str | None, lut: Any, device: DeviceSpec | str | None) -> None:
-        try:
-            resolve_k(gemm_topk, 1)
-        except ConfigError as exc:
-            raise OptionError(f"triton_pruner(gemm_topk=...): {exc}") from None
-        self.gemm_topk = gemm_topk
+        self.gemm_topk = options.parse_topk(gemm_topk, source="triton_pruner(gemm_topk=...)")
         for label, name in (("m", m), ("n", n), ("k", k)):
             if not isinstance(name, str) or not name:
                 raise OptionError(f"triton_pruner({label}=...): expected an argument name, got {name!r}")
@@ -112,7 +112,7 @@ class ModelPruner:
                 unmapped.append(config)
             else:
                 mapped.append((config, gemm))
-        if not mapped:
+        if not mapped or self.gemm_topk == SAME:
             return configs
         problem, device = self._problem(args)
         # A config that cannot run on the device would only fail to compile: never keep one for speed.
@@ -120,12 +120,12 @@ class ModelPruner:
                     if unfit_reason(gemm, problem.dtype, device) is None]
         if not runnable:
             return configs
-        keep = resolve_k(self.gemm_topk, len(runnable))
-        if keep >= len(runnable) and len(runnable) == len(mapped):
-            return configs
+        count = self.gemm_topk
+        if isinstance(count, int) and count >= len(runnable) and len(runnable) == len(mapped):
+            return configs  # keeps them all: no need for the model
         candidates = list(dict.fromkeys(g for _, g in runnable))
         lut = _Among(self._lut_table(), candidates)
-        chosen = select(problem, model=runtime.model(self._model, device), gemm_topk=keep, lut=lut,
+        chosen = select(problem, model=runtime.model(self._model, device), gemm_topk=count, lut=lut,
                         candidates=candidates).choices
         position = {choice.config: i for i, choice in enumerate(chosen)}
         ranked = sorted((pair for pair in runnable if pair[1] in position),
@@ -165,13 +165,14 @@ class _Among:
     """A LUT seen through the kernel's own configs: a pruner can only keep configs it was given, so LUT
     entries outside them are left out (select() still puts the rest first); a pin is only an entry."""
 
-    def __init__(self, lut: Any, candidates: list[GemmConfig]) -> None:
-        self.lut, self.candidates = lut, set(candidates)
+    def __init__(self, lut: Any, configs: list[GemmConfig]) -> None:
+        self.lut, self.kernel_configs = lut, set(configs)
 
-    def lookup(self, problem: Problem, device: str) -> list[GemmConfig]:
-        if self.lut is None:
-            return []
-        return [c for c in self.lut.lookup(problem, device) if c in self.candidates]
+    def probe(self, problem: Problem, device: str) -> LUTHit | None:
+        hit = self.lut.probe(problem, device) if self.lut is not None else None
+        if hit is None:
+            return None
+        return LUTHit(hit.entry, tuple(c for c in hit.configs if c in self.kernel_configs), pin=None)
 
 
 def gemm_config_of(config: Any) -> GemmConfig | None:

@@ -12,6 +12,7 @@ import numpy as np
 from kernel_select import space
 from kernel_select.configs import GemmConfig
 from kernel_select.errors import ModelError
+from kernel_select.lut import LUTHit
 from kernel_select.model import PerformanceModel
 from kernel_select.model.cublas import CublasGate
 from kernel_select.problem import Problem
@@ -47,12 +48,15 @@ class BrokenModel(FakeModel):
 
 
 class FakeLUT:
+    """A lookup table (the decision's LookupTable): configs per (m, n, k, dtype), no pins or ranges."""
+
     def __init__(self, entries: dict[tuple[int, int, int, str], list[GemmConfig]], tag: str = "") -> None:
         self.entries = entries
         self.tag = tag
 
-    def lookup(self, problem: Problem, device: object) -> list[GemmConfig]:
-        return list(self.entries.get((problem.m, problem.n, problem.k, problem.dtype), []))
+    def probe(self, problem: Problem, device: object) -> LUTHit | None:
+        key = (problem.m, problem.n, problem.k, problem.dtype)
+        return LUTHit(entry=key, configs=tuple(self.entries[key]), pin=None) if key in self.entries else None
 
     def digest(self) -> str:
         text = repr(sorted((key, [c.key for c in value]) for key, value in self.entries.items())) + self.tag

@@ -16,7 +16,7 @@ from kernel_select.model.analytical import AnalyticalModel
 from kernel_select.model.mlp import MLPModel
 from kernel_select.problem import Problem
 from kernel_select.resources import MODELS_DIR_ENV, shipped_dir, shipped_lut
-from kernel_select.select import select
+from kernel_select.decision import select
 from kernel_select.space import for_problem
 
 SEED = Problem(560, 1280, 3420, "bfloat16")
@@ -38,7 +38,7 @@ def shipped() -> MLPModel:
 def test_the_package_exports_the_api():
     assert kernel_select.estimate is kernel_select.api.estimate
     assert kernel_select.top_k is kernel_select.api.top_k
-    assert kernel_select.select is select and callable(kernel_select.select)
+    assert kernel_select.select is select is kernel_select.decision.select and callable(kernel_select.select)
 
 
 def test_estimate_ranks_with_the_trained_model(shipped: MLPModel):

@@ -11,7 +11,7 @@ from kernel_select.errors import ProblemError
 from kernel_select.lut import parse_lut
 from kernel_select.model.analytical import AnalyticalModel
 from kernel_select.problem import Problem
-from kernel_select.select import select
+from kernel_select.decision import select
 from kernel_select.space import for_problem
 from tests.inductor_doubles import FakeLUT
 

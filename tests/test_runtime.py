@@ -17,7 +17,7 @@ from kernel_select import runtime, warn
 from kernel_select.device import get_device
 from kernel_select.errors import LUTError, ModelError, NoTrainedModelError
 from kernel_select.model.cublas import CublasGate
-from kernel_select.resources import MODELS_DIR_ENV
+from kernel_select.resources import HIDE_SHIPPED_ENV, MODELS_DIR_ENV
 
 REPO = Path(__file__).resolve().parent.parent
 H100 = get_device("h100")
@@ -199,3 +199,23 @@ def test_reset_forgets_cached_models_and_devices(monkeypatch: pytest.MonkeyPatch
     assert runtime.model("analytical", H100) is not analytical
     runtime.detected_device(0)
     assert calls == [0, 0]
+
+
+def test_the_h100_gate_serves_an_h200_by_design_without_a_warning(user: Path,
+                                                                  caplog: pytest.LogCaptureFixture):
+    with caplog.at_level(logging.INFO, logger="kernel_select"):
+        gate = runtime.gate(get_device("h200"))
+        runtime.gate(get_device("h200"))
+    assert isinstance(gate, CublasGate)
+    announced = [r for r in caplog.records if "cublas_gate" in r.getMessage()]
+    assert len(announced) == 1 and announced[0].levelno == logging.INFO
+    assert "trained on h100" in announced[0].getMessage()
+
+
+def test_a_stand_in_performance_model_still_warns(user: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  caplog: pytest.LogCaptureFixture):
+    monkeypatch.setenv(HIDE_SHIPPED_ENV, "h200")
+    with caplog.at_level(logging.INFO, logger="kernel_select"):
+        runtime.model(None, get_device("h200"))
+    warned = [r for r in caplog.records if r.levelno == logging.WARNING and "no mlp model" in r.getMessage()]
+    assert len(warned) == 1 and "kernel-select calibrate" in warned[0].getMessage()

@@ -3,6 +3,7 @@ reads it ("DEFAULT" and "auto" too), and one cuBLAS decision per GEMM; rank(); k
 
 from __future__ import annotations
 
+import inspect
 import math
 import time
 from collections.abc import Sequence
@@ -17,11 +18,11 @@ from hypothesis import strategies as st
 import kernel_select
 from kernel_select.configs import GemmConfig
 from kernel_select.errors import ConfigError, DeviceError, LUTError, ModelError, ProblemError
-from kernel_select.lut import ATEN, KernelLUT, lut_from_rows, LUTEntry, save_lut
+from kernel_select.lut import ATEN, KernelLUT, LUTEntry, LUTHit, lut_from_rows, save_lut
 from kernel_select.model import PerformanceModel, load_default
 from kernel_select.model.analytical import AnalyticalModel
-from kernel_select.problem import Problem
-from kernel_select.select import Choice, rank, resolve_k, select
+from kernel_select.problem import Problem, spread_ms
+from kernel_select.decision import Choice, rank, resolve_k, select
 from kernel_select.space import for_problem
 from tests.inductor_doubles import FakeGate, FakeModel
 
@@ -54,13 +55,15 @@ class TableModel(PerformanceModel):
 
 
 class FakeLUT:
-    def __init__(self, configs: list[GemmConfig]) -> None:
-        self.configs = configs
+    """A lookup table (the decision's LookupTable) with one entry that serves every problem."""
+
+    def __init__(self, configs: list[GemmConfig], pin: object = None) -> None:
+        self.configs, self.pin = configs, pin
         self.asked: list[tuple[Problem, str]] = []
 
-    def lookup(self, problem: Problem, device: str) -> list[GemmConfig]:
+    def probe(self, problem: Problem, device: str) -> LUTHit:
         self.asked.append((problem, device))
-        return list(self.configs)
+        return LUTHit(entry=self, configs=tuple(self.configs), pin=self.pin)
 
 
 A, B, C, D, E = cfg(16), cfg(32), cfg(64), cfg(128), cfg(256)
@@ -86,7 +89,7 @@ def test_model_order_with_stable_ties():
 
 def test_the_selection_says_what_was_ranked_for_which_device():
     selection = select(SEED, model=MODEL, gemm_topk=2, candidates=CANDIDATES)
-    assert selection.problem == SEED and selection.device == "h100" and selection.candidates == 5
+    assert selection.problem == SEED and selection.device == "h100" and selection.ranked == 5
     assert selection.configs == (B, D) and selection.sources == ("table", "table")
     assert selection.pinned is None and selection.cublas is None and not selection.skips_triton
 
@@ -130,7 +133,7 @@ def test_a_triton_pin_is_the_only_choice_and_nothing_else_is_ranked():
     selection = select(SEED, model=model, gemm_topk=4, lut=pinning_lut(C, entries=[A, B]),
                        candidates=CANDIDATES, gate=gate, cublas_margin=0.15)
     assert selection.choices == (Choice(C, 3.0, "pin"),) and selection.pinned == C
-    assert selection.candidates == 0 and selection.cublas is None
+    assert selection.ranked == 0 and selection.cublas is None
     assert model.calls == 1 and model.aten_calls == 0 and gate.calls == 0  # only the pin was scored
 
 
@@ -149,12 +152,23 @@ def test_a_pin_serves_only_its_problem():
 
 
 def test_a_lookup_pinning_something_else_is_a_lut_error():
-    class OddPin(FakeLUT):
-        def pinned(self, problem: Problem, device: str) -> object:
-            return "cublas"
-
     with pytest.raises(LUTError, match="not 'aten' or a GemmConfig"):
-        chosen(2, lut=OddPin([]))
+        chosen(2, lut=FakeLUT([], pin="cublas"))
+
+
+def test_a_table_without_the_lookup_protocol_is_a_lut_error():
+    class OnlyLookup:
+        def lookup(self, problem: Problem, device: str) -> list[GemmConfig]:
+            return []
+
+    with pytest.raises(LUTError, match=r"probe\(problem, device\)"):
+        chosen(2, lut=OnlyLookup())
+
+
+def test_the_lut_is_probed_once_per_selection():
+    lut = FakeLUT([C])
+    chosen(3, lut=lut)
+    assert lut.asked == [(SEED, "h100")]
 
 
 # -- k ---------------------------------------------------------------------------------------------------
@@ -173,7 +187,7 @@ def test_k_larger_than_the_space_returns_everything_once():
 def test_default_k_is_the_size_of_inductors_default_list_for_the_problem(problem: Problem):
     default_size = len(for_problem(problem, "h100", "default"))
     selection = select(problem, model=FakeModel(), gemm_topk="DEFAULT")
-    assert len(selection.choices) == default_size < selection.candidates
+    assert len(selection.choices) == default_size < selection.ranked
     assert selection.configs == tuple(select(problem, model=FakeModel(), gemm_topk=default_size).configs)
 
 
@@ -193,11 +207,31 @@ def test_auto_k_asks_the_model_and_falls_back_to_four_without_an_estimate():
     assert len(chosen("auto", auto_cap=2)) == 2
 
 
-@pytest.mark.parametrize("bad", [0, -3, True, False, 0.0, -0.5, 1.5, 4.0, math.nan, math.inf, "4", None])
+@pytest.mark.parametrize("bad", [0, -3, True, False, 0.0, -0.5, 1.5, 4.0, math.nan, math.inf, "four",
+                                 "SAMEISH", None])
 def test_bad_k_is_a_clear_value_error(bad):
     with pytest.raises(ConfigError, match="k:") as info:
         chosen(bad)
     assert isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize("k, count", [("4", 4), (" 2 ", 2), ("0.5", 2), (0.4, 2), ("same", 5),
+                                      ("SAME", 5), ("Default", None)])
+def test_k_takes_every_value_the_knob_parser_takes(k: object, count: int | None):
+    """select() reads gemm_topk with options.parse_topk, like install(), the pruner and the CLI."""
+    if count is None:  # DEFAULT: the size of Inductor's own list for the problem
+        count = min(len(for_problem(SEED, "h100", "default")), len(CANDIDATES))
+    assert len(chosen(k)) == count
+
+
+def test_the_default_k_is_four_everywhere():
+    from kernel_select import knobs, triton_pruner, top_k
+    from kernel_select.options import DEFAULT_TOPK, KNOBS
+
+    assert DEFAULT_TOPK == 4 and KNOBS["gemm_topk"].default == 4 and knobs.gemm_topk == 4
+    for function in (select, top_k, triton_pruner):
+        assert inspect.signature(function).parameters["gemm_topk"].default == DEFAULT_TOPK
+    assert len(select(SEED, model=MODEL, candidates=CANDIDATES).choices) == 4
 
 
 def test_float_k_above_one_suggests_the_count():
@@ -216,7 +250,7 @@ def test_resolve_fraction_like_triton(k, n):
 
 
 def test_resolve_auto_takes_the_cap_for_a_hedged_problem():
-    assert resolve_k("auto", 100, model=MODEL, predicted_ms=np.ones(100), cap=6, hedged=True) == 6
+    assert resolve_k("auto", 100, model=MODEL, predicted_ms=np.ones(100), cap=6, at_cap=True) == 6
     assert resolve_k("auto", 100, model=MODEL, predicted_ms=np.ones(100), cap=6) == 4
     with pytest.raises(ConfigError, match="needs the model"):
         resolve_k("auto", 100)
@@ -282,7 +316,7 @@ def test_without_a_gate_or_a_cublas_prediction_or_a_margin_there_is_no_decision(
 def test_the_cublas_decision_is_made_once_per_gemm_even_over_a_spread_of_m():
     gate, model = FakeGate(0.9), TableModel(MODEL.runtimes, aten_ms=1.0)
     select(SEED, model=model, gemm_topk=2, candidates=CANDIDATES, gate=gate, cublas_margin=0.15,
-           ms=[256, 560, 2048])
+           m_values=[256, 560, 2048])
     assert gate.calls == 1 and model.aten_calls == 1
 
 
@@ -300,7 +334,7 @@ def test_defaults_rank_the_exhaustive_space_of_the_models_device():
 def test_the_space_is_the_one_of_the_models_device():
     selection = select(SEED, model=AnalyticalModel("a100"), gemm_topk=3)
     a100_space = set(for_problem(SEED, "a100"))
-    assert selection.device == "a100" and selection.candidates == len(a100_space)
+    assert selection.device == "a100" and selection.ranked == len(a100_space)
     assert all(c in a100_space for c in selection.configs)
 
 
@@ -365,3 +399,43 @@ def test_top_k_without_a_device_or_a_gpu_says_how_to_fix_it(monkeypatch: pytest.
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(DeviceError, match="no CUDA device found; pass a device name"):
         kernel_select.top_k(560, 1280, 3420, "bfloat16")
+
+
+# -- decide(request, policy): the adapters' entry point --------------------------------------------------
+
+def test_a_static_request_is_decided_as_select_decides_its_problem():
+    from kernel_select.decision import GemmRequest, Policy, decide
+
+    lut = FakeLUT([C])
+    (selection,) = decide(GemmRequest(SEED), Policy(MODEL, lut, gemm_topk=3))
+    assert selection == select(SEED, model=MODEL, gemm_topk=3, lut=FakeLUT([C]))
+    assert lut.asked == [(SEED, "h100")]  # one probe for the whole decision
+
+
+def test_without_a_triton_template_only_a_pin_is_decided():
+    from kernel_select.decision import GemmRequest, Policy, decide
+
+    assert decide(GemmRequest(SEED), Policy(MODEL, FakeLUT([C])), rank_triton=False) == ()
+    (pinned,) = decide(GemmRequest(SEED), Policy(MODEL, pinning_lut(ATEN)), rank_triton=False)
+    assert pinned.pinned == ATEN and pinned.choices == ()
+
+
+def test_a_dynamic_m_is_ranked_over_its_ms_then_once_per_multi_kernel_hint():
+    from kernel_select.decision import GemmRequest, Policy, decide
+
+    request = GemmRequest(SEED, dynamic_m=True, served={"m": (256, 2048)}, hints=(64, 4096))
+    over, *hinted = decide(request, Policy(MODEL, gemm_topk=2, dynamic_m=(128, 8192)))
+    assert over.m_values_origin == "declared range (a bucket of gemm_dynamic_m)"
+    assert over.m_values == spread_ms(256, 2048) and over.hint is None
+    assert [(s.hint, s.problem.m, s.m_values) for s in hinted] == [(64, 64, ()), (4096, 4096, ())]
+    static = decide(GemmRequest(SEED, hints=(64,)), Policy(MODEL, gemm_topk=2))
+    assert [s.hint for s in static] == [None]  # hints are read for a dynamic M only
+
+
+def test_the_policy_refuses_what_cannot_decide():
+    from kernel_select.decision import Policy
+
+    with pytest.raises(ModelError, match="PerformanceModel"):
+        Policy(model="mlp")  # type: ignore[arg-type]
+    with pytest.raises(LUTError, match="probe"):
+        Policy(MODEL, lut=["not", "a", "table"])  # type: ignore[arg-type]

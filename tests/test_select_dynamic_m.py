@@ -11,7 +11,7 @@ from kernel_select.configs import GemmConfig
 from kernel_select.errors import ProblemError
 from kernel_select.model import PerformanceModel
 from kernel_select.problem import Problem, default_spread, spread_ms
-from kernel_select.select import select
+from kernel_select.decision import select
 
 SMALL = GemmConfig(block_m=32, block_n=64, block_k=64, num_stages=3, num_warps=4)
 LARGE = GemmConfig(block_m=128, block_n=128, block_k=64, num_stages=3, num_warps=8)
@@ -37,15 +37,18 @@ def test_one_m_ranks_for_that_m_and_a_spread_for_all_of_them():
     tiny = GemmConfig(block_m=16, block_n=16, block_k=16, num_stages=1, num_warps=1)
     candidates = [SMALL, LARGE, STEADY, tiny]
     assert select(PROBLEM, model=model, gemm_topk=1, candidates=candidates).configs == (SMALL,)
-    assert select(PROBLEM, model=model, gemm_topk=1, candidates=candidates, ms=[4096]).configs == (LARGE,)
-    over = select(PROBLEM, model=model, gemm_topk=3, candidates=candidates, ms=[2048, 128, 8192, 512, 128])
+    at_4096 = select(PROBLEM, model=model, gemm_topk=1, candidates=candidates, m_values=[4096])
+    assert at_4096.configs == (LARGE,)
+    over = select(PROBLEM, model=model, gemm_topk=3, candidates=candidates,
+                  m_values=[2048, 128, 8192, 512, 128])
     assert over.configs == (STEADY, SMALL, LARGE)
     assert over.choices[0].predicted_ms == pytest.approx(1.1 * 512)  # reported at the hinted M
-    assert over.ms == (128, 512, 2048, 8192)  # sorted, once each
+    assert over.m_values == (128, 512, 2048, 8192)  # sorted, once each
 
 
 def test_the_default_space_for_a_spread_is_the_one_of_its_largest_m():
-    chosen = select(Problem(16, 1280, 3420, "bfloat16"), model=TileModel("h100"), gemm_topk=1, ms=[16, 4096])
+    chosen = select(Problem(16, 1280, 3420, "bfloat16"), model=TileModel("h100"), gemm_topk=1,
+                    m_values=[16, 4096])
     assert chosen.configs == (STEADY,)  # a 128-row tile only exists in the space of a large M
 
 
@@ -60,8 +63,8 @@ def test_spreads_are_log_spaced_and_include_their_ends():
 
 @pytest.mark.parametrize("ms", [[], [0], [1.5], [True]])
 def test_bad_ms_are_refused(ms: list):
-    with pytest.raises(ProblemError, match="ms: expected positive integers"):
-        select(PROBLEM, model=TileModel("h100"), gemm_topk=1, candidates=[SMALL], ms=ms)
+    with pytest.raises(ProblemError, match="m_values: expected positive integers"):
+        select(PROBLEM, model=TileModel("h100"), gemm_topk=1, candidates=[SMALL], m_values=ms)
 
 
 def test_a_pin_covering_part_of_the_served_range_is_used_and_says_what_it_leaves_out():

@@ -23,7 +23,7 @@ import pytest
 
 from kernel_select.configs import torch_minor_version
 from kernel_select.problem import Problem
-from kernel_select.space import inductor_configs
+from kernel_select.space import default_grid, exhaustive_grid, inductor_configs
 
 torch = pytest.importorskip("torch")
 
@@ -98,3 +98,23 @@ def test_seed_problem_counts_from_inductor():
     assert len(inductor_list(seed, "exhaustive")) == 1400
     expected_default = 21 if torch_minor_version(torch.__version__) >= (2, 13) else 20
     assert len(inductor_list(seed, "default")) == expected_default
+
+
+def _raw(configs: list[Any]) -> list[tuple[int, ...]]:
+    return [(c.block_m, c.block_n, c.block_k, c.num_stages, c.num_warps, c.group_m) for c in configs]
+
+
+def test_our_unscaled_lists_are_the_installed_torchs_own():
+    """The parity check of space.py's copies: a torch release that adds, drops or reorders a config of
+    its DEFAULT or EXHAUSTIVE mm list fails here, before any problem scales it away."""
+    heuristic = CUDAConfigHeuristic()
+    assert [tuple(row) for row in default_grid(torch.__version__)] == _raw(heuristic.mm_configs)
+    assert [tuple(row) for row in exhaustive_grid()] == _raw(heuristic.exhaustive_configs)
+
+
+def test_the_parity_check_fails_on_a_difference(monkeypatch: pytest.MonkeyPatch):
+    import kernel_select.space as space
+
+    monkeypatch.setattr(space, "_DEFAULT_211", space._DEFAULT_211[1:])
+    with pytest.raises(AssertionError):
+        test_our_unscaled_lists_are_the_installed_torchs_own()

@@ -12,7 +12,8 @@ from tests.inductor_doubles import BrokenModel, FakeLUT, FakeModel, score
 from kernel_select.configs import GemmConfig
 from kernel_select.errors import OptionError
 from kernel_select.problem import Problem
-from kernel_select.select import rank
+from kernel_select.decision import rank
+from kernel_select.space import for_problem
 from kernel_select.triton_autotune import gemm_config_of, triton_pruner
 
 
@@ -55,6 +56,16 @@ def test_fraction_keeps_at_least_one():
 
 def test_gemm_topk_at_least_the_config_count_keeps_everything():
     assert prune(gemm_topk=50) == CONFIGS
+
+
+def test_the_pruner_takes_every_value_the_knob_takes():
+    assert prune(gemm_topk="SAME") == CONFIGS  # no pruning
+    assert prune(gemm_topk="3") == prune(gemm_topk=3) == by_score(CONFIGS)[:3]
+    assert prune(gemm_topk="auto") == by_score(CONFIGS)[:4]  # FakeModel has no estimate: the fixed 4
+    default = prune(gemm_topk="DEFAULT")  # as many as Inductor's DEFAULT list for the problem
+    inductors = len(for_problem(SEED_OF_ARGS, "h100", "default"))
+    assert default == by_score(CONFIGS)[:len(default)] and len(default) == min(len(CONFIGS), inductors)
+    assert prune() == by_score(CONFIGS)[:4]  # the default: top-4
 
 
 def test_lut_entries_come_first_when_they_are_among_the_configs():
@@ -139,7 +150,8 @@ def test_problems_fall_back_to_all_configs_with_one_warning(problem: str, caplog
     assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
 
 
-@pytest.mark.parametrize("kw", [{"gemm_topk": 0}, {"gemm_topk": 1.5}, {"gemm_topk": True}, {"gemm_topk": "4"},
+@pytest.mark.parametrize("kw", [{"gemm_topk": 0}, {"gemm_topk": 1.5}, {"gemm_topk": True},
+                                {"gemm_topk": "four"},
                                 {"m": ""}, {"model": 3}])
 def test_bad_arguments_raise_at_decoration_time(kw: dict[str, object]):
     with pytest.raises(OptionError):

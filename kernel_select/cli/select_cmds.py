@@ -14,7 +14,7 @@ from kernel_select.layouts import DEFAULT_LAYOUT, LAYOUTS
 if TYPE_CHECKING:
     from kernel_select.model import PerformanceModel
     from kernel_select.problem import Problem
-    from kernel_select.select import Selection
+    from kernel_select.decision import Selection
 
 #: The shipped lookup table for the demo, in luts/ (the repository's, or the installed package's copy).
 DEFAULT_DEMO_LUT = "h100_seed.json"
@@ -115,7 +115,7 @@ def _select(problem: Problem, model: PerformanceModel, args: argparse.Namespace,
             candidates: list[Any]) -> Selection:
     """The handler's decision for `problem`, with the gate the handler would load."""
     from kernel_select import knobs, options, runtime
-    from kernel_select.select import select
+    from kernel_select.decision import select
 
     raw = args.gemm_cublas_margin if args.gemm_cublas_margin is not None else knobs.gemm_cublas_margin
     margin = options.parse_cublas_margin(raw, source="--gemm-cublas-margin")
@@ -131,7 +131,7 @@ def _payload(args: argparse.Namespace, model: PerformanceModel, selection: Selec
         "problem": {"m": problem.m, "n": problem.n, "k": problem.k, "dtype": problem.dtype,
                     "batch": problem.batch, "op": problem.op, "layout": problem.layout},
         "device": model.device.key, "model": model.name, "model_description": model.describe(),
-        "lut": args.lut, "search_space": args.search_space, "candidates": selection.candidates,
+        "lut": args.lut, "search_space": args.search_space, "candidates": selection.ranked,
         "pinned": None if pinned is None else (pinned if isinstance(pinned, str) else pinned.model_dump()),
         "choices": [{"rank": rank, "config": choice.config.model_dump(), "predicted_ms": choice.predicted_ms,
                      "source": choice.source} for rank, choice in enumerate(selection.choices, 1)],
@@ -139,7 +139,7 @@ def _payload(args: argparse.Namespace, model: PerformanceModel, selection: Selec
         "cublas_decision": None if cublas is None else {
             "source": cublas.source, "predicted_cublas_over_triton": cublas.predicted_ratio,
             "margin": cublas.margin, "small_gemm": cublas.small, "skips_triton": cublas.prefers_cublas},
-        "outside": selection.outside, "hedged": selection.hedged,
+        "outside": selection.outside, "hedged": selection.auto_at_cap,
     }
 
 
@@ -153,8 +153,8 @@ def _print_selection(model: PerformanceModel, selection: Selection) -> None:
     if selection.outside:
         print(f"outside the model's training data ({selection.outside}): a compile benchmarks Inductor's own "
               f"configs beside these, and makes no cuBLAS decision")
-    if selection.hedged:
-        print(f"--gemm-topk auto took its cap: {selection.hedged}")
+    if selection.auto_at_cap:
+        print(f"--gemm-topk auto took its cap: {selection.auto_at_cap}")
     if selection.choices:
         print(f"  {'rank':>4}  {'config':<22} {'predicted ms':>12}  source")
         for rank, choice in enumerate(selection.choices, 1):

@@ -5,12 +5,13 @@
     ks_inductor.install(gemm_topk=4, gemm_precompile_in_process=True)
     model = torch.compile(model, options=ks_inductor.gemm_autotune_options())
 
-choices   the handler: translate Inductor's inputs, select(), translate back, fall back
-inputs    what Inductor hands the handler, as a Problem, its Epilogue and the Ms of a symbolic M
-candidates  what the handler hands back: KernelTemplateChoices, pins, bias_addmm
+choices   the handler: read Inductor's inputs, decide(), build the candidate lists, fall back
+inputs    what Inductor hands the handler, read once into a GemmRequest (kernel_select.decision)
+choice_builder  what the handler hands back: KernelTemplateChoices, pins, bias_addmm
+wrapping  composing with a wrapped handler; no Triton template for grouped convolutions
 pointwise_epilogue  whether a GEMM feeds an epilogue cuBLAS would leave unfused
 cache_key   what the handler's uuid (Inductor's cache key) is made of
-settings  knob precedence, and the knobs as torch.compile options
+settings  knob precedence, the decision's Policy (loaded and checked by install()), torch options
 install   the picklable factory, install / uninstall / enabled
 precompile  precompile_in_process: autotuned Triton choices precompiled in this process
 modes     torch.compile options: max-autotune's, and GEMM-only autotuning (recommended for models)

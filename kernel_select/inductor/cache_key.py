@@ -5,14 +5,30 @@ shows up in the key instead), so a cache never serves choices made with other kn
 from __future__ import annotations
 
 import hashlib
+import logging
+from collections.abc import Callable
 from typing import Any
 
-from kernel_select import options, runtime
+from kernel_select import options, runtime, warn
 from kernel_select._version import __version__
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.inductor.settings import Settings
 from kernel_select.model import PerformanceModel
 from kernel_select.model.cublas import RULE
+
+
+def uuid(settings: Callable[[], Settings], inner: Any, logger: logging.Logger, fallback: str) -> str:
+    """The handler's uuid: changes whenever the selection could change: k, the LUT's contents, the
+    model, the device, the cuBLAS decision, the wrapped handler. Inductor puts it into its FX-graph
+    cache key (2.13 calls it; 2.11 pickles the factory, whose pickle carries it), so caches never serve
+    choices made with other knobs. Never raises (knobs that do not resolve give a key of their own,
+    after the handler's one warning per cause, on its `logger`, ending in `fallback`) and never blocks:
+    the LUT is hashed with a bounded read."""
+    try:
+        return hash_parts(parts(settings(), inner))
+    except Exception as exc:  # noqa: BLE001 -- a cache key must always be produced
+        warn.warn_fallback(exc, logger, fallback)
+        return hash_parts([f"invalid:{warn.cause_of(exc)}"])
 
 
 def parts(settings: Settings, inner: Any) -> list[str]:

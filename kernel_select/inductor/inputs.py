@@ -1,7 +1,8 @@
-"""What Inductor hands the handler, read in kernel_select's terms: the Problem it lowers (sizes,
-dtype, op, operand layout), what follows the GEMM (a bias row, a pointwise epilogue: the cuBLAS
-decision's `Epilogue`), and, for a symbolic M, the values it will take. Nothing here raises: what
-cannot be read gets the neutral answer ("nn", no epilogue, the hint alone).
+"""What Inductor hands the handler, read once into a `GemmRequest` (kernel_select.decision): the
+Problem it lowers (sizes, dtype, op, operand layout), what follows the GEMM (a bias row, a pointwise
+epilogue: the cuBLAS decision's `Epilogue`), whether M is symbolic, the declared ranges of a symbolic
+M and K, Inductor's multi-kernel hints, K's expression and the device index. Nothing here raises:
+what cannot be read gets the neutral answer ("nn", no epilogue, no range, no hints).
 
 Operand layout. A = mat1, B = mat2 of Inductor's MMKernelInputs (addmm's and baddbmm's bias is not an
 operand); for bmm the last two dimensions. An operand is "t" only where its strides prove it a
@@ -10,21 +11,12 @@ row-major; if either operand is neither (a symbolic stride, a slice with a step,
 layout is "nn".
 
 A symbolic M. With `mark_dynamic` (or automatic dynamic shapes) one compiled kernel serves every
-sequence length, yet Inductor hands the handler a single hint (the first length it saw). Ranking
-for that hint alone picks tiles that may be poor for the lengths served later, so the handler ranks
-for representative Ms, taken from the first of:
-
-1. the m range of the LUT entry that serves the hint (the table says which lengths it covers);
-2. the symbol's declared range, where it lies inside the span of the `gemm_dynamic_m` knob's
-   values: a graph compiled for one length bucket (kernel_select.inductor.bucketed) serves that
-   bucket alone;
-3. the `gemm_dynamic_m` knob (buckets, or a range);
-4. the symbol's declared range, when both ends are finite (`mark_dynamic(t, d, min=, max=)`);
-5. hint/4 .. hint*4.
-
-Inductor's `multi_kernel_hints` compile one variant per hint, benchmark each, and dispatch on the
-runtime size; each variant is ranked for its own hint. A pinned GEMM (one choice) gets no variants:
-one graph per length bucket serves per-bucket pins (kernel_select.inductor.bucketed says why).
+sequence length, yet Inductor hands the handler a single hint (the first length it saw). Which Ms the
+decision ranks for instead (kernel_select.decision.m_values_to_rank) depends on the LUT entry serving
+the hint, the `gemm_dynamic_m` knob and the symbol's declared range, read here. Inductor's
+`multi_kernel_hints` compile one variant per hint, benchmark each, and dispatch on the runtime size;
+each variant is ranked for its own hint. A pinned GEMM (one choice) gets no variants: one graph per
+length bucket serves per-bucket pins (kernel_select.inductor.bucketed says why).
 """
 
 from __future__ import annotations
@@ -32,14 +24,26 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from kernel_select.decision import GemmRequest
 from kernel_select.errors import ProblemError
 from kernel_select.inductor import pointwise_epilogue
 from kernel_select.layouts import DEFAULT_LAYOUT
 from kernel_select.model.cublas import Epilogue
 from kernel_select.problem import Problem, dtype_name
-from kernel_select.problem import default_spread, spread_ms
 
 log = logging.getLogger(__name__)
+
+
+def request_from(kernel_inputs: Any, op_name: str) -> GemmRequest | None:
+    """Everything the handler reads from Inductor for one GEMM, or None for a problem we do not model."""
+    problem = problem_from(kernel_inputs, op_name)
+    if problem is None:
+        return None
+    m_expr, k_expr = symbolic_m(kernel_inputs), symbolic_k(kernel_inputs)
+    return GemmRequest(problem, epilogue_of(kernel_inputs, problem), dynamic_m=m_expr is not None,
+                       served=served_ranges(m_expr, k_expr),
+                       hints=tuple(multi_kernel_hints()) if m_expr is not None else (),
+                       k_expr=k_expr, device_index=device_index(kernel_inputs))
 
 
 def problem_from(kernel_inputs: Any, op_name: str) -> Problem | None:
@@ -62,12 +66,16 @@ def epilogue_of(kernel_inputs: Any, problem: Problem) -> Epilogue:
                         problem.batch * problem.m * problem.n))
 
 
-def device_index(kernel_inputs: Any) -> int:
-    """The CUDA device index the GEMM is compiled for."""
+def device_index(kernel_inputs: Any) -> int | None:
+    """The CUDA device index the GEMM is compiled for (the current one where the inputs name none), or
+    None where neither tells (a CPU lowering in a process without CUDA)."""
     import torch
 
-    index = kernel_inputs.device().index
-    return torch.cuda.current_device() if index is None else int(index)
+    try:
+        index = kernel_inputs.device().index
+        return torch.cuda.current_device() if index is None else int(index)
+    except Exception:  # noqa: BLE001 -- read for every GEMM, CPU ones too: never raises
+        return None
 
 
 def symbolic_k(kernel_inputs: Any) -> Any:
@@ -78,12 +86,12 @@ def symbolic_k(kernel_inputs: Any) -> Any:
         return None
 
 
-def served_ranges(kernel_inputs: Any) -> dict[str, tuple[int, int]]:
+def served_ranges(m_expr: Any, k_expr: Any) -> dict[str, tuple[int, int]]:
     """The declared (low, high) of a symbolic M and of a symbolic K ({"m": ..., "k": ...}, each
-    where it has one): the sizes the compiled kernel serves. Never raises."""
+    where it has one; `symbolic_m` and `symbolic_k` read the expressions): the sizes the compiled
+    kernel serves. Never raises."""
     served = {}
-    m, k = symbolic_m(kernel_inputs), symbolic_k(kernel_inputs)
-    for dim, expr in (("m", m), ("k", None if _is_number(k) else k)):
+    for dim, expr in (("m", m_expr), ("k", None if _is_number(k_expr) else k_expr)):
         declared = declared_range(expr) if expr is not None else None
         if declared is not None:
             served[dim] = declared
@@ -121,8 +129,8 @@ def row_bias(kernel_inputs: Any, op_name: str) -> bool:
 def layout_from(kernel_inputs: Any) -> str:
     """The layout of mat1 and mat2 in `kernel_inputs`, or "nn" where it cannot be proven.
 
-    Never raises: it runs inside torch.compile, where an unknown layout only costs the hedge of
-    `topk="auto"` (and, later, the layout feature), not the compile.
+    Never raises: it runs inside torch.compile, where an unknown layout only costs `gemm_topk="auto"`
+    its cap where "nn" lies outside the model's data (and the layout feature), not the compile.
     """
     try:
         nodes = kernel_inputs.mat1mat2()
@@ -186,25 +194,6 @@ def declared_range(m_expr: Any) -> tuple[int, int] | None:
     if not 1 <= low <= high <= MAX_DECLARED_M:
         return None
     return low, high
-
-
-def ms_to_rank(hint: int, entry_range: tuple[int, int] | None, knob: tuple[int, ...] | None,
-               declared: tuple[int, int] | None) -> tuple[tuple[int, ...], str]:
-    """(the Ms to rank a symbolic M for, where they came from), in the order the module doc gives."""
-    if entry_range is not None and entry_range[0] < entry_range[1]:
-        return spread_ms(*entry_range), "lut m range"
-    if knob and declared is not None and _narrower(declared, (knob[0], knob[-1])):
-        return spread_ms(*declared), "declared range (a bucket of gemm_dynamic_m)"
-    if knob:
-        return knob, "gemm_dynamic_m"
-    if declared is not None and declared[0] < declared[1]:
-        return spread_ms(max(declared[0], 1), declared[1]), "declared range"
-    return default_spread(hint), "hint/4..hint*4"
-
-
-def _narrower(inner: tuple[int, int], outer: tuple[int, int]) -> bool:
-    """Whether `inner` is a range of at least two sizes inside `outer` and not all of it."""
-    return inner[0] < inner[1] and outer[0] <= inner[0] and inner[1] <= outer[1] and inner != outer
 
 
 def multi_kernel_hints() -> list[int]:

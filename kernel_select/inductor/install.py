@@ -19,7 +19,7 @@ from torch._inductor.choices import InductorChoices
 from torch._inductor.virtualized import V
 
 from kernel_select import warn
-from kernel_select.errors import OptionError
+from kernel_select.errors import KernelSelectError, OptionError
 from kernel_select.inductor import precompile
 from kernel_select.inductor.choices import KernelSelectChoices
 from kernel_select.inductor.settings import register_options, resolve_settings, validated_overrides
@@ -131,8 +131,15 @@ def install(**knobs: Any) -> KernelSelectChoices:
     benchmarking does not compile them again (kernel_select.inductor.precompile). Returns the
     installed handler.
 
+    The LUT is read and checked here, and so are the model and the cuBLAS gate where the device is
+    known (the `gemm_device` knob, or the current CUDA device): a broken one raises now, not as a
+    warning inside the first compile. A GPU without a trained model is not an error: its GEMMs get
+    Inductor's own configs (one warning). Nothing is installed when install() raises.
+
     Raises:
         OptionError: an unknown knob, or a value it does not accept.
+        LUTError: the LUT cannot be read or is invalid.
+        ModelError: the model or the cuBLAS gate does not load.
     """
     overrides = validated_overrides(knobs, where="install")
     previous_class = inductor_config.inductor_choices_class
@@ -140,7 +147,9 @@ def install(**knobs: Any) -> KernelSelectChoices:
     handler = KernelSelectChoices(**factory.overrides, inner=_handler_to_wrap(factory))
     try:
         handler.preload()
-    except Exception as exc:  # noqa: BLE001 -- the compile will fall back with the same warning
+    except KernelSelectError:
+        raise
+    except Exception as exc:  # noqa: BLE001 -- not ours to name: the compile falls back the same way
         warn.warn_fallback(exc, log, _CONSEQUENCE)
     register_options()
     # Both are needed. V.choices caches the first handler it creates in a thread-local, so once this

@@ -30,10 +30,10 @@ from torch._inductor.choices import InductorChoices
 from torch._inductor.virtualized import V
 
 from kernel_select import warn
-from kernel_select.inductor import candidates, inputs
+from kernel_select.inductor import choice_builder, inputs
 from kernel_select.model.cublas import Epilogue
 from kernel_select.problem import Problem
-from kernel_select.select import ATEN
+from kernel_select.decision import ATEN
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +84,8 @@ class RecordingChoices(InductorChoices):
             return None
         self.sink.append(lowered_gemm(problem, inputs.epilogue_of(kernel_inputs, problem),
                                       _symbolic(kernel_inputs)))
-        choices = candidates.prefer_bias_epilogue(choices, op_name)
-        return candidates.offer_only_pin(choices, ATEN, op_name, kernel_inputs, frozenset(),
+        choices = choice_builder.prefer_bias_epilogue(choices, op_name)
+        return choice_builder.offer_only_pin(choices, ATEN, op_name, kernel_inputs, frozenset(),
                                          lambda base: base)
 
 

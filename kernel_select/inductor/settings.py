@@ -1,4 +1,5 @@
-"""Which knobs are in effect for one selection, and the torch.compile options kernel_select adds.
+"""Which knobs are in effect for one selection, the decision's Policy they give, and the torch.compile
+options kernel_select adds.
 
 Precedence, highest first: torch.compile options / torch._inductor.config (per compile), then
 install() or handler arguments, then kernel_select.knobs (set > environment > default).
@@ -15,7 +16,10 @@ from typing import Any
 
 from torch._inductor import config as inductor_config
 
-from kernel_select import knobs, options
+from kernel_select import knobs, options, runtime, warn
+from kernel_select.decision import Policy
+from kernel_select.device import DeviceSpec, get_device
+from kernel_select.errors import NoTrainedModelError
 from kernel_select.model import PerformanceModel
 
 log = logging.getLogger(__name__)
@@ -27,19 +31,11 @@ _OFF = "off"  # an override that turns the cuBLAS decision off (None would read 
 _lock = threading.Lock()
 
 
-@dataclasses.dataclass(frozen=True)
-class Settings:
-    """The knobs in effect for one selection (kernel_select.options describes each)."""
-
-    kernel_lut_path: str | None
-    gemm_topk: options.TopK
-    gemm_auto_topk_cap: int
-    gemm_cublas_margin: float | None  # None: the cuBLAS decision is off
-    gemm_dynamic_m: tuple[int, ...] | None  # None: derive the Ms a symbolic M is ranked for
-    gemm_dynamic_buckets: tuple[int, ...] | None  # None: the LUT's edges; (): one graph (not the handler's)
-    gemm_precompile_in_process: bool
-    gemm_model: str | PerformanceModel | None
-    gemm_device: str | None
+#: The knobs in effect for one selection: one field per declared knob (kernel_select.options.KNOBS),
+#: holding its parsed value (gemm_cublas_margin None: the cuBLAS decision is off; gemm_model may be a
+#: PerformanceModel instance given to the handler).
+Settings = dataclasses.make_dataclass("Settings", [(name, Any) for name in options.KNOBS], frozen=True)
+Settings.__module__ = __name__  # where pickle and repr find it
 
 
 def validated_overrides(arguments: dict[str, Any], *, where: str) -> dict[str, Any]:
@@ -82,6 +78,46 @@ def resolve_settings(overrides: dict[str, Any] | None = None) -> Settings:
     if values["gemm_cublas_margin"] == _OFF:
         values["gemm_cublas_margin"] = None
     return Settings(**values)
+
+
+def policy(settings: Settings, device: DeviceSpec) -> Policy | None:
+    """The decision's Policy for `device` under `settings`: the model, LUT and cuBLAS gate loaded (once
+    per process, kernel_select.runtime) and the knobs that decide; None where no trained model serves
+    the device, which is not an error: that GPU gets Inductor's own configs (one warning).
+
+    Raises:
+        ModelError, LUTError: the model, the gate or the LUT does not load.
+    """
+    try:
+        model = runtime.model(settings.gemm_model, device)
+    except NoTrainedModelError as exc:
+        warn.warn_once(("no model", device.key), log, "kernel_select: %s; Inductor benchmarks its own GEMM "
+                       "configs on this GPU", exc)
+        return None
+    lut = runtime.load_lut(settings.kernel_lut_path) if settings.kernel_lut_path else None
+    margin = settings.gemm_cublas_margin
+    return Policy(model, lut, runtime.gate(device) if margin is not None else None, settings.gemm_topk,
+                  margin, settings.gemm_auto_topk_cap, settings.gemm_dynamic_m)
+
+
+def preload(settings: Settings) -> None:
+    """Load, and so check, what a compile under `settings` reads: the LUT, and where the device is known
+    (the `gemm_device` knob, or the current CUDA device) the model and the cuBLAS gate. install() calls
+    it, so a broken LUT or model is an error there rather than a warning inside a compile; and loading
+    inside Inductor's lowering, at the bottom of a deep stack, failed with RecursionError on the H100
+    with torch 2.11: loaded here, the compile only reads the caches.
+
+    Raises:
+        LUTError, ModelError: a LUT or a model that a compile could not use (a GPU without a trained
+            model is not an error, see `policy`).
+    """
+    if settings.gemm_topk == options.SAME:
+        return
+    if settings.kernel_lut_path:
+        runtime.load_lut(settings.kernel_lut_path)
+    device = get_device(settings.gemm_device) if settings.gemm_device else runtime.current_device()
+    if device is not None:  # else no GPU to compile for yet: the first compile loads them
+        policy(settings, device)
 
 
 _options_registered: bool | None = None  # None = not tried yet

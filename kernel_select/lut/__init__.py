@@ -8,7 +8,8 @@
     autotune_log, torch_table   converters from Inductor's AUTOTUNE log and lookup_table format
 """
 
-from kernel_select.lut.entries import ATEN, BATCHED_OPS, MAX_DIM, BatchedLUTEntry, LUTEntry, MRange, SizeRange
+from kernel_select.lut.entries import (ATEN, BATCHED_OPS, MAX_DIM, BatchedLUTEntry, LUTEntry, LUTHit, MRange,
+                                      SizeRange)
 from kernel_select.lut.hardware import check_fits, unfit_reason
 from kernel_select.lut.bounded_read import MAX_LUT_BYTES
 from kernel_select.lut.io import (
@@ -25,7 +26,7 @@ from kernel_select.lut.validation import lut_from_rows, merge_luts
 
 __all__ = [
     "ATEN", "BATCHED_OPS", "MAX_DIM", "MAX_LUT_BYTES", "SCHEMA_VERSION", "BatchedLUTEntry", "KernelLUT",
-    "LUTEntry", "LUTRow", "MRange", "OpTables", "SizeRange", "check_fits", "dump_lut", "empty_lut",
+    "LUTEntry", "LUTHit", "LUTRow", "MRange", "OpTables", "SizeRange", "check_fits", "dump_lut", "empty_lut",
     "json_schema", "load_lut", "lut_digest", "lut_from_rows", "merge_luts", "migrate", "parse_lut",
     "read_lut_bytes", "save_lut",
     "unfit_reason",

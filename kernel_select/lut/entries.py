@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Hashable, Iterable, Iterator
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, NamedTuple, Union
 
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator,
                       model_validator)
@@ -184,6 +184,15 @@ class LUTEntry(Strict):
         batch = "" if self.batch_key is None else f" batch={self.batch_key}"
         layout = f" layout={self.layout}" if self.layout else " any layout" if any_layout else ""
         return f"m={describe_bounds(self.m)} n={self.n} k={describe_bounds(self.k)}{batch}{layout}"
+
+
+class LUTHit(NamedTuple):
+    """What a lookup table holds for one problem on one device: the answer of the lookup protocol
+    (kernel_select.decision.LookupTable.probe), one match for all of it."""
+
+    entry: Any  # the entry serving the problem: its m_bounds and k_bounds say which sizes it covers
+    configs: tuple[GemmConfig, ...]  # the configs to benchmark first, those that run on the device
+    pin: GemmConfig | str | None  # the one choice of a pinned entry ("aten" or a config), else None
 
 
 class BatchedLUTEntry(LUTEntry):

@@ -38,8 +38,8 @@ from pydantic import AfterValidator, ConfigDict, Field, PrivateAttr, field_valid
 from kernel_select.buckets import edges_of_ranges
 from kernel_select.configs import GemmConfig
 from kernel_select.device import KNOWN_DEVICES, DeviceSpec, detected_key, get_device
-from kernel_select.lut.entries import (BatchedEntryList, EntryList, LUTEntry, SizeRange, Strict, entry_dict,
-                                      first_repeat)
+from kernel_select.lut.entries import (ATEN, BatchedEntryList, EntryList, LUTEntry, LUTHit, SizeRange, Strict,
+                                      entry_dict, first_repeat)
 from kernel_select.space import unfit_reason
 from kernel_select.problem import Problem
 
@@ -181,11 +181,23 @@ class KernelLUT(Strict):
         Raises:
             DeviceError: if `device` is not a known device name.
         """
+        hit = self.probe(problem, device)
+        return [] if hit is None else list(hit.configs)
+
+    def probe(self, problem: Problem, device: str | DeviceSpec) -> LUTHit | None:
+        """Everything the table holds for `problem` on `device` from one match: the entry, its configs
+        that run on `device` (as `lookup`) and its pin (as `pinned`); None when no entry matches.
+
+        Raises:
+            DeviceError: if `device` is not a known device name.
+        """
         spec = _device_spec(device)
         entry = self.match(problem, spec)
         if entry is None:
-            return []
-        return [config for config in entry.candidates if self._runs_on(config, problem.dtype, spec)]
+            return None
+        configs = tuple(config for config in entry.candidates if self._runs_on(config, problem.dtype, spec))
+        pin = entry.pin if entry.pin == ATEN or (entry.pin is not None and entry.pin in configs) else None
+        return LUTHit(entry, configs, pin)
 
     def match(self, problem: Problem, device: str | DeviceSpec) -> LUTEntry | None:
         """The entry serving `problem` on `device` (its m and k ranges tell which sizes it was made
@@ -218,13 +230,8 @@ class KernelLUT(Strict):
     def pinned(self, problem: Problem, device: str | DeviceSpec) -> GemmConfig | str | None:
         """The choice pinned for `problem`: ATEN ("aten"), a Triton config, or None when no pinned
         entry matches (or its config cannot run on `device`: one warning, then it is ignored)."""
-        spec = _device_spec(device)
-        entry = self.match(problem, spec)
-        if entry is None or entry.pin is None:
-            return None
-        if isinstance(entry.pin, GemmConfig) and not self._runs_on(entry.pin, problem.dtype, spec):
-            return None
-        return entry.pin
+        hit = self.probe(problem, device)
+        return None if hit is None else hit.pin
 
     def bucket_edges(self, device: str | DeviceSpec) -> tuple[int, ...]:
         """The length buckets the entries of `device` ask for (kernel_select.buckets): every m range

@@ -41,6 +41,7 @@ from kernel_select.layouts import a_transposed, b_transposed
 from kernel_select.model.card import ModelCard
 from kernel_select.model.checkpoint import build_body, load_checkpoint, load_network, retrain_hint
 from kernel_select.model.features import log2_alignment
+from kernel_select.options import DEFAULT_CUBLAS_MARGIN
 from kernel_select.problem import Problem
 
 GATE_STEM = "cublas_gate"
@@ -55,10 +56,8 @@ PROBLEM_FEATURE_NAMES: tuple[str, ...] = (
     "a_transposed", "b_transposed", "log2_a_contig_align", "log2_b_contig_align",
 )
 
-#: The `gemm_cublas_margin` knob's default: skip Triton when cuBLAS is predicted >= 15% faster. The
-#: smallest margin at which no validation problem of the shipped H100 gate (187) is gated while a
-#: Triton config beats cuBLAS: 11% gated, none wrongly (at 0.05: 27% gated, 10 wrongly, by up to 4.1x).
-DEFAULT_MARGIN = 0.15
+#: The `gemm_cublas_margin` knob's default (kernel_select.options says how it was chosen).
+DEFAULT_MARGIN = DEFAULT_CUBLAS_MARGIN
 #: Below this predicted cuBLAS time (ms) the margin is dropped: Inductor's autotune benchmark times
 #: ATen 1.03x-5.6x slower than it runs in the program for every GEMM of the single-GEMM suite under
 #: 0.055 ms eager and none from 0.066 ms (torch 2.11, H100), so a GEMM where cuBLAS is truly faster
@@ -75,15 +74,11 @@ POINTWISE_KERNEL_MS = 0.001
 #: ... charged only where cuBLAS is launch-sized (predicted at most this): on the H100 the charge
 #: gained 6% device time at 5.4-6.5 us GEMMs and nothing, at longer compiles, from 8.9 us up.
 EPILOGUE_CHARGE_MAX_MS = 0.008
-#: The hedge: where the margin skips Triton with cuBLAS predicted faster by less than margin + HEDGE, the
-#: model's first pick is offered beside cuBLAS anyway and Inductor's benchmark decides: one Triton compile
-#: more per such GEMM, against the gate's errors near the margin. Never in the no-margin clauses, where
-#: Inductor's benchmark over-times cuBLAS: replayed on the held-out splits (`kernel-select gate-rules`),
-#: a hedge there lost score and doubled the GEMMs slower than cuBLAS under every over-timing scenario.
-HEDGE = 0.0
-#: The rule's name in Inductor cache keys: a changed rule must not reuse old choices.
+#: The rule's name in Inductor cache keys: a changed rule must not reuse old choices. (A hedge, offering
+#: the model's first pick beside cuBLAS in a close call, was replayed on the held-out splits and lost
+#: score: docs/results.md, "The cuBLAS decision's small-GEMM rule and the hedge". There is none.)
 RULE = (f"small<{SMALL_GEMM_MS}:bias_addmm-no-margin:tie<{1 + NO_MARGIN_TIE}"
-        f":epilogue+{POINTWISE_KERNEL_MS}ms<={EPILOGUE_CHARGE_MAX_MS}ms:hedge{HEDGE}")
+        f":epilogue+{POINTWISE_KERNEL_MS}ms<={EPILOGUE_CHARGE_MAX_MS}ms")
 
 
 @dataclass(frozen=True)
@@ -128,21 +123,13 @@ class CublasDecision:
     def prefers_cublas(self) -> bool:
         return self.ratio <= 1.0 - self.margin or (self.no_margin and self.ratio < 1.0 + NO_MARGIN_TIE)
 
-    @property
-    def hedges(self) -> bool:
-        """Whether the model's first pick is offered beside cuBLAS although cuBLAS is preferred (HEDGE)."""
-        return (HEDGE > 0 and self.prefers_cublas and not self.no_margin
-                and self.ratio > 1.0 - self.margin - HEDGE)
-
     def describe(self) -> str:
         why = [f"small GEMM (< {SMALL_GEMM_MS} ms)"] if self.small else []
         why += ["cuBLAS as bias_addmm"] if self.bias_epilogue else []
         clause = f", {' and '.join(why)}: no margin, ties to cuBLAS" if why else ""
         epilogue = (f", {self.ratio:.2f} with the pointwise kernel cuBLAS leaves unfused"
                     if self.charged_epilogue else "")
-        verdict = ("benchmark ATen beside the model's first pick (a close call) and any LUT entries"
-                   if self.hedges else
-                   "skip the model's Triton picks, benchmark ATen and any LUT entries" if self.prefers_cublas
+        verdict = ("skip the model's Triton picks, benchmark ATen and any LUT entries" if self.prefers_cublas
                    else "benchmark Triton configs")
         return (f"cuBLAS decision ({self.source}): predicted cuBLAS / best Triton time "
                 f"{self.predicted_ratio:.2f}{epilogue} (margin {self.margin:.2f}{clause}): {verdict}")

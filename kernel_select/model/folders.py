@@ -33,17 +33,21 @@ def model_folders(spec: DeviceSpec) -> list[tuple[Path, DeviceSpec]]:
             if not (root == shipped and shipped_hidden(other.key))]
 
 
-def find_checkpoint(spec: DeviceSpec, stem: str) -> tuple[Path, DeviceSpec] | None:
+def find_checkpoint(spec: DeviceSpec, stem: str, *,
+                    stand_in_by_design: bool = False) -> tuple[Path, DeviceSpec] | None:
     """The first of `model_folders(spec)` holding checkpoint `stem` (its `.pt` or its `.json`), with
     the device it was trained for; None when none does. A stand-in of another device is announced
-    with one warning per process."""
+    once per process: with a warning, or at INFO where it serves the architecture by design
+    (`stand_in_by_design`)."""
     for folder, trained_for in model_folders(spec):
         if (folder / f"{stem}.pt").exists() or (folder / f"{stem}.json").exists():
             if trained_for != spec:
                 warn.warn_once(("stand-in", spec.key, stem), log,
                                "kernel_select: no %s model trained on %s; using %s (trained on %s, same "
-                               "architecture %s); `kernel-select calibrate` trains one for this GPU",
-                               stem, spec.key, folder, trained_for.key, spec.architecture)
+                               "architecture %s)%s", stem, spec.key, folder, trained_for.key,
+                               spec.architecture, "" if stand_in_by_design else
+                               "; `kernel-select calibrate` trains one for this GPU",
+                               level=logging.INFO if stand_in_by_design else logging.WARNING)
             return folder, trained_for
     return None
 

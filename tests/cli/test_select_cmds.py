@@ -20,7 +20,7 @@ from kernel_select.lut import ATEN, lut_from_rows, LUTEntry, save_lut
 from kernel_select.model import get_model
 from kernel_select.model.cublas import DEFAULT_MARGIN, NO_MARGIN_TIE, SMALL_GEMM_MS
 from kernel_select.problem import Problem
-from kernel_select.select import select
+from kernel_select.decision import select
 from kernel_select.space import for_problem
 from tests.subprocess_env import package_env
 
@@ -125,7 +125,7 @@ def test_topk_json_matches_the_library(capsys):
     expected = select(SEED, model=get_model("analytical", h100), gemm_topk=6, gate=runtime.gate(h100),
                       cublas_margin=DEFAULT_MARGIN)
     assert payload["model"] == "analytical" and payload["pinned"] is None and payload["hedged"] == ""
-    assert payload["candidates"] == expected.candidates == len(for_problem(SEED, "h100"))
+    assert payload["candidates"] == expected.ranked == len(for_problem(SEED, "h100"))
     assert [c["rank"] for c in payload["choices"]] == [1, 2, 3, 4, 5, 6]
     assert [GemmConfig(**c["config"]) for c in payload["choices"]] == list(expected.configs)
     assert [c["predicted_ms"] for c in payload["choices"]] == [c.predicted_ms for c in expected.choices]

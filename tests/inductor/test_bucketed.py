@@ -20,7 +20,8 @@ def test_each_bucket_compiles_one_graph_over_its_bounds_at_its_middle(monkeypatc
     original = ks_inductor.KernelSelectChoices._replace
 
     def spy(self, choices, kernel_inputs, op_name, overrides):  # noqa: ANN001, ANN202
-        seen.append((kernel_inputs.mnk_hinted()[0], inductor_inputs.served_ranges(kernel_inputs)))
+        request = inductor_inputs.request_from(kernel_inputs, op_name)
+        seen.append((kernel_inputs.mnk_hinted()[0], request.served))
         return original(self, choices, kernel_inputs, op_name, overrides)
 
     monkeypatch.setattr(ks_inductor.KernelSelectChoices, "_replace", spy)

@@ -33,7 +33,7 @@ from kernel_select.model.card import GpuIdentity  # noqa: E402
 from kernel_select.model.cublas import POINTWISE_KERNEL_MS  # noqa: E402
 from kernel_select.problem import Problem  # noqa: E402
 from kernel_select.resources import MODELS_DIR_ENV, shipped_dir  # noqa: E402
-from kernel_select.select import select  # noqa: E402
+from kernel_select.decision import select  # noqa: E402
 from kernel_select.space import for_problem, shared_memory_bytes  # noqa: E402
 from tests.inductor.kit import (  # noqa: E402
     FakeInputs, FakeNode, INDUCTOR_FIRST, LUT_A, LUT_B, SEED, finalize, inductor_candidates,
@@ -56,7 +56,7 @@ def test_triton_candidates_become_topk_with_lut_entries_first(lut_file: Path):
     assert [params_config(c) for c in triton] == expected_top(SEED, 4, pinned=[LUT_A, LUT_B])
     assert model.calls == 1  # one batched estimate over the whole space
     selection = handler.selections[-1]
-    assert selection.sources[:2] == ("lut", "lut") and selection.candidates == len(for_problem(SEED, "h100"))
+    assert selection.sources[:2] == ("lut", "lut") and selection.ranked == len(for_problem(SEED, "h100"))
 
 
 def test_configs_come_from_the_exhaustive_space_not_inductors_list():
@@ -380,7 +380,7 @@ def test_without_a_gate_file_a_user_models_cublas_time_decides_what_inductor_rec
     if offers_triton:
         # the A100's own space, ranked: an H100 config may not fit the A100's shared memory
         a100_space = for_problem(SEED, "a100")
-        assert selection.device == "a100" and selection.candidates == len(a100_space)
+        assert selection.device == "a100" and selection.ranked == len(a100_space)
         assert [params_config(c) for c in triton_of(result)] == list(selection.configs)
         assert len(selection.configs) == 4 and set(selection.configs) <= set(a100_space)
         assert result[0] is candidates["aten::mm"][0]

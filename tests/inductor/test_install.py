@@ -18,7 +18,9 @@ from torch._inductor.virtualized import V  # noqa: E402
 
 import kernel_select.inductor as ks_inductor  # noqa: E402
 from kernel_select import options  # noqa: E402
-from kernel_select.errors import OptionError  # noqa: E402
+from kernel_select import runtime  # noqa: E402
+from kernel_select.errors import LUTError, ModelError, OptionError  # noqa: E402
+from kernel_select.resources import MODELS_DIR_ENV  # noqa: E402
 from tests.inductor.kit import FakeInputs, finalize, inductor_candidates, run_python, triton_of  # noqa: E402
 from tests.inductor_doubles import FakeModel  # noqa: E402
 
@@ -124,6 +126,60 @@ def test_install_with_the_old_topk_spelling_warns_and_works():
     assert [h.settings().gemm_topk for h in (handler, rebuilt)] == [4, 4]
     inputs = FakeInputs(560, 1280, 3420)
     assert len(triton_of(finalize(handler, inputs, inductor_candidates(inputs)))) == 4
+
+
+def test_a_deprecated_name_warns_at_the_users_call():
+    with pytest.warns(DeprecationWarning) as caught:
+        ks_inductor.install(topk=4, gemm_model="analytical", gemm_device="h100")
+    with pytest.warns(DeprecationWarning) as in_with:
+        with ks_inductor.enabled(cublas_margin=0.1, gemm_model="analytical", gemm_device="h100"):
+            pass
+    assert [w.filename for w in (*caught, *in_with)] == [__file__, __file__]
+
+
+def test_python_shows_a_deprecated_name_by_default():
+    # Python's default filters show a DeprecationWarning attributed to __main__ and hide the others.
+    result = run_python("""
+        import kernel_select.inductor as ks_inductor
+        ks_inductor.install(topk=4, gemm_model="analytical", gemm_device="h100")
+    """)
+    assert result.returncode == 0, result.stderr
+    assert "DeprecationWarning: install: 'topk' is deprecated; use 'gemm_topk'" in result.stderr
+
+
+def test_install_checks_the_lut_and_raises_with_nothing_installed(tmp_path: Path):
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"schema_version": 4, "devices": {"h100": {"mm": {"bfloat16": [{"m": 1}]}}}}')
+    previous_handler, previous_class = V.choices, inductor_config.inductor_choices_class
+    for path in (broken, tmp_path / "missing.json"):
+        with pytest.raises(LUTError) as info:
+            ks_inductor.install(kernel_lut_path=str(path), gemm_model="analytical")
+        assert str(path) in str(info.value) and "\n" not in str(info.value)
+    assert V.choices is previous_handler and inductor_config.inductor_choices_class is previous_class
+    assert not ks_inductor.uninstall()
+
+
+def test_install_loads_the_model_for_a_known_device_and_raises_when_it_does_not_load(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    with pytest.raises(ModelError, match="no_such_model"):
+        ks_inductor.install(gemm_model="no_such_model", gemm_device="h100")
+    assert not ks_inductor.uninstall()
+    folder = tmp_path / "models" / "h100"
+    folder.mkdir(parents=True)
+    (folder / "mlp.json").write_text("{ not a model card")
+    (folder / "mlp.pt").write_bytes(b"not weights")
+    monkeypatch.setenv(MODELS_DIR_ENV, str(tmp_path / "models"))
+    runtime.reset()
+    with pytest.raises(ModelError):
+        ks_inductor.install(gemm_device="h100")
+    assert not ks_inductor.uninstall()
+
+
+def test_a_gpu_without_a_trained_model_installs_with_a_warning(caplog: pytest.LogCaptureFixture):
+    with caplog.at_level(logging.WARNING):
+        ks_inductor.install(gemm_device="a100")
+    assert ks_inductor.uninstall()
+    assert any("no trained model for a100" in r.getMessage() for r in caplog.records)
 
 
 def test_import_kernel_select_imports_neither_inductor_nor_triton():

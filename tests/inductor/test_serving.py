@@ -19,7 +19,7 @@ from kernel_select.configs import GemmConfig  # noqa: E402
 from kernel_select.inductor import inputs as inductor_inputs  # noqa: E402
 from kernel_select.lut import ATEN, LUTEntry, MRange, SizeRange, lut_from_rows, save_lut  # noqa: E402
 from kernel_select.problem import default_spread, spread_ms  # noqa: E402
-from kernel_select.select import select  # noqa: E402
+from kernel_select.decision import m_values_to_rank, select  # noqa: E402
 from tests.inductor.kit import (  # noqa: E402
     FakeInputs, SEED, finalize, inductor_candidates, params_config, triton_of)
 from tests.inductor_doubles import FakeModel  # noqa: E402
@@ -48,8 +48,8 @@ def test_a_symbolic_m_is_ranked_over_the_default_spread_around_its_hint():
     handler = ks_inductor.KernelSelectChoices(gemm_topk=4, gemm_model=FakeModel(), gemm_device="h100")
     triton = triton_of(finalize(handler, inputs, inductor_candidates(inputs)))
     selection = handler.selections[-1]
-    assert selection.ms == default_spread(560) and selection.ms_origin == "hint/4..hint*4"
-    expected = select(SEED, model=FakeModel(), gemm_topk=4, ms=default_spread(560)).configs
+    assert selection.m_values == default_spread(560) and selection.m_values_origin == "hint/4..hint*4"
+    expected = select(SEED, model=FakeModel(), gemm_topk=4, m_values=default_spread(560)).configs
     assert [params_config(c) for c in triton] == list(expected)
     assert all(c.params.to_kwargs()["hint_override"] is None for c in triton)
 
@@ -58,7 +58,7 @@ def test_a_static_m_is_ranked_for_itself():
     inputs = FakeInputs(560, 1280, 3420)
     handler = ks_inductor.KernelSelectChoices(gemm_topk=4, gemm_model=FakeModel(), gemm_device="h100")
     finalize(handler, inputs, inductor_candidates(inputs))
-    assert handler.selections[-1].ms == ()
+    assert handler.selections[-1].m_values == ()
 
 
 def test_the_dynamic_m_knob_and_option_name_the_ms():
@@ -67,11 +67,11 @@ def test_the_dynamic_m_knob_and_option_name_the_ms():
                                               gemm_dynamic_m="560,1024,8192")
     finalize(handler, inputs, inductor_candidates(inputs))
     selection = handler.selections[-1]
-    assert selection.ms == (560, 1024, 8192) and selection.ms_origin == "gemm_dynamic_m"
+    assert selection.m_values == (560, 1024, 8192) and selection.m_values_origin == "gemm_dynamic_m"
     ks_inductor.register_options()
     with inductor_config.patch({"gemm_dynamic_m": "512..4096"}):
         finalize(handler, inputs, inductor_candidates(inputs))
-    assert handler.selections[-1].ms == spread_ms(512, 4096)
+    assert handler.selections[-1].m_values == spread_ms(512, 4096)
 
 
 def test_a_lut_entrys_m_range_wins_over_the_knob(tmp_path: Path):
@@ -82,7 +82,7 @@ def test_a_lut_entrys_m_range_wins_over_the_knob(tmp_path: Path):
         handler = ks_inductor.KernelSelectChoices(gemm_topk=4, gemm_model=FakeModel(), gemm_device="h100",
                                                   kernel_lut_path=path)
         triton = triton_of(finalize(handler, inputs, inductor_candidates(inputs)))
-    assert handler.selections[-1].ms == spread_ms(256, 2048)
+    assert handler.selections[-1].m_values == spread_ms(256, 2048)
     assert params_config(triton[0]) == PINNED  # the LUT's configs still come first
 
 
@@ -124,7 +124,7 @@ def test_a_real_cpu_compile_with_mark_dynamic_gives_the_declared_range(monkeypat
     m, declared, hint = seen[0]
     assert m is not None and not m.is_number and hint == 96
     assert declared == (16, 4096)
-    assert inductor_inputs.ms_to_rank(hint, None, None, declared) == (spread_ms(16, 4096), "declared range")
+    assert m_values_to_rank(hint, None, None, declared) == (spread_ms(16, 4096), "declared range")
 
 
 # -- pinned entries -----------------------------------------------------------------------------
@@ -199,16 +199,16 @@ def test_a_pin_for_a_template_inductor_does_not_offer_keeps_inductors_candidates
 
 def test_addmm_drops_aten_in_its_first_call_when_triton_is_pinned(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch):
-    from kernel_select.inductor import candidates
+    from kernel_select.inductor import choice_builder
 
     path = write_lut(tmp_path, LUTEntry(m=560, n=1280, k=3420, pin=PINNED), op="addmm")
     inputs = FakeInputs(560, 1280, 3420)
     handler = ks_inductor.KernelSelectChoices(gemm_topk=4, gemm_model=FakeModel(), gemm_device="h100",
                                               kernel_lut_path=path)
     aten_call = {"aten::addmm": inductor_candidates(inputs)["aten::mm"]}
-    monkeypatch.setattr(candidates, "_triton_offered", lambda kernel_inputs: True)
+    monkeypatch.setattr(choice_builder, "_triton_offered", lambda kernel_inputs: True)
     assert finalize(handler, inputs, aten_call, op="addmm") == []
-    monkeypatch.setattr(candidates, "_triton_offered", lambda kernel_inputs: False)
+    monkeypatch.setattr(choice_builder, "_triton_offered", lambda kernel_inputs: False)
     assert len(finalize(handler, inputs, aten_call, op="addmm")) == 1  # no Triton call coming: keep ATen
     triton_call = {"triton::mm": inductor_candidates(inputs)["triton::mm"]}
     assert [params_config(c) for c in finalize(handler, inputs, triton_call, op="addmm")] == [PINNED]
@@ -251,5 +251,6 @@ def test_a_bucket_graph_is_ranked_over_its_bucket_not_the_whole_dynamic_m_knob(
                                               gemm_dynamic_m="560..8192")
     finalize(handler, inputs, inductor_candidates(inputs))
     selection = handler.selections[-1]
-    assert selection.ms == spread_ms(1024, 2047) and selection.ms_origin.startswith("declared range")
-    assert inductor_inputs.ms_to_rank(1440, None, spread_ms(560, 8192), (560, 8192))[1] == "gemm_dynamic_m"
+    assert selection.m_values == spread_ms(1024, 2047)
+    assert selection.m_values_origin.startswith("declared range")
+    assert m_values_to_rank(1440, None, spread_ms(560, 8192), (560, 8192))[1] == "gemm_dynamic_m"

@@ -36,7 +36,7 @@ from kernel_select.model.mlp import MLPModel
 from kernel_select.offline.training.cublas_fit import save_problem_net
 from kernel_select.offline.training.train import save_model
 from kernel_select.problem import Problem
-from kernel_select.select import select
+from kernel_select.decision import select
 
 H100 = get_device("h100")
 NAMES = list(PROBLEM_FEATURE_NAMES)

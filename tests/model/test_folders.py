@@ -112,7 +112,8 @@ def test_a_device_without_a_folder_gets_a_same_architecture_stand_in_with_one_wa
     assert len(mlp_warnings) == 1
     assert str(SHIPPED / "h100") in mlp_warnings[0] and "sm_90" in mlp_warnings[0]
     assert "kernel-select calibrate" in mlp_warnings[0]
-    assert len([m for m in _warnings(caplog) if "no cublas_gate model trained on h100-pcie" in m]) == 1
+    # the gate serves its architecture by design (model.load_gate): announced at INFO, not warned
+    assert not [m for m in _warnings(caplog) if "no cublas_gate model trained on h100-pcie" in m]
 
 
 def test_a_stand_in_in_the_user_directory_comes_before_the_shipped_one(user: Path):

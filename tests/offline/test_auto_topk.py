@@ -11,7 +11,7 @@ from kernel_select.model import get_model
 from kernel_select.model.auto_topk import auto_k_from_gap
 from kernel_select.offline.training.uncertainty import choose_gap, gap_k, scores_at_k
 from kernel_select.problem import Problem
-from kernel_select.select import AUTO_FALLBACK, resolve_k, select
+from kernel_select.decision import AUTO_FALLBACK, resolve_k, select
 from tests.synthetic import untrained_mlp
 
 
@@ -48,7 +48,7 @@ def test_resolve_k_auto_asks_the_model_and_falls_back_to_top4():
 
 def test_select_auto_returns_between_one_and_the_cap():
     chosen = select(Problem(560, 1280, 3420, "bfloat16"), model=untrained_mlp(), gemm_topk="auto", auto_cap=3)
-    assert 1 <= len(chosen.choices) <= 3 and not chosen.hedged
+    assert 1 <= len(chosen.choices) <= 3 and not chosen.auto_at_cap
 
 
 def test_gap_k_and_scores_at_k_per_problem():

@@ -58,7 +58,7 @@ from kernel_select.offline.serving import crossovers
 from kernel_select.offline.serving.crossovers import DEFAULT_REFINE, DEFAULT_TOLERANCE, Measured, Timings
 from kernel_select.offline.serving.discovery import Site
 from kernel_select.problem import Problem, spread_ms
-from kernel_select.select import select
+from kernel_select.decision import select
 
 log = logging.getLogger(__name__)
 

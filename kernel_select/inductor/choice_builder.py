@@ -1,4 +1,4 @@
-"""What the handler hands back to Inductor: candidate lists built from a Selection.
+"""What the handler hands back to Inductor: candidate lists built from the decision's Selections.
 
 Triton configs. Each selected config becomes a KernelTemplateChoice shaped like Inductor's own first
 candidate of the template (`peek_first`), so everything that is a property of the problem rather
@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from torch._inductor.virtualized import V
@@ -48,7 +48,7 @@ from torch._inductor.virtualized import V
 from kernel_select import warn
 from kernel_select.configs import GemmConfig
 from kernel_select.errors import KernelSelectError
-from kernel_select.select import ATEN, Selection
+from kernel_select.decision import ATEN, Selection
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +101,20 @@ def synthesize(selection: Selection, base: Any, k_symbolic: Any, overrides: dict
     return synthesized
 
 
+def replace_triton(choices: dict[str, Iterable[Any]], bases: dict[str, Any], selections: Sequence[Selection],
+                   k_expr: Any, kwarg_overrides: dict[str, dict[str, Any]]) -> dict[str, Iterable[Any]]:
+    """`choices` with each Triton GEMM template's candidates (its Inductor-made first one in `bases`)
+    replaced by the selected configs of every selection; after Inductor's own for a problem outside the
+    model's training data."""
+    replaced = dict(choices)
+    for uid, base in bases.items():
+        overrides = kwarg_overrides.get(uid, {})
+        ours = [choice for selection in selections
+                for choice in synthesize(selection, base, k_expr, overrides)]
+        replaced[uid] = beside_own(choices[uid], ours) if selections[0].outside else ours
+    return replaced
+
+
 def beside_own(own: Iterable[Any], ours: list[Any]) -> list[Any]:
     """Inductor's own candidates, then those of `ours` whose config Inductor does not offer already."""
     own = list(own)
@@ -144,6 +158,26 @@ def prefer_bias_epilogue(choices: dict[str, Iterable[Any]], op_name: str) -> dic
 
 #: Lowerings that split their candidates over several get_template_configs calls.
 SPLIT_CALL_OPS = frozenset({"addmm"})
+
+
+def offer_pin(selection: Selection, choices: dict[str, Iterable[Any]], kernel_inputs: Any, op_name: str,
+              kwarg_overrides: dict[str, dict[str, Any]], k_expr: Any,
+              triton_uids: frozenset[str]) -> dict[str, list[Any]] | None:
+    """The candidates of a problem the LUT pins (its one choice, see `offer_only_pin`), or None, logged."""
+    def make_triton(base: Any) -> Any:
+        return synthesize(selection, base, k_expr, kwarg_overrides.get(base.template.uid, {}))[0]
+
+    pin = selection.pinned
+    offered = offer_only_pin(choices, pin, op_name, kernel_inputs, triton_uids, make_triton)
+    if offered is not None and any(offered.values()):
+        log.info("kernel_select: %s on %s: pinned by the LUT to %s; nothing is benchmarked",
+                 selection.problem, selection.device, pin if isinstance(pin, str) else pin.short())
+        if selection.pin_gap:
+            warn.warn_once(("pin gap", selection.problem, selection.pin_gap), log,
+                           "kernel_select: %s: %s; one kernel serves them all with this pin. Compile "
+                           "one graph per length bucket (kernel_select.inductor.bucketed) to serve "
+                           "each bucket its own pin", selection.problem, selection.pin_gap)
+    return offered
 
 
 def offer_only_pin(choices: dict[str, Iterable[Any]], pin: GemmConfig | str, op_name: str,
