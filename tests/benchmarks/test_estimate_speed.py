@@ -68,3 +68,15 @@ def test_estimate_speed_first_call(benchmark, one_thread, name):
 
     out = benchmark.pedantic(model.estimate, setup=never_seen, rounds=100)
     assert out.shape == (len(space),)
+
+
+@pytest.mark.parametrize("name", registered_models("h100"))
+def test_select_speed(benchmark, one_thread, name):
+    """The whole decision for the seed GEMM (score the exhaustive space, the cuBLAS rule, top-8): what a
+    compile pays per GEMM on top of the model."""
+    from kernel_select import select
+
+    model = _model(name)
+    candidates = for_problem(SEED, "h100")
+    selection = benchmark(select, SEED, model=model, gemm_topk=8, candidates=candidates)
+    assert len(selection.choices) == 8

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 
 import numpy as np
 import pytest
@@ -136,16 +135,3 @@ def test_rejects_what_it_cannot_score():
         MODEL.estimate(Problem(16, 16, 16, "bfloat16", op="conv"), [TILE])
     with pytest.raises(ProblemError):
         MODEL.estimate(0, 16, 16, "bfloat16", [TILE])
-
-
-def test_scores_a_full_exhaustive_space_in_about_a_millisecond():
-    problem = Problem(560, 1280, 3420)
-    configs = for_problem(problem, H100)
-    MODEL.estimate(problem, configs)
-    timings = []
-    for _ in range(30):
-        start = time.perf_counter()
-        MODEL.estimate(problem, configs)
-        timings.append(time.perf_counter() - start)
-    # Typically ~0.6 ms; the bound leaves room for a slow shared CI core.
-    assert np.median(timings) < 5e-3
