@@ -364,7 +364,8 @@ def test_the_progress_file_is_replaced_atomically_and_a_torn_one_is_named(tmp_pa
 def test_a_site_the_lut_would_refuse_is_refused_before_anything_is_measured(tmp_path: Path):
     calls = []
     site = discovery.Site(Problem(560, 1280, 3420, "bfloat16"), "m", 560, 2**31)
-    with pytest.raises(KernelSelectError, match=r"dynamic m: 560..2147483648.*max: .*less than or equal to 2147483647.*nothing was"):
+    refused = r"dynamic m: 560..2147483648.*max: .*less than or equal to 2147483647.*nothing was"
+    with pytest.raises(KernelSelectError, match=refused):
         pretune.pretune([site], out=tmp_path / "serving.json", device=H100, model=FakeModel(), k=1,
                         points=1, benchmark=lambda *a, **k: calls.append(a) or {ATEN: 1.0}, progress=False)
     assert calls == [] and not (tmp_path / "serving.json").exists()

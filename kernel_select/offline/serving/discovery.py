@@ -17,8 +17,8 @@ low..high at serve time.
   gradient). It sees no epilogue and no lowering decision; for steps that are not one module
   call (a training step with its optimizer).
 - `load_shapes`: a JSON list of {"op", "dtype", "n", "m", "k", ["batch"], ["layout"], ["source"]},
-  where m or k, not both, may be {"min", "max"}, and any other key is refused; `layout` is "nn" (default), "nt", "tn" or "tt": A then B,
-  "n" row-major, "t" a transposed view (column-major).
+  where m or k, not both, may be {"min", "max"}, and any other key is refused; `layout` is "nn"
+  (default), "nt", "tn" or "tt": A then B, "n" row-major, "t" a transposed view (column-major).
 """
 
 from __future__ import annotations
@@ -258,10 +258,12 @@ def _shape_site(item: Any) -> Site:
     if len(ranges) > 1:
         raise ValueError("m and k are both ranges; a GEMM follows one dynamic size, so give one "
                          "of them as an integer (split the GEMM into one entry per fixed size)")
-    sizes = {dim: ranges[dim][1] if dim in ranges else shape_fields.size(item, dim) for dim in ("m", "k")}
+    sizes = {dim: ranges[dim][1] if dim in ranges else shape_fields.size(item, dim)
+             for dim in ("m", "k")}
     problem = Problem(sizes["m"], shape_fields.size(item, "n"), sizes["k"],
                       shape_fields.text(item, "dtype", "bfloat16"),
-                      batch=shape_fields.size(item, "batch", default=1), op=shape_fields.text(item, "op", "mm"))
+                      batch=shape_fields.size(item, "batch", default=1),
+                      op=shape_fields.text(item, "op", "mm"))
     layout = check_layout(shape_fields.text(item, "layout", "nn"))
     for dim, (low, high) in ranges.items():
         if low != high:
