@@ -187,7 +187,7 @@ def test_train_and_evaluate_share_one_device_rule(tiny, tmp_path, caplog):
     mixed = pd.concat([frame, frame.assign(device_name="NVIDIA A100-SXM4-80GB", sm_count=108)])
     mixed_path = tmp_path / "mixed.parquet"
     dataset.write(mixed, mixed_path)
-    with pytest.raises(DatasetError, match=r"mixed.parquet: rows come from 2 devices \(a100, h100\); name one"):
+    with pytest.raises(DatasetError, match=r"mixed.parquet: rows come from 2 devices \(a100, h100\); name"):
         evaluate(mixed_path, "test", [TableModel(table)])
     with caplog.at_level(logging.WARNING):
         named = evaluate(mixed_path, "test", [TableModel(table)], device="h100")

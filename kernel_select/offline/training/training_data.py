@@ -82,9 +82,9 @@ def check_runtimes(frame: pd.DataFrame, source: str) -> None:
     fast = np.isfinite(times) & (times < MIN_RUNTIME_MS)
     if fast.any():
         row = int(np.argmax(fast))
-        raise DatasetError(f"{source}: {int(fast.sum())} rows have a runtime under {MIN_RUNTIME_MS} ms (problem "
-                           f"{frame['problem_id'].iloc[row]}: {times[row]:.3g} ms), faster than any GEMM "
-                           "kernel runs; runtime_ms is in milliseconds")
+        raise DatasetError(f"{source}: {int(fast.sum())} rows have a runtime under {MIN_RUNTIME_MS} ms "
+                           f"(problem {frame['problem_id'].iloc[row]}: {times[row]:.3g} ms), faster than any "
+                           "GEMM kernel runs; runtime_ms is in milliseconds")
 
 
 def domain_of(rows: pd.DataFrame) -> Domain:
