@@ -23,9 +23,12 @@ from typing import Literal
 
 from kernel_select.configs import GemmConfig, torch_minor_version
 from kernel_select.device import DeviceSpec, get_device
+from kernel_select.errors import ConfigError
 from kernel_select.problem import DTYPE_BYTES, Problem
 
 SearchSpace = Literal["default", "exhaustive"]
+#: The torch versions (major, minor) whose Inductor lists this module reproduces: 2.12 has 2.11's.
+KNOWN_TORCH = ((2, 11), (2, 12), (2, 13))
 Raw = tuple[int, int, int, int, int, int]  # block_m, block_n, block_k, num_stages, num_warps, group_m
 
 # Inductor 2.11's BaseConfigHeuristic.mm_configs: (block_m, block_n, block_k, num_stages, num_warps).
@@ -151,11 +154,29 @@ def inductor_configs(problem: Problem, search_space: SearchSpace = "exhaustive",
     return finalize(scaled)
 
 
+def check_torch_version(version: str) -> str:
+    """`version` when it names a torch whose config lists this module reproduces (KNOWN_TORCH).
+
+    Raises:
+        ConfigError: for any other version (0.1, 3.0, "abc"), listing the known ones: the lists
+            of another torch are not known, and guessing one would rank from the wrong space.
+    """
+    if torch_minor_version(version) not in KNOWN_TORCH:
+        known = ", ".join("%d.%d" % minor for minor in KNOWN_TORCH)
+        raise ConfigError(f"torch version {version[:40]!r}: the config space is known for torch {known} "
+                          "only; name one of them")
+    return version
+
+
 def for_problem(problem: Problem, device: DeviceSpec | str,
                 search_space: SearchSpace = "exhaustive",
                 torch_version: str | None = None) -> list[GemmConfig]:
-    """Inductor's configs for `problem`, minus those that cannot fit the device's shared memory."""
+    """Inductor's configs for `problem`, minus those that cannot fit the device's shared memory.
+    `torch_version`: whose lists (default: the installed torch's); one given must be known
+    (`check_torch_version`)."""
     spec = get_device(device)
+    if torch_version is not None:
+        check_torch_version(torch_version)
     if search_space == "default":
         torch_version = "%d.%d" % torch_minor_version(torch_version)
     # The space depends on m, n, k only through their clamped powers of two, so many problems
