@@ -369,3 +369,13 @@ def test_a_site_the_lut_would_refuse_is_refused_before_anything_is_measured(tmp_
         pretune.pretune([site], out=tmp_path / "serving.json", device=H100, model=FakeModel(), k=1,
                         points=1, benchmark=lambda *a, **k: calls.append(a) or {ATEN: 1.0}, progress=False)
     assert calls == [] and not (tmp_path / "serving.json").exists()
+
+
+@pytest.mark.parametrize("margin", ["٠٫١٥", "٠.١٥", "０.１５"])  # Arabic-Indic and full-width digits
+def test_the_cublas_margin_pretune_reads_takes_ascii_digits_only(margin):
+    from kernel_select.errors import OptionError
+    from kernel_select.options import parse_cublas_margin
+
+    assert parse_cublas_margin(" 0.15 ") == 0.15
+    with pytest.raises(OptionError, match="expected a fraction in \\[0, 1\\)"):
+        parse_cublas_margin(margin)
