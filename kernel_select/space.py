@@ -19,7 +19,11 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import operator
+from collections.abc import Sequence
 from typing import Literal
+
+import numpy as np
 
 from kernel_select.configs import GemmConfig, torch_minor_version
 from kernel_select.device import DeviceSpec, get_device
@@ -139,6 +143,23 @@ def unfit_reason(config: GemmConfig, dtype: str, device: DeviceSpec) -> str | No
         return (f"{config.short()} needs {accumulator:,} accumulator registers per block; "
                 f"{device.key} has {device.registers_per_sm:,} per SM")
     return None
+
+
+_TILE_FIELDS = operator.attrgetter("block_m", "block_n", "block_k", "num_stages", "num_warps")
+
+
+def unfit_mask(configs: Sequence[GemmConfig], dtype: str, device: DeviceSpec) -> np.ndarray:
+    """`unfit_reason(config, dtype, device) is not None` for every config at once, in numpy: the
+    same four limits, fast enough for a model's every estimate (a whole exhaustive space in well
+    under a millisecond, where a cached call per config costs about two)."""
+    # One flat pass over the attributes, as the analytical model reads them.
+    fields = itertools.chain.from_iterable(map(_TILE_FIELDS, configs))
+    bm, bn, bk, stages, warps = np.fromiter(fields, dtype=np.int64, count=5 * len(configs)).reshape(-1, 5).T
+    smem = DTYPE_BYTES[dtype] * (bm * bk + bn * bk) * stages + _SMEM_EXTRA_BYTES
+    threads = warps * 32
+    accumulator = bm * bn
+    return ((smem > device.smem_per_block_optin) | (threads > MAX_THREADS_PER_BLOCK)
+            | (-(-accumulator // threads) > _MAX_ACC_REGISTERS) | (accumulator > device.registers_per_sm))
 
 
 
