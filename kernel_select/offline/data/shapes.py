@@ -8,7 +8,8 @@ Each problem's work is capped (MAX_FLOP) so that slow configs on huge problems c
 budget. Shapes files (JSON) are what `kernel-select bench` and `compare` read; an entry may name
 the operands' memory layout (`"layout"`, kernel_select.layouts; default "nn", A and B row-major)
 and a batched op (`"op": "bmm"` with `"batch"`: C[batch, m, n] = A[batch, m, k] @ B[batch, k, n];
-default "mm", batch 1).
+default "mm", batch 1). Every field is read strictly (shape_fields.py): sizes are integers from 1
+to 2^31 - 1, and an unknown key (a misspelled "layuot") is refused, not ignored.
 """
 
 from __future__ import annotations
