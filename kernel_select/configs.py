@@ -7,7 +7,6 @@ A GemmConfig carries Inductor's lowercase field names. It converts to a `triton.
 
 from __future__ import annotations
 
-import ast
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +18,7 @@ if TYPE_CHECKING:
     from kernel_select.problem import Problem
 
 _POW2_BLOCKS = (16, 32, 64, 128, 256, 512, 1024)
+_KWARG_NAMES = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_stages", "num_warps")
 
 
 class GemmConfig(BaseModel):
@@ -116,13 +116,23 @@ class GemmConfig(BaseModel):
     def from_inductor_kwargs(cls, kwargs: dict[str, Any]) -> GemmConfig:
         """Read BLOCK_*/GROUP_M/num_stages/num_warps out of Inductor template kwargs."""
         try:
-            return cls.create(block_m=int(kwargs["BLOCK_M"]), block_n=int(kwargs["BLOCK_N"]),
-                              block_k=int(kwargs["BLOCK_K"]), group_m=int(kwargs.get("GROUP_M", 8)),
-                              num_stages=int(kwargs["num_stages"]), num_warps=int(kwargs["num_warps"]))
+            return cls.create(block_m=_whole(kwargs["BLOCK_M"]), block_n=_whole(kwargs["BLOCK_N"]),
+                              block_k=_whole(kwargs["BLOCK_K"]), group_m=_whole(kwargs.get("GROUP_M", 8)),
+                              num_stages=_whole(kwargs["num_stages"]), num_warps=_whole(kwargs["num_warps"]))
         except KeyError as exc:
-            raise ConfigError(f"{exc.args[0]}: missing from Inductor kwargs {kwargs}") from None
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"Inductor kwargs {kwargs}: {exc}") from None
+            raise ConfigError(f"{exc.args[0]}: missing from Inductor kwargs {_clipped(kwargs)}") from None
+        except (TypeError, ValueError):
+            named = {name: kwargs.get(name) for name in _KWARG_NAMES}
+            raise ConfigError(f"Inductor kwargs: BLOCK_*, GROUP_M, num_stages and num_warps must be "
+                              f"integers, got {_clipped(named)}") from None
+
+
+def _whole(value: Any) -> int:
+    """An Inductor kwarg as an int: an int, a whole float or ASCII digits (int() alone would take
+    "٦٤" or 5,000 digits)."""
+    if isinstance(value, str) and not (value.isascii() and _INT.fullmatch(value.strip())):
+        raise ValueError(f"not an integer: {_clipped(value)}")
+    return int(value)
 
 
 def mm_template_kwargs(problem: Problem) -> dict[str, Any]:
@@ -161,14 +171,35 @@ def parse_inductor_description(text: str) -> dict[str, Any]:
     """
     pairs = _KV.findall(text)
     if not pairs:
-        raise ConfigError(f"no KEY=value pairs in Inductor description {text!r}")
-    out: dict[str, Any] = {}
-    for key, raw in pairs:
-        try:
-            out[key] = ast.literal_eval(raw)
-        except (ValueError, SyntaxError):
-            out[key] = raw
-    return out
+        raise ConfigError(f"no KEY=value pairs in Inductor description {_clipped(text)}")
+    return {key: _literal(raw) for key, raw in pairs}
+
+
+_INT = re.compile(r"[+-]?\d{1,18}", re.ASCII)
+_FLOAT = re.compile(r"[+-]?(?:\d{1,18}\.\d{0,18}|\.\d{1,18})(?:[eE][+-]?\d{1,3})?", re.ASCII)
+_CONSTANTS = {"True": True, "False": False, "None": None}
+
+
+def _literal(raw: str) -> Any:
+    """The value of one description field: an int, a float, a bool, None or a quoted string; any
+    other text is kept as it is. Not ast.literal_eval: a log line is not trusted, and 200,000 "-"
+    or 5,000 "~" make that recurse until MemoryError or RecursionError; each pattern here is
+    bounded (an int of at most 18 digits)."""
+    if raw in _CONSTANTS:
+        return _CONSTANTS[raw]
+    if _INT.fullmatch(raw):
+        return int(raw)
+    if _FLOAT.fullmatch(raw):
+        return float(raw)
+    if len(raw) >= 2 and raw[0] in "'\"" and raw[-1] == raw[0]:
+        return raw[1:-1]
+    return raw
+
+
+def _clipped(value: Any) -> str:
+    """repr(value), cut short: a description may be a whole log line."""
+    shown = repr(value)
+    return shown if len(shown) <= 80 else shown[:80] + "..."
 
 
 def config_from_description(text: str) -> GemmConfig:

@@ -147,7 +147,9 @@ def parse_cublas_margin(value: object, *, source: str = "gemm_cublas_margin") ->
         if text.lower() in (OFF, "none"):
             return None
         try:
-            value = float(text)
+            # ASCII only: float() also reads Arabic-Indic and other Unicode digits ("٠٫١٥"), which
+            # nobody types on purpose into a number that every other tool reads as text.
+            value = float(text) if text.isascii() else value
         except ValueError:
             pass
     if isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value < 1.0:

@@ -19,13 +19,20 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import operator
+from collections.abc import Sequence
 from typing import Literal
+
+import numpy as np
 
 from kernel_select.configs import GemmConfig, torch_minor_version
 from kernel_select.device import DeviceSpec, get_device
+from kernel_select.errors import ConfigError
 from kernel_select.problem import DTYPE_BYTES, Problem
 
 SearchSpace = Literal["default", "exhaustive"]
+#: The torch versions (major, minor) whose Inductor lists this module reproduces: 2.12 has 2.11's.
+KNOWN_TORCH = ((2, 11), (2, 12), (2, 13))
 Raw = tuple[int, int, int, int, int, int]  # block_m, block_n, block_k, num_stages, num_warps, group_m
 
 # Inductor 2.11's BaseConfigHeuristic.mm_configs: (block_m, block_n, block_k, num_stages, num_warps).
@@ -138,6 +145,23 @@ def unfit_reason(config: GemmConfig, dtype: str, device: DeviceSpec) -> str | No
     return None
 
 
+_TILE_FIELDS = operator.attrgetter("block_m", "block_n", "block_k", "num_stages", "num_warps")
+
+
+def unfit_mask(configs: Sequence[GemmConfig], dtype: str, device: DeviceSpec) -> np.ndarray:
+    """`unfit_reason(config, dtype, device) is not None` for every config at once, in numpy: the
+    same four limits, fast enough for a model's every estimate (a whole exhaustive space in well
+    under a millisecond, where a cached call per config costs about two)."""
+    # One flat pass over the attributes, as the analytical model reads them.
+    fields = itertools.chain.from_iterable(map(_TILE_FIELDS, configs))
+    bm, bn, bk, stages, warps = np.fromiter(fields, dtype=np.int64, count=5 * len(configs)).reshape(-1, 5).T
+    smem = DTYPE_BYTES[dtype] * (bm * bk + bn * bk) * stages + _SMEM_EXTRA_BYTES
+    threads = warps * 32
+    accumulator = bm * bn
+    return ((smem > device.smem_per_block_optin) | (threads > MAX_THREADS_PER_BLOCK)
+            | (-(-accumulator // threads) > _MAX_ACC_REGISTERS) | (accumulator > device.registers_per_sm))
+
+
 
 def inductor_configs(problem: Problem, search_space: SearchSpace = "exhaustive",
                      torch_version: str | None = None) -> list[Raw]:
@@ -151,11 +175,29 @@ def inductor_configs(problem: Problem, search_space: SearchSpace = "exhaustive",
     return finalize(scaled)
 
 
+def check_torch_version(version: str) -> str:
+    """`version` when it names a torch whose config lists this module reproduces (KNOWN_TORCH).
+
+    Raises:
+        ConfigError: for any other version (0.1, 3.0, "abc"), listing the known ones: the lists
+            of another torch are not known, and guessing one would rank from the wrong space.
+    """
+    if torch_minor_version(version) not in KNOWN_TORCH:
+        known = ", ".join("%d.%d" % minor for minor in KNOWN_TORCH)
+        raise ConfigError(f"torch version {version[:40]!r}: the config space is known for torch {known} "
+                          "only; name one of them")
+    return version
+
+
 def for_problem(problem: Problem, device: DeviceSpec | str,
                 search_space: SearchSpace = "exhaustive",
                 torch_version: str | None = None) -> list[GemmConfig]:
-    """Inductor's configs for `problem`, minus those that cannot fit the device's shared memory."""
+    """Inductor's configs for `problem`, minus those that cannot fit the device's shared memory.
+    `torch_version`: whose lists (default: the installed torch's); one given must be known
+    (`check_torch_version`)."""
     spec = get_device(device)
+    if torch_version is not None:
+        check_torch_version(torch_version)
     if search_space == "default":
         torch_version = "%d.%d" % torch_minor_version(torch_version)
     # The space depends on m, n, k only through their clamped powers of two, so many problems

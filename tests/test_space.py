@@ -89,3 +89,15 @@ def test_every_config_the_space_proposes_can_run(device: str, problem: Problem):
     # what the space proposes and what a LUT may hold are limited by the same check
     spec = get_device(device)
     assert all(unfit_reason(c, problem.dtype, spec) is None for c in for_problem(problem, spec))
+
+
+@pytest.mark.parametrize("version", ["0.1", "3.0", "2.10", "abc", ""])
+def test_a_torch_version_whose_lists_are_not_known_is_refused_naming_the_known_ones(version):
+    from kernel_select.errors import ConfigError
+    from kernel_select.space import check_torch_version
+
+    with pytest.raises(ConfigError, match=r"the config space is known for torch 2.11, 2.12, 2.13 only"):
+        for_problem(Problem(64, 64, 64), "h100", "default", torch_version=version)
+    assert check_torch_version("2.13.0.dev20250101") == "2.13.0.dev20250101"
+    big = Problem(4096, 4096, 4096)
+    assert for_problem(big, "h100", "default", "2.12") == for_problem(big, "h100", "default", "2.11")

@@ -107,7 +107,7 @@ def run_compare_models(args: argparse.Namespace) -> int:
     print(model_report.format_models(results))
     plot = f" and {png_path}" if png_path else " (no plot: matplotlib is not installed)"
     print(f"wrote {printable(json_path)}{plot}")
-    return 0
+    return 1 if compare_models.every_run_failed(results) else 0  # nothing measured: not a success
 
 
 register = add_parser  # the name the other command modules use

@@ -236,7 +236,7 @@ def run_from_inductor(args: argparse.Namespace) -> int:
     from kernel_select.lut.bounded_read import INDUCTOR_TABLE_FILE, read_json
     from kernel_select.lut.torch_table import from_inductor_table
 
-    lut = from_inductor_table(read_json(args.path, INDUCTOR_TABLE_FILE), args.device)
+    lut = from_inductor_table(read_json(args.path, INDUCTOR_TABLE_FILE), args.device, source=args.path)
     emit_text(dump_lut(lut), args.out)
     return 0
 

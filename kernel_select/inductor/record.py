@@ -27,7 +27,8 @@ from typing import Any
 
 from kernel_select import runtime
 from kernel_select.device import DeviceSpec, get_device
-from kernel_select.errors import DeviceError
+from kernel_select.atomic_write import atomic_file
+from kernel_select.errors import DeviceError, first_line, LUTError
 from kernel_select.inductor import inputs
 from kernel_select.inductor.probe import ChoiceTiming, choice_timing, feedback_saver
 from kernel_select.layouts import DEFAULT_LAYOUT
@@ -169,6 +170,8 @@ def record(path: str | os.PathLike[str] | None = None, *, device: str | None = N
 
     target = Path(path) if path is not None else None
     existing = load_lut(target) if target is not None and target.exists() else None
+    if target is not None:
+        check_writable(target)
     recording = Recording()
 
     def saver(timings: dict[Any, float], name: str, input_nodes: list[Any], *_: Any) -> None:
@@ -182,8 +185,50 @@ def record(path: str | os.PathLike[str] | None = None, *, device: str | None = N
         yield recording
     recording.lut = lut_from_feedback(recording.feedback, _device(device), pin=pin, top=top)
     if target is not None:
-        save_lut(merge_luts(existing, recording.lut) if existing is not None else recording.lut, target)
+        save_recorded(recording.lut, existing, target)
         log.info("kernel_select.record: wrote %d entries to %s", recording.lut.num_entries, target)
+
+
+def check_writable(target: Path) -> None:
+    """Refuse, before the compile, a LUT file the recording could not be written to (read-only,
+    hard-linked, a directory, a folder without write permission): the atomic writer is opened
+    and abandoned, so the file is untouched.
+
+    Raises:
+        LUTError: one line naming the file and why.
+    """
+    class _Probe(Exception):
+        pass
+
+    try:
+        with atomic_file(target, "w"):
+            raise _Probe
+    except _Probe:
+        return
+    except OSError as exc:
+        raise LUTError(f"{target}: cannot write the recorded LUT there ({exc.strerror}); nothing was "
+                       "compiled") from None
+
+
+def save_recorded(recorded: KernelLUT, existing: KernelLUT | None, target: Path) -> None:
+    """Write `recorded` merged into `existing` at `target`. When they cannot merge (a recorded
+    entry overlaps an entry of the file without having its key) or the write fails, the recorded
+    entries are kept in a sibling file, named in the error: the compile's measurements survive.
+
+    Raises:
+        LUTError: naming `target`, the reason and the sibling file.
+    """
+    try:
+        save_lut(merge_luts(existing, recorded) if existing is not None else recorded, target)
+    except (LUTError, OSError) as exc:
+        kept = target.with_name(f"{target.stem}.recorded{target.suffix or '.json'}")
+        try:
+            save_lut(recorded, kept)
+        except (LUTError, OSError) as also:
+            raise LUTError(f"{target}: {first_line(exc)}; the {recorded.num_entries} recorded entries "
+                           f"could not be kept in {kept} either ({first_line(also)})") from None
+        raise LUTError(f"{target}: {first_line(exc)}; the {recorded.num_entries} recorded entries are kept "
+                       f"in {kept}: merge them by hand, or record into another file") from None
 
 
 def _device(name: str | None) -> DeviceSpec:

@@ -23,12 +23,15 @@ import math
 import re
 from dataclasses import dataclass
 
+from pydantic import ValidationError
+
 from kernel_select.configs import GemmConfig, config_from_description
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import KernelSelectError, LUTError, ProblemError
 from kernel_select.layouts import DEFAULT_LAYOUT, layout_from_strides
 from kernel_select.lut import BATCHED_OPS, BatchedLUTEntry, KernelLUT, lut_from_rows, LUTEntry, LUTRow
 from kernel_select.problem import SUPPORTED_OPS, Problem, dtype_name
+from kernel_select.space import unfit_reason
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +177,10 @@ def lut_from_autotune_log(text: str, device: str | DeviceSpec, *, top: int = 1,
     layout its block's strides prove (none where they prove none; such a block is skipped when
     its shape was read with a layout, or the reverse, since the two entries would overlap).
     Blocks that are not GEMMs or have no usable Triton choice are skipped with a log message.
+    The table is one `lut validate` accepts: a config that cannot run on `device` (shared memory,
+    registers, threads: `space.unfit_reason`) is left out, and a GEMM the table cannot hold
+    (m = 0, a size over 2^31 - 1) is skipped, each with a warning naming `source`, the block's
+    line and the reason.
 
     Raises:
         LUTError: if `top` < 1 or the text has no usable AUTOTUNE block.
@@ -181,30 +188,61 @@ def lut_from_autotune_log(text: str, device: str | DeviceSpec, *, top: int = 1,
     """
     if top < 1:
         raise LUTError(f"top: keep at least one config per problem, got {top}")
-    key = get_device(device).key
+    device_spec = get_device(device)
     rows: dict[tuple[str, str, int, int, int, int], dict[str | None, LUTRow]] = {}
     blocks = parse_autotune_log(text)
     for block in blocks:
+        where = f"{source}:{block.line}"
         try:
             problem = block.problem()
         except KernelSelectError as exc:
-            log.info("%s:%d: skipping AUTOTUNE %s block: %s", source, block.line, block.op, exc)
+            # Another op (a convolution, flex attention) is expected; a GEMM that is no problem
+            # (m = 0) is not, and is told.
+            report = log.info if block.op not in SUPPORTED_OPS else log.warning
+            report("%s: skipping AUTOTUNE %s block: %s", where, block.op, exc)
             continue
-        configs, layout = block.best_configs(top), block.layout()
+        configs = _fitting(block.best_configs(len(block.choices) or 1), problem, device_spec, where)[:top]
+        layout = block.layout()
         shape = (problem.op, problem.dtype, problem.batch, problem.m, problem.n, problem.k)
         read = rows.setdefault(shape, {})  # layout (None: unknown) -> row
         if not configs or layout in read or (read and None in (layout, *read)):
-            reason = ("no Triton mm choice ran" if not configs
+            reason = ("no Triton mm choice ran that fits the device" if not configs
                       else "problem already read from an earlier block")
-            log.info("%s:%d: skipping AUTOTUNE block for %s: %s", source, block.line, problem, reason)
+            log.info("%s: skipping AUTOTUNE block for %s: %s", where, problem, reason)
             continue
-        note = (f"Inductor AUTOTUNE log {source}:{block.line}: top {len(configs)} Triton of "
+        note = (f"Inductor AUTOTUNE log {where}: top {len(configs)} Triton of "
                 f"{len(block.choices)} shown choices")
-        read[layout] = LUTRow(key, problem.op, problem.dtype, _entry(problem, layout, configs, note))
+        try:
+            read[layout] = LUTRow(device_spec.key, problem.op, problem.dtype,
+                                  _entry(problem, layout, configs, note))
+        except ValidationError as exc:  # a size the table cannot hold (m > 2^31 - 1)
+            log.warning("%s: skipping AUTOTUNE block for %s: not a LUT entry: %s", where, problem,
+                        entry_error(exc))
     if not any(rows.values()):
         raise LUTError(f"{source}: no usable AUTOTUNE mm/addmm/bmm/baddbmm block with Triton choices "
                        f"({len(blocks)} blocks found); run with max-autotune and stderr captured")
     return lut_from_rows((row for read in rows.values() for row in read.values()), source=source)
+
+
+def _fitting(configs: list[GemmConfig], problem: Problem, device: DeviceSpec, where: str) -> list[GemmConfig]:
+    """The configs that can run on `device` (`lut validate` refuses a table holding another); each
+    one left out is told, with the figure and the limit."""
+    kept = []
+    for config in configs:
+        reason = unfit_reason(config, problem.dtype, device)
+        if reason is None:
+            kept.append(config)
+        else:
+            log.warning("%s: leaving out %s for %s: cannot run on %s: %s", where, config.short(), problem,
+                        device.key, reason)
+    return kept
+
+
+def entry_error(exc: ValidationError) -> str:
+    """pydantic's first error as "field: message", the one line a skipped entry is told with."""
+    error = exc.errors()[0]
+    field = ".".join(str(part) for part in error["loc"] if part not in ("exact", "range"))
+    return f"{field}: {error['msg']}" if field else error["msg"]
 
 
 def _entry(problem: Problem, layout: str | None, configs: list[GemmConfig], note: str) -> LUTEntry:

@@ -29,6 +29,8 @@ import logging
 import re
 from typing import Any
 
+from pydantic import ValidationError
+
 from kernel_select.configs import GemmConfig, mm_template_kwargs
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import KernelSelectError, LUTError
@@ -43,7 +45,9 @@ from kernel_select.lut import (
     LUTRow,
     SizeRange,
 )
+from kernel_select.lut.autotune_log import entry_error
 from kernel_select.problem import Problem, dtype_name
+from kernel_select.space import unfit_reason
 
 log = logging.getLogger(__name__)
 
@@ -169,33 +173,64 @@ _NODE = re.compile(r"\(torch\.(\w+), \[([\d, ]*)\], \[([\d, ]*)\]\)")
 _KEY = re.compile(r"^(?:(?P<device>[^()]+?)\+)?(?P<inputs>\(.*\))(?:\+(?P<scalars>[\w.=&-]+))?\+(?P<op>\w+)$")
 
 
-def from_inductor_table(table: dict[str, list[dict[str, Any]]], device: str | DeviceSpec) -> KernelLUT:
+def from_inductor_table(table: dict[str, list[dict[str, Any]]], device: str | DeviceSpec, *,
+                        source: str = "<inductor table>") -> KernelLUT:
     """Read a torch lookup_table dict back into a KernelLUT for `device`.
 
     Only Triton mm/bmm entries on contiguous row-major operands are read; other templates, layouts
     and keys for another device are skipped with a warning, ATen entries silently. Device-specific
-    keys win over device-agnostic ones for the same problem.
+    keys win over device-agnostic ones for the same problem. The table is one `lut validate`
+    accepts: a config that cannot run on `device` (`space.unfit_reason`) is left out and a key the
+    table cannot hold (a size of 0 or over 2^31 - 1) is skipped, each with a warning naming
+    `source` (the file read), the key and the reason.
 
     Raises:
         LUTError: if `table` is not a dict of lists.
         DeviceError: if `device` is unknown.
     """
     if not isinstance(table, dict):
-        raise LUTError(f"an Inductor lookup table is a JSON object of key -> [config, ...], got "
+        raise LUTError(f"{source}: an Inductor lookup table is a JSON object of key -> [config, ...], got "
                        f"{type(table).__name__}")
-    target = get_device(device).key
-    found: dict[tuple[str, int, int, int, int, str, str], list[GemmConfig]] = {}
+    target = get_device(device)
+    found: dict[tuple[str, int, int, int, int, str, str], tuple[str, list[GemmConfig]]] = {}
     # Device-specific keys first, so their configs lead when both spellings are present.
     for key in sorted(table, key=lambda key: not _has_device(key)):
-        parsed = _parse_key(key, target)
+        parsed = _parse_key(key, target.key)
         if parsed is None:
             continue
-        configs = _configs(key, table[key], parsed[-2])
-        slot = found.setdefault(parsed, [])
-        slot.extend(config for config in configs if config not in slot)
-    rows = [LUTRow(target, op, dtype, _entry(op, batch, m, n, k, layout, configs))
-            for (dtype, batch, m, n, k, op, layout), configs in found.items() if configs]
-    return lut_from_rows(rows, source="<inductor table>")
+        configs = _configs(key, table[key], parsed[-2], source)
+        _, slot = found.setdefault(parsed, (key, []))
+        fitting = _fitting(key, configs, parsed[0], target, source)
+        slot.extend(config for config in fitting if config not in slot)
+    rows = []
+    for (dtype, batch, m, n, k, op, layout), (key, configs) in found.items():
+        if not configs:
+            continue
+        try:
+            rows.append(LUTRow(target.key, op, dtype, _entry(op, batch, m, n, k, layout, configs)))
+        except ValidationError as exc:  # m = 0, or a size over 2^31 - 1
+            log.warning("%s: skipping Inductor lookup_table key %s: not a LUT entry: %s", source,
+                        _shown(key), entry_error(exc))
+    return lut_from_rows(rows, source=source)
+
+
+def _fitting(key: str, configs: list[GemmConfig], dtype: str, device: DeviceSpec,
+             source: str) -> list[GemmConfig]:
+    """The configs that can run on `device`; each one left out is told with the figure and the limit."""
+    kept = []
+    for config in configs:
+        reason = unfit_reason(config, dtype, device)
+        if reason is None:
+            kept.append(config)
+        else:
+            log.warning("%s: key %s: leaving out %s: cannot run on %s: %s", source, _shown(key),
+                        config.short(), device.key, reason)
+    return kept
+
+
+def _shown(key: str) -> str:
+    """A key as a message shows it: quoted, and cut short when long (a key may be megabytes)."""
+    return repr(key) if len(key) <= 160 else repr(key[:160]) + "..."
 
 
 def _entry(op: str, batch: int, m: int, n: int, k: int, layout: str, configs: list[GemmConfig]) -> LUTEntry:
@@ -216,7 +251,7 @@ def _parse_key(key: str, target: str) -> tuple[str, int, int, int, int, str, str
     or a transposed view, else None."""
     match = _KEY.match(key)
     if match is None or match.group("op") not in ("mm", "addmm", "bmm", "baddbmm"):
-        log.warning("Skipping Inductor lookup_table key %r: not an mm/addmm/bmm/baddbmm key", key)
+        log.warning("Skipping Inductor lookup_table key %s: not an mm/addmm/bmm/baddbmm key", _shown(key))
         return None
     if match.group("device") is not None:
         try:
@@ -224,22 +259,26 @@ def _parse_key(key: str, target: str) -> tuple[str, int, int, int, int, str, str
         except KernelSelectError:
             on = None
         if on != target:
-            log.warning("Skipping Inductor lookup_table key %r: it is for device %r, not %s",
-                        key, match.group("device"), target)
+            log.warning("Skipping Inductor lookup_table key %s: it is for device %r, not %s",
+                        _shown(key), match.group("device"), target)
             return None
     op = match.group("op")
-    nodes = [(dtype, _ints(shape), _ints(stride))
-             for dtype, shape, stride in _NODE.findall(match.group("inputs"))]
+    try:
+        nodes = [(dtype, _ints(shape), _ints(stride))
+                 for dtype, shape, stride in _NODE.findall(match.group("inputs"))]
+    except ValueError as exc:
+        log.warning("Skipping Inductor lookup_table key %s: %s", _shown(key), exc)
+        return None
     mats = nodes[-2:]
     rank = 3 if op in BATCHED_OPS else 2
     if len(nodes) != (3 if op in _SCALARS else 2) or any(len(shape) != rank for _, shape, _ in mats):
-        log.warning("Skipping Inductor lookup_table key %r: unexpected inputs for %s", key, op)
+        log.warning("Skipping Inductor lookup_table key %s: unexpected inputs for %s", _shown(key), op)
         return None
     layout = layout_from_strides(*((shape, stride) for _, shape, stride in mats))
     if layout is None or any(stride != _view_strides(shape, letter == "t")
                              for (_, shape, stride), letter in zip(mats, layout)):
-        log.warning("Skipping Inductor lookup_table key %r: only row-major operands and transposed "
-                    "views of row-major buffers map to LUT entries", key)
+        log.warning("Skipping Inductor lookup_table key %s: only row-major operands and transposed "
+                    "views of row-major buffers map to LUT entries", _shown(key))
         return None
     (a_dtype, a_shape, _), (b_dtype, b_shape, _) = mats
     try:
@@ -247,19 +286,28 @@ def _parse_key(key: str, target: str) -> tuple[str, int, int, int, int, str, str
         if dtype_name(b_dtype) != dtype or a_shape[-1] != b_shape[-2] or a_shape[:-2] != b_shape[:-2]:
             raise ValueError("operands do not form a GEMM")
     except (KernelSelectError, ValueError) as exc:
-        log.warning("Skipping Inductor lookup_table key %r: %s", key, exc)
+        log.warning("Skipping Inductor lookup_table key %s: %s", _shown(key), exc)
         return None
     batch = a_shape[0] if rank == 3 else 1
     return (dtype, batch, a_shape[-2], b_shape[-1], a_shape[-1], op, layout)
 
 
 def _ints(text: str) -> list[int]:
-    return [int(part) for part in text.split(",") if part.strip()]
+    """The sizes or strides of a key.
+
+    Raises:
+        ValueError: for a number of more than 19 digits (no GEMM has one, and Python refuses int()
+            of thousands of digits with advice that is not the user's to follow).
+    """
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    if any(len(part) > 19 for part in parts):
+        raise ValueError("a size or stride of more than 19 digits")
+    return [int(part) for part in parts]
 
 
-def _configs(key: str, entries: Any, op: str) -> list[GemmConfig]:
+def _configs(key: str, entries: Any, op: str, source: str) -> list[GemmConfig]:
     if not isinstance(entries, list):
-        raise LUTError(f"Inductor lookup table key {key!r}: expected a list of configs, got "
+        raise LUTError(f"{source}: Inductor lookup table key {_shown(key)}: expected a list of configs, got "
                        f"{type(entries).__name__}")
     configs = []
     for entry in entries:
@@ -267,11 +315,11 @@ def _configs(key: str, entries: Any, op: str) -> list[GemmConfig]:
         if isinstance(tid, str) and tid.startswith("aten::"):
             continue
         if tid != template_id(op):
-            log.warning("Skipping an entry of Inductor lookup_table key %r: template %r is not %s",
-                        key, tid, template_id(op))
+            log.warning("Skipping an entry of Inductor lookup_table key %s: template %r is not %s",
+                        _shown(key), tid, template_id(op))
             continue
         try:
             configs.append(GemmConfig.from_inductor_kwargs(entry))
         except KernelSelectError as exc:
-            log.warning("Skipping an entry of Inductor lookup_table key %r: %s", key, exc)
+            log.warning("Skipping an entry of Inductor lookup_table key %s: %s", _shown(key), exc)
     return configs

@@ -25,6 +25,7 @@ from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec, get_device, resolve
 from kernel_select.errors import ConfigError, ModelError, ProblemError, UnsupportedProblemError
 from kernel_select.problem import Problem, dtype_name
+from kernel_select.space import unfit_mask
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,9 @@ class PerformanceModel(abc.ABC):
                  ) -> np.ndarray: ...
 
     def estimate(self, *args: Any) -> np.ndarray:
-        """Runtime in ms, float64, shape (len(configs),), in the order of `configs`.
+        """Runtime in ms, float64, shape (len(configs),), in the order of `configs`; inf for a
+        config that cannot run on the model's device (`space.unfit_mask`: shared memory,
+        registers, threads), so it ranks last and no time is claimed for it.
 
         Raises:
             ProblemError: for invalid sizes.
@@ -62,7 +65,8 @@ class PerformanceModel(abc.ABC):
         if not well_formed or np.any(runtime_ms <= 0):
             raise ModelError(f"model: {self.describe()} returned malformed runtimes for {problem} (shape "
                              f"{runtime_ms.shape} for {len(configs)} configs, expected finite positive ms)")
-        return runtime_ms
+        unfit = unfit_mask(configs, problem.dtype, self.device)
+        return np.where(unfit, np.inf, runtime_ms) if unfit.any() else runtime_ms
 
     @abc.abstractmethod
     def predict(self, problem: Problem, device: DeviceSpec, configs: Sequence[GemmConfig]) -> np.ndarray:

@@ -83,3 +83,33 @@ def test_record_rejects_an_invalid_lut_before_the_block_runs(tmp_path: Path):
     path.write_text("{")
     with pytest.raises(LUTError), record(path, device="h100"):
         pytest.fail("the block must not run")
+
+
+def test_record_refuses_an_output_it_could_not_write_before_the_block_runs(tmp_path: Path):
+    from kernel_select.errors import LUTError
+
+    path = tmp_path / "mine.json"
+    with record(path, device="h100") as recording:
+        recording.feedback.append(feedback(0.025))
+    before = path.read_bytes()
+    path.chmod(0o444)
+    refused = rf"{path}: cannot write the recorded LUT there .*read-only.*nothing was compiled"
+    with pytest.raises(LUTError, match=refused), record(path, device="h100"):
+        pytest.fail("the block must not run")
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["mine.json"]
+
+
+def test_recorded_entries_that_cannot_merge_into_the_file_are_kept_beside_it(tmp_path: Path):
+    from kernel_select.errors import LUTError
+    from kernel_select.lut import LUTEntry, LUTRow, lut_from_rows, MRange, save_lut
+
+    path = tmp_path / "mine.json"
+    ranged = LUTEntry(m=MRange(min=1, max=8192), n=1280, k=3420, configs=[SLOW])  # covers m = 560
+    save_lut(lut_from_rows([LUTRow("h100", "mm", "bfloat16", ranged)]), path)
+    before = path.read_bytes()
+    with pytest.raises(LUTError, match=r"mine.json: .*overlap.*the 1 recorded entries are kept in .*"
+                                       r"mine.recorded.json"):
+        with record(path, device="h100") as recording:
+            recording.feedback.append(feedback(0.025))
+    assert path.read_bytes() == before
+    assert load_lut(tmp_path / "mine.recorded.json").pinned(PROBLEM, "h100") == FAST

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from pathlib import Path
 
@@ -96,3 +97,45 @@ def test_strides_that_prove_no_layout_leave_it_out_and_do_not_collide():
     lut = lut_from_autotune_log(strided + _block("64x64, 64x64", "[64, 1], [1, 64]", 3), "h100")
     (row,) = lut.entries()  # the "nt" block meets the layout-less entry: the first block wins
     assert row.entry.layout is None and "log>:1" in row.entry.note
+
+
+def _choice_block(sizes: str, description: str, line: int) -> str:
+    return (f"AUTOTUNE mm({sizes})\nstrides: [64, 1], [64, 1]\ndtypes: torch.bfloat16, torch.bfloat16\n"
+            f"  triton_mm_{line} 0.0303 ms 100.0% {description}\nSingleProcess AUTOTUNE benchmarking\n")
+
+
+GOOD_CHOICE = "BLOCK_K=64, BLOCK_M=64, BLOCK_N=128, GROUP_M=8, num_stages=3, num_warps=4"
+
+
+@pytest.mark.parametrize("value", ["-" * 200_000, "~" * 5_000, "9" * 5_000, "(" * 10_000, "٦٤"])
+def test_a_description_value_of_any_length_or_form_skips_the_choice_in_bounded_time(value):
+    text = (_choice_block("64x64, 64x64", f"BLOCK_K={value}, BLOCK_M=64, BLOCK_N=64, num_stages=3, "
+                                          "num_warps=4", 1)
+            + _choice_block("128x64, 64x64", GOOD_CHOICE, 9))
+    lut = lut_from_autotune_log(text, "h100", source="run.log")
+    assert [row.entry.m for row in lut.entries()] == [128]  # the block with the bad value has no choice
+
+
+def test_the_table_from_a_log_is_one_validate_accepts(caplog):
+    from kernel_select.device import get_device
+    from kernel_select.lut import check_fits
+
+    huge = "BLOCK_K=1024, BLOCK_M=1024, BLOCK_N=1024, GROUP_M=8, num_stages=3, num_warps=4"
+    text = (_choice_block("64x64, 64x64", huge, 1)  # cannot run: 12 MB of shared memory
+            + _choice_block("64x64, 64x64", GOOD_CHOICE, 6)
+            + _choice_block("0x64, 64x64", GOOD_CHOICE, 11)  # m = 0
+            + _choice_block(f"{2**31}x64, 64x64", GOOD_CHOICE, 16)  # m over 2^31 - 1
+            + _choice_block("32x64, 64x64", f"{GOOD_CHOICE.replace('BLOCK_M=64', 'BLOCK_M=1024')}", 21))
+    with caplog.at_level(logging.WARNING, logger="kernel_select.lut.autotune_log"):
+        lut = lut_from_autotune_log(text, "h100", top=2, source="run.log")
+    assert [(row.entry.m, len(row.entry.configs)) for row in lut.entries()] == [(64, 1)]
+    assert check_fits(lut, get_device("h100")) == 1
+    lines = [record.getMessage() for record in caplog.records]
+    assert any(line.startswith("run.log:1: leaving out 1024x1024x1024 s3 w4") and "shared memory" in line
+               for line in lines)
+    assert any(line.startswith("run.log:11: skipping") and "m: expected a positive integer" in line
+               for line in lines)
+    assert any(line.startswith("run.log:16: skipping") and "less than or equal to 2147483647" in line
+               for line in lines)
+    assert any(line.startswith("run.log:21: leaving out 1024x128x64") for line in lines)
+    assert all("\n" not in line for line in lines)

@@ -241,3 +241,27 @@ def test_exported_seed_table_drives_inductor_lookup_table_choices():
     triton = [d for d in seen if "BLOCK_M" in d]
     assert len(triton) == 2, seen  # the seed entry's two measured-best configs, nothing else
     assert "BLOCK_K=64" in triton[0] and "BLOCK_M=64" in triton[0] and "num_stages=5" in triton[0]
+
+
+def test_import_writes_a_table_validate_accepts_and_names_file_and_key(caplog):
+    from kernel_select.device import get_device
+    from kernel_select.lut import check_fits
+
+    good = {"template_id": "triton::mm", "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "num_stages": 3,
+            "num_warps": 4}
+    huge = {**good, "BLOCK_M": 1024, "BLOCK_N": 1024, "BLOCK_K": 1024}
+    zero_m = SEED_KEY.replace("[560, 3420], [3420, 1]", "[0, 3420], [3420, 1]")
+    big_m = SEED_KEY.replace("[560, 3420]", f"[{2**31}, 3420]")
+    long_m = SEED_KEY.replace("[560, 3420]", f"[{'9' * 5000}, 3420]")
+    table = {SEED_KEY: [huge, good], zero_m: [good], big_m: [good], long_m: [good],
+             SEED_KEY.replace("560", "64"): [huge]}
+    with caplog.at_level(logging.WARNING, logger="kernel_select.lut.torch_table"):
+        lut = from_inductor_table(table, "h100", source="table.json")
+    (row,) = lut.entries()
+    assert row.entry.configs == [cfg(64, 64, 32, 3, 4)] and check_fits(lut, get_device("h100")) == 1
+    lines = [record.getMessage() for record in caplog.records]
+    assert sum("leaving out 1024x1024x1024 s3 w4: cannot run on h100" in line for line in lines) == 2
+    assert any(line.startswith("table.json: skipping") and "[0, 3420]" in line and "m: " in line
+               for line in lines)
+    assert any("2147483648" in line and "less than or equal to 2147483647" in line for line in lines)
+    assert any("more than 19 digits" in line and len(line) < 400 for line in lines)

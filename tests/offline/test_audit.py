@@ -80,3 +80,22 @@ def test_cli_bad_input_is_a_one_line_error(tmp_path, monkeypatch, capsys, argv, 
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(("column", "value"), [("dtype", None), ("dtype", "int8"), ("op", None),
+                                               ("status", None)])
+def test_a_null_or_unknown_dtype_or_op_is_a_one_line_error_naming_the_column(tmp_path, capsys, column,
+                                                                             value):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = frame().astype(object)
+    rows[column] = value
+    path = tmp_path / "d.parquet"
+    pq.write_table(pa.Table.from_pandas(rows, preserve_index=False), path)
+    with pytest.raises(SystemExit) as exc:
+        main(["audit", str(path)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    shown = "null" if value is None else value
+    assert f"column {column!r} has unknown values ['{shown}']" in err and err.count("\n") == 1

@@ -102,3 +102,32 @@ def test_run_bench_times_runs_planned_beforehand_in_their_order_and_reports_each
                        on_problem=reported.append)
     assert timed == reported == [problems[0], problems[2]]
     assert dataset.completed_problems(out, "fake") == {dataset.id_of(p) for p in problems}
+
+
+def test_a_run_that_would_grow_the_output_past_the_read_limit_is_refused_before_timing(tmp_path,
+                                                                                        monkeypatch):
+    import pandas as pd
+
+    from kernel_select.errors import DatasetError
+    from kernel_select.offline.data import dataset
+    from kernel_select.offline.harness import bench, pipeline
+
+    prov = dict(device_name="fake", sm_count=1, torch_version="t", triton_version="t", git_sha="x",
+                device_index=0)
+    problems = [Problem(64, 128, 256, "bfloat16"), Problem(96, 128, 256, "bfloat16")]
+    planned = plan(problems, H100)
+    out = tmp_path / "rows.parquet"
+    earlier = bench.rows_for(planned[1], {i: bench._Timed(samples=[1.0]) for i in range(len(planned[1]))},
+                             bench._Timed(), prov, BenchOptions())
+    dataset.append(out, pd.DataFrame(earlier))
+    size = out.stat().st_size
+    # A limit the file is under now, but that the first problem's rows would pass.
+    monkeypatch.setattr(dataset, "MAX_DATASET_BYTES", size + 10)
+    monkeypatch.setattr(pipeline, "provenance", lambda git_sha="": prov)
+    monkeypatch.setattr(pipeline, "CompilePipeline", lambda *a: pytest.fail("timed before the check"))
+    with pytest.raises(DatasetError, match=rf"rows.parquet: {size:,} bytes now and about [\d,]+ more for "
+                                           rf"{len(planned[0]) + 1} rows would pass the dataset read limit"):
+        pipeline.run_bench(problems, out, H100, BenchOptions(progress=False, order="file"), planned=planned)
+    assert dataset.row_count(out) == len(earlier)
+    monkeypatch.setattr(dataset, "MAX_DATASET_BYTES", 256 * 1024 * 1024)
+    pipeline.check_room(out, 1000)  # room enough: no error

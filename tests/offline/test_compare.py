@@ -229,6 +229,10 @@ def test_fixture_validates_and_round_trips(tmp_path: Path):
     (lambda r: r["problems"][0]["results"]["stock"].update(kernel_ms=-1.0), "stock.kernel_ms"),
     (lambda r: r["problems"][0]["results"].update(mystery=r["problems"][0]["results"]["stock"]),
      "unknown method"),
+    # what --resume reads before measuring: a wrong type is named, not an AttributeError
+    (lambda r: r.update(settings=["topk"]), "'settings' must be an object, got list"),
+    (lambda r: r["settings"].update(topk=4), "settings.topk must be a list, got int"),
+    (lambda r: r["problems"][0].update(label=7), r"problems\[0\].label: expected a string, got int"),
 ])
 def test_schema_violations_are_reported(tmp_path: Path, mutate, message: str):  # noqa: ANN001
     results = json.loads(FIXTURE.read_text())

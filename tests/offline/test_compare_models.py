@@ -641,3 +641,101 @@ def test_each_run_records_its_whole_process_time(tmp_path: Path) -> None:
                                                       clock=lambda: now[0])
     eager = results["models"][0]["results"]["eager"]
     assert eager["runs"][0]["wall_s"] == 42.0 and eager["wall_s"] == 42.0
+
+
+def test_a_device_no_worker_can_use_is_refused_before_any_run(tmp_path: Path) -> None:
+    from kernel_select.errors import DeviceError
+
+    calls: list = []
+    for device in ("tpu", "cuda:x", "cuda0"):
+        with pytest.raises(DeviceError, match=rf"--device '{device}': expected cpu, cuda or cuda:N"):
+            compare_models.run_compare_models(["recsys-mlp/decode"], METHODS[:1], out_dir=tmp_path,
+                                              device=device, progress=False, runner=fake_runner(calls))
+    assert calls == [] and not (tmp_path / "models_cpu.json").exists()
+
+
+def test_a_factory_path_without_a_colon_is_refused_as_one(tmp_path: Path) -> None:
+    from kernel_select.offline.e2e.workloads import select_workloads
+
+    with pytest.raises(OptionError, match=r"--model 'os': expected 'package.module:factory'"):
+        select_workloads(None, ["os"])
+
+
+def test_a_comparison_where_every_run_failed_is_told_apart(tmp_path: Path) -> None:
+    results, _, _ = compare_models.run_compare_models(
+        ["recsys-mlp/decode"], METHODS[:2], out_dir=tmp_path, device="cpu", progress=False,
+        runner=lambda spec, log_path, timeout_s: {"error": "RuntimeError: no such device"})
+    assert compare_models.every_run_failed(results)
+    results, _, _ = compare_models.run_compare_models(
+        ["recsys-mlp/decode"], METHODS[:2], out_dir=tmp_path / "good", device="cpu", progress=False,
+        runner=fake_runner([]))
+    assert not compare_models.every_run_failed(results)
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    (lambda r: r.update(models={"a": 1}), "models: expected a list, got dict"),
+    (lambda r: r.update(methods="eager"), "methods: expected a list, got str"),
+    (lambda r: r["models"][0].update(results=[1]), r"models\[0\].results: expected a JSON object, got list"),
+    (lambda r: r["models"][0]["results"]["eager"].update(runs={"x": 1}),
+     r"models\[0\].results.eager.runs: expected a list, got dict"),
+    (lambda r: r["models"][0]["results"]["eager"]["runs"].append("fast"),
+     r"models\[0\].results.eager.runs\[1\]: expected a JSON object, got str"),
+])
+def test_resume_refuses_a_wrongly_typed_results_file_naming_the_field(tmp_path, change, field) -> None:
+    _, path, _ = compare_models.run_compare_models(["recsys-mlp/decode"], METHODS[:1], out_dir=tmp_path,
+                                                   device="cpu", progress=False, runner=fake_runner([]))
+    results = json.loads(path.read_text())
+    change(results)
+    path.write_text(json.dumps(results))
+    with pytest.raises(DatasetError, match=rf"models_cpu.json: {field}; run without --resume"):
+        compare_models.run_compare_models(["recsys-mlp/decode"], METHODS[:1], out_dir=tmp_path, device="cpu",
+                                          resume=True, progress=False, runner=fake_runner([]))
+
+
+def test_a_worker_and_its_children_are_killed_and_its_folder_removed_when_interrupted(tmp_path, monkeypatch):
+    import tempfile
+
+    from kernel_select.offline.e2e import json_worker
+
+    # A worker whose child lingers (as Inductor's compile workers do), interrupted mid-run.
+    pid_file = tmp_path / "child.pid"
+    script = (f"import subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', "
+              f"'import time; time.sleep(60)']); open({str(pid_file)!r}, 'w').write(str(c.pid)); "
+              "time.sleep(60)")
+    monkeypatch.setattr(json_worker.sys, "executable", sys.executable)
+    real_popen = subprocess.Popen
+
+    def popen(command, **kwargs):  # noqa: ANN001, ANN003, ANN202 -- run the script, not a module
+        return real_popen([sys.executable, "-c", script], **kwargs)
+
+    monkeypatch.setattr(json_worker.subprocess, "Popen", popen)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+    real_wait, interrupted = real_popen.wait, []
+
+    def interrupt_when_started(process, timeout=None):  # noqa: ANN001, ANN202 -- Ctrl-C, once
+        if interrupted:
+            return real_wait(process, timeout)
+        while not pid_file.exists():
+            time.sleep(0.05)
+        interrupted.append(True)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(real_popen, "wait", interrupt_when_started)
+    with pytest.raises(KeyboardInterrupt):
+        json_worker.run_worker("unused", {}, tmp_path / "worker.log", 30.0)
+    monkeypatch.undo()
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child)
+    assert not list(tmp_path.glob("kernel-select-models-*"))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -135,7 +135,9 @@ def test_baselines(tiny):
 
 def test_a_device_without_a_trained_model_is_reported_as_skipped(tiny, tmp_path, monkeypatch):
     monkeypatch.setenv("KERNEL_SELECT_MODELS_DIR", str(tmp_path))  # nothing of the user's either
-    report = evaluate(tiny[0], "test", ["mlp", "analytical"], device="a100")
+    a100 = tmp_path / "a100.parquet"  # rows of the device scored: another's are left out (device_rows)
+    dataset.write(dataset.read(tiny[0]).assign(device_name="NVIDIA A100-SXM4-80GB", sm_count=108), a100)
+    report = evaluate(a100, "test", ["mlp", "analytical"], device="a100")
     assert "no trained model for a100" in report["methods"]["mlp"]["skipped"]
     assert "topk" in report["methods"]["analytical"]  # the others are still scored
 
@@ -171,3 +173,29 @@ def test_the_cublas_rule_report_asks_about_each_problem_as_it_is():
     # problem 0: Triton predicted at 0.5 against cuBLAS at 1.0, offered; problem 2: cuBLAS predicted
     # faster, skipped
     assert report["margins"]["0"]["triton_skipped"] == pytest.approx(0.5)
+
+
+def test_train_and_evaluate_share_one_device_rule(tiny, tmp_path, caplog):
+    import logging
+
+    from kernel_select.device import get_device
+    from kernel_select.errors import DatasetError
+    from kernel_select.offline.training.evaluate import device_rows
+
+    path, table = tiny
+    frame = dataset.read(path)
+    mixed = pd.concat([frame, frame.assign(device_name="NVIDIA A100-SXM4-80GB", sm_count=108)])
+    mixed_path = tmp_path / "mixed.parquet"
+    dataset.write(mixed, mixed_path)
+    with pytest.raises(DatasetError, match=r"mixed.parquet: rows come from 2 devices \(a100, h100\); name"):
+        evaluate(mixed_path, "test", [TableModel(table)])
+    with caplog.at_level(logging.WARNING):
+        named = evaluate(mixed_path, "test", [TableModel(table)], device="h100")
+    assert (named["problems"], named["rows"]) == (2, 24)  # the H100 rows only, as on the H100 file
+    assert "leaving out 28 rows measured on devices other than h100 (a100)" in caplog.text
+    spec, rows = device_rows(mixed, get_device("h100"), [mixed_path])  # what train keeps, too
+    assert spec.key == "h100" and len(rows) == len(frame)
+    with pytest.raises(DatasetError, match="no rows measured on h200 \\(the rows come from a100, h100\\)"):
+        device_rows(mixed, "h200", [mixed_path])
+    with pytest.raises(DatasetError, match="tiny.parquet: no rows to use"):  # not "devices []"
+        evaluate(path, "family", [TableModel(table)])

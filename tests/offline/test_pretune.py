@@ -328,3 +328,54 @@ def test_the_serving_bench_shapes_pretune_into_a_lut_that_validates(tmp_path: Pa
     with pytest.raises(KernelSelectError, match=r"\(m=1280 n=3420 k=560\.\.8192\) and \[2\] "
                                                 r"\(m=560\.\.8192 n=3420 k=1280\) overlap"):
         lut_from_rows(rows)
+
+
+def _one_site_run(tmp_path: Path, calls: list) -> dict:  # a static site, timed once
+    site = discovery.Site(Problem(560, 1280, 3420, "bfloat16"), layout="nt")
+
+    def fake_benchmark(problem, configs, device, layout, dynamic=None):  # noqa: ANN001, ANN202
+        calls.append(problem)
+        return {**{c.short(): 1.0 for c in configs}, ATEN: 2.0}
+
+    return pretune.pretune([site], out=tmp_path / "serving.json", device=H100, model=FakeModel(), k=2,
+                           points=1, benchmark=fake_benchmark, progress=False)
+
+
+def test_the_progress_file_is_replaced_atomically_and_a_torn_one_is_named(tmp_path: Path, monkeypatch):
+    import kernel_select.atomic_write as atomic_write
+
+    replaced = []
+    real_replace = atomic_write.os.replace
+    monkeypatch.setattr(atomic_write.os, "replace", lambda a, b: (replaced.append(Path(b).name),
+                                                                   real_replace(a, b)))
+    _one_site_run(tmp_path, [])
+    assert "serving.json.progress.json" in replaced  # written through the atomic writer
+    progress = pretune.progress_path(tmp_path / "serving.json")
+    for torn, why in (('{"mm 560x1280x3420', "cannot be read"), ("[1, 2]", "holds list"),
+                      ('{"key": {"aten": "fast"}}', "entry 'key'")):
+        progress.write_text(torn)
+        with pytest.raises(KernelSelectError) as error:
+            _one_site_run(tmp_path, [])
+        message = str(error.value)
+        assert str(progress) in message and why in message and "delete it" in message
+        assert "\n" not in message
+
+
+def test_a_site_the_lut_would_refuse_is_refused_before_anything_is_measured(tmp_path: Path):
+    calls = []
+    site = discovery.Site(Problem(560, 1280, 3420, "bfloat16"), "m", 560, 2**31)
+    refused = r"dynamic m: 560..2147483648.*max: .*less than or equal to 2147483647.*nothing was"
+    with pytest.raises(KernelSelectError, match=refused):
+        pretune.pretune([site], out=tmp_path / "serving.json", device=H100, model=FakeModel(), k=1,
+                        points=1, benchmark=lambda *a, **k: calls.append(a) or {ATEN: 1.0}, progress=False)
+    assert calls == [] and not (tmp_path / "serving.json").exists()
+
+
+@pytest.mark.parametrize("margin", ["٠٫١٥", "٠.١٥", "０.１５"])  # Arabic-Indic and full-width digits
+def test_the_cublas_margin_pretune_reads_takes_ascii_digits_only(margin):
+    from kernel_select.errors import OptionError
+    from kernel_select.options import parse_cublas_margin
+
+    assert parse_cublas_margin(" 0.15 ") == 0.15
+    with pytest.raises(OptionError, match="expected a fraction in \\[0, 1\\)"):
+        parse_cublas_margin(margin)

@@ -161,3 +161,14 @@ def test_cli_train_with_zero_epochs_exits_2_with_one_line(data, tmp_path, capsys
     err = capsys.readouterr().err
     assert exc.value.code == 2 and err.count("\n") == 1 and "epochs" in err
     assert not out.exists()
+
+
+def test_runtimes_no_gemm_can_have_are_refused_before_training(tmp_path):
+    frame = synthetic_frame({"train": 3, "val": 2}, configs_per_problem=20)
+    frame["runtime_ms"] = frame["runtime_ms"] * 1e-6  # nanoseconds read as milliseconds
+    path = tmp_path / "tiny_times.parquet"
+    dataset.write(frame, path)
+    out = tmp_path / "out"
+    with pytest.raises(DatasetError, match=r"tiny_times.parquet: \d+ rows have a runtime under 0.0001 ms"):
+        train(path, out, device="h100", hparams=SMALL, progress=False)
+    assert not out.exists()

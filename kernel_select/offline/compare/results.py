@@ -132,6 +132,12 @@ def validate_results(results: Any, where: str = "results") -> None:
     for key in ("environment", "settings", "methods", "problems"):
         if key not in results:
             fail(f"missing {key!r}")
+    for key in ("environment", "settings"):
+        if not isinstance(results[key], dict):
+            fail(f"'{key}' must be an object, got {type(results[key]).__name__}")
+    for key in ("topk", "nogate_topk"):  # what --resume extends
+        if not isinstance(results["settings"].get(key, []), list):
+            fail(f"settings.{key} must be a list, got {type(results['settings'][key]).__name__}")
     methods = results["methods"]
     if not isinstance(methods, list) or "eager" not in methods or "stock" not in methods:
         fail("'methods' must list 'eager', 'stock' and the methods compared")
@@ -147,6 +153,8 @@ def _validate_problem(problem: Any, methods: list[str], where: str, fail: Callab
     for key in ("label", "m", "n", "k", "dtype", "results"):
         if key not in problem:
             fail(f"{where}: missing {key!r}")
+    if not isinstance(problem["label"], str):
+        fail(f"{where}.label: expected a string, got {type(problem['label']).__name__}")
     if not isinstance(problem["results"], dict):
         fail(f"{where}: 'results' must be an object")
     for name, result in problem["results"].items():

@@ -34,6 +34,7 @@ from kernel_select.lut.entries import MAX_DIM
 from kernel_select.lut.bounded_read import FileKind, open_regular
 from kernel_select.lut.validation import short
 from kernel_select.offline.data.dataset_io import atomic_write_parquet, exclusive_lock
+from kernel_select.problem import SUPPORTED_DTYPES, SUPPORTED_OPS
 
 if TYPE_CHECKING:
     from kernel_select.problem import Problem
@@ -140,8 +141,10 @@ def conform(df: pd.DataFrame) -> pd.DataFrame:
             out[col] = out[col].astype(dtype)
         except (TypeError, ValueError) as exc:
             raise DatasetError(f"column {col!r} cannot be read as {dtype}: {exc}") from None
-    for col, allowed in (("status", STATUSES), ("pass", PASSES), ("layout", LAYOUTS), ("backend", BACKENDS)):
-        bad = set(out[col].unique()) - set(allowed)
+    for col, allowed in (("status", STATUSES), ("pass", PASSES), ("layout", LAYOUTS), ("backend", BACKENDS),
+                         ("dtype", SUPPORTED_DTYPES), ("op", SUPPORTED_OPS)):
+        # A null is a value no row may have; named "null", since NA cannot be sorted or compared.
+        bad = {"null" if pd.isna(value) else value for value in out[col].unique()} - set(allowed)
         if bad:
             raise DatasetError(f"column {col!r} has unknown values {short(sorted(bad))}; expected {allowed}")
     check_values(out)

@@ -8,7 +8,8 @@ Each problem's work is capped (MAX_FLOP) so that slow configs on huge problems c
 budget. Shapes files (JSON) are what `kernel-select bench` and `compare` read; an entry may name
 the operands' memory layout (`"layout"`, kernel_select.layouts; default "nn", A and B row-major)
 and a batched op (`"op": "bmm"` with `"batch"`: C[batch, m, n] = A[batch, m, k] @ B[batch, k, n];
-default "mm", batch 1).
+default "mm", batch 1). Every field is read strictly (shape_fields.py): sizes are integers from 1
+to 2^31 - 1, and an unknown key (a misspelled "layuot") is refused, not ignored.
 """
 
 from __future__ import annotations
@@ -19,12 +20,16 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernel_select.errors import ProblemError
+from kernel_select.atomic_write import write_atomic
+from kernel_select.errors import first_line, ProblemError
 from kernel_select.layouts import DEFAULT_LAYOUT, check_layout
+from kernel_select.offline.data import shape_fields
 from kernel_select.problem import Problem
 
 MAX_FLOP = 1e12  # ~1.3 ms at the H100's achievable bf16 rate; the slowest configs take ~50x that
 SMALLEST_FLOP = 2.0 * 1 * 16 * 16
+#: What a shapes-file entry may hold (`Shape.to_json`); any other key is refused, not ignored.
+SHAPE_KEYS = ("m", "n", "k", "dtype", "source", "family", "layer", "pass", "group", "layout", "op", "batch")
 REJECTION_TRIES = 1000
 
 # (model, layer, k = in_features, n = out_features). Sources: each model's published config.json
@@ -203,40 +208,50 @@ def dedupe(shapes: list[Shape]) -> list[Shape]:
 
 
 def save(shapes: list[Shape], path: str | Path) -> None:
+    """Replace `path` with a shapes file, atomically (a kill or a full disk leaves the old file);
+    a read-only or hard-linked target is refused, as every writer of the package refuses it.
+
+    Raises:
+        ProblemError: one line naming the file and why it cannot be written.
+    """
     path = Path(path)
     if path.is_dir():
         raise ProblemError(f"{path}: is a directory; pass a file name such as {path / 'shapes.json'}")
     try:
-        path.write_text(json.dumps([s.to_json() for s in shapes], indent=1) + "\n")
+        write_atomic(path, json.dumps([s.to_json() for s in shapes], indent=1) + "\n")
     except OSError as exc:
         raise ProblemError(f"{path}: cannot write shapes file ({exc.strerror})") from None
 
 
 def load(path: str | Path) -> list[Shape]:
-    """Read a shapes file: a JSON list of {m, n, k, dtype[, source][, layout][, op, batch]} objects.
+    """Read a shapes file: a JSON list of {m, n, k, dtype[, source][, layout][, op, batch]} objects
+    (and the provenance keys `Shape.to_json` writes), every field checked (shape_fields).
 
     Raises:
-        ProblemError: naming the file and the entry, for a bad size, dtype, layout, op or batch.
+        ProblemError: one line naming the file, the entry and the field, for a bad size (not an
+            integer from 1 to 2^31 - 1), dtype, layout, op or batch, or an unknown key.
     """
     path = Path(path)
     try:
-        raw = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ProblemError(f"{path}: cannot read shapes file ({exc})") from None
+        raw = json.loads(path.read_text(encoding="utf-8-sig"))  # a BOM, as LUTs accept it
+    except (OSError, ValueError, RecursionError) as exc:
+        raise ProblemError(f"{path}: cannot read shapes file ({first_line(exc)})") from None
     if not isinstance(raw, list):
         raise ProblemError(f"{path}: expected a JSON list of {{m, n, k, dtype}} objects")
     shapes = []
     for i, item in enumerate(raw):
         try:
-            problem = Problem(int(item["m"]), int(item["n"]), int(item["k"]),
-                              str(item.get("dtype", "bfloat16")), batch=item.get("batch", 1),
-                              op=str(item.get("op", "mm")),
-                              layout=check_layout(item.get("layout", DEFAULT_LAYOUT)))  # validates all
-            shape = Shape(problem.m, problem.n, problem.k, problem.dtype, str(item.get("source", "")),
-                          str(item.get("family", "")), str(item.get("layer", "")),
-                          str(item.get("pass", "coverage")), str(item.get("group", "")),
+            item = shape_fields.entry(item, SHAPE_KEYS)
+            problem = Problem(shape_fields.size(item, "m"), shape_fields.size(item, "n"),
+                              shape_fields.size(item, "k"), shape_fields.text(item, "dtype", "bfloat16"),
+                              batch=shape_fields.size(item, "batch", default=1),
+                              op=shape_fields.text(item, "op", "mm"),
+                              layout=check_layout(shape_fields.text(item, "layout", DEFAULT_LAYOUT)))
+            shape = Shape(problem.m, problem.n, problem.k, problem.dtype,
+                          *(shape_fields.text(item, key, "") for key in ("source", "family", "layer")),
+                          shape_fields.text(item, "pass", "coverage"), shape_fields.text(item, "group", ""),
                           problem.layout, problem.op, problem.batch)
-        except (KeyError, TypeError, ValueError, ProblemError) as exc:
+        except (ValueError, ProblemError) as exc:
             raise ProblemError(f"{path}[{i}]: {exc}") from None
         shapes.append(shape)
     return shapes

@@ -52,15 +52,20 @@ discovering and pretuning the workload's GEMMs; a run of such a method also name
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import json
 import logging
+import re
+import signal
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from kernel_select.atomic_write import write_atomic
 from kernel_select.errors import DatasetError
 from kernel_select.offline.e2e import model_frames, model_pretune, model_report
 from kernel_select.offline.e2e.json_worker import run_worker
@@ -115,18 +120,20 @@ def run_compare_models(models: Sequence[str], methods: Sequence[ModelMethod], *,
             if rep >= _good_runs(entries[name]["results"].get(method.name))]
     runs = _Runs(out_dir, runner, pretuner, _Budget(max_seconds, clock), timeout_s, resume,
                  {"device": device, "tiny": tiny, "samples": samples, "min_sample_ms": min_sample_ms})
-    for done, (rep, name, method) in enumerate(tqdm(todo, desc="compare-models", unit="run",
-                                                     disable=not progress)):
-        raw = runs.run(rep, name, method)
-        if raw is None:
-            log.warning("compare-models: stopped at the time budget (%.0f s); %d run(s) not started, "
-                        "run again with --resume", max_seconds, len(todo) - done)
-            break
-        entry = entries[name]
-        entry["sizes"] = entry["sizes"] or raw.get("sizes")
-        good = [r for r in entry["results"].get(method.name, {}).get("runs", []) if r.get("error") is None]
-        entry["results"][method.name] = model_report.aggregate(good + [raw])
-        write_results(results, json_path)
+    with _sigterm_as_exit():
+        for done, (rep, name, method) in enumerate(tqdm(todo, desc="compare-models", unit="run",
+                                                         disable=not progress)):
+            raw = runs.run(rep, name, method)
+            if raw is None:
+                log.warning("compare-models: stopped at the time budget (%.0f s); %d run(s) not started, "
+                            "run again with --resume", max_seconds, len(todo) - done)
+                break
+            entry = entries[name]
+            entry["sizes"] = entry["sizes"] or raw.get("sizes")
+            earlier = entry["results"].get(method.name, {}).get("runs", [])
+            good = [r for r in earlier if r.get("error") is None]
+            entry["results"][method.name] = model_report.aggregate(good + [raw])
+            write_results(results, json_path)
     png_path: Path | None = out_dir / f"models_{device_key}.png"
     try:
         model_frames.plot_models(results, png_path)
@@ -134,6 +141,33 @@ def run_compare_models(models: Sequence[str], methods: Sequence[ModelMethod], *,
         log.warning("matplotlib is not installed; skipped %s (pip install matplotlib)", png_path)
         png_path = None
     return results, json_path, png_path
+
+
+@contextlib.contextmanager
+def _sigterm_as_exit() -> Iterator[None]:
+    """Inside the block, SIGTERM (a `kill`, a job scheduler's stop) raises SystemExit as Ctrl-C
+    raises KeyboardInterrupt, so the running worker's process group is killed and its temporary
+    folder removed (json_worker.run_worker) instead of the process dying where it stands."""
+    if threading.current_thread() is not threading.main_thread():  # only it may set handlers
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
+def every_run_failed(results: dict[str, Any]) -> bool:
+    """Whether the comparison measured nothing: runs were made and every one failed (a command
+    exits non-zero then, not 0 as for a comparison that measured something)."""
+    runs = [run for entry in results["models"] for result in entry["results"].values()
+            for run in result.get("runs", [])]
+    return bool(runs) and all(run.get("error") is not None for run in runs)
 
 
 def _model_entries(results: dict[str, Any], models: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -260,14 +294,22 @@ def _good_runs(result: dict[str, Any] | None) -> int:
 
 
 def _device_identity(device: str) -> tuple[str, str]:
-    """(human name, file key) of the device a comparison runs on."""
+    """(human name, file key) of the device a comparison runs on: "cpu", "cuda" or "cuda:N".
+
+    Raises:
+        DeviceError: for any other device (checked before any worker starts: each would fail on
+            it), or for CUDA when no GPU is present.
+    """
     import torch
 
-    if not device.startswith("cuda"):
-        return "cpu", "cpu"
     from kernel_select.device import detect
     from kernel_select.errors import DeviceError
 
+    if device == "cpu":
+        return "cpu", "cpu"
+    if not re.fullmatch(r"cuda(?::[0-9]{1,2})?", device, re.ASCII):
+        raise DeviceError(f"compare-models: --device {device[:40]!r}: expected cpu, cuda or cuda:N (the "
+                          "workers compile and time with torch on one of them)")
     if not torch.cuda.is_available():
         raise DeviceError("compare-models: no CUDA GPU (torch.cuda.is_available() is False); pass "
                           "--device cpu to run the comparison on the CPU")
@@ -298,11 +340,8 @@ def new_results(device_name: str, device_key: str, methods: list[str],
 
 
 def write_results(results: dict[str, Any], path: str | Path) -> None:
-    """Write atomically (a reader never sees half a file)."""
-    path = Path(path)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(results, indent=1, allow_nan=False) + "\n")
-    tmp.replace(path)
+    """Write atomically (a reader never sees half a file; a kill or a full disk leaves the last one)."""
+    write_atomic(path, json.dumps(results, indent=1, allow_nan=False) + "\n")
 
 
 def load_results(path: str | Path) -> dict[str, Any]:
@@ -321,12 +360,34 @@ def load_results(path: str | Path) -> dict[str, Any]:
     if not isinstance(results, dict) or results.get("kind") != RESULTS_KIND \
             or results.get("schema_version") != SCHEMA_VERSION:
         raise DatasetError(f"{path}: not a version-{SCHEMA_VERSION} {RESULTS_KIND} file")
-    for i, entry in enumerate(results.get("models", [])):
+    _expect(path, "methods", results.get("methods"), list)
+    _expect(path, "settings", results.get("settings"), dict)
+    _expect(path, "models", results.get("models"), list)
+    for i, entry in enumerate(results["models"]):
+        _expect(path, f"models[{i}]", entry, dict)
         missing = [key for key in ("name", "results") if key not in entry]
         if missing:
             raise DatasetError(f"{path}: models[{i}]: missing {', '.join(missing)}")
-        unknown = set(entry["results"]) - set(results.get("methods", []))
+        _expect(path, f"models[{i}].name", entry["name"], str)
+        _expect(path, f"models[{i}].results", entry["results"], dict)
+        unknown = set(entry["results"]) - set(map(str, results["methods"]))
         if unknown:
             raise DatasetError(f"{path}: models[{i}] ({entry['name']}): "
-                               f"unknown method(s) {', '.join(unknown)}")
+                               f"unknown method(s) {', '.join(map(str, unknown))}")
+        for method, result in entry["results"].items():
+            where = f"models[{i}].results.{method}"
+            _expect(path, where, result, dict)
+            _expect(path, f"{where}.runs", result.get("runs", []), list)
+            for j, run in enumerate(result.get("runs", [])):
+                _expect(path, f"{where}.runs[{j}]", run, dict)
     return results
+
+
+def _expect(path: Path, field: str, value: Any, kind: type) -> None:
+    """Refuse a field of a results file that is not of `kind`, naming the file and the field."""
+    if not isinstance(value, kind):
+        raise DatasetError(f"{path}: {field}: expected a {_KIND_NAMES[kind]}, "
+                           f"got {type(value).__name__}; run without --resume to start over")
+
+
+_KIND_NAMES = {list: "list", dict: "JSON object", str: "string"}

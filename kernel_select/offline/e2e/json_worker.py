@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -22,20 +24,37 @@ log = logging.getLogger(__name__)
 
 def run_worker(module: str, spec: dict[str, Any], log_path: Path, timeout_s: float) -> dict[str, Any]:
     """Run `python -m module` on `spec` in a process with empty Inductor and Triton caches, its
-    output in `log_path`; returns its result, or {"error": ...} when it timed out or wrote none."""
-    with tempfile.TemporaryDirectory(prefix="kernel-select-models-") as tmp:
+    output in `log_path`; returns its result, or {"error": ...} when it timed out or wrote none.
+
+    The worker runs in a session of its own, and that whole process group (Inductor's compile
+    workers included, which would otherwise go on writing into the cache folder) is killed when
+    the run ends, times out or is interrupted; then the temporary folder is removed, so an
+    interrupted comparison leaves no `kernel-select-models-*` folder behind."""
+    with tempfile.TemporaryDirectory(prefix="kernel-select-models-", ignore_cleanup_errors=True) as tmp:
         spec_path, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
         spec_path.write_text(json.dumps(spec))
         command = [sys.executable, "-m", module, str(spec_path), str(result_path)]
-        try:
-            with open(log_path, "w") as log_file:
-                subprocess.run(command, env=fresh_cache_env(tmp), stdout=log_file, stderr=subprocess.STDOUT,
-                               timeout=timeout_s, check=False)
-        except subprocess.TimeoutExpired:
-            return {"error": f"timed out after {timeout_s:.0f} s; see {log_path}"}
+        with open(log_path, "w") as log_file:
+            process = subprocess.Popen(command, env=fresh_cache_env(tmp), stdout=log_file,
+                                       stderr=subprocess.STDOUT, start_new_session=True)
+            try:
+                process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                return {"error": f"timed out after {timeout_s:.0f} s; see {log_path}"}
+            finally:
+                kill_group(process)
         if not result_path.exists():
             return {"error": f"the worker stopped without a result; see {log_path}"}
         return json.loads(result_path.read_text())
+
+
+def kill_group(process: subprocess.Popen) -> None:
+    """Kill the process group `process` leads (started with start_new_session) and reap it."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):  # every member has exited already
+        pass
+    process.wait()
 
 
 def worker_main(argv: Sequence[str], module: str, work: Callable[[dict[str, Any]], dict[str, Any]],

@@ -59,16 +59,27 @@ def workload_name(path: str, phase: str) -> str:
     return f"{path}/{phase}"
 
 
+def check_path(path: str) -> None:
+    """Refuse a `--model` value that is not "package.module:attribute" (checked before the
+    workloads are named, since a path without ":" would read as a zoo architecture).
+
+    Raises:
+        OptionError: naming the path and the form expected.
+    """
+    module_name, colon, attribute = path.partition(":")
+    if not colon or not module_name.strip() or not attribute.strip() or "/" in path:
+        raise OptionError(f"--model {path!r}: expected 'package.module:factory', a callable named by "
+                          f"import path as in setuptools entry points")
+
+
 def load_factory(path: str) -> Callable[[], Any]:
     """The callable that "package.module:attribute" names.
 
     Raises:
         OptionError: naming the path and what is wrong with it.
     """
-    module_name, colon, attribute = path.partition(":")
-    if not colon or not module_name.strip() or not attribute.strip() or "/" in path:
-        raise OptionError(f"--model {path!r}: expected 'package.module:factory', a callable named by "
-                          f"import path as in setuptools entry points")
+    check_path(path)
+    module_name, _, attribute = path.partition(":")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:

@@ -17,8 +17,11 @@ def select_workloads(models: str | None, factories: Sequence[str] = (), *, train
     `train`).
 
     Raises:
-        OptionError: for an unknown zoo name (factories are checked by `check_factories`).
+        OptionError: for an unknown zoo name, or a factory path not of the form
+            "package.module:factory" (what it returns is checked by `check_factories`).
     """
+    for path in factories:
+        user_model.check_path(path)
     zoo = model_zoo.parse_workloads(models) if models or not factories else []
     phase = "train" if train else "inference"
     users = [user_model.workload_name(path, phase) for path in dict.fromkeys(factories)]

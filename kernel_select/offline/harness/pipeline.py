@@ -33,6 +33,7 @@ from pathlib import Path
 import pandas as pd
 
 from kernel_select.device import DeviceSpec
+from kernel_select.errors import DatasetError
 from kernel_select.offline.data import dataset
 from kernel_select.offline.harness.bench import (
     BenchOptions,
@@ -155,6 +156,34 @@ def todo_problems(problems: Problems, out: str | Path, device_name: str) -> list
     return [p for p in problems if bench_problem_id(p) not in done]
 
 
+#: Bytes a dataset row takes in a file when the output holds none yet to tell (the committed
+#: collections take 5 to 6; the estimate errs high).
+BYTES_PER_ROW_GUESS = 8
+
+
+def check_room(out: str | Path, new_rows: int) -> None:
+    """Refuse, before anything is timed, a run whose rows would grow `out` past the dataset read
+    limit (dataset.MAX_DATASET_BYTES): the appends would succeed, and the next resume (or any
+    reader) would then refuse the file, measurements and all.
+
+    The new rows are costed at the bytes per row the file has now (BYTES_PER_ROW_GUESS when it
+    is new or empty).
+
+    Raises:
+        DatasetError: naming the file, its size, the estimate and the limit, and what to do.
+    """
+    path = Path(out)
+    size = path.stat().st_size if path.is_file() else 0
+    rows = dataset.row_count(path) if size else 0
+    per_row = size / rows if rows else BYTES_PER_ROW_GUESS
+    estimate = int(new_rows * per_row)
+    if size + estimate > dataset.MAX_DATASET_BYTES:
+        raise DatasetError(f"{path}: {size:,} bytes now and about {estimate:,} more for {new_rows:,} rows "
+                           f"would pass the dataset read limit of {dataset.MAX_DATASET_BYTES:,} bytes, and "
+                           "no reader (nor the next resume) could open it; write to another --out and read "
+                           "both with a glob (data/part*.parquet)")
+
+
 def _fp32_precision() -> str:
     import torch
 
@@ -186,6 +215,7 @@ def run_bench(problems: Problems, out: str | Path, device: DeviceSpec,
         else:
             wanted = set(todo)
             planned = [runs for runs in planned if runs and runs[0].problem in wanted]
+        check_room(out, sum(len(runs) + 1 for runs in planned))
         if options.order == "reuse":
             planned = reuse_order(planned)
         workers = options.workers or compile_workers(reserved=1)  # one core launches kernels

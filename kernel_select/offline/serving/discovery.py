@@ -16,9 +16,9 @@ low..high at serve time.
   baddbmm; the dimension equal to the dynamic size is the dynamic one (M, or K as in a weight
   gradient). It sees no epilogue and no lowering decision; for steps that are not one module
   call (a training step with its optimizer).
-- `load_shapes`: a JSON list of {"op", "dtype", "n", "m", "k", ["batch"], ["layout"]}, where m or
-  k, not both, may be {"min", "max"}; `layout` is "nn" (default), "nt", "tn" or "tt": A then B,
-  "n" row-major, "t" a transposed view (column-major).
+- `load_shapes`: a JSON list of {"op", "dtype", "n", "m", "k", ["batch"], ["layout"], ["source"]},
+  where m or k, not both, may be {"min", "max"}, and any other key is refused; `layout` is "nn"
+  (default), "nt", "tn" or "tt": A then B, "n" row-major, "t" a transposed view (column-major).
 """
 
 from __future__ import annotations
@@ -31,9 +31,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kernel_select.errors import KernelSelectError
+from kernel_select.errors import first_line, KernelSelectError
 from kernel_select.layouts import check_layout, layout_of
 from kernel_select.model.cublas import Epilogue
+from kernel_select.offline.data import shape_fields
 from kernel_select.problem import Problem, spread_ms
 
 log = logging.getLogger(__name__)
@@ -221,35 +222,59 @@ def _site(problem: Problem, sizes: dict[int, tuple[int, int]], layout: str = "nn
 
 # -- from a shapes file --------------------------------------------------------------------------------
 
+#: What a pretune shapes-file entry may hold; any other key is refused, not ignored.
+SHAPE_KEYS = ("op", "dtype", "n", "m", "k", "batch", "layout", "source")
+
+
 def load_shapes(path: str | Path) -> list[Site]:
-    """Sites from a shapes file (see the module doc).
+    """Sites from a shapes file (see the module doc), every field checked (shape_fields).
 
     Raises:
-        KernelSelectError: naming the file and the entry that is malformed.
+        KernelSelectError: one line naming the file, the entry and the field that is malformed.
     """
     try:
-        raw = json.loads(Path(path).read_text())
-        sites = []
-        for index, item in enumerate(raw):
+        raw = json.loads(Path(path).read_text(encoding="utf-8-sig"))  # a BOM, as LUTs accept it
+    except (OSError, ValueError, RecursionError) as exc:
+        raise KernelSelectError(f"{path}: not a shapes file ({first_line(exc)})") from None
+    if not isinstance(raw, list):
+        raise KernelSelectError(f"{path}: not a shapes file (expected a JSON list of {{op, dtype, n, m, k}} "
+                                f"objects, got {type(raw).__name__})")
+    sites = []
+    for index, item in enumerate(raw):
+        try:
             sites.append(_shape_site(item))
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        where = f" entry [{index}]" if "index" in locals() else ""
-        raise KernelSelectError(f"{path}{where}: not a shapes file ({type(exc).__name__}: {exc})") from None
+        except (ValueError, KernelSelectError) as exc:
+            raise KernelSelectError(f"{path} entry [{index}]: {first_line(exc)}") from None
     return sites
 
 
-def _shape_site(item: dict[str, Any]) -> Site:
+def _shape_site(item: Any) -> Site:
     """One shapes-file entry as a Site; its problem has the dynamic size at the top of its range."""
-    ranges = {dim: (int(item[dim]["min"]), int(item[dim]["max"])) for dim in ("m", "k")
-              if isinstance(item[dim], dict)}
+    item = shape_fields.entry(item, SHAPE_KEYS)
+    for dim in ("m", "k"):
+        if dim not in item:
+            raise ValueError(f"{dim}: missing; give an integer or {{\"min\": ..., \"max\": ...}}")
+    ranges = {dim: _size_range(dim, item[dim]) for dim in ("m", "k") if isinstance(item[dim], dict)}
     if len(ranges) > 1:
         raise ValueError("m and k are both ranges; a GEMM follows one dynamic size, so give one "
                          "of them as an integer (split the GEMM into one entry per fixed size)")
-    sizes = {dim: ranges[dim][1] if dim in ranges else int(item[dim]) for dim in ("m", "k")}
-    problem = Problem(sizes["m"], int(item["n"]), sizes["k"], item.get("dtype", "bfloat16"),
-                      batch=int(item.get("batch", 1)), op=item.get("op", "mm"))
-    layout = check_layout(item.get("layout", "nn"))
+    sizes = {dim: ranges[dim][1] if dim in ranges else shape_fields.size(item, dim)
+             for dim in ("m", "k")}
+    problem = Problem(sizes["m"], shape_fields.size(item, "n"), sizes["k"],
+                      shape_fields.text(item, "dtype", "bfloat16"),
+                      batch=shape_fields.size(item, "batch", default=1),
+                      op=shape_fields.text(item, "op", "mm"))
+    layout = check_layout(shape_fields.text(item, "layout", "nn"))
     for dim, (low, high) in ranges.items():
         if low != high:
             return Site(problem, dim, low, high, layout)
     return Site(problem, layout=layout)
+
+
+def _size_range(dim: str, value: dict[str, Any]) -> tuple[int, int]:
+    """A dynamic size's {"min", "max"}, both sizes, min <= max."""
+    shape_fields.entry(value, ("min", "max"))
+    low, high = (shape_fields.size(value, key) for key in ("min", "max"))
+    if low > high:
+        raise ValueError(f"{dim}: min {low} is larger than max {high}; swap them")
+    return low, high

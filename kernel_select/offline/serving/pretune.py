@@ -35,7 +35,8 @@ L x 3420 x 1280 "nn" and the weight gradient 1280 x 3420 x L "tn" meet at L = 12
 layout-less "nn" entry would overlap them and the LUT would be refused. The pin was measured in
 its layout only, too, so it claims no other.
 
-Measurements are kept in `<out>.progress.json` as they arrive, so an interrupted run resumes.
+Measurements are kept in `<out>.progress.json` as they arrive, each time replaced atomically (a
+kill or a full disk leaves the previous measurements), so an interrupted run resumes.
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ from typing import Any
 from kernel_select.buckets import edges_of_ranges
 from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec
-from kernel_select.errors import KernelSelectError
+from kernel_select.atomic_write import write_atomic
+from kernel_select.errors import first_line, KernelSelectError
 from kernel_select.lut import ATEN, BatchedLUTEntry, lut_from_rows, LUTEntry, LUTRow, SizeRange
 from kernel_select.model.cublas import epilogue_charge_ms
 from kernel_select.offline.serving import crossovers
@@ -182,6 +184,26 @@ def _row(site: Site, pin: GemmConfig | str, note: str, device: DeviceSpec,
     return LUTRow(device.key, problem.op, problem.dtype, entry)
 
 
+def check_sites(sites: Sequence[Site], device: DeviceSpec) -> None:
+    """Refuse, before anything is measured, a site whose LUT entry the table would reject (a
+    dynamic size over MAX_DIM, say): the benchmark would run for it and the write then fail.
+
+    Raises:
+        KernelSelectError: one line naming the site and the field.
+    """
+    from pydantic import ValidationError
+
+    for site in sites:
+        try:
+            _row(site, ATEN, "", device)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            field = ".".join(str(part) for part in error["loc"] if part not in ("exact", "range"))
+            raise KernelSelectError(f"pretune: {site.problem} {site.layout} (dynamic {site.dynamic}: "
+                                    f"{site.low}..{site.high}) cannot be a LUT entry: {field}: "
+                                    f"{error['msg']}; nothing was measured") from None
+
+
 def label_of(kind: str, config: GemmConfig | None) -> str | None:
     """The label a timing gets in `Timings`: "aten", a Triton config's short form, or None."""
     if kind == "extern":
@@ -210,12 +232,45 @@ class _Tuned:
     measured: Measured = dataclasses.field(default_factory=dict)
 
 
+def progress_path(out: str | Path) -> Path:
+    """Where pretune keeps the measurements of a run writing the LUT `out`."""
+    out = Path(out)
+    return out.with_name(out.name + ".progress.json")
+
+
+def load_progress(path: Path) -> dict[str, Timings]:
+    """The measurements of an earlier run kept at `path` ({} when there is none).
+
+    Raises:
+        KernelSelectError: one line naming the file, when it is not readable or not pretune's
+            measurements (move it aside or delete it to measure again).
+    """
+    if not path.exists():
+        return {}
+    fix = "move it aside, or delete it to measure again"
+    try:
+        done = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise KernelSelectError(f"{path}: pretune's progress file cannot be read ({first_line(exc)}); "
+                                f"{fix}") from None
+    if not isinstance(done, dict):
+        raise KernelSelectError(f"{path}: pretune's progress file holds {type(done).__name__}, not an "
+                                f"object of measurements; {fix}")
+    for key, timings in done.items():
+        if not (isinstance(timings, dict) and all(
+                isinstance(label, str) and isinstance(ms, (int, float)) and not isinstance(ms, bool)
+                for label, ms in timings.items())):
+            raise KernelSelectError(f"{path}: pretune's progress file: entry {key!r} is not a "
+                                    f"{{choice: milliseconds}} object; {fix}")
+    return done
+
+
 class _Journal:
     """Measurements by problem and candidates, saved to `<out>.progress.json` after each one."""
 
     def __init__(self, out: Path, benchmark: Benchmark, device: DeviceSpec, bar: Any) -> None:
-        self.path = out.with_name(out.name + ".progress.json")
-        self.done: dict[str, Timings] = json.loads(self.path.read_text()) if self.path.exists() else {}
+        self.path = progress_path(out)
+        self.done = load_progress(self.path)
         self.benchmark, self.device, self.bar = benchmark, device, bar
 
     def time(self, tuned: _Tuned, length: int) -> None:
@@ -226,7 +281,8 @@ class _Journal:
         if key not in self.done:
             self.done[key] = self.benchmark(problem, tuned.configs, self.device, site.layout,
                                             dynamic=site.dynamic)
-            self.path.write_text(json.dumps(self.done, indent=1))
+            # Atomic: a kill or a full disk mid-write leaves the previous measurements, not a torn file.
+            write_atomic(self.path, json.dumps(self.done, indent=1))
         tuned.measured[length] = charged(self.done[key], site)
         self.bar.update()
 
@@ -250,6 +306,7 @@ def pretune(sites: Sequence[Site], *, out: str | Path, device: DeviceSpec, model
 
     if benchmark is None:
         from kernel_select.offline.serving.pretune_gpu import benchmark_problem as benchmark
+    check_sites(sites, device)
     rows: list[LUTRow] = []
     summary: list[dict[str, Any]] = []
     groups: dict[tuple[int, int] | Problem, list[_Tuned]] = {}

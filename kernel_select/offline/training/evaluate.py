@@ -42,7 +42,7 @@ import pandas as pd
 from kernel_select.offline.data import dataset, splits
 from kernel_select.offline.training import baseline_scores, held_out_slice, model_extras
 from kernel_select.configs import GemmConfig
-from kernel_select.device import DeviceSpec, get_device
+from kernel_select.device import DeviceSpec, get_device, key_for_name
 from kernel_select.errors import DatasetError, KernelSelectError, NoTrainedModelError
 from kernel_select.layouts import DEFAULT_LAYOUT
 from kernel_select.model import PerformanceModel, get_model
@@ -133,7 +133,7 @@ def _evaluate(data_path: str | Path | Sequence[str | Path], split: str,
     """`evaluate`'s report, and each evaluated model's per-problem scores (for `paired` over splits)."""
     frame = dataset.read_many(data_path) if frame is None else frame
     frame = splits.split_rows(frame, split)
-    spec = get_device(device) if device is not None else dataset_device(frame, data_path)
+    spec, frame = device_rows(frame, device, data_path)
     resolved = _resolve_models(models, spec)
     df = dataset.modelled_layout_rows(frame, "evaluation", evaluated_layouts(resolved.values()))
     scored = problem_rows(df, f"{data_path}: no usable Triton rows in split {split!r}")
@@ -344,10 +344,40 @@ def pinned_report(frame: pd.DataFrame, model: PerformanceModel) -> dict[str, Any
 
 def dataset_device(rows: pd.DataFrame, data_path: str | Path) -> DeviceSpec:
     """The one device the rows were measured on (a file of several devices needs it named)."""
-    names = rows["device_name"].dropna().unique()
-    if len(names) != 1:
-        raise DatasetError(f"{data_path}: rows come from devices {list(names)}; pass device=... explicitly")
-    return get_device(str(names[0]))
+    return device_rows(rows, None, data_path)[0]
+
+
+def device_rows(rows: pd.DataFrame, device: DeviceSpec | str | None,
+                data_path: str | Path | Sequence[str | Path]) -> tuple[DeviceSpec, pd.DataFrame]:
+    """The device a model is trained or scored for and its rows: the one rule of `train` and
+    `evaluate`. Unnamed (None), the rows must come from one device; named, that device's rows are
+    kept and the others left out with a warning (a model of one device neither learns from nor is
+    scored on another's timings).
+
+    Raises:
+        DatasetError: naming the files, when there are no rows, when rows of several devices come
+            without one named, or when none is of the device named.
+    """
+    where = _names(data_path)
+    by_name = {name: key_for_name(str(name)) for name in rows["device_name"].dropna().unique()}
+    keys = sorted(set(by_name.values()))
+    if not keys:
+        raise DatasetError(f"{where}: no rows to use (an empty split, or no device recorded); measure "
+                           "with `kernel-select bench`, or name another split")
+    if device is None:
+        if len(keys) > 1:
+            raise DatasetError(f"{where}: rows come from {len(keys)} devices ({', '.join(keys)}); name one "
+                               "(device=, --device) to use its rows only")
+        return get_device(keys[0]), rows
+    spec = get_device(device)
+    mine = rows["device_name"].map(by_name) == spec.key
+    if not mine.any():
+        raise DatasetError(f"{where}: no rows measured on {spec.key} (the rows come from {', '.join(keys)})")
+    if not mine.all():
+        log.warning("%s: leaving out %d rows measured on devices other than %s (%s)", where,
+                    int((~mine).sum()), spec.key, ", ".join(k for k in keys if k != spec.key))
+        rows = rows[mine]
+    return spec, rows
 
 
 def configs_of(frame: pd.DataFrame) -> list[GemmConfig]:

@@ -39,6 +39,7 @@ from kernel_select.offline.training.cublas_fit import (
     fit_gate,
     save_problem_net,
 )
+from kernel_select.offline.training.evaluate import device_rows
 from kernel_select.offline.training.features import featurize_frame
 from kernel_select.offline.training.training_data import (
     DEFAULT_CAP, aten_problems, cap_rows_per_problem, domain_of, layouts_for, prepare_rows, provenance,
@@ -262,11 +263,8 @@ def _training_rows(df: pd.DataFrame, spec: DeviceSpec, paths: Sequence[Path], ca
                    layouts: Sequence[str] = dataset.MODELLED_LAYOUTS,
                    batched: bool = False) -> tuple[pd.DataFrame, pd.Series]:
     """Capped Triton rows of the trainable problems (never `test` or `family`), and cuBLAS ms per problem."""
-    on_device = df["device_name"].map(lambda name: key_for_name(str(name)) == spec.key)
-    if not on_device.all():
-        log.warning("%s: ignoring %d rows measured on devices other than %s", ", ".join(map(str, paths)),
-                    int((~on_device).sum()), spec.key)
-    rows, aten = prepare_rows(df[on_device], spec, layouts, batched=batched)
+    _, df = device_rows(df, spec, paths)  # evaluate's rule: the named device's rows only
+    rows, aten = prepare_rows(df, spec, layouts, batched=batched, source=", ".join(map(str, paths)))
     masks = splits.split_masks(rows)
     keep = (masks["train"] | masks["val"]) & cap_rows_per_problem(rows, cap, seed)
     rows = rows[keep].reset_index(drop=True)

@@ -26,6 +26,9 @@ from kernel_select.offline.training.evaluate import usable_triton_rows
 
 #: Configs per problem a model trains on: every contender within 1.5x of the oracle, then a sample.
 DEFAULT_CAP = 384
+#: The fastest runtime a training row may have, in ms (0.1 us): a kernel launch alone takes
+#: microseconds, and the fastest GEMM in the committed data takes 4 us.
+MIN_RUNTIME_MS = 1e-4
 
 
 def require_rows(paths: str | Path | Sequence[str | Path], purpose: str) -> list[Path]:
@@ -51,15 +54,37 @@ def layouts_for(feature_version: int) -> tuple[str, ...]:
 
 
 def prepare_rows(frame: pd.DataFrame, spec: DeviceSpec, layouts: Sequence[str] = dataset.MODELLED_LAYOUTS,
-                 batched: bool = False) -> tuple[pd.DataFrame, pd.Series]:
+                 batched: bool = False, source: str = "the dataset") -> tuple[pd.DataFrame, pd.Series]:
     """Usable Triton rows of `spec` in `layouts`, sorted by problem, and cuBLAS ms per problem; batched
-    GEMMs only with `batched` (a feature version that reads the batch)."""
+    GEMMs only with `batched` (a feature version that reads the batch).
+
+    Raises:
+        DatasetError: naming `source`, for a finite runtime no GEMM kernel can have (`check_runtimes`).
+    """
+    check_runtimes(frame, source)
     frame = dataset.modelled_layout_rows(frame, layouts=layouts)
     rows = usable_triton_rows(frame)
     rows = rows[((rows["batch"] == 1) | batched) & (rows["sm_count"] == spec.sm_count)]
     rows = rows.sort_values(["problem_id", *dataset.CONFIG_COLUMNS], kind="stable").reset_index(drop=True)
     aten = frame[(frame["backend"] == "aten") & np.isfinite(frame["runtime_ms"])]
     return rows, aten.groupby("problem_id")["runtime_ms"].min()
+
+
+def check_runtimes(frame: pd.DataFrame, source: str) -> None:
+    """Refuse, before any training, a finite runtime under MIN_RUNTIME_MS: no GEMM kernel runs that
+    fast (a launch alone takes microseconds), so the file's times are in another unit or made up,
+    and the fit would learn nothing from them (the `auto` rule's search then finds no score at all).
+
+    Raises:
+        DatasetError: naming `source`, the first such row's problem and its time.
+    """
+    times = frame["runtime_ms"].to_numpy(np.float64)
+    fast = np.isfinite(times) & (times < MIN_RUNTIME_MS)
+    if fast.any():
+        row = int(np.argmax(fast))
+        raise DatasetError(f"{source}: {int(fast.sum())} rows have a runtime under {MIN_RUNTIME_MS} ms "
+                           f"(problem {frame['problem_id'].iloc[row]}: {times[row]:.3g} ms), faster than any "
+                           "GEMM kernel runs; runtime_ms is in milliseconds")
 
 
 def domain_of(rows: pd.DataFrame) -> Domain:
