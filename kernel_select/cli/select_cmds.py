@@ -8,7 +8,11 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kernel_select.cli.common import Subparsers, add_problem_args, add_topk_arg, load_lut_file, parse_topk
+from kernel_select import options
+from kernel_select.cli import flags
+from kernel_select.cli.common import (Subparsers, add_device_arg, add_problem_args, dimension, load_lut_file,
+                                     printable, say)
+from kernel_select.cli.devices import DEVICE_HELP
 from kernel_select.layouts import DEFAULT_LAYOUT, LAYOUTS
 
 if TYPE_CHECKING:
@@ -33,19 +37,19 @@ def register_topk(sub: Subparsers) -> None:
                                    "decision prefers cuBLAS. The decision is for the GEMM alone: inside a "
                                    "compile a pointwise epilogue can also count.")
     add_problem_args(p)
-    p.add_argument("--layout", choices=LAYOUTS, default=DEFAULT_LAYOUT,
+    p.add_argument("--layout", type=flags.word, choices=LAYOUTS, default=DEFAULT_LAYOUT,
                    help="operand layout, A then B ('t': stored transposed, as W in x @ W.t(); default: "
                         "%(default)s)")
-    p.add_argument("--batch", type=int, default=1, help="batched GEMM (bmm) count (default: %(default)s)")
-    add_topk_arg(p)
+    p.add_argument("--batch", type=dimension, default=1, help="batched GEMM (bmm) count (default: %(default)s)")
+    flags.add_gemm_topk(p, old=("-k",))
     _add_margin_arg(p)
     p.add_argument("--lut", default=None, metavar="PATH",
                    help="lookup table JSON whose pin, else entries, for the problem come first")
     p.add_argument("--model", default=None, metavar="NAME",
                    help="performance model, e.g. analytical (default: the device's trained model)")
-    p.add_argument("--search-space", choices=("default", "exhaustive"), default="exhaustive",
+    p.add_argument("--search-space", type=flags.word, choices=("default", "exhaustive"), default="exhaustive",
                    help="candidate configs to rank (default: %(default)s)")
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    flags.add_json(p, "the decision")
     p.set_defaults(handler=run_topk)
 
 
@@ -55,8 +59,8 @@ def register_demo(sub: Subparsers) -> None:
                                    "and the two backward GEMMs of each (dX: m x 3420 x 1280, dW: 1280 x 3420 "
                                    "x m), ranked by the device's trained model, with the shipped lookup "
                                    "table's entries first.")
-    p.add_argument("--device", default="h100", help="device spec (default: %(default)s)")
-    add_topk_arg(p)
+    add_device_arg(p, f"the GPU: {DEVICE_HELP} (default: the GPU this runs on; h100 without one)")
+    flags.add_gemm_topk(p, old=("-k",))
     _add_margin_arg(p)
     p.add_argument("--lut", default=None, metavar="PATH",
                    help=f"lookup table JSON (default: the shipped luts/{DEFAULT_DEMO_LUT}; the demo runs "
@@ -70,16 +74,20 @@ def run_topk(args: argparse.Namespace) -> int:
 
     op = "bmm" if args.batch != 1 else "mm"
     problem = Problem(args.m, args.n, args.k, args.dtype, batch=args.batch, op=op, layout=args.layout)
-    model = _model(args.model, args.device)
+    model, serving = _model(args.model, args.device)
     lut = load_lut_file(args.lut) if args.lut else None
     candidates = for_problem(problem, model.device, args.search_space)
+    if args.gemm_topk == options.SAME:
+        return _passes_through(args, problem, model, serving)
     selection = _select(problem, model, args, lut, candidates)
     if args.json:
-        print(json.dumps(_payload(args, model, selection)))
+        say(json.dumps(_payload(args, model, serving, selection)))
         return 0
-    print(f"{problem} on {model.device.key}: {len(selection.choices)} of {len(candidates)} "
-          f"{args.search_space} configs")
-    print(f"ranked by: {model.describe()}")
+    say(f"{problem} on {serving['device']}: {len(selection.choices)} of {len(candidates)} "
+        f"{args.search_space} configs")
+    say(f"ranked by: {model.describe()}")
+    if args.model is None:  # a model asked for by name is named on the line above
+        say(serving["model"])
     _print_selection(model, selection)
     return 0
 
@@ -88,49 +96,72 @@ def run_demo(args: argparse.Namespace) -> int:
     from kernel_select.resources import shipped_lut
     from kernel_select.space import for_problem
 
-    model = _model(None, args.device)
+    model, serving = _model(None, args.device)
     lut_path = Path(args.lut) if args.lut else shipped_lut(DEFAULT_DEMO_LUT)
     # An explicit --lut must exist; the shipped default is optional.
     lut = load_lut_file(str(lut_path)) if args.lut or lut_path.is_file() else None
-    print(f"kernel-select demo: top {args.gemm_topk} Triton mm configs for the seed problems on "
-          f"{model.device.key}")
-    print(f"ranked by: {model.describe()}")
+    if args.gemm_topk == options.SAME:
+        return _passes_through(args, None, model, serving)
+    say(f"kernel-select demo: top {args.gemm_topk} Triton mm configs for the seed problems on "
+        f"{serving['device']}")
+    say(f"ranked by: {model.describe()}")
+    say(serving["model"])
     shown = os.path.relpath(lut_path) if lut_path.is_relative_to(Path.cwd()) else str(lut_path)
-    print(f"lookup table: {shown}" if lut is not None else f"lookup table: no LUT ({shown} not found)")
+    say(f"lookup table: {printable(shown)}" if lut is not None else
+        f"lookup table: no LUT ({printable(shown)} not found)")
     for label, problem in _seed_problems():
         candidates = for_problem(problem, model.device, "exhaustive")
-        print(f"\n{label:<14} {problem}  ({len(candidates)} candidates)")
+        say(f"\n{label:<14} {problem}  ({len(candidates)} candidates)")
         _print_selection(model, _select(problem, model, args, lut, candidates))
     return 0
 
 
-def _model(name: str | None, device: str) -> PerformanceModel:
+def _model(name: str | None, device: str | None) -> tuple[PerformanceModel, dict[str, str]]:
+    """The model ranking for `device` (None: the GPU this runs on), and the header's words for the
+    device and the model: {"device": "h200 (detected)", "model": "model: h200 (calibrated, /path)"}."""
     from kernel_select import runtime
-    from kernel_select.device import get_device
+    from kernel_select.cli.devices import device_text, model_line, serving_device
 
-    return runtime.model(name, get_device(device))
+    spec, origin = serving_device(device)
+    model = runtime.model(name, spec)
+    return model, {"device": device_text(spec, origin), "model": model_line(spec, name)}
+
+
+def _passes_through(args: argparse.Namespace, problem: Problem | None, model: PerformanceModel,
+                    serving: dict[str, str]) -> int:
+    """gemm_topk SAME: the handler is off and Inductor benchmarks its own list; nothing to rank."""
+    what = str(problem) if problem is not None else "the seed problems"
+    line = (f"{what} on {serving['device']}: gemm_topk SAME leaves Inductor's own candidates in place; "
+            "kernel_select ranks nothing")
+    if args.json:
+        say(json.dumps({"gemm_topk": options.SAME, "device": model.device.key, "choices": None}))
+    else:
+        say(line)
+    return 0
 
 
 def _select(problem: Problem, model: PerformanceModel, args: argparse.Namespace, lut: Any,
             candidates: list[Any]) -> Selection:
     """The handler's decision for `problem`, with the gate the handler would load."""
-    from kernel_select import knobs, options, runtime
+    from kernel_select import knobs, runtime
     from kernel_select.select import select
 
     raw = args.gemm_cublas_margin if args.gemm_cublas_margin is not None else knobs.gemm_cublas_margin
     margin = options.parse_cublas_margin(raw, source="--gemm-cublas-margin")
     gate = runtime.gate(model.device) if margin is not None else None
-    return select(problem, model=model, gemm_topk=parse_topk(args.gemm_topk), lut=lut, gate=gate,
+    return select(problem, model=model, gemm_topk=args.gemm_topk, lut=lut, gate=gate,
                   cublas_margin=margin, candidates=candidates)
 
 
-def _payload(args: argparse.Namespace, model: PerformanceModel, selection: Selection) -> dict[str, Any]:
+def _payload(args: argparse.Namespace, model: PerformanceModel, serving: dict[str, str],
+             selection: Selection) -> dict[str, Any]:
     problem, cublas = selection.problem, selection.cublas
     pinned = selection.pinned
     return {
         "problem": {"m": problem.m, "n": problem.n, "k": problem.k, "dtype": problem.dtype,
                     "batch": problem.batch, "op": problem.op, "layout": problem.layout},
-        "device": model.device.key, "model": model.name, "model_description": model.describe(),
+        "device": model.device.key, "device_origin": serving["device"], "model": model.name,
+        "model_description": model.describe(), "model_source": serving["model"].removeprefix("model: "),
         "lut": args.lut, "search_space": args.search_space, "candidates": selection.candidates,
         "pinned": None if pinned is None else (pinned if isinstance(pinned, str) else pinned.model_dump()),
         "choices": [{"rank": rank, "config": choice.config.model_dump(), "predicted_ms": choice.predicted_ms,

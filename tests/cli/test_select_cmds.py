@@ -20,6 +20,7 @@ from kernel_select.lut import ATEN, lut_from_rows, LUTEntry, save_lut
 from kernel_select.model import get_model
 from kernel_select.model.cublas import DEFAULT_MARGIN, NO_MARGIN_TIE, SMALL_GEMM_MS
 from kernel_select.problem import Problem
+from kernel_select.resources import shipped_dir
 from kernel_select.select import select
 from kernel_select.space import for_problem
 from tests.subprocess_env import package_env
@@ -27,7 +28,8 @@ from tests.subprocess_env import package_env
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SEED_ARGS = ["--m", "560", "--n", "1280", "--k", "3420", "--dtype", "bf16", "--device", "h100"]
 SEED = Problem(560, 1280, 3420, "bfloat16")
-SMALL_ARGS = ["--m", "16", "--n", "1024", "--k", "4096"]  # a GEMM the shipped gate sends to cuBLAS
+SMALL_ARGS = ["--m", "16", "--n", "1024", "--k", "4096", "--device", "h100"]  # one the gate sends to cuBLAS
+SHIPPED_MODELS = shipped_dir("models")
 PINNED = GemmConfig(block_m=64, block_n=128, block_k=64, num_stages=3, num_warps=4)
 
 
@@ -157,9 +159,10 @@ def test_topk_layout_is_printed_and_auto_takes_its_cap_outside_training(capsys):
     assert code == 0
     lines = out.splitlines()
     assert lines[0].startswith("mm 560x1280x3420 bfloat16 tt on h100: 8 of ")  # the cap (default 8)
-    assert lines[2].startswith(
+    assert lines[2] == f"model: h100 (shipped, {SHIPPED_MODELS / 'h100'})"  # the serving model, named
+    assert lines[3].startswith(
         "outside the model's training data (layout tt not in the model's training data)")
-    assert lines[3] == "--gemm-topk auto took its cap: layout tt not in the model's training data"
+    assert lines[4] == "--gemm-topk auto took its cap: layout tt not in the model's training data"
     code, out, _ = run(capsys, "topk", *SEED_ARGS, "--layout", "nt", "--gemm-topk", "auto", *off)
     assert code == 0 and "took its cap" not in out
     code, out, _ = run(capsys, "topk", *SEED_ARGS, "--gemm-topk", "auto", *off)
@@ -176,27 +179,25 @@ def test_topk_batch_ranks_a_bmm(capsys):
     assert len(payload["choices"]) == 2
 
 
-def test_topk_fraction_and_default_search_space(capsys):
-    code, out, _ = run(capsys, "topk", *SEED_ARGS, "--gemm-topk", "0.5", "--search-space", "default",
+def test_topk_default_search_space_in_any_case(capsys):
+    code, out, _ = run(capsys, "topk", *SEED_ARGS, "--gemm-topk", "DEFAULT", "--search-space", "DEFAULT",
                        "--gemm-cublas-margin", "off", "--json")
     assert code == 0
     payload = json.loads(out)
-    assert len(payload["choices"]) == payload["candidates"] // 2
     assert payload["search_space"] == "default"
     assert payload["candidates"] == len(for_problem(SEED, "h100", "default"))
 
 
 def test_the_deprecated_k_flag_still_works_with_a_warning(capsys):
     code, out, err = run(capsys, "topk", *SEED_ARGS, "-k", "3", "--json")
-    assert code == 0 and err == "kernel-select topk: warning: -k is deprecated; use --gemm-topk\n"
+    assert code == 0 and err == "kernel-select topk: warning: -k is deprecated and goes in 1.2; use --gemm-topk\n"
     code, expected, err = run(capsys, "topk", *SEED_ARGS, "--gemm-topk", "3", "--json")
     assert code == 0 and out == expected and err == ""
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--gemm-topk", "0"], "k: a count must be >= 1"),
-    (["--gemm-topk", "1.5"], "k: a fraction must be in (0, 1]"),
-    (["--gemm-topk", "four"], "--gemm-topk: expected a count"),
+    (["--gemm-topk", "0"], "--gemm-topk: expected a positive integer"),
+    (["--gemm-topk", "four"], "--gemm-topk: expected a positive integer"),
     (["--gemm-cublas-margin", "1.5"], "--gemm-cublas-margin: expected a fraction in [0, 1)"),
     (["--gemm-topk", "4", "--model", "nope"], "no model 'nope'"),
     (["--gemm-topk", "4", "--lut", "/nonexistent/lut.json"], "lut.json"),
@@ -205,7 +206,7 @@ def test_topk_bad_input_is_one_line_and_exit_2(capsys, argv, message):
     code, out, err = run(capsys, "topk", *SEED_ARGS, *argv)
     assert code == 2
     assert out == ""
-    assert err.count("\n") == 1 and err.startswith("kernel-select: error: ")
+    assert err.count("\n") == 1 and err.startswith("kernel-select") and ": error: " in err
     assert message in err
 
 
@@ -216,8 +217,10 @@ def test_topk_bad_problem_and_device_exit_2(capsys):
     assert code == 2 and "unknown device 'tpu'" in err
     code, _, err = run(capsys, "topk", *SEED_ARGS[:6], "--dtype", "int8", "--gemm-topk", "2")
     assert code == 2 and "int8" in err
-    code, out, err = run(capsys, "topk", *SEED_ARGS, "--layout", "NT", "--gemm-topk", "2")
-    assert code == 2 and out == "" and err.count("\n") == 1 and "--layout: invalid choice: 'NT'" in err
+    code, out, err = run(capsys, "topk", *SEED_ARGS, "--layout", "TT", "--gemm-topk", "2")
+    assert code == 0 and " tt on " in out  # choices are case-insensitive
+    code, out, err = run(capsys, "topk", *SEED_ARGS, "--layout", "xy", "--gemm-topk", "2")
+    assert code == 2 and out == "" and err.count("\n") == 1 and "--layout: invalid choice: 'xy'" in err
 
 
 # -- demo -------------------------------------------------------------------------------------------------

@@ -270,7 +270,7 @@ def _device_identity(device: str) -> tuple[str, str]:
 
     if not torch.cuda.is_available():
         raise DeviceError("compare-models: no CUDA GPU (torch.cuda.is_available() is False); pass "
-                          "--device cpu to run the comparison on the CPU")
+                          "--torch-device cpu to run the comparison on the CPU")
     spec = detect(torch.device(device).index or 0)
     return spec.name, spec.key
 
