@@ -13,7 +13,6 @@ import argparse
 import errno
 import os
 import re
-import stat
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any

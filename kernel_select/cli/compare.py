@@ -13,6 +13,8 @@ from kernel_select.cli.common import (
     printable,
     readable_file,
     readable_json,
+    say,
+    say_lines,
 )
 from kernel_select.cli.outputs import output_dir
 from kernel_select.errors import OptionError
@@ -78,9 +80,9 @@ def run_compare(args: argparse.Namespace) -> int:
         cases, out_dir=args.out, topks=topks, exhaustive=args.exhaustive, nogate_topks=nogate_topks,
         device_index=device_index, lut=args.lut, model=args.model, timeout_s=args.worker_max_seconds,
         shapes=args.shapes, resume=args.resume, only=only, gemm_only=args.gemm_only)
-    print(compare.format_summary(compare.summarize(results)))
+    say_lines(compare.format_summary(compare.summarize(results)))
     plot = f" and {png_path}" if png_path else " (no plot: matplotlib is not installed)"
-    print(f"wrote {printable(json_path)}{plot}")
+    say(f"wrote {printable(json_path)}{plot}")
     return 0
 
 

@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from kernel_select.cli import flags
-from kernel_select.cli.common import int_at_least, load_lut_file, positive_float, printable
+from kernel_select.cli.common import int_at_least, load_lut_file, positive_float, printable, say, say_lines
 from kernel_select.cli.outputs import output_dir
 from kernel_select.errors import OptionError
 
@@ -109,11 +109,11 @@ def run_compare_models(args: argparse.Namespace) -> int:
         models, methods, out_dir=args.out, device=args.torch_device, tiny=args.tiny, repeat=args.repeat,
         samples=args.samples, timeout_s=args.worker_max_seconds, resume=args.resume, max_seconds=args.max_seconds,
         settings={"lut": args.lut, "cudagraphs": not args.no_cudagraphs})
-    print(model_report.format_summary(model_report.summarize(results)))
-    print()
-    print(model_report.format_models(results))
+    say_lines(model_report.format_summary(model_report.summarize(results)))
+    say("")
+    say_lines(model_report.format_models(results))
     plot = f" and {png_path}" if png_path else " (no plot: matplotlib is not installed)"
-    print(f"wrote {printable(json_path)}{plot}")
+    say(f"wrote {printable(json_path)}{plot}")
     return 0
 
 

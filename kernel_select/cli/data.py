@@ -268,8 +268,8 @@ def run_bench(args: argparse.Namespace) -> int:
     problems = [s.problem() for s in chosen]  # each in its entry's layout
     df = sharding.run_sharded(problems, args.out, detect(), args.gpus, options,
                               origins={p: s.provenance() for p, s in zip(problems, chosen)})
-    print(f"{printable(args.out)}: {df['problem_id'].nunique()} problems, {len(df)} rows "
-          f"({int((df['runtime_ms'] < float('inf')).sum())} finite)")
+    say(f"{printable(args.out)}: {df['problem_id'].nunique()} problems, {len(df)} rows "
+        f"({int((df['runtime_ms'] < float('inf')).sum())} finite)")
     return 0
 
 
@@ -294,7 +294,7 @@ def run_fidelity(args: argparse.Namespace) -> int:
         results = fidelity.read_json(args.json_out)
         done = {r.problem for r in results}
         problems = [p for p in problems if str(p) not in done]
-        print(f"resuming {printable(args.json_out)}: {len(results)} problems measured, {len(problems)} to go")
+        say(f"resuming {printable(args.json_out)}: {len(results)} problems measured, {len(problems)} to go")
     require_gpu("fidelity")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     data = dataset.read(args.data) if args.data else None
@@ -313,17 +313,17 @@ def run_fidelity(args: argparse.Namespace) -> int:
 
 
 def _print_fidelity(results: list[Any], summary: dict[str, Any]) -> None:
-    print(f"{'problem':<34} {'n':>3} {'spearman':>8} {'(min)':>6} {'ratio':>6}  inductor best / harness best")
+    say(f"{'problem':<34} {'n':>3} {'spearman':>8} {'(min)':>6} {'ratio':>6}  inductor best / harness best")
     for r in results:
-        print(f"{printable(r.problem):<34} {r.n_configs:>3} {r.spearman_median:>8.3f} {r.spearman_min:>6.3f} "
-              f"{r.median_ratio:>6.3f}  {r.inductor_best} / {r.harness_best}")
+        say(f"{printable(r.problem):<34} {r.n_configs:>3} {r.spearman_median:>8.3f} {r.spearman_min:>6.3f} "
+            f"{r.median_ratio:>6.3f}  {r.inductor_best} / {r.harness_best}")
     if summary["problems"]:
-        print(f"median Spearman {summary['median_spearman']:.3f} over {summary['problems']} problems "
-              f"(lowest {summary['min_spearman']:.3f}); median Inductor/harness time ratio "
-              f"{summary['median_time_ratio']:.3f}")
+        say(f"median Spearman {summary['median_spearman']:.3f} over {summary['problems']} problems "
+            f"(lowest {summary['min_spearman']:.3f}); median Inductor/harness time ratio "
+            f"{summary['median_time_ratio']:.3f}")
     if summary["without_triton_choices"]:
         without = ", ".join(summary["without_triton_choices"])
-        print(f"no Triton choices from Inductor (not counted): {without}")
+        say(f"no Triton choices from Inductor (not counted): {without}")
 
 
 def run_audit(args: argparse.Namespace) -> int:
@@ -338,17 +338,17 @@ def run_audit(args: argparse.Namespace) -> int:
     reports = {str(path): audit.audit(dataset.read(path), ratio) for path in paths}
     if args.json:
         files = {path: audit.as_json(counts) for path, counts in reports.items()}
-        print(json.dumps({"ratio": ratio, "files": files}, indent=2))
+        say(json.dumps({"ratio": ratio, "files": files}, indent=2))
     else:
-        print(f"capped single-sample rows over {ratio:g}x the fastest config of their tile")
-        print(f"{'file':<34} {'dtype':<9} {'rows':>10} {'capped':>10} {'suspect':>8} "
-              f"{'problems hit':>16} {'worst':>7}")
+        say(f"capped single-sample rows over {ratio:g}x the fastest config of their tile")
+        say(f"{'file':<34} {'dtype':<9} {'rows':>10} {'capped':>10} {'suspect':>8} "
+            f"{'problems hit':>16} {'worst':>7}")
         for path, counts in reports.items():
             for name, c in counts.items():
                 hit = f"{c.problems_affected:,} of {c.problems:,}"
-                print(f"{printable(path):<34} {name:<9} {c.rows:>10,} {c.capped_rows:>10,} "
-                      f"{c.suspect_rows:>8,} "
-                      f"{hit:>16} {c.worst_ratio:>6.0f}x")
+                say(f"{printable(path):<34} {name:<9} {c.rows:>10,} {c.capped_rows:>10,} "
+                    f"{c.suspect_rows:>8,} "
+                    f"{hit:>16} {c.worst_ratio:>6.0f}x")
     suspect = any(r["all"].suspect_rows for r in reports.values())
     return 1 if args.check and suspect else 0
 
@@ -363,7 +363,7 @@ def _compare_collections(args: argparse.Namespace) -> int:
     names = (", ".join(str(p) for p in dataset.expand_paths(args.data)), str(args.compare))
     result = agreement.agreement(dataset.read_many(args.data), dataset.read(args.compare), names)
     if args.json:
-        print(json.dumps({"first": names[0], "second": names[1], **result.as_json()}, indent=2))
+        say(json.dumps({"first": names[0], "second": names[1], **result.as_json()}, indent=2))
     else:
         say_lines("\n".join(agreement.report_lines(result, names)))
     return 0

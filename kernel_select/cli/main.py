@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 from kernel_select.cli import (calibrate, compare, compare_models, data, doctor, lut, model, select_cmds,
                                serving, space)
-from kernel_select.cli.common import DEBUG_ENV, OneLineParser, Subparsers
+from kernel_select.cli.common import DEBUG_ENV, OneLineParser, Subparsers, flush_stdout
 from kernel_select._version import __version__
 from kernel_select.errors import KernelSelectError
 from kernel_select.text import printable
@@ -83,7 +83,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     debug = args.debug or os.environ.get(DEBUG_ENV, "") not in ("", "0")
     try:
-        return args.handler(args)
+        code = args.handler(args)
+        flush_stdout()  # a full stdout (`> /dev/full`) is an error naming <stdout> here, not at exit
+        return code
     except KeyboardInterrupt:
         parser.exit(130, "kernel-select: interrupted\n")
     except BrokenPipeError:

@@ -177,12 +177,12 @@ def run_train(args: argparse.Namespace) -> int:
                    init=args.init, **options)
     for objective, metrics in result.metrics["val"].items():
         topk = "  ".join(f"k={k}: {v:.4f}" for k, v in metrics["topk"].items())
-        print(f"val [{objective}] epoch {metrics['epoch']}: {topk}")
-    print(f"kept the {result.objective} model; trained in {result.seconds:.0f} s; "
-          f"wrote {printable(result.out_dir)}")
+        say(f"val [{objective}] epoch {metrics['epoch']}: {topk}")
+    say(f"kept the {result.objective} model; trained in {result.seconds:.0f} s; "
+        f"wrote {printable(result.out_dir)}")
     gate = result.metrics.get("cublas_gate", {})
     if "skipped" in gate:
-        print(f"no cuBLAS gate: {gate['skipped']}")
+        say(f"no cuBLAS gate: {gate['skipped']}")
     else:
         _print_gate_validation(gate)
     return 0
@@ -193,10 +193,10 @@ def _run_refit_auto(args: argparse.Namespace) -> int:
 
     chosen = refit_auto_dir(args.out, args.data, args.device)
     threshold = (f"spread {chosen['spread']:g}" if chosen["rule"] == "spread" else f"gap {chosen['gap']:g}")
-    print(f"topk='auto' on {chosen['problems']} val problems: {chosen['rule']} rule, {threshold}, "
-          f"floor {chosen['floor']}: {chosen['score']:.4f} at {chosen['mean_k']:.2f} configs per problem "
-          f"(top-4 {chosen['top4_score']:.4f})")
-    print(f"wrote {printable(Path(args.out) / 'mlp.json')}")
+    say(f"topk='auto' on {chosen['problems']} val problems: {chosen['rule']} rule, {threshold}, "
+        f"floor {chosen['floor']}: {chosen['score']:.4f} at {chosen['mean_k']:.2f} configs per problem "
+        f"(top-4 {chosen['top4_score']:.4f})")
+    say(f"wrote {printable(Path(args.out) / 'mlp.json')}")
     return 0
 
 
@@ -211,16 +211,16 @@ def run_train_gate(args: argparse.Namespace) -> int:
     gate = train_gate(dataset.read_many(paths), get_device(args.device), args.out, seed=args.seed,
                       data_path=paths[0] if len(paths) == 1 else None)
     _print_gate_validation(gate.card.metrics["validation"])
-    print(f"wrote {printable(Path(args.out) / 'cublas_gate.pt')}")
+    say(f"wrote {printable(Path(args.out) / 'cublas_gate.pt')}")
     return 0
 
 
 def _print_gate_validation(validation: dict) -> None:
-    print(f"cuBLAS gate, validation: {validation['problems']} problems, sign accuracy "
-          f"{validation['sign_accuracy']:.3f}, RMSE of log(cuBLAS/Triton) {validation['rmse_log_ratio']:.3f}")
+    say(f"cuBLAS gate, validation: {validation['problems']} problems, sign accuracy "
+        f"{validation['sign_accuracy']:.3f}, RMSE of log(cuBLAS/Triton) {validation['rmse_log_ratio']:.3f}")
     for margin, m in validation["margins"].items():
-        print(f"  margin {margin}: Triton skipped on {m['gated']:.0%}, wrongly {m['wrongly_gated']}, "
-              f"time lost there geomean {m['loss_geomean']:.3f} (worst {m['loss_worst']:.3f})")
+        say(f"  margin {margin}: Triton skipped on {m['gated']:.0%}, wrongly {m['wrongly_gated']}, "
+            f"time lost there geomean {m['loss_geomean']:.3f} (worst {m['loss_worst']:.3f})")
 
 
 def _model_names(text: str, device: str | None) -> list[str]:

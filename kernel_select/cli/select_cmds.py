@@ -179,24 +179,24 @@ def _print_selection(model: PerformanceModel, selection: Selection) -> None:
     if selection.pinned is not None:
         pin = selection.pinned
         what = "ATen (cuBLAS)" if isinstance(pin, str) else pin.short()
-        print(f"pinned by the lookup table to {what}: a compile uses it alone and benchmarks nothing")
+        say(f"pinned by the lookup table to {what}: a compile uses it alone and benchmarks nothing")
         return
     if selection.outside:
-        print(f"outside the model's training data ({selection.outside}): a compile benchmarks Inductor's own "
-              f"configs beside these, and makes no cuBLAS decision")
+        say(f"outside the model's training data ({selection.outside}): a compile benchmarks Inductor's own "
+            f"configs beside these, and makes no cuBLAS decision")
     if selection.hedged:
-        print(f"--gemm-topk auto took its cap: {selection.hedged}")
+        say(f"--gemm-topk auto took its cap: {selection.hedged}")
     if selection.choices:
-        print(f"  {'rank':>4}  {'config':<22} {'predicted ms':>12}  source")
+        say(f"  {'rank':>4}  {'config':<22} {'predicted ms':>12}  source")
         for rank, choice in enumerate(selection.choices, 1):
-            print(f"  {rank:>4}  {choice.config.short():<22} {choice.predicted_ms:>12.4f}  {choice.source}")
+            say(f"  {rank:>4}  {choice.config.short():<22} {choice.predicted_ms:>12.4f}  {choice.source}")
     aten_ms = model.estimate_aten(selection.problem)
     if aten_ms is not None:
-        print(f"cuBLAS (ATen mm) predicted by the model: {aten_ms:.4f} ms")
+        say(f"cuBLAS (ATen mm) predicted by the model: {aten_ms:.4f} ms")
     if selection.cublas is not None:
-        print(selection.cublas.describe())
+        say(selection.cublas.describe())
         if selection.skips_triton:
-            print("(--gemm-cublas-margin off shows the model's top configs)")
+            say("(--gemm-cublas-margin off shows the model's top configs)")
 
 
 def _seed_problems() -> list[tuple[str, Problem]]:

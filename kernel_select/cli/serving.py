@@ -122,4 +122,4 @@ def run_record(args: argparse.Namespace) -> int:
 
 
 def _report(summary: dict, as_json: bool, line: str) -> None:
-    print(json.dumps(summary, indent=2) if as_json else line)
+    say(json.dumps(summary, indent=2) if as_json else line)

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from kernel_select.cli import flags
-from kernel_select.cli.common import Subparsers, add_problem_args, printable, torch_version
+from kernel_select.cli.common import Subparsers, add_problem_args, printable, say, torch_version
 
 
 def register(sub: Subparsers) -> None:
@@ -32,10 +32,10 @@ def run_space(args: argparse.Namespace) -> int:
     device, origin = serving_device(args.device)
     configs = for_problem(problem, device, args.search_space, args.torch_version)
     if args.json:
-        print(json.dumps({"problem": str(problem), "device": device.key, "search_space": args.search_space,
-                          "count": len(configs), "configs": [c.model_dump() for c in configs]}))
+        say(json.dumps({"problem": str(problem), "device": device.key, "search_space": args.search_space,
+                        "count": len(configs), "configs": [c.model_dump() for c in configs]}))
         return 0
-    print(f"{problem} on {printable(device_text(device, origin))}: {len(configs)} {args.search_space} configs")
+    say(f"{problem} on {printable(device_text(device, origin))}: {len(configs)} {args.search_space} configs")
     for config in configs:
-        print(f"  {config.short()}")
+        say(f"  {config.short()}")
     return 0

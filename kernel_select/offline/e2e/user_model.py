@@ -1,4 +1,4 @@
-"""A network of the user's own in `compare-models`: `--model package.module:factory`.
+"""A network of the user's own in `compare-models`: `--network package.module:factory`.
 
 The factory is found by import path, as setuptools entry points name a callable ("package.module:
 function", or "package.module:Class.method"), from the working directory or PYTHONPATH. It is
