@@ -103,3 +103,15 @@ def test_eval_can_score_the_rows_audit_flags_as_unmeasured(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["eval", "--data", str(data), "--drop-suspect", "--pinned-rows", str(tmp_path / "s.parquet")])
     assert exc.value.code == 2 and "leave --drop-suspect out" in capsys.readouterr().err
+
+
+def test_eval_escapes_control_characters_of_file_names_and_prints_json_on_stdout(tmp_path, capsys):
+    """Issue 43 row 13: a file name with ESC or a right-to-left override is shown escaped."""
+    data = tmp_path / "evil\x1b[2J\u202eteuqrap.parquet"
+    dataset.write(synthetic_frame(configs_per_problem=40), data)
+    assert main(["eval", "--data", str(data), "--split", "test", "--model", "analytical"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\u202e" not in out and "evil\\x1b[2J\\u202eteuqrap.parquet" in out
+    assert main(["eval", "--data", str(data), "--split", "test", "--model", "ANALYTICAL", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)  # the JSON alone: no table, no "wrote" line
+    assert report["split"] == "test" and set(report["methods"]) >= {"analytical"}
