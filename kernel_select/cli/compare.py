@@ -45,7 +45,7 @@ def register(sub: Subparsers) -> None:
                    help="compile every method with GEMM autotuning only (kernel_select.inductor."
                         "gemm_autotune_options: no pointwise autotuning, no coordinate descent, so "
                         "GEMVs stay on cuBLAS) in place of max-autotune's options")
-    torch_device = p.add_argument("--torch-device", type=flags.word, default="cuda", metavar="cuda[:N]",
+    torch_device = p.add_argument("--torch-device", type=flags.torch_device, default="cuda", metavar="cuda[:N]",
                                   help="the CUDA device to time on (default: %(default)s)")
     flags.deprecate(p, "--device-index", torch_device, type=integer, convert=lambda index: f"cuda:{index}")
     p.add_argument("--lut", default=None,
@@ -88,7 +88,8 @@ def run_compare(args: argparse.Namespace) -> int:
 
 def _cuda_index(torch_device: str) -> int:
     """The CUDA index of --torch-device ("cuda" is 0); compare times on a GPU only."""
-    kind, _, index = torch_device.partition(":")
-    if kind != "cuda" or (index and not (index.isascii() and index.isdigit())):
-        raise OptionError(f"compare: --torch-device: expected cuda or cuda:N, got {torch_device!r}")
+    kind, _, index = torch_device.partition(":")  # checked by flags.torch_device: cuda, cuda:N or cpu
+    if kind != "cuda":
+        raise OptionError(f"compare: --torch-device: compare times on a GPU; expected cuda or cuda:N, got "
+                          f"{torch_device!r}")
     return int(index or 0)

@@ -67,7 +67,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "(default: %(default)s)")
     p.add_argument("--samples", type=_positive_int, default=30,
                    help="timed samples per step, interleaved with eager's (default: %(default)s)")
-    torch_device = p.add_argument("--torch-device", type=flags.word, default="cuda", metavar="DEVICE",
+    torch_device = p.add_argument("--torch-device", type=flags.torch_device, default="cuda", metavar="DEVICE",
                                   help="where the networks run: cuda, cuda:N or cpu (default: %(default)s)")
     flags.deprecate(p, "--device", torch_device)
     p.add_argument("--tiny", action="store_true",

@@ -132,6 +132,17 @@ def device(text: str) -> str:
     return device_key(text)
 
 
+def torch_device(text: str) -> str:
+    """An argparse type: where a process runs, `cuda`, `cuda:N` or `cpu` (any case), checked before
+    any worker starts."""
+    import re
+
+    word = text.strip().lower()
+    if not re.fullmatch(r"cuda(:[0-9]+)?|cpu", word):
+        raise argparse.ArgumentTypeError(f"expected cuda, cuda:N or cpu, got {text!r}")
+    return word
+
+
 def minutes_as_seconds(minutes: float) -> float:
     """--minutes' value in --max-seconds' unit."""
     return minutes * 60.0

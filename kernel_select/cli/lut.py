@@ -135,7 +135,7 @@ def run_validate(args: argparse.Namespace) -> int:
 def run_fmt(args: argparse.Namespace) -> int:
     """Not locked: the canonical text is a function of the table, so two runs on one file write
     the same bytes, each atomically. What a lock could not stop either is an edit made while a
-    run formats; `_replace_unless_edited` catches that instead (docs/lut.md, "Formatting")."""
+    run formats; `_replace_unless_edited` catches that instead."""
     from kernel_select.lut import dump_lut, parse_lut, read_lut_bytes
 
     unformatted = 0

@@ -161,9 +161,9 @@ def _names_among(allowed: tuple[str, ...]):  # noqa: ANN202
 
 
 def run_train(args: argparse.Namespace) -> int:
+    check_output_dir(args.out, MODEL_FILES[:1] if args.refit_auto else MODEL_FILES)  # before the work
     from kernel_select.offline.training.training_data import require_rows
 
-    check_output_dir(args.out, MODEL_FILES[:1] if args.refit_auto else MODEL_FILES)  # before the work
     require_rows(args.data, "training")  # before any model is built
     from kernel_select.offline.training.train import MLPHParams, train
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 from kernel_select.cli import flags
 from kernel_select.cli.common import (
     Subparsers,
     int_at_least,
+    load_lut_file,
     non_negative_float,
     printable,
     readable_json,
@@ -98,6 +100,8 @@ def run_pretune(args: argparse.Namespace) -> int:
 
 
 def run_record(args: argparse.Namespace) -> int:
+    if os.path.exists(args.out):  # its entries are kept: a broken table fails here, not after the compile
+        load_lut_file(args.out)
     import torch
 
     import kernel_select.inductor as ks_inductor

@@ -17,8 +17,8 @@ import pytest
 
 from kernel_select.cli import main, outputs
 
-#: A refusal comes before any work: well under what the cheapest command's work takes.
-PROMPT_S = 5.0
+#: A refusal comes before any work (as tests/cli/test_errors.py bounds it, on a loaded machine).
+PROMPT_S = 20.0
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -124,3 +124,16 @@ def test_a_path_with_control_characters_is_shown_escaped(capsys, tmp_path: Path)
     odd.mkdir()
     code, _, err = run(capsys, "lut", "schema", "--out", str(odd))
     assert code == 2 and "\x1b" not in err and "a\\x1b[2Jb" in err
+
+
+def test_record_reads_the_table_it_extends_before_the_compile(capsys, tmp_path: Path):
+    broken = tmp_path / "serving.json"
+    broken.write_text('{"schema_version": 4, "devices": {"h100": {"mm": {"bfloat16": [{"m": 0}]}}}}')
+    code, _, err = run(capsys, "record", "--network", "m:f", "--out", str(broken))
+    assert code == 2 and f"{broken}: " in err and "CUDA" not in err
+
+
+@pytest.mark.parametrize("command", ["compare", "compare-models"])
+def test_an_unknown_torch_device_is_refused_before_any_worker(capsys, command: str):
+    code, _, err = run(capsys, command, "--torch-device", "tpu")
+    assert code == 2 and "--torch-device: expected cuda, cuda:N or cpu, got 'tpu'" in err
