@@ -53,7 +53,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
 
     options = CalibrateOptions(minutes=args.max_seconds / 60.0, start=args.start,
                                models_dir=Path(args.out) if args.out else None, workers=args.workers,
-                               max_problems=args.max_problems, epochs=args.epochs, progress=not args.no_progress)
+                               max_problems=args.max_problems, epochs=args.epochs,
+                               progress=not args.no_progress)
     summary = calibrate(options, detect())
     if args.json:
         say(json.dumps(summary, indent=1))

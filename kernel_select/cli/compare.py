@@ -38,14 +38,16 @@ def register(sub: Subparsers) -> None:
                             help="comma-separated gemm_topk values to time again with the cuBLAS gate off "
                                  "(methods topk-K-nogate); default: none")
     flags.deprecate(p, "--nogate-topk", nogate)
-    p.add_argument("--out", type=output_dir, default="results", help="output directory (default: %(default)s)")
+    p.add_argument("--out", type=output_dir, default="results",
+                   help="output directory (default: %(default)s)")
     p.add_argument("--exhaustive", action="store_true",
                    help="also time stock max-autotune with the EXHAUSTIVE search space (slow)")
     p.add_argument("--gemm-only", action="store_true",
                    help="compile every method with GEMM autotuning only (kernel_select.inductor."
                         "gemm_autotune_options: no pointwise autotuning, no coordinate descent, so "
                         "GEMVs stay on cuBLAS) in place of max-autotune's options")
-    torch_device = p.add_argument("--torch-device", type=flags.torch_device, default="cuda", metavar="cuda[:N]",
+    torch_device = p.add_argument("--torch-device", type=flags.torch_device, default="cuda",
+                                  metavar="cuda[:N]",
                                   help="the CUDA device to time on (default: %(default)s)")
     flags.deprecate(p, "--device-index", torch_device, type=integer, convert=lambda index: f"cuda:{index}")
     p.add_argument("--lut", default=None,

@@ -67,13 +67,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "(default: %(default)s)")
     p.add_argument("--samples", type=_positive_int, default=30,
                    help="timed samples per step, interleaved with eager's (default: %(default)s)")
-    torch_device = p.add_argument("--torch-device", type=flags.torch_device, default="cuda", metavar="DEVICE",
+    torch_device = p.add_argument("--torch-device", type=flags.torch_device, default="cuda",
+                                  metavar="DEVICE",
                                   help="where the networks run: cuda, cuda:N or cpu (default: %(default)s)")
     flags.deprecate(p, "--device", torch_device)
     p.add_argument("--tiny", action="store_true",
                    help="narrow, shallow versions of the zoo's networks (smoke test; --network networks are "
                         "as their factory builds them)")
-    p.add_argument("--out", type=output_dir, default="results", help="output directory (default: %(default)s)")
+    p.add_argument("--out", type=output_dir, default="results",
+                   help="output directory (default: %(default)s)")
     limit = p.add_argument("--worker-max-seconds", type=positive_float, default=1800.0,
                            help="seconds allowed per worker process (default: %(default)s)")
     flags.deprecate(p, "--timeout", limit)
@@ -107,7 +109,8 @@ def run_compare_models(args: argparse.Namespace) -> int:
     check_factories(args.network)
     results, json_path, png_path = compare_models.run_compare_models(
         models, methods, out_dir=args.out, device=args.torch_device, tiny=args.tiny, repeat=args.repeat,
-        samples=args.samples, timeout_s=args.worker_max_seconds, resume=args.resume, max_seconds=args.max_seconds,
+        samples=args.samples, timeout_s=args.worker_max_seconds, resume=args.resume,
+        max_seconds=args.max_seconds,
         settings={"lut": args.lut, "cudagraphs": not args.no_cudagraphs})
     say_lines(model_report.format_summary(model_report.summarize(results)))
     say("")

@@ -25,7 +25,8 @@ _OWN_ENV_PREFIX = "KERNEL_SELECT_"
 
 
 def register(sub: Subparsers) -> None:
-    p = sub.add_parser("doctor", help="print the GPU, model, LUT, versions and settings that would serve here",
+    p = sub.add_parser("doctor",
+                       help="print the GPU, model, LUT, versions and settings that would serve here",
                        description="Print what kernel_select would use on this machine: the GPU key "
                                    "(detected or none), the model and cuBLAS gate that serve it and the "
                                    "lookup table of the kernel_lut_path knob (paths, versions, the card's "
@@ -61,7 +62,8 @@ def diagnose(device_key: str | None) -> dict[str, Any]:
                                               "architecture": detected.architecture},
         "gpu_error": detect_error,
         "device": spec.key,
-        "device_from": {"given": "--device", "detected": "detected", "fallback": "no GPU: the default"}[origin],
+        "device_from": {"given": "--device", "detected": "detected",
+                        "fallback": "no GPU: the default"}[origin],
         "model": _checkpoint(spec, "mlp"),
         "cublas_gate": {**_checkpoint(spec, "cublas_gate"), "margin": _margin()},
         "lut": _lut(),
@@ -178,7 +180,8 @@ def format_report(report: dict[str, Any]) -> list[str]:
     elif "error" in lut:
         lines.append(f"lut: {lut['path']}: does not load: {lut['error']}")
     else:
-        lines.append(f"lut: {lut['path']}: {lut['entries']} entries ({', '.join(lut['devices']) or 'no devices'})")
+        devices = ", ".join(lut["devices"]) or "no devices"
+        lines.append(f"lut: {lut['path']}: {lut['entries']} entries ({devices})")
     lines.append("versions: " + ", ".join(f"{name} {version or 'not installed'}"
                                          for name, version in report["versions"].items()))
     lines += [f"{name}: {value}" for name, value in report["directories"].items()

@@ -32,7 +32,8 @@ VOCABULARY: dict[str, str] = {
 
 #: Old spelling -> its replacement, in the commands that had it (they go in 1.2).
 DEPRECATED: dict[str, str] = {
-    "-k": "--gemm-topk", "--topk": "--gemm-topk", "--top": "--gemm-topk", "--nogate-topk": "--nogate-gemm-topk",
+    "-k": "--gemm-topk", "--topk": "--gemm-topk", "--top": "--gemm-topk",
+    "--nogate-topk": "--nogate-gemm-topk",
     "--k (gate-rules)": "--gemm-topk",
     "--model (pretune, record, compare-models)": "--network", "--models": "--networks",
     "--device (compare-models)": "--torch-device", "--device-index": "--torch-device",
@@ -108,20 +109,25 @@ def gemm_topk(text: str) -> int | float | str:
 def gemm_topk_count(text: str) -> int:
     """An argparse type: a gemm_topk value that is a count, for commands that keep a number of
     configs per problem (pretune, lut from-log, record)."""
-    from kernel_select.cli.common import int_at_least, parse_integer
+    from kernel_select import options
+    from kernel_select.errors import OptionError
 
-    if parse_integer(text.strip()) is not None:
-        return int_at_least(1)(text.strip())
-    word = gemm_topk(text)  # one of the knob's words, or the knob's own error
-    raise argparse.ArgumentTypeError(f"this command keeps a number of configs: expected an integer >= 1, "
-                                     f"not {word}")
+    try:
+        value = options.parse_topk(text, source="--gemm-topk")
+    except OptionError:
+        value = None
+    if not isinstance(value, int):
+        raise argparse.ArgumentTypeError(f"this command keeps a number of configs: expected an integer >= 1, "
+                                         f"got {text.strip()[:40]!r}")
+    return value
 
 
 def gemm_topk_list(text: str) -> list[int | str]:
     """An argparse type: comma-separated gemm_topk values (compare, gate-rules)."""
     values = [gemm_topk(part) for part in text.split(",") if part.strip()]
     if not values:
-        raise argparse.ArgumentTypeError(f"expected comma-separated gemm_topk values such as 1,4, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected comma-separated gemm_topk values such as 1,4, got "
+                                         f"{text!r}")
     return list(dict.fromkeys(values))
 
 
@@ -151,13 +157,14 @@ def minutes_as_seconds(minutes: float) -> float:
 # -- the flags --------------------------------------------------------------------------------------
 
 def add_gemm_topk(parser: argparse.ArgumentParser, *, default: str | None = "4",
-                  type: Callable[[str], Any] = gemm_topk, old: Sequence[str] = (), what: str | None = None) -> None:
+                  type: Callable[[str], Any] = gemm_topk, old: Sequence[str] = (),
+                  what: str | None = None) -> None:
     """--gemm-topk, with the command's old spellings (`old`) deprecated."""
-    help_text = what or ("how many configs to benchmark per GEMM: what the gemm_topk knob takes, a count (4), "
-                         "DEFAULT (as many as Inductor's own list), auto (as many as the model is unsure "
-                         "about) or SAME (Inductor's list passes through)")
+    help_text = what or ("how many configs to benchmark per GEMM: what the gemm_topk knob takes, a count "
+                         "(4), DEFAULT (as many as Inductor's own list), auto (as many as the model is "
+                         "unsure about) or SAME (Inductor's list passes through)")
     new = parser.add_argument("--gemm-topk", dest="gemm_topk", type=type, default=default, metavar="TOPK",
-                              help=f"{help_text} (default: %(default)s)" if default is not None else help_text)
+                              help=help_text if default is None else f"{help_text} (default: %(default)s)")
     for spelling in old:
         deprecate(parser, spelling, new)
 
@@ -166,7 +173,8 @@ def add_json(parser: argparse.ArgumentParser, what: str = "the result", *, file_
     """--json: print `what` as JSON on stdout instead of the table. With `file_form`, --json-out FILE
     writes it to a file too, and the old `--json FILE` still does that, deprecated."""
     if not file_form:
-        parser.add_argument("--json", action="store_true", help=f"print {what} as JSON on stdout instead of the table")
+        parser.add_argument("--json", action="store_true",
+                            help=f"print {what} as JSON on stdout instead of the table")
         return
     from kernel_select.cli.outputs import output_file
 
@@ -179,7 +187,8 @@ def add_json(parser: argparse.ArgumentParser, what: str = "the result", *, file_
 class _JsonFlag(argparse.Action):
     """--json, and the old --json FILE (now --json-out FILE), deprecated."""
 
-    def __init__(self, option_strings: Sequence[str], dest: str, *, out: argparse.Action, **kwargs: Any) -> None:
+    def __init__(self, option_strings: Sequence[str], dest: str, *, out: argparse.Action,
+                 **kwargs: Any) -> None:
         super().__init__(option_strings, dest, **kwargs)
         self.out = out
 
@@ -188,8 +197,8 @@ class _JsonFlag(argparse.Action):
         if values is True:
             setattr(namespace, self.dest, True)
             return
-        print(f"{parser.prog}: warning: --json FILE is deprecated and goes in {REMOVED_IN}; use --json-out FILE "
-              "(--json now prints to stdout)", file=sys.stderr)
+        print(f"{parser.prog}: warning: --json FILE is deprecated and goes in {REMOVED_IN}; use --json-out "
+              "FILE (--json now prints to stdout)", file=sys.stderr)
         try:
             setattr(namespace, self.out.dest, self.out.type(values))
         except argparse.ArgumentTypeError as exc:

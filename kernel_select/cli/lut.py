@@ -223,7 +223,8 @@ def run_from_log(args: argparse.Namespace) -> int:
     lut = lut_from_autotune_log(text, spec.key, top=args.gemm_topk, source=source)
     emit_text(dump_lut(lut), args.out)
     say(f"{printable(source)}: {lut.num_entries} LUT entries for {device_text(spec, origin)} from "
-        f"{len(parse_autotune_log(text))} AUTOTUNE blocks" + (f", written to {printable(args.out)}" if args.out else ""), stderr=True)
+        f"{len(parse_autotune_log(text))} AUTOTUNE blocks"
+        + (f", written to {printable(args.out)}" if args.out else ""), stderr=True)
     return 0
 
 

@@ -88,7 +88,8 @@ def register_eval(sub: Subparsers) -> None:
                                    "installed) and cuBLAS.")
     p.add_argument("--data", required=True, nargs="+", metavar="PARQUET",
                    help="benchmark dataset file(s) or glob patterns, read as one")
-    p.add_argument("--split", type=flags.word, choices=("held-out", "test", "family", "train", "val"), default="held-out",
+    p.add_argument("--split", type=flags.word, choices=("held-out", "test", "family", "train", "val"),
+                   default="held-out",
                    help="held-out (default): both frozen test splits, 'test' (hash) and 'family' (held-out "
                         "architectures and odd N), in one report that names the shipped method")
     p.add_argument("--model", default="mlp,analytical",
@@ -173,7 +174,8 @@ def run_train(args: argparse.Namespace) -> int:
     chosen = {name: value for name, value in (("members", args.members), ("lr", args.lr))
               if value is not None}  # the rest: MLPHParams' defaults
     result = train(args.data, args.out, seed=args.seed, epochs=args.epochs, objective=args.objective,
-                   device=args.device, cap=args.cap, progress=not args.no_progress, hparams=MLPHParams(**chosen),
+                   device=args.device, cap=args.cap, progress=not args.no_progress,
+                   hparams=MLPHParams(**chosen),
                    init=args.init, **options)
     for objective, metrics in result.metrics["val"].items():
         topk = "  ".join(f"k={k}: {v:.4f}" for k, v in metrics["topk"].items())

@@ -40,7 +40,8 @@ def register_topk(sub: Subparsers) -> None:
     p.add_argument("--layout", type=flags.word, choices=LAYOUTS, default=DEFAULT_LAYOUT,
                    help="operand layout, A then B ('t': stored transposed, as W in x @ W.t(); default: "
                         "%(default)s)")
-    p.add_argument("--batch", type=dimension, default=1, help="batched GEMM (bmm) count (default: %(default)s)")
+    p.add_argument("--batch", type=dimension, default=1,
+                   help="batched GEMM (bmm) count (default: %(default)s)")
     flags.add_gemm_topk(p, old=("-k",))
     _add_margin_arg(p)
     p.add_argument("--lut", default=None, metavar="PATH",

@@ -10,20 +10,11 @@ from pathlib import Path
 import pytest
 
 from kernel_select import runtime
-from kernel_select.cli import main
 from kernel_select.device import KNOWN_DEVICES
 from kernel_select.resources import MODELS_DIR_ENV, shipped_dir
+from tests.cli.test_select_cmds import run
 
 PROBLEM = ["--m", "560", "--n", "1280", "--k", "3420"]
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture
@@ -68,7 +59,8 @@ def test_without_a_gpu_the_default_is_said(capsys, monkeypatch):
                                         "--device to choose): ")
 
 
-@pytest.mark.parametrize("argv", [["demo", "--gemm-topk", "1"], ["space", "--m", "64", "--n", "64", "--k", "64"]])
+@pytest.mark.parametrize("argv", [["demo", "--gemm-topk", "1"],
+                                  ["space", "--m", "64", "--n", "64", "--k", "64"]])
 def test_demo_and_space_use_the_detected_gpu(capsys, on_h200, argv):
     code, out, _ = run(capsys, *argv)
     assert code == 0 and "h200 (detected)" in out.splitlines()[0]

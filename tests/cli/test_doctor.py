@@ -37,7 +37,8 @@ def test_doctor_names_the_gpu_model_gate_lut_versions_and_directories(tmp_path: 
     assert lines[2].startswith(f"model: h100 (shipped, {shipped_dir('models') / 'h100'})")
     assert any(line.startswith("  trained on: bfloat16, float16, float32; layouts nn, nt, tn; m 1..")
                for line in lines)
-    assert any(line.startswith("cuBLAS gate: h100 (shipped, ") and line.endswith("; margin 0.15") for line in lines)
+    assert any(line.startswith("cuBLAS gate: h100 (shipped, ") and line.endswith("; margin 0.15")
+               for line in lines)
     assert "lut: none (set kernel_lut_path, e.g. TORCHINDUCTOR_KERNEL_LUT_PATH)" in lines
     assert any(line.startswith("versions: kernel_select ") and "torch " in line for line in lines)
     assert f"user_models: {tmp_path}" in lines and f"{MODELS_DIR_ENV}: {tmp_path}" in lines
@@ -88,4 +89,5 @@ def test_doctor_on_a_full_stdout_names_it():
     with open("/dev/full", "w") as full:
         done = subprocess.run([sys.executable, "-m", "kernel_select.cli", "doctor"], cwd=ROOT, stdout=full,
                               stderr=subprocess.PIPE, text=True, timeout=300, env={**os.environ, **env})
-    assert done.returncode == 2 and done.stderr.endswith("kernel-select: error: <stdout>: No space left on device\n")
+    assert done.returncode == 2
+    assert done.stderr.endswith("kernel-select: error: <stdout>: No space left on device\n")

@@ -51,7 +51,8 @@ REFUSED = [
     (["bench", "--shapes", "{d}/shapes.json", "--out", "{d}/locked"], "{d}/locked"),
     (["bench", "--shapes", "{d}/shapes.json", "--out", "{d}/a-dir"], "{d}/a-dir"),
     (["bench", "--shapes", "{d}/shapes.json", "--out", "{d}/linked"], "{d}/linked"),
-    (["bench", "--shapes", "{d}/shapes.json", "--out", "{d}/a-file/sub/x.parquet"], "{d}/a-file/sub/x.parquet"),
+    (["bench", "--shapes", "{d}/shapes.json", "--out", "{d}/a-file/sub/x.parquet"],
+     "{d}/a-file/sub/x.parquet"),
     (["shapes", "--out", "{d}/linked"], "{d}/linked"),
     (["shapes", "--out", "{d}/a-file/s.json"], "{d}/a-file/s.json"),
     (["shapes", "--active", "--pool", "{d}/shapes.json", "--rows", "9", "--out", "{d}/s.json", "--json-out",
@@ -80,13 +81,15 @@ def test_an_output_that_cannot_be_written_is_refused_before_any_work(capsys, pla
     code, out, err = run(capsys, *(arg.format(d=place) for arg in argv))
     assert code == 2 and out == "" and err.count("\n") == 1, err
     assert f"{refused.format(d=place)}: " in err and ": error: argument --" in err
-    assert "needs a CUDA GPU" not in err and "no rows" not in err  # refused before the GPU or data is looked at
+    # refused before the GPU or the data is looked at
+    assert "needs a CUDA GPU" not in err and "no rows" not in err
     assert sorted(p.name for p in place.iterdir()) == before
 
 
 def test_pretune_checks_its_progress_file_before_the_gpu(capsys, place: Path):
     (place / "p.json.progress.json").mkdir()
-    code, _, err = run(capsys, "pretune", "--shapes", str(place / "shapes.json"), "--out", str(place / "p.json"))
+    shapes, out = str(place / "shapes.json"), str(place / "p.json")
+    code, _, err = run(capsys, "pretune", "--shapes", shapes, "--out", out)
     assert code == 2 and f"{place / 'p.json.progress.json'}: is a directory" in err and "CUDA" not in err
 
 
@@ -98,7 +101,8 @@ def test_train_checks_the_files_it_replaces_before_training(capsys, place: Path)
 
 
 @pytest.mark.parametrize("flag, reason", [(os.ST_RDONLY, "read-only file system"), (0, "KiB free")])
-def test_a_read_only_or_full_file_system_is_refused(capsys, monkeypatch, tmp_path: Path, flag: int, reason: str):
+def test_a_read_only_or_full_file_system_is_refused(capsys, monkeypatch, tmp_path: Path, flag: int,
+                                                    reason: str):
     real = os.statvfs
 
     def reported(path):  # noqa: ANN001, ANN202

@@ -17,7 +17,8 @@ from kernel_select.errors import OptionError
 #: The dest each concept's flag stores into: a flag storing there must be the concept's one spelling.
 CONCEPT_DEST = {
     "gemm_topk": "--gemm-topk", "network": "--network", "json": "--json", "json_out": "--json-out",
-    "no_progress": "--no-progress", "max_seconds": "--max-seconds", "worker_max_seconds": "--worker-max-seconds",
+    "no_progress": "--no-progress", "max_seconds": "--max-seconds",
+    "worker_max_seconds": "--worker-max-seconds",
     "torch_device": "--torch-device", "device": "--device", "model": "--model",
 }
 #: Spellings no command shows any more (they work, hidden and deprecated, where a command had them).
@@ -26,7 +27,8 @@ FORBIDDEN = {"-k", "--topk", "--top", "--quiet", "--minutes", "--timeout", "--mo
              "--nogate-topk", "--buckets"}
 
 
-def commands(parser: argparse.ArgumentParser | None = None, prefix: str = "") -> dict[str, argparse.ArgumentParser]:
+def commands(parser: argparse.ArgumentParser | None = None,
+             prefix: str = "") -> dict[str, argparse.ArgumentParser]:
     """Every (sub)command's parser by its name ("topk", "lut show")."""
     found = {}
     for action in (parser or build_parser())._actions:
@@ -90,7 +92,8 @@ def test_choices_dtypes_and_devices_are_case_insensitive(name: str):
     for action in visible(COMMANDS[name]):
         if action.choices and all(isinstance(choice, str) for choice in action.choices):
             for choice in action.choices:
-                assert action.type is not None and action.type(choice.upper()) in action.choices, (name, action)
+                assert action.type is not None, (name, action)
+                assert action.type(choice.upper()) in action.choices, (name, action)
         if action.dest == "dtype":
             converted = action.type("BF16")
             assert converted in ("bfloat16", ("bfloat16",)), name
@@ -99,8 +102,8 @@ def test_choices_dtypes_and_devices_are_case_insensitive(name: str):
             assert action.type("H100") == "h100" and action.type("NVIDIA H200") == "h200", name
 
 
-@pytest.mark.parametrize("value", ["4", " 16 ", "auto", "AUTO", "DEFAULT", "default", "SAME", "same", "0.5", "0",
-                                   "-2", "four", "4_0", "\u0664", "1e3"])
+@pytest.mark.parametrize("value", ["4", " 16 ", "auto", "AUTO", "DEFAULT", "default", "SAME", "same", "0.5",
+                                   "0", "-2", "four", "4_0", "\u0664", "1e3"])
 def test_gemm_topk_takes_exactly_what_the_knob_takes(value: str, capsys):
     parser = build_parser()
     argv = ["topk", "--m", "8", "--n", "8", "--k", "8", "--gemm-topk", value]
@@ -143,7 +146,8 @@ OLD_AND_NEW = [
       "cpu", "--worker-max-seconds", "9"], ["--models", "--model", "--model", "--device", "--timeout"]),
     (["gate-rules", "--data", "x", "--k", "1,4", "--json", "{out}"],
      ["gate-rules", "--data", "x", "--gemm-topk", "1,4", "--json-out", "{out}"], ["--k", "--json FILE"]),
-    (["eval", "--data", "x", "--json", "{out}"], ["eval", "--data", "x", "--json-out", "{out}"], ["--json FILE"]),
+    (["eval", "--data", "x", "--json", "{out}"], ["eval", "--data", "x", "--json-out", "{out}"],
+     ["--json FILE"]),
     (["fidelity", "--shapes", "x", "--json", "{out}"], ["fidelity", "--shapes", "x", "--json-out", "{out}"],
      ["--json FILE"]),
     (["train", "--data", "x", "--out", "{dir}", "--quiet"], ["train", "--data", "x", "--out", "{dir}",

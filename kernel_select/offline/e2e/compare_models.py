@@ -245,8 +245,9 @@ class _Runs:
             # Not a failure of the method: it ran out of this comparison's time, and its compile
             # (or pretune) took at least `allowed` seconds (a lower bound worth keeping).
             raw = dict(raw, cut_by_budget=True, error=(
-                f"cut by --max-seconds after {allowed:.0f} s (it takes at least that long; --worker-max-seconds "
-                f"{self.timeout_s:.0f} s); run again with --resume and a larger --max-seconds"))
+                f"cut by --max-seconds after {allowed:.0f} s (it takes at least that long; "
+                f"--worker-max-seconds {self.timeout_s:.0f} s); run again with --resume and a larger "
+                "--max-seconds"))
         return raw
 
 

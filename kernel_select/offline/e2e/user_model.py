@@ -122,7 +122,8 @@ def as_user_model(value: Any, path: str) -> UserModel:
         elif isinstance(inputs, dict) and all(isinstance(key, str) for key in inputs):
             model = UserModel(module, (), dict(inputs))
         else:
-            raise OptionError(f"--network {path}: the factory's inputs are a {type(inputs).__name__}; {_FORMS}")
+            raise OptionError(f"--network {path}: the factory's inputs are a {type(inputs).__name__}; "
+                              f"{_FORMS}")
     else:
         what = f"a {len(value)}-tuple" if isinstance(value, (tuple, list)) else f"a {type(value).__name__}"
         raise OptionError(f"--network {path}: the factory returned {what}; {_FORMS}")
@@ -130,7 +131,8 @@ def as_user_model(value: Any, path: str) -> UserModel:
         raise OptionError(f"--network {path}: the factory's module is a {type(model.module).__name__}, "
                           f"not a torch.nn.Module; {_FORMS}")
     if model.loss is not None and not callable(model.loss):
-        raise OptionError(f"--network {path}: UserModel.loss is a {type(model.loss).__name__}, not a callable")
+        raise OptionError(f"--network {path}: UserModel.loss is a {type(model.loss).__name__}, not a "
+                          "callable")
     return model
 
 
