@@ -176,3 +176,15 @@ def test_json_without_a_file_prints_and_writes_nothing(capsys, tmp_path: Path):
     assert args.json is True and args.json_out is None and err == ""
     args, err = _parse(capsys, ["eval", "--json", "--data", "x"])
     assert args.json is True and args.data == ["x"]
+
+
+def test_shapes_json_prints_the_summary_and_a_dtype_alias_is_written_canonically(capsys, tmp_path: Path):
+    import json
+
+    from kernel_select.cli import main
+
+    out = tmp_path / "shapes.json"
+    assert main(["shapes", "--out", str(out), "--random", "2", "--no-models", "--dtype", "HALF", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["out"] == str(out) and summary["dtype"] == "float16"
+    assert {entry["dtype"] for entry in json.loads(out.read_text())} == {"float16"}
