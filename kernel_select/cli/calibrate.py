@@ -8,7 +8,7 @@ from pathlib import Path
 
 from kernel_select.cli import flags
 from kernel_select.cli.common import Subparsers, int_at_least, positive_float, require_gpu, say
-from kernel_select.cli.outputs import output_dir
+from kernel_select.cli.outputs import check_output_dir, output_dir
 
 
 def register(sub: Subparsers) -> None:
@@ -47,6 +47,10 @@ def register(sub: Subparsers) -> None:
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
+    if args.out is None:  # the user model directory: checked before the GPU, as --out is when parsed
+        from kernel_select.resources import user_models_dir
+
+        check_output_dir(user_models_dir())
     require_gpu("calibrate")
     from kernel_select.device import detect
     from kernel_select.offline.calibrate.run import CalibrateOptions, calibrate

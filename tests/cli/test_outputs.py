@@ -141,3 +141,9 @@ def test_record_reads_the_table_it_extends_before_the_compile(capsys, tmp_path: 
 def test_an_unknown_torch_device_is_refused_before_any_worker(capsys, command: str):
     code, _, err = run(capsys, command, "--torch-device", "tpu")
     assert code == 2 and "--torch-device: expected cuda, cuda:N or cpu, got 'tpu'" in err
+
+
+def test_calibrate_checks_the_user_model_directory_it_writes_into(capsys, monkeypatch, place: Path):
+    monkeypatch.setenv("KERNEL_SELECT_MODELS_DIR", str(place / "a-file"))
+    code, _, err = run(capsys, "calibrate")
+    assert code == 2 and f"{place / 'a-file'}: is a regular file, not a folder" in err and "CUDA" not in err
