@@ -184,7 +184,8 @@ def test_shapes_json_prints_the_summary_and_a_dtype_alias_is_written_canonically
     from kernel_select.cli import main
 
     out = tmp_path / "shapes.json"
-    assert main(["shapes", "--out", str(out), "--random", "2", "--no-models", "--dtype", "HALF", "--json"]) == 0
+    argv = ["shapes", "--out", str(out), "--random", "2", "--no-models", "--dtype", "HALF", "--json"]
+    assert main(argv) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["out"] == str(out) and summary["dtype"] == "float16"
     assert {entry["dtype"] for entry in json.loads(out.read_text())} == {"float16"}
