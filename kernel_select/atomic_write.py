@@ -105,6 +105,13 @@ def remove_stale_temps(path: str | os.PathLike[str]) -> list[Path]:
     return removed
 
 
+def check_replaceable(path: str | os.PathLike[str], shown: str | None = None) -> None:
+    """Raise the OSError `atomic_file` would raise for replacing the file `path` names (a
+    directory, a read-only or hard-linked file), naming `shown` (default: `path`), without writing:
+    for commands that check their outputs before they start work."""
+    _replaceable(resolve_target(path), os.fspath(path) if shown is None else shown)
+
+
 def file_kind(mode: int) -> str:
     """What a path that is not a regular file is, from its st_mode: "a FIFO (named pipe)", ..."""
     kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),

@@ -37,7 +37,7 @@ for run in "scratch none $SCRATCH_MINUTES" "finetune models/h100 $FINETUNE_MINUT
     export TRITON_CACHE_DIR
     begin=$(date +%s)
     rc=0
-    python3 -m kernel_select.cli calibrate --minutes "$minutes" --from "$start" --out "$dir" --json --quiet \
+    python3 -m kernel_select.cli calibrate --max-seconds "$(awk "BEGIN {print $minutes * 60}")" --from "$start" --out "$dir" --json --no-progress \
         > "$dir/summary.json" 2> "$dir/calibrate.log" || rc=$?
     [[ $rc == 0 ]] || status=$rc
     echo "== $name (--from $start, $minutes min): exit $rc after $(( $(date +%s) - begin )) s; $dir"

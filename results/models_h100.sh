@@ -60,6 +60,6 @@ fi
 export PYTHONUNBUFFERED=1
 # The outer timeout only guards against a hang outside the workers; the results file is complete after
 # every run, so whatever it cuts is the run in progress.
-timeout -k 10 $((BOUND + 60)) python3 -m kernel_select.cli compare-models --models "$WORKLOADS" \
+timeout -k 10 $((BOUND + 60)) python3 -m kernel_select.cli compare-models --networks "$WORKLOADS" \
   --methods "${METHODS:-default,stock-gemm,topk-4-gemm}" --out "$OUT" --max-seconds "$BOUND" \
   ${RESUME_FLAG[@]+"${RESUME_FLAG[@]}"} ${EXTRA_ARGS:-} 2>&1 | tee "$OUT/compare_models.log"

@@ -6,7 +6,9 @@ import argparse
 import json
 from pathlib import Path
 
-from kernel_select.cli.common import Subparsers, int_at_least, output_dir, positive_float, require_gpu, say
+from kernel_select.cli import flags
+from kernel_select.cli.common import Subparsers, int_at_least, positive_float, require_gpu, say
+from kernel_select.cli.outputs import check_output_dir, output_dir
 
 
 def register(sub: Subparsers) -> None:
@@ -15,41 +17,48 @@ def register(sub: Subparsers) -> None:
     p = sub.add_parser("calibrate", help="measure this GPU for a few minutes and train its own model",
                        description="Plan problems that reuse compiled kernels and cover the dtypes, M "
                                    "buckets, N and K alignments, layouts and batched GEMMs; time them "
-                                   "with the benchmark harness within --minutes; fine-tune the nearest "
+                                   "with the benchmark harness within --max-seconds; fine-tune the nearest "
                                    "trained model on them (or train from scratch); score it on the "
                                    "measured problems held out from training; and write the model into "
                                    "the user's model directory, where kernel_select finds it for this GPU "
                                    "before any shipped model. A killed run resumes its measurements when "
                                    "run again (training starts over). Needs a CUDA GPU.")
-    p.add_argument("--minutes", type=positive_float, default=DEFAULT_MINUTES,
-                   help="the whole run's wall time: planning, measuring (compile included; a hard bound), "
-                        "training and scoring (default: %(default)g; 15 cover every stratum with 15 "
-                        "compile workers, fewer cover the first compile classes)")
+    budget = p.add_argument(
+        "--max-seconds", type=positive_float, default=DEFAULT_MINUTES * 60.0,
+        help="the whole run's wall time in seconds: planning, measuring (compile included; a hard bound), "
+             "training and scoring (default: %(default)g; 900 cover every stratum with 15 compile workers, "
+             "less covers the first compile classes)")
+    flags.deprecate(p, "--minutes", budget, convert=flags.minutes_as_seconds)
     p.add_argument("--from", dest="start", default="auto", metavar="DEVICE|auto|none",
                    help="the model to fine-tune: auto (default): the trained model of this GPU or of its SM "
                         "architecture, else none; none: from scratch; a device key (h100) or a model folder")
     p.add_argument("--out", type=output_dir, default=None, metavar="DIR",
                    help="the model directory to write <device>/ into (default: KERNEL_SELECT_MODELS_DIR, "
                         "else ~/.cache/kernel_select/models, the directory kernel_select searches first)")
-    p.add_argument("--json", action="store_true", help="print the run's summary as JSON on stdout")
+    flags.add_json(p, "the run's summary")
     p.add_argument("--workers", type=int_at_least(0), default=0,
                    help="compile processes (default: every core but one)")
     p.add_argument("--max-problems", type=int_at_least(1), default=None, metavar="N",
                    help="a quick trial: measure at most N problems")
     p.add_argument("--epochs", type=int_at_least(1), default=None,
                    help="a quick trial: at most this many training epochs (default: 120, within the time)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    flags.add_no_progress(p, old_quiet=True)
     p.set_defaults(handler=run_calibrate)
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
+    if args.out is None:  # the user model directory: checked before the GPU, as --out is when parsed
+        from kernel_select.resources import user_models_dir
+
+        check_output_dir(user_models_dir())
     require_gpu("calibrate")
     from kernel_select.device import detect
     from kernel_select.offline.calibrate.run import CalibrateOptions, calibrate
 
-    options = CalibrateOptions(minutes=args.minutes, start=args.start,
+    options = CalibrateOptions(minutes=args.max_seconds / 60.0, start=args.start,
                                models_dir=Path(args.out) if args.out else None, workers=args.workers,
-                               max_problems=args.max_problems, epochs=args.epochs, progress=not args.quiet)
+                               max_problems=args.max_problems, epochs=args.epochs,
+                               progress=not args.no_progress)
     summary = calibrate(options, detect())
     if args.json:
         say(json.dumps(summary, indent=1))

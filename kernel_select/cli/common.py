@@ -13,12 +13,12 @@ import argparse
 import errno
 import os
 import re
-import stat
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kernel_select.atomic_write import write_atomic
+from kernel_select.text import printable
 
 if TYPE_CHECKING:
     from kernel_select.lut.bounded_read import FileKind
@@ -49,14 +49,6 @@ _INTEGER = re.compile(r"[+-]?[0-9]+")
 _NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 #: Longest user text an error message repeats; the rest is cut (a 4,300-digit number is not read).
 _ECHO_CHARS = 40
-
-
-def printable(text: object) -> str:
-    """`text` with every unprintable character (newline, ESC, right-to-left override) written as
-    its escape, so it is shown on one line exactly as it is. Use it wherever a path or another
-    user-given text is printed."""
-    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii")
-                   for ch in str(text))
 
 
 def echo(text: object) -> str:
@@ -128,86 +120,25 @@ def torch_version(text: str) -> str:
     return text
 
 
-def output_file(text: str) -> str:
-    """An argparse type: a path to write a file to; an existing one must be a regular file (a
-    directory, FIFO or device is refused before any work starts)."""
-    kind = _existing_kind(text)
-    if kind == "a directory":
-        raise argparse.ArgumentTypeError(f"{printable(text)} is a directory; give the path of a file to "
-                                         "write")
-    if kind not in (None, "a regular file"):
-        raise argparse.ArgumentTypeError(f"{printable(text)} is {kind}; give the path of a regular file "
-                                         "to write")
-    return text
-
-
-def output_dir(text: str) -> str:
-    """An argparse type: a folder to write into (created if missing); an existing file is refused
-    before any work starts, not after training."""
-    kind = _existing_kind(text)
-    if kind not in (None, "a directory"):
-        raise argparse.ArgumentTypeError(f"{printable(text)} is {kind}, not a folder; give a folder to write "
-                                         "the model files into")
-    return text
-
-
-def _existing_kind(text: str) -> str | None:
-    """What is at `text` (following symlinks): None when nothing is, else "a directory", "a regular
-    file", "a FIFO (named pipe)", ..."""
-    from kernel_select.atomic_write import file_kind
-
-    try:
-        mode = os.stat(text).st_mode
-    except (OSError, ValueError):  # missing, or a path the OS refuses: the write will say why
-        return None
-    return "a regular file" if stat.S_ISREG(mode) else file_kind(mode)
-
-
 def add_problem_args(parser: argparse.ArgumentParser) -> None:
+    from kernel_select.cli import flags
+    from kernel_select.cli.devices import DEVICE_HELP
+
     parser.add_argument("--m", type=dimension, required=True, help="rows of A and C")
     parser.add_argument("--n", type=dimension, required=True, help="columns of B and C")
     parser.add_argument("--k", type=dimension, required=True, help="columns of A, rows of B")
-    parser.add_argument("--dtype", default="bfloat16",
-                        help="float16 | bfloat16 | float32 (default: %(default)s)")
-    parser.add_argument("--device", default="h100",
-                        help="device spec: h100, h100-pcie, h200, a100 (default: %(default)s)")
+    parser.add_argument("--dtype", type=flags.dtype, default="bfloat16",
+                        help="float16 | bfloat16 | float32, or an alias: fp16, half, bf16, fp32, float "
+                             "(default: %(default)s)")
+    add_device_arg(parser, f"the GPU: {DEVICE_HELP} (default: the GPU this runs on; h100 without one)")
 
 
-class _DeprecatedK(argparse.Action):
-    """`-k COUNT`, the spelling before 1.0: still read, with a warning on stderr."""
+def add_device_arg(parser: argparse.ArgumentParser, help: str, *, default: str | None = None,
+                   required: bool = False) -> None:
+    """--device, read as the device's key (any case, an alias or torch's name)."""
+    from kernel_select.cli import flags
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
-                 option_string: str | None = None) -> None:
-        print(f"{parser.prog}: warning: -k is deprecated; use --gemm-topk", file=sys.stderr)
-        setattr(namespace, self.dest, values)
-
-
-def add_topk_arg(parser: argparse.ArgumentParser) -> None:
-    """--gemm-topk: the knob's one spelling (-k still works, deprecated)."""
-    parser.add_argument("--gemm-topk", dest="gemm_topk", default="4", metavar="COUNT",
-                        help="how many configs: a count (4), a fraction of the candidates (0.01), DEFAULT "
-                             "(as many as Inductor's own list) or auto (default: %(default)s)")
-    parser.add_argument("-k", dest="gemm_topk", action=_DeprecatedK, help=argparse.SUPPRESS)
-
-
-def parse_topk(text: str) -> int | float | str:
-    """--gemm-topk's value: an int count, a float fraction, "DEFAULT" or "auto"; `select` checks the
-    range."""
-    from kernel_select.errors import ConfigError
-
-    word = text.strip()
-    if word.lower() == "auto":
-        return "auto"
-    if word.upper() == "DEFAULT":
-        return "DEFAULT"
-    count = parse_integer(word)
-    if count is not None:
-        return count
-    fraction = parse_number(word)
-    if fraction is None:
-        raise ConfigError(f"--gemm-topk: expected a count such as 4, a fraction such as 0.01, DEFAULT or "
-                          f"auto, got {echo(text)}")
-    return fraction
+    parser.add_argument("--device", type=flags.device, default=default, required=required, help=help)
 
 
 def require_gpu(command: str) -> None:
@@ -242,6 +173,13 @@ def say(line: str, *, stderr: bool = False) -> None:
         print(line, file=stream)
     except OSError as exc:
         raise _stream_error(exc, stream) from None
+
+
+def say_lines(text: str) -> None:
+    """Print a report of several lines, each escaped as `printable` does: a problem id or file name
+    from the user's data must not move the cursor or forge a line."""
+    for line in text.split("\n"):
+        say(printable(line))
 
 
 def flush_stdout() -> None:

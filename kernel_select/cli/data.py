@@ -8,17 +8,21 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from kernel_select.cli import flags
 from kernel_select.cli.common import (
     Subparsers,
+    add_device_arg,
     int_at_least,
     integer,
     non_negative_float,
-    output_file,
     positive_float,
     printable,
     readable_json,
     require_gpu,
+    say,
+    say_lines,
 )
+from kernel_select.cli.outputs import output_file
 from kernel_select.errors import OptionError
 
 #: Most problems `shapes` generates (--random, --coverage). A file of 100,000 problems is ~21 MB,
@@ -35,9 +39,9 @@ def register_shapes(sub: Subparsers) -> None:
                                    "problems, each capped at --max-flop. --coverage, --layers and "
                                    "--active write the sampled plans instead (data/README.md).")
     p.add_argument("--out", type=output_file, required=True, help="JSON file to write")
-    p.add_argument("--dtype", default=None,
-                   help="dtype of every problem (default: bfloat16); with --layers a comma-separated "
-                        "list in collection order (default: bfloat16,float16)")
+    p.add_argument("--dtype", type=flags.dtypes, default=None,
+                   help="dtype of every problem, any alias (default: bfloat16); with --layers a "
+                        "comma-separated list in collection order (default: bfloat16,float16)")
     p.add_argument("--random", type=int_at_least(0, MAX_GENERATED_PROBLEMS), default=150,
                    help="how many random problems (default: %(default)s)")
     p.add_argument("--seed", type=integer, default=0, help="random seed (default: %(default)s)")
@@ -68,16 +72,15 @@ def _add_active_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--pool", default=None, help="shapes file to choose from (e.g. data/shapes_coverage.json)")
     g.add_argument("--rows", type=int_at_least(1), default=None,
                    help="row budget: a problem costs its configs (the rows the harness times)")
-    g.add_argument("--strategy", choices=STRATEGIES, default=DEFAULT_STRATEGY,
+    g.add_argument("--strategy", type=flags.word, choices=STRATEGIES, default=DEFAULT_STRATEGY,
                    help="how to choose (default: %(default)s, the winner of the experiment)")
     g.add_argument("--committee", nargs="+", default=[], metavar="DIR",
                    help="model folders (kernel-select train --seed S --out DIR), at least 2 for "
                         "--strategy disagreement")
     g.add_argument("--measured", nargs="+", default=[], metavar="PARQUET",
                    help="dataset files whose problems are skipped (already measured; --active or --layers)")
-    g.add_argument("--device", default=None,
-                   help="device whose config space sets the costs (default: the committee's, else this GPU)")
-    g.add_argument("--json", dest="json_out", type=output_file, default=None, help="write a summary here")
+    add_device_arg(g, "device whose config space sets the costs (default: the committee's, else this GPU)")
+    flags.add_json(g, "the summary", file_form=True)
 
 
 def register_bench(sub: Subparsers) -> None:
@@ -91,9 +94,10 @@ def register_bench(sub: Subparsers) -> None:
                         '(default), "nt", "tn" or "tt": A then B, "t" stored transposed (as W in x @ W.t()); '
                         'op "mm" (default) or "bmm" with a batch')
     p.add_argument("--out", type=output_file, required=True, help="parquet file to create or extend")
-    p.add_argument("--dtype", default=None,
-                   help="only benchmark shapes of these dtypes (comma-separated; default: all)")
-    p.add_argument("--search-space", choices=("default", "exhaustive"), default="exhaustive")
+    p.add_argument("--dtype", type=flags.dtypes, default=None,
+                   help="only benchmark shapes of these dtypes (comma-separated, any alias; default: all)")
+    p.add_argument("--search-space", type=flags.word, choices=("default", "exhaustive"), default="exhaustive",
+                   help="Inductor's DEFAULT or EXHAUSTIVE space (default: %(default)s)")
     p.add_argument("--gpus", type=int_at_least(1), default=1,
                    help="time on this many GPUs of the host: one compile pool, and a timing process per GPU "
                         "taking the next problem whose kernels are ready")
@@ -103,11 +107,10 @@ def register_bench(sub: Subparsers) -> None:
     p.add_argument("--max-seconds", type=non_negative_float, default=0.0,
                    help="bound the run's wall time, compile included (stops between problems; re-run "
                         "to resume)")
-    p.add_argument("--order", choices=("reuse", "file"), default="reuse",
+    p.add_argument("--order", type=flags.word, choices=("reuse", "file"), default="reuse",
                    help="reuse (default): time problems that share compiled kernels together, so a "
                         "bounded run reaches more of them; file: the shapes file's order")
-    p.add_argument("--no-progress", action="store_true",
-                   help="no progress bar (for logs: the run's lines stay readable)")
+    flags.add_no_progress(p)
     p.set_defaults(handler=run_bench)
 
 
@@ -123,10 +126,9 @@ def register_fidelity(sub: Subparsers) -> None:
                         "default: a random sample of each problem's space")
     p.add_argument("--configs", type=int_at_least(3), default=40,
                    help="configs per problem (default: %(default)s)")
-    p.add_argument("--json", dest="json_out", type=output_file, default=None,
-                   help="write the results here (rewritten after every problem)")
+    flags.add_json(p, "the results (--json-out: rewritten after every problem)", file_form=True)
     p.add_argument("--resume", action="store_true",
-                   help="keep the problems already in --json and measure only the others")
+                   help="keep the problems already in --json-out and measure only the others")
     p.set_defaults(handler=run_fidelity)
 
 
@@ -143,7 +145,7 @@ def register_audit(sub: Subparsers) -> None:
     p.add_argument("--ratio", type=positive_float, default=None,
                    help="flag rows slower than this multiple of their tile's fastest (default: 8, "
                         "the harness's SUSPECT_RATIO)")
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    flags.add_json(p, "the counts")
     p.add_argument("--check", action="store_true", help="exit 1 if any file has a suspect row")
     p.add_argument("--compare", default=None, metavar="PARQUET",
                    help="instead: compare the data with this collection of the same problems: median "
@@ -154,7 +156,6 @@ def register_audit(sub: Subparsers) -> None:
 
 def run_shapes(args: argparse.Namespace) -> int:
     from kernel_select.offline.data import shapes
-    from kernel_select.problem import dtype_name
 
     if sum(map(bool, (args.active, args.coverage is not None, args.layers))) > 1:
         raise OptionError("shapes: --active, --coverage and --layers each write a whole plan; pass one")
@@ -164,14 +165,17 @@ def run_shapes(args: argparse.Namespace) -> int:
         return _coverage_shapes(args)
     if args.layers:
         return _layer_shapes(args)
-    dtype = dtype_name(args.dtype or "bfloat16")
+    if args.dtype is not None and len(args.dtype) > 1:
+        raise OptionError("shapes: --dtype takes one dtype, or a list with --layers")
+    dtype = args.dtype[0] if args.dtype else "bfloat16"
     max_flop = 1e12 if args.max_flop is None else args.max_flop
     chosen = shapes.random_shapes(args.random, dtype, args.seed, max_flop)  # validates the cap first
     if not args.no_models:
         chosen = shapes.model_shapes(dtype, max_flop) + chosen
     chosen = shapes.dedupe(shapes.seed_shapes(dtype) + chosen)
     shapes.save(chosen, args.out)
-    print(f"{printable(args.out)}: {len(chosen)} {dtype} problems")
+    _done(args, f"{printable(args.out)}: {len(chosen)} {dtype} problems",
+          {"out": args.out, "problems": len(chosen), "dtype": dtype})
     return 0
 
 
@@ -183,27 +187,28 @@ def _coverage_shapes(args: argparse.Namespace) -> int:
     shapes.save(chosen, args.out)
     shares = sampler.strata_shares(chosen)
     groups = len({s.group for s in chosen})
-    print(f"{printable(args.out)}: {len(chosen)} problems in {groups} compile groups; "
-          + ", ".join(f"{key} {share:.0%}" for key, share in shares.items()))
+    _done(args, f"{printable(args.out)}: {len(chosen)} problems in {groups} compile groups; "
+                + ", ".join(f"{key} {share:.0%}" for key, share in shares.items()),
+          {"out": args.out, "problems": len(chosen), "compile_groups": groups, "shares": shares})
     for line in sampler.check_shares(chosen):
-        print(f"warning: stratum below its minimum share: {line}")
+        say(f"warning: stratum below its minimum share: {line}", stderr=True)
     return 0
 
 
 def _layer_shapes(args: argparse.Namespace) -> int:
     from kernel_select.offline.data import active, sampler, shapes
-    from kernel_select.problem import dtype_name
 
-    dtypes = tuple(dtype_name(d) for d in args.dtype.split(",")) if args.dtype else sampler.LAYER_DTYPES
+    dtypes = args.dtype or sampler.LAYER_DTYPES
     chosen = sampler.layer_shapes(args.max_problems, dtypes, group_size=args.group_size, seed=args.seed,
                                   max_flop=1e11 if args.max_flop is None else args.max_flop,
                                   skip=active.measured_check(args.measured) if args.measured else None)
     shapes.save(chosen, args.out)
     shares = sampler.strata_shares(chosen)
     groups = len({s.group for s in chosen})
-    print(f"{printable(args.out)}: {len(chosen)} real layer problems in {groups} compile groups; "
-          + ", ".join(f"{key} {share:.0%}" for key, share in shares.items()
-                      if share and (key in dtypes or key.startswith("layout "))))
+    _done(args, f"{printable(args.out)}: {len(chosen)} real layer problems in {groups} compile groups; "
+                + ", ".join(f"{key} {share:.0%}" for key, share in shares.items()
+                            if share and (key in dtypes or key.startswith("layout "))),
+          {"out": args.out, "problems": len(chosen), "compile_groups": groups, "shares": shares})
     return 0
 
 
@@ -231,10 +236,17 @@ def _active_shapes(args: argparse.Namespace) -> int:
                "committee": list(args.committee), "measured": list(args.measured)}
     if args.json_out:
         write_atomic(args.json_out, json.dumps(summary, indent=1) + "\n")
-    print(f"{printable(args.out)}: {summary['problems']} of {len(pool)} unmeasured pool problems, "
-          f"{summary['rows']} of {args.rows} rows, {summary['compile_classes']} compile classes "
-          f"({args.strategy})")
+    _done(args, f"{printable(args.out)}: {summary['problems']} of {len(pool)} unmeasured pool problems, "
+                f"{summary['rows']} of {args.rows} rows, {summary['compile_classes']} compile classes "
+                f"({args.strategy})", summary)
     return 0
+
+
+def _done(args: argparse.Namespace, line: str, summary: dict[str, Any]) -> None:
+    """The summary line, or with --json the summary as JSON on stdout."""
+    import json
+
+    say(json.dumps(summary, indent=1) if args.json else line)
 
 
 def run_bench(args: argparse.Namespace) -> int:
@@ -242,14 +254,12 @@ def run_bench(args: argparse.Namespace) -> int:
     from kernel_select.offline.harness import bench, sharding
     from kernel_select.offline.data import shapes
     from kernel_select.offline.json_files import SHAPES_FILE
-    from kernel_select.problem import dtype_name
 
     chosen = shapes.load(readable_json(args.shapes, SHAPES_FILE))
     require_gpu("bench")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if args.dtype:
-        wanted = {dtype_name(d) for d in args.dtype.split(",")}
-        chosen = [s for s in chosen if s.dtype in wanted]
+        chosen = [s for s in chosen if s.dtype in args.dtype]
     if args.limit:
         chosen = chosen[: args.limit]
     options = bench.BenchOptions(search_space=args.search_space, workers=args.workers,
@@ -258,12 +268,14 @@ def run_bench(args: argparse.Namespace) -> int:
     problems = [s.problem() for s in chosen]  # each in its entry's layout
     df = sharding.run_sharded(problems, args.out, detect(), args.gpus, options,
                               origins={p: s.provenance() for p, s in zip(problems, chosen)})
-    print(f"{printable(args.out)}: {df['problem_id'].nunique()} problems, {len(df)} rows "
-          f"({int((df['runtime_ms'] < float('inf')).sum())} finite)")
+    say(f"{printable(args.out)}: {df['problem_id'].nunique()} problems, {len(df)} rows "
+        f"({int((df['runtime_ms'] < float('inf')).sum())} finite)")
     return 0
 
 
 def run_fidelity(args: argparse.Namespace) -> int:
+    import json
+
     from kernel_select.device import detect
     from kernel_select.offline.data import dataset, shapes
     from kernel_select.offline.harness import fidelity
@@ -276,13 +288,13 @@ def run_fidelity(args: argparse.Namespace) -> int:
                           f"{', '.join(transposed)}; fidelity compares row-major (\"nn\") problems only")
     problems = [s.problem() for s in chosen]
     if args.resume and not args.json_out:
-        raise OptionError("fidelity: --resume needs --json (the file to resume)")
+        raise OptionError("fidelity: --resume needs --json-out (the file to resume)")
     results = []
     if args.resume and Path(args.json_out).exists():
         results = fidelity.read_json(args.json_out)
         done = {r.problem for r in results}
         problems = [p for p in problems if str(p) not in done]
-        print(f"resuming {printable(args.json_out)}: {len(results)} problems measured, {len(problems)} to go")
+        say(f"resuming {printable(args.json_out)}: {len(results)} problems measured, {len(problems)} to go")
     require_gpu("fidelity")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     data = dataset.read(args.data) if args.data else None
@@ -293,22 +305,25 @@ def run_fidelity(args: argparse.Namespace) -> int:
             fidelity.write_json(fidelity.summarize(results), args.json_out)
 
     fidelity.check(problems, detect(), configs_per_problem=args.configs, data=data, on_result=keep)
-    _print_fidelity(results, fidelity.summarize(results))
+    if args.json:
+        say(json.dumps(fidelity.summarize(results), indent=1, default=str))
+    else:
+        _print_fidelity(results, fidelity.summarize(results))
     return 0
 
 
 def _print_fidelity(results: list[Any], summary: dict[str, Any]) -> None:
-    print(f"{'problem':<34} {'n':>3} {'spearman':>8} {'(min)':>6} {'ratio':>6}  inductor best / harness best")
+    say(f"{'problem':<34} {'n':>3} {'spearman':>8} {'(min)':>6} {'ratio':>6}  inductor best / harness best")
     for r in results:
-        print(f"{r.problem:<34} {r.n_configs:>3} {r.spearman_median:>8.3f} {r.spearman_min:>6.3f} "
-              f"{r.median_ratio:>6.3f}  {r.inductor_best} / {r.harness_best}")
+        say(f"{printable(r.problem):<34} {r.n_configs:>3} {r.spearman_median:>8.3f} {r.spearman_min:>6.3f} "
+            f"{r.median_ratio:>6.3f}  {r.inductor_best} / {r.harness_best}")
     if summary["problems"]:
-        print(f"median Spearman {summary['median_spearman']:.3f} over {summary['problems']} problems "
-              f"(lowest {summary['min_spearman']:.3f}); median Inductor/harness time ratio "
-              f"{summary['median_time_ratio']:.3f}")
+        say(f"median Spearman {summary['median_spearman']:.3f} over {summary['problems']} problems "
+            f"(lowest {summary['min_spearman']:.3f}); median Inductor/harness time ratio "
+            f"{summary['median_time_ratio']:.3f}")
     if summary["without_triton_choices"]:
         without = ", ".join(summary["without_triton_choices"])
-        print(f"no Triton choices from Inductor (not counted): {without}")
+        say(f"no Triton choices from Inductor (not counted): {without}")
 
 
 def run_audit(args: argparse.Namespace) -> int:
@@ -323,17 +338,17 @@ def run_audit(args: argparse.Namespace) -> int:
     reports = {str(path): audit.audit(dataset.read(path), ratio) for path in paths}
     if args.json:
         files = {path: audit.as_json(counts) for path, counts in reports.items()}
-        print(json.dumps({"ratio": ratio, "files": files}, indent=2))
+        say(json.dumps({"ratio": ratio, "files": files}, indent=2))
     else:
-        print(f"capped single-sample rows over {ratio:g}x the fastest config of their tile")
-        print(f"{'file':<34} {'dtype':<9} {'rows':>10} {'capped':>10} {'suspect':>8} "
-              f"{'problems hit':>16} {'worst':>7}")
+        say(f"capped single-sample rows over {ratio:g}x the fastest config of their tile")
+        say(f"{'file':<34} {'dtype':<9} {'rows':>10} {'capped':>10} {'suspect':>8} "
+            f"{'problems hit':>16} {'worst':>7}")
         for path, counts in reports.items():
             for name, c in counts.items():
                 hit = f"{c.problems_affected:,} of {c.problems:,}"
-                print(f"{printable(path):<34} {name:<9} {c.rows:>10,} {c.capped_rows:>10,} "
-                      f"{c.suspect_rows:>8,} "
-                      f"{hit:>16} {c.worst_ratio:>6.0f}x")
+                say(f"{printable(path):<34} {name:<9} {c.rows:>10,} {c.capped_rows:>10,} "
+                    f"{c.suspect_rows:>8,} "
+                    f"{hit:>16} {c.worst_ratio:>6.0f}x")
     suspect = any(r["all"].suspect_rows for r in reports.values())
     return 1 if args.check and suspect else 0
 
@@ -348,7 +363,7 @@ def _compare_collections(args: argparse.Namespace) -> int:
     names = (", ".join(str(p) for p in dataset.expand_paths(args.data)), str(args.compare))
     result = agreement.agreement(dataset.read_many(args.data), dataset.read(args.compare), names)
     if args.json:
-        print(json.dumps({"first": names[0], "second": names[1], **result.as_json()}, indent=2))
+        say(json.dumps({"first": names[0], "second": names[1], **result.as_json()}, indent=2))
     else:
-        print("\n".join(agreement.report_lines(result, names)))
+        say_lines("\n".join(agreement.report_lines(result, names)))
     return 0

@@ -8,16 +8,18 @@ import sys
 import traceback
 from typing import TYPE_CHECKING
 
+from kernel_select.cli import flags
 from kernel_select.cli.common import (
     Subparsers,
+    add_device_arg,
     debug_requested,
     emit_text,
     flush_stdout,
-    int_at_least,
-    output_file,
     printable,
     say,
 )
+from kernel_select.cli.devices import DEVICE_HELP
+from kernel_select.cli.outputs import output_file
 from kernel_select.errors import KernelSelectError, LUTError
 
 if TYPE_CHECKING:
@@ -39,16 +41,15 @@ def _register_checks(lut_sub: Subparsers) -> None:
                            description="Load each LUT strictly; print one line per file. Exits 2 if "
                                        "any file is invalid.")
     q.add_argument("paths", nargs="+", metavar="PATH")
-    q.add_argument("--device", default=None,
-                   help="also warn when the LUT has no entries for this device (every table is always "
-                        "checked against the device it is keyed by: shared memory, registers, threads)")
+    add_device_arg(q, "also warn when the LUT has no entries for this device (every table is always "
+                      "checked against the device it is keyed by: shared memory, registers, threads)")
     q.set_defaults(handler=run_validate)
 
     q = lut_sub.add_parser("fmt", help="rewrite LUT files in the canonical layout",
                            description="Rewrite each LUT in place in the canonical layout (sorted, "
                                        "2-space indent, one config per line, trailing newline). A "
                                        "symlink is followed and the file's mode kept; a read-only or "
-                                       "hard-linked file is refused (docs/lut.md).")
+                                       "hard-linked file is refused (docs/guide.md#lookup-tables).")
     q.add_argument("paths", nargs="+", metavar="PATH")
     q.add_argument("--check", action="store_true",
                    help="change nothing; exit 1 if a file is not in canonical layout")
@@ -57,8 +58,8 @@ def _register_checks(lut_sub: Subparsers) -> None:
     q = lut_sub.add_parser("show", help="print a LUT as a table",
                            description="Print the entries of a LUT, one line per entry.")
     q.add_argument("path", metavar="PATH")
-    q.add_argument("--device", default=None, help="only this device (h100, 'NVIDIA H100 80GB HBM3', ...)")
-    q.add_argument("--json", action="store_true", help="print canonical JSON instead of a table")
+    add_device_arg(q, "only this device (h100, 'NVIDIA H100 80GB HBM3', ...; any case)")
+    flags.add_json(q, "the entries (canonical LUT JSON)")
     q.set_defaults(handler=run_show)
 
 
@@ -67,9 +68,10 @@ def _register_converters(lut_sub: Subparsers) -> None:
                            description="Read the AUTOTUNE blocks max-autotune prints to stderr and keep "
                                        "the fastest Triton configs of every mm/addmm/bmm/baddbmm.")
     q.add_argument("log", metavar="LOG", help="log file, or - for stdin")
-    q.add_argument("--top", type=int_at_least(1), default=1,
-                   help="Triton configs to keep per problem, fastest first (default: %(default)s)")
-    q.add_argument("--device", default="h100", help="device the log was taken on (default: %(default)s)")
+    flags.add_gemm_topk(q, default="1", type=flags.gemm_topk_count, old=("--top",),
+                        what="Triton configs to keep per problem, fastest first: a count")
+    add_device_arg(q, f"device the log was taken on: {DEVICE_HELP} (default: the GPU this runs on; h100 "
+                      "without one)")
     q.add_argument("--out", type=output_file, default=None, help="write the LUT here instead of printing it")
     q.set_defaults(handler=run_from_log)
 
@@ -90,7 +92,7 @@ def _register_converters(lut_sub: Subparsers) -> None:
                            description="Read a JSON dict in torch._inductor.lookup_table's format. Only "
                                        "triton::mm/triton::bmm entries on contiguous operands are kept.")
     q.add_argument("path", metavar="PATH")
-    q.add_argument("--device", required=True, help="device the LUT entries are for, e.g. h100")
+    add_device_arg(q, "device the LUT entries are for, e.g. h100 (any case)", required=True)
     q.add_argument("--out", type=output_file, default=None, help="write the LUT here instead of printing it")
     q.set_defaults(handler=run_from_inductor)
 
@@ -133,7 +135,7 @@ def run_validate(args: argparse.Namespace) -> int:
 def run_fmt(args: argparse.Namespace) -> int:
     """Not locked: the canonical text is a function of the table, so two runs on one file write
     the same bytes, each atomically. What a lock could not stop either is an edit made while a
-    run formats; `_replace_unless_edited` catches that instead (docs/lut.md, "Formatting")."""
+    run formats; `_replace_unless_edited` catches that instead."""
     from kernel_select.lut import dump_lut, parse_lut, read_lut_bytes
 
     unformatted = 0
@@ -215,10 +217,14 @@ def run_from_log(args: argparse.Namespace) -> int:
     else:
         source, data = args.log, read_bounded(args.log, AUTOTUNE_LOG_FILE)
     text = data.decode("utf-8", errors="replace")  # a log may hold any bytes; its blocks are ASCII
-    lut = lut_from_autotune_log(text, args.device, top=args.top, source=source)
+    from kernel_select.cli.devices import device_text, serving_device
+
+    spec, origin = serving_device(args.device)
+    lut = lut_from_autotune_log(text, spec.key, top=args.gemm_topk, source=source)
     emit_text(dump_lut(lut), args.out)
-    say(f"{printable(source)}: {lut.num_entries} LUT entries from {len(parse_autotune_log(text))} AUTOTUNE "
-        f"blocks" + (f", written to {printable(args.out)}" if args.out else ""), stderr=True)
+    say(f"{printable(source)}: {lut.num_entries} LUT entries for {device_text(spec, origin)} from "
+        f"{len(parse_autotune_log(text))} AUTOTUNE blocks"
+        + (f", written to {printable(args.out)}" if args.out else ""), stderr=True)
     return 0
 
 

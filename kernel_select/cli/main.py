@@ -14,11 +14,12 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 
-from kernel_select.cli import (calibrate, compare, compare_models, data, lut, model, select_cmds, serving,
-                               space)
-from kernel_select.cli.common import DEBUG_ENV, OneLineParser, Subparsers
+from kernel_select.cli import (calibrate, compare, compare_models, data, doctor, lut, model, select_cmds,
+                               serving, space)
+from kernel_select.cli.common import DEBUG_ENV, OneLineParser, Subparsers, flush_stdout
 from kernel_select._version import __version__
 from kernel_select.errors import KernelSelectError
+from kernel_select.text import printable
 
 
 #: The top-level modules of pyproject.toml's optional dependencies -> the extra that installs them.
@@ -38,7 +39,7 @@ _REGISTER: tuple[Callable[[Subparsers], None], ...] = (
     compare_models.register,
     model.register_train, model.register_train_gate, model.register_eval, model.register_gate_rules,
     calibrate.register,
-    serving.register,
+    serving.register, doctor.register,
 )
 
 
@@ -64,8 +65,7 @@ def one_line(exc: BaseException) -> str:
     else:
         text = str(exc) or type(exc).__name__
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii")
-                   for ch in "; ".join(lines))
+    return printable("; ".join(lines))
 
 
 def missing_extra(exc: ModuleNotFoundError) -> str | None:
@@ -83,7 +83,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     debug = args.debug or os.environ.get(DEBUG_ENV, "") not in ("", "0")
     try:
-        return args.handler(args)
+        code = args.handler(args)
+        flush_stdout()  # a full stdout (`> /dev/full`) is an error naming <stdout> here, not at exit
+        return code
     except KeyboardInterrupt:
         parser.exit(130, "kernel-select: interrupted\n")
     except BrokenPipeError:

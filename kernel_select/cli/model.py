@@ -6,25 +6,33 @@ import argparse
 import json
 from pathlib import Path
 
+from kernel_select.cli import flags
 from kernel_select.cli.common import (
     Subparsers,
+    add_device_arg,
     emit_text,
     int_at_least,
     integer,
-    output_dir,
-    output_file,
     positive_float,
     printable,
+    say,
+    say_lines,
 )
+from kernel_select.cli.outputs import check_output_dir, output_dir, output_file
 from kernel_select.errors import DatasetError, OptionError
 from kernel_select.model.features import FEATURE_SETS, FEATURE_VERSION
+
+
+#: The files `train` writes into --out (the MLP's, then the cuBLAS gate's); `train-gate` writes the
+#: gate's, `train --refit-auto` rewrites the MLP's card. Each is checked before training starts.
+MODEL_FILES = ("mlp.json", "mlp.pt", "cublas_gate.pt", "cublas_gate.json")
 
 
 def _add_training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", required=True, nargs="+", metavar="PARQUET",
                    help="benchmark dataset file(s) or glob patterns, read as one (e.g. 'data/h100*.parquet')")
     p.add_argument("--out", type=output_dir, required=True, help="output directory, e.g. models/h100/")
-    p.add_argument("--device", default="h100", help="device the data was measured on (default: %(default)s)")
+    add_device_arg(p, "device the data was measured on (any case; default: %(default)s)", default="h100")
     p.add_argument("--seed", type=integer, default=0, help="random seed (default: %(default)s)")
 
 
@@ -37,7 +45,7 @@ def register_train(sub: Subparsers) -> None:
                                    "'family' splits are never read.")
     _add_training_args(p)
     p.add_argument("--epochs", type=int_at_least(1), default=None, help="training epochs (default: 120)")
-    p.add_argument("--objective", choices=("mse", "rank", "both"), default="both",
+    p.add_argument("--objective", type=flags.word, choices=("mse", "rank", "both"), default="both",
                    help="loss: mse on log runtime, rank (mse + listwise within-problem), or both and keep "
                         "the better on validation (default: %(default)s)")
     p.add_argument("--features", type=integer, choices=sorted(FEATURE_SETS), default=FEATURE_VERSION,
@@ -54,7 +62,7 @@ def register_train(sub: Subparsers) -> None:
                         "of the same architecture) instead of starting from random weights")
     p.add_argument("--lr", type=positive_float, default=None,
                    help="peak learning rate (default: the training default, 2e-3; lower it with --init)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    flags.add_no_progress(p, old_quiet=True)
     p.add_argument("--refit-auto", action="store_true",
                    help="train nothing: choose the topk='auto' rule of the MLP already in --out again on the "
                         "'val' problems of --data (every usable row, as eval scores them) and rewrite only "
@@ -80,16 +88,16 @@ def register_eval(sub: Subparsers) -> None:
                                    "installed) and cuBLAS.")
     p.add_argument("--data", required=True, nargs="+", metavar="PARQUET",
                    help="benchmark dataset file(s) or glob patterns, read as one")
-    p.add_argument("--split", choices=("held-out", "test", "family", "train", "val"), default="held-out",
+    p.add_argument("--split", type=flags.word, choices=("held-out", "test", "family", "train", "val"),
+                   default="held-out",
                    help="held-out (default): both frozen test splits, 'test' (hash) and 'family' (held-out "
                         "architectures and odd N), in one report that names the shipped method")
     p.add_argument("--model", default="mlp,analytical",
-                   help="comma-separated registered models (default: %(default)s)")
+                   help="comma-separated registered performance models (default: %(default)s)")
     p.add_argument("--mlp-dir", default=None,
                    help="evaluate the MLP saved in this directory instead of the shipped one")
-    p.add_argument("--device", default=None, help="device key (default: from the dataset)")
-    p.add_argument("--json", type=output_file, default=None, metavar="OUT",
-                   help="also write the report as JSON to OUT")
+    add_device_arg(p, "device key (any case; default: from the dataset)")
+    flags.add_json(p, "the report", file_form=True)
     p.add_argument("--pinned-rows", type=output_file, default=None, metavar="PARQUET",
                    help="with the held-out split: also write the rows of the report's pinned problems (the "
                         "shipped model's fixed slice of each held-out split) to PARQUET, from which "
@@ -113,11 +121,10 @@ def register_gate_rules(sub: Subparsers) -> None:
                    help="benchmark dataset file(s) or glob patterns, read as one")
     p.add_argument("--split", type=_names_among(("test", "family", "train", "val")), default="test,family",
                    help="comma-separated splits among test, family, train, val (default: %(default)s)")
-    p.add_argument("--k", type=_positive_ints, default="1,4",
-                   help="comma-separated top-k values (default: %(default)s)")
-    p.add_argument("--device", default=None, help="device key (default: from the dataset)")
-    p.add_argument("--json", type=output_file, default=None, metavar="OUT",
-                   help="also write the rows as JSON")
+    flags.add_gemm_topk(p, default="1,4", type=_positive_ints, old=("--k",),
+                        what="comma-separated top-k counts to replay")
+    add_device_arg(p, "device key (any case; default: from the dataset)")
+    flags.add_json(p, "the rows", file_form=True)
     p.set_defaults(handler=run_gate_rules)
 
 
@@ -126,10 +133,13 @@ def run_gate_rules(args: argparse.Namespace) -> int:
     from kernel_select.offline.training.training_data import require_rows
 
     require_rows(args.data, "gate-rules")
-    rows = simulate(args.data, args.split, args.k, device=args.device)
-    print(format_table(rows))
-    if args.json is not None:
-        emit_text(json.dumps(rows, indent=1) + "\n", args.json)
+    rows = simulate(args.data, args.split, args.gemm_topk, device=args.device)
+    if args.json:
+        say(json.dumps(rows, indent=1))
+    else:
+        say_lines(format_table(rows))
+    if args.json_out is not None:
+        emit_text(json.dumps(rows, indent=1) + "\n", args.json_out)
     return 0
 
 
@@ -142,7 +152,7 @@ def _names_among(allowed: tuple[str, ...]):  # noqa: ANN202
     """An argparse type: comma-separated names, each one of `allowed`."""
 
     def parse(text: str) -> list[str]:
-        names = [part.strip() for part in text.split(",") if part.strip()]
+        names = [part.strip().lower() for part in text.split(",") if part.strip()]
         unknown = [name for name in names if name not in allowed]
         if unknown or not names:
             raise argparse.ArgumentTypeError(f"expected names among {', '.join(allowed)}, got {text!r}")
@@ -152,6 +162,7 @@ def _names_among(allowed: tuple[str, ...]):  # noqa: ANN202
 
 
 def run_train(args: argparse.Namespace) -> int:
+    check_output_dir(args.out, MODEL_FILES[:1] if args.refit_auto else MODEL_FILES)  # before the work
     from kernel_select.offline.training.training_data import require_rows
 
     require_rows(args.data, "training")  # before any model is built
@@ -163,16 +174,17 @@ def run_train(args: argparse.Namespace) -> int:
     chosen = {name: value for name, value in (("members", args.members), ("lr", args.lr))
               if value is not None}  # the rest: MLPHParams' defaults
     result = train(args.data, args.out, seed=args.seed, epochs=args.epochs, objective=args.objective,
-                   device=args.device, cap=args.cap, progress=not args.quiet, hparams=MLPHParams(**chosen),
+                   device=args.device, cap=args.cap, progress=not args.no_progress,
+                   hparams=MLPHParams(**chosen),
                    init=args.init, **options)
     for objective, metrics in result.metrics["val"].items():
         topk = "  ".join(f"k={k}: {v:.4f}" for k, v in metrics["topk"].items())
-        print(f"val [{objective}] epoch {metrics['epoch']}: {topk}")
-    print(f"kept the {result.objective} model; trained in {result.seconds:.0f} s; "
-          f"wrote {printable(result.out_dir)}")
+        say(f"val [{objective}] epoch {metrics['epoch']}: {topk}")
+    say(f"kept the {result.objective} model; trained in {result.seconds:.0f} s; "
+        f"wrote {printable(result.out_dir)}")
     gate = result.metrics.get("cublas_gate", {})
     if "skipped" in gate:
-        print(f"no cuBLAS gate: {gate['skipped']}")
+        say(f"no cuBLAS gate: {gate['skipped']}")
     else:
         _print_gate_validation(gate)
     return 0
@@ -183,10 +195,10 @@ def _run_refit_auto(args: argparse.Namespace) -> int:
 
     chosen = refit_auto_dir(args.out, args.data, args.device)
     threshold = (f"spread {chosen['spread']:g}" if chosen["rule"] == "spread" else f"gap {chosen['gap']:g}")
-    print(f"topk='auto' on {chosen['problems']} val problems: {chosen['rule']} rule, {threshold}, "
-          f"floor {chosen['floor']}: {chosen['score']:.4f} at {chosen['mean_k']:.2f} configs per problem "
-          f"(top-4 {chosen['top4_score']:.4f})")
-    print(f"wrote {printable(Path(args.out) / 'mlp.json')}")
+    say(f"topk='auto' on {chosen['problems']} val problems: {chosen['rule']} rule, {threshold}, "
+        f"floor {chosen['floor']}: {chosen['score']:.4f} at {chosen['mean_k']:.2f} configs per problem "
+        f"(top-4 {chosen['top4_score']:.4f})")
+    say(f"wrote {printable(Path(args.out) / 'mlp.json')}")
     return 0
 
 
@@ -196,20 +208,21 @@ def run_train_gate(args: argparse.Namespace) -> int:
     from kernel_select.offline.training.train import train_gate
     from kernel_select.offline.training.training_data import require_rows
 
+    check_output_dir(args.out, MODEL_FILES[2:])  # before the work
     paths = require_rows(args.data, "training the cuBLAS gate")
     gate = train_gate(dataset.read_many(paths), get_device(args.device), args.out, seed=args.seed,
                       data_path=paths[0] if len(paths) == 1 else None)
     _print_gate_validation(gate.card.metrics["validation"])
-    print(f"wrote {printable(Path(args.out) / 'cublas_gate.pt')}")
+    say(f"wrote {printable(Path(args.out) / 'cublas_gate.pt')}")
     return 0
 
 
 def _print_gate_validation(validation: dict) -> None:
-    print(f"cuBLAS gate, validation: {validation['problems']} problems, sign accuracy "
-          f"{validation['sign_accuracy']:.3f}, RMSE of log(cuBLAS/Triton) {validation['rmse_log_ratio']:.3f}")
+    say(f"cuBLAS gate, validation: {validation['problems']} problems, sign accuracy "
+        f"{validation['sign_accuracy']:.3f}, RMSE of log(cuBLAS/Triton) {validation['rmse_log_ratio']:.3f}")
     for margin, m in validation["margins"].items():
-        print(f"  margin {margin}: Triton skipped on {m['gated']:.0%}, wrongly {m['wrongly_gated']}, "
-              f"time lost there geomean {m['loss_geomean']:.3f} (worst {m['loss_worst']:.3f})")
+        say(f"  margin {margin}: Triton skipped on {m['gated']:.0%}, wrongly {m['wrongly_gated']}, "
+            f"time lost there geomean {m['loss_geomean']:.3f} (worst {m['loss_worst']:.3f})")
 
 
 def _model_names(text: str, device: str | None) -> list[str]:
@@ -218,8 +231,10 @@ def _model_names(text: str, device: str | None) -> list[str]:
     from kernel_select.device import get_device
     from kernel_select.model import registered_models
 
-    names = [name.strip() for name in text.split(",") if name.strip()]
     known = registered_models(get_device(device).key if device is not None else None)
+    by_lower = {name.lower(): name for name in known}  # any case, as every choice
+    given = [name.strip() for name in text.split(",") if name.strip()]
+    names = [by_lower.get(name.lower(), name) for name in given]
     unknown = [name for name in names if name not in known]
     if not names or unknown:
         raise OptionError(f"eval: --model: no model {', '.join(map(repr, unknown)) or 'given'}; "
@@ -251,8 +266,8 @@ def run_eval(args: argparse.Namespace) -> int:
 
         suspect = suspect_rows(frame)
         frame, dropped = frame[~suspect], int(suspect.sum())
-        print(f"dropped {dropped:,} suspect rows (capped single samples over {SUSPECT_RATIO:g}x the fastest "
-              "config of their tile)")
+        say(f"dropped {dropped:,} suspect rows (capped single samples over {SUSPECT_RATIO:g}x the fastest "
+            "config of their tile)", stderr=args.json)
     if device is None and args.mlp_dir is not None:
         # A model folder is loaded for a device: the one the data was measured on, unless named.
         device = dataset_device(frame, args.data).key
@@ -266,23 +281,24 @@ def run_eval(args: argparse.Namespace) -> int:
             reasons = "; ".join(r["skipped"] for r in report["splits"].values())
             raise DatasetError(f"{', '.join(map(str, args.data))}: nothing to evaluate ({reasons}); pass "
                                "--split with a split the data has")
-        print("\n\n".join(format_report(r) for r in report["splits"].values()))
+        lines = ["\n\n".join(format_report(r) for r in report["splits"].values())]
         if "paired" in report:
-            print(format_paired(report["paired"]))
-        print(f"shipped: {report['shipped_model']}")
-        print(format_pinned(report["pinned"]))
+            lines.append(format_paired(report["paired"]))
+        lines += [f"shipped: {report['shipped_model']}", format_pinned(report["pinned"])]
     else:
         report = evaluate(args.data, args.split, models, device=device, frame=frame)
-        print(format_report(report))
+        lines = [format_report(report)]
     if dropped is not None:
         report["dropped_suspect_rows"] = dropped
-    if args.json:
-        emit_text(json.dumps(report, indent=2) + "\n", args.json)
-        print(f"wrote {printable(args.json)}")
+    # A problem id or file name from the data is escaped: it must not drive the terminal.
+    (say if args.json else say_lines)(json.dumps(report, indent=2) if args.json else "\n".join(lines))
+    if args.json_out:
+        emit_text(json.dumps(report, indent=2) + "\n", args.json_out)
+        say(f"wrote {printable(args.json_out)}", stderr=args.json)
     if args.pinned_rows is not None:
         from kernel_select.offline.training.held_out_slice import pinned_ids, slice_rows
 
         dataset.write(slice_rows(frame, report["pinned"]), args.pinned_rows)
-        print(f"wrote {printable(args.pinned_rows)}: the rows of the {len(pinned_ids(report['pinned']))} "
-              "pinned problems")
+        say(f"wrote {printable(args.pinned_rows)}: the rows of the {len(pinned_ids(report['pinned']))} "
+            "pinned problems", stderr=args.json)
     return 0

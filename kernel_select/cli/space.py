@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from kernel_select.cli.common import Subparsers, add_problem_args, printable, torch_version
+from kernel_select.cli import flags
+from kernel_select.cli.common import Subparsers, add_problem_args, printable, say, torch_version
 
 
 def register(sub: Subparsers) -> None:
@@ -14,24 +15,27 @@ def register(sub: Subparsers) -> None:
                                    "EXHAUSTIVE space for one problem, scaled, deduplicated, "
                                    "spill-pruned and shared-memory-pruned for the device.")
     add_problem_args(p)
-    p.add_argument("--search-space", choices=("default", "exhaustive"), default="exhaustive")
+    p.add_argument("--search-space", type=flags.word, choices=("default", "exhaustive"), default="exhaustive",
+                   help="Inductor's DEFAULT or EXHAUSTIVE space (any case; default: %(default)s)")
     p.add_argument("--torch-version", type=torch_version, default=None,
                    help="Inductor version whose DEFAULT list to use (default: the installed torch)")
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    flags.add_json(p, "the configs")
     p.set_defaults(handler=run_space)
 
 
 def run_space(args: argparse.Namespace) -> int:
+    from kernel_select.cli.devices import device_text, serving_device
     from kernel_select.problem import Problem
     from kernel_select.space import for_problem
 
     problem = Problem(args.m, args.n, args.k, args.dtype)
-    configs = for_problem(problem, args.device, args.search_space, args.torch_version)
+    device, origin = serving_device(args.device)
+    configs = for_problem(problem, device, args.search_space, args.torch_version)
     if args.json:
-        print(json.dumps({"problem": str(problem), "search_space": args.search_space,
-                          "count": len(configs), "configs": [c.model_dump() for c in configs]}))
+        say(json.dumps({"problem": str(problem), "device": device.key, "search_space": args.search_space,
+                        "count": len(configs), "configs": [c.model_dump() for c in configs]}))
         return 0
-    print(f"{problem} on {printable(args.device)}: {len(configs)} {args.search_space} configs")
+    say(f"{problem} on {printable(device_text(device, origin))}: {len(configs)} {args.search_space} configs")
     for config in configs:
-        print(f"  {config.short()}")
+        say(f"  {config.short()}")
     return 0

@@ -41,7 +41,8 @@ from kernel_select.device import KNOWN_DEVICES, DeviceSpec, detected_key, get_de
 from kernel_select.lut.entries import (ATEN, BatchedEntryList, EntryList, LUTEntry, LUTHit, SizeRange, Strict,
                                       entry_dict, first_repeat)
 from kernel_select.space import unfit_reason
-from kernel_select.problem import Problem
+from kernel_select.errors import ProblemError
+from kernel_select.problem import Problem, dtype_name
 
 log = logging.getLogger("kernel_select.lut")
 
@@ -70,6 +71,16 @@ def _device_key_or_none(name: object) -> str | None:
 DTypeName = Literal["float16", "bfloat16", "float32"]
 
 
+def _canonical_dtype(key: Any) -> Any:
+    """The canonical name of a dtype key ("bf16" -> "bfloat16"); any other key as it is."""
+    if not isinstance(key, str):
+        return key
+    try:
+        return dtype_name(key)
+    except ProblemError:
+        return key
+
+
 class OpTables(Strict):
     """The entries of one device, per op and dtype."""
 
@@ -77,6 +88,22 @@ class OpTables(Strict):
     addmm: dict[DTypeName, EntryList] = Field(default_factory=dict)
     bmm: dict[DTypeName, BatchedEntryList] = Field(default_factory=dict)
     baddbmm: dict[DTypeName, BatchedEntryList] = Field(default_factory=dict)
+
+    @field_validator("mm", "addmm", "bmm", "baddbmm", mode="before")
+    @classmethod
+    def _canonical_dtypes(cls, per_dtype: Any) -> Any:
+        # A dtype key may be any alias the CLI takes ("bf16", "half"); it is stored, and written
+        # back, under its canonical name. An unknown key is left for the Literal to report.
+        if not isinstance(per_dtype, dict):
+            return per_dtype
+        canonical: dict[Any, Any] = {}
+        given: dict[Any, Any] = {}
+        for key, entries in per_dtype.items():
+            name = _canonical_dtype(key)
+            if name in canonical:
+                raise ValueError(f"dtypes {given[name]!r} and {key!r} both name {name}; merge their lists")
+            canonical[name], given[name] = entries, key
+        return canonical
 
     @field_validator("mm", "addmm", "bmm", "baddbmm")
     @classmethod

@@ -8,7 +8,6 @@ they reach a terminal.
 from __future__ import annotations
 
 import re
-import unicodedata
 from collections.abc import Iterable
 from typing import Any
 
@@ -20,18 +19,10 @@ from kernel_select.errors import LUTError
 from kernel_select.lut.entries import (BATCHED_OPS, UNION_TAGS, BatchedLUTEntry, LUTEntry, SizeRange,
                                        entry_dict)
 from kernel_select.lut.schema import SCHEMA_VERSION, KernelLUT, LUTRow, OpTables
+from kernel_select.text import printable
 
-#: Unicode categories that are not safe to print raw: control (Cc, e.g. ESC), format (Cf, e.g.
-#: right-to-left overrides), surrogates (Cs) and line/paragraph separators.
-_UNPRINTABLE = frozenset(("Cc", "Cf", "Cs", "Zl", "Zp"))
-
-
-def escape_controls(text: str) -> str:
-    """`text` with every unprintable character written as a Python escape (\\x1b, \\u202e)."""
-    if text.isprintable():
-        return text
-    return "".join(repr(char)[1:-1] if unicodedata.category(char) in _UNPRINTABLE else char
-                   for char in text)
+#: The one escaping helper (kernel_select.text), under the name the LUT modules import.
+escape_controls = printable
 
 
 def lut_error(source: str, detail: str) -> LUTError:

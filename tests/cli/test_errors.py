@@ -52,7 +52,7 @@ def assert_one_line_exit_2(result: subprocess.CompletedProcess[str], *fragments:
     (["space", "--m", "8", "--n", "8", "--k", "8", "--torch-version", "banana"],
      ["--torch-version", "banana"]),
     (["train", "--data", str(DATA), "--out", "{dir}/m", "--epochs", "-1"], ["--epochs", ">= 1"]),
-    (["lut", "from-log", "-", "--top", "0"], ["--top", ">= 1"]),
+    (["lut", "from-log", "-", "--gemm-topk", "0"], ["--gemm-topk", ">= 1"]),
     (["compare-models", "--max-seconds", "0"], ["--max-seconds", "> 0"]),
     (["topk", "--m", "8", "--n", "8", "--k", "8", "--nosuch"], ["unrecognized arguments: --nosuch"]),
 ])
@@ -71,10 +71,9 @@ def test_a_huge_size_blames_the_argument_not_the_model():
 
 
 def test_an_os_error_is_one_line_and_the_traceback_needs_debug(tmp_path: Path):
-    blocker = tmp_path / "a-file"
-    blocker.write_text("")
-    argv = ["shapes", "--out", str(blocker / "s.json"), "--random", "1", "--no-models"]
-    line = assert_one_line_exit_2(run_cli(*argv), str(blocker / "s.json"), "Not a directory")
+    missing = tmp_path / "missing.json"
+    argv = ["lut", "to-inductor", str(missing)]
+    line = assert_one_line_exit_2(run_cli(*argv), str(missing))
     for debug in (run_cli(*argv, **{DEBUG_ENV: "1"}), run_cli("--debug", *argv)):
         assert debug.returncode == 2 and debug.stdout == ""
         assert debug.stderr.startswith("Traceback (most recent call last):")

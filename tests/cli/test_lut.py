@@ -103,8 +103,8 @@ def test_show_prints_k_ranges_pins_and_layouts(capsys, tmp_path):
 
 def test_from_log_writes_a_valid_lut(capsys, tmp_path):
     out = tmp_path / "from_log.json"
-    assert main(["lut", "from-log", str(LOG), "--top", "2", "--device", "h100", "--out", str(out)]) == 0
-    assert "3 LUT entries from 5 AUTOTUNE blocks" in capsys.readouterr().err
+    assert main(["lut", "from-log", str(LOG), "--gemm-topk", "2", "--device", "h100", "--out", str(out)]) == 0
+    assert "3 LUT entries for h100 from 5 AUTOTUNE blocks" in capsys.readouterr().err
     lut = load_lut(out)
     assert lut.num_entries == 3
     assert main(["lut", "fmt", "--check", str(out)]) == 0
@@ -145,3 +145,18 @@ def test_module_entry_point_runs_in_a_subprocess():
                             capture_output=True, text=True, cwd=ROOT, check=False)
     assert result.returncode == 0, result.stderr
     assert result.stdout == dump_lut(load_lut(SEED))
+
+
+def test_a_dtype_alias_is_read_and_written_back_canonically(capsys, seed_copy, tmp_path):
+    doc = json.loads(seed_copy.read_text())
+    doc["devices"]["h100"]["mm"] = {"BF16": doc["devices"]["h100"]["mm"]["bfloat16"]}
+    alias = tmp_path / "alias.json"
+    alias.write_text(json.dumps(doc))
+    assert main(["lut", "validate", str(alias)]) == 0
+    assert main(["lut", "fmt", str(alias)]) == 0
+    capsys.readouterr()
+    assert alias.read_text() == SEED.read_text()  # written under "bfloat16", in the canonical layout
+    doc["devices"]["h100"]["mm"]["bfloat16"] = doc["devices"]["h100"]["mm"]["BF16"]
+    alias.write_text(json.dumps(doc))
+    assert main(["lut", "validate", str(alias)]) == 2
+    assert "dtypes 'BF16' and 'bfloat16' both name bfloat16; merge their lists" in capsys.readouterr().err

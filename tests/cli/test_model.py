@@ -15,7 +15,7 @@ from tests.synthetic import synthetic_frame
 def test_train_then_eval_json(tmp_path, capsys):
     data, out = tmp_path / "synthetic.parquet", tmp_path / "models" / "h100"
     dataset.write(synthetic_frame(configs_per_problem=80), data)
-    assert main(["train", "--data", str(data), "--out", str(out), "--epochs", "3", "--quiet"]) == 0
+    assert main(["train", "--data", str(data), "--out", str(out), "--epochs", "3", "--no-progress"]) == 0
     assert (out / "mlp.pt").exists() and (out / "mlp.json").exists()
     printed = capsys.readouterr().out
     # 4 validation problems are too few for the cuBLAS gate: the MLP is kept, the gate is not made.
@@ -23,7 +23,7 @@ def test_train_then_eval_json(tmp_path, capsys):
 
     report_path = tmp_path / "eval.json"
     assert main(["eval", "--data", str(data), "--split", "test", "--mlp-dir", str(out), "--model", "mlp",
-                 "--json", str(report_path)]) == 0
+                 "--json-out", str(report_path)]) == 0
     printed = capsys.readouterr().out
     report = json.loads(report_path.read_text())
     assert report["split"] == "test" and report["problems"] == 4
@@ -38,7 +38,7 @@ def test_eval_loads_a_model_folder_for_the_device_the_data_was_measured_on(tmp_p
     frame = synthetic_frame(configs_per_problem=40)
     frame["device_name"] = "NVIDIA H200"
     dataset.write(frame, data)
-    assert main(["train", "--data", str(data), "--out", str(out), "--epochs", "2", "--quiet",
+    assert main(["train", "--data", str(data), "--out", str(out), "--epochs", "2", "--no-progress",
                  "--device", "h200"]) == 0
     from kernel_select.model.mlp import MLPModel
 
@@ -52,7 +52,7 @@ def test_eval_loads_a_model_folder_for_the_device_the_data_was_measured_on(tmp_p
     monkeypatch.setattr(MLPModel, "load", classmethod(recording_load))
     report_path = tmp_path / "eval.json"
     assert main(["eval", "--data", str(data), "--split", "test", "--mlp-dir", str(out), "--model", "mlp",
-                 "--json", str(report_path)]) == 0
+                 "--json-out", str(report_path)]) == 0
     capsys.readouterr()
     assert loaded_for == ["h200"]
     assert json.loads(report_path.read_text())["device"] == "h200"
@@ -94,8 +94,8 @@ def test_eval_can_score_the_rows_audit_flags_as_unmeasured(tmp_path, capsys):
     data, plain, dropped = tmp_path / "d.parquet", tmp_path / "plain.json", tmp_path / "dropped.json"
     dataset.write(frame, data)
     args = ["eval", "--data", str(data), "--split", "test", "--model", "analytical"]
-    assert main([*args, "--json", str(plain)]) == 0
-    assert main([*args, "--drop-suspect", "--json", str(dropped)]) == 0
+    assert main([*args, "--json-out", str(plain)]) == 0
+    assert main([*args, "--drop-suspect", "--json-out", str(dropped)]) == 0
     assert "dropped 1 suspect rows" in capsys.readouterr().out
     plain_report, dropped_report = json.loads(plain.read_text()), json.loads(dropped.read_text())
     assert dropped_report["dropped_suspect_rows"] == 1 and "dropped_suspect_rows" not in plain_report
@@ -103,3 +103,15 @@ def test_eval_can_score_the_rows_audit_flags_as_unmeasured(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["eval", "--data", str(data), "--drop-suspect", "--pinned-rows", str(tmp_path / "s.parquet")])
     assert exc.value.code == 2 and "leave --drop-suspect out" in capsys.readouterr().err
+
+
+def test_eval_escapes_control_characters_of_file_names_and_prints_json_on_stdout(tmp_path, capsys):
+    """Issue 43 row 13: a file name with ESC or a right-to-left override is shown escaped."""
+    data = tmp_path / "evil\x1b[2J\u202eteuqrap.parquet"
+    dataset.write(synthetic_frame(configs_per_problem=40), data)
+    assert main(["eval", "--data", str(data), "--split", "test", "--model", "analytical"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\u202e" not in out and "evil\\x1b[2J\\u202eteuqrap.parquet" in out
+    assert main(["eval", "--data", str(data), "--split", "test", "--model", "ANALYTICAL", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)  # the JSON alone: no table, no "wrote" line
+    assert report["split"] == "test" and set(report["methods"]) >= {"analytical"}

@@ -21,13 +21,15 @@ from kernel_select.model import get_model
 from kernel_select.model.cublas import DEFAULT_MARGIN, NO_MARGIN_TIE, SMALL_GEMM_MS
 from kernel_select.problem import Problem
 from kernel_select.decision import select
+from kernel_select.resources import shipped_dir
 from kernel_select.space import for_problem
 from tests.subprocess_env import package_env
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SEED_ARGS = ["--m", "560", "--n", "1280", "--k", "3420", "--dtype", "bf16", "--device", "h100"]
 SEED = Problem(560, 1280, 3420, "bfloat16")
-SMALL_ARGS = ["--m", "16", "--n", "1024", "--k", "4096"]  # a GEMM the shipped gate sends to cuBLAS
+SMALL_ARGS = ["--m", "16", "--n", "1024", "--k", "4096", "--device", "h100"]  # one the gate sends to cuBLAS
+SHIPPED_MODELS = shipped_dir("models")
 PINNED = GemmConfig(block_m=64, block_n=128, block_k=64, num_stages=3, num_warps=4)
 
 
@@ -124,8 +126,8 @@ def test_topk_json_matches_the_library(capsys):
     h100 = get_device("h100")
     expected = select(SEED, model=get_model("analytical", h100), gemm_topk=6, gate=runtime.gate(h100),
                       cublas_margin=DEFAULT_MARGIN)
-    assert payload["model"] == "analytical" and payload["pinned"] is None and payload["hedged"] == ""
-    assert payload["candidates"] == expected.ranked == len(for_problem(SEED, "h100"))
+    assert payload["model"] == "analytical" and payload["pinned"] is None and payload["auto_at_cap"] == ""
+    assert payload["ranked"] == expected.ranked == len(for_problem(SEED, "h100"))
     assert [c["rank"] for c in payload["choices"]] == [1, 2, 3, 4, 5, 6]
     assert [GemmConfig(**c["config"]) for c in payload["choices"]] == list(expected.configs)
     assert [c["predicted_ms"] for c in payload["choices"]] == [c.predicted_ms for c in expected.choices]
@@ -144,7 +146,7 @@ def test_topk_prints_a_pin_instead_of_a_ranking(capsys, tmp_path):
     assert "predicted ms" not in out and "cuBLAS decision" not in out
     code, out, _ = run(capsys, "topk", *SEED_ARGS, "--lut", aten, "--json")
     payload = json.loads(out)
-    assert payload["pinned"] == "aten" and payload["choices"] == [] and payload["candidates"] == 0
+    assert payload["pinned"] == "aten" and payload["choices"] == [] and payload["ranked"] == 0
     triton = write_lut(tmp_path / "triton.json", SEED, pin=PINNED)
     code, out, _ = run(capsys, "topk", *SEED_ARGS, "--lut", triton)
     assert code == 0 and f"pinned by the lookup table to {PINNED.short()}:" in out.splitlines()[-1]
@@ -157,16 +159,17 @@ def test_topk_layout_is_printed_and_auto_takes_its_cap_outside_training(capsys):
     assert code == 0
     lines = out.splitlines()
     assert lines[0].startswith("mm 560x1280x3420 bfloat16 tt on h100: 8 of ")  # the cap (default 8)
-    assert lines[2].startswith(
+    assert lines[2] == f"model: h100 (shipped, {SHIPPED_MODELS / 'h100'})"  # the serving model, named
+    assert lines[3].startswith(
         "outside the model's training data (layout tt not in the model's training data)")
-    assert lines[3] == "--gemm-topk auto took its cap: layout tt not in the model's training data"
+    assert lines[4] == "--gemm-topk auto took its cap: layout tt not in the model's training data"
     code, out, _ = run(capsys, "topk", *SEED_ARGS, "--layout", "nt", "--gemm-topk", "auto", *off)
     assert code == 0 and "took its cap" not in out
     code, out, _ = run(capsys, "topk", *SEED_ARGS, "--gemm-topk", "auto", *off)
     assert code == 0 and "took its cap" not in out and " nn " not in out.splitlines()[0]
     code, out, _ = run(capsys, "topk", *SEED_ARGS, "--layout", "tn", "--gemm-topk", "2", "--json")
     payload = json.loads(out)
-    assert code == 0 and payload["problem"]["layout"] == "tn" and payload["hedged"] == ""
+    assert code == 0 and payload["problem"]["layout"] == "tn" and payload["auto_at_cap"] == ""
 
 
 def test_topk_batch_ranks_a_bmm(capsys):
@@ -176,27 +179,26 @@ def test_topk_batch_ranks_a_bmm(capsys):
     assert len(payload["choices"]) == 2
 
 
-def test_topk_fraction_and_default_search_space(capsys):
-    code, out, _ = run(capsys, "topk", *SEED_ARGS, "--gemm-topk", "0.5", "--search-space", "default",
+def test_topk_default_search_space_in_any_case(capsys):
+    code, out, _ = run(capsys, "topk", *SEED_ARGS, "--gemm-topk", "DEFAULT", "--search-space", "DEFAULT",
                        "--gemm-cublas-margin", "off", "--json")
     assert code == 0
     payload = json.loads(out)
-    assert len(payload["choices"]) == payload["candidates"] // 2
     assert payload["search_space"] == "default"
-    assert payload["candidates"] == len(for_problem(SEED, "h100", "default"))
+    assert payload["ranked"] == len(for_problem(SEED, "h100", "default"))
 
 
 def test_the_deprecated_k_flag_still_works_with_a_warning(capsys):
     code, out, err = run(capsys, "topk", *SEED_ARGS, "-k", "3", "--json")
-    assert code == 0 and err == "kernel-select topk: warning: -k is deprecated; use --gemm-topk\n"
+    assert code == 0
+    assert err == "kernel-select topk: warning: -k is deprecated and goes in 1.2; use --gemm-topk\n"
     code, expected, err = run(capsys, "topk", *SEED_ARGS, "--gemm-topk", "3", "--json")
     assert code == 0 and out == expected and err == ""
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--gemm-topk", "0"], "k: a count must be >= 1"),
-    (["--gemm-topk", "1.5"], "k: a fraction must be in (0, 1]"),
-    (["--gemm-topk", "four"], "--gemm-topk: expected a count"),
+    (["--gemm-topk", "0"], "--gemm-topk: expected a positive integer"),
+    (["--gemm-topk", "four"], "--gemm-topk: expected a positive integer"),
     (["--gemm-cublas-margin", "1.5"], "--gemm-cublas-margin: expected a fraction in [0, 1)"),
     (["--gemm-topk", "4", "--model", "nope"], "no model 'nope'"),
     (["--gemm-topk", "4", "--lut", "/nonexistent/lut.json"], "lut.json"),
@@ -205,7 +207,7 @@ def test_topk_bad_input_is_one_line_and_exit_2(capsys, argv, message):
     code, out, err = run(capsys, "topk", *SEED_ARGS, *argv)
     assert code == 2
     assert out == ""
-    assert err.count("\n") == 1 and err.startswith("kernel-select: error: ")
+    assert err.count("\n") == 1 and err.startswith("kernel-select") and ": error: " in err
     assert message in err
 
 
@@ -216,8 +218,10 @@ def test_topk_bad_problem_and_device_exit_2(capsys):
     assert code == 2 and "unknown device 'tpu'" in err
     code, _, err = run(capsys, "topk", *SEED_ARGS[:6], "--dtype", "int8", "--gemm-topk", "2")
     assert code == 2 and "int8" in err
-    code, out, err = run(capsys, "topk", *SEED_ARGS, "--layout", "NT", "--gemm-topk", "2")
-    assert code == 2 and out == "" and err.count("\n") == 1 and "--layout: invalid choice: 'NT'" in err
+    code, out, err = run(capsys, "topk", *SEED_ARGS, "--layout", "TT", "--gemm-topk", "2")
+    assert code == 0 and " tt on " in out  # choices are case-insensitive
+    code, out, err = run(capsys, "topk", *SEED_ARGS, "--layout", "xy", "--gemm-topk", "2")
+    assert code == 2 and out == "" and err.count("\n") == 1 and "--layout: invalid choice: 'xy'" in err
 
 
 # -- demo -------------------------------------------------------------------------------------------------

@@ -19,8 +19,8 @@ def test_calibrate_a_handful_of_problems_end_to_end(tmp_path, monkeypatch, capsy
 
     models = tmp_path / "models"
     monkeypatch.setenv(MODELS_DIR_ENV, str(models))
-    assert main(["calibrate", "--minutes", "5", "--max-problems", "6", "--epochs", "1", "--from", "none",
-                 "--json", "--quiet"]) == 0
+    assert main(["calibrate", "--max-seconds", "300", "--max-problems", "6", "--epochs", "1", "--from",
+                 "none", "--json", "--no-progress"]) == 0
     summary = json.loads(capsys.readouterr().out)
     spec = detect()
     assert summary["device"]["key"] == spec.key and summary["device"]["sm_count"] == spec.sm_count

@@ -142,8 +142,8 @@ BAD_DOCUMENTS = [
     (_set(E0 + ("m",), {"min": 1}), "[0].m.max: Field required (add it)"),
     (_set(E0 + ("configs",), []), "[0].configs: List should have at least 1 item"),
     (_set(E0 + ("batch",), 2), "[0].batch: Extra inputs are not permitted (unknown field 'batch'"),
-    (_set(("devices", "h100", "mm", "bf16"), []),
-     "devices.h100.mm.bf16 (the key): Input should be 'float16', 'bfloat16' or 'float32'"),
+    (_set(("devices", "h100", "mm", "int8"), []),
+     "devices.h100.mm.int8 (the key): Input should be 'float16', 'bfloat16' or 'float32'"),
     (_set(("devices", "h100", "matmul"), {}),
      "devices.h100.matmul: Extra inputs are not permitted "
      "(unknown field 'matmul'; allowed: mm, addmm, bmm, baddbmm"),

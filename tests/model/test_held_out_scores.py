@@ -12,7 +12,7 @@ When the change is intended, write eval.json and the slice again, together, from
 trained on (on a CPU, a few minutes):
 
     kernel-select eval --data data/h100.parquet data/h100_coverage.parquet data/h100_layers.parquet \\
-        --json models/h100/eval.json --pinned-rows tests/fixtures/h100_held_out_slice.parquet
+        --json-out models/h100/eval.json --pinned-rows tests/fixtures/h100_held_out_slice.parquet
 
 (with KERNEL_SELECT_MODELS_DIR unset or empty of an h100 model, so that models/h100 is the one scored).
 """

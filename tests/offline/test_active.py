@@ -134,7 +134,7 @@ def test_cli_random_skips_measured_problems_and_writes_a_summary(tmp_path, capsy
     budget = sum(c.rows for c in active.candidates(_pool(), H100)) // 2
     assert main(["shapes", "--active", "--pool", str(pool), "--rows", str(budget), "--strategy", "random",
                  "--device", "h100", "--measured", str(measured), "--out", str(out),
-                 "--json", str(summary)]) == 0
+                 "--json-out", str(summary)]) == 0
     report = json.loads(summary.read_text())
     chosen = shapes.load(out)
     assert report["pool_problems"] == len(_pool())  # the measured problem was left out

@@ -382,7 +382,7 @@ def test_cli_compare_without_a_gpu_is_a_one_line_error(capsys: pytest.CaptureFix
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(SystemExit) as info:
-        cli.main(["compare", "--topk", "1,2"])
+        cli.main(["compare", "--gemm-topk", "1,2"])
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "needs a CUDA GPU" in err

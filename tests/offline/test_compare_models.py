@@ -657,7 +657,7 @@ def test_a_device_no_worker_can_use_is_refused_before_any_run(tmp_path: Path) ->
 def test_a_factory_path_without_a_colon_is_refused_as_one(tmp_path: Path) -> None:
     from kernel_select.offline.e2e.workloads import select_workloads
 
-    with pytest.raises(OptionError, match=r"--model 'os': expected 'package.module:factory'"):
+    with pytest.raises(OptionError, match=r"--network 'os': expected 'package.module:factory'"):
         select_workloads(None, ["os"])
 
 

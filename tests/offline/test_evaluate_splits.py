@@ -42,7 +42,7 @@ def test_both_held_out_splits_and_the_shipped_method(data):
 
 def test_cli_eval_json_writes_splits_and_shipped(data, tmp_path, capsys):
     out = tmp_path / "eval.json"
-    assert main(["eval", "--data", str(data), "--model", "analytical", "--json", str(out)]) == 0
+    assert main(["eval", "--data", str(data), "--model", "analytical", "--json-out", str(out)]) == 0
     written = json.loads(out.read_text())
     assert set(written["splits"]) == {"test", "family", "unseen"} and written["shipped"] == load_default("h100").name
     assert "[family]" in capsys.readouterr().out
@@ -100,7 +100,7 @@ def test_pinned_scores_the_shipped_model_on_the_slice_as_the_split_report_scores
 def test_cli_eval_writes_the_rows_of_exactly_the_pinned_problems(data, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(held_out_slice, "SLICE_PROBLEMS", 2)
     out, rows = tmp_path / "eval.json", tmp_path / "slice.parquet"
-    assert main(["eval", "--data", str(data), "--model", "mlp", "--json", str(out),
+    assert main(["eval", "--data", str(data), "--model", "mlp", "--json-out", str(out),
                  "--pinned-rows", str(rows)]) == 0
     pinned = json.loads(out.read_text())["pinned"]
     named = set(pinned["splits"]["test"]["problems"]) | set(pinned["splits"]["family"]["problems"])

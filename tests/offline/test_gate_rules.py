@@ -58,7 +58,8 @@ def test_the_margin_skips_triton_outside_the_zone():
 def test_cli_prints_every_scenario_and_rule_and_marks_the_shipped_rule(tmp_path, capsys):
     data, out = tmp_path / "synthetic.parquet", tmp_path / "rules.json"
     dataset.write(synthetic_frame(configs_per_problem=40), data)
-    assert main(["gate-rules", "--data", str(data), "--split", "test", "--k", "1,4", "--json", str(out)]) == 0
+    assert main(["gate-rules", "--data", str(data), "--split", "test", "--gemm-topk", "1,4",
+                 "--json-out", str(out)]) == 0
     rows = json.loads(out.read_text())
     assert len(rows) == 2 * len(DEFAULT_SCENARIOS) * len(DEFAULT_RULES)
     assert all(0 < r["score"] <= 1 and 0 <= r["slower"] <= r["problems"] for r in rows)
@@ -67,7 +68,7 @@ def test_cli_prints_every_scenario_and_rule_and_marks_the_shipped_rule(tmp_path,
 
 
 @pytest.mark.parametrize("args, message", [(["--split", "tset"], "expected names among"),
-                                           (["--k", "0"], "expected an integer >= 1")])
+                                           (["--gemm-topk", "0"], "expected an integer >= 1")])
 def test_cli_rejects_bad_splits_and_k(tmp_path, capsys, args, message):
     with pytest.raises(SystemExit) as exit_info:
         main(["gate-rules", "--data", str(tmp_path / "x.parquet"), *args])
@@ -97,5 +98,6 @@ def test_batched_gemms_are_left_out_as_the_gate_decides_nothing_for_them(tmp_pat
     frame.loc[batched, "op"] = "bmm"
     data, out = tmp_path / "synthetic.parquet", tmp_path / "rules.json"
     dataset.write(frame, data)
-    assert main(["gate-rules", "--data", str(data), "--split", "test", "--k", "4", "--json", str(out)]) == 0
+    assert main(["gate-rules", "--data", str(data), "--split", "test", "--gemm-topk", "4",
+                 "--json-out", str(out)]) == 0
     assert {row["problems"] for row in json.loads(out.read_text())} == {len(test_ids) - 1}

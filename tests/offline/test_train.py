@@ -157,7 +157,7 @@ def test_non_positive_epochs_are_refused_before_anything_is_written(data, tmp_pa
 def test_cli_train_with_zero_epochs_exits_2_with_one_line(data, tmp_path, capsys):
     out = tmp_path / "never"
     with pytest.raises(SystemExit) as exc:
-        main(["train", "--data", str(data), "--out", str(out), "--epochs", "0", "--quiet"])
+        main(["train", "--data", str(data), "--out", str(out), "--epochs", "0", "--no-progress"])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and err.count("\n") == 1 and "epochs" in err
     assert not out.exists()

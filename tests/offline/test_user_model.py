@@ -32,7 +32,7 @@ FACTORIES = "tests.offline.tiny_factories"
     (f"{FACTORIES}:NOT_CALLABLE", "'NOT_CALLABLE' is a int, not a callable"),
 ])
 def test_a_bad_path_names_what_is_wrong(path: str, fragment: str) -> None:
-    with pytest.raises(OptionError, match="--model") as error:
+    with pytest.raises(OptionError, match="--network") as error:
         user_model.load_factory(path)
     assert fragment in str(error.value)
 
@@ -128,7 +128,7 @@ def test_the_worker_measures_a_factory_network_like_a_zoo_one() -> None:
 
 def _cli_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
     with pytest.raises(SystemExit) as exit_:
-        main(["compare-models", "--device", "cpu", *argv])
+        main(["compare-models", "--torch-device", "cpu", *argv])
     assert exit_.value.code == 2
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 1 and lines[0].startswith("kernel-select: error: --")
@@ -138,11 +138,11 @@ def _cli_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
 def test_cli_errors_are_one_line_before_any_worker_starts(tmp_path: Path,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     out = ["--out", str(tmp_path)]
-    assert "cannot import 'nosuch'" in _cli_error(capsys, "--model", "nosuch:build", *out)
-    line = _cli_error(capsys, "--model", f"{FACTORIES}:raises", *out)
+    assert "cannot import 'nosuch'" in _cli_error(capsys, "--network", "nosuch:build", *out)
+    line = _cli_error(capsys, "--network", f"{FACTORIES}:raises", *out)
     assert "the factory raised RuntimeError: no weights here; second line" in line  # joined: one line
-    assert "returned a TwoLayer" in _cli_error(capsys, "--model", f"{FACTORIES}:module_only", *out)
-    assert "give --model" in _cli_error(capsys, "--train", *out)
+    assert "returned a TwoLayer" in _cli_error(capsys, "--network", f"{FACTORIES}:module_only", *out)
+    assert "give --network" in _cli_error(capsys, "--train", *out)
     assert not (tmp_path / "models_cpu.json").exists()
 
 
@@ -160,7 +160,7 @@ def test_cli_compares_a_factory_network_and_prints_its_table(tmp_path: Path, mon
 
     monkeypatch.setattr(compare_models, "run_worker", in_process)
     path = f"{FACTORIES}:tiny_mlp_kwargs"
-    assert main(["compare-models", "--model", path, "--device", "cpu", "--methods", "eager,default",
+    assert main(["compare-models", "--network", path, "--torch-device", "cpu", "--methods", "eager,default",
                  "--samples", "2", "--out", str(tmp_path)]) == 0
     assert [(s["model"], s["method"]["name"]) for s in specs] == [(f"{path}/inference", "eager"),
                                                                    (f"{path}/inference", "default")]
@@ -177,8 +177,8 @@ def test_one_real_worker_process_builds_the_factory_from_the_working_directory(t
     """`python -m kernel_select.cli` from the repository root: the worker process imports the
     factory's module as the command did."""
     result = subprocess.run(
-        [sys.executable, "-m", "kernel_select.cli", "compare-models", "--model", f"{FACTORIES}:tiny_mlp",
-         "--device", "cpu", "--methods", "eager", "--samples", "2", "--out", str(tmp_path)],
+        [sys.executable, "-m", "kernel_select.cli", "compare-models", "--network", f"{FACTORIES}:tiny_mlp",
+         "--torch-device", "cpu", "--methods", "eager", "--samples", "2", "--out", str(tmp_path)],
         cwd=REPO, env=package_env(), capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     (entry,) = json.loads((tmp_path / "models_cpu.json").read_text())["models"]

@@ -80,7 +80,7 @@ def test_cli_init_without_a_model_exits_2_with_one_line(data, tmp_path, capsys):
     out = tmp_path / "never"
     with pytest.raises(SystemExit) as exc:
         main(["train", "--data", str(data), "--out", str(out), "--device", "h100", "--init", str(tmp_path),
-              "--lr", "2e-4", "--quiet"])
+              "--lr", "2e-4", "--no-progress"])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and err.count("\n") == 1 and "no trained mlp model" in err
     assert not out.exists()

@@ -38,8 +38,8 @@ class Budget:
 
     def __post_init__(self) -> None:
         if not self.total_s >= MIN_MINUTES * 60.0:  # also NaN
-            raise OptionError(f"calibrate: --minutes {self.total_s / 60:g} leaves no time to measure; give "
-                              f"at least {MIN_MINUTES:.1f} minutes (15 cover every stratum on 16 cores)")
+            raise OptionError(f"calibrate: --max-seconds {self.total_s:g} leaves no time to measure; give "
+                              f"at least {MIN_MINUTES * 60:.0f} (900 cover every stratum on 16 cores)")
 
     @property
     def training_s(self) -> float:

@@ -116,9 +116,10 @@ class Method:
 
 def parse_topks(text: str) -> list[int | str]:
     """"1,2,4,8" -> [1, 2, 4, 8] ("DEFAULT" is allowed; "SAME" is what "stock" measures)."""
-    values = [options.parse_topk(part, source="--topk") for part in text.split(",") if part.strip()]
+    values = [options.parse_topk(part, source="--gemm-topk") for part in text.split(",") if part.strip()]
     if not values or options.SAME in values:
-        raise OptionError(f"--topk: expected comma-separated positive integers (or DEFAULT), got {text!r}")
+        raise OptionError(f"--gemm-topk: expected comma-separated positive integers (or DEFAULT), got "
+                          f"{text!r}")
     return list(dict.fromkeys(values))
 
 

@@ -279,8 +279,9 @@ class _Runs:
             # Not a failure of the method: it ran out of this comparison's time, and its compile
             # (or pretune) took at least `allowed` seconds (a lower bound worth keeping).
             raw = dict(raw, cut_by_budget=True, error=(
-                f"cut by --max-seconds after {allowed:.0f} s (it takes at least that long; --timeout "
-                f"{self.timeout_s:.0f} s); run again with --resume and a larger --max-seconds"))
+                f"cut by --max-seconds after {allowed:.0f} s (it takes at least that long; "
+                f"--worker-max-seconds {self.timeout_s:.0f} s); run again with --resume and a larger "
+                "--max-seconds"))
         return raw
 
 
@@ -312,7 +313,7 @@ def _device_identity(device: str) -> tuple[str, str]:
                           "workers compile and time with torch on one of them)")
     if not torch.cuda.is_available():
         raise DeviceError("compare-models: no CUDA GPU (torch.cuda.is_available() is False); pass "
-                          "--device cpu to run the comparison on the CPU")
+                          "--torch-device cpu to run the comparison on the CPU")
     spec = detect(torch.device(device).index or 0)
     return spec.name, spec.key
 

@@ -1,4 +1,4 @@
-"""A network of the user's own in `compare-models`: `--model package.module:factory`.
+"""A network of the user's own in `compare-models`: `--network package.module:factory`.
 
 The factory is found by import path, as setuptools entry points name a callable ("package.module:
 function", or "package.module:Class.method"), from the working directory or PYTHONPATH. It is
@@ -60,7 +60,7 @@ def workload_name(path: str, phase: str) -> str:
 
 
 def check_path(path: str) -> None:
-    """Refuse a `--model` value that is not "package.module:attribute" (checked before the
+    """Refuse a `--network` value that is not "package.module:attribute" (checked before the
     workloads are named, since a path without ":" would read as a zoo architecture).
 
     Raises:
@@ -68,7 +68,7 @@ def check_path(path: str) -> None:
     """
     module_name, colon, attribute = path.partition(":")
     if not colon or not module_name.strip() or not attribute.strip() or "/" in path:
-        raise OptionError(f"--model {path!r}: expected 'package.module:factory', a callable named by "
+        raise OptionError(f"--network {path!r}: expected 'package.module:factory', a callable named by "
                           f"import path as in setuptools entry points")
 
 
@@ -83,18 +83,18 @@ def load_factory(path: str) -> Callable[[], Any]:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise OptionError(f"--model {path}: cannot import {module_name!r} ({exc}); run from the folder "
+        raise OptionError(f"--network {path}: cannot import {module_name!r} ({exc}); run from the folder "
                           f"that holds it or add that folder to PYTHONPATH") from None
     except Exception as exc:  # noqa: BLE001 -- the user's module failed while importing: say so, on one line
-        raise OptionError(f"--model {path}: importing {module_name!r} raised {type(exc).__name__}: {exc}") \
+        raise OptionError(f"--network {path}: importing {module_name!r} raised {type(exc).__name__}: {exc}") \
             from None
     factory: Any = module
     for part in attribute.split("."):
         if not hasattr(factory, part):
-            raise OptionError(f"--model {path}: {module_name!r} has no attribute {attribute!r}")
+            raise OptionError(f"--network {path}: {module_name!r} has no attribute {attribute!r}")
         factory = getattr(factory, part)
     if not callable(factory):
-        raise OptionError(f"--model {path}: {attribute!r} is a {type(factory).__name__}, not a callable "
+        raise OptionError(f"--network {path}: {attribute!r} is a {type(factory).__name__}, not a callable "
                           f"that returns the network")
     return factory
 
@@ -110,7 +110,7 @@ def call_factory(path: str) -> UserModel:
     try:
         value = factory()
     except Exception as exc:  # noqa: BLE001 -- the user's factory failed: say so, on one line
-        raise OptionError(f"--model {path}: the factory raised {type(exc).__name__}: {exc}") from None
+        raise OptionError(f"--network {path}: the factory raised {type(exc).__name__}: {exc}") from None
     return as_user_model(value, path)
 
 
@@ -133,15 +133,17 @@ def as_user_model(value: Any, path: str) -> UserModel:
         elif isinstance(inputs, dict) and all(isinstance(key, str) for key in inputs):
             model = UserModel(module, (), dict(inputs))
         else:
-            raise OptionError(f"--model {path}: the factory's inputs are a {type(inputs).__name__}; {_FORMS}")
+            raise OptionError(f"--network {path}: the factory's inputs are a {type(inputs).__name__}; "
+                              f"{_FORMS}")
     else:
         what = f"a {len(value)}-tuple" if isinstance(value, (tuple, list)) else f"a {type(value).__name__}"
-        raise OptionError(f"--model {path}: the factory returned {what}; {_FORMS}")
+        raise OptionError(f"--network {path}: the factory returned {what}; {_FORMS}")
     if not isinstance(model.module, torch.nn.Module):
-        raise OptionError(f"--model {path}: the factory's module is a {type(model.module).__name__}, "
+        raise OptionError(f"--network {path}: the factory's module is a {type(model.module).__name__}, "
                           f"not a torch.nn.Module; {_FORMS}")
     if model.loss is not None and not callable(model.loss):
-        raise OptionError(f"--model {path}: UserModel.loss is a {type(model.loss).__name__}, not a callable")
+        raise OptionError(f"--network {path}: UserModel.loss is a {type(model.loss).__name__}, not a "
+                          "callable")
     return model
 
 

@@ -1,7 +1,7 @@
 """Which GEMMs pretune tunes: `Site`s found in a model's compiled graph, in an eager run, or named
 in a shapes file.
 
-A factory (`--model module:factory`) returns `(module, example_inputs, dynamic)`, where `dynamic`
+A factory (`--network module:factory`) returns `(module, example_inputs, dynamic)`, where `dynamic`
 maps an input index to `(dim, low, high)`: that dimension (a sequence length) takes the values
 low..high at serve time.
 

@@ -2,7 +2,7 @@
 LUT of pinned entries, so that serving (one graph per bucket, kernel_select.inductor.bucketed)
 benchmarks nothing and runs each bucket's best kernel.
 
-    kernel-select pretune --model mypkg.serving:factory --backward --out luts/serving.json
+    kernel-select pretune --network mypkg.serving:factory --backward --out luts/serving.json
 
 Steps, each its own function so all but the benchmark run (and are tested) on the CPU:
 1. discover (discovery.py): the GEMMs Inductor lowers for the model, from its compiled graph

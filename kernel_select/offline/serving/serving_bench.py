@@ -223,8 +223,8 @@ def _in_subprocess(program: Program, method: str, args: argparse.Namespace, lut:
 def _pretune(program: Program, lut: Path, args: argparse.Namespace, cache: Path, log_dir: Path,
              timeout_s: float) -> dict[str, Any]:
     """`kernel-select pretune` on the program's compiled graph, in its own process and caches."""
-    command = [sys.executable, "-m", "kernel_select.cli", "pretune", "--model", program.factory,
-               "--out", str(lut), "-k", str(args.pretune_k), "--points", str(args.pretune_points),
+    command = [sys.executable, "-m", "kernel_select.cli", "pretune", "--network", program.factory,
+               "--out", str(lut), "--gemm-topk", str(args.pretune_k), "--points", str(args.pretune_points),
                "--refine", str(args.pretune_refine), "--json"]
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache), "TRITON_CACHE_DIR": str(cache / "triton")}
     start = time.perf_counter()
@@ -306,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="pinned LUT to serve with (default: pretune one next to --out)")
     parser.add_argument("--edges", default=None,
                         help="bucket edges for topk4_buckets (default: three log-spaced buckets)")
-    parser.add_argument("--pretune-k", type=int, default=2, help="pretune's -k (default: %(default)s)")
+    parser.add_argument("--pretune-k", type=int, default=2, help="pretune's --gemm-topk (default: %(default)s)")
     parser.add_argument("--pretune-points", type=int, default=5,
                         help="pretune's --points (default: %(default)s)")
     parser.add_argument("--pretune-refine", type=int, default=1,
