@@ -197,8 +197,8 @@ def test_the_deprecated_k_flag_still_works_with_a_warning(capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--gemm-topk", "0"], "--gemm-topk: expected a positive integer"),
-    (["--gemm-topk", "four"], "--gemm-topk: expected a positive integer"),
+    (["--gemm-topk", "0"], "--gemm-topk: a count must be >= 1, got 0"),
+    (["--gemm-topk", "four"], "--gemm-topk: expected a count >= 1, a fraction in (0, 1]"),
     (["--gemm-cublas-margin", "1.5"], "--gemm-cublas-margin: expected a fraction in [0, 1)"),
     (["--gemm-topk", "4", "--model", "nope"], "no model 'nope'"),
     (["--gemm-topk", "4", "--lut", "/nonexistent/lut.json"], "lut.json"),
