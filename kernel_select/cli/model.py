@@ -88,10 +88,11 @@ def register_eval(sub: Subparsers) -> None:
                                    "installed) and cuBLAS.")
     p.add_argument("--data", required=True, nargs="+", metavar="PARQUET",
                    help="benchmark dataset file(s) or glob patterns, read as one")
-    p.add_argument("--split", type=flags.word, choices=("held-out", "test", "family", "train", "val"),
-                   default="held-out",
-                   help="held-out (default): both frozen test splits, 'test' (hash) and 'family' (held-out "
-                        "architectures and odd N), in one report that names the shipped method")
+    p.add_argument("--split", type=flags.word,
+                   choices=("held-out", "test", "family", "unseen", "train", "val"), default="held-out",
+                   help="held-out (default): the frozen test splits, 'test' (hash), 'family' (held-out "
+                        "architectures and odd N) and 'unseen' (data/shapes_unseen.json, where measured), "
+                        "in one report that names the shipped method")
     p.add_argument("--model", default="mlp,analytical",
                    help="comma-separated registered performance models (default: %(default)s)")
     p.add_argument("--mlp-dir", default=None,
@@ -119,8 +120,9 @@ def register_gate_rules(sub: Subparsers) -> None:
                                    "rule is marked *.")
     p.add_argument("--data", required=True, nargs="+", metavar="PARQUET",
                    help="benchmark dataset file(s) or glob patterns, read as one")
-    p.add_argument("--split", type=_names_among(("test", "family", "train", "val")), default="test,family",
-                   help="comma-separated splits among test, family, train, val (default: %(default)s)")
+    p.add_argument("--split", type=_names_among(("test", "family", "unseen", "train", "val")),
+                   default="test,family",
+                   help="comma-separated splits among test, family, unseen, train, val (default: %(default)s)")
     flags.add_gemm_topk(p, default="1,4", type=_positive_ints, old=("--k",),
                         what="comma-separated top-k counts to replay")
     add_device_arg(p, "device key (any case; default: from the dataset)")
