@@ -122,7 +122,8 @@ def register_gate_rules(sub: Subparsers) -> None:
                    help="benchmark dataset file(s) or glob patterns, read as one")
     p.add_argument("--split", type=_names_among(("test", "family", "unseen", "train", "val")),
                    default="test,family",
-                   help="comma-separated splits among test, family, unseen, train, val (default: %(default)s)")
+                   help="comma-separated splits among test, family, unseen, train, val "
+                        "(default: %(default)s)")
     flags.add_gemm_topk(p, default="1,4", type=_positive_ints, old=("--k",),
                         what="comma-separated top-k counts to replay")
     add_device_arg(p, "device key (any case; default: from the dataset)")
