@@ -12,7 +12,7 @@ lists. Everything runs on the CPU. In order:
                 only part of, the pin is still the choice and `pin_gap` says what it leaves out:
                 one kernel per graph cannot follow a LUT that pins per length bucket; one graph per
                 bucket can. With no pin and no Triton template to fill, nothing is decided
-  2. Ms         for a dynamic M, the values of M to rank for (`m_values_to_rank`), and one more
+  2. Ms         for a dynamic M, the values of M to rank for (`problem.m_values_to_rank`), and one more
                 selection per Inductor multi-kernel hint, each for its hint
   3. score      the model scores every candidate config (the problem's pruned EXHAUSTIVE space,
                 unless the caller gives its own) and every LUT entry, in one batched call
@@ -45,7 +45,7 @@ from kernel_select.errors import ConfigError, LUTError, ModelError, OptionError,
 from kernel_select.model.base import PerformanceModel
 from kernel_select.model.cublas import CublasDecision, CublasGate, Epilogue, decide as cublas_verdict
 from kernel_select.options import AUTO, DEFAULT, DEFAULT_AUTO_TOPK_CAP, DEFAULT_TOPK, SAME, TopK, parse_topk
-from kernel_select.problem import Problem, default_spread, spread_ms
+from kernel_select.problem import Problem, checked_m_values, m_values_to_rank
 from kernel_select.space import for_problem
 
 if TYPE_CHECKING:
@@ -213,28 +213,6 @@ def select(problem: Problem, *, model: PerformanceModel, gemm_topk: TopK = DEFAU
                 m_values=m_values, served=served or {})
 
 
-def m_values_to_rank(hint: int, entry_range: tuple[int, int] | None, knob: tuple[int, ...] | None,
-                     declared: tuple[int, int] | None) -> tuple[tuple[int, ...], str]:
-    """(the Ms to rank a dynamic M for, where they came from), from the first of: the m range of the
-    LUT entry serving the hint; the declared range where it is a bucket inside the span of the
-    `gemm_dynamic_m` knob (a graph of kernel_select.inductor.bucketed serves that bucket alone); the
-    knob; the declared range; hint/4 .. hint*4."""
-    if entry_range is not None and entry_range[0] < entry_range[1]:
-        return spread_ms(*entry_range), "lut m range"
-    if knob and declared is not None and _narrower(declared, (knob[0], knob[-1])):
-        return spread_ms(*declared), "declared range (a bucket of gemm_dynamic_m)"
-    if knob:
-        return knob, "gemm_dynamic_m"
-    if declared is not None and declared[0] < declared[1]:
-        return spread_ms(max(declared[0], 1), declared[1]), "declared range"
-    return default_spread(hint), "hint/4..hint*4"
-
-
-def _narrower(inner: tuple[int, int], outer: tuple[int, int]) -> bool:
-    """Whether `inner` is a range of at least two sizes inside `outer` and not all of it."""
-    return inner[0] < inner[1] and outer[0] <= inner[0] and inner[1] <= outer[1] and inner != outer
-
-
 def _one(problem: Problem, policy: Policy, epilogue: Epilogue, hit: LUTHit | None, *,
          candidates: Sequence[GemmConfig] | None = None, m_values: Sequence[int] | None = None,
          served: Mapping[str, tuple[int, int]] | None = None) -> Selection:
@@ -259,7 +237,7 @@ def _ranked(problem: Problem, policy: Policy, hit: LUTHit | None, epilogue: Epil
     """The LUT's entries, then the model's top-k (steps 3 to 6 of the module docstring)."""
     model, device = policy.model, policy.model.device
     gemm_topk = _checked_topk(policy.gemm_topk)
-    spread = _checked_m_values(m_values, problem)
+    spread = checked_m_values(m_values, problem)
     if candidates is None:
         widest = dataclasses.replace(problem, m=max(spread)) if spread else problem
         candidates = for_problem(widest, device, "exhaustive")
@@ -397,17 +375,6 @@ def _pin_gap(lut: LookupTable | None, problem: Problem, device: DeviceSpec, hit:
             return (f"the kernel serves {dim}={low}..{high}, the pinned entry only {dim}={own[0]}..{own[1]} "
                     f"(the LUT pins other {dim} separately)")
     return ""
-
-
-def _checked_m_values(m_values: Sequence[int] | None, problem: Problem) -> tuple[int, ...]:
-    if m_values is None:
-        return ()
-    values = tuple(m_values)
-    if not values or any(isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1
-                         for m in values):
-        raise ProblemError(f"m_values: expected positive integers (values of M to rank for {problem}), "
-                           f"got {m_values!r}")
-    return tuple(sorted({int(m) for m in values}))
 
 
 def _relative_over(problem: Problem, m_values: tuple[int, ...], candidates: Sequence[GemmConfig],

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numbers
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -128,3 +130,40 @@ def spread_ms(low: int, high: int, points: int = SPREAD_POINTS) -> tuple[int, ..
 def default_spread(hint: int) -> tuple[int, ...]:
     """Ms around a hint when nothing else is known: hint/4 .. hint*4, log-spaced."""
     return spread_ms(max(1, hint // DEFAULT_SPREAD_FACTOR), hint * DEFAULT_SPREAD_FACTOR)
+
+
+def m_values_to_rank(hint: int, entry_range: tuple[int, int] | None, knob: tuple[int, ...] | None,
+                     declared: tuple[int, int] | None) -> tuple[tuple[int, ...], str]:
+    """(the Ms to rank a dynamic M for, where they came from), from the first of: the m range of the
+    LUT entry serving the hint; the declared range where it is a bucket inside the span of the
+    `gemm_dynamic_m` knob (a graph of kernel_select.inductor.bucketed serves that bucket alone); the
+    knob; the declared range; hint/4 .. hint*4."""
+    if entry_range is not None and entry_range[0] < entry_range[1]:
+        return spread_ms(*entry_range), "lut m range"
+    if knob and declared is not None and _narrower(declared, (knob[0], knob[-1])):
+        return spread_ms(*declared), "declared range (a bucket of gemm_dynamic_m)"
+    if knob:
+        return knob, "gemm_dynamic_m"
+    if declared is not None and declared[0] < declared[1]:
+        return spread_ms(max(declared[0], 1), declared[1]), "declared range"
+    return default_spread(hint), "hint/4..hint*4"
+
+
+def _narrower(inner: tuple[int, int], outer: tuple[int, int]) -> bool:
+    """Whether `inner` is a range of at least two sizes inside `outer` and not all of it."""
+    return inner[0] < inner[1] and outer[0] <= inner[0] and inner[1] <= outer[1] and inner != outer
+
+
+def checked_m_values(m_values: Sequence[int] | None, problem: Problem) -> tuple[int, ...]:
+    """The values of M to rank `problem` for, sorted and distinct (() for None).
+
+    Raises:
+        ProblemError: for an empty list, or a value that is not a positive integer.
+    """
+    if m_values is None:
+        return ()
+    values = tuple(m_values)
+    if not values or any(isinstance(m, bool) or not isinstance(m, numbers.Integral) or m < 1 for m in values):
+        raise ProblemError(f"m_values: expected positive integers (values of M to rank for {problem}), "
+                           f"got {m_values!r}")
+    return tuple(sorted({int(m) for m in values}))

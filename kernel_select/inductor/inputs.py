@@ -12,7 +12,7 @@ layout is "nn".
 
 A symbolic M. With `mark_dynamic` (or automatic dynamic shapes) one compiled kernel serves every
 sequence length, yet Inductor hands the handler a single hint (the first length it saw). Which Ms the
-decision ranks for instead (kernel_select.decision.m_values_to_rank) depends on the LUT entry serving
+decision ranks for instead (kernel_select.problem.m_values_to_rank) depends on the LUT entry serving
 the hint, the `gemm_dynamic_m` knob and the symbol's declared range, read here. Inductor's
 `multi_kernel_hints` compile one variant per hint, benchmark each, and dispatch on the runtime size;
 each variant is ranked for its own hint. A pinned GEMM (one choice) gets no variants: one graph per

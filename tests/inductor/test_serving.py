@@ -19,7 +19,8 @@ from kernel_select.configs import GemmConfig  # noqa: E402
 from kernel_select.inductor import inputs as inductor_inputs  # noqa: E402
 from kernel_select.lut import ATEN, LUTEntry, MRange, SizeRange, lut_from_rows, save_lut  # noqa: E402
 from kernel_select.problem import default_spread, spread_ms  # noqa: E402
-from kernel_select.decision import m_values_to_rank, select  # noqa: E402
+from kernel_select.decision import select  # noqa: E402
+from kernel_select.problem import m_values_to_rank  # noqa: E402
 from tests.inductor.kit import (  # noqa: E402
     FakeInputs, SEED, finalize, inductor_candidates, params_config, triton_of)
 from tests.inductor_doubles import FakeModel  # noqa: E402

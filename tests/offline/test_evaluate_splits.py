@@ -44,7 +44,8 @@ def test_cli_eval_json_writes_splits_and_shipped(data, tmp_path, capsys):
     out = tmp_path / "eval.json"
     assert main(["eval", "--data", str(data), "--model", "analytical", "--json-out", str(out)]) == 0
     written = json.loads(out.read_text())
-    assert set(written["splits"]) == {"test", "family", "unseen"} and written["shipped"] == load_default("h100").name
+    assert set(written["splits"]) == {"test", "family", "unseen"}
+    assert written["shipped"] == load_default("h100").name
     assert "[family]" in capsys.readouterr().out
 
 

@@ -74,7 +74,8 @@ def _seed_inputs(length: int) -> tuple[Any, ...]:
 
 
 SEED = Program("seed", f"Linear {IN_FEATURES}->{OUT_FEATURES} bf16, forward + grad input + grad weight",
-               (560, 1024, 1500, 2048, 3000, 4096, 6000, 8192), 560, 8192, {0: 0, 1: 0}, _seed_step, _seed_inputs,
+               (560, 1024, 1500, 2048, 3000, 4096, 6000, 8192), 560, 8192, {0: 0, 1: 0}, _seed_step,
+               _seed_inputs,
                "kernel_select.offline.serving.programs:seed_factory")
 
 

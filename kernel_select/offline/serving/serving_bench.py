@@ -306,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="pinned LUT to serve with (default: pretune one next to --out)")
     parser.add_argument("--edges", default=None,
                         help="bucket edges for topk4_buckets (default: three log-spaced buckets)")
-    parser.add_argument("--pretune-k", type=int, default=2, help="pretune's --gemm-topk (default: %(default)s)")
+    parser.add_argument("--pretune-k", type=int, default=2,
+                        help="pretune's --gemm-topk (default: %(default)s)")
     parser.add_argument("--pretune-points", type=int, default=5,
                         help="pretune's --points (default: %(default)s)")
     parser.add_argument("--pretune-refine", type=int, default=1,
