@@ -166,14 +166,16 @@ def parse_json(text: str | bytes, kind: FileKind, source: str, *,
 
 
 def _depth_over(value: Any, limit: int) -> bool:
-    """Whether `value` nests containers more than `limit` deep; iterative, so never a RecursionError."""
-    stack = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
+    """Whether `value` nests containers more than `limit` deep; one level at a time, so never a
+    RecursionError, and each container is visited once."""
+    level = [value] if isinstance(value, (dict, list)) else []
+    depth = 0
+    while level:
+        depth += 1
         if depth > limit:
             return True
-        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
-        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+        level = [child for node in level for child in (node.values() if isinstance(node, dict) else node)
+                 if isinstance(child, (dict, list))]
     return False
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, bisect_right
 from collections.abc import Hashable, Iterable
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, NamedTuple, Union
 
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator,
                       model_validator)
@@ -141,8 +141,8 @@ class LUTEntry(Strict):
     @field_validator("configs")
     @classmethod
     def _unique_configs(cls, configs: list[GemmConfig] | None) -> list[GemmConfig] | None:
-        if configs is None:
-            return None
+        if configs is None or len(configs) == 1:  # one config (most entries) cannot repeat; hashing costs
+            return configs
         repeat = first_repeat((config, index) for index, config in enumerate(configs))
         if repeat is not None:
             config, first, second = repeat
@@ -197,8 +197,24 @@ class BatchedLUTEntry(LUTEntry):
         return self.batch
 
 
-def _sort_key(entry: LUTEntry) -> tuple[int | str, ...]:
-    return (entry.n, *entry.k_bounds, *entry.m_bounds, entry.batch_key or 0, entry.layout or "")
+class _Key(NamedTuple):
+    """What the overlap check reads of an entry, read once (each property read costs)."""
+
+    n: int
+    m_low: int
+    m_high: int
+    k_low: int
+    k_high: int
+    batch: int | None
+    layout: str | None
+
+
+def _key_of(entry: LUTEntry) -> _Key:
+    return _Key(entry.n, *entry.m_bounds, *entry.k_bounds, entry.batch_key, entry.layout)
+
+
+def _canonical_order(key: _Key) -> tuple[int | str, ...]:
+    return (key.n, key.k_low, key.k_high, key.m_low, key.m_high, key.batch or 0, key.layout or "")
 
 
 def _check_disjoint(entries: list[LUTEntry]) -> list[LUTEntry]:
@@ -214,23 +230,27 @@ def _check_disjoint(entries: list[LUTEntry]) -> list[LUTEntry]:
     list is in canonical order, so that a table compares equal to itself after a dump/load round
     trip.
     """
-    by_n: dict[int, list[int]] = {}
-    for index, entry in enumerate(entries):
-        by_n.setdefault(entry.n, []).append(index)
-    for members in by_n.values():
+    keys = [_key_of(entry) for entry in entries]
+    # Entries of an n without k ranges can only meet at the same k: one sweep per (n, k) then, in
+    # which every open entry meets every entering one (`_OpenEntries`).
+    ranged_ns = {key.n for entry, key in zip(entries, keys) if isinstance(entry.k, SizeRange)}
+    groups: dict[tuple[int, int | None], list[int]] = {}
+    for index, key in enumerate(keys):
+        groups.setdefault((key.n, None if key.n in ranged_ns else key.k_low), []).append(index)
+    for members in groups.values():
         if len(members) > 1:
-            _check_group_disjoint(entries, members)
-    return sorted(entries, key=_sort_key)
+            _check_group_disjoint(entries, keys, members)
+    return [entries[index] for index in sorted(range(len(entries)), key=lambda i: _canonical_order(keys[i]))]
 
 
-def _check_group_disjoint(entries: list[LUTEntry], members: list[int]) -> None:
+def _check_group_disjoint(entries: list[LUTEntry], keys: list[_Key], members: list[int]) -> None:
     # An entry without a layout serves every layout, so it joins the sweep of each layout named in
     # the group (at most 4, so the cost stays O(E log E)); two entries that can serve one layout
     # then share at least one sweep. Batches are told apart inside the sweep (`_batch_sets`),
     # because a bmm table may name thousands.
-    layouts = {entries[i].layout for i in members} - {None}
+    layouts = {keys[i].layout for i in members} - {None}
     for layout in layouts or {None}:
-        _sweep_m(entries, [i for i in members if entries[i].layout in (None, layout)])
+        _sweep_m(entries, keys, [i for i in members if keys[i].layout in (None, layout)])
 
 
 #: The set of open entries that an entry without a batch is compared with: all that name one.
@@ -248,29 +268,30 @@ def _batch_sets(batch: int | None) -> tuple[tuple[Hashable, ...], tuple[Hashable
     return (_ANY_BATCH, batch), (batch, _BATCHED)
 
 
-def _sweep_m(entries: list[LUTEntry], chosen: list[int]) -> None:
+def _sweep_m(entries: list[LUTEntry], keys: list[_Key], chosen: list[int]) -> None:
     """Raise for two of `chosen` (entries of one n and compatible layouts) that meet in m, k and batch."""
     if len(chosen) < 2:
         return
-    k_edges = sorted({edge for i in chosen for edge in entries[i].k_bounds})
-    open_sets: dict[Hashable, _OpenIntervals] = {}
+    k_edges = sorted({edge for i in chosen for edge in (keys[i].k_low, keys[i].k_high)})
+    open_set = _OpenIntervals if len(k_edges) > 1 else _OpenEntries
+    open_sets: dict[Hashable, _OpenEntries] = {}
     closing: list[tuple[int, int]] = []  # a heap of (highest m, index) of the open entries
-    for index in sorted(chosen, key=lambda i: entries[i].m_bounds):
-        entry = entries[index]
-        m_low = entry.m_bounds[0]
-        while closing and closing[0][0] < m_low:
+    for index in sorted(chosen, key=lambda i: (keys[i].m_low, keys[i].m_high)):
+        key = keys[index]
+        while closing and closing[0][0] < key.m_low:
             _, done = heapq.heappop(closing)
-            for name in _batch_sets(entries[done].batch_key)[1]:
-                open_sets[name].remove(done, *entries[done].k_bounds)
-        compared, joined = _batch_sets(entry.batch_key)
-        k_low, k_high = entry.k_bounds
+            for name in _batch_sets(keys[done].batch)[1]:
+                open_sets[name].remove(done, keys[done].k_low, keys[done].k_high)
+        compared, joined = _batch_sets(key.batch)
         for name in compared:
-            partner = open_sets[name].meeting(k_low, k_high) if name in open_sets else None
+            partner = open_sets[name].meeting(key.k_low, key.k_high) if name in open_sets else None
             if partner is not None:
                 raise _overlap_error(entries, *sorted((partner, index)))
         for name in joined:
-            open_sets.setdefault(name, _OpenIntervals(k_edges)).add(index, k_low, k_high)
-        heapq.heappush(closing, (entry.m_bounds[1], index))
+            if name not in open_sets:  # not setdefault: building a set costs O(K)
+                open_sets[name] = open_set(k_edges)
+            open_sets[name].add(index, key.k_low, key.k_high)
+        heapq.heappush(closing, (key.m_high, index))
 
 
 def intervals_meet(first: tuple[int, int], second: tuple[int, int]) -> bool:
@@ -278,7 +299,24 @@ def intervals_meet(first: tuple[int, int], second: tuple[int, int]) -> bool:
     return first[0] <= second[1] and second[0] <= first[1]
 
 
-class _OpenIntervals:
+class _OpenEntries:
+    """The open entries of a sweep in which all entries have the same k: each meets every other."""
+
+    def __init__(self, edges: list[int]) -> None:
+        self._open: dict[int, tuple[int, int]] = {}
+
+    def add(self, index: int, low: int, high: int) -> None:
+        self._open[index] = (low, high)
+
+    def remove(self, index: int, low: int, high: int) -> None:
+        del self._open[index]
+
+    def meeting(self, low: int, high: int) -> int | None:
+        """The first (in the file) open entry, or None."""
+        return min(self._open) if self._open else None
+
+
+class _OpenIntervals(_OpenEntries):
     """The k intervals of the open entries of a sweep, and which of them meet a given interval.
 
     Two Fenwick trees over the group's k edges count the open intervals' lows and highs: the open
@@ -288,17 +326,17 @@ class _OpenIntervals:
     """
 
     def __init__(self, edges: list[int]) -> None:
+        super().__init__(edges)
         self._edges = edges
         self._lows = [0] * (len(edges) + 1)
         self._highs = [0] * (len(edges) + 1)
-        self._open: dict[int, tuple[int, int]] = {}
 
     def add(self, index: int, low: int, high: int) -> None:
-        self._open[index] = (low, high)
+        super().add(index, low, high)
         self._update(low, high, 1)
 
     def remove(self, index: int, low: int, high: int) -> None:
-        del self._open[index]
+        super().remove(index, low, high)
         self._update(low, high, -1)
 
     def meeting(self, low: int, high: int) -> int | None:

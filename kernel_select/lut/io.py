@@ -190,8 +190,18 @@ def parse_lut(text: str | bytes, *, source: str = "<string>") -> KernelLUT:
         LUTError: for invalid UTF-8 or JSON, duplicate object keys, text over MAX_LUT_BYTES, or a
             document that does not match the schema.
     """
-    raw = parse_json(text, LUT_FILE, source, object_pairs_hook=_object_without_duplicates)
-    duplicate = _find_duplicate_key(raw)
+    repeats: list[_DuplicateKeys] = []  # objects with a repeated key; the walk below runs only if any
+
+    def objects(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out = _object_without_duplicates(pairs)
+        if isinstance(out, _DuplicateKeys):
+            repeats.append(out)
+        return out
+
+    raw = parse_json(text, LUT_FILE, source, object_pairs_hook=objects)
+    # The first repeat in document order is the one named, which the parser (it builds inner objects
+    # first) cannot tell; walking the whole document costs a second for a large table, so only then.
+    duplicate = _find_duplicate_key(raw) if repeats else None
     if duplicate is not None:
         where, key = duplicate
         raise lut_error(source, f"{where or '<top level>'}: duplicate key {short(key)}; keep one of them")
