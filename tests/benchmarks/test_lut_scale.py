@@ -60,7 +60,8 @@ def test_compile_reads_a_100k_entry_lut(benchmark, tmp_path: Path):
     path = tmp_path / "lut.json"
     path.write_text(_document(_realistic(ENTRIES)))
     # the first 50 n of the table (a 100,000-entry table has 51), at an exact m and in an m range
-    problems = [Problem(m, n, 64 * (1 + n // 16 % 40), "bfloat16") for m in (16, 4096) for n in range(16, 816, 16)]
+    problems = [Problem(m, n, 64 * (1 + n // 16 % 40), "bfloat16")
+                for m in (16, 4096) for n in range(16, 816, 16)]
 
     def compile_reads() -> int:
         lut = load_lut(path, strict=False)
