@@ -6,7 +6,9 @@ The new content goes to a uniquely named temporary file beside the target, `.NAM
 by a killed writer from a live one's, see `remove_stale_temps`), is flushed and fsynced, gets the
 target's permissions (or those of an ordinary new file: mkstemp creates 0600), is renamed over the
 target, and the folder is fsynced so the rename itself survives a power loss. Used for LUTs, model
-checkpoints and cards, datasets and result files.
+checkpoints and cards, datasets and result files. A writer killed between the two (kill -9, power
+loss) leaves its temporary file; the next write to the same target removes it, once its writer is
+dead and it is older than STALE_TEMP_AGE_S.
 
 What is replaced is the file a path names, not the path:
 
@@ -33,9 +35,15 @@ import errno
 import os
 import stat
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
+
+#: How old (seconds since its last write) a dead writer's temporary file must be before a write to
+#: the same target removes it. Without a lock, a pid that is dead here may be a live writer in another
+#: pid namespace sharing the folder (a container); one that wrote nothing for this long is not.
+STALE_TEMP_AGE_S = 600.0
 
 
 def resolve_target(path: str | os.PathLike[str]) -> Path:
@@ -64,6 +72,7 @@ def atomic_file(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO[A
     tmp: Path | None = None
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale_temps_quietly(target)
         fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.{os.getpid()}.", suffix=".tmp",
                                         dir=target.parent)
         tmp = Path(tmp_name)
@@ -91,18 +100,30 @@ def write_atomic(path: str | os.PathLike[str], data: bytes | str) -> None:
         handle.write(data)
 
 
-def remove_stale_temps(path: str | os.PathLike[str]) -> list[Path]:
+def remove_stale_temps(path: str | os.PathLike[str], *, min_age_s: float = 0.0) -> list[Path]:
     """Delete the temporary files of `path`'s target left by writers that died (their pid is no
-    longer alive); returns what was removed. Call it while holding a lock on the target, so no
-    live writer of another pid namespace is mistaken for a dead one."""
+    longer alive) and last written at least `min_age_s` seconds ago; returns what was removed.
+    With no age, call it while holding a lock on the target, so no live writer of another pid
+    namespace is mistaken for a dead one."""
     target = resolve_target(path)
     removed = []
+    now = time.time()
     for tmp in target.parent.glob(f".{target.name}.*.tmp"):
         pid = tmp.name[len(target.name) + 2:].split(".")[0]
         if pid.isascii() and pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+            if min_age_s and now - tmp.lstat().st_mtime < min_age_s:
+                continue
             tmp.unlink(missing_ok=True)
             removed.append(tmp)
     return removed
+
+
+def _remove_stale_temps_quietly(target: Path) -> None:
+    # Tidying up never fails a write: a temp that vanished meanwhile or cannot be removed stays.
+    try:
+        remove_stale_temps(target, min_age_s=STALE_TEMP_AGE_S)
+    except OSError:
+        pass
 
 
 def file_kind(mode: int) -> str:

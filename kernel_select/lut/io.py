@@ -154,9 +154,10 @@ def load_lut(path: str | os.PathLike[str], *, strict: bool = True) -> KernelLUT:
     Raises:
         LUTError: in strict mode, naming the file, the JSON location and the fix.
     """
-    source = os.fspath(path)
     try:
-        return parse_lut(read_lut_bytes(path), source=source)
+        if not isinstance(path, (str, os.PathLike)):
+            raise lut_error(repr(path), "not a path; pass the path of a LUT JSON file")
+        return parse_lut(read_lut_bytes(path), source=os.fspath(path))
     except LUTError as exc:
         if strict:
             raise
@@ -165,7 +166,7 @@ def load_lut(path: str | os.PathLike[str], *, strict: bool = True) -> KernelLUT:
         if strict:
             raise
         log.warning("Ignoring kernel lookup table %s (using no LUT entries): unexpected error",
-                    escape_controls(source), exc_info=True)
+                    escape_controls(str(path)), exc_info=True)
     return empty_lut()
 
 
