@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import stat
 import tempfile
 import time
@@ -83,7 +84,7 @@ def atomic_file(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO[A
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, target)
-        _fsync_dir(target.parent)
+        fsync_dir(target.parent)
     except BaseException as exc:
         if tmp is not None:
             tmp.unlink(missing_ok=True)
@@ -113,7 +114,10 @@ def remove_stale_temps(path: str | os.PathLike[str], *, min_age_s: float = 0.0) 
         if pid.isascii() and pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
             if min_age_s and now - tmp.lstat().st_mtime < min_age_s:
                 continue
-            tmp.unlink(missing_ok=True)
+            if tmp.is_dir() and not tmp.is_symlink():  # a model folder's staging (model/folder_write.py)
+                shutil.rmtree(tmp, ignore_errors=True)
+            else:
+                tmp.unlink(missing_ok=True)
             removed.append(tmp)
     return removed
 
@@ -187,7 +191,8 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: Path) -> None:
+    """Make a rename in `directory` survive a power loss, where the system allows it."""
     try:
         fd = os.open(directory, os.O_RDONLY)
     except OSError:  # a folder that cannot be opened for reading: the rename is still atomic
