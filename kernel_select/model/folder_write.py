@@ -28,7 +28,7 @@ import shutil
 import stat
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -91,14 +91,44 @@ def write_model_folder(out_dir: str | os.PathLike[str], checkpoints: Sequence[Ch
             checkpoints were written but not moved into place, the message names the folder
             that holds them.
     """
+    def write(staging: Path) -> None:
+        for stem, state_dict, card in checkpoints:
+            save_checkpoint(staging, stem, state_dict, card)
+
+    return _replace_folder(out_dir, write, keep)
+
+
+def install_model_folder(trained: str | os.PathLike[str], out_dir: str | os.PathLike[str]) -> list[str]:
+    """Replace the checkpoints of the model folder `out_dir` with those of the folder `trained`
+    (which `write_model_folder` wrote: calibrate trains beside the folder it replaces), in one step
+    like `write_model_folder`, keeping `out_dir`'s other files; `trained` is removed. Returns the
+    stems installed.
+
+    Raises:
+        ModelError: as write_model_folder.
+    """
+    source = Path(trained)
+    names = [name for name in _checkpoint_files(MODEL_STEMS) if (source / name).is_file()]
+
+    def move(staging: Path) -> None:
+        for name in names:
+            os.replace(source / name, staging / name)
+
+    _replace_folder(out_dir, move, keep=())
+    shutil.rmtree(source, ignore_errors=True)
+    return [stem for stem in MODEL_STEMS if f"{stem}.pt" in names]
+
+
+def _replace_folder(out_dir: str | os.PathLike[str], write: Callable[[Path], None],
+                    keep: Sequence[str]) -> Path:
+    """Fill a hidden sibling of `out_dir` with `write`, carry over what is kept, swap it in."""
     shown = os.fspath(out_dir)
     target = resolve_target(out_dir)
     check_model_folder(out_dir)
     _remove_stale_staging(target)
     staging = _hidden_sibling(target)
     try:
-        for stem, state_dict, card in checkpoints:
-            save_checkpoint(staging, stem, state_dict, card)
+        write(staging)
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
         raise ModelError(f"{shown}: cannot write the model ({exc.strerror or exc}); nothing was "
