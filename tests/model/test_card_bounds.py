@@ -149,3 +149,15 @@ def test_a_card_with_a_malformed_auto_rule_is_refused_when_it_loads(saved: Path,
     (saved / CARD_FILE).write_text(json.dumps(card))
     message = refused(saved, f"^{saved / CARD_FILE}: field 'hyperparameters': ")
     assert detail in message and "Value error" not in message
+
+
+def test_a_card_is_read_as_every_json_file_is(saved: Path):
+    # issue 43 row 14: a UTF-8 BOM was accepted in LUTs and refused in cards; a number of thousands
+    # of digits gave Python's advice to call sys.set_int_max_str_digits()
+    text = (saved / CARD_FILE).read_text()
+    (saved / CARD_FILE).write_bytes(b"\xef\xbb\xbf" + text.encode())
+    assert MLPModel.load(saved, "h100").card.device == "h100"
+    card = json.loads(text)
+    (saved / CARD_FILE).write_text(json.dumps(card).replace('"device": "h100"', '"device": ' + "9" * 5000))
+    message = refused(saved, f"^{saved / CARD_FILE}: invalid JSON: a number has too many digits")
+    assert "set_int_max_str_digits" not in message and len(message) < 400
