@@ -135,15 +135,15 @@ class AutoTopkRule(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
 
     auto_topk_rule: Literal["gap", "spread"] | None = None
-    auto_topk_gap: float | None = Field(default=None, gt=0, allow_inf_nan=False)  # None: the model's default
+    auto_topk_gap: float | None = Field(default=None, ge=0, allow_inf_nan=False)  # None: the model's default
     auto_topk_floor: int = Field(default=1, ge=1, le=MAX_AUTO_FLOOR)
-    auto_topk_spread: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    auto_topk_spread: float | None = Field(default=None, ge=0, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _spread_rule_has_a_spread(self) -> AutoTopkRule:
         if self.auto_topk_rule == "spread" and self.auto_topk_spread is None:
-            raise ValueError('auto_topk_rule is "spread" but auto_topk_spread is missing; add it (a positive '
-                             'number) or set auto_topk_rule to "gap"')
+            raise ValueError('auto_topk_rule is "spread" but auto_topk_spread is missing; add it (a number, 0 or '
+                             'more) or set auto_topk_rule to "gap"')
         return self
 
 
