@@ -73,7 +73,7 @@ def atomic_file(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO[A
     tmp: Path | None = None
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        _remove_stale_temps_quietly(target)
+        remove_stale_temps_quietly(target)
         fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.{os.getpid()}.", suffix=".tmp",
                                         dir=target.parent)
         tmp = Path(tmp_name)
@@ -122,8 +122,9 @@ def remove_stale_temps(path: str | os.PathLike[str], *, min_age_s: float = 0.0) 
     return removed
 
 
-def _remove_stale_temps_quietly(target: Path) -> None:
-    # Tidying up never fails a write: a temp that vanished meanwhile or cannot be removed stays.
+def remove_stale_temps_quietly(target: Path) -> None:
+    """`remove_stale_temps` of what is older than STALE_TEMP_AGE_S, for a writer holding no lock;
+    tidying up never fails a write (a temp that vanished meanwhile or cannot be removed stays)."""
     try:
         remove_stale_temps(target, min_age_s=STALE_TEMP_AGE_S)
     except OSError:

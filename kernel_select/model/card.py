@@ -142,8 +142,8 @@ class AutoTopkRule(BaseModel):
     @model_validator(mode="after")
     def _spread_rule_has_a_spread(self) -> AutoTopkRule:
         if self.auto_topk_rule == "spread" and self.auto_topk_spread is None:
-            raise ValueError('auto_topk_rule is "spread" but auto_topk_spread is missing; add it (a number, 0 or '
-                             'more) or set auto_topk_rule to "gap"')
+            raise ValueError('auto_topk_rule is "spread" but auto_topk_spread is missing; add it (a '
+                             'number, 0 or more) or set auto_topk_rule to "gap"')
         return self
 
 

@@ -32,8 +32,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from kernel_select.atomic_write import (STALE_TEMP_AGE_S, file_kind, fsync_dir, remove_stale_temps,
-                                         resolve_target)
+from kernel_select.atomic_write import file_kind, fsync_dir, remove_stale_temps_quietly, resolve_target
 from kernel_select.errors import ModelError
 from kernel_select.model.card import ModelCard
 from kernel_select.model.checkpoint import save_checkpoint
@@ -168,11 +167,8 @@ def _nearest_folder(path: Path) -> Path:
 
 def _remove_stale_staging(target: Path) -> None:
     # A writer killed before its swap left `.NAME.PID.*.tmp`; an old folder it had swapped out
-    # has the same name. Tidying up never fails a write.
-    try:
-        remove_stale_temps(target, min_age_s=STALE_TEMP_AGE_S)
-    except OSError:
-        pass
+    # has the same name.
+    remove_stale_temps_quietly(target)
     target.parent.mkdir(parents=True, exist_ok=True)
 
 
