@@ -348,9 +348,10 @@ class _OpenIntervals(_OpenEntries):
         return min(index for index, interval in self._open.items() if intervals_meet(interval, (low, high)))
 
     def _update(self, low: int, high: int, step: int) -> None:
+        size = len(self._lows)
         for tree, edge in ((self._lows, low), (self._highs, high)):
             position = bisect_left(self._edges, edge) + 1
-            while position < len(tree):
+            while position < size:
                 tree[position] += step
                 position += position & -position
 

@@ -219,7 +219,10 @@ class _DuplicateKeys(dict):
 
 
 def _object_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+    out = dict(pairs)  # in C: a table has hundreds of thousands of objects, nearly all without a repeat
+    if len(out) == len(pairs):
+        return out
+    out = {}
     for key, value in pairs:
         if key in out:
             flagged = _DuplicateKeys(pairs)
