@@ -149,7 +149,7 @@ def shipped_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: Callab
 
 
 @pytest.mark.parametrize("damage, broken, message", [("truncated", "mlp.pt", "cannot be loaded as weights"),
-                                                      ("garbage-card", "mlp.json", "Invalid JSON")])
+                                                      ("garbage-card", "mlp.json", "invalid JSON")])
 def test_a_broken_model_is_an_error_naming_the_file_never_another_model(
         damage: str, broken: str, message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     def truncate(folder: Path) -> None:
