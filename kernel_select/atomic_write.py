@@ -6,7 +6,9 @@ The new content goes to a uniquely named temporary file beside the target, `.NAM
 by a killed writer from a live one's, see `remove_stale_temps`), is flushed and fsynced, gets the
 target's permissions (or those of an ordinary new file: mkstemp creates 0600), is renamed over the
 target, and the folder is fsynced so the rename itself survives a power loss. Used for LUTs, model
-checkpoints and cards, datasets and result files.
+checkpoints and cards, datasets and result files. A writer killed between the two (kill -9, power
+loss) leaves its temporary file; the next write to the same target removes it, once its writer is
+dead and it is older than STALE_TEMP_AGE_S.
 
 What is replaced is the file a path names, not the path:
 
@@ -31,11 +33,18 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import stat
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
+
+#: How old (seconds since its last write) a dead writer's temporary file must be before a write to
+#: the same target removes it. Without a lock, a pid that is dead here may be a live writer in another
+#: pid namespace sharing the folder (a container); one that wrote nothing for this long is not.
+STALE_TEMP_AGE_S = 600.0
 
 
 def resolve_target(path: str | os.PathLike[str]) -> Path:
@@ -64,6 +73,7 @@ def atomic_file(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO[A
     tmp: Path | None = None
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temps_quietly(target)
         fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.{os.getpid()}.", suffix=".tmp",
                                         dir=target.parent)
         tmp = Path(tmp_name)
@@ -74,7 +84,7 @@ def atomic_file(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO[A
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, target)
-        _fsync_dir(target.parent)
+        fsync_dir(target.parent)
     except BaseException as exc:
         if tmp is not None:
             tmp.unlink(missing_ok=True)
@@ -91,16 +101,23 @@ def write_atomic(path: str | os.PathLike[str], data: bytes | str) -> None:
         handle.write(data)
 
 
-def remove_stale_temps(path: str | os.PathLike[str]) -> list[Path]:
+def remove_stale_temps(path: str | os.PathLike[str], *, min_age_s: float = 0.0) -> list[Path]:
     """Delete the temporary files of `path`'s target left by writers that died (their pid is no
-    longer alive); returns what was removed. Call it while holding a lock on the target, so no
-    live writer of another pid namespace is mistaken for a dead one."""
+    longer alive) and last written at least `min_age_s` seconds ago; returns what was removed.
+    With no age, call it while holding a lock on the target, so no live writer of another pid
+    namespace is mistaken for a dead one."""
     target = resolve_target(path)
     removed = []
+    now = time.time()
     for tmp in target.parent.glob(f".{target.name}.*.tmp"):
         pid = tmp.name[len(target.name) + 2:].split(".")[0]
         if pid.isascii() and pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
-            tmp.unlink(missing_ok=True)
+            if min_age_s and now - tmp.lstat().st_mtime < min_age_s:
+                continue
+            if tmp.is_dir() and not tmp.is_symlink():  # a model folder's staging (model/folder_write.py)
+                shutil.rmtree(tmp, ignore_errors=True)
+            else:
+                tmp.unlink(missing_ok=True)
             removed.append(tmp)
     return removed
 
@@ -110,6 +127,15 @@ def check_replaceable(path: str | os.PathLike[str], shown: str | None = None) ->
     directory, a read-only or hard-linked file), naming `shown` (default: `path`), without writing:
     for commands that check their outputs before they start work."""
     _replaceable(resolve_target(path), os.fspath(path) if shown is None else shown)
+
+
+def remove_stale_temps_quietly(target: Path) -> None:
+    """`remove_stale_temps` of what is older than STALE_TEMP_AGE_S, for a writer holding no lock;
+    tidying up never fails a write (a temp that vanished meanwhile or cannot be removed stays)."""
+    try:
+        remove_stale_temps(target, min_age_s=STALE_TEMP_AGE_S)
+    except OSError:
+        pass
 
 
 def file_kind(mode: int) -> str:
@@ -173,7 +199,8 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: Path) -> None:
+    """Make a rename in `directory` survive a power loss, where the system allows it."""
     try:
         fd = os.open(directory, os.O_RDONLY)
     except OSError:  # a folder that cannot be opened for reading: the rename is still atomic

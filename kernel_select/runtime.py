@@ -13,16 +13,15 @@ Failures are cached exactly like successes: a broken LUT is parsed once per file
 broken model file is tried once, and every later GEMM re-raises the same error at no cost.
 
 Everything here is reached from inside torch.compile, so nothing may block on its input: a LUT
-path is stat()ed first and only a regular file of at most MAX_LUT_BYTES is ever opened (a FIFO
-or /dev/zero would otherwise hang or exhaust memory). `reset()` forgets all of it (tests, and
+path is stat()ed first (lut/bounded_read.py, the package's one reader of user files) and only a
+regular file of at most MAX_LUT_BYTES is ever opened (a FIFO or /dev/zero would otherwise hang or
+exhaust memory). `reset()` forgets all of it (tests, and
 long-lived sessions that want to start over).
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import stat
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from kernel_select import device as device_module
 from kernel_select import warn
 from kernel_select.device import DeviceSpec
 from kernel_select.errors import LUTError
-from kernel_select.lut.bounded_read import MAX_LUT_BYTES
+from kernel_select.lut.bounded_read import LUT_FILE, stat_regular
 from kernel_select.lut.io import lut_digest
 from kernel_select.model import PerformanceModel, get_model, load_default, load_gate
 from kernel_select.model.cublas import CublasGate
@@ -100,27 +99,13 @@ def lut_identity(path: str) -> FileIdentity:
             larger than MAX_LUT_BYTES; the message names the path and the fix.
     """
     try:
-        info = os.stat(path)
-    except ValueError:  # a NUL byte in the path
-        raise _lut_error(path, "not a usable path (it contains a NUL byte)") from None
-    except OSError as exc:
-        raise _lut_error(path, f"cannot read the kernel lookup table ({exc.strerror or exc})") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise _lut_error(path, "not a regular file (a FIFO, device or directory cannot be a kernel "
-                               "lookup table)")
-    if info.st_size > MAX_LUT_BYTES:
-        raise _lut_error(path, f"{info.st_size} bytes, more than the {MAX_LUT_BYTES} bytes a kernel lookup "
-                               f"table may have (kernel_select.lut.MAX_LUT_BYTES)")
+        info = stat_regular(path, LUT_FILE)
+    except LUTError as exc:
+        # The setting that named the file is what the user changes.
+        error = LUTError(f"{exc}; fix kernel_lut_path / {env_name('kernel_lut_path')}")
+        error.cause_id = f"lut:{path}"  # type: ignore[attr-defined]
+        raise error from None
     return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
-
-
-def _lut_error(path: str, reason: str) -> LUTError:
-    from kernel_select.lut.validation import escape_controls  # a NUL or an escape sequence is shown, not sent
-
-    fix = f"fix kernel_lut_path / {env_name('kernel_lut_path')}"
-    error = LUTError(escape_controls(f"{path}: {reason}; {fix}"))
-    error.cause_id = f"lut:{path}"  # type: ignore[attr-defined]
-    return error
 
 
 def _read_lut(path: str) -> Any:

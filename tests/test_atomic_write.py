@@ -6,11 +6,12 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import time
 from pathlib import Path
 
 import pytest
 
-from kernel_select.atomic_write import atomic_file, remove_stale_temps, write_atomic
+from kernel_select.atomic_write import STALE_TEMP_AGE_S, atomic_file, remove_stale_temps, write_atomic
 
 
 def _leftovers(folder: Path) -> list[str]:
@@ -122,3 +123,22 @@ def test_stale_temps_of_a_links_target_are_found(tmp_path: Path) -> None:
         temp.write_bytes(b"")
     assert remove_stale_temps(tmp_path / "link.parquet") == [dead]
     assert live.exists() and foreign.exists()
+
+
+def test_a_write_removes_the_temps_a_killed_writer_left(tmp_path: Path) -> None:
+    # issue 43: an atomic writer killed between writing and renaming left .NAME.PID.*.tmp for good
+    target = tmp_path / "lut.json"
+    target.write_text("old")
+    dead = tmp_path / ".lut.json.999999999.abc.tmp"  # no such pid
+    dead_recent = tmp_path / ".lut.json.999999998.abc.tmp"  # maybe a live writer of another pid namespace
+    live = tmp_path / f".lut.json.{os.getppid()}.abc.tmp"
+    other_target = tmp_path / ".other.json.999999999.abc.tmp"
+    for temp in (dead, dead_recent, live, other_target):
+        temp.write_bytes(b"half")
+    old = time.time() - 2 * STALE_TEMP_AGE_S
+    for temp in (dead, live, other_target):
+        os.utime(temp, (old, old))
+    write_atomic(target, "new")
+    assert target.read_text() == "new"
+    assert not dead.exists()
+    assert dead_recent.exists() and live.exists() and other_target.exists()

@@ -8,6 +8,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +61,7 @@ def test_unsafe_lut_paths_are_refused_fast_and_still_get_a_cache_key(kind: str, 
             "missing": str(tmp_path / "x")}[kind]
     if kind == "dev-zero" and not os.path.exists(path):
         pytest.skip("no /dev/zero")
-    with pytest.raises(LUTError, match="regular file|cannot read"):
+    with pytest.raises(LUTError, match="regular file|cannot read|no such LUT file"):
         within(2, lambda: runtime.load_lut(path))
     fingerprint = within(2, lambda: runtime.lut_fingerprint(path))
     assert fingerprint.startswith(f"{path}:unloadable:")
@@ -69,7 +70,8 @@ def test_unsafe_lut_paths_are_refused_fast_and_still_get_a_cache_key(kind: str, 
 def test_a_nul_byte_in_a_lut_path_is_a_lut_error_that_shows_it_escaped():
     with pytest.raises(LUTError) as info:
         within(2, lambda: runtime.load_lut("bad\0path.json"))
-    assert str(info.value).startswith("bad\\x00path.json: not a usable path (it contains a NUL byte); fix "
+    assert str(info.value).startswith("bad\\x00path.json: cannot open: not a usable path (it contains a NUL "
+                                      "byte); fix "
                                       "kernel_lut_path / TORCHINDUCTOR_KERNEL_LUT_PATH")
     assert runtime.lut_fingerprint("bad\0path.json").startswith("bad\0path.json:unloadable:")
 
@@ -78,9 +80,10 @@ def test_a_lut_over_the_size_cap_is_refused_before_it_is_read(tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch):
     path = tmp_path / "big.json"
     path.write_bytes(b" " * 2048)
-    monkeypatch.setattr(runtime, "MAX_LUT_BYTES", 1024)
+    monkeypatch.setattr(runtime, "LUT_FILE", replace(runtime.LUT_FILE, limit=1024))
     monkeypatch.setattr(runtime, "_read_lut", lambda p: pytest.fail("an oversized LUT was read"))
-    with pytest.raises(LUTError, match="2048 bytes, more than the 1024 bytes.*MAX_LUT_BYTES"):
+    with pytest.raises(LUTError, match="2,048 bytes or more is over the LUT size limit of 1,024 bytes.*"
+                                       "MAX_LUT_BYTES"):
         runtime.load_lut(str(path))
     assert runtime.lut_fingerprint(str(path)) != runtime.lut_fingerprint(str(tmp_path / "other.json"))
 
@@ -146,7 +149,7 @@ def shipped_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: Callab
 
 
 @pytest.mark.parametrize("damage, broken, message", [("truncated", "mlp.pt", "cannot be loaded as weights"),
-                                                      ("garbage-card", "mlp.json", "Invalid JSON")])
+                                                      ("garbage-card", "mlp.json", "invalid JSON")])
 def test_a_broken_model_is_an_error_naming_the_file_never_another_model(
         damage: str, broken: str, message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     def truncate(folder: Path) -> None:

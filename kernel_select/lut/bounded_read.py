@@ -107,10 +107,8 @@ def open_regular(path: str | os.PathLike[str], kind: FileKind) -> int:
     source = os.fspath(path)
     try:
         fd = os.open(source, _OPEN_FLAGS)
-    except FileNotFoundError:
-        raise kind.fail(source, f"no such {kind.name} file; check the path") from None
     except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
-        raise kind.fail(source, f"cannot open: {getattr(exc, 'strerror', None) or exc}") from None
+        raise _cannot_open(kind, source, exc) from None
     try:
         mode = os.fstat(fd).st_mode
     except OSError as exc:
@@ -118,8 +116,39 @@ def open_regular(path: str | os.PathLike[str], kind: FileKind) -> int:
         raise kind.fail(source, f"cannot read: {exc.strerror or exc}") from None
     if not stat.S_ISREG(mode):
         os.close(fd)
-        raise kind.fail(source, f"is {file_kind(mode)}, not a regular file; pass the path of {kind.noun}")
+        raise _not_regular(kind, source, mode)
     return fd
+
+
+def stat_regular(path: str | os.PathLike[str], kind: FileKind) -> os.stat_result:
+    """The stat of the regular file of at most `kind.limit` bytes at `path`, without opening it:
+    for callers that key a cache by the file's identity before reading it (inside torch.compile).
+
+    Raises:
+        kind.error: for a missing path, anything but a regular file, or a file over the limit.
+    """
+    source = os.fspath(path)
+    try:
+        info = os.stat(source)
+    except (OSError, ValueError) as exc:
+        raise _cannot_open(kind, source, exc) from None
+    if not stat.S_ISREG(info.st_mode):
+        raise _not_regular(kind, source, info.st_mode)
+    if info.st_size > kind.limit:
+        raise _too_large(kind, source, info.st_size)
+    return info
+
+
+def _cannot_open(kind: FileKind, source: str, exc: OSError | ValueError) -> KernelSelectError:
+    if isinstance(exc, FileNotFoundError):
+        return kind.fail(source, f"no such {kind.name} file; check the path")
+    if isinstance(exc, ValueError):
+        return kind.fail(source, "cannot open: not a usable path (it contains a NUL byte)")
+    return kind.fail(source, f"cannot open: {exc.strerror or exc}")
+
+
+def _not_regular(kind: FileKind, source: str, mode: int) -> KernelSelectError:
+    return kind.fail(source, f"is {file_kind(mode)}, not a regular file; pass the path of {kind.noun}")
 
 
 def read_stream_bounded(stream: BinaryIO, kind: FileKind, source: str = "<stdin>") -> bytes:
@@ -166,14 +195,16 @@ def parse_json(text: str | bytes, kind: FileKind, source: str, *,
 
 
 def _depth_over(value: Any, limit: int) -> bool:
-    """Whether `value` nests containers more than `limit` deep; iterative, so never a RecursionError."""
-    stack = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
+    """Whether `value` nests containers more than `limit` deep; one level at a time, so never a
+    RecursionError, and each container is visited once."""
+    level = [value] if isinstance(value, (dict, list)) else []
+    depth = 0
+    while level:
+        depth += 1
         if depth > limit:
             return True
-        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
-        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+        level = [child for node in level for child in (node.values() if isinstance(node, dict) else node)
+                 if isinstance(child, (dict, list))]
     return False
 
 

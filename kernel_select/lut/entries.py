@@ -5,8 +5,9 @@ batch size."""
 
 from __future__ import annotations
 
+import heapq
 from bisect import bisect_left, bisect_right
-from collections.abc import Hashable, Iterable, Iterator
+from collections.abc import Hashable, Iterable
 from typing import Annotated, Any, Literal, NamedTuple, Union
 
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator,
@@ -140,8 +141,8 @@ class LUTEntry(Strict):
     @field_validator("configs")
     @classmethod
     def _unique_configs(cls, configs: list[GemmConfig] | None) -> list[GemmConfig] | None:
-        if configs is None:
-            return None
+        if configs is None or len(configs) == 1:  # one config (most entries) cannot repeat; hashing costs
+            return configs
         repeat = first_repeat((config, index) for index, config in enumerate(configs))
         if repeat is not None:
             config, first, second = repeat
@@ -205,83 +206,172 @@ class BatchedLUTEntry(LUTEntry):
         return self.batch
 
 
-def _sort_key(entry: LUTEntry) -> tuple[int | str, ...]:
-    return (entry.n, *entry.k_bounds, *entry.m_bounds, entry.batch_key or 0, entry.layout or "")
+class _Key(NamedTuple):
+    """What the overlap check reads of an entry, read once (each property read costs)."""
+
+    n: int
+    m_low: int
+    m_high: int
+    k_low: int
+    k_high: int
+    batch: int | None
+    layout: str | None
+
+
+def _key_of(entry: LUTEntry) -> _Key:
+    return _Key(entry.n, *entry.m_bounds, *entry.k_bounds, entry.batch_key, entry.layout)
+
+
+def _canonical_order(key: _Key) -> tuple[int | str, ...]:
+    return (key.n, key.k_low, key.k_high, key.m_low, key.m_high, key.batch or 0, key.layout or "")
 
 
 def _check_disjoint(entries: list[LUTEntry]) -> list[LUTEntry]:
     """Reject entries whose keys intersect (same n, intersecting m and k, batches and layouts that
     can coincide); sort the rest.
 
-    Exact-k entries, nearly all of a table, are grouped by (n, k) and each group is one sweep over
-    m, so thousands of them cost O(E log E). An entry with a k range joins the sweep of each
-    exact-k group whose k it contains and of each k range it meets; k ranges are few (one per
-    dynamic-K GEMM), so this adds little. Indices in messages are positions in the file. The
-    returned list is in canonical order, so that a table compares equal to itself after a
-    dump/load round trip.
+    Each entry is a rectangle in (m, k); two entries of one n meet when their rectangles intersect
+    and their batches and layouts can coincide. One sweep over m per n (and per named layout, at
+    most four) finds the first such pair in O(E log E): entries enter in order of their lowest m,
+    leave once the sweep passes their highest, and each entering entry asks the k intervals of
+    the entries still open whether one meets its own (`_OpenIntervals`), so no pair of entries is
+    ever compared unless they overlap. Indices in messages are positions in the file. The returned
+    list is in canonical order, so that a table compares equal to itself after a dump/load round
+    trip.
     """
-    exact: dict[tuple[int, int], list[int]] = {}
-    ranged: dict[tuple[int, tuple[int, int]], list[int]] = {}
-    for index, entry in enumerate(entries):
-        if isinstance(entry.k, SizeRange):
-            ranged.setdefault((entry.n, entry.k_bounds), []).append(index)
-        else:
-            exact.setdefault((entry.n, entry.k), []).append(index)
-    for members in exact.values():
+    keys = [_key_of(entry) for entry in entries]
+    # Entries of an n without k ranges can only meet at the same k: one sweep per (n, k) then, in
+    # which every open entry meets every entering one (`_OpenEntries`).
+    ranged_ns = {key.n for entry, key in zip(entries, keys) if isinstance(entry.k, SizeRange)}
+    groups: dict[tuple[int, int | None], list[int]] = {}
+    for index, key in enumerate(keys):
+        groups.setdefault((key.n, None if key.n in ranged_ns else key.k_low), []).append(index)
+    for members in groups.values():
         if len(members) > 1:
-            _check_group_disjoint(entries, members)
-    for members in _groups_meeting_k_ranges(exact, ranged):
-        _check_group_disjoint(entries, members)
-    return sorted(entries, key=_sort_key)
+            _check_group_disjoint(entries, keys, members)
+    return [entries[index] for index in sorted(range(len(entries)), key=lambda i: _canonical_order(keys[i]))]
 
 
-def _groups_meeting_k_ranges(exact: dict[tuple[int, int], list[int]],
-                             ranged: dict[tuple[int, tuple[int, int]], list[int]]) -> Iterator[list[int]]:
-    """The entries that share n and whose k keys intersect, one group per pair of keys where at
-    least one is a k range: a range alone, with each exact k inside it, with each range it meets."""
-    exact_ks: dict[int, list[int]] = {}
-    for n, k in exact:
-        exact_ks.setdefault(n, []).append(k)
-    k_ranges: dict[int, list[tuple[int, int]]] = {}
-    for n, k_range in ranged:
-        k_ranges.setdefault(n, []).append(k_range)
-    for n, ranges in k_ranges.items():
-        ranges.sort()
-        ks = sorted(exact_ks.get(n, ()))
-        for position, (low, high) in enumerate(ranges):
-            own = ranged[n, (low, high)]
-            yield own
-            for k in ks[bisect_left(ks, low):bisect_right(ks, high)]:
-                yield own + exact[n, k]
-            for other in ranges[position + 1:]:  # sorted by low: the first that starts above ends it
-                if other[0] > high:
-                    break
-                yield own + ranged[n, other]
+def _check_group_disjoint(entries: list[LUTEntry], keys: list[_Key], members: list[int]) -> None:
+    # An entry without a layout serves every layout, so it joins the sweep of each layout named in
+    # the group (at most 4, so the cost stays O(E log E)); two entries that can serve one layout
+    # then share at least one sweep. Batches are told apart inside the sweep (`_batch_sets`),
+    # because a bmm table may name thousands.
+    layouts = {keys[i].layout for i in members} - {None}
+    for layout in layouts or {None}:
+        _sweep_m(entries, keys, [i for i in members if keys[i].layout in (None, layout)])
 
 
-def _check_group_disjoint(entries: list[LUTEntry], members: list[int]) -> None:
-    # An entry without batch (or layout) serves every batch (or layout), so it is compared with
-    # all others; entries with one only with entries of the same one. Two entries that can serve
-    # one problem both fall in the comparison set of their batch and layout (where either names
-    # one), and each set is a sweep over m: at most 4 layouts, so the cost stays O(E log E).
-    batches = {entries[i].batch_key for i in members} - {None}
-    layouts = {entries[i].layout for i in members} - {None}
-    for batch in batches or {None}:
-        for layout in layouts or {None}:
-            _sweep_m(entries, [i for i in members if entries[i].batch_key in (None, batch)
-                               and entries[i].layout in (None, layout)])
+#: The set of open entries that an entry without a batch is compared with: all that name one.
+_BATCHED = "batched"
+#: The set of open entries without a batch (they serve every batch).
+_ANY_BATCH = "any batch"
 
 
-def _sweep_m(entries: list[LUTEntry], chosen: list[int]) -> None:
-    """Raise for the first two of `chosen` (entries that agree in everything but m) whose m meet."""
-    if len(chosen) > 1:
-        chosen.sort(key=lambda i: entries[i].m_bounds)
-        widest = chosen[0]
-        for index in chosen[1:]:
-            if entries[index].m_bounds[0] <= entries[widest].m_bounds[1]:
-                raise _overlap_error(entries, *sorted((widest, index)))
-            if entries[index].m_bounds[1] > entries[widest].m_bounds[1]:
-                widest = index
+def _batch_sets(batch: int | None) -> tuple[tuple[Hashable, ...], tuple[Hashable, ...]]:
+    """(the sets of open entries an entry of `batch` is compared with, the sets it joins). An entry
+    of batch 4 meets the entries of batch 4 and those without a batch; one without a batch meets
+    every entry."""
+    if batch is None:
+        return (_ANY_BATCH, _BATCHED), (_ANY_BATCH,)
+    return (_ANY_BATCH, batch), (batch, _BATCHED)
+
+
+def _sweep_m(entries: list[LUTEntry], keys: list[_Key], chosen: list[int]) -> None:
+    """Raise for two of `chosen` (entries of one n and compatible layouts) that meet in m, k and batch."""
+    if len(chosen) < 2:
+        return
+    k_edges = sorted({edge for i in chosen for edge in (keys[i].k_low, keys[i].k_high)})
+    open_set = _OpenIntervals if len(k_edges) > 1 else _OpenEntries
+    open_sets: dict[Hashable, _OpenEntries] = {}
+    closing: list[tuple[int, int]] = []  # a heap of (highest m, index) of the open entries
+    for index in sorted(chosen, key=lambda i: (keys[i].m_low, keys[i].m_high)):
+        key = keys[index]
+        while closing and closing[0][0] < key.m_low:
+            _, done = heapq.heappop(closing)
+            for name in _batch_sets(keys[done].batch)[1]:
+                open_sets[name].remove(done, keys[done].k_low, keys[done].k_high)
+        compared, joined = _batch_sets(key.batch)
+        for name in compared:
+            partner = open_sets[name].meeting(key.k_low, key.k_high) if name in open_sets else None
+            if partner is not None:
+                raise _overlap_error(entries, *sorted((partner, index)))
+        for name in joined:
+            if name not in open_sets:  # not setdefault: building a set costs O(K)
+                open_sets[name] = open_set(k_edges)
+            open_sets[name].add(index, key.k_low, key.k_high)
+        heapq.heappush(closing, (key.m_high, index))
+
+
+def intervals_meet(first: tuple[int, int], second: tuple[int, int]) -> bool:
+    """Whether two inclusive intervals share a value."""
+    return first[0] <= second[1] and second[0] <= first[1]
+
+
+class _OpenEntries:
+    """The open entries of a sweep in which all entries have the same k: each meets every other."""
+
+    def __init__(self, edges: list[int]) -> None:
+        self._open: dict[int, tuple[int, int]] = {}
+
+    def add(self, index: int, low: int, high: int) -> None:
+        self._open[index] = (low, high)
+
+    def remove(self, index: int, low: int, high: int) -> None:
+        del self._open[index]
+
+    def meeting(self, low: int, high: int) -> int | None:
+        """The first (in the file) open entry, or None."""
+        return min(self._open) if self._open else None
+
+
+class _OpenIntervals(_OpenEntries):
+    """The k intervals of the open entries of a sweep, and which of them meet a given interval.
+
+    Two Fenwick trees over the group's k edges count the open intervals' lows and highs: the open
+    intervals that meet [low, high] are those starting at or below `high`, less those ending below
+    `low` (which all start below `high` too). Adding, removing and counting cost O(log K); only a
+    count above zero, which ends the check, looks for the entry itself.
+    """
+
+    def __init__(self, edges: list[int]) -> None:
+        super().__init__(edges)
+        self._edges = edges
+        self._lows = [0] * (len(edges) + 1)
+        self._highs = [0] * (len(edges) + 1)
+
+    def add(self, index: int, low: int, high: int) -> None:
+        super().add(index, low, high)
+        self._update(low, high, 1)
+
+    def remove(self, index: int, low: int, high: int) -> None:
+        super().remove(index, low, high)
+        self._update(low, high, -1)
+
+    def meeting(self, low: int, high: int) -> int | None:
+        """The first (in the file) open entry whose interval meets [low, high], or None."""
+        count = self._prefix(self._lows, bisect_right(self._edges, high)) - \
+            self._prefix(self._highs, bisect_left(self._edges, low))
+        if count == 0:
+            return None
+        return min(index for index, interval in self._open.items() if intervals_meet(interval, (low, high)))
+
+    def _update(self, low: int, high: int, step: int) -> None:
+        size = len(self._lows)
+        for tree, edge in ((self._lows, low), (self._highs, high)):
+            position = bisect_left(self._edges, edge) + 1
+            while position < size:
+                tree[position] += step
+                position += position & -position
+
+    @staticmethod
+    def _prefix(tree: list[int], count: int) -> int:
+        """The sum of the first `count` slots of a Fenwick tree."""
+        total = 0
+        while count > 0:
+            total += tree[count]
+            count -= count & -count
+        return total
 
 
 def _overlap_error(entries: list[LUTEntry], first: int, second: int) -> ValueError:

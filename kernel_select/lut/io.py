@@ -154,9 +154,10 @@ def load_lut(path: str | os.PathLike[str], *, strict: bool = True) -> KernelLUT:
     Raises:
         LUTError: in strict mode, naming the file, the JSON location and the fix.
     """
-    source = os.fspath(path)
     try:
-        return parse_lut(read_lut_bytes(path), source=source)
+        if not isinstance(path, (str, os.PathLike)):
+            raise lut_error(repr(path), "not a path; pass the path of a LUT JSON file")
+        return parse_lut(read_lut_bytes(path), source=os.fspath(path))
     except LUTError as exc:
         if strict:
             raise
@@ -165,7 +166,7 @@ def load_lut(path: str | os.PathLike[str], *, strict: bool = True) -> KernelLUT:
         if strict:
             raise
         log.warning("Ignoring kernel lookup table %s (using no LUT entries): unexpected error",
-                    escape_controls(source), exc_info=True)
+                    escape_controls(str(path)), exc_info=True)
     return empty_lut()
 
 
@@ -190,8 +191,18 @@ def parse_lut(text: str | bytes, *, source: str = "<string>") -> KernelLUT:
         LUTError: for invalid UTF-8 or JSON, duplicate object keys, text over MAX_LUT_BYTES, or a
             document that does not match the schema.
     """
-    raw = parse_json(text, LUT_FILE, source, object_pairs_hook=_object_without_duplicates)
-    duplicate = _find_duplicate_key(raw)
+    repeats: list[_DuplicateKeys] = []  # objects with a repeated key; the walk below runs only if any
+
+    def objects(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out = _object_without_duplicates(pairs)
+        if isinstance(out, _DuplicateKeys):
+            repeats.append(out)
+        return out
+
+    raw = parse_json(text, LUT_FILE, source, object_pairs_hook=objects)
+    # The first repeat in document order is the one named, which the parser (it builds inner objects
+    # first) cannot tell; walking the whole document costs a second for a large table, so only then.
+    duplicate = _find_duplicate_key(raw) if repeats else None
     if duplicate is not None:
         where, key = duplicate
         raise lut_error(source, f"{where or '<top level>'}: duplicate key {short(key)}; keep one of them")
@@ -208,7 +219,10 @@ class _DuplicateKeys(dict):
 
 
 def _object_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+    out = dict(pairs)  # in C: a table has hundreds of thousands of objects, nearly all without a repeat
+    if len(out) == len(pairs):
+        return out
+    out = {}
     for key, value in pairs:
         if key in out:
             flagged = _DuplicateKeys(pairs)

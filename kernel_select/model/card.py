@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator,
+                      model_validator)
 
 from kernel_select.device import DeviceSpec
 from kernel_select.layouts import DEFAULT_LAYOUT, check_layout
@@ -122,6 +123,30 @@ class GpuIdentity(BaseModel):
         return f"{self.name} (sm_{self.capability[0]}{self.capability[1]}, {self.sm_count} SMs)"
 
 
+#: Most configs the `topk="auto"` floor may ask for (more than any search space holds).
+MAX_AUTO_FLOOR = 4096
+
+
+class AutoTopkRule(BaseModel):
+    """The `topk="auto"` rule among a card's hyperparameters (offline/training/auto_refit.py writes
+    it; model/auto_topk.py applies it), typed and bounded, so that a hand-edited card is refused when
+    it loads, naming the field, instead of failing inside a compile."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    auto_topk_rule: Literal["gap", "spread"] | None = None
+    auto_topk_gap: float | None = Field(default=None, ge=0, allow_inf_nan=False)  # None: the model's default
+    auto_topk_floor: int = Field(default=1, ge=1, le=MAX_AUTO_FLOOR)
+    auto_topk_spread: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _spread_rule_has_a_spread(self) -> AutoTopkRule:
+        if self.auto_topk_rule == "spread" and self.auto_topk_spread is None:
+            raise ValueError('auto_topk_rule is "spread" but auto_topk_spread is missing; add it (a '
+                             'number, 0 or more) or set auto_topk_rule to "gap"')
+        return self
+
+
 class ModelCard(BaseModel):
     """The JSON half of a checkpoint (see the module docstring)."""
 
@@ -164,6 +189,23 @@ class ModelCard(BaseModel):
         upgraded["versions"] = data.get("trainer", {})
         upgraded.setdefault("model", "mlp")  # v1 cards were only ever written for the MLP
         return upgraded
+
+    @field_validator("hyperparameters")
+    @classmethod
+    def _valid_auto_topk_rule(cls, hyperparameters: dict[str, Any]) -> dict[str, Any]:
+        try:
+            AutoTopkRule.model_validate(hyperparameters)
+        except ValidationError as exc:
+            first = exc.errors(include_url=False)[0]
+            where = ".".join(str(part) for part in first["loc"])
+            detail = first["msg"].removeprefix("Value error, ")
+            raise ValueError(f"{where}: {detail}" if where else detail) from None
+        return hyperparameters
+
+    @property
+    def auto_topk(self) -> AutoTopkRule:
+        """The `topk="auto"` rule of these hyperparameters (validated with the card)."""
+        return AutoTopkRule.model_validate(self.hyperparameters)
 
     @property
     def hidden_widths(self) -> list[int]:

@@ -14,7 +14,6 @@ constants in code. Every load failure is a ModelError naming the file and what t
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import re
@@ -27,8 +26,10 @@ from pydantic import ValidationError
 from kernel_select import warn
 from kernel_select.atomic_write import write_atomic
 from kernel_select.device import DeviceSpec
-from kernel_select.errors import ModelCardMismatchError, ModelError
+from kernel_select.errors import KernelSelectError, ModelCardMismatchError, ModelError
+from kernel_select.lut.bounded_read import FileKind, read_json
 from kernel_select.model.card import Architecture, ModelCard
+from kernel_select.resources import shipped_dir, user_models_dir
 
 log = logging.getLogger(__name__)
 
@@ -40,10 +41,23 @@ MAX_CARD_BYTES = 16 * 1024 * 1024
 
 def retrain_hint(model_dir: Path | str, device: str) -> str:
     """The fix for a model file that cannot be used: train a new one in place, or remove it (nothing
-    falls back to the analytical model: model/folders.py)."""
+    falls back to the analytical model: model/folders.py). A shipped folder is part of the package and
+    is never to be touched: the fix there is a model of one's own in the user's model directory,
+    which is searched first."""
+    if _is_shipped(Path(model_dir)):
+        return (f"{model_dir} is a model shipped with kernel_select (leave it as it is); train one for your "
+                f"data with `kernel-select train --data <dataset.parquet> --out {user_models_dir() / device} "
+                f"--device {device}` (your model directory is searched first)")
     return (f"retrain with `kernel-select train --data <dataset.parquet> --out {model_dir} "
             f"--device {device}`, or delete the folder: the next folder with a model for the device then "
             f"serves it, or with none Inductor keeps its own configs")
+
+
+def _is_shipped(model_dir: Path) -> bool:
+    try:
+        return model_dir.resolve().is_relative_to(shipped_dir("models").resolve())
+    except OSError:
+        return False
 
 
 def build_body(architecture: Architecture) -> Any:
@@ -105,18 +119,24 @@ def load_checkpoint(model_dir: str | Path, stem: str, spec: DeviceSpec, *, model
 
 
 def read_card(path: Path, hint: str) -> ModelCard:
-    """Parse a card file; any problem is a ModelCardMismatchError naming the file and field."""
+    """Parse a card file; any problem is a ModelCardMismatchError naming the file and field. The
+    package's one reader of user files reads it (lut/bounded_read.py: bounded, a UTF-8 BOM
+    accepted as in every JSON file it reads, a number of thousands of digits refused in one line)."""
     try:
-        if path.stat().st_size > MAX_CARD_BYTES:
-            raise ModelCardMismatchError(f"{path}: {path.stat().st_size} bytes, more than a model card "
-                                         f"can be ({MAX_CARD_BYTES}); {hint}")
-        return ModelCard.model_validate_json(path.read_bytes())
+        raw = read_json(path, _CARD_FILE)
+    except KernelSelectError as exc:
+        raise ModelCardMismatchError(f"{exc}; {hint}") from None
+    try:
+        return ModelCard.model_validate(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "card"
-        raise ModelCardMismatchError(f"{path}: field {where!r}: {first['msg']}; {hint}") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelCardMismatchError(f"{path}: cannot be read ({exc}); {hint}") from None
+        message = first["msg"].removeprefix("Value error, ")
+        raise ModelCardMismatchError(f"{path}: field {where!r}: {message}; {hint}") from None
+
+
+_CARD_FILE = FileKind("model card", "a model card (<stem>.json beside <stem>.pt)", MAX_CARD_BYTES,
+                      "kernel_select.model.checkpoint.MAX_CARD_BYTES", error=ModelCardMismatchError)
 
 
 def check_card(card: ModelCard, path: Path, spec: DeviceSpec, hint: str, *, model: str,

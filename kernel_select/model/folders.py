@@ -2,7 +2,10 @@
 
 The first folder of `model_folders(device)` that holds a checkpoint serves it: the user's model
 directory (`kernel-select calibrate` and `train --out` write there) before the shipped models, the
-device's own folder before a same-architecture stand-in (announced with one warning). A checkpoint
+device's own folder before a same-architecture stand-in (announced with one warning). The cuBLAS
+gate and time head serve only from a folder that holds the MLP too: a folder holding a gate alone is
+what an interrupted write once left (model/folder_write.py writes folders whole now), and it is
+passed over with one warning, so the model that serves does so with its own gate. A checkpoint
 that is there but does not load is an error, never a silent fallback; no checkpoint anywhere is a
 NoTrainedModelError, after which the Inductor handler leaves Inductor its own candidates. The
 untrained analytical model is only used when asked for by name.
@@ -16,9 +19,15 @@ from pathlib import Path
 from kernel_select import warn
 from kernel_select.device import DeviceSpec, same_architecture
 from kernel_select.errors import NoTrainedModelError
+from kernel_select.model.cublas import ATEN_STEM, GATE_STEM
 from kernel_select.resources import model_roots, shipped_dir, shipped_hidden
 
 log = logging.getLogger(__name__)
+
+#: The performance model's checkpoint: a model folder is one that holds it.
+MLP_STEM = "mlp"
+#: The checkpoints of one training, written together (model/folder_write.py).
+MODEL_STEMS = (MLP_STEM, ATEN_STEM, GATE_STEM)
 
 
 def model_folders(spec: DeviceSpec) -> list[tuple[Path, DeviceSpec]]:
@@ -41,6 +50,13 @@ def find_checkpoint(spec: DeviceSpec, stem: str, *,
     (`stand_in_by_design`)."""
     for folder, trained_for in model_folders(spec):
         if (folder / f"{stem}.pt").exists() or (folder / f"{stem}.json").exists():
+            if stem != MLP_STEM and not _holds(folder, MLP_STEM):
+                warn.warn_once(("partial folder", str(folder)), log,
+                               "kernel_select: ignoring %s: it holds a %s checkpoint but no MLP (mlp.pt), "
+                               "as an interrupted training leaves; the next folder with a model serves, with "
+                               "its own gate. Train a whole model into it (`kernel-select train --out`) or "
+                               "delete it", folder, stem)
+                continue
             if trained_for != spec:
                 warn.warn_once(("stand-in", spec.key, stem), log,
                                "kernel_select: no %s model trained on %s; using %s (trained on %s, same "
@@ -50,6 +66,10 @@ def find_checkpoint(spec: DeviceSpec, stem: str, *,
                                level=logging.INFO if stand_in_by_design else logging.WARNING)
             return folder, trained_for
     return None
+
+
+def _holds(folder: Path, stem: str) -> bool:
+    return (folder / f"{stem}.pt").exists() and (folder / f"{stem}.json").exists()
 
 
 def no_trained_model(spec: DeviceSpec) -> NoTrainedModelError:

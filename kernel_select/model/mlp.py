@@ -32,14 +32,14 @@ from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import ModelError, UnsupportedProblemError
 from kernel_select.model.auto_topk import SPREAD_TOP, auto_k_from_gap, spread_k
 from kernel_select.model.base import PerformanceModel, register_model
-from kernel_select.model.folders import find_checkpoint, no_trained_model
+from kernel_select.model.folders import MLP_STEM, find_checkpoint, no_trained_model
 from kernel_select.model.card import MIN_STRATUM_PROBLEMS, Architecture, ModelCard, stratum
 from kernel_select.model.checkpoint import build_body, load_checkpoint, load_network, read_card, retrain_hint
 from kernel_select.model.cublas import ATEN_STEM, AtenHead
 from kernel_select.model.features import FEATURE_SETS, FEATURE_VERSION, featurize
 from kernel_select.problem import Problem
 
-STEM = "mlp"
+STEM = MLP_STEM
 WEIGHTS_FILE = f"{STEM}.pt"
 CARD_FILE = f"{STEM}.json"
 # fp16 and bf16 have the same size and tensor-core rate, so their features are identical: a model
@@ -206,13 +206,14 @@ class MLPModel(PerformanceModel):
         """How many configs to benchmark for one GEMM, by the rule in the card (model/auto_topk.py): the
         members' disagreement over the predicted best configs where the card says "spread", else the
         near-ties of the prediction (`auto_topk_gap`); at least `auto_topk_floor`, at most `cap`."""
-        hp = self.card.hyperparameters
-        floor = int(hp.get("auto_topk_floor", 1))
-        if (hp.get("auto_topk_rule") == "spread" and problem is not None and configs is not None
+        rule = self.card.auto_topk
+        floor = rule.auto_topk_floor
+        if (rule.auto_topk_rule == "spread" and problem is not None and configs is not None
                 and isinstance(self.net, AveragedRuntimeNet) and len(configs) == len(runtime_ms)):
             spread = self.member_spread(problem, configs, runtime_ms)
-            return int(min(spread_k(spread, float(hp["auto_topk_spread"]), cap, floor)[()], len(configs)))
-        return auto_k_from_gap(runtime_ms, float(hp.get("auto_topk_gap", DEFAULT_AUTO_GAP)), cap, floor)
+            return int(min(spread_k(spread, rule.auto_topk_spread, cap, floor)[()], len(configs)))
+        gap = DEFAULT_AUTO_GAP if rule.auto_topk_gap is None else rule.auto_topk_gap
+        return auto_k_from_gap(runtime_ms, gap, cap, floor)
 
     def trained_layouts(self) -> tuple[str, ...]:
         return tuple(self.card.layouts)

@@ -239,6 +239,16 @@ def test_lenient_loading_logs_one_warning_and_returns_an_empty_table(tmp_path, c
     assert str(path) in caplog.records[0].getMessage()
 
 
+@pytest.mark.parametrize("path", [None, 3.5, b"lut.json"])
+def test_a_value_that_is_not_a_path_is_a_lut_error_or_in_lenient_mode_an_empty_table(caplog, path):
+    # issue 43: load_lut(None, strict=False) raised TypeError though documented never to raise
+    with pytest.raises(LUTError, match="not a path; pass the path of a LUT JSON file"):
+        load_lut(path)
+    with caplog.at_level(logging.WARNING, logger="kernel_select.lut"):
+        assert load_lut(path, strict=False) == empty_lut()
+    assert len(caplog.records) == 1
+
+
 def test_lenient_loading_of_a_valid_file_is_silent(caplog):
     with caplog.at_level(logging.WARNING):
         assert load_lut(SEED, strict=False) == load_lut(SEED)

@@ -125,3 +125,39 @@ def test_a_card_whose_feature_names_are_this_codes_in_another_order_is_refused(s
     (saved / CARD_FILE).write_text(json.dumps(card))
     message = refused(saved, f"^{saved / CARD_FILE}: feature_version 5 ")
     assert f"feature 0 is {names[0]!r}, this code's is {names[1]!r}" in message
+
+
+# -- the topk="auto" rule ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("hyperparameters, detail", [
+    ({"auto_topk_floor": None}, "auto_topk_floor: Input should be a valid integer"),
+    ({"auto_topk_floor": "abc"}, "auto_topk_floor: Input should be a valid integer"),
+    ({"auto_topk_floor": 0}, "auto_topk_floor: Input should be greater than or equal to 1"),
+    ({"auto_topk_gap": [1]}, "auto_topk_gap: Input should be a valid number"),
+    ({"auto_topk_gap": "abc"}, "auto_topk_gap: Input should be a valid number"),
+    ({"auto_topk_rule": "spread", "auto_topk_spread": None},
+     'auto_topk_rule is "spread" but auto_topk_spread is missing'),
+    ({"auto_topk_rule": "spread"}, 'auto_topk_rule is "spread" but auto_topk_spread is missing'),
+    ({"auto_topk_rule": "abc"}, "auto_topk_rule: Input should be 'gap' or 'spread'"),
+])
+def test_a_card_with_a_malformed_auto_rule_is_refused_when_it_loads(saved: Path, hyperparameters: dict,
+                                                                  detail: str):
+    # issue 43 row 7: these were TypeError tracebacks, or "invalid literal for int()" naming no file,
+    # from the first topk="auto" call inside a compile
+    card = json.loads((saved / CARD_FILE).read_text())
+    card["hyperparameters"].update(hyperparameters)
+    (saved / CARD_FILE).write_text(json.dumps(card))
+    message = refused(saved, f"^{saved / CARD_FILE}: field 'hyperparameters': ")
+    assert detail in message and "Value error" not in message
+
+
+def test_a_card_is_read_as_every_json_file_is(saved: Path):
+    # issue 43 row 14: a UTF-8 BOM was accepted in LUTs and refused in cards; a number of thousands
+    # of digits gave Python's advice to call sys.set_int_max_str_digits()
+    text = (saved / CARD_FILE).read_text()
+    (saved / CARD_FILE).write_bytes(b"\xef\xbb\xbf" + text.encode())
+    assert MLPModel.load(saved, "h100").card.device == "h100"
+    card = json.loads(text)
+    (saved / CARD_FILE).write_text(json.dumps(card).replace('"device": "h100"', '"device": ' + "9" * 5000))
+    message = refused(saved, f"^{saved / CARD_FILE}: invalid JSON: a number has too many digits")
+    assert "set_int_max_str_digits" not in message and len(message) < 400

@@ -150,6 +150,7 @@ def test_a_broken_user_checkpoint_raises_and_never_falls_back(user: Path, broken
 
 
 def test_a_broken_gate_raises(user: Path):
+    save_model(untrained_mlp(), user / "h100")  # a gate serves only beside its MLP
     save_problem_net(untrained_problem_net(CublasGate), user / "h100")
     (user / "h100" / "cublas_gate.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(ModelError, match="cublas_gate.pt"):
@@ -178,3 +179,19 @@ def test_a_models_dir_that_is_not_a_folder_warns_once_and_the_shipped_models_ser
     assert len(warnings) == 1
     assert MODELS_DIR_ENV in warnings[0] and str(target) in warnings[0] and "shipped models" in warnings[0]
     assert model_roots() == [SHIPPED]
+
+
+def test_a_gate_without_an_mlp_in_the_user_directory_is_passed_over_with_one_warning(user: Path, caplog):
+    # issue 43: a folder holding only a gate (what an interrupted write left) changed the cuBLAS
+    # decision of the shipped MLP (predicted ratio 1.25 -> 1.72)
+    shipped_gate = load_gate("h100")
+    folder = user / "h100"
+    save_problem_net(untrained_problem_net(CublasGate, seed=3), folder)
+    assert sorted(p.name for p in folder.iterdir()) == ["cublas_gate.json", "cublas_gate.pt"]
+    with caplog.at_level(logging.WARNING, logger="kernel_select"):
+        for _ in range(2):
+            gate = load_gate("h100")
+            assert gate is not None and shipped_gate is not None and gate.digest() == shipped_gate.digest()
+    warnings = _warnings(caplog)
+    assert len(warnings) == 1
+    assert f"ignoring {folder}: it holds a cublas_gate checkpoint but no MLP" in warnings[0]

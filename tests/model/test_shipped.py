@@ -46,8 +46,8 @@ class _RunsCode:
 @pytest.mark.parametrize("breakage, message", [
     (lambda d: _truncate(d / WEIGHTS_FILE), "cannot be loaded as weights"),
     (lambda d: torch.save({"x": _RunsCode()}, d / WEIGHTS_FILE), "cannot be loaded as weights"),
-    (lambda d: (d / CARD_FILE).write_text("{not json"), "field 'card'|cannot be read"),
-    (lambda d: (d / CARD_FILE).write_bytes(b"\xff\xfe garbage"), "field|cannot be read"),
+    (lambda d: (d / CARD_FILE).write_text("{not json"), "line 1 column 2: invalid JSON"),
+    (lambda d: (d / CARD_FILE).write_bytes(b"\xff\xfe garbage"), "byte 0: not valid UTF-8"),
     (lambda d: (d / CARD_FILE).write_text(json.dumps({
         **json.loads((d / CARD_FILE).read_text()), "feature_version": 99})), "feature_version 99"),
 ])
@@ -156,3 +156,17 @@ def test_the_shipped_model_ranks_one_size_differently_per_layout():
                                                       configs), kind="stable")[:4])
               for layout in ("nn", "nt", "tn")}
     assert len(set(firsts.values())) == 3
+
+
+def test_the_fix_for_a_shipped_model_never_touches_the_shipped_folder(monkeypatch, tmp_path):
+    # issue 43 row 14: `eval --mlp-dir models/h200` on H100 data advised retraining into, or deleting,
+    # the shipped h200 folder
+    from kernel_select.model.checkpoint import retrain_hint
+    from kernel_select.resources import MODELS_DIR_ENV, shipped_dir
+
+    monkeypatch.setenv(MODELS_DIR_ENV, str(tmp_path))
+    shipped = shipped_dir("models") / "h200"
+    hint = retrain_hint(shipped, "h100")
+    assert "delete" not in hint and f"--out {shipped}" not in hint
+    assert "leave it as it is" in hint and f"--out {tmp_path / 'h100'} --device h100" in hint
+    assert "delete the folder" in retrain_hint(tmp_path / "mine", "h100")  # a folder of one's own

@@ -7,7 +7,7 @@
       calibration.json                      what the last calibration measured, trained and scored
       calibration.parquet                   every row measured on this GPU (a re-run resumes it)
       calibration_plan.json                 the problems of the last plan (a shapes file)
-      calibration_training/                 training's output while it runs, moved up when complete
+      calibration_training/                 training's output while it runs, swapped in when complete
 
 The models dir is the user's (kernel_select.resources.user_models_dir: KERNEL_SELECT_MODELS_DIR,
 else the per-user cache), searched before the shipped models.
@@ -15,15 +15,10 @@ else the per-user cache), searched before the shipped models.
 
 from __future__ import annotations
 
-import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernel_select.model.cublas import ATEN_STEM, GATE_STEM
-from kernel_select.model.mlp import STEM
-
-CHECKPOINTS = (STEM, ATEN_STEM, GATE_STEM)
+from kernel_select.model.folder_write import install_model_folder
 
 
 @dataclass(frozen=True)
@@ -48,20 +43,8 @@ class CalibrationFiles:
 
 
 def install(staging: Path, folder: Path) -> list[str]:
-    """Move the checkpoints trained into `staging` into `folder` (each file by an atomic rename);
-    a checkpoint training did not produce this time (no gate: too few cuBLAS rows) is removed from
-    `folder`, so the folder never mixes two trainings. The MLP moves last, so the head and gate it
-    was trained with are in place when it is. Returns the stems installed."""
-    installed = []
-    for stem in (*CHECKPOINTS[1:], CHECKPOINTS[0]):
-        for suffix in (".json", ".pt"):
-            target = folder / f"{stem}{suffix}"
-            source = staging / f"{stem}{suffix}"
-            if source.is_file():
-                os.replace(source, target)
-            else:
-                target.unlink(missing_ok=True)
-        if (folder / f"{stem}.pt").is_file():
-            installed.append(stem)
-    shutil.rmtree(staging, ignore_errors=True)  # what is left: nothing a later run needs
-    return installed
+    """Replace the checkpoints in `folder` with those trained into `staging`, whole
+    (model/folder_write.py: staged beside it and swapped in with one rename; the folder's measurements
+    and plan are kept): a checkpoint training did not produce this time (no gate: too few cuBLAS rows)
+    is not kept, so the folder never mixes two trainings. Returns the stems installed."""
+    return install_model_folder(staging, folder)

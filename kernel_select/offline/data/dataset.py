@@ -19,6 +19,7 @@ import hashlib
 import json
 import logging
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -89,6 +90,12 @@ MODELLED_LAYOUTS = (DEFAULT_LAYOUT,)
 #: (data/h100_coverage.parquet: 5.8 MB, 1.16M rows, a 0.8 GB frame), so this is ~50M rows and
 #: ~35 GB of memory, 40x the largest collection so far.
 MAX_DATASET_BYTES = 256 * 1024 * 1024
+#: Most rows a dataset file may have. The bytes cap alone let a 0.64 MB file of 4M rows (parquet
+#: compresses repeated values ~1000x) take 4.6 GB when read, and one of 40M rows more than 8 GB; a
+#: frame takes ~700 bytes per row, so this is ~2 GB, 2.5x the largest collection so far (1.16M
+#: rows). The count is read from the file's footer before anything else, and `append` never grows
+#: a file past it, so a file `bench` wrote is always one the next run can read.
+MAX_DATASET_ROWS = 3_000_000
 DATASET_FILE = FileKind("dataset", "a parquet dataset file (written by `kernel-select bench`)",
                         MAX_DATASET_BYTES, "kernel_select.offline.data.dataset.MAX_DATASET_BYTES",
                         error=DatasetError)
@@ -237,9 +244,14 @@ def read(path: str | Path, *, split: str | None = None) -> pd.DataFrame:
         try:
             version = _version_of(handle, path)
             handle.seek(0)
+            _check_row_count(_footer_rows(handle), path)
+            handle.seek(0)
             df = pd.read_parquet(handle)
         except DatasetError:
             raise
+        except MemoryError:
+            raise DatasetError(f"{path}: too large to read in this machine's memory; split the collection "
+                               "into several files") from None
         except Exception as exc:  # pyarrow raises several unrelated types for a bad file
             raise DatasetError(f"{path}: not a readable parquet file ({exc})") from None
     if version not in READABLE_VERSIONS:
@@ -263,13 +275,24 @@ def row_count(path: str | Path) -> int:
     Raises:
         DatasetError: as `read` does for a missing, special or unreadable file.
     """
-    import pyarrow.parquet as pq
-
     with os.fdopen(open_regular(path, DATASET_FILE), "rb") as handle:
         try:
-            return pq.read_metadata(handle).num_rows
+            return _footer_rows(handle)
         except Exception as exc:  # pyarrow raises several unrelated types for a bad file
             raise DatasetError(f"{path}: not a readable parquet file ({exc})") from None
+
+
+def _footer_rows(handle: Any) -> int:
+    import pyarrow.parquet as pq
+
+    return pq.read_metadata(handle).num_rows
+
+
+def _check_row_count(rows: int, path: Path, *, what: str = "has") -> None:
+    if rows > MAX_DATASET_ROWS:
+        raise DatasetError(f"{path}: {what} {rows:,} rows, over the dataset limit of {MAX_DATASET_ROWS:,} "
+                           "rows (kernel_select.offline.data.dataset.MAX_DATASET_ROWS); split the collection "
+                           "into several files")
 
 
 def expand_paths(paths: str | Path | Sequence[str | Path]) -> list[Path]:
@@ -352,9 +375,17 @@ def append(path: str | Path, rows: pd.DataFrame, *, timeout_s: float = 120.0) ->
     except DatasetError as exc:
         raise DatasetError(f"{path}: rows to append: {exc}") from None
     with exclusive_lock(path, timeout_s):
+        new = rows
         if path.exists():
             old = read(path)
             replaced = (old["problem_id"] + "|" + old["device_name"]).isin(
                 set(rows["problem_id"] + "|" + rows["device_name"]))
             rows = pd.concat([old[~replaced], rows], ignore_index=True)
+        if len(rows) > MAX_DATASET_ROWS:  # a file no later run could read: keep the new rows beside it
+            beside = path.with_name(f"{path.stem}.more-{time.strftime('%Y%m%d-%H%M%S')}{path.suffix}")
+            write(new, beside)
+            try:
+                _check_row_count(len(rows), path, what="would grow to")
+            except DatasetError as exc:
+                raise DatasetError(f"{exc}; the {len(new):,} new rows are in {beside}") from None
         write(rows, path)

@@ -21,7 +21,9 @@ from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import ModelError
 from kernel_select.layouts import DEFAULT_LAYOUT
 from kernel_select.model.card import Architecture, GpuIdentity, ModelCard, training_versions, utc_now
-from kernel_select.model.checkpoint import build_body, save_checkpoint
+from kernel_select.model.checkpoint import build_body
+from kernel_select.model.folder_write import Checkpoint, write_model_folder
+from kernel_select.model.folders import MODEL_STEMS
 from kernel_select.model.cublas import (
     ATEN_STEM,
     GATE_STEM,
@@ -177,9 +179,21 @@ def fit_aten(train: pd.DataFrame, val: pd.DataFrame, device: DeviceSpec | str, *
     return AtenHead(spec, fitted.net, card)
 
 
+def problem_net_checkpoint(net: ProblemNet) -> Checkpoint:
+    """The checkpoint of a cuBLAS head or gate, for model/folder_write.py to write with the rest of
+    its folder."""
+    return net.STEM, net.net.state_dict(), net.card
+
+
 def save_problem_net(net: ProblemNet, model_dir: str | Path) -> Path:
-    """Write the checkpoint (`<STEM>.pt`, `<STEM>.json`) into `model_dir`."""
-    return save_checkpoint(model_dir, net.STEM, net.net.state_dict(), net.card)
+    """Replace the checkpoint (`<STEM>.pt`, `<STEM>.json`) in the model folder `model_dir`, keeping
+    its other checkpoints; the folder is written whole (model/folder_write.py).
+
+    Raises:
+        ModelError: the folder cannot be written.
+    """
+    others = tuple(stem for stem in MODEL_STEMS if stem != net.STEM)
+    return write_model_folder(model_dir, [problem_net_checkpoint(net)], keep=others)
 
 
 def gate_metrics(gate: CublasGate, table: pd.DataFrame,

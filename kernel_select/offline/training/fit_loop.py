@@ -20,6 +20,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from kernel_select.errors import ModelError
 from kernel_select.model.mlp import RuntimeNet
 from kernel_select.offline.metrics import geomean, topk_scores
 from kernel_select.offline.training.warm_start import WarmStart
@@ -123,6 +124,8 @@ def fit(objective: str, train_split: Split, val: Split, hp: MLPHParams, seed: in
         losses = []
         for batch in _batches(objective, train_split, hp, rng, steps_per_epoch):
             loss = _loss(objective, net, train_split, batch, hp)
+            if not torch.isfinite(loss):
+                raise diverged(epoch + 1, loss.item(), hp.lr)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -151,6 +154,13 @@ def fit(objective: str, train_split: Split, val: Split, hp: MLPHParams, seed: in
     if limit is not None:
         best.update(epochs_run=epoch, epochs_planned=hp.epochs)
     return net.eval(), best
+
+
+def diverged(epoch: int, loss: float, lr: float) -> ModelError:
+    """The error that stops a fit whose loss is no longer finite: every later step would be wasted."""
+    return ModelError(f"training diverged in epoch {epoch} (the loss is {loss}); nothing was saved; "
+                      f"train again with a smaller learning rate (--lr, now {lr:g}; the default is "
+                      f"{MLPHParams.lr:g})")
 
 
 def _initial_net(train_split: Split, hp: MLPHParams, make_net: Any, start: RuntimeNet | None) -> RuntimeNet:

@@ -26,17 +26,18 @@ from typing import Any, Literal
 import pandas as pd
 
 from kernel_select.offline.data import dataset, splits
-from kernel_select.model.cublas import GATE_STEM, AtenHead, CublasGate
+from kernel_select.model.cublas import AtenHead, CublasGate
 from kernel_select.model.features import FEATURE_SETS, FEATURE_VERSION
 from kernel_select.device import DeviceSpec, get_device, key_for_name
 from kernel_select.errors import DatasetError, ModelError, OptionError
 from kernel_select.model.card import GpuIdentity, ModelCard, training_versions, utc_now
-from kernel_select.model.checkpoint import save_checkpoint
+from kernel_select.model.folder_write import check_model_folder, write_model_folder
 from kernel_select.model.mlp import STEM, AveragedRuntimeNet, MLPModel, RuntimeNet, architecture
 from kernel_select.offline.training.cublas_fit import (
     cublas_errors_by_layout,
     fit_aten,
     fit_gate,
+    problem_net_checkpoint,
     save_problem_net,
 )
 from kernel_select.offline.training.evaluate import device_rows
@@ -111,6 +112,7 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
     if epochs is not None:
         hparams = dataclasses.replace(hparams, epochs=epochs)
     _check_options(hparams, objective, feature_version, cap)
+    check_model_folder(out_dir)  # before any work: a folder that cannot be written costs nothing
     warm = init if isinstance(init, WarmStart) or init is None else load_warm_start(
         init, spec, feature_version=feature_version, hidden_widths=hparams.hidden_widths,
         members=hparams.members)
@@ -137,7 +139,7 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
     metrics: dict[str, Any] = {"selected_objective": best, "val": {name: m for name, (_, m) in runs.items()},
                                **member_metrics}
     head = _fit_aten_head(rows, aten, spec, seed, metrics)
-    metrics["cublas_gate"], gate = _train_gate_or_remove(frame, spec, out_dir, seed, paths)
+    metrics["cublas_gate"], gate = _fit_gate_or_none(frame, spec, seed, paths)
     metrics["cublas_by_layout"] = cublas_errors_by_layout(frame, head, gate)
     metrics["train_seconds"] = round(time.perf_counter() - started, 1)
     card = ModelCard(
@@ -153,20 +155,25 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
     model = MLPModel(spec, net, card, head)
     refit_auto(model, frame)  # the rule, on every val row as `evaluate` scores them (auto_refit.py)
     attach_held_out(model, paths, frame)
-    save_model(model, out_dir)
+    save_model(model, out_dir, gate)
     seconds = time.perf_counter() - started
     log.info("trained %s model (%s objective) in %.0f s -> %s", spec.key, best, seconds, out_dir)
     return TrainResult(model=model, out_dir=Path(out_dir), objective=best, metrics=metrics, seconds=seconds)
 
 
-def save_model(model: MLPModel, out_dir: str | Path) -> Path:
-    """Write the MLP checkpoint (`mlp.pt`, `mlp.json`, the card with the learned overhead) and its
-    cuBLAS time head into `out_dir` (created if needed)."""
+def save_model(model: MLPModel, out_dir: str | Path, gate: CublasGate | None = None) -> Path:
+    """Replace the model folder `out_dir` (created if needed) with the MLP checkpoint (`mlp.pt`,
+    `mlp.json`, the card with the learned overhead), its cuBLAS time head and `gate`, written whole
+    (model/folder_write.py): a head or gate this training did not produce is not kept from the old
+    folder, so the folder never mixes two trainings.
+
+    Raises:
+        ModelError: the folder cannot be written; once the model is written, naming where it is kept.
+    """
     model.card = model.card.model_copy(update={"kernel_overhead_ms": model.net.kernel_overhead_ms})
-    save_checkpoint(out_dir, STEM, model.net.state_dict(), model.card)
-    if model.aten is not None:
-        save_problem_net(model.aten, out_dir)
-    return Path(out_dir)
+    checkpoints = [(STEM, model.net.state_dict(), model.card)]
+    checkpoints += [problem_net_checkpoint(net) for net in (model.aten, gate) if net is not None]
+    return write_model_folder(out_dir, checkpoints)
 
 
 def _train_members(first: RuntimeNet, objective: str, splits_: dict[str, Split], hp: MLPHParams, seed: int,
@@ -213,18 +220,15 @@ def _fit_aten_head(rows: pd.DataFrame, aten: pd.Series, spec: DeviceSpec, seed: 
     return head
 
 
-def _train_gate_or_remove(frame: pd.DataFrame, spec: DeviceSpec, out_dir: str | Path, seed: int,
-                          paths: Sequence[Path]) -> tuple[dict[str, Any], CublasGate | None]:
-    """The gate's validation figures and the gate, or why none was trained and None."""
+def _fit_gate_or_none(frame: pd.DataFrame, spec: DeviceSpec, seed: int,
+                      paths: Sequence[Path]) -> tuple[dict[str, Any], CublasGate | None]:
+    """The gate's validation figures and the gate, or why none was trained and None (the folder is
+    then written without one: an old gate beside a new MLP would mix two trainings)."""
     try:
-        gate = train_gate(frame, spec, out_dir, seed=seed, data_path=paths[0] if len(paths) == 1 else None)
+        gate = fit_gate_of(frame, spec, seed=seed, data_path=paths[0] if len(paths) == 1 else None)
         return gate.card.metrics["validation"], gate
     except ModelError as exc:  # too few problems with a cuBLAS row: the MLP is still worth keeping
-        stale = Path(out_dir) / f"{GATE_STEM}.pt"
-        removed = f"; removed the old {stale}" if stale.exists() else ""
-        log.warning("no cuBLAS gate trained (%s)%s", exc, removed)
-        stale.unlink(missing_ok=True)
-        stale.with_suffix(".json").unlink(missing_ok=True)
+        log.warning("no cuBLAS gate trained (%s); the model folder is written without one", exc)
         return {"skipped": str(exc)}, None
 
 
@@ -245,7 +249,24 @@ def _check_options(hparams: MLPHParams, objective: str, feature_version: int, ca
 
 def train_gate(frame: pd.DataFrame, spec: DeviceSpec, out_dir: str | Path, *, seed: int = 0,
                data_path: Path | None = None) -> CublasGate:
-    """Fit the cuBLAS gate on the train/val problems of `spec` (all layouts of `frame`); save to `out_dir`."""
+    """Fit the cuBLAS gate on the train/val problems of `spec` (all layouts of `frame`) and write it
+    into the model folder `out_dir`, keeping the MLP and cuBLAS time head there (written whole:
+    model/folder_write.py). The folder is checked before the fit.
+
+    Raises:
+        ModelError: too few problems to fit, or the folder cannot be written.
+    """
+    check_model_folder(out_dir)
+    gate = fit_gate_of(frame, spec, seed=seed, data_path=data_path)
+    save_problem_net(gate, out_dir)
+    log.info("trained the %s cuBLAS gate (validation: %s) -> %s", spec.key, gate.card.metrics["validation"],
+             out_dir)
+    return gate
+
+
+def fit_gate_of(frame: pd.DataFrame, spec: DeviceSpec, *, seed: int = 0, data_path: Path | None = None
+                ) -> CublasGate:
+    """The cuBLAS gate fitted on the train/val problems of `spec` (all layouts of `frame`), not saved."""
     on_device = (frame["device_name"].map(lambda name: key_for_name(str(name)) == spec.key)
                  & (frame["sm_count"] == spec.sm_count))
     masks = splits.split_masks(frame)
@@ -253,9 +274,6 @@ def train_gate(frame: pd.DataFrame, spec: DeviceSpec, out_dir: str | Path, *, se
     gate = fit_gate(frame[on_device & trainable & (frame["batch"] == 1)], spec, seed=seed)
     if data_path is not None:
         gate.card.hyperparameters["data_file"] = data_path.name
-    save_problem_net(gate, out_dir)
-    log.info("trained the %s cuBLAS gate (validation: %s) -> %s", spec.key, gate.card.metrics["validation"],
-             out_dir)
     return gate
 
 

@@ -1,0 +1,71 @@
+"""Budget for large LUTs (issue 43): a table of 100,000 entries validates in under 5 s, and what a
+compile does with a LUT it has not seen (parse, digest for the cache key, a lookup per GEMM) stays
+linear in its size up to a log. Run with `make bench` (or `pytest tests/benchmarks --benchmark-enable`).
+
+The tables: `_realistic` is what pretune writes for many shapes (exact m, n, k, a k range per
+dynamic-K GEMM, an m range per dynamic-M one); `_k_ranges_meeting` is issue 43's row 1, entries
+whose k ranges all meet and whose m differ, which an all-pairs overlap check took 138 s over at
+8,000 entries.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kernel_select.lut import load_lut, parse_lut
+from kernel_select.problem import Problem
+
+CONFIG = {"block_m": 64, "block_n": 128, "block_k": 64, "num_stages": 3, "num_warps": 4, "group_m": 8}
+ENTRIES = 100_000
+
+
+def _realistic(count: int) -> list[dict]:
+    entries: list[dict] = []
+    n = 0
+    while len(entries) < count:
+        n += 16
+        for k in range(64, 64 * 41, 64):  # 40 exact k per n, 48 exact m each, then an m range
+            entries += [{"m": m, "n": n, "k": k, "configs": [CONFIG]} for m in range(1, 49)]
+            entries.append({"m": {"min": 49, "max": 8192}, "n": n, "k": k, "pin": "aten"})
+        entries.append({"m": 1280, "n": n, "k": {"min": 8192, "max": 65536}, "pin": "aten"})
+    return entries[:count]
+
+
+def _k_ranges_meeting(count: int) -> list[dict]:
+    return [{"m": i, "n": 1024, "k": {"min": i, "max": 10**6}, "pin": "aten"} for i in range(1, count + 1)]
+
+
+def _document(entries: list[dict]) -> str:
+    return json.dumps({"schema_version": 4, "devices": {"h100": {"mm": {"bfloat16": entries}}}})
+
+
+def test_validate_100k_entries(benchmark):
+    text = _document(_realistic(ENTRIES))
+    lut = benchmark.pedantic(parse_lut, (text,), rounds=3, iterations=1)
+    assert lut.num_entries == ENTRIES
+    assert benchmark.stats.stats.min < 5.0  # issue 43: under 5 s (the least noisy round)
+
+
+def test_validate_100k_entries_whose_k_ranges_meet(benchmark):
+    text = _document(_k_ranges_meeting(ENTRIES))
+    lut = benchmark.pedantic(parse_lut, (text,), rounds=3, iterations=1)
+    assert lut.num_entries == ENTRIES
+    assert benchmark.stats.stats.min < 5.0  # issue 43: under 5 s (the least noisy round)
+
+
+def test_compile_reads_a_100k_entry_lut(benchmark, tmp_path: Path):
+    # A compile that meets the file for the first time: the lenient load, the digest that goes into
+    # the cache key, and one lookup per GEMM of a network (here 100).
+    path = tmp_path / "lut.json"
+    path.write_text(_document(_realistic(ENTRIES)))
+    # the first 50 n of the table (a 100,000-entry table has 51), at an exact m and in an m range
+    problems = [Problem(m, n, 64 * (1 + n // 16 % 40), "bfloat16")
+                for m in (16, 4096) for n in range(16, 816, 16)]
+
+    def compile_reads() -> int:
+        lut = load_lut(path, strict=False)
+        lut.digest()
+        return sum(bool(lut.lookup(problem, "h100")) for problem in problems)
+
+    assert benchmark.pedantic(compile_reads, rounds=3, iterations=1) == len(problems)
