@@ -301,10 +301,12 @@ class KernelLUT(Strict):
         return sum(len(value) for index in self._index for value in index.values())
 
     def digest(self) -> str:
-        """sha256 of the canonical JSON; equal tables have equal digests (use it in cache keys).
-        Computed on the first call and kept."""
+        """sha256 of the table's canonical content (the tree `dump_lut` prints, as compact JSON with
+        sorted keys); equal tables have equal digests (use it in cache keys). Computed on the first
+        call and kept. Compact rather than `dump_lut`'s layout: 8x faster, and a compile computes it."""
         if self._digest is None:
-            self._digest = hashlib.sha256(dump_lut(self).encode("utf-8")).hexdigest()
+            text = json.dumps(_tree(self), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+            self._digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
         return self._digest
 
 
@@ -332,11 +334,16 @@ def json_schema() -> str:
 def dump_lut(lut: KernelLUT) -> str:
     """The canonical text of `lut`: sorted keys and entries, 2-space indent, one config per line,
     trailing newline. `dump_lut(parse_lut(dump_lut(t))) == dump_lut(t)` for every table."""
+    return _emit(_tree(lut), 0) + "\n"
+
+
+def _tree(lut: KernelLUT) -> dict[str, Any]:
+    """The document of `lut`: devices, ops, dtypes, and each dtype's entries in canonical order."""
     tree: dict[str, Any] = {}
     for row in lut.entries():
         per_op = tree.setdefault(row.device, {}).setdefault(row.op, {})
         per_op.setdefault(row.dtype, []).append(entry_dict(row.entry))
-    return _emit({"schema_version": lut.schema_version, "devices": tree}, 0) + "\n"
+    return {"schema_version": lut.schema_version, "devices": tree}
 
 
 def _emit(value: Any, depth: int, *, inline: bool = False, inline_items: bool = False) -> str:

@@ -174,7 +174,8 @@ def _apply(rng: random.Random, document: dict[str, Any], fault: str) -> dict[str
     elif fault == "schema_version":
         document["schema_version"] = rng.choice((0, 5, "1", "4", True, 1.0, 4.0))
     elif fault == "unknown dtype" and document["devices"]:
-        next(iter(next(iter(document["devices"].values())).values()))[rng.choice(("bf16", "int8"))] = []
+        # Not "bf16": it is an alias of bfloat16, read as such.
+        next(iter(next(iter(document["devices"].values())).values()))[rng.choice(("bf15", "int8"))] = []
     elif fault == "duplicate JSON key":
         return rng.choice(_objects(document, []))
     elif fault == "Latin-1":

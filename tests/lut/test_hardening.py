@@ -191,8 +191,8 @@ def test_a_tables_digest_is_computed_once(tmp_path: Path, monkeypatch: pytest.Mo
     path = tmp_path / "lut.json"
     save_lut(_table(SMALL, HUGE), path)
     dumps: list[KernelLUT] = []
-    real_dump = lut_schema.dump_lut
-    monkeypatch.setattr(lut_schema, "dump_lut", lambda table: dumps.append(table) or real_dump(table))
+    real_tree = lut_schema._tree
+    monkeypatch.setattr(lut_schema, "_tree", lambda table: dumps.append(table) or real_tree(table))
     keys = {runtime.lut_fingerprint(str(path)) for _ in range(5)}
     assert keys == {f"{path}:{_table(SMALL, HUGE).digest()}"}
     assert len(dumps) == 2  # the loaded table's digest once, the fresh table's above once
