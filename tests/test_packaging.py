@@ -184,14 +184,15 @@ def test_installed_demo_resolves_the_seed_lut(installed, tmp_path):
     lut_line = next(line for line in out.splitlines() if line.startswith("lookup table:"))
     assert "no LUT" not in lut_line and lut_line.endswith("h100_seed.json")
     assert any(line.rstrip().endswith(" lut") for line in out.splitlines())
-    # The installed demo ranks exactly as the repository's (the header's LUT path aside).
+    # The installed demo ranks exactly as the repository's (the paths of the LUT and model aside).
     reference = _run([sys.executable, "-m", "kernel_select.cli", "demo"], cwd=REPO,
                      env={**_clean_env(), "PYTHONPATH": str(REPO)})
-    assert _without_lut_line(out) == _without_lut_line(reference)
+    assert _without_paths(out) == _without_paths(reference)
+    assert "model: h100 (shipped, " in out
 
 
-def _without_lut_line(text: str) -> list[str]:
-    return [line for line in text.splitlines() if not line.startswith("lookup table:")]
+def _without_paths(text: str) -> list[str]:
+    return [line for line in text.splitlines() if not line.startswith(("lookup table:", "model: "))]
 
 
 @pytest.mark.slow

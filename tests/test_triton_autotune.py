@@ -91,7 +91,9 @@ UNFIT = cfg(256, 256, 32, 4, 4)  # 512 accumulator registers per thread: it cann
 def test_a_config_that_cannot_run_is_dropped_before_ranking(gemm_topk: int):
     model = PrefersBigTiles()
     ranked = rank(SEED_OF_ARGS, [gemm_config_of(c) for c in [*CONFIGS, UNFIT]], model)
-    assert ranked[0].config == gemm_config_of(UNFIT)  # kept, it would be the model's first pick
+    # The model's first pick by its tile, but estimate() gives a config that cannot run inf
+    assert model.predict(SEED_OF_ARGS, None, [gemm_config_of(UNFIT)])[0] < ranked[0].predicted_ms
+    assert ranked[-1].config == gemm_config_of(UNFIT) and ranked[-1].predicted_ms == float("inf")
     kept = prune([UNFIT, *CONFIGS], gemm_topk=gemm_topk, model=model)
     by_model = {choice.config: i for i, choice in enumerate(ranked)}
     assert kept == sorted(CONFIGS, key=lambda c: by_model[gemm_config_of(c)])[:gemm_topk]

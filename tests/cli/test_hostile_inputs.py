@@ -98,7 +98,7 @@ def hostile(tmp_path: Path) -> Path:
     (["space", "--m", "\u0666\u0664", "--n", "8", "--k", "8"], ["--m: expected an integer"]),
     (["space", "--m", "9" * 5000, "--n", "8", "--k", "8"], ["--m", "'999999999"]),
     (["topk", "--m", "8", "--n", "8", "--k", "8", "--gemm-topk", "4_0"],
-     ["--gemm-topk: expected a positive integer", "'4_0'"]),
+     ["--gemm-topk: expected a count >= 1", "'4_0'"]),
     (["bench", "--shapes", "x.json", "--out", "{d}/x.parquet", "--max-seconds", "1_0"], ["--max-seconds"]),
     (["train", "--data", str(DATA), "--out", "{d}/a-file"],
      ["--out", "{d}/a-file: is a regular file, not a folder"]),
@@ -287,7 +287,7 @@ def test_eval_with_no_held_out_problem_exits_2(capsys, tmp_path: Path) -> None:
     code, out, err = run_main(capsys, "eval", "--data", str(data), "--model", "analytical")
     assert code == 2 and out == ""
     one_error_line(err, f"{data}: nothing to evaluate (no problems in split 'test'; no problems in split "
-                        "'family'); pass --split")
+                        "'family'; no problems in split 'unseen'); pass --split")
 
 
 def test_a_row_end_to_end_in_a_fresh_interpreter() -> None:
