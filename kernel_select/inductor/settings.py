@@ -114,7 +114,8 @@ def preload(settings: Settings) -> None:
     if settings.gemm_topk == options.SAME:
         return
     if settings.kernel_lut_path:
-        runtime.load_lut(settings.kernel_lut_path)
+        # The digest goes into every compile's cache key: computed here, once, not in the first compile.
+        runtime.load_lut(settings.kernel_lut_path).digest()
     device = get_device(settings.gemm_device) if settings.gemm_device else runtime.current_device()
     if device is not None:  # else no GPU to compile for yet: the first compile loads them
         policy(settings, device)
