@@ -115,3 +115,13 @@ def test_bad_sizes_and_k_are_the_packages_errors():
     with pytest.raises(ConfigError, match="k: a count must be >= 1"):
         kernel_select.top_k(560, 1280, 3420, device="h100", gemm_topk=0)
     assert kernel_select.estimate(560, 1280, 3420, "bfloat16", [], device="h100").shape == (0,)
+
+
+def test_the_guide_names_every_exported_name():
+    from pathlib import Path
+
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "guide.md").read_text()
+    section = guide[guide.index("## Python API"):]
+    section = section[: section.index("\n## ", 1)]
+    missing = [name for name in kernel_select.__all__ if f"`{name}`" not in section]
+    assert not missing, f"docs/guide.md's Python API section does not name {missing}"
