@@ -75,8 +75,9 @@ def register(sub: Subparsers) -> None:
 def run_pretune(args: argparse.Namespace) -> int:
     from kernel_select import runtime
     from kernel_select.offline.serving import discovery, pretune
+    from kernel_select.offline.serving.progress import progress_path
 
-    check_output_file(f"{args.out}.progress.json")  # the measurements are kept there: checked before them
+    check_output_file(str(progress_path(args.out)))  # the measurements are kept there: checked before them
     if args.shapes:  # a bad file is reported before the GPU is looked for, as `bench` does
         from kernel_select.offline.json_files import SHAPES_FILE
 

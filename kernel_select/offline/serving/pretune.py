@@ -53,12 +53,13 @@ from kernel_select.buckets import edges_of_ranges
 from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec
 from kernel_select.atomic_write import write_atomic
-from kernel_select.errors import first_line, KernelSelectError
+from kernel_select.errors import KernelSelectError
 from kernel_select.lut import ATEN, BatchedLUTEntry, lut_from_rows, LUTEntry, LUTRow, SizeRange
 from kernel_select.model.cublas import epilogue_charge_ms
 from kernel_select.offline.serving import crossovers
 from kernel_select.offline.serving.crossovers import DEFAULT_REFINE, DEFAULT_TOLERANCE, Measured, Timings
 from kernel_select.offline.serving.discovery import Site
+from kernel_select.offline.serving.progress import load_progress, progress_path
 from kernel_select.problem import Problem, spread_ms
 from kernel_select.decision import select
 
@@ -230,39 +231,6 @@ class _Tuned:
     site: Site
     configs: list[GemmConfig]
     measured: Measured = dataclasses.field(default_factory=dict)
-
-
-def progress_path(out: str | Path) -> Path:
-    """Where pretune keeps the measurements of a run writing the LUT `out`."""
-    out = Path(out)
-    return out.with_name(out.name + ".progress.json")
-
-
-def load_progress(path: Path) -> dict[str, Timings]:
-    """The measurements of an earlier run kept at `path` ({} when there is none).
-
-    Raises:
-        KernelSelectError: one line naming the file, when it is not readable or not pretune's
-            measurements (move it aside or delete it to measure again).
-    """
-    if not path.exists():
-        return {}
-    fix = "move it aside, or delete it to measure again"
-    try:
-        done = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise KernelSelectError(f"{path}: pretune's progress file cannot be read ({first_line(exc)}); "
-                                f"{fix}") from None
-    if not isinstance(done, dict):
-        raise KernelSelectError(f"{path}: pretune's progress file holds {type(done).__name__}, not an "
-                                f"object of measurements; {fix}")
-    for key, timings in done.items():
-        if not (isinstance(timings, dict) and all(
-                isinstance(label, str) and isinstance(ms, (int, float)) and not isinstance(ms, bool)
-                for label, ms in timings.items())):
-            raise KernelSelectError(f"{path}: pretune's progress file: entry {key!r} is not a "
-                                    f"{{choice: milliseconds}} object; {fix}")
-    return done
 
 
 class _Journal:
