@@ -249,7 +249,8 @@ def run_eval(args: argparse.Namespace) -> int:
     models: list = _model_names(args.model, args.device)  # a typo fails before the dataset is read
 
     from kernel_select.offline.data import dataset
-    from kernel_select.offline.training.evaluate import dataset_device, evaluate, evaluate_splits
+    from kernel_select.offline.data.device_rows import dataset_device
+    from kernel_select.offline.training.evaluate import evaluate, evaluate_splits
     from kernel_select.offline.training.report import format_paired, format_pinned, format_report
     from kernel_select.offline.training.training_data import require_rows
 

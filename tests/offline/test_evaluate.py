@@ -180,7 +180,7 @@ def test_train_and_evaluate_share_one_device_rule(tiny, tmp_path, caplog):
 
     from kernel_select.device import get_device
     from kernel_select.errors import DatasetError
-    from kernel_select.offline.training.evaluate import device_rows
+    from kernel_select.offline.data.device_rows import device_rows
 
     path, table = tiny
     frame = dataset.read(path)

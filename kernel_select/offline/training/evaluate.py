@@ -40,9 +40,10 @@ import numpy as np
 import pandas as pd
 
 from kernel_select.offline.data import dataset, splits
+from kernel_select.offline.data.device_rows import dataset_device, device_rows, names_of
 from kernel_select.offline.training import baseline_scores, held_out_slice, model_extras
 from kernel_select.configs import GemmConfig
-from kernel_select.device import DeviceSpec, get_device, key_for_name
+from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import DatasetError, KernelSelectError, NoTrainedModelError
 from kernel_select.layouts import DEFAULT_LAYOUT
 from kernel_select.model import PerformanceModel, get_model
@@ -142,7 +143,7 @@ def _evaluate(data_path: str | Path | Sequence[str | Path], split: str,
     cases = problem_cases(rows, problems)
 
     report: dict[str, Any] = {
-        "data": _names(data_path), "split": split, "device": spec.key, "ks": list(ks),
+        "data": names_of(data_path), "split": split, "device": spec.key, "ks": list(ks),
         "problems": len(problem_ids), "rows": len(rows), "methods": {},
     }
     methods = report["methods"]
@@ -274,10 +275,6 @@ def problem_cases(rows: pd.DataFrame, problems: pd.DataFrame) -> list[tuple[Prob
             for i, (m, n, k, dtype, layout) in enumerate(columns.itertuples(index=False, name=None))]
 
 
-def _names(data_path: str | Path | Sequence[str | Path]) -> str:
-    return "+".join(p.name for p in dataset.expand_paths(data_path))
-
-
 def evaluate_splits(data_path: str | Path | Sequence[str | Path],
                     models: Sequence[str | PerformanceModel] = ("mlp", "analytical"),
                     *, device: DeviceSpec | str | None = None, ks: Sequence[int] = DEFAULT_KS,
@@ -303,7 +300,7 @@ def evaluate_splits(data_path: str | Path | Sequence[str | Path],
                   "pinned": pinned_report(frame, shipped)}
     except NoTrainedModelError as exc:  # a GPU being calibrated: nothing serves it yet
         served = {"shipped": None, "shipped_model": str(exc)}
-    out = {"data": _names(data_path), "device": spec.key, **served, "splits": reports}
+    out = {"data": names_of(data_path), "device": spec.key, **served, "splits": reports}
     # Over the splits together: models evaluated on every split, in the order of the first.
     together = {name: ModelScores(np.concatenate([s[name].per_problem for s in scores]),
                                   np.concatenate([s[name].own for s in scores]))
@@ -340,44 +337,6 @@ def pinned_report(frame: pd.DataFrame, model: PerformanceModel) -> dict[str, Any
             "calibration_median_abs_log_top16": model_extras.calibration(chosen.groups, predicted,
                                                                          chosen.runtime)}
     return report
-
-
-def dataset_device(rows: pd.DataFrame, data_path: str | Path) -> DeviceSpec:
-    """The one device the rows were measured on (a file of several devices needs it named)."""
-    return device_rows(rows, None, data_path)[0]
-
-
-def device_rows(rows: pd.DataFrame, device: DeviceSpec | str | None,
-                data_path: str | Path | Sequence[str | Path]) -> tuple[DeviceSpec, pd.DataFrame]:
-    """The device a model is trained or scored for and its rows: the one rule of `train` and
-    `evaluate`. Unnamed (None), the rows must come from one device; named, that device's rows are
-    kept and the others left out with a warning (a model of one device neither learns from nor is
-    scored on another's timings).
-
-    Raises:
-        DatasetError: naming the files, when there are no rows, when rows of several devices come
-            without one named, or when none is of the device named.
-    """
-    where = _names(data_path)
-    by_name = {name: key_for_name(str(name)) for name in rows["device_name"].dropna().unique()}
-    keys = sorted(set(by_name.values()))
-    if not keys:
-        raise DatasetError(f"{where}: no rows to use (an empty split, or no device recorded); measure "
-                           "with `kernel-select bench`, or name another split")
-    if device is None:
-        if len(keys) > 1:
-            raise DatasetError(f"{where}: rows come from {len(keys)} devices ({', '.join(keys)}); name one "
-                               "(device=, --device) to use its rows only")
-        return get_device(keys[0]), rows
-    spec = get_device(device)
-    mine = rows["device_name"].map(by_name) == spec.key
-    if not mine.any():
-        raise DatasetError(f"{where}: no rows measured on {spec.key} (the rows come from {', '.join(keys)})")
-    if not mine.all():
-        log.warning("%s: leaving out %d rows measured on devices other than %s (%s)", where,
-                    int((~mine).sum()), spec.key, ", ".join(k for k in keys if k != spec.key))
-        rows = rows[mine]
-    return spec, rows
 
 
 def configs_of(frame: pd.DataFrame) -> list[GemmConfig]:

@@ -133,7 +133,7 @@ def simulate(data: str | Path | Sequence[str | Path], splits: Sequence[str] = ("
     from kernel_select.errors import ModelError
     from kernel_select.model import load_default, load_gate
     from kernel_select.offline.data import dataset
-    from kernel_select.offline.training.evaluate import dataset_device
+    from kernel_select.offline.data.device_rows import dataset_device
 
     frame = dataset.read_many(data)
     first = data if isinstance(data, (str, Path)) else data[0]

@@ -40,7 +40,7 @@ from kernel_select.offline.training.cublas_fit import (
     problem_net_checkpoint,
     save_problem_net,
 )
-from kernel_select.offline.training.evaluate import device_rows
+from kernel_select.offline.data.device_rows import device_rows
 from kernel_select.offline.training.features import featurize_frame
 from kernel_select.offline.training.training_data import (
     DEFAULT_CAP, aten_problems, cap_rows_per_problem, domain_of, layouts_for, prepare_rows, provenance,
