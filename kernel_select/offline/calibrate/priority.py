@@ -1,0 +1,101 @@
+"""Which compile classes calibrate measures first: those where the model it starts from is least sure.
+
+The classes come in two tiers (offline/data/calibration_classes.py): first those that cover the
+domain, the shipped models' and the starting model's card's (its strata and layouts), so that the
+calibrated model is never narrower than either; then the extras. Within each tier:
+
+  * starting from a model of two or more members (the shipped ones average two networks): first
+    the classes whose problems lie outside that model's domain (`MLPModel.domain_gap`: a dtype,
+    layout, stratum or size it was not trained on), most outside first; then by the
+    members' disagreement over the rest (offline/data/active.committee_regret, with the members
+    as the committee: the predicted regret of trusting one member's first pick, in the units the
+    selector is scored in), highest first. Each class is judged on its first SAMPLE problems (two
+    per M bucket of a class over all four), the first ones it measures;
+  * from scratch, or from a single network (no committee): the tiers' own order, the order the
+    classes are listed in (nn.Linear's forward and its two gradients in bf16, fp16, batched, fp32,
+    odd alignments, batched at small M).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from kernel_select.model.mlp import AveragedRuntimeNet, MLPModel
+from kernel_select.offline.data.active import committee_regret
+from kernel_select.offline.calibrate.start import StartModel
+from kernel_select.offline.data.calibration_classes import CompileClass, class_problems, covering_classes
+from kernel_select.problem import Problem
+from kernel_select.space import for_problem
+
+#: Problems per class the committee judges it on.
+SAMPLE = 8
+COVERAGE, EXTRA = "coverage", "extra"
+
+
+@dataclass(frozen=True)
+class RankedClass:
+    """A class in the order calibrate measures it, with why it comes there."""
+
+    compile_class: CompileClass
+    tier: str  # COVERAGE: needed to cover the domain; EXTRA: more where the budget leaves room
+    outside: float | None = None  # share of its sampled problems outside the starting model's domain
+    disagreement: float | None = None  # mean committee regret over its sampled problems inside it
+
+    def note(self) -> str:
+        if self.outside is None:
+            return "fixed order"
+        parts = []
+        if self.outside:
+            parts.append(f"{self.outside:.0%} outside the start's domain")
+        if self.disagreement is not None:
+            parts.append(f"disagreement {self.disagreement:.3f}")
+        return ", ".join(parts)
+
+    def record(self) -> dict:
+        return {"class": self.compile_class.name, "tier": self.tier, "outside": self.outside,
+                "disagreement": self.disagreement}
+
+
+def ranked_classes(start: StartModel | None, seed: int = 0) -> list[RankedClass]:
+    """Every class calibrate may measure, in the order it measures them (module docstring)."""
+    card = start.model.card if start is not None else None
+    strata = card.domain.strata if card is not None and card.domain is not None else {}
+    coverage, extra = covering_classes(strata, card.layouts if card is not None else ())
+    net = start.model.net if start is not None else None
+    if start is None or not isinstance(net, AveragedRuntimeNet) or len(net.members) < 2:
+        return [RankedClass(c, COVERAGE) for c in coverage] + [RankedClass(c, EXTRA) for c in extra]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # ~1,000 rows through a small network: threads cost more than they give
+    try:                      # (this machine, 2 cores: 0.8 CPU-seconds for every class, 3.0 with 2)
+        judged = {tier: [_judged(c, tier, start.model, seed) for c in classes]
+                  for tier, classes in ((COVERAGE, coverage), (EXTRA, extra))}
+    finally:
+        torch.set_num_threads(threads)
+
+    def least_sure_first(r: RankedClass) -> tuple[float, float]:
+        return -(r.outside or 0.0), -(r.disagreement or 0.0)
+
+    return sorted(judged[COVERAGE], key=least_sure_first) + sorted(judged[EXTRA], key=least_sure_first)
+
+
+def member_predictions(model: MLPModel, problem: Problem) -> np.ndarray:
+    """(members, configs): each member's predicted ms of the problem's pruned EXHAUSTIVE space, from
+    one computation of the features; one row for a single network."""
+    configs = for_problem(problem, model.device, "exhaustive")
+    x = (model.features(problem, configs) - model.card.feature_mean) / model.card.feature_std
+    with torch.inference_mode():
+        inputs = torch.from_numpy(x.astype(np.float32))
+        net = model.net
+        log_ms = net.member_outputs(inputs) if isinstance(net, AveragedRuntimeNet) else net(inputs)[None]
+    return np.exp(log_ms.numpy().astype(np.float64))
+
+
+def _judged(c: CompileClass, tier: str, model: MLPModel, seed: int) -> RankedClass:
+    sample = [shape.problem() for shape in class_problems(c, SAMPLE, seed)]
+    inside = [problem for problem in sample if not model.domain_gap(problem)]
+    scores = [committee_regret(list(member_predictions(model, problem))) for problem in inside]
+    return RankedClass(c, tier, outside=1.0 - len(inside) / len(sample),
+                       disagreement=sum(scores) / len(scores) if scores else None)
