@@ -1,7 +1,7 @@
 """The order calibrate measures compile classes in (offline/calibrate/priority.py): the domain's classes
-before the extras; from a model of several members, those outside its domain first, then by its members'
-disagreement; from scratch or a single network, the fixed order. And 15 minutes from the shipped H100
-model on an H200 (the issue's run) still cover every stratum of both domains."""
+before the extras; from a model of several members, a class of nn.Linear's GEMMs first, then those it
+never trained on, then by its members' disagreement; from scratch or a single network, the fixed order.
+And 5 and 15 minutes from the shipped H100 model on an H200 (the issue's run) cover what they should."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from kernel_select.offline.calibrate.budget import Budget
 from kernel_select.offline.calibrate.priority import COVERAGE, EXTRA, member_predictions, ranked_classes
 from kernel_select.offline.calibrate.start import StartModel, resolve_start
 from kernel_select.offline.data.calibration_classes import (
+    ALL_BUCKETS,
     COVERAGE_CLASSES,
     EXTRA_CLASSES,
     class_problems,
@@ -53,22 +54,23 @@ def test_from_scratch_or_a_single_network_the_order_is_fixed():
         assert {r.note() for r in ranked} == {"fixed order"}
 
 
-def test_classes_outside_the_domain_come_first_then_the_members_disagreement(ranked_from_h100):
+def test_a_linear_layer_class_leads_then_those_never_trained_on_then_the_members_disagreement(
+        ranked_from_h100):
     ranked = ranked_from_h100
     tiers = [r.tier for r in ranked]
     assert tiers == sorted(tiers, key=[COVERAGE, EXTRA].index)  # every domain class before the extras
     assert {r.compile_class for r in ranked if r.tier == COVERAGE} == set(COVERAGE_CLASSES)
-    for tier in (COVERAGE, EXTRA):
-        keys = [(r.outside, r.disagreement or 0.0) for r in ranked if r.tier == tier]
+    # The lead: of the bf16 single-GEMM classes over every M bucket, the one the members disagree on most.
+    linear = [r for r in ranked if r.compile_class.op == "mm" and r.compile_class.dtype == "bfloat16"
+              and r.compile_class.m_buckets == ALL_BUCKETS]
+    assert ranked[0] is max(linear, key=lambda r: r.disagreement) and ranked[0].untrained == 0.0
+    for rest in (ranked[1:len(COVERAGE_CLASSES)], ranked[len(COVERAGE_CLASSES):]):
+        keys = [(r.untrained, r.disagreement or 0.0) for r in rest]
         assert keys == sorted(keys, reverse=True)
-    # The H100 model has 9 training problems of batched fp32 GEMMs (fewer than the 20 of its domain):
-    # that class is wholly outside it, and comes first.
-    first = ranked[0]
-    assert first.compile_class.name == "bmm/float32/nt/n16/k16r0/m<=16" and first.outside == 1.0
-    assert first.note() == "100% outside the start's domain"
-    inside = [r for r in ranked if r.outside == 0.0]
-    assert inside and all(r.disagreement > 0 for r in inside)
-    assert inside[0].note().startswith("disagreement ")
+    # The H100 model never measured a batched bf16 GEMM of M > 4096: a quarter of that class's sample.
+    assert ranked[1].compile_class == COVERAGE_CLASSES[4] and ranked[1].untrained == 0.25
+    assert ranked[1].note().startswith("25% never trained on, disagreement 0.0")
+    assert all(r.disagreement > 0 for r in ranked) and ranked[2].note().startswith("disagreement 0.")
 
 
 def test_identical_members_disagree_nowhere():
@@ -79,13 +81,15 @@ def test_identical_members_disagree_nowhere():
     threads = torch.get_num_threads()
     ranked = ranked_classes(_start(model))
     assert torch.get_num_threads() == threads  # judged on one thread, the process's setting restored
-    # the card (bf16 and fp16 single GEMMs, no recorded domain): fp32 and batched classes are outside
-    outside = [r.compile_class for r in ranked if r.outside == 1.0]
-    assert set(outside) == {c for c in COVERAGE_CLASSES + EXTRA_CLASSES
-                            if c.dtype == "float32" or c.op == "bmm"}
-    assert {r.disagreement for r in ranked if r.outside == 0.0} == {0.0}
-    coverage = [r.compile_class for r in ranked if r.tier == COVERAGE]  # ties keep the fixed order
-    assert coverage == sorted(COVERAGE_CLASSES, key=lambda c: (c not in outside, COVERAGE_CLASSES.index(c)))
+    # The card: bf16 and fp16 single GEMMs, no recorded domain. It cannot rank fp32, and was never
+    # trained on a batched GEMM: those classes come first, after the lead, in the fixed order.
+    untrained = [r.compile_class for r in ranked if r.untrained == 1.0]
+    assert set(untrained) == {c for c in COVERAGE_CLASSES + EXTRA_CLASSES
+                              if c.dtype == "float32" or c.op == "bmm"}
+    assert {r.disagreement for r in ranked if r.untrained == 0.0} == {0.0}
+    coverage = [r.compile_class for r in ranked if r.tier == COVERAGE]
+    rest = sorted(COVERAGE_CLASSES[1:], key=lambda c: (c not in untrained, COVERAGE_CLASSES.index(c)))
+    assert coverage == [COVERAGE_CLASSES[0], *rest]
 
 
 def test_the_members_predictions_average_to_the_models(from_h100):
@@ -97,13 +101,29 @@ def test_the_members_predictions_average_to_the_models(from_h100):
     np.testing.assert_allclose(averaged, from_h100.model.estimate(problem, configs), rtol=1e-4)
 
 
-def test_fifteen_minutes_from_the_h100_model_cover_both_domains_on_an_h200(from_h100, ranked_from_h100):
+@pytest.fixture(scope="module")
+def h200_plans(ranked_from_h100):
+    order = [r.compile_class for r in ranked_from_h100]
+    return {minutes: plan_calibration(H200, Budget(minutes * 60.0).collection_s, 15, classes=order)
+            for minutes in (5, 15)}
+
+
+def test_fifteen_minutes_from_the_h100_model_cover_both_domains_on_an_h200(from_h100, h200_plans):
     card = from_h100.model.card
     coverage, _ = covering_classes(card.domain.strata, card.layouts)
-    plan = plan_calibration(H200, Budget(15 * 60.0).collection_s, 15,
-                            classes=[r.compile_class for r in ranked_from_h100])
+    plan = h200_plans[15]
     claimed = {s for s, n in plan.training_problems().items() if n >= MIN_STRATUM_PROBLEMS}
     assert claimed >= strata_of(coverage) >= set(card.domain.strata)
     assert set(plan.summary()["layouts"]) >= set(card.layouts)
-    assert list(plan.classes)[0] == ranked_from_h100[0].compile_class.name
+    assert plan.estimate.rows_per_gpu_minute() >= 30_000
+
+
+def test_five_minutes_from_the_h100_model_start_with_linear_layers_then_the_least_sure(
+        ranked_from_h100, h200_plans):
+    plan = h200_plans[5]
+    order = [r.compile_class.name for r in ranked_from_h100]
+    assert list(plan.classes)[0] == order[0]  # bf16 single GEMMs: the calibrated model keeps them
+    assert list(plan.classes) == sorted(plan.classes, key=order.index)
+    claimed = {s for s, n in plan.training_problems().items() if n >= MIN_STRATUM_PROBLEMS}
+    assert {f"mm/bfloat16/{bucket}" for bucket in ("m<=16", "m<=256", "m<=4096", "m>4096")} <= claimed
     assert plan.estimate.rows_per_gpu_minute() >= 30_000

@@ -25,7 +25,13 @@ from kernel_select.offline.data.calibration_classes import (
     covering_classes,
     strata_of,
 )
-from kernel_select.offline.data.calibration_plan import MAX_PER_CLASS, SAFETY, least_count, plan_calibration
+from kernel_select.offline.data.calibration_plan import (
+    MAX_PER_CLASS,
+    MIN_ROWS_PER_GPU_MINUTE,
+    SAFETY,
+    least_count,
+    plan_calibration,
+)
 from kernel_select.offline.data.dataset import id_of, split_of
 from kernel_select.offline.harness import cost
 from kernel_select.offline.harness.bench_plan import distinct_keys, pow2_divisor
@@ -33,8 +39,6 @@ from kernel_select.offline.harness.bench_plan import distinct_keys, pow2_divisor
 H100 = get_device("h100")
 WORKERS = 15  # one host of 16 cores: a core launches kernels, the rest compile
 MINUTES = (5, 10, 15)
-#: The issue's target for a cold machine, over the whole plan.
-MIN_ROWS_PER_GPU_MINUTE = 30_000
 
 
 @pytest.fixture(scope="module")
@@ -155,3 +159,16 @@ def test_the_strata_a_plan_trains_on_are_counted_as_the_card_will_count_them(pla
     expected = Counter(stratum(s.op, s.dtype, s.m) for s in plan.shapes
                        if split_of(id_of(s.problem())) in ("train", "val"))
     assert plan.training_problems() == dict(expected) == plan.summary()["training_problems"]
+
+
+def test_a_plan_below_the_rate_passes_over_the_class_that_adds_rows_slowest():
+    small_batched = COVERAGE_CLASSES[8]  # batched fp32 at M <= 16: ~20,000 rows per GPU-minute alone
+    order = list(dict.fromkeys([small_batched, COVERAGE_CLASSES[4], *COMPILE_CLASSES]))
+    budget = Budget(5 * 60.0).collection_s
+    at_any_rate = plan_calibration(H100, budget, WORKERS, classes=order, min_rows_per_gpu_minute=0)
+    assert list(at_any_rate.classes)[0] == small_batched.name
+    assert at_any_rate.estimate.rows_per_gpu_minute() < MIN_ROWS_PER_GPU_MINUTE
+    held = plan_calibration(H100, budget, WORKERS, classes=order)
+    assert small_batched.name in held.passed_over
+    assert held.estimate.rows_per_gpu_minute() >= MIN_ROWS_PER_GPU_MINUTE
+    assert list(held.classes)[0] == COVERAGE_CLASSES[4].name  # the rest keep their order

@@ -14,6 +14,7 @@ from typing import Any
 
 from kernel_select.device import DeviceSpec
 from kernel_select.model.card import MIN_STRATUM_PROBLEMS
+from kernel_select.model.mlp import SAME_FEATURES
 from kernel_select.offline.calibrate.budget import AFTER_TRAINING_S, PLANNING_S, Budget
 from kernel_select.offline.calibrate.priority import COVERAGE, ranked_classes
 from kernel_select.offline.calibrate.run import (CalibrateOptions, compile_worker_count, output_folder,
@@ -48,14 +49,22 @@ def preview(options: CalibrateOptions, spec: DeviceSpec) -> dict[str, Any]:
         "phases_s": {"planning": PLANNING_S, "collection": round(budget.collection_s, 1),
                      "training": round(budget.training_s, 1), "after_training": AFTER_TRAINING_S},
         "start": None if start is None else {"folder": str(start.folder), "device": start.trained_on},
-        "order": "disagreement" if any(r.outside is not None for r in ranked) else "fixed",
+        "order": "disagreement" if any(r.untrained is not None for r in ranked) else "fixed",
         "classes": [{**r.record(), "why": r.note(), "problems": plan.classes.get(r.compile_class.name, 0)}
                     for r in ranked],
         "plan": plan.summary(),
         "domain": {"strata": target, "min_training_problems": MIN_STRATUM_PROBLEMS,
-                   "claimed": [s for s in target if training.get(s, 0) >= MIN_STRATUM_PROBLEMS]},
+                   "claimed": [s for s in target if _problems_like(s, training) >= MIN_STRATUM_PROBLEMS]},
         "planning_s": round(planning_s, 1),
     }
+
+
+def _problems_like(stratum: str, training: dict[str, int]) -> int:
+    """Training problems a calibrated model would count for `stratum` (MLPModel.training_problems_like:
+    those of the dtype that shares its features count too)."""
+    op, dtype, bucket = stratum.split("/")
+    twin = f"{op}/{SAME_FEATURES.get(dtype, dtype)}/{bucket}"
+    return max(training.get(stratum, 0), training.get(twin, 0))
 
 
 def lines(report: dict[str, Any]) -> list[str]:
@@ -69,7 +78,7 @@ def lines(report: dict[str, Any]) -> list[str]:
     if start is None:
         out.append("start: from scratch; classes in the fixed order")
     else:
-        order = ("ordered by its members' disagreement, those outside its domain first"
+        order = ("ordered by its members' disagreement, those it never trained on first"
                  if report["order"] == "disagreement" else "a single network: classes in the fixed order")
         out.append(f"start: fine-tunes the {start['device']} model in {start['folder']}; {order}")
     out.append(f"  {'#':>2}  {'compile class':<40} {'tier':<8} {'problems':>8}  why")

@@ -12,7 +12,10 @@ starting model is least sure), and the plan follows it:
      most MAX_PER_CLASS; a class that does not fit with the fewest is passed over, and a cheaper one
      after it may still fit;
   2. what is left of the budget goes to more problems of the classes taken, GROW_STEP at a time in
-     priority order: their kernels are compiled by then, so these cost GPU time alone.
+     priority order: their kernels are compiled by then, so these cost GPU time alone;
+  3. a plan that would collect fewer than MIN_ROWS_PER_GPU_MINUTE rows per GPU-minute (a class of
+     small batched problems early in a short plan) passes over the class that adds rows slowest
+     (`class_rate`) and is made again without it.
 
 Problems of one class run together, those needing the fewest new kernels first
 (bench_plan.reuse_order), so the GPU starts timing after a few hundred kernels; a run that ends early
@@ -50,6 +53,10 @@ GROW_STEP = 32
 SAFETY = 0.9
 #: A class's first problems, whose kernels bound from below what the class adds to the plan.
 SAMPLE = 8
+#: What a plan keeps to, predicted over the whole collection from a cold compile cache: issue 41's
+#: target for a new machine. Problems of a class that only cost GPU time add rows faster than that,
+#: small batched ones slower (about 20,000 for batched float32 at M <= 16).
+MIN_ROWS_PER_GPU_MINUTE = 30_000
 #: The splits training reads (the others are held out: `test` scores the calibrated model).
 TRAINING_SPLITS = ("train", "val")
 
@@ -61,7 +68,7 @@ class CalibrationPlan:
     shapes: list[Shape]
     planned: list[list[PlannedRun]]  # each problem's runs (bench_plan.plan), same order
     finish_s: list[float]  # predicted end of each problem's timing, from the collection's start
-    classes: dict[str, int]  # class name -> problems planned, the classes in priority order
+    classes: dict[str, int]  # class name -> problems planned, the classes in the order measured
     estimate: cost.Estimate
     budget_s: float
     workers: int
@@ -93,11 +100,14 @@ def least_count(c: CompileClass) -> int:
 
 def plan_calibration(device: DeviceSpec, budget_s: float, workers: int, *, max_problems: int | None = None,
                      classes: Sequence[CompileClass] = COMPILE_CLASSES, seed: int = 0,
-                     fp32_precision: str = "ieee", startup_s: float = 10.0) -> CalibrationPlan:
+                     fp32_precision: str = "ieee", startup_s: float = 10.0,
+                     min_rows_per_gpu_minute: float = MIN_ROWS_PER_GPU_MINUTE) -> CalibrationPlan:
     """The problems of `classes` (in priority order) that fit `budget_s` seconds of collection, compile
     included, on one GPU with `workers` compile processes, by cost.py's simulation (module
-    docstring). `max_problems` caps the plan (a quick trial: then a class may have a single
-    problem); `fp32_precision` is the one the harness will plan float32 with.
+    docstring). Where the plan would collect fewer than `min_rows_per_gpu_minute`, the class that
+    adds rows slowest is passed over and the plan made again. `max_problems` caps the plan (a quick
+    trial: then a class may have a single problem, and the rate is not held); `fp32_precision` is
+    the one the harness will plan float32 with.
 
     Raises:
         OptionError: the budget fits no class at all (the message says what the cheapest one needs).
@@ -105,34 +115,51 @@ def plan_calibration(device: DeviceSpec, budget_s: float, workers: int, *, max_p
     if workers < 1:
         raise OptionError(f"calibrate: need at least one compile worker, got {workers}")
     cap = max_problems if max_problems is not None else math.inf
-    build = _Build(_ClassRuns(device, fp32_precision, seed), cost.Simulation(workers, startup_s=startup_s),
-                   limit=budget_s * SAFETY)
-    passed_over: list[CompileClass] = []
-    for c in classes:
-        room = cap - build.total
-        if room < 1:
+    runs = _ClassRuns(device, fp32_precision, seed)  # planned once, whatever the plans made of them
+    slow: list[CompileClass] = []
+    while True:
+        build = _Build(runs, cost.Simulation(workers, startup_s=startup_s), limit=budget_s * SAFETY)
+        for c in classes:
+            if c not in slow and cap - build.total >= 1:
+                _take_class(build, c, cap, max_problems is None, workers)
+        if not build.taken:
+            cheapest = min(compile_floor(build.simulation, runs.ordered(c, 0, SAMPLE)) for c in classes)
+            raise OptionError(f"calibrate: {budget_s:.0f} s of collection fit no class of problems with "
+                              f"{workers} compile workers (the cheapest needs more than "
+                              f"{cheapest / SAFETY:.0f} s); give calibrate more minutes")
+        _grow(build, cap)
+        if (max_problems is not None or len(build.taken) == 1
+                or build.simulation.result().rows_per_gpu_minute() >= min_rows_per_gpu_minute):
             break
-        least = int(min(room, least_count(c) if max_problems is None else 1))
-        # Compiling the kernels of a class's first few problems bounds what it adds from below, and
-        # costs planning those few only: a class that cannot fit is passed over without planning more.
-        if compile_floor(build.simulation, build.runs.ordered(c, 0, min(least, SAMPLE))) > build.limit:
-            passed_over.append(c)
-            continue
-        if not build.fits(c)(least):
-            passed_over.append(c)
-            continue
-        most = min(room, balanced_count(build.runs.ordered(c, 0, least), workers, least))
-        build.take(c, _largest_fitting(build.fits(c), most, least))
-    if not build.taken:
-        cheapest = min(compile_floor(build.simulation, build.runs.ordered(c, 0, SAMPLE)) for c in classes)
-        raise OptionError(f"calibrate: {budget_s:.0f} s of collection fit no class of problems with "
-                          f"{workers} compile workers (the cheapest needs more than {cheapest / SAFETY:.0f} "
-                          f"s); give calibrate more minutes")
-    spent = False
-    while not spent:  # the budget left: more problems of the classes taken, their kernels compiled
-        steps = {c: int(min(GROW_STEP, MAX_PER_CLASS - n, cap - build.total)) for c, n in build.taken.items()}
+        slow.append(min(build.taken, key=lambda c: class_rate(runs.ordered(c, 0, build.taken[c]), workers)))
+    return CalibrationPlan(shapes=build.shapes, planned=build.planned, finish_s=build.finish_s,
+                           classes={c.name: n for c, n in build.taken.items()},
+                           estimate=build.simulation.result(), budget_s=budget_s, workers=workers,
+                           passed_over=[c.name for c in classes if c not in build.taken])
+
+
+def _take_class(build: _Build, c: CompileClass, cap: float, whole: bool, workers: int) -> None:
+    """Class `c` into the plan with as many problems as fit (`balanced_count` at most; with `whole`,
+    at least `least_count`), or not at all."""
+    room = cap - build.total
+    least = int(min(room, least_count(c) if whole else 1))
+    # Compiling the kernels of a class's first few problems bounds what it adds from below, and
+    # costs planning those few only: a class that cannot fit is passed over without planning more.
+    if compile_floor(build.simulation, build.runs.ordered(c, 0, min(least, SAMPLE))) > build.limit:
+        return
+    if not build.fits(c)(least):
+        return
+    most = min(room, balanced_count(build.runs.ordered(c, 0, least), workers, least))
+    build.take(c, _largest_fitting(build.fits(c), most, least))
+
+
+def _grow(build: _Build, cap: float) -> None:
+    """The budget left: GROW_STEP more problems of each class taken at a time, in priority order,
+    their kernels compiled by then, while the plan fits."""
+    while cap - build.total >= 1:
+        steps = {c: int(min(GROW_STEP, MAX_PER_CLASS - n)) for c, n in build.taken.items()}
         if all(step < 1 for step in steps.values()):
-            break
+            return
         for c, step in steps.items():
             step = int(min(step, cap - build.total))
             if step < 1:
@@ -140,13 +167,16 @@ def plan_calibration(device: DeviceSpec, budget_s: float, workers: int, *, max_p
             first = build.taken[c]
             end = _largest_fitting(build.fits(c), first + step, first + 1)
             build.take(c, end)
-            if end < first + step:
-                spent = True
-                break
-    return CalibrationPlan(shapes=build.shapes, planned=build.planned, finish_s=build.finish_s,
-                           classes={c.name: n for c, n in build.taken.items()},
-                           estimate=build.simulation.result(), budget_s=budget_s, workers=workers,
-                           passed_over=[c.name for c in passed_over])
+            if end < first + step:  # the budget (or the cap) is spent
+                return
+
+
+def class_rate(planned: Sequence[list[PlannedRun]], workers: int) -> float:
+    """Rows per GPU-minute of a class's problems alone: their rows over their kernels' compile on
+    `workers` processes and their timing (cost.py), which the plan overlaps, so a lower bound."""
+    compile_s = sum(cost.COMPILE_CORE_S[(key.kernel, key.dtype)] for key in distinct_keys(list(planned)))
+    timing_s = sum(cost.problem_timing_s(problem_runs, 0) for problem_runs in planned)
+    return 60.0 * sum(len(problem_runs) + 1 for problem_runs in planned) / (compile_s / workers + timing_s)
 
 
 class _Build:
