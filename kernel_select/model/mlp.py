@@ -19,6 +19,7 @@ kernel_select.offline.training.
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -38,6 +39,8 @@ from kernel_select.model.checkpoint import build_body, load_checkpoint, load_net
 from kernel_select.model.cublas import ATEN_STEM, AtenHead
 from kernel_select.model.features import FEATURE_SETS, FEATURE_VERSION, featurize
 from kernel_select.problem import Problem
+
+log = logging.getLogger(__name__)
 
 STEM = MLP_STEM
 WEIGHTS_FILE = f"{STEM}.pt"
@@ -324,6 +327,10 @@ class MLPModel(PerformanceModel):
         if found is None:
             raise no_trained_model(spec)
         model = cls.load(found[0], spec, allow_same_architecture=True)
+        # Once per process and device (runtime caches the model): which folder every entry point
+        # that ranks without naming a model (the handler, top_k, the CLI) now uses for this GPU.
+        log.info("kernel_select: %s GEMMs are ranked by the model in %s (trained on %s)", spec.key, found[0],
+                 found[1].key)
         if model.aten is None:
             borrowed = find_checkpoint(spec, ATEN_STEM)
             if borrowed is not None:
