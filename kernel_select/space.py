@@ -51,6 +51,8 @@ _EXHAUSTIVE_STAGES = (1, 2, 3, 4, 5)
 _EXHAUSTIVE_WARPS = (2, 4, 8)
 _GROUP_M = 8
 _MIN_BLOCK = 16
+#: The largest block of either grid: a dimension's power of two beyond it scales no config.
+_MAX_BLOCK = max(*_EXHAUSTIVE_BLOCKS, *(max(row[:3]) for row in _DEFAULT_211 + _DEFAULT_213_EXTRA))
 _MAX_ACC_REGISTERS = 255
 _SMEM_EXTRA_BYTES = 128  # Inductor's allowance for barriers
 
@@ -200,9 +202,11 @@ def for_problem(problem: Problem, device: DeviceSpec | str,
         check_torch_version(torch_version)
     if search_space == "default":
         torch_version = "%d.%d" % torch_minor_version(torch_version)
-    # The space depends on m, n, k only through their clamped powers of two, so many problems
-    # share one cached list (this runs inside every torch.compile GEMM lowering).
-    hints = tuple(max(_next_power_of_2(x), _MIN_BLOCK) for x in (problem.m, problem.n, problem.k))
+    # The space depends on m, n, k only through their powers of two clamped to the grids' blocks
+    # (`scale` never raises a block above 256, so 512 and 8192 clamp alike), so many problems share
+    # one cached list (this runs inside every torch.compile GEMM lowering).
+    hints = tuple(min(max(_next_power_of_2(x), _MIN_BLOCK), _MAX_BLOCK)
+                  for x in (problem.m, problem.n, problem.k))
     return list(_space(hints, problem.dtype_bytes, spec, search_space, torch_version))
 
 

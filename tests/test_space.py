@@ -61,6 +61,17 @@ def test_space_is_deduplicated_and_fits(m, n, k):
     assert all(fits_shared_memory(c, 4, get_device("a100")) for c in configs)
 
 
+@pytest.mark.parametrize("search_space", ["exhaustive", "default"])
+@pytest.mark.parametrize("m,n,k", [(1, 300, 5000), (200, 257, 9000), (512, 8192, 130), (4097, 16384, 16383)])
+def test_the_cached_space_of_large_dimensions_is_the_problems_own(search_space: str, m: int, n: int, k: int):
+    # for_problem caches by the dimensions' powers of two clamped to the largest block: problems
+    # beyond it share a list, which must be what Inductor's heuristic gives each of them.
+    problem = Problem(m, n, k, "bfloat16")
+    own = [GemmConfig.from_key(raw) for raw in inductor_configs(problem, search_space, "2.13")
+           if fits_shared_memory(raw, 2, get_device("h100"))]
+    assert for_problem(problem, "h100", search_space, "2.13") == own
+
+
 @pytest.mark.parametrize("config, dtype, reason", [
     (GemmConfig(block_m=128, block_n=128, block_k=128, num_stages=4, num_warps=8), "bfloat16",
      "128x128x128 s4 w8 needs 262,272 B of shared memory per block for bfloat16; h100 allows 232,448 B"),

@@ -6,9 +6,17 @@ import argparse
 import json
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from kernel_select.cli import flags
-from kernel_select.cli.common import Subparsers, int_at_least, positive_float, require_gpu, say
+from kernel_select.cli.common import (Subparsers, add_device_arg, int_at_least, positive_float, require_gpu,
+                                     say, say_lines)
+from kernel_select.cli.devices import DEVICE_HELP, FALLBACK_DEVICE
 from kernel_select.cli.outputs import check_output_dir, output_dir
+from kernel_select.errors import OptionError
+
+if TYPE_CHECKING:
+    from kernel_select.offline.calibrate.run import CalibrateOptions
 
 
 def register(sub: Subparsers) -> None:
@@ -43,23 +51,32 @@ def register(sub: Subparsers) -> None:
     p.add_argument("--epochs", type=int_at_least(1), default=None,
                    help="a quick trial: at most this many training epochs (default: 120, within the time)")
     flags.add_no_progress(p, old_quiet=True)
+    p.add_argument("--plan-only", action="store_true",
+                   help="print the plan and stop, on any machine (no GPU needed, nothing written): the "
+                        "compile classes in the order measured and why (from the --from model), the "
+                        "problems each gets or that it does not fit, cost.py's predicted time and rows per "
+                        "GPU-minute, and the domain strata the calibrated model would claim; --workers sets "
+                        "the compile workers of the machine it is for")
+    add_device_arg(p, f"with --plan-only: the GPU to plan for: {DEVICE_HELP} (default: the GPU this runs "
+                      f"on; {FALLBACK_DEVICE} without one); a run measures the GPU it runs on")
     p.set_defaults(handler=run_calibrate)
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
+    if args.plan_only:
+        return _run_plan_only(args)
+    if args.device is not None:
+        raise OptionError(f"calibrate: --device {args.device}: calibrate measures the GPU it runs on; "
+                          "--device goes with --plan-only")
     if args.out is None:  # the user model directory: checked before the GPU, as --out is when parsed
         from kernel_select.resources import user_models_dir
 
         check_output_dir(user_models_dir())
     require_gpu("calibrate")
     from kernel_select.device import detect
-    from kernel_select.offline.calibrate.run import CalibrateOptions, calibrate
+    from kernel_select.offline.calibrate.run import calibrate
 
-    options = CalibrateOptions(minutes=args.max_seconds / 60.0, start=args.start,
-                               models_dir=Path(args.out) if args.out else None, workers=args.workers,
-                               max_problems=args.max_problems, epochs=args.epochs,
-                               progress=not args.no_progress)
-    summary = calibrate(options, detect())
+    summary = calibrate(_options(args), detect())
     if args.json:
         say(json.dumps(summary, indent=1))
     else:
@@ -69,4 +86,26 @@ def run_calibrate(args: argparse.Namespace) -> int:
         score = (f"top-1 {new['top1']:.3f}, top-4 {new['top4']:.3f} on {held_out['problems']} held-out "
                  f"problems" if "top4" in new else "no held-out score")
         say(f"calibrated {summary['device']['key']}: {score}; model in {summary['model_dir']}")
+    return 0
+
+
+def _options(args: argparse.Namespace) -> CalibrateOptions:
+    from kernel_select.offline.calibrate.run import CalibrateOptions
+
+    return CalibrateOptions(minutes=args.max_seconds / 60.0, start=args.start,
+                            models_dir=Path(args.out) if args.out else None, workers=args.workers,
+                            max_problems=args.max_problems, epochs=args.epochs, progress=not args.no_progress)
+
+
+def _run_plan_only(args: argparse.Namespace) -> int:
+    """What a run would measure, for --device or the GPU here (else the fallback), on any machine."""
+    from kernel_select.cli.devices import serving_device
+    from kernel_select.offline.calibrate.preview import lines, preview
+
+    spec, _ = serving_device(args.device)
+    report = preview(_options(args), spec)
+    if args.json:
+        say(json.dumps(report, indent=1))
+    else:
+        say_lines("\n".join(lines(report)))
     return 0

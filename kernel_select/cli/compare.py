@@ -16,6 +16,7 @@ from kernel_select.cli.common import (
     say,
     say_lines,
 )
+from kernel_select.cli.devices import torch_device_model_line
 from kernel_select.cli.outputs import output_dir
 from kernel_select.errors import OptionError
 
@@ -77,6 +78,9 @@ def run_compare(args: argparse.Namespace) -> int:
     if args.lut is not None:  # the workers load it leniently (ignored if broken): fail here instead
         load_lut_file(args.lut)
     cases = compare.load_cases(args.shapes)
+    serving = torch_device_model_line(args.torch_device, args.model)
+    if serving is not None:  # the handler in each worker ranks with it
+        say(serving, stderr=True)
     only = [name.strip().lower() for name in args.only.split(",") if name.strip()] if args.only else None
     results, json_path, png_path = compare.run_compare(
         cases, out_dir=args.out, topks=topks, exhaustive=args.exhaustive, nogate_topks=nogate_topks,

@@ -11,6 +11,7 @@ from typing import Any
 
 from kernel_select.cli import flags
 from kernel_select.cli.common import int_at_least, load_lut_file, positive_float, printable, say, say_lines
+from kernel_select.cli.devices import torch_device_model_line
 from kernel_select.cli.outputs import output_dir
 from kernel_select.errors import OptionError
 
@@ -107,6 +108,9 @@ def run_compare_models(args: argparse.Namespace) -> int:
         load_lut_file(args.lut)
     methods = select_methods(args.methods, MethodContext(lut=args.lut, cudagraphs=not args.no_cudagraphs))
     check_factories(args.network)
+    serving = torch_device_model_line(args.torch_device)
+    if serving is not None:  # the handler in each worker ranks with it
+        say(serving, stderr=True)
     results, json_path, png_path = compare_models.run_compare_models(
         models, methods, out_dir=args.out, device=args.torch_device, tiny=args.tiny, repeat=args.repeat,
         samples=args.samples, timeout_s=args.worker_max_seconds, resume=args.resume,

@@ -1,20 +1,25 @@
 """Which GPU a command ranks for, and which model serves it, said in one line.
 
-Without `--device`, a command uses the GPU it runs on (kernel_select.runtime.current_device), so on an
-H200 with a calibrated model `topk` ranks with that model, not the H100's. On a machine without a
-CUDA GPU it ranks for FALLBACK_DEVICE and says so. The serving model is named in the output's header
-(`model: h200 (calibrated, /root/.cache/kernel_select/models/h200)`), as `kernel-select doctor` names it.
+Without `--device`, a command that ranks uses the GPU it runs on (kernel_select.runtime.current_device),
+so on an H200 with a calibrated model `topk` ranks with that model, not the H100's. On a machine
+without a CUDA GPU it ranks for FALLBACK_DEVICE and says so. A command that reads measurements (`train`,
+`train-gate`, `eval`, `gate-rules`) uses the device the rows were measured on (`data_device`). The
+serving model is named in the output (`model: h200 (calibrated, /root/.cache/kernel_select/models/h200)`),
+as `kernel-select doctor` names it.
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kernel_select.text import printable
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from kernel_select.device import DeviceSpec
 
 #: The device a command ranks for on a machine without a CUDA GPU: the one the shipped LUT and the
@@ -60,6 +65,43 @@ def serving_device(key: str | None) -> tuple[DeviceSpec, str]:
     return get_device(FALLBACK_DEVICE), "fallback"
 
 
+def data_device(paths: Sequence[Path], rows: pd.DataFrame | None = None) -> DeviceSpec:
+    """The device the rows of dataset files were measured on, by the one rule of `train` and `eval`
+    (offline/data/device_rows.py: one device, else it must be named), from `rows` (the files read)
+    or else the files' `device_name` column alone. A GPU outside KNOWN_DEVICES (an L4 calibrated
+    here) is known by its key where this process runs on it.
+
+    Raises:
+        DatasetError: a file without a readable device_name column, rows of several devices, or none.
+    """
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    from kernel_select import runtime
+    from kernel_select.errors import DatasetError
+    from kernel_select.offline.data.device_rows import dataset_device
+
+    try:
+        runtime.current_device()  # detect() remembers an unlisted GPU under its key for get_device
+    except Exception:  # noqa: BLE001 -- no usable driver: the rows must name a known device
+        pass
+    if rows is None:
+        names = []
+        for path in paths:
+            try:
+                names.append(pq.read_table(path, columns=["device_name"]).to_pandas())
+            except Exception as exc:  # pyarrow raises several unrelated types for a bad file or column
+                raise DatasetError(f"{path}: no readable device_name column ({exc})") from None
+        rows = pd.concat(names, ignore_index=True)
+    return dataset_device(rows, list(paths))
+
+
+def data_device_text(spec: DeviceSpec, given: bool) -> str:
+    """`device: h200`, or where it came from the rows `device: h200 (the dataset's rows were measured
+    on it)`."""
+    return f"device: {spec.key}" + ("" if given else " (the dataset's rows were measured on it)")
+
+
 def device_text(spec: DeviceSpec, origin: str) -> str:
     """`h100`, `h200 (detected)` or `h100 (no CUDA GPU here: the default; pass --device to choose)`."""
     if origin == "detected":
@@ -99,3 +141,16 @@ def model_line(spec: DeviceSpec, name: str | None = None) -> str:
     kind, folder, trained_for = source
     stand_in = "" if trained_for == spec.key else f", trained on {trained_for}: same architecture"
     return f"model: {trained_for} ({kind}{stand_in}, {printable(folder)})"
+
+
+def torch_device_model_line(torch_device: str, name: str | None = None) -> str | None:
+    """`model_line` for the CUDA device `torch_device` ("cuda", "cuda:N") names, as the workers of
+    `compare` and `compare-models` will see it; None for "cpu" or where no CUDA GPU is present."""
+    import torch
+
+    from kernel_select import runtime
+
+    kind, _, index = torch_device.partition(":")
+    if kind != "cuda" or not torch.cuda.is_available():
+        return None
+    return model_line(runtime.detected_device(int(index or 0)), name)

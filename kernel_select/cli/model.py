@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kernel_select.cli import flags
 from kernel_select.cli.common import (
@@ -18,9 +19,15 @@ from kernel_select.cli.common import (
     say,
     say_lines,
 )
+from kernel_select.cli.devices import data_device, data_device_text, model_line
 from kernel_select.cli.outputs import check_output_dir, output_dir, output_file
 from kernel_select.errors import DatasetError, OptionError
 from kernel_select.model.features import FEATURE_SETS, FEATURE_VERSION
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from kernel_select.device import DeviceSpec
 
 
 #: The files `train` writes into --out (the MLP's, then the cuBLAS gate's); `train-gate` writes the
@@ -32,7 +39,8 @@ def _add_training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", required=True, nargs="+", metavar="PARQUET",
                    help="benchmark dataset file(s) or glob patterns, read as one (e.g. 'data/h100*.parquet')")
     p.add_argument("--out", type=output_dir, required=True, help="output directory, e.g. models/h100/")
-    add_device_arg(p, "device the data was measured on (any case; default: %(default)s)", default="h100")
+    add_device_arg(p, "device the data was measured on (any case; default: the one the dataset's rows "
+                      "name, which must be one)")
     p.add_argument("--seed", type=integer, default=0, help="random seed (default: %(default)s)")
 
 
@@ -135,8 +143,11 @@ def run_gate_rules(args: argparse.Namespace) -> int:
     from kernel_select.offline.training.gate_rules import format_table, simulate
     from kernel_select.offline.training.training_data import require_rows
 
-    require_rows(args.data, "gate-rules")
-    rows = simulate(args.data, args.split, args.gemm_topk, device=args.device)
+    paths = require_rows(args.data, "gate-rules")
+    spec = _data_device(args.device, paths)
+    rows = simulate(args.data, args.split, args.gemm_topk, device=spec.key)
+    say(data_device_text(spec, args.device is not None), stderr=args.json)
+    say(model_line(spec), stderr=args.json)  # the data read and checked: what ranked it
     if args.json:
         say(json.dumps(rows, indent=1))
     else:
@@ -168,16 +179,17 @@ def run_train(args: argparse.Namespace) -> int:
     check_output_dir(args.out, MODEL_FILES[:1] if args.refit_auto else MODEL_FILES)  # before the work
     from kernel_select.offline.training.training_data import require_rows
 
-    require_rows(args.data, "training")  # before any model is built
+    paths = require_rows(args.data, "training")  # before any model is built
     from kernel_select.offline.training.train import MLPHParams, train
 
     if args.refit_auto:
         return _run_refit_auto(args)
+    device = _data_device(args.device, paths)  # printed once the data is read and checked
     options = {"feature_version": args.features}
     chosen = {name: value for name, value in (("members", args.members), ("lr", args.lr))
               if value is not None}  # the rest: MLPHParams' defaults
     result = train(args.data, args.out, seed=args.seed, epochs=args.epochs, objective=args.objective,
-                   device=args.device, cap=args.cap, progress=not args.no_progress,
+                   device=device, cap=args.cap, progress=not args.no_progress,
                    hparams=MLPHParams(**chosen),
                    init=args.init, **options)
     for objective, metrics in result.metrics["val"].items():
@@ -185,6 +197,7 @@ def run_train(args: argparse.Namespace) -> int:
         say(f"val [{objective}] epoch {metrics['epoch']}: {topk}")
     say(f"kept the {result.objective} model; trained in {result.seconds:.0f} s; "
         f"wrote {printable(result.out_dir)}")
+    say(data_device_text(device, args.device is not None))
     gate = result.metrics.get("cublas_gate", {})
     if "skipped" in gate:
         say(f"no cuBLAS gate: {gate['skipped']}")
@@ -206,18 +219,38 @@ def _run_refit_auto(args: argparse.Namespace) -> int:
 
 
 def run_train_gate(args: argparse.Namespace) -> int:
-    from kernel_select.device import get_device
     from kernel_select.offline.data import dataset
     from kernel_select.offline.training.train import train_gate
     from kernel_select.offline.training.training_data import require_rows
 
     check_output_dir(args.out, MODEL_FILES[2:])  # before the work
     paths = require_rows(args.data, "training the cuBLAS gate")
-    gate = train_gate(dataset.read_many(paths), get_device(args.device), args.out, seed=args.seed,
+    frame = dataset.read_many(paths)
+    device = _data_device(args.device, paths, frame)
+    say(data_device_text(device, args.device is not None))
+    gate = train_gate(frame, device, args.out, seed=args.seed,
                       data_path=paths[0] if len(paths) == 1 else None)
     _print_gate_validation(gate.card.metrics["validation"])
     say(f"wrote {printable(Path(args.out) / 'cublas_gate.pt')}")
     return 0
+
+
+def _eval_model_source(models: list, mlp_dir: str | None, spec: DeviceSpec) -> str | None:
+    """The line naming the MLP `eval` scores: the folder --mlp-dir names, else the one serving the
+    device (a calibrated model first); None when no MLP is among the models."""
+    if "mlp" not in models:
+        return None
+    if mlp_dir is not None:
+        return f"model: {printable(mlp_dir)} (--mlp-dir, for {spec.key})"
+    return model_line(spec)
+
+
+def _data_device(key: str | None, paths: list[Path], rows: pd.DataFrame | None = None) -> DeviceSpec:
+    """--device, else the device the dataset's rows were measured on (cli/devices.data_device): a
+    model is trained and scored for the device of its data, never an assumed one."""
+    from kernel_select.device import get_device
+
+    return get_device(key) if key is not None else data_device(paths, rows)
 
 
 def _print_gate_validation(validation: dict) -> None:
@@ -249,21 +282,21 @@ def run_eval(args: argparse.Namespace) -> int:
     models: list = _model_names(args.model, args.device)  # a typo fails before the dataset is read
 
     from kernel_select.offline.data import dataset
-    from kernel_select.offline.data.device_rows import dataset_device
     from kernel_select.offline.training.evaluate import evaluate, evaluate_splits
     from kernel_select.offline.training.report import format_paired, format_pinned, format_report
     from kernel_select.offline.training.training_data import require_rows
 
-    require_rows(args.data, "eval")
+    paths = require_rows(args.data, "eval")
     if args.pinned_rows is not None and args.split != "held-out":
         raise OptionError(f"eval: --pinned-rows: the pinned problems are chosen from the held-out splits, "
                           f"not --split {args.split}; leave --split out")
     if args.pinned_rows is not None and args.drop_suspect:
         raise OptionError("eval: --pinned-rows writes all the rows eval.json's pinned scores are "
                           "recomputed from; leave --drop-suspect out")
-    frame, device = None, args.device
-    if args.pinned_rows is not None or args.drop_suspect or (device is None and args.mlp_dir is not None):
-        frame = dataset.read_many(args.data)
+    frame = dataset.read_many(paths)  # read and checked once, before anything is printed
+    device = _data_device(args.device, paths, frame)
+    source = _eval_model_source(models, args.mlp_dir, device)
+    header = [data_device_text(device, args.device is not None), *([source] if source else [])]
     dropped = None
     if args.drop_suspect:
         from kernel_select.offline.data.audit import SUSPECT_RATIO, suspect_rows
@@ -272,13 +305,10 @@ def run_eval(args: argparse.Namespace) -> int:
         frame, dropped = frame[~suspect], int(suspect.sum())
         say(f"dropped {dropped:,} suspect rows (capped single samples over {SUSPECT_RATIO:g}x the fastest "
             "config of their tile)", stderr=args.json)
-    if device is None and args.mlp_dir is not None:
-        # A model folder is loaded for a device: the one the data was measured on, unless named.
-        device = dataset_device(frame, args.data).key
-    if args.mlp_dir is not None:
+    if args.mlp_dir is not None:  # loaded for the device the data was measured on, unless named
         from kernel_select.model.mlp import MLPModel
 
-        models = [MLPModel.load(args.mlp_dir, device) if name == "mlp" else name for name in models]
+        models = [MLPModel.load(args.mlp_dir, device.key) if name == "mlp" else name for name in models]
     if args.split == "held-out":
         report = evaluate_splits(args.data, models, device=device, frame=frame)
         if all("skipped" in r for r in report["splits"].values()):
@@ -294,6 +324,10 @@ def run_eval(args: argparse.Namespace) -> int:
         lines = [format_report(report)]
     if dropped is not None:
         report["dropped_suspect_rows"] = dropped
+    if source is not None:
+        report["model_source"] = source.removeprefix("model: ")
+    for line in header:  # once there is a report: the device and the MLP it scores
+        say(line, stderr=args.json)
     # A problem id or file name from the data is escaped: it must not drive the terminal.
     (say if args.json else say_lines)(json.dumps(report, indent=2) if args.json else "\n".join(lines))
     if args.json_out:

@@ -19,6 +19,7 @@ kernel_select.offline.training.
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -39,12 +40,14 @@ from kernel_select.model.cublas import ATEN_STEM, AtenHead
 from kernel_select.model.features import FEATURE_SETS, FEATURE_VERSION, featurize
 from kernel_select.problem import Problem
 
+log = logging.getLogger(__name__)
+
 STEM = MLP_STEM
 WEIGHTS_FILE = f"{STEM}.pt"
 CARD_FILE = f"{STEM}.json"
 # fp16 and bf16 have the same size and tensor-core rate, so their features are identical: a model
 # trained on one scores the other the same way.
-_SAME_FEATURES = {"float16": "bfloat16", "bfloat16": "float16"}
+SAME_FEATURES = {"float16": "bfloat16", "bfloat16": "float16"}
 #: gemm_topk="auto" without a gap in the card: k = the configs predicted within 5% of the best.
 DEFAULT_AUTO_GAP = 0.05
 
@@ -173,7 +176,7 @@ class MLPModel(PerformanceModel):
 
     def predict(self, problem: Problem, device: DeviceSpec, configs: Sequence[GemmConfig]) -> np.ndarray:
         dtype = problem.dtype
-        if dtype not in self.card.dtypes and _SAME_FEATURES.get(dtype) not in self.card.dtypes:
+        if dtype not in self.card.dtypes and SAME_FEATURES.get(dtype) not in self.card.dtypes:
             raise UnsupportedProblemError(
                 f"mlp model for {device.key}: trained on {self.card.dtypes}, not {dtype}; collect {dtype} "
                 f"data and retrain, or use the analytical model")
@@ -223,23 +226,32 @@ class MLPModel(PerformanceModel):
         outside_layouts = super().domain_gap(problem)
         if outside_layouts:
             return outside_layouts
-        dtypes = {problem.dtype, _SAME_FEATURES.get(problem.dtype)}
+        dtypes = {problem.dtype, SAME_FEATURES.get(problem.dtype)}
         if card.dtypes and not dtypes & set(card.dtypes):
             return f"dtype {problem.dtype} not in the model's training data"
         domain = card.domain
         if domain is None:  # a card from before the domain was recorded: single GEMMs only
             batched = problem.op in ("bmm", "baddbmm")
             return f"{problem.op} never measured for this model" if batched else ""
-        key = stratum(problem.op, problem.dtype, problem.m)
-        alias = stratum(problem.op, _SAME_FEATURES.get(problem.dtype, problem.dtype), problem.m)
-        count = max(domain.strata.get(key, 0), domain.strata.get(alias, 0))
+        count = self.training_problems_like(problem) or 0
         if count < MIN_STRATUM_PROBLEMS:
+            key = stratum(problem.op, problem.dtype, problem.m)
             return f"{count} training problems like it ({key}; fewer than {MIN_STRATUM_PROBLEMS})"
         for name, value, (low, high) in (("m", problem.m, domain.m), ("n", problem.n, domain.n),
                                          ("k", problem.k, domain.k), ("batch", problem.batch, domain.batch)):
             if not low <= value <= high:
                 return f"{name} = {value} outside the trained {low}..{high}"
         return ""
+
+    def training_problems_like(self, problem: Problem) -> int | None:
+        """The card's training problems in the problem's domain stratum (op, dtype, M bucket; its
+        dtype's or the one sharing its features, whichever has more); None for a card that did not
+        record its domain."""
+        if self.card.domain is None:
+            return None
+        strata = self.card.domain.strata
+        return max(strata.get(stratum(problem.op, dtype, problem.m), 0)
+                   for dtype in (problem.dtype, SAME_FEATURES.get(problem.dtype, problem.dtype)))
 
     def member_spread(self, problem: Problem, configs: Sequence[GemmConfig], runtime_ms: np.ndarray) -> float:
         """The members' disagreement about a problem (0 for a single network): the mean range of their
@@ -315,6 +327,10 @@ class MLPModel(PerformanceModel):
         if found is None:
             raise no_trained_model(spec)
         model = cls.load(found[0], spec, allow_same_architecture=True)
+        # Once per process and device (runtime caches the model): which folder every entry point
+        # that ranks without naming a model (the handler, top_k, the CLI) now uses for this GPU.
+        log.info("kernel_select: %s GEMMs are ranked by the model in %s (trained on %s)", spec.key, found[0],
+                 found[1].key)
         if model.aten is None:
             borrowed = find_checkpoint(spec, ATEN_STEM)
             if borrowed is not None:

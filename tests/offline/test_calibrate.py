@@ -24,6 +24,7 @@ from kernel_select.offline.calibrate.install import CalibrationFiles
 from kernel_select.offline.calibrate.run import CalibrateOptions, calibrate
 from kernel_select.offline.calibrate.start import resolve_start
 from kernel_select.offline.data import dataset, shapes
+from kernel_select.offline.data.calibration_classes import COMPILE_CLASSES
 from kernel_select.offline.training.cublas_fit import save_problem_net
 from kernel_select.offline.training.train import save_model
 from kernel_select.resources import HIDE_SHIPPED_ENV, shipped_dir
@@ -42,6 +43,7 @@ def test_calibrate_writes_a_model_folder_that_serves_the_gpu_before_the_shipped_
     summary = calibrate(CalibrateOptions(start="none", **QUICK), H100, collect=fake)
     files = CalibrationFiles(folder)
     assert summary["model_dir"] == str(folder) and summary["start"] is None
+    assert [r["class"] for r in summary["priority"]] == [c.name for c in COMPILE_CLASSES]  # the fixed order
     assert len(fake.timed) == summary["measured"]["problems"] == summary["plan"]["problems"] == 14
     assert dataset.completed_problems(files.measurements, H100.name) == {
         dataset.id_of(s.problem()) for s in shapes.load(files.plan)}
@@ -142,3 +144,39 @@ def test_the_command_without_a_gpu_exits_2_with_one_line(monkeypatch: pytest.Mon
     assert exc.value.code == 2 and out == "" and err.count("\n") == 1
     assert err.startswith("kernel-select: error: calibrate: needs a CUDA GPU")
     assert not (tmp_path / "models").exists()
+
+
+def test_plan_only_prints_the_plan_on_a_machine_without_a_gpu_and_writes_nothing(
+        monkeypatch: pytest.MonkeyPatch, capsys, user: Path):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    argv = ["calibrate", "--plan-only", "--max-seconds", "300", "--workers", "15", "--from", "none"]
+    assert main([*argv, "--device", "H200"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == ("calibrate plan for h200 (NVIDIA H200, 132 SMs): 5 minutes = 15 s planning, 195 s "
+                        "measuring (compile included), 60 s training, 30 s scoring and writing; 15 compile "
+                        "workers")
+    assert lines[1] == "start: from scratch; classes in the fixed order"
+    rows = [line.split() for line in lines[3:3 + 16]]
+    assert rows[0][:4] == ["1", "mm/bfloat16/nt/n16/k16r0", "coverage", rows[0][3]] and int(rows[0][3]) >= 96
+    assert sum(row[3] == "-" for row in rows) >= 10  # 5 minutes fit a few classes; the others are listed
+    assert lines[19].startswith("cost.py: ") and " rows per GPU-minute" in lines[19]
+    assert lines[20].startswith("domain: ") and lines[21].startswith("planned in ")
+    assert not any(user.iterdir())  # nothing written, not even the device's folder
+
+    assert main([*argv, "--json"]) == 0  # no --device and no GPU: the fallback device
+    report = json.loads(capsys.readouterr().out)
+    assert report["device"]["key"] == "h100" and report["start"] is None and report["order"] == "fixed"
+    assert [c["class"] for c in report["classes"]][:2] == ["mm/bfloat16/nt/n16/k16r0", "mm/bfloat16/nn/n8/k4"]
+    taken = {c["class"]: c["problems"] for c in report["classes"] if c["problems"]}
+    assert report["plan"]["classes"] == taken
+    assert report["plan"]["predicted_rows_per_gpu_minute"] >= 30_000
+
+
+def test_device_goes_with_plan_only(capsys, tmp_path: Path):
+    with pytest.raises(SystemExit) as exc:
+        main(["calibrate", "--device", "h200", "--out", str(tmp_path / "models")])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1
+    assert "calibrate measures the GPU it runs on; --device goes with --plan-only" in err

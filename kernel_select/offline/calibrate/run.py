@@ -1,7 +1,9 @@
 """`kernel-select calibrate`: measure this GPU for a few minutes, train its model, score it, install it.
 
-  1. plan: the compile classes and problems that fit the collection's share of the minutes on this
-     machine's compile workers (offline/data/calibration_plan.py, sized by harness/cost.py);
+  1. plan: the compile classes, those where the starting model is least sure first (priority.py),
+     and their problems that fit the collection's share of the minutes on this machine's compile
+     workers (offline/data/calibration_plan.py, sized by harness/cost.py); `--plan-only` stops here
+     (preview.py);
   2. collect: the benchmark harness times the plan, bounded by the harness's max_seconds, into
      calibration.parquet in the model folder; problems already there from an earlier run on this
      GPU are skipped (a killed run resumes; training always starts over);
@@ -24,15 +26,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernel_select.atomic_write import write_atomic
 from kernel_select.device import DeviceSpec
 from kernel_select.errors import DatasetError
 from kernel_select.offline.calibrate.budget import AFTER_TRAINING_S, DEFAULT_MINUTES, Budget, RunProgress
 from kernel_select.offline.calibrate.install import CalibrationFiles, install
+from kernel_select.offline.calibrate.priority import RankedClass, ranked_classes
 from kernel_select.offline.calibrate.scoring import held_out_scores, lines
 from kernel_select.offline.calibrate.start import StartModel, resolve_start
+
+if TYPE_CHECKING:
+    from kernel_select.offline.data.calibration_plan import CalibrationPlan
 
 log = logging.getLogger(__name__)
 
@@ -68,22 +74,17 @@ def calibrate(options: CalibrateOptions, spec: DeviceSpec, *,
         ModelError: the model --from names does not load.
     """
     from kernel_select.offline.data import dataset, shapes
-    from kernel_select.offline.data.calibration_plan import plan_calibration
-    from kernel_select.offline.harness.bench import compile_workers
-    from kernel_select.offline.harness.bench_plan import running_fp32_precision
-    from kernel_select.resources import user_models_dir
 
     budget = Budget(options.minutes * 60.0)
-    root = Path(options.models_dir) if options.models_dir is not None else user_models_dir()
-    files = CalibrationFiles(root / spec.key)
+    root, files = output_folder(options, spec)
     start = resolve_start(options.start, spec, files.folder)  # a bad --from fails before any work
-    workers = options.workers or compile_workers(reserved=1)  # one core launches kernels
+    workers = compile_worker_count(options)
     progress = RunProgress(options.progress)
     try:
         progress.say(f"calibrating {spec.identity} for {options.minutes:g} minutes into {files.folder}; "
                      f"{'fine-tuning ' + start.describe() if start else 'training from scratch'}")
-        plan = plan_calibration(spec, budget.collection_s, workers, max_problems=options.max_problems,
-                                seed=options.seed, fp32_precision=running_fp32_precision())
+        ranked = ranked_classes(start, options.seed)
+        plan = plan_run(options, spec, ranked, budget, workers)
         files.folder.mkdir(parents=True, exist_ok=True)
         shapes.save(plan.shapes, files.plan)
         done = dataset.completed_problems(files.measurements, spec.name)
@@ -104,6 +105,7 @@ def calibrate(options: CalibrateOptions, spec: DeviceSpec, *,
         scores = held_out_scores(files.measurements, spec, models)
         installed = install(files.staging, files.folder)
         summary = _summary(spec, files, start, plan, measured, collected, trained, scores, installed, budget)
+        summary["priority"] = [r.record() for r in ranked]
         write_atomic(files.summary, (json.dumps(summary, indent=1) + "\n").encode())
         for line in lines(scores):
             progress.say(line)
@@ -115,6 +117,37 @@ def calibrate(options: CalibrateOptions, spec: DeviceSpec, *,
         raise
     finally:
         progress.close()
+
+
+def output_folder(options: CalibrateOptions, spec: DeviceSpec) -> tuple[Path, CalibrationFiles]:
+    """The models dir calibrate writes into (--out, else the user's) and the files of `spec`'s folder."""
+    from kernel_select.resources import user_models_dir
+
+    root = Path(options.models_dir) if options.models_dir is not None else user_models_dir()
+    return root, CalibrationFiles(root / spec.key)
+
+
+def compile_worker_count(options: CalibrateOptions) -> int:
+    """--workers, else every core this process may use but one (which launches kernels)."""
+    from kernel_select.offline.harness.bench import compile_workers
+
+    return options.workers or compile_workers(reserved=1)
+
+
+def plan_run(options: CalibrateOptions, spec: DeviceSpec, ranked: list[RankedClass], budget: Budget,
+             workers: int) -> CalibrationPlan:
+    """The plan of a run: the classes in `ranked`'s order, sized to the collection's share of the
+    minutes on `workers` compile processes.
+
+    Raises:
+        OptionError: the minutes fit no class.
+    """
+    from kernel_select.offline.data.calibration_plan import plan_calibration
+    from kernel_select.offline.harness.bench_plan import running_fp32_precision
+
+    return plan_calibration(spec, budget.collection_s, workers, classes=[r.compile_class for r in ranked],
+                            max_problems=options.max_problems, seed=options.seed,
+                            fp32_precision=running_fp32_precision())
 
 
 def _served(root: Path, spec: DeviceSpec) -> str:
@@ -139,9 +172,11 @@ def _predicted_s(finish_s: list[float], todo: list[int]) -> float:
 
 def _plan_line(plan: Any, workers: int, resumed: int, earlier: int, files: CalibrationFiles) -> str:
     est = plan.estimate
-    text = (f"plan: {len(plan.shapes)} problems in {len(plan.classes)} compile class(es), {est.keys} "
-            f"kernels, {est.rows} rows; cost.py predicts {est.wall_s:.0f} s with {workers} compile workers "
-            f"({est.rows_per_gpu_minute():,.0f} rows per GPU-minute)")
+    passed = f" ({len(plan.passed_over)} more did not fit)" if plan.passed_over else ""
+    text = (f"plan: {len(plan.shapes)} problems in {len(plan.classes)} compile class(es){passed}, first "
+            f"{next(iter(plan.classes))}, {est.keys} kernels, {est.rows} rows; cost.py predicts "
+            f"{est.wall_s:.0f} s with {workers} compile workers ({est.rows_per_gpu_minute():,.0f} rows per "
+            "GPU-minute)")
     if earlier:
         text += (f"; resuming {files.measurements}: {resumed} of them (and {earlier} problems in all) "
                  f"measured by an earlier run")
