@@ -17,14 +17,15 @@ def test_the_lines_a_run_logs_read_back_as_its_figures():
     assert (summary["kernels"], summary["compile_workers"]) == (10454, 60)
     assert summary["rows_per_minute"] == round(6018 / 144.7 * 60)
     assert summary["rows_per_gpu_minute"] == round(6018 / 144.7 * 60 / 2)
-    assert [(g["gpu"], g["rows"], g["waited_for_kernels_s"]) for g in summary["gpus"]] == [(0, 3190, 104.1),
-                                                                                            (1, 2828, 103.5)]
+    per_gpu = [(g["gpu"], g["rows"], g["waited_for_kernels_s"]) for g in summary["gpus"]]
+    assert per_gpu == [(0, 3190, 104.1), (1, 2828, 103.5)]
 
 
 def test_the_one_gpu_drivers_own_wording_reads_too_and_an_unfinished_log_reads_as_none():
-    one_gpu = ("71 problems, 4278 rows in 139.6 s wall (compile included; 4139 kernels compiled on 15 workers): "
-               "1838 rows per GPU-minute; timing: ...\nGPU 0: 71 problems, 4278 rows, 1838 rows per GPU-minute, "
-               "busy 17.3 s, waited 116.1 s for compiled kernels")
+    one_gpu = ("71 problems, 4278 rows in 139.6 s wall (compile included; 4139 kernels compiled on 15 "
+               "workers): 1838 rows per GPU-minute; timing: ...\n"
+               "GPU 0: 71 problems, 4278 rows, 1838 rows per GPU-minute, busy 17.3 s, waited 116.1 s for "
+               "compiled kernels")
     summary = run_summary(one_gpu)
     assert summary is not None and summary["rows_per_minute"] == 1839 and len(summary["gpus"]) == 1
     assert run_summary("stopping at the 140 s bound (--max-seconds); re-run to resume") is None

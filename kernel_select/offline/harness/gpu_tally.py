@@ -54,8 +54,8 @@ def run_line(tallies: Sequence[GpuTally], wall_s: float, compiled: int, workers:
 #: words: "N problems, R rows in W s wall (compile included; K kernels compiled on P workers)").
 _RUN_LINE = re.compile(r"(?P<problems>\d+) problems, (?P<rows>\d+) rows in (?P<wall>[\d.]+) s wall "
                        r"\(compile included; (?P<kernels>\d+) kernels compiled on (?P<workers>\d+) workers\)")
-_GPU_LINE = re.compile(r"GPU (?P<gpu>\d+): (?P<problems>\d+) problems, (?P<rows>\d+) rows, (?P<rate>\d+) rows per "
-                       r"GPU-minute, busy (?P<busy>[\d.]+) s, waited (?P<waited>[\d.]+) s")
+_GPU_LINE = re.compile(r"GPU (?P<gpu>\d+): (?P<problems>\d+) problems, (?P<rows>\d+) rows, "
+                       r"(?P<rate>\d+) rows per GPU-minute, busy (?P<busy>[\d.]+) s, waited (?P<waited>[\d.]+) s")
 
 
 def run_summary(log_text: str) -> dict | None:
