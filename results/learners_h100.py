@@ -13,6 +13,8 @@ learners meet the same problems and `paired` compares each with the shipped MLP:
                     train`'s recipe, MLP_VARIANTS below); about 48 minutes each on 2 CPU cores
   <gbdt>_shortlist  with --shortlist N: the MLP scores every config, the GBDT orders the MLP's N best
                     (the trees then cost N rows a GEMM, not ~1,200); the rest follow in the MLP's order
+  <gbdt>_blend      with --shortlist N --blend: the shortlist ordered by the sum of the MLP's and the
+                    GBDT's positions in it
 
 Each learner's report: top-k per split, calibration (median |log ratio| over each problem's 16 fastest
 configs; for lambdarank its times are no milliseconds and the figure is meaningless), top-1 and top-4
@@ -28,7 +30,16 @@ Developing on a small CPU: a hash-chosen share of the problems, the same for eve
     python results/learners_h100.py --problem-fraction 0.2 --eval-fraction 0.3 --out /tmp/learners.json
 
 --models DIR keeps each fitted GBDT as a model folder (DIR/<learner>/gbdt.json and gbdt.npz) and loads one
-already there instead of fitting it: fit on a many-core host, score anywhere.
+already there instead of fitting it: fit on a many-core host, score anywhere. The GBDTs of the committed
+JSON are kept in results/learners_h100/ (fitted 2026-11-27 by the command above with --threads 2
+--models), so once the `unseen` rows are in data/ the comparison scores them without fitting again:
+
+    python results/learners_h100.py --models results/learners_h100 --shortlist 64 --blend
+
+Cost, measured on this project's 2-core CPU with other work beside it (--threads 2): LightGBM lambdarank
+1,482 s (613 rounds, 513 kept), regression 497 s (881 rounds, 781 kept), on 745,491 rows; scoring every
+learner on `test` and `family` about 9 minutes, most of it the trees' numpy walk; the shipped MLP's
+training took 2,893 s (its card), about what each MLP variant costs.
 """
 
 from __future__ import annotations
@@ -93,6 +104,9 @@ def main() -> None:
                         help="score on this share of each held-out split's problems (default 1)")
     parser.add_argument("--shortlist", type=int, default=0,
                         help="also score each GBDT re-ordering the MLP's N best configs (default: off)")
+    parser.add_argument("--blend", action="store_true",
+                        help="with --shortlist: also order the shortlist by the sum of the MLP's and the "
+                             "GBDT's ranks")
     parser.add_argument("--rounds", type=int, default=GBDTParams.rounds, help="GBDT: most boosting rounds")
     parser.add_argument("--threads", type=int, default=0, help="LightGBM threads (default: every core)")
     parser.add_argument("--models", type=Path, default=None,
@@ -113,7 +127,10 @@ def main() -> None:
     fits: dict[str, dict[str, Any]] = {}
     if "mlp" in learners:
         models["mlp"] = MLPModel.load(SHIPPED, DEVICE)
-        fits["mlp"] = {"kind": "shipped", "folder": "models/h100", "describe": models["mlp"].describe()}
+        card = models["mlp"].card
+        fits["mlp"] = {"kind": "shipped", "folder": "models/h100", "describe": models["mlp"].describe(),
+                       "train_seconds": card.metrics.get("train_seconds"), "trained_at": card.trained_at,
+                       "val": {"topk": card.metrics.get("averaged_val", {}).get("topk")}}
     for name in learners:
         if name in GBDT_LEARNERS:
             models[name], fits[name] = gbdt_learner(name, args, frame)
@@ -126,6 +143,10 @@ def main() -> None:
             models[f"{name}_shortlist"] = Shortlist(models["mlp"], models[name], args.shortlist)
             fits[f"{name}_shortlist"] = {"kind": "shortlist", "first": "mlp", "then": name,
                                          "size": args.shortlist}
+            if args.blend:
+                models[f"{name}_blend"] = Shortlist(models["mlp"], models[name], args.shortlist, blend=True)
+                fits[f"{name}_blend"] = {"kind": "shortlist, ordered by the sum of both ranks", "first": "mlp",
+                                         "then": name, "size": args.shortlist}
     for name, model in models.items():
         model.name = name  # evaluate() reports a model under its name; the GBDTs share "gbdt"
         fits[name]["estimate_ms_seed_problem"] = estimate_ms(model)
@@ -175,21 +196,25 @@ def gbdt_learner(name: str, args: argparse.Namespace, frame: pd.DataFrame) -> tu
 
 
 class Shortlist(PerformanceModel):
-    """`first` scores every config; `then` orders `first`'s `size` best. Returns `first`'s times with
+    """`first` scores every config; `then` orders `first`'s `size` best (with `blend`, the sum of both
+    models' positions in the shortlist orders it). Returns `first`'s times with
     the shortlist's sorted times handed out in `then`'s order (the i-th best by `then` gets the i-th
     smallest), so the times stay `first`'s milliseconds; every other config keeps its time, raised
     above the shortlist's slowest."""
 
     name = "shortlist"
 
-    def __init__(self, first: PerformanceModel, then: PerformanceModel, size: int) -> None:
+    def __init__(self, first: PerformanceModel, then: PerformanceModel, size: int, blend: bool = False) -> None:
         super().__init__(first.device)
-        self.first, self.then, self.size = first, then, size
+        self.first, self.then, self.size, self.blend = first, then, size, blend
 
     def predict(self, problem, device, configs):
         ms = np.asarray(self.first.predict(problem, device, configs), dtype=np.float64)
         short = np.argsort(ms, kind="stable")[: self.size]
-        order = np.argsort(self.then.predict(problem, device, [configs[i] for i in short]), kind="stable")
+        key = self.then.predict(problem, device, [configs[i] for i in short])
+        if self.blend:  # the sum of the two rankings' positions; `first`'s breaks ties
+            key = np.argsort(np.argsort(key, kind="stable"), kind="stable") + np.arange(len(short))
+        order = np.argsort(key, kind="stable")
         out = ms.copy()
         out[short[order]] = np.sort(ms[short])
         rest = np.ones(len(ms), dtype=bool)
