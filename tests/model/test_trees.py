@@ -10,7 +10,10 @@ import numpy as np
 import pytest
 
 from kernel_select.errors import ModelCardMismatchError
+from kernel_select.model.gbdt import GBDTModel
 from kernel_select.model.trees import ARRAYS, TreeEnsemble
+from tests.model_contract import MODEL_CHECKS
+from tests.synthetic import random_gbdt
 
 FEATURES = 5
 
@@ -156,3 +159,12 @@ def test_a_file_that_is_not_a_tree_archive_is_refused(nested, tmp_path):
                 np.lib.format.write_array(f, np.array([{"x": 1}], dtype=object), allow_pickle=True)
     with pytest.raises(ModelCardMismatchError, match="cannot be read"):
         TreeEnsemble.load(pickled, "hint")
+
+
+@pytest.mark.parametrize("check", MODEL_CHECKS, ids=lambda check: check.__name__)
+def test_a_gbdt_keeps_the_estimator_contract_without_lightgbm(check):
+    # tests/model/test_gbdt.py checks fitted trees where LightGBM is installed; these random ones need
+    # numpy only. The contract also scores float32 problems, which the trees read like any other.
+    model = random_gbdt(trees=30, leaves=15)
+    check(GBDTModel(model.device, model.trees,
+                    model.card.model_copy(update={"dtypes": ["bfloat16", "float16", "float32"]})))
