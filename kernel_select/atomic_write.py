@@ -26,6 +26,12 @@ What is replaced is the file a path names, not the path:
 
 Every OSError names the path the caller passed (never the temporary file), so "No space left on
 device" says which write failed.
+
+Check before work: `check_writable` raises, without writing anything, the error a write would meet
+(the refusals above, and a folder on the way that is not a writable folder, is on a read-only file
+system or is nearly full), so a command that measures, trains or compiles before it writes refuses
+an output it could not write before the work: a late failure loses the work (`bench --out` on a
+read-only file once measured for 96 s and then refused to write the rows).
 """
 
 from __future__ import annotations
@@ -41,10 +47,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from kernel_select.text import printable
+
 #: How old (seconds since its last write) a dead writer's temporary file must be before a write to
 #: the same target removes it. Without a lock, a pid that is dead here may be a live writer in another
 #: pid namespace sharing the folder (a container); one that wrote nothing for this long is not.
 STALE_TEMP_AGE_S = 600.0
+
+#: Free space an output's file system must have before the work starts: less than this is a disk
+#: that is (nearly) full, where the write at the end would fail.
+MIN_FREE_BYTES = 16 * 1024 * 1024
 
 
 def resolve_target(path: str | os.PathLike[str]) -> Path:
@@ -122,11 +134,50 @@ def remove_stale_temps(path: str | os.PathLike[str], *, min_age_s: float = 0.0) 
     return removed
 
 
+def check_writable(path: str | os.PathLike[str]) -> None:
+    """Raise, naming `path` and without writing anything, the OSError a write of the file `path`
+    names would meet: the folder it goes in cannot take it (`check_folder_writable`; first, so a
+    path under a regular file says so) or the target is refused by `atomic_file`
+    (`check_replaceable`). A missing folder is fine: the writer creates it.
+    """
+    shown = os.fspath(path)
+    target = resolve_target(path)
+    check_folder_writable(target.parent, shown)
+    check_replaceable(target, shown)
+
+
 def check_replaceable(path: str | os.PathLike[str], shown: str | None = None) -> None:
     """Raise the OSError `atomic_file` would raise for replacing the file `path` names (a
-    directory, a read-only or hard-linked file), naming `shown` (default: `path`), without writing:
-    for commands that check their outputs before they start work."""
+    directory, a read-only or hard-linked file), naming `shown` (default: `path`), without writing."""
     _replaceable(resolve_target(path), os.fspath(path) if shown is None else shown)
+
+
+def check_folder_writable(folder: str | os.PathLike[str], shown: str) -> None:
+    """Raise an OSError naming `shown` unless the nearest existing folder at or above `folder` (the
+    one a missing `folder` would be created in) is a folder, writable, on a file system mounted
+    read-write, with at least MIN_FREE_BYTES free."""
+    existing = Path(folder)
+    while not os.path.lexists(existing):
+        existing = existing.parent
+    try:
+        info = os.stat(existing)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, shown) from None
+    if not stat.S_ISDIR(info.st_mode):
+        kind = "a regular file" if stat.S_ISREG(info.st_mode) else file_kind(info.st_mode)
+        raise OSError(errno.ENOTDIR, f"cannot be created: {printable(existing)} is {kind}, not a folder",
+                      shown)
+    fs = os.statvfs(existing)
+    if fs.f_flag & os.ST_RDONLY:
+        raise OSError(errno.EROFS, f"cannot be written: {printable(existing)} is on a read-only file "
+                                   "system", shown)
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise PermissionError(errno.EACCES, f"cannot be written: the folder {printable(existing)} is not "
+                                            "writable", shown)
+    free = fs.f_bavail * fs.f_frsize
+    if free < MIN_FREE_BYTES:
+        raise OSError(errno.ENOSPC, f"cannot be written: {free // 1024:,} KiB free on the file system of "
+                                    f"{printable(existing)}", shown)
 
 
 def remove_stale_temps_quietly(target: Path) -> None:

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 # "ci" keeps the property suite fast on a 2-core CI machine while still trying many examples;
 # "dev" is the same with a little more patience; "thorough" is for a local soak.
@@ -14,6 +14,10 @@ settings.register_profile("ci", deadline=None, suppress_health_check=[HealthChec
 settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("thorough", deadline=None, max_examples=5000,
                           suppress_health_check=[HealthCheck.too_slow])
+# "mutation" is "ci" without shrinking: .ci/mutation only asks whether a test fails on a mutant, and
+# shrinking the failing example to a minimal one took most of the slowest mutants' time.
+settings.register_profile("mutation", parent=settings.get_profile("ci"),
+                          phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 

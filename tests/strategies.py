@@ -31,7 +31,8 @@ COMMON_DIMS = (1, 7, 64, 1280, 3420, 4096)
 
 
 def examples(ci: int) -> settings:
-    """`ci` examples under HYPOTHESIS_PROFILE=ci; the active profile's count otherwise.
+    """`ci` examples under HYPOTHESIS_PROFILE=ci (and "mutation", which is "ci" without shrinking);
+    the active profile's count otherwise.
 
     KERNEL_SELECT_FUZZ=N (`make fuzz`) runs N times the ci count with random (not derandomized)
     inputs, so each fuzz run explores new examples.
@@ -39,7 +40,7 @@ def examples(ci: int) -> settings:
     fuzz = int(os.environ.get("KERNEL_SELECT_FUZZ") or 0)
     if fuzz > 0:
         return settings(max_examples=ci * fuzz, derandomize=False)
-    if os.environ.get("HYPOTHESIS_PROFILE") == "ci":
+    if os.environ.get("HYPOTHESIS_PROFILE") in ("ci", "mutation"):
         return settings(max_examples=ci)
     return settings()
 

@@ -1,6 +1,6 @@
-"""The package's layers, checked on its source: no import cycle outside offline/, torch._inductor only under
-inductor/, triton never at module level outside the GPU harness, and nothing in the compile path imports
-offline code or the offline extras (read from the source, imports inside functions included)."""
+"""The package's layers, checked on its source: no import cycle, torch._inductor only under inductor/,
+triton never at module level outside the GPU harness, and nothing in the compile path imports offline code
+or the offline extras (read from the source, imports inside functions included)."""
 
 from __future__ import annotations
 
@@ -83,9 +83,11 @@ GRAPH = import_graph()
 COMPILE_PATH = [name for name in GRAPH if not name.startswith(("kernel_select.offline", "kernel_select.cli"))]
 
 
-def test_no_import_cycle_outside_offline():
-    inside = {name: deps for name, deps in GRAPH.items() if not name.startswith("kernel_select.offline")}
-    assert cycles(inside) == []
+def test_no_import_cycle_in_the_package():
+    # Imports inside functions and under TYPE_CHECKING count: one that exists only to dodge a cycle
+    # hides two modules that need each other, whose shared piece belongs in a third (bench and
+    # timer, pretune and pretune_gpu, compare_models and model_report had such imports).
+    assert cycles(GRAPH) == []
 
 
 def test_only_the_inductor_adapter_imports_torch_inductor():

@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 
+from kernel_select.atomic_write import check_writable
 from kernel_select.cli import flags
 from kernel_select.cli.common import (
     Subparsers,
@@ -18,7 +19,7 @@ from kernel_select.cli.common import (
     say,
 )
 from kernel_select.cli.devices import model_line
-from kernel_select.cli.outputs import check_output_file, output_file
+from kernel_select.cli.outputs import output_file
 from kernel_select.offline.serving.crossovers import DEFAULT_REFINE, DEFAULT_TOLERANCE
 
 
@@ -77,7 +78,7 @@ def run_pretune(args: argparse.Namespace) -> int:
     from kernel_select.offline.serving import discovery, pretune
     from kernel_select.offline.serving.progress import progress_path
 
-    check_output_file(str(progress_path(args.out)))  # the measurements are kept there: checked before them
+    check_writable(progress_path(args.out))  # the measurements are kept there: checked before them
     if args.shapes:  # a bad file is reported before the GPU is looked for, as `bench` does
         from kernel_select.offline.json_files import SHAPES_FILE
 

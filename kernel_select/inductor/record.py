@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from kernel_select import runtime
+from kernel_select.atomic_write import check_writable
 from kernel_select.device import DeviceSpec, get_device
-from kernel_select.atomic_write import atomic_file
 from kernel_select.errors import DeviceError, first_line, LUTError
 from kernel_select.inductor import inputs
 from kernel_select.inductor.probe import ChoiceTiming, choice_timing, feedback_saver
@@ -171,7 +171,7 @@ def record(path: str | os.PathLike[str] | None = None, *, device: str | None = N
     target = Path(path) if path is not None else None
     existing = load_lut(target) if target is not None and target.exists() else None
     if target is not None:
-        check_writable(target)
+        check_output(target)
     recording = Recording()
 
     def saver(timings: dict[Any, float], name: str, input_nodes: list[Any], *_: Any) -> None:
@@ -189,22 +189,16 @@ def record(path: str | os.PathLike[str] | None = None, *, device: str | None = N
         log.info("kernel_select.record: wrote %d entries to %s", recording.lut.num_entries, target)
 
 
-def check_writable(target: Path) -> None:
+def check_output(target: Path) -> None:
     """Refuse, before the compile, a LUT file the recording could not be written to (read-only,
-    hard-linked, a directory, a folder without write permission): the atomic writer is opened
-    and abandoned, so the file is untouched.
+    hard-linked, a directory, a folder that is not writable, a full or read-only file system), as
+    every command checks its output (atomic_write.check_writable); nothing is written.
 
     Raises:
         LUTError: one line naming the file and why.
     """
-    class _Probe(Exception):
-        pass
-
     try:
-        with atomic_file(target, "w"):
-            raise _Probe
-    except _Probe:
-        return
+        check_writable(target)
     except OSError as exc:
         raise LUTError(f"{target}: cannot write the recorded LUT there ({exc.strerror}); nothing was "
                        "compiled") from None

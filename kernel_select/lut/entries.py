@@ -6,7 +6,6 @@ batch size."""
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_left, bisect_right
 from collections.abc import Hashable, Iterable
 from typing import Annotated, Any, Literal, NamedTuple, Union
 
@@ -15,6 +14,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Fiel
 
 from kernel_select.configs import GemmConfig
 from kernel_select.layouts import LAYOUTS
+from kernel_select.lut.intervals import OpenEntries, OpenIntervals
 
 #: Largest matrix dimension an entry may name. Inductor indexes with int32 by default, and a
 #: bound keeps a typo such as an extra digit from silently producing a useless entry.
@@ -234,14 +234,14 @@ def _check_disjoint(entries: list[LUTEntry]) -> list[LUTEntry]:
     and their batches and layouts can coincide. One sweep over m per n (and per named layout, at
     most four) finds the first such pair in O(E log E): entries enter in order of their lowest m,
     leave once the sweep passes their highest, and each entering entry asks the k intervals of
-    the entries still open whether one meets its own (`_OpenIntervals`), so no pair of entries is
-    ever compared unless they overlap. Indices in messages are positions in the file. The returned
-    list is in canonical order, so that a table compares equal to itself after a dump/load round
-    trip.
+    the entries still open whether one meets its own (intervals.OpenIntervals), so no pair of
+    entries is ever compared unless they overlap. Indices in messages are positions in the file.
+    The returned list is in canonical order, so that a table compares equal to itself after a
+    dump/load round trip.
     """
     keys = [_key_of(entry) for entry in entries]
     # Entries of an n without k ranges can only meet at the same k: one sweep per (n, k) then, in
-    # which every open entry meets every entering one (`_OpenEntries`).
+    # which every open entry meets every entering one (intervals.OpenEntries).
     ranged_ns = {key.n for entry, key in zip(entries, keys) if isinstance(entry.k, SizeRange)}
     groups: dict[tuple[int, int | None], list[int]] = {}
     for index, key in enumerate(keys):
@@ -282,8 +282,8 @@ def _sweep_m(entries: list[LUTEntry], keys: list[_Key], chosen: list[int]) -> No
     if len(chosen) < 2:
         return
     k_edges = sorted({edge for i in chosen for edge in (keys[i].k_low, keys[i].k_high)})
-    open_set = _OpenIntervals if len(k_edges) > 1 else _OpenEntries
-    open_sets: dict[Hashable, _OpenEntries] = {}
+    open_set = OpenIntervals if len(k_edges) > 1 else OpenEntries
+    open_sets: dict[Hashable, OpenEntries] = {}
     closing: list[tuple[int, int]] = []  # a heap of (highest m, index) of the open entries
     for index in sorted(chosen, key=lambda i: (keys[i].m_low, keys[i].m_high)):
         key = keys[index]
@@ -301,77 +301,6 @@ def _sweep_m(entries: list[LUTEntry], keys: list[_Key], chosen: list[int]) -> No
                 open_sets[name] = open_set(k_edges)
             open_sets[name].add(index, key.k_low, key.k_high)
         heapq.heappush(closing, (key.m_high, index))
-
-
-def intervals_meet(first: tuple[int, int], second: tuple[int, int]) -> bool:
-    """Whether two inclusive intervals share a value."""
-    return first[0] <= second[1] and second[0] <= first[1]
-
-
-class _OpenEntries:
-    """The open entries of a sweep in which all entries have the same k: each meets every other."""
-
-    def __init__(self, edges: list[int]) -> None:
-        self._open: dict[int, tuple[int, int]] = {}
-
-    def add(self, index: int, low: int, high: int) -> None:
-        self._open[index] = (low, high)
-
-    def remove(self, index: int, low: int, high: int) -> None:
-        del self._open[index]
-
-    def meeting(self, low: int, high: int) -> int | None:
-        """The first (in the file) open entry, or None."""
-        return min(self._open) if self._open else None
-
-
-class _OpenIntervals(_OpenEntries):
-    """The k intervals of the open entries of a sweep, and which of them meet a given interval.
-
-    Two Fenwick trees over the group's k edges count the open intervals' lows and highs: the open
-    intervals that meet [low, high] are those starting at or below `high`, less those ending below
-    `low` (which all start below `high` too). Adding, removing and counting cost O(log K); only a
-    count above zero, which ends the check, looks for the entry itself.
-    """
-
-    def __init__(self, edges: list[int]) -> None:
-        super().__init__(edges)
-        self._edges = edges
-        self._lows = [0] * (len(edges) + 1)
-        self._highs = [0] * (len(edges) + 1)
-
-    def add(self, index: int, low: int, high: int) -> None:
-        super().add(index, low, high)
-        self._update(low, high, 1)
-
-    def remove(self, index: int, low: int, high: int) -> None:
-        super().remove(index, low, high)
-        self._update(low, high, -1)
-
-    def meeting(self, low: int, high: int) -> int | None:
-        """The first (in the file) open entry whose interval meets [low, high], or None."""
-        count = self._prefix(self._lows, bisect_right(self._edges, high)) - \
-            self._prefix(self._highs, bisect_left(self._edges, low))
-        if count == 0:
-            return None
-        return min(index for index, interval in self._open.items() if intervals_meet(interval, (low, high)))
-
-    def _update(self, low: int, high: int, step: int) -> None:
-        size = len(self._lows)
-        for tree, edge in ((self._lows, low), (self._highs, high)):
-            position = bisect_left(self._edges, edge) + 1
-            while position < size:
-                tree[position] += step
-                position += position & -position
-
-    @staticmethod
-    def _prefix(tree: list[int], count: int) -> int:
-        """The sum of the first `count` slots of a Fenwick tree."""
-        total = 0
-        while count > 0:
-            total += tree[count]
-            count -= count & -count
-        return total
 
 
 def _overlap_error(entries: list[LUTEntry], first: int, second: int) -> ValueError:

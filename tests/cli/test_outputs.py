@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from kernel_select import atomic_write
 from kernel_select.cli import main, outputs
 
 #: A refusal comes before any work (as tests/cli/test_errors.py bounds it, on a loaded machine).
@@ -109,7 +110,7 @@ def test_a_read_only_or_full_file_system_is_refused(capsys, monkeypatch, tmp_pat
         fs = real(path)
         return SimpleNamespace(f_flag=flag, f_bavail=fs.f_bavail if flag else 10, f_frsize=fs.f_frsize)
 
-    monkeypatch.setattr(outputs.os, "statvfs", reported)
+    monkeypatch.setattr(atomic_write.os, "statvfs", reported)
     code, _, err = run(capsys, "lut", "schema", "--out", str(tmp_path / "new" / "schema.json"))
     assert code == 2 and f"{tmp_path / 'new' / 'schema.json'}: cannot be written" in err and reason in err
     assert not (tmp_path / "new").exists()
@@ -117,7 +118,7 @@ def test_a_read_only_or_full_file_system_is_refused(capsys, monkeypatch, tmp_pat
 
 def test_a_writable_output_passes_and_a_missing_folder_is_created(capsys, tmp_path: Path):
     target = tmp_path / "new" / "deeper" / "schema.json"
-    outputs.check_output_file(target)
+    atomic_write.check_writable(target)
     outputs.check_output_dir(tmp_path / "models", ("mlp.pt",))
     code, out, err = run(capsys, "lut", "schema", "--out", str(target))
     assert code == 0 and target.read_text().startswith("{") and err == ""

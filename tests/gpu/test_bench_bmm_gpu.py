@@ -49,7 +49,7 @@ def test_the_bmm_kernel_multiplies_like_torch_bmm_on_the_same_operands(layout):
     keys = list(dict.fromkeys(run.key for run in runs))
     compiled = {key: status for key, status, _ in bench._compile_keys(keys)}
     assert not any(compiled.values()), compiled
-    timer = ProblemTimer(problem, device, bench.BenchOptions())
+    timer = ProblemTimer(problem, device)
     expected = torch.bmm(timer.a, timer.b).float()
     for run in runs:
         timer.c.fill_(float("nan"))

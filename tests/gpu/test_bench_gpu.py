@@ -39,14 +39,14 @@ def test_every_config_of_a_problem_is_correct_against_torch():
     from kernel_select.offline.harness.bench_plan import plan
     from kernel_select.device import detect
     from kernel_select.offline.harness.mm_kernel import mm_kernel  # noqa: F401 -- compiles on first launch
-    from kernel_select.offline.harness.bench import ProblemTimer, BenchOptions
+    from kernel_select.offline.harness.timer import ProblemTimer
     from kernel_select.problem import Problem
 
     device = detect()
     problem = Problem(33, 80, 100, "float16")
     runs = plan([problem], device)[0][::7]  # a spread of the space; compiling all takes minutes
     assert len(runs) >= 10, f"{problem}: only {len(runs)} configs to check"
-    timer = ProblemTimer(problem, device, BenchOptions())
+    timer = ProblemTimer(problem, device)
     for run in runs:
         timer.c.fill_(float("nan"))
         timer.launch(run)
@@ -73,7 +73,7 @@ def test_every_layout_is_timed_and_multiplies_like_torch_mm_on_the_same_operands
     keys = list(dict.fromkeys(run.key for run in runs))[:3]
     compiled = {key: (status, text) for key, status, text in bench._compile_keys(keys)}  # workers' path
     assert all(status is None for status, _ in compiled.values()), compiled
-    timer = ProblemTimer(problem, device, bench.BenchOptions())
+    timer = ProblemTimer(problem, device)
     assert layout_of(timer.a, timer.b) == layout
     expected = torch.mm(timer.a, timer.b).float()  # cuBLAS on the same views
     for run in runs:

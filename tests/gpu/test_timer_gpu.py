@@ -15,11 +15,10 @@ torch = pytest.importorskip("torch")
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_a_pass_of_small_launches_resolves_every_chunk():
     from kernel_select.device import detect
-    from kernel_select.offline.harness.bench import BenchOptions
     from kernel_select.offline.harness.timer import CHUNK, ProblemTimer
     from kernel_select.problem import Problem
 
-    timer = ProblemTimer(Problem(5, 1656, 152, "float16"), detect(), BenchOptions())
+    timer = ProblemTimer(Problem(5, 1656, 152, "float16"), detect())
     timer.launch_cublas()  # warm-up: cuBLAS picks its kernel on the first call
     torch.cuda.synchronize()
     items = [(i, timer.launch_cublas) for i in range(3 * CHUNK)]

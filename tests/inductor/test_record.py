@@ -99,6 +99,17 @@ def test_record_refuses_an_output_it_could_not_write_before_the_block_runs(tmp_p
     assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["mine.json"]
 
 
+def test_record_refuses_a_folder_it_could_not_write_in_before_the_block_runs(tmp_path: Path):
+    from kernel_select.errors import LUTError
+
+    (tmp_path / "a-file").write_text("x")
+    path = tmp_path / "a-file" / "luts" / "mine.json"
+    refused = r"mine.json: cannot write the recorded LUT there .*a-file is a regular file, not a folder"
+    with pytest.raises(LUTError, match=refused), record(path, device="h100"):
+        pytest.fail("the block must not run")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
 def test_recorded_entries_that_cannot_merge_into_the_file_are_kept_beside_it(tmp_path: Path):
     from kernel_select.errors import LUTError
     from kernel_select.lut import LUTEntry, LUTRow, lut_from_rows, MRange, save_lut

@@ -8,6 +8,7 @@ import pytest
 
 from kernel_select.lut import ATEN, BatchedLUTEntry, LUTEntry, SizeRange, lut_from_rows
 from kernel_select.lut import entries as entries_module
+from kernel_select.lut import intervals as intervals_module
 from kernel_select.errors import LUTError
 
 SIZE = 3000
@@ -44,7 +45,7 @@ def test_checking_overlaps_does_work_linear_in_entries_up_to_a_log(table, monkey
 
     # Every look at an entry's sizes and every comparison of two intervals is counted.
     monkeypatch.setattr(entries_module, "bounds", counted("bounds", entries_module.bounds))
-    monkeypatch.setattr(entries_module, "intervals_meet", counted("meet", entries_module.intervals_meet))
+    monkeypatch.setattr(intervals_module, "intervals_meet", counted("meet", intervals_module.intervals_meet))
     lut = lut_from_rows([("h100", op, "bfloat16", entry) for entry in entries])
     assert lut.num_entries == SIZE
     # a pairwise check makes ~SIZE**2 / 2 = 4.5 million of them

@@ -153,7 +153,7 @@ def test_the_gap_plan_fits_the_device_scripts_bound(committed):
     one = cost.estimate(planned, workers=15, gpus=1)
     two = cost.estimate(planned, workers=30, gpus=2)
     assert one.keys == len(distinct_keys(planned)) and one.rows == sum(len(r) + 1 for r in planned)
-    assert one.wall_s < 460  # data/collect_bmm_h100.sh's --max-seconds
+    assert one.wall_s < 460  # data/collect.sh run with MAX_SECONDS=460
     assert two.wall_s < one.wall_s and len(two.gpu_rows) == 2 and sum(two.gpu_rows) == one.rows
 
 

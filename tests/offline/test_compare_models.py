@@ -14,7 +14,14 @@ from typing import Any
 import pytest
 
 from kernel_select.errors import DatasetError, OptionError
-from kernel_select.offline.e2e import compare_models, model_frames, model_methods, model_report, model_steps
+from kernel_select.offline.e2e import (
+    compare_models,
+    model_frames,
+    model_methods,
+    model_report,
+    model_results,
+    model_steps,
+)
 from kernel_select.offline.e2e.model_methods import MethodContext, ModelMethod, select_methods
 from kernel_select.offline.e2e.model_worker import host_state
 from kernel_select.offline.e2e.step_timing import DeviceTimeTimer, interleaved_ms, relative_iqr
@@ -174,7 +181,7 @@ def test_driver_writes_resumable_results_and_summary(tmp_path: Path) -> None:
         models, METHODS, out_dir=tmp_path, device="cpu", repeat=2, progress=False, runner=fake_runner(calls))
     assert path == tmp_path / "models_cpu.json" and len(calls) == 2 * 2 * 4
     assert calls[:4] == [("recsys-mlp/prefill", m.name) for m in METHODS]  # repeats come last
-    saved = compare_models.load_results(path)
+    saved = model_results.load_results(path)
     entry = saved["models"][0]
     assert entry["name"] == "recsys-mlp/prefill" and entry["sizes"] == {"batch": 1}
     topk4 = entry["results"]["topk-4"]
@@ -194,7 +201,7 @@ def test_driver_writes_resumable_results_and_summary(tmp_path: Path) -> None:
     compare_models.run_compare_models(models[:1], METHODS[:2], out_dir=tmp_path, device="cpu", repeat=3,
                                       resume=True, progress=False, runner=fake_runner(calls))
     assert calls == [("recsys-mlp/prefill", "eager"), ("recsys-mlp/prefill", "default")]
-    assert len(compare_models.load_results(path)["models"][0]["results"]["default"]["runs"]) == 3
+    assert len(model_results.load_results(path)["models"][0]["results"]["default"]["runs"]) == 3
 
 
 def test_failed_run_is_retried_on_resume(tmp_path: Path) -> None:
@@ -208,14 +215,14 @@ def test_failed_run_is_retried_on_resume(tmp_path: Path) -> None:
     compare_models.run_compare_models(["recsys-mlp/decode"], METHODS[:1], out_dir=tmp_path, device="cpu",
                                       resume=True, progress=False, runner=fake_runner(calls))
     assert calls == [("recsys-mlp/decode", "eager")]
-    assert compare_models.load_results(path)["models"][0]["results"]["eager"]["error"] is None
+    assert model_results.load_results(path)["models"][0]["results"]["eager"]["error"] is None
 
 
 def test_load_results_rejects_other_files(tmp_path: Path) -> None:
     bad = tmp_path / "x.json"
     bad.write_text(json.dumps({"kind": "kernel_select.compare", "schema_version": 2}))
     with pytest.raises(DatasetError, match="not a version-1"):
-        compare_models.load_results(bad)
+        model_results.load_results(bad)
 
 
 def test_methods_registry() -> None:
@@ -333,7 +340,7 @@ def test_time_budget_stops_before_a_run_that_cannot_finish(tmp_path: Path) -> No
                                       runner=runner, resume=True, timeout_s=60.0, max_seconds=50.0,
                                       clock=lambda: now[0])
     assert timeouts == [50.0]  # a worker never outlives the budget
-    assert all(e["results"] for e in compare_models.load_results(path)["models"])
+    assert all(e["results"] for e in model_results.load_results(path)["models"])
 
 
 def test_a_run_cut_by_the_budget_says_so_and_a_real_timeout_does_not(tmp_path: Path) -> None:
@@ -461,7 +468,7 @@ def test_pinned_gemm_pretunes_each_workload_once_and_serves_its_lut(tmp_path: Pa
     assert pretunes == [(name, f"{name.replace('/', '_')}.pretune.log") for name in models]  # not per repeat
     assert calls == [(name, method, lut) for _ in range(2) for name in models
                      for method, lut in (("eager", None), ("pinned-gemm", luts[name]))]
-    saved = compare_models.load_results(path)["models"][0]["results"]
+    saved = model_results.load_results(path)["models"][0]["results"]
     assert saved["pinned-gemm"]["pretune_s"] == 12.0 and saved["eager"]["pretune_s"] is None
     assert [run["lut"] for run in saved["pinned-gemm"]["runs"]] == [luts["recsys-mlp/prefill"]] * 2
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+from kernel_select.configs import GemmConfig
+from kernel_select.lut import ATEN
 from kernel_select.offline.serving import crossovers
 
 #: Two GEMMs of one graph timed at four lengths: "x" wins the first up to 200 and "y" from 400;
@@ -12,6 +14,14 @@ FIRST = {100: {"x": 1.0, "y": 1.1}, 200: {"x": 1.0, "y": 1.01},
          400: {"x": 1.2, "y": 1.0}, 800: {"x": 1.5, "y": 1.0}}
 SECOND = {length: {"p": 1.0, "aten": 1.3} for length in FIRST}
 LENGTHS = sorted(FIRST)
+
+
+def test_a_timing_is_labelled_aten_or_by_its_triton_config_and_other_choices_get_no_label():
+    config = GemmConfig(block_m=64, block_n=128, block_k=64, num_stages=3, num_warps=4)
+    assert crossovers.label_of("extern", None) == ATEN
+    assert crossovers.label_of("triton", config) == config.short()
+    assert crossovers.label_of("triton", None) is None  # a Triton template that is not the mm one
+    assert crossovers.label_of("other", config) is None  # decompose-K: a LUT cannot name it
 
 
 def test_fitting_labels_are_within_tolerance_at_every_length_best_geometric_mean_first():

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from kernel_select.errors import OptionError
-from kernel_select.offline.e2e import compare_models, model_frames, model_report
+from kernel_select.offline.e2e import model_frames, model_report, model_results
 
 for _module in ("nbformat", "nbclient", "matplotlib", "pandas"):
     pytest.importorskip(_module)
@@ -37,7 +37,7 @@ def _run(compile_s: float, step_ms: float, eager_ms: float, gemms: list | None =
 def _results(methods: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, Any]:
     """A results file as compare-models writes it: {model: {method: [raw runs]}}."""
     names = list(dict.fromkeys(m for per_method in methods.values() for m in per_method))
-    results = compare_models.new_results("Fake GPU", "fake", names, {"samples": 3, "repeat": 1})
+    results = model_results.new_results("Fake GPU", "fake", names, {"samples": 3, "repeat": 1})
     for name, per_method in methods.items():
         arch, phase = name.split("/")
         aggregated = {method: model_report.aggregate(runs) for method, runs in per_method.items()}
@@ -132,7 +132,7 @@ def test_models_notebook_executes_and_renders_table_failures_and_gemms(tmp_path:
     from tests.offline.notebook_runner import execute, html_of, text_of
 
     path = tmp_path / "models_fake.json"
-    compare_models.write_results(_synthetic(), path)
+    model_results.write_results(_synthetic(), path)
     outputs = execute(NOTEBOOK, "results/models_h100.json", f"RESULTS = {str(path)!r}")
     html = html_of(outputs)
     assert "tiny-gpt/prefill" in html and "step/default" in html and "100.0" in html  # the table

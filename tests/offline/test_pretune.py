@@ -12,7 +12,7 @@ from kernel_select.configs import GemmConfig
 from kernel_select.device import get_device
 from kernel_select.errors import KernelSelectError
 from kernel_select.lut import ATEN, load_lut, lut_from_rows
-from kernel_select.offline.serving import crossovers, discovery, pretune
+from kernel_select.offline.serving import crossovers, discovery, pretune, pretune_gpu
 from kernel_select.problem import Problem, spread_ms
 from tests.inductor_doubles import FakeModel
 from tests.synthetic import constant_gate
@@ -174,7 +174,7 @@ def test_a_gemm_inductor_does_not_autotune_is_left_out_not_fatal(tmp_path: Path)
     def fake_benchmark(problem: Problem, configs: list[GemmConfig],
                        device, layout: str, dynamic=None) -> dict[str, float]:  # noqa: ANN001
         if problem.dtype == "float32":
-            raise pretune.NotAutotunedError(f"{problem}: Inductor benchmarked nothing for it")
+            raise pretune_gpu.NotAutotunedError(f"{problem}: Inductor benchmarked nothing for it")
         return {ATEN: 1.0, **{c.short(): 2.0 for c in configs}}
 
     out = tmp_path / "model.json"

@@ -16,7 +16,7 @@ import torch
 
 from kernel_select.cli import main
 from kernel_select.errors import OptionError
-from kernel_select.offline.e2e import compare_models, user_model, workloads
+from kernel_select.offline.e2e import compare_models, model_results, user_model, workloads
 from kernel_select.offline.e2e.model_methods import ModelMethod
 from kernel_select.offline.e2e.model_worker import measure
 from tests.subprocess_env import REPO, package_env
@@ -166,7 +166,7 @@ def test_cli_compares_a_factory_network_and_prints_its_table(tmp_path: Path, mon
                                                                    (f"{path}/inference", "default")]
     printed = capsys.readouterr().out
     assert f"{path}/inference" in printed and "autotune [s]" in printed
-    saved = compare_models.load_results(tmp_path / "models_cpu.json")
+    saved = model_results.load_results(tmp_path / "models_cpu.json")
     (entry,) = saved["models"]
     assert (entry["architecture"], entry["phase"]) == (path, "inference")
     assert entry["results"]["default"]["runs"][0]["wall_s"] >= 0

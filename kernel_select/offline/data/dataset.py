@@ -69,7 +69,8 @@ COLUMNS: dict[str, str] = {
     # which GPU of the host timed the row (CUDA index as the collection saw it; -1: not recorded)
     "device_index": "int64",
     # sampling provenance: which architecture (or sampler stratum) and layer the problem came from,
-    # and which collection pass chose it ("coverage" or "active")
+    # and which collection pass chose it ("coverage", "active", or "unseen": the frozen evaluation plan
+    # of offline/data/unseen.py, never trained on)
     "family": "string", "layer": "string", "pass": "string",
 }
 #: Columns older files (and hand-built frames) may lack, with the value they get: files before
@@ -82,7 +83,7 @@ CONFIG_COLUMNS = ("block_m", "block_n", "block_k", "num_stages", "num_warps", "g
 BACKENDS = ("triton", "aten")
 STATUSES = ("ok", "capped", "out_of_resources", "compile_error", "runtime_error", "incorrect")
 SPLITS = ("train", "val", "test")
-PASSES = ("coverage", "active")
+PASSES = ("coverage", "active", "unseen")
 #: Layouts a model without a layout input (features before version 4) trains and is evaluated on.
 MODELLED_LAYOUTS = (DEFAULT_LAYOUT,)
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from kernel_select.errors import first_line
 from kernel_select.offline.compare.summary import counted
+from kernel_select.offline.e2e.model_results import load_results
 from kernel_select.offline.metrics import geomean
 
 #: A step counts as slower than eager (or than another method) beyond this fraction.
@@ -36,8 +37,7 @@ DEVICE_FIELDS = ("step_device_ms", "eager_device_ms")
 
 
 def load(path: str | Path) -> dict[str, Any]:
-    from kernel_select.offline.e2e.compare_models import load_results
-
+    """A compare-models results file, checked (model_results.load_results)."""
     return load_results(path)
 
 

@@ -168,7 +168,7 @@ def time_problem(runs: list[PlannedRun], compiled: dict[CompileKey, tuple[str | 
     import random
 
     problem = runs[0].problem
-    timer = ProblemTimer(problem, device, options)
+    timer = ProblemTimer(problem, device, options.flush_bytes)
     checked = {} if checked is None else checked
     rng = random.Random(zlib.crc32(str(problem).encode()))
     results = {i: _Timed() for i in range(len(runs))}

@@ -8,6 +8,7 @@ it sat with nothing to time because the kernels of the next problem were not com
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -47,3 +48,27 @@ def run_line(tallies: Sequence[GpuTally], wall_s: float, compiled: int, workers:
     return (f"{len(tallies)} GPU{'s' if len(tallies) != 1 else ''}: {problems} problems, {rows} rows in "
             f"{wall_s:.1f} s wall (compile included; {compiled} kernels compiled on {workers} workers): "
             f"{per_minute:.0f} rows per minute, {per_minute / max(len(tallies), 1):.0f} per GPU-minute")
+
+
+#: The two lines above as they appear in a bench log (the one-GPU driver logs the run line in its own
+#: words: "N problems, R rows in W s wall (compile included; K kernels compiled on P workers)").
+_RUN_LINE = re.compile(r"(?P<problems>\d+) problems, (?P<rows>\d+) rows in (?P<wall>[\d.]+) s wall "
+                       r"\(compile included; (?P<kernels>\d+) kernels compiled on (?P<workers>\d+) workers\)")
+_GPU_LINE = re.compile(r"GPU (?P<gpu>\d+): (?P<problems>\d+) problems, (?P<rows>\d+) rows, (?P<rate>\d+) rows per "
+                       r"GPU-minute, busy (?P<busy>[\d.]+) s, waited (?P<waited>[\d.]+) s")
+
+
+def run_summary(log_text: str) -> dict | None:
+    """A bench log's closing figures, the run's and each GPU's, read back from the lines above
+    (None if the log has no run line: the run did not finish). For results scripts that compare
+    collections from their logs."""
+    run = _RUN_LINE.search(log_text)
+    if run is None:
+        return None
+    wall, rows = float(run["wall"]), int(run["rows"])
+    gpus = [{"gpu": int(m["gpu"]), "problems": int(m["problems"]), "rows": int(m["rows"]),
+             "rows_per_gpu_minute": int(m["rate"]), "busy_s": float(m["busy"]),
+             "waited_for_kernels_s": float(m["waited"])} for m in _GPU_LINE.finditer(log_text)]
+    return {"problems": int(run["problems"]), "rows": rows, "wall_s": wall, "kernels": int(run["kernels"]),
+            "compile_workers": int(run["workers"]), "rows_per_minute": round(rows_per_minute(rows, wall)),
+            "rows_per_gpu_minute": round(rows_per_minute(rows, wall) / max(len(gpus), 1)), "gpus": gpus}

@@ -32,15 +32,12 @@ import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kernel_select.device import DeviceSpec
 from kernel_select.layouts import a_transposed, b_transposed, stored_shape
 from kernel_select.offline.harness.bench_plan import KERNEL_OF_OP, CompileKey, PlannedRun
 from kernel_select.problem import Problem
-
-if TYPE_CHECKING:
-    from kernel_select.offline.harness.bench import BenchOptions
 
 CHUNK = 64  # launches enqueued behind one GPU sleep
 HOST_MARGIN = 1.3  # the sleep covers this multiple of the predicted host enqueue time...
@@ -138,7 +135,8 @@ def operands(problem: Problem, device: str = "cuda", generator: Any = None) -> t
 class ProblemTimer:
     """Times one problem's configs on the current CUDA device (see the module docstring)."""
 
-    def __init__(self, problem: Problem, device: DeviceSpec, options: BenchOptions):
+    def __init__(self, problem: Problem, device: DeviceSpec, flush_bytes: int = 0):
+        """`flush_bytes`: the buffer zeroed before every run to flush the L2; 0 = the device's L2 size."""
         import torch
 
         self.torch = torch
@@ -150,7 +148,7 @@ class ProblemTimer:
         self.c = torch.empty(*shape, device="cuda", dtype=torch_dtype(problem.dtype))
         self.ref = torch.matmul(self.a.float(), self.b.float())
         self.ref_norm = float(torch.linalg.vector_norm(self.ref))
-        flush_bytes = options.flush_bytes or device.l2_bytes
+        flush_bytes = flush_bytes or device.l2_bytes
         self.flush = torch.empty(flush_bytes // 4, dtype=torch.int32, device="cuda")
         self.clock = time.perf_counter  # the host clock that h_i is read from
         self.enqueue_s = INITIAL_ENQUEUE_S  # learned from every chunk

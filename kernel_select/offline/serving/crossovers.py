@@ -19,6 +19,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from kernel_select.configs import GemmConfig
+from kernel_select.lut import ATEN
+
 #: How far from a length's best a bucket's pin may be, as measured by Inductor's benchmark: under
 #: the serving targets' 3%, with room for the benchmark's noise.
 DEFAULT_TOLERANCE = 0.02
@@ -27,6 +30,14 @@ DEFAULT_REFINE = 2
 
 Timings = dict[str, float]  # choice label ("aten" or GemmConfig.short()) -> ms at one length
 Measured = dict[int, Timings]  # length -> timings, of one GEMM
+
+
+def label_of(kind: str, config: GemmConfig | None) -> str | None:
+    """The label a timing gets in `Timings`: "aten", a Triton config's short form, or None (a
+    choice a LUT cannot name: decompose-K, a persistent-TMA template)."""
+    if kind == "extern":
+        return ATEN
+    return config.short() if kind == "triton" and config is not None else None
 
 
 def best_ms(timings: Timings) -> float:

@@ -59,19 +59,15 @@ from kernel_select.model.cublas import epilogue_charge_ms
 from kernel_select.offline.serving import crossovers
 from kernel_select.offline.serving.crossovers import DEFAULT_REFINE, DEFAULT_TOLERANCE, Measured, Timings
 from kernel_select.offline.serving.discovery import Site
+from kernel_select.offline.serving.pretune_gpu import NotAutotunedError, benchmark_problem
 from kernel_select.offline.serving.progress import load_progress, progress_path
 from kernel_select.problem import Problem, spread_ms
 from kernel_select.decision import select
 
 log = logging.getLogger(__name__)
 
-
-
-class NotAutotunedError(KernelSelectError):
-    """Inductor benchmarked no choice for a GEMM: it lowers it without autotuning."""
-
-
-#: (problem, candidates, device, operand layout, dynamic=the size compiled dynamic) -> timings
+#: (problem, candidates, device, operand layout, dynamic=the size compiled dynamic) -> timings;
+#: raises NotAutotunedError for a GEMM Inductor does not autotune.
 Benchmark = Callable[..., Timings]
 
 
@@ -205,13 +201,6 @@ def check_sites(sites: Sequence[Site], device: DeviceSpec) -> None:
                                     f"{error['msg']}; nothing was measured") from None
 
 
-def label_of(kind: str, config: GemmConfig | None) -> str | None:
-    """The label a timing gets in `Timings`: "aten", a Triton config's short form, or None."""
-    if kind == "extern":
-        return ATEN
-    return config.short() if kind == "triton" and config is not None else None
-
-
 # -- the run ---------------------------------------------------------------------------------------------
 
 def gate_settings(device: DeviceSpec) -> dict[str, Any]:
@@ -272,8 +261,7 @@ def pretune(sites: Sequence[Site], *, out: str | Path, device: DeviceSpec, model
 
     from kernel_select.lut import save_lut
 
-    if benchmark is None:
-        from kernel_select.offline.serving.pretune_gpu import benchmark_problem as benchmark
+    benchmark = benchmark or benchmark_problem
     check_sites(sites, device)
     rows: list[LUTRow] = []
     summary: list[dict[str, Any]] = []

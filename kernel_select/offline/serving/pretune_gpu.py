@@ -10,10 +10,15 @@ from pathlib import Path
 
 from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec
+from kernel_select.errors import KernelSelectError
 from kernel_select.lut import BatchedLUTEntry, lut_from_rows, LUTEntry, save_lut
-from kernel_select.offline.serving.crossovers import Timings
-from kernel_select.offline.serving.pretune import NotAutotunedError, label_of
+from kernel_select.offline.serving.crossovers import label_of, Timings
 from kernel_select.problem import Problem
+
+
+class NotAutotunedError(KernelSelectError):
+    """Inductor benchmarked no choice for a GEMM: it lowers it without autotuning. pretune leaves
+    such a GEMM out of the LUT (a benchmark given to `pretune.pretune` raises it to say so)."""
 
 
 def benchmark_problem(problem: Problem, configs: list[GemmConfig], device: DeviceSpec,
