@@ -32,14 +32,15 @@ Developing on a small CPU: a hash-chosen share of the problems, the same for eve
 --models DIR keeps each fitted GBDT as a model folder (DIR/<learner>/gbdt.json and gbdt.npz) and loads one
 already there instead of fitting it: fit on a many-core host, score anywhere. The GBDTs of the committed
 JSON are kept in results/learners_h100/ (fitted 2026-11-27 by the command above with --threads 2
---models), so once the `unseen` rows are in data/ the comparison scores them without fitting again:
+--models), so the comparison scores new `unseen` rows without fitting again (the committed JSON: the
+226 of 320 unseen problems measured so far, 191 of them in the trained layouts):
 
     python results/learners_h100.py --models results/learners_h100 --shortlist 64 --blend
 
 Cost, measured on this project's 2-core CPU with other work beside it (--threads 2): LightGBM lambdarank
-1,482 s (613 rounds, 513 kept), regression 497 s (881 rounds, 781 kept), on 745,491 rows; scoring every
-learner on `test` and `family` about 9 minutes, most of it the trees' numpy walk; the shipped MLP's
-training took 2,893 s (its card), about what each MLP variant costs.
+1,482 s (613 rounds, 513 kept), regression 497 s (881 rounds, 781 kept), on 745,491 rows; scoring the
+seven learners on `test`, `family` and `unseen` 820 s, most of it the trees' numpy walk; the shipped
+MLP's training took 2,893 s (its card), about what each MLP variant costs.
 """
 
 from __future__ import annotations
