@@ -1,6 +1,6 @@
 # Two entry points for a fresh clone: `make demo` and `make test`, sharing one venv. `make demo` needs
 # only the core install (torch, pydantic, numpy: what runs inside torch.compile); `make test` adds every
-# extra (dev pulls in offline and models; baselines adds nvMatmulHeuristics where its wheel exists), so
+# extra (dev pulls in offline, models and train; baselines adds nvMatmulHeuristics where its wheel exists), so
 # it exercises everything.
 PYTHON ?= python3
 VENV := .venv

@@ -138,3 +138,39 @@ def constant_gate(ratio: float, device: str = "h100"):
         last.weight.zero_()
         last.bias.fill_(math.log(ratio))
     return gate
+
+
+def random_gbdt(trees: int = 400, leaves: int = 63, max_depth: int = 12, seed: int = 0, device: str = "h100"):
+    """A GBDTModel of `trees` random trees of `leaves` leaves, each split on a random feature at a value
+    that feature takes in the seed problem's space, so rows spread over the leaves as a fitted model's
+    do (what the speed benchmark needs: the walk's cost depends on the shape, not on the values)."""
+    from kernel_select.model.features import FEATURE_SETS, FEATURE_VERSION, featurize
+    from kernel_select.model.gbdt import GBDTCard, GBDTModel
+    from kernel_select.model.trees import TreeEnsemble
+
+    rng = np.random.default_rng(seed)
+    seed_problem = Problem(560, 1280, 3420, "bfloat16")
+    x = featurize(seed_problem, for_problem(seed_problem, device), get_device(device))
+    varying = np.flatnonzero(x.min(axis=0) < x.max(axis=0))
+
+    def grow(rows: np.ndarray, depth: int, budget: int) -> tuple[dict, int]:
+        if budget <= 1 or depth == max_depth or len(rows) < 2:
+            return {"leaf_value": float(rng.normal(0, 0.01))}, 1
+        feature = int(rng.choice(varying))
+        values = np.unique(x[rows, feature])
+        if len(values) < 2:
+            return {"leaf_value": float(rng.normal(0, 0.01))}, 1
+        threshold = float(values[rng.integers(len(values) - 1)])
+        go_left = x[rows, feature] <= threshold
+        left, used = grow(rows[go_left], depth + 1, budget // 2)
+        right, used_right = grow(rows[~go_left], depth + 1, budget - used)
+        return {"split_feature": feature, "threshold": threshold, "decision_type": "<=",
+                "missing_type": "None", "left_child": left, "right_child": right}, used + used_right
+
+    names = FEATURE_SETS[FEATURE_VERSION]
+    ensemble = TreeEnsemble.from_nested([grow(np.arange(len(x)), 0, leaves)[0] for _ in range(trees)],
+                                        len(names))
+    card = GBDTCard(device=device, feature_version=FEATURE_VERSION, feature_names=list(names),
+                    output="log_ms", trees=ensemble.n_trees, nodes=ensemble.n_nodes,
+                    max_depth=ensemble.max_depth, dtypes=["bfloat16", "float16"], layouts=["nn", "nt", "tn"])
+    return GBDTModel(device, ensemble, card)

@@ -1,7 +1,7 @@
 """Performance models (inference only): the interface and registry (base), which trained model serves a
-device (folders), the features, the model card, the learned MLP, the analytical roofline model, the
-cuBLAS decision's networks and rule (cublas), and gemm_topk="auto" (auto_topk). Training lives in
-kernel_select.offline.training."""
+device (folders), the features, the model card, the learned MLP, the gradient-boosted trees (gbdt,
+walked in numpy by trees), the analytical roofline model, the cuBLAS decision's networks and rule
+(cublas), and gemm_topk="auto" (auto_topk). Training lives in kernel_select.offline.training."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from kernel_select.model import analytical as _analytical  # noqa: F401 -- regis
 from kernel_select.model.base import PerformanceModel, get_model, register_model, registered_models
 from kernel_select.model.cublas import GATE_STEM, CublasGate
 from kernel_select.model.folders import find_checkpoint
+from kernel_select.model import gbdt as _gbdt  # noqa: F401 -- registers "gbdt"
 from kernel_select.model.mlp import MLPModel  # registers "mlp"
 
 __all__ = ["PerformanceModel", "get_model", "load_default", "load_gate", "register_model",

@@ -10,13 +10,17 @@ Hard bounds keep a careless or hostile card from describing a network that would
 from __future__ import annotations
 
 import logging
-from typing import Annotated, Any, Literal
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator,
                       model_validator)
 
 from kernel_select.device import DeviceSpec
 from kernel_select.layouts import DEFAULT_LAYOUT, check_layout
+
+if TYPE_CHECKING:
+    from kernel_select.problem import Problem
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +106,43 @@ class Domain(BaseModel):
     n: tuple[int, int]
     k: tuple[int, int]
     batch: tuple[int, int] = (1, 1)
+
+
+#: fp16 and bf16 have the same size and tensor-core rate, so their features are identical: a model
+#: trained on one scores the other the same way.
+SAME_FEATURES = {"float16": "bfloat16", "bfloat16": "float16"}
+
+
+def trained_dtype(dtype: str, dtypes: Sequence[str]) -> bool:
+    """Whether a model trained on `dtypes` scores `dtype` (itself, or its twin of SAME_FEATURES)."""
+    return dtype in dtypes or SAME_FEATURES.get(dtype) in dtypes
+
+
+def problems_like(problem: Problem, domain: Domain) -> int:
+    """Training problems in the problem's domain stratum (op, dtype, M bucket): its dtype's or its
+    SAME_FEATURES twin's, whichever has more."""
+    return max(domain.strata.get(stratum(problem.op, dtype, problem.m), 0)
+               for dtype in (problem.dtype, SAME_FEATURES.get(problem.dtype, problem.dtype)))
+
+
+def outside_domain(problem: Problem, dtypes: Sequence[str], domain: Domain | None) -> str:
+    """Why `problem` lies outside what a card's training data covered (`dtypes`, `domain`), or "":
+    a dtype never trained on, a stratum with fewer than MIN_STRATUM_PROBLEMS training problems, or
+    a dimension outside the trained range (PerformanceModel.domain_gap of a trained model)."""
+    if dtypes and not trained_dtype(problem.dtype, dtypes):
+        return f"dtype {problem.dtype} not in the model's training data"
+    if domain is None:  # a card from before the domain was recorded: single GEMMs only
+        batched = problem.op in ("bmm", "baddbmm")
+        return f"{problem.op} never measured for this model" if batched else ""
+    count = problems_like(problem, domain)
+    if count < MIN_STRATUM_PROBLEMS:
+        key = stratum(problem.op, problem.dtype, problem.m)
+        return f"{count} training problems like it ({key}; fewer than {MIN_STRATUM_PROBLEMS})"
+    for name, value, (low, high) in (("m", problem.m, domain.m), ("n", problem.n, domain.n),
+                                     ("k", problem.k, domain.k), ("batch", problem.batch, domain.batch)):
+        if not low <= value <= high:
+            return f"{name} = {value} outside the trained {low}..{high}"
+    return ""
 
 
 class GpuIdentity(BaseModel):

@@ -34,7 +34,7 @@ from kernel_select.errors import ModelError, UnsupportedProblemError
 from kernel_select.model.auto_topk import SPREAD_TOP, auto_k_from_gap, spread_k
 from kernel_select.model.base import PerformanceModel, register_model
 from kernel_select.model.folders import MLP_STEM, find_checkpoint, no_trained_model
-from kernel_select.model.card import MIN_STRATUM_PROBLEMS, Architecture, ModelCard, stratum
+from kernel_select.model.card import Architecture, ModelCard, outside_domain, problems_like, trained_dtype
 from kernel_select.model.checkpoint import build_body, load_checkpoint, load_network, read_card, retrain_hint
 from kernel_select.model.cublas import ATEN_STEM, AtenHead
 from kernel_select.model.features import FEATURE_SETS, FEATURE_VERSION, featurize
@@ -45,9 +45,6 @@ log = logging.getLogger(__name__)
 STEM = MLP_STEM
 WEIGHTS_FILE = f"{STEM}.pt"
 CARD_FILE = f"{STEM}.json"
-# fp16 and bf16 have the same size and tensor-core rate, so their features are identical: a model
-# trained on one scores the other the same way.
-SAME_FEATURES = {"float16": "bfloat16", "bfloat16": "float16"}
 #: gemm_topk="auto" without a gap in the card: k = the configs predicted within 5% of the best.
 DEFAULT_AUTO_GAP = 0.05
 
@@ -176,7 +173,7 @@ class MLPModel(PerformanceModel):
 
     def predict(self, problem: Problem, device: DeviceSpec, configs: Sequence[GemmConfig]) -> np.ndarray:
         dtype = problem.dtype
-        if dtype not in self.card.dtypes and SAME_FEATURES.get(dtype) not in self.card.dtypes:
+        if not trained_dtype(dtype, self.card.dtypes):
             raise UnsupportedProblemError(
                 f"mlp model for {device.key}: trained on {self.card.dtypes}, not {dtype}; collect {dtype} "
                 f"data and retrain, or use the analytical model")
@@ -222,36 +219,12 @@ class MLPModel(PerformanceModel):
         return tuple(self.card.layouts)
 
     def domain_gap(self, problem: Problem) -> str:
-        card = self.card
-        outside_layouts = super().domain_gap(problem)
-        if outside_layouts:
-            return outside_layouts
-        dtypes = {problem.dtype, SAME_FEATURES.get(problem.dtype)}
-        if card.dtypes and not dtypes & set(card.dtypes):
-            return f"dtype {problem.dtype} not in the model's training data"
-        domain = card.domain
-        if domain is None:  # a card from before the domain was recorded: single GEMMs only
-            batched = problem.op in ("bmm", "baddbmm")
-            return f"{problem.op} never measured for this model" if batched else ""
-        count = self.training_problems_like(problem) or 0
-        if count < MIN_STRATUM_PROBLEMS:
-            key = stratum(problem.op, problem.dtype, problem.m)
-            return f"{count} training problems like it ({key}; fewer than {MIN_STRATUM_PROBLEMS})"
-        for name, value, (low, high) in (("m", problem.m, domain.m), ("n", problem.n, domain.n),
-                                         ("k", problem.k, domain.k), ("batch", problem.batch, domain.batch)):
-            if not low <= value <= high:
-                return f"{name} = {value} outside the trained {low}..{high}"
-        return ""
+        return super().domain_gap(problem) or outside_domain(problem, self.card.dtypes, self.card.domain)
 
     def training_problems_like(self, problem: Problem) -> int | None:
-        """The card's training problems in the problem's domain stratum (op, dtype, M bucket; its
-        dtype's or the one sharing its features, whichever has more); None for a card that did not
-        record its domain."""
-        if self.card.domain is None:
-            return None
-        strata = self.card.domain.strata
-        return max(strata.get(stratum(problem.op, dtype, problem.m), 0)
-                   for dtype in (problem.dtype, SAME_FEATURES.get(problem.dtype, problem.dtype)))
+        """The card's training problems in the problem's domain stratum (card.problems_like); None
+        for a card that did not record its domain."""
+        return None if self.card.domain is None else problems_like(problem, self.card.domain)
 
     def member_spread(self, problem: Problem, configs: Sequence[GemmConfig], runtime_ms: np.ndarray) -> float:
         """The members' disagreement about a problem (0 for a single network): the mean range of their

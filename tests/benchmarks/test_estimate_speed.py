@@ -2,7 +2,9 @@
 
 Run with `make bench`. The seed problem (bf16 560x1280x3420 on h100) has ~1206 configs; the MLP
 must score them in <= 2 ms median. Without a shipped MLP the benchmark times a randomly
-initialized one of the default architecture (the time does not depend on the weight values).
+initialized one of the default architecture (the time does not depend on the weight values); without
+a GBDT in a model folder (none ships), random trees of the size a fit on the H100 data keeps
+(tests/synthetic.py's random_gbdt: 400 trees of 63 leaves).
 
 `space.for_problem` hands out the same config objects for every problem of a size class, and the
 features read each object's fields once (model/features.py, ConfigColumns), so the usual call finds them
@@ -21,11 +23,12 @@ from kernel_select.model import get_model, registered_models
 from kernel_select.problem import Problem
 from kernel_select.space import for_problem
 from kernel_select.offline.training.train import MLPHParams
-from tests.synthetic import untrained_mlp
+from tests.synthetic import random_gbdt, untrained_mlp
 
 SEED = Problem(560, 1280, 3420, "bfloat16")
 
-for _module in ("kernel_select.model.analytical", "kernel_select.model.mlp"):  # importing registers the model
+# importing registers the model
+for _module in ("kernel_select.model.analytical", "kernel_select.model.mlp", "kernel_select.model.gbdt"):
     try:
         importlib.import_module(_module)
     except ImportError:
@@ -36,6 +39,8 @@ def _model(name: str):
     try:
         return get_model(name, "h100")
     except ModelError:
+        if name == "gbdt":
+            return random_gbdt()
         if name != "mlp":
             raise
         return untrained_mlp(MLPHParams().hidden_widths)

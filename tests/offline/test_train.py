@@ -16,7 +16,8 @@ from kernel_select.model.features import FEATURE_SETS, FEATURE_VERSION
 from kernel_select.model.mlp import CARD_FILE, MLPModel
 from kernel_select.offline.training.features import featurize_frame
 from kernel_select.offline.training.fit_loop import MLPHParams, make_split, validate
-from kernel_select.offline.training.train import _training_rows, train
+from kernel_select.offline.training.train import train
+from kernel_select.offline.training.training_data import training_rows
 from tests.synthetic import synthetic_frame
 
 SMALL = MLPHParams(hidden_widths=(32, 32), epochs=8, batch_rows=256, batch_problems=8, configs_per_problem=64)
@@ -43,7 +44,7 @@ def test_both_objectives_are_compared_and_the_better_is_kept(trained):
 
 
 def test_the_kept_model_is_better_than_its_initialization(data, trained):
-    rows, _ = _training_rows(dataset.read(data), trained.model.device, [data], 384, 0)
+    rows, _ = training_rows(dataset.read(data), trained.model.device, [data], 384, 0)
     mean = np.asarray(trained.model.card.feature_mean)
     std = np.asarray(trained.model.card.feature_std)
     features = featurize_frame(rows, "h100", trained.model.card.feature_version)

@@ -14,7 +14,7 @@ from typing import Any
 
 from kernel_select.device import DeviceSpec
 from kernel_select.model.card import MIN_STRATUM_PROBLEMS
-from kernel_select.model.mlp import SAME_FEATURES
+from kernel_select.model.card import SAME_FEATURES
 from kernel_select.offline.calibrate.budget import AFTER_TRAINING_S, PLANNING_S, Budget
 from kernel_select.offline.calibrate.priority import COVERAGE, ranked_classes
 from kernel_select.offline.calibrate.run import (CalibrateOptions, compile_worker_count, output_folder,

@@ -55,7 +55,8 @@ def run_line(tallies: Sequence[GpuTally], wall_s: float, compiled: int, workers:
 _RUN_LINE = re.compile(r"(?P<problems>\d+) problems, (?P<rows>\d+) rows in (?P<wall>[\d.]+) s wall "
                        r"\(compile included; (?P<kernels>\d+) kernels compiled on (?P<workers>\d+) workers\)")
 _GPU_LINE = re.compile(r"GPU (?P<gpu>\d+): (?P<problems>\d+) problems, (?P<rows>\d+) rows, "
-                       r"(?P<rate>\d+) rows per GPU-minute, busy (?P<busy>[\d.]+) s, waited (?P<waited>[\d.]+) s")
+                       r"(?P<rate>\d+) rows per GPU-minute, busy (?P<busy>[\d.]+) s, "
+                       r"waited (?P<waited>[\d.]+) s")
 
 
 def run_summary(log_text: str) -> dict | None:

@@ -29,7 +29,7 @@ from kernel_select.offline.data import dataset, splits
 from kernel_select.model.cublas import AtenHead, CublasGate
 from kernel_select.model.features import FEATURE_SETS, FEATURE_VERSION
 from kernel_select.device import DeviceSpec, get_device, key_for_name
-from kernel_select.errors import DatasetError, ModelError, OptionError
+from kernel_select.errors import ModelError, OptionError
 from kernel_select.model.card import GpuIdentity, ModelCard, training_versions, utc_now
 from kernel_select.model.folder_write import check_model_folder, write_model_folder
 from kernel_select.model.mlp import STEM, AveragedRuntimeNet, MLPModel, RuntimeNet, architecture
@@ -40,10 +40,9 @@ from kernel_select.offline.training.cublas_fit import (
     problem_net_checkpoint,
     save_problem_net,
 )
-from kernel_select.offline.data.device_rows import device_rows
 from kernel_select.offline.training.features import featurize_frame
 from kernel_select.offline.training.training_data import (
-    DEFAULT_CAP, aten_problems, cap_rows_per_problem, domain_of, layouts_for, prepare_rows, provenance,
+    DEFAULT_CAP, aten_problems, domain_of, layouts_for, provenance, training_rows,
 )
 from kernel_select.offline.training.auto_refit import refit_auto
 from kernel_select.offline.training.fit_loop import (  # noqa: F401 - MLPHParams, TimeLimit: re-exported
@@ -119,8 +118,8 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
 
     paths = dataset.expand_paths(data_path)
     frame = dataset.modelled_layout_rows(dataset.read_many(paths), layouts=layouts_for(feature_version))
-    rows, aten = _training_rows(frame, spec, paths, cap, seed, layouts_for(feature_version),
-                                batched=feature_version >= 5)
+    rows, aten = training_rows(frame, spec, paths, cap, seed, layouts_for(feature_version),
+                               batched=feature_version >= 5)
     names = FEATURE_SETS[feature_version]
     standardized, mean, std = standardize(featurize_frame(rows, spec, feature_version),
                                            (rows["split"] == "train").to_numpy(), warm)
@@ -275,33 +274,3 @@ def fit_gate_of(frame: pd.DataFrame, spec: DeviceSpec, *, seed: int = 0, data_pa
     if data_path is not None:
         gate.card.hyperparameters["data_file"] = data_path.name
     return gate
-
-
-def _training_rows(df: pd.DataFrame, spec: DeviceSpec, paths: Sequence[Path], cap: int, seed: int,
-                   layouts: Sequence[str] = dataset.MODELLED_LAYOUTS,
-                   batched: bool = False) -> tuple[pd.DataFrame, pd.Series]:
-    """Capped Triton rows of the trainable problems (never `test` or `family`), and cuBLAS ms per problem."""
-    _, df = device_rows(df, spec, paths)  # evaluate's rule: the named device's rows only
-    rows, aten = prepare_rows(df, spec, layouts, batched=batched, source=", ".join(map(str, paths)))
-    masks = splits.split_masks(rows)
-    keep = (masks["train"] | masks["val"]) & cap_rows_per_problem(rows, cap, seed)
-    rows = rows[keep].reset_index(drop=True)
-    for split in ("train", "val"):
-        if not (rows["split"] == split).any():
-            raise DatasetError(f"{', '.join(map(str, paths))}: no usable Triton rows for {spec.key} in split "
-                               f"{split!r}; training needs both 'train' and 'val' problems")
-    return rows, aten
-
-
-
-
-
-
-
-
-
-
-
-
-
-

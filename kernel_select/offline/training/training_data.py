@@ -21,7 +21,8 @@ from kernel_select.device import DeviceSpec
 from kernel_select.errors import DatasetError
 from kernel_select.layouts import LAYOUTS
 from kernel_select.model.card import DataFile, DataProvenance, Domain, stratum
-from kernel_select.offline.data import dataset
+from kernel_select.offline.data import dataset, splits
+from kernel_select.offline.data.device_rows import device_rows
 from kernel_select.offline.training.evaluate import usable_triton_rows
 
 #: Configs per problem a model trains on: every contender within 1.5x of the oracle, then a sample.
@@ -68,6 +69,23 @@ def prepare_rows(frame: pd.DataFrame, spec: DeviceSpec, layouts: Sequence[str] =
     rows = rows.sort_values(["problem_id", *dataset.CONFIG_COLUMNS], kind="stable").reset_index(drop=True)
     aten = frame[(frame["backend"] == "aten") & np.isfinite(frame["runtime_ms"])]
     return rows, aten.groupby("problem_id")["runtime_ms"].min()
+
+
+def training_rows(df: pd.DataFrame, spec: DeviceSpec, paths: Sequence[Path], cap: int, seed: int,
+                  layouts: Sequence[str] = dataset.MODELLED_LAYOUTS,
+                  batched: bool = False) -> tuple[pd.DataFrame, pd.Series]:
+    """Capped Triton rows of the trainable problems (never `test`, `family` or `unseen`), and cuBLAS ms per
+    problem: what every learned model of `spec` trains on (the MLP, train.py; the GBDT, gbdt_fit.py)."""
+    _, df = device_rows(df, spec, paths)  # evaluate's rule: the named device's rows only
+    rows, aten = prepare_rows(df, spec, layouts, batched=batched, source=", ".join(map(str, paths)))
+    masks = splits.split_masks(rows)
+    keep = (masks["train"] | masks["val"]) & cap_rows_per_problem(rows, cap, seed)
+    rows = rows[keep].reset_index(drop=True)
+    for split in ("train", "val"):
+        if not (rows["split"] == split).any():
+            raise DatasetError(f"{', '.join(map(str, paths))}: no usable Triton rows for {spec.key} in split "
+                               f"{split!r}; training needs both 'train' and 'val' problems")
+    return rows, aten
 
 
 def check_runtimes(frame: pd.DataFrame, source: str) -> None:
