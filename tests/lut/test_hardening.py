@@ -62,14 +62,22 @@ def fifo(tmp_path: Path) -> Path:
 
 @contextmanager
 def unread() -> Iterator[None]:
-    """Inside, the bounded reader reading any content, or an os.open of a FIFO that would wait for a
-    writer (no O_NONBLOCK), fails the test: a path refused for what it is (a FIFO, a device, a folder, a
-    file over its cap: fstat tells) is refused before a byte of it is read, and a FIFO fails the test
-    instead of hanging it."""
-    real_open = os.open
-
+    """Inside, the bounded reader reading any content fails the test, and so does a FIFO opened to wait
+    for a writer (no_waiting_on_fifos): a path refused for what it is (a FIFO, a device, a folder, a file
+    over its cap: fstat tells) is refused before a byte of it is read."""
     def read(fd: int, size: int) -> bytes:
         pytest.fail(f"read up to {size:,} bytes of a file that its type or size should have refused")
+
+    with no_waiting_on_fifos(), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(bounded_read, "_read_at_most", read)
+        yield
+
+
+@contextmanager
+def no_waiting_on_fifos() -> Iterator[None]:
+    """Inside, os.open of a FIFO without O_NONBLOCK fails the test: such an open waits for a writer,
+    which would hang the test instead of failing it."""
+    real_open = os.open
 
     def open_without_waiting(path: str | os.PathLike[str], flags: int, *args: int,
                              **kwargs: int | None) -> int:
@@ -78,7 +86,6 @@ def unread() -> Iterator[None]:
         return real_open(path, flags, *args, **kwargs)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(bounded_read, "_read_at_most", read)
         patch.setattr(os, "open", open_without_waiting)
         yield
 
