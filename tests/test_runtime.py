@@ -5,8 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import threading
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -19,31 +17,11 @@ from kernel_select.device import get_device
 from kernel_select.errors import LUTError, ModelError, NoTrainedModelError
 from kernel_select.model.cublas import CublasGate
 from kernel_select.resources import HIDE_SHIPPED_ENV, MODELS_DIR_ENV
+from tests.lut.test_hardening import unread
 
 REPO = Path(__file__).resolve().parent.parent
 H100 = get_device("h100")
 SEED_LUT = REPO / "luts" / "h100_seed.json"
-
-
-def within(seconds: float, call: Callable[[], Any]) -> Any:
-    """call() in a thread; fails (instead of hanging the suite) if it takes longer than `seconds`."""
-    result: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            result["value"] = call()
-        except BaseException as exc:  # noqa: BLE001 -- handed to the test
-            result["error"] = exc
-
-    worker = threading.Thread(target=run, daemon=True)
-    start = time.monotonic()
-    worker.start()
-    worker.join(seconds)
-    assert not worker.is_alive(), f"still running after {seconds} s"
-    assert time.monotonic() - start < seconds
-    if "error" in result:
-        raise result["error"]
-    return result.get("value")
 
 
 @pytest.fixture
@@ -56,20 +34,25 @@ def fifo(tmp_path: Path) -> str:
 
 
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero", "directory", "missing"])
-def test_unsafe_lut_paths_are_refused_fast_and_still_get_a_cache_key(kind: str, fifo: str, tmp_path: Path):
+def test_unsafe_lut_paths_are_refused_unread_and_still_get_a_cache_key(kind: str, fifo: str, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch):
     path = {"fifo": fifo, "dev-zero": "/dev/zero", "directory": str(tmp_path),
             "missing": str(tmp_path / "x")}[kind]
     if kind == "dev-zero" and not os.path.exists(path):
         pytest.skip("no /dev/zero")
-    with pytest.raises(LUTError, match="regular file|cannot read|no such LUT file"):
-        within(2, lambda: runtime.load_lut(path))
-    fingerprint = within(2, lambda: runtime.lut_fingerprint(path))
+    # refused from its stat, never opened to be parsed; the cache key's digest opens it without waiting
+    # and reads none of it (unread: a FIFO would block, /dev/zero never ends)
+    monkeypatch.setattr(runtime, "_read_lut", lambda p: pytest.fail(f"{p} was opened to be parsed"))
+    with pytest.raises(LUTError, match="regular file|cannot read|no such LUT file"), unread():
+        runtime.load_lut(path)
+    with unread():
+        fingerprint = runtime.lut_fingerprint(path)
     assert fingerprint.startswith(f"{path}:unloadable:")
 
 
 def test_a_nul_byte_in_a_lut_path_is_a_lut_error_that_shows_it_escaped():
-    with pytest.raises(LUTError) as info:
-        within(2, lambda: runtime.load_lut("bad\0path.json"))
+    with pytest.raises(LUTError) as info, unread():
+        runtime.load_lut("bad\0path.json")
     assert str(info.value).startswith("bad\\x00path.json: cannot open: not a usable path (it contains a NUL "
                                       "byte); fix "
                                       "kernel_lut_path / TORCHINDUCTOR_KERNEL_LUT_PATH")

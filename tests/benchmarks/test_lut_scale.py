@@ -5,15 +5,17 @@ linear in its size up to a log. Run with `make bench` (or `pytest tests/benchmar
 The tables: `_realistic` is what pretune writes for many shapes (exact m, n, k, a k range per
 dynamic-K GEMM, an m range per dynamic-M one); `_k_ranges_meeting` is issue 43's row 1, entries
 whose k ranges all meet and whose m differ, which an all-pairs overlap check took 138 s over at
-8,000 entries.
+8,000 entries; `_exact_k` and `_k_ranges_over` are 20,000 exact-k entries and 20 k ranges over their ks,
+which must not make the check of the exact entries quadratic.
 """
 
 from __future__ import annotations
 
 import json
+import timeit
 from pathlib import Path
 
-from kernel_select.lut import load_lut, parse_lut
+from kernel_select.lut import ATEN, LUTEntry, SizeRange, load_lut, lut_from_rows, parse_lut
 from kernel_select.problem import Problem
 
 CONFIG = {"block_m": 64, "block_n": 128, "block_k": 64, "num_stages": 3, "num_warps": 4, "group_m": 8}
@@ -36,6 +38,19 @@ def _k_ranges_meeting(count: int) -> list[dict]:
     return [{"m": i, "n": 1024, "k": {"min": i, "max": 10**6}, "pin": "aten"} for i in range(1, count + 1)]
 
 
+def _exact_k() -> list[tuple[str, str, str, LUTEntry]]:
+    return [("h100", "mm", "bfloat16", LUTEntry(m=2**power, n=n, k=k, pin=ATEN))
+            for n in range(1, 11) for k in range(1, 201) for power in range(4, 14)]
+
+
+def _k_ranges_over() -> list[tuple[str, str, str, LUTEntry]]:
+    # below every exact m, over every exact k of the first 10 n: no overlap, and every range is open
+    # across the exact entries of its n
+    return [("h100", "mm", "bfloat16", LUTEntry(m=SizeRange(min=1, max=15), n=n,
+                                                k=SizeRange(min=1, max=200), pin=ATEN))
+            for n in range(1, 21)]
+
+
 def _document(entries: list[dict]) -> str:
     return json.dumps({"schema_version": 4, "devices": {"h100": {"mm": {"bfloat16": entries}}}})
 
@@ -52,6 +67,17 @@ def test_validate_100k_entries_whose_k_ranges_meet(benchmark):
     lut = benchmark.pedantic(parse_lut, (text,), rounds=3, iterations=1)
     assert lut.num_entries == ENTRIES
     assert benchmark.stats.stats.min < 5.0  # issue 43: under 5 s (the least noisy round)
+
+
+def test_k_ranges_among_20k_exact_k_entries(benchmark):
+    # The check with the 20 ranges against the check of the exact entries alone (the least noisy of
+    # three rounds each): at most 3x it, plus 1 s. An all-pairs check would take minutes.
+    exact, ranges = _exact_k(), _k_ranges_over()
+    alone = min(timeit.repeat(lambda: lut_from_rows(exact), number=1, repeat=3))
+    lut = benchmark.pedantic(lut_from_rows, (exact + ranges,), rounds=3, iterations=1)
+    assert lut.num_entries == len(exact) + len(ranges)
+    benchmark.extra_info["exact_alone_s"] = alone
+    assert benchmark.stats.stats.min < 3 * alone + 1.0, (benchmark.stats.stats.min, alone)
 
 
 def _problems() -> list[Problem]:

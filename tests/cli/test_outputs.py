@@ -9,7 +9,6 @@ system reported full or read-only."""
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -17,20 +16,38 @@ import pytest
 
 from kernel_select import atomic_write
 from kernel_select.cli import main, outputs
-
-#: A refusal comes before any work (as tests/cli/test_errors.py bounds it, on a loaded machine).
-PROMPT_S = 20.0
+from tests.cli.test_errors import commands_must_not_start
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
-    start = time.perf_counter()
     try:
         code = main(list(argv))
     except SystemExit as exc:
         code = exc.code
-    assert time.perf_counter() - start < PROMPT_S
     out, err = capsys.readouterr()
     return code, out, err
+
+
+@pytest.fixture
+def parsing_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A command that gets past its flags fails the test: the output is refused when --out is parsed."""
+    commands_must_not_start(monkeypatch)
+
+
+@pytest.fixture
+def no_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first expensive step of the commands that check an output inside their handler fails the test:
+    looking for the GPU (pretune, record, calibrate: measuring or compiling follows) and reading the
+    training data (train)."""
+    def gpu(command: str) -> None:
+        pytest.fail(f"{command} looked for the GPU before it checked its output")
+
+    def rows(*args: object) -> None:
+        pytest.fail("train read its data before it checked its output")
+
+    monkeypatch.setattr("kernel_select.cli.serving.require_gpu", gpu)
+    monkeypatch.setattr("kernel_select.cli.calibrate.require_gpu", gpu)
+    monkeypatch.setattr("kernel_select.offline.training.training_data.require_rows", rows)
 
 
 @pytest.fixture
@@ -77,7 +94,8 @@ REFUSED = [
 
 
 @pytest.mark.parametrize("argv, refused", REFUSED, ids=[" ".join(a[:2]) for a, _ in REFUSED])
-def test_an_output_that_cannot_be_written_is_refused_before_any_work(capsys, place: Path, argv, refused):
+def test_an_output_that_cannot_be_written_is_refused_before_any_work(capsys, place: Path, parsing_only, argv,
+                                                                      refused):
     before = sorted(p.name for p in place.iterdir())
     code, out, err = run(capsys, *(arg.format(d=place) for arg in argv))
     assert code == 2 and out == "" and err.count("\n") == 1, err
@@ -87,14 +105,14 @@ def test_an_output_that_cannot_be_written_is_refused_before_any_work(capsys, pla
     assert sorted(p.name for p in place.iterdir()) == before
 
 
-def test_pretune_checks_its_progress_file_before_the_gpu(capsys, place: Path):
+def test_pretune_checks_its_progress_file_before_the_gpu(capsys, place: Path, no_work):
     (place / "p.json.progress.json").mkdir()
     shapes, out = str(place / "shapes.json"), str(place / "p.json")
     code, _, err = run(capsys, "pretune", "--shapes", shapes, "--out", out)
     assert code == 2 and f"{place / 'p.json.progress.json'}: is a directory" in err and "CUDA" not in err
 
 
-def test_train_checks_the_files_it_replaces_before_training(capsys, place: Path):
+def test_train_checks_the_files_it_replaces_before_training(capsys, place: Path, no_work):
     (place / "m").mkdir()
     (place / "m" / "mlp.pt").mkdir()  # a folder where the checkpoint goes: no one can replace it
     code, _, err = run(capsys, "train", "--data", str(place / "missing.parquet"), "--out", str(place / "m"))
@@ -102,8 +120,8 @@ def test_train_checks_the_files_it_replaces_before_training(capsys, place: Path)
 
 
 @pytest.mark.parametrize("flag, reason", [(os.ST_RDONLY, "read-only file system"), (0, "KiB free")])
-def test_a_read_only_or_full_file_system_is_refused(capsys, monkeypatch, tmp_path: Path, flag: int,
-                                                    reason: str):
+def test_a_read_only_or_full_file_system_is_refused(capsys, monkeypatch, tmp_path: Path, parsing_only,
+                                                    flag: int, reason: str):
     real = os.statvfs
 
     def reported(path):  # noqa: ANN001, ANN202
@@ -124,14 +142,14 @@ def test_a_writable_output_passes_and_a_missing_folder_is_created(capsys, tmp_pa
     assert code == 0 and target.read_text().startswith("{") and err == ""
 
 
-def test_a_path_with_control_characters_is_shown_escaped(capsys, tmp_path: Path):
+def test_a_path_with_control_characters_is_shown_escaped(capsys, tmp_path: Path, parsing_only):
     odd = tmp_path / "a\x1b[2Jb"
     odd.mkdir()
     code, _, err = run(capsys, "lut", "schema", "--out", str(odd))
     assert code == 2 and "\x1b" not in err and "a\\x1b[2Jb" in err
 
 
-def test_record_reads_the_table_it_extends_before_the_compile(capsys, tmp_path: Path):
+def test_record_reads_the_table_it_extends_before_the_compile(capsys, tmp_path: Path, no_work):
     broken = tmp_path / "serving.json"
     broken.write_text('{"schema_version": 4, "devices": {"h100": {"mm": {"bfloat16": [{"m": 0}]}}}}')
     code, _, err = run(capsys, "record", "--network", "m:f", "--out", str(broken))
@@ -139,12 +157,12 @@ def test_record_reads_the_table_it_extends_before_the_compile(capsys, tmp_path: 
 
 
 @pytest.mark.parametrize("command", ["compare", "compare-models"])
-def test_an_unknown_torch_device_is_refused_before_any_worker(capsys, command: str):
+def test_an_unknown_torch_device_is_refused_before_any_worker(capsys, parsing_only, command: str):
     code, _, err = run(capsys, command, "--torch-device", "tpu")
     assert code == 2 and "--torch-device: expected cuda, cuda:N or cpu, got 'tpu'" in err
 
 
-def test_calibrate_checks_the_user_model_directory_it_writes_into(capsys, monkeypatch, place: Path):
+def test_calibrate_checks_the_user_model_directory_it_writes_into(capsys, monkeypatch, place: Path, no_work):
     monkeypatch.setenv("KERNEL_SELECT_MODELS_DIR", str(place / "a-file"))
     code, _, err = run(capsys, "calibrate")
     assert code == 2 and f"{place / 'a-file'}: is a regular file, not a folder" in err and "CUDA" not in err

@@ -1,4 +1,8 @@
-"""Inside torch.compile nothing raises and nothing blocks: hostile paths, values and model files."""
+"""Inside torch.compile nothing raises and nothing blocks: hostile paths, values and model files.
+
+"Nothing blocks" is shown by the work that would block never starting: a LUT that is no regular file is
+neither read nor waited on (tests.lut.test_hardening.unread), and a model card that describes a network
+too large to build is refused before any network is built but on torch's meta device."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 pytest.importorskip("torch._inductor.kernel_template_choice")
 
@@ -21,12 +26,13 @@ import kernel_select.knobs as knobs  # noqa: E402
 from kernel_select.configs import GemmConfig  # noqa: E402
 from kernel_select.device import DeviceSpec  # noqa: E402
 from kernel_select.errors import OptionError  # noqa: E402
+from kernel_select.model import mlp as mlp_module  # noqa: E402
 from kernel_select.problem import Problem  # noqa: E402
 from kernel_select.resources import MODELS_DIR_ENV  # noqa: E402
 from tests.inductor.kit import FakeInputs, finalize, inductor_candidates, warnings_of  # noqa: E402
 from tests.inductor_doubles import FakeModel  # noqa: E402
+from tests.lut.test_hardening import unread  # noqa: E402
 from tests.subprocess_env import REPO  # noqa: E402
-from tests.test_runtime import within  # noqa: E402
 
 
 def stock(candidates: dict[str, list]) -> list:
@@ -46,7 +52,7 @@ def compile_gemms(handler: ks_inductor.KernelSelectChoices, shapes: Sequence[int
 
 
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
-def test_a_fifo_or_dev_zero_lut_returns_within_two_seconds_with_one_warning(
+def test_a_fifo_or_dev_zero_lut_is_passed_over_unread_with_one_warning(
         kind: str, tmp_path: Path, caplog: pytest.LogCaptureFixture):
     if kind == "fifo":
         path = str(tmp_path / "lut.fifo")
@@ -55,7 +61,8 @@ def test_a_fifo_or_dev_zero_lut_returns_within_two_seconds_with_one_warning(
         path = "/dev/zero"
     handler = ks_inductor.KernelSelectChoices(gemm_topk=4, kernel_lut_path=path, gemm_model=FakeModel(),
                                               gemm_device="h100")
-    within(2, lambda: compile_gemms(handler, (560, 1024), caplog))
+    with unread():
+        compile_gemms(handler, (560, 1024), caplog)
     assert len(warnings_of(caplog)) == 1 and "regular file" in warnings_of(caplog)[0].getMessage()
 
 
@@ -109,7 +116,15 @@ def test_a_broken_user_model_leaves_inductor_its_own_candidates(
     monkeypatch.setenv(MODELS_DIR_ENV, str(tmp_path))
     # gemm_model=None: the device's trained model, here the user's
     handler = ks_inductor.KernelSelectChoices(gemm_topk=4, gemm_device="h100")
-    within(2, lambda: compile_gemms(handler, (560, 1024, 2048), caplog))
+    built_on: list[str] = []
+
+    def build(architecture: object) -> torch.nn.Module:
+        built_on.append(torch.empty(0).device.type)  # the device a factory call lands on now
+        return mlp_module.build_net(architecture)
+
+    monkeypatch.setattr(mlp_module, "build_net", build)
+    compile_gemms(handler, (560, 1024, 2048), caplog)
+    assert set(built_on) <= {"meta"}, f"a network was built on {built_on}"  # a card may describe gigabytes
     messages = [r.getMessage() for r in warnings_of(caplog)]
     assert len(messages) == 1 and str(broken) in messages[0] and "retrain" in messages[0]
     assert not handler.selections  # nothing was ranked, by the analytical model or any other
