@@ -24,18 +24,21 @@ def register(sub: Subparsers) -> None:
 
     p = sub.add_parser("calibrate", help="measure this GPU for a few minutes and train its own model",
                        description="Plan problems that reuse compiled kernels and cover the dtypes, M "
-                                   "buckets, N and K alignments, layouts and batched GEMMs; time them "
-                                   "with the benchmark harness within --max-seconds; fine-tune the nearest "
+                                   "buckets, N and K alignments, layouts and batched GEMMs of the domain, "
+                                   "the compile classes where the starting model is least sure first "
+                                   "(--plan-only prints the plan); time them with the benchmark harness "
+                                   "within --max-seconds; fine-tune the nearest "
                                    "trained model on them (or train from scratch); score it on the "
                                    "measured problems held out from training; and write the model into "
                                    "the user's model directory, where kernel_select finds it for this GPU "
                                    "before any shipped model. A killed run resumes its measurements when "
-                                   "run again (training starts over). Needs a CUDA GPU.")
+                                   "run again (training starts over). Needs a CUDA GPU, except with "
+                                   "--plan-only.")
     budget = p.add_argument(
         "--max-seconds", type=positive_float, default=DEFAULT_MINUTES * 60.0,
         help="the whole run's wall time in seconds: planning, measuring (compile included; a hard bound), "
-             "training and scoring (default: %(default)g; 900 cover every stratum with 15 compile workers, "
-             "less covers the first compile classes)")
+             "training and scoring (default: %(default)g; 900 cover every stratum of the domain with 15 "
+             "compile workers, less the classes first in the order)")
     flags.deprecate(p, "--minutes", budget, convert=flags.minutes_as_seconds)
     p.add_argument("--from", dest="start", default="auto", metavar="DEVICE|auto|none",
                    help="the model to fine-tune: auto (default): the trained model of this GPU or of its SM "

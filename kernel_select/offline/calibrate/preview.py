@@ -78,7 +78,8 @@ def lines(report: dict[str, Any]) -> list[str]:
     if start is None:
         out.append("start: from scratch; classes in the fixed order")
     else:
-        order = ("ordered by its members' disagreement, those it never trained on first"
+        order = ("a class of bf16 single GEMMs first, then those it never trained on, then by its members' "
+                 "disagreement"
                  if report["order"] == "disagreement" else "a single network: classes in the fixed order")
         out.append(f"start: fine-tunes the {start['device']} model in {start['folder']}; {order}")
     out.append(f"  {'#':>2}  {'compile class':<40} {'tier':<8} {'problems':>8}  why")

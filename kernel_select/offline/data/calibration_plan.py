@@ -51,7 +51,8 @@ GROW_STEP = 32
 #: of the layers and coverage plans (and 26% under on an older harness), and a run that reaches
 #: the bound stops between problems, losing the end of the plan.
 SAFETY = 0.9
-#: A class's first problems, whose kernels bound from below what the class adds to the plan.
+#: A class's first problems, whose kernels and timing bound from below what the class adds to the plan
+#: (the first 8 of a class already need nearly all of its kernels).
 SAMPLE = 8
 #: What a plan keeps to, predicted over the whole collection from a cold compile cache: issue 41's
 #: target for a new machine. Problems of a class that only cost GPU time add rows faster than that,
@@ -123,7 +124,7 @@ def plan_calibration(device: DeviceSpec, budget_s: float, workers: int, *, max_p
             if c not in slow and cap - build.total >= 1:
                 _take_class(build, c, cap, max_problems is None, workers)
         if not build.taken:
-            cheapest = min(compile_floor(build.simulation, runs.ordered(c, 0, SAMPLE)) for c in classes)
+            cheapest = min(wall_floor(build.simulation, runs.ordered(c, 0, SAMPLE), 1) for c in classes)
             raise OptionError(f"calibrate: {budget_s:.0f} s of collection fit no class of problems with "
                               f"{workers} compile workers (the cheapest needs more than "
                               f"{cheapest / SAFETY:.0f} s); give calibrate more minutes")
@@ -143,9 +144,9 @@ def _take_class(build: _Build, c: CompileClass, cap: float, whole: bool, workers
     at least `least_count`), or not at all."""
     room = cap - build.total
     least = int(min(room, least_count(c) if whole else 1))
-    # Compiling the kernels of a class's first few problems bounds what it adds from below, and
-    # costs planning those few only: a class that cannot fit is passed over without planning more.
-    if compile_floor(build.simulation, build.runs.ordered(c, 0, min(least, SAMPLE))) > build.limit:
+    # A bound from a class's first few problems costs planning those few only: a class that cannot
+    # fit is passed over without planning more.
+    if wall_floor(build.simulation, build.runs.ordered(c, 0, min(least, SAMPLE)), least) > build.limit:
         return
     if not build.fits(c)(least):
         return
@@ -225,12 +226,17 @@ class _Build:
         return True
 
 
-def compile_floor(simulation: cost.Simulation, planned: Sequence[list[PlannedRun]]) -> float:
-    """A lower bound on the wall time of `simulation` with `planned` (or more problems) added: the
-    compile pool's clock once the keys it has not compiled yet are compiled."""
-    new = [key for key in distinct_keys(list(planned)) if key not in simulation.key_done]
-    return simulation.compile_clock + sum(cost.COMPILE_CORE_S[(key.kernel, key.dtype)] for key in new) / (
-        simulation.workers)
+def wall_floor(simulation: cost.Simulation, sample: Sequence[list[PlannedRun]], count: int) -> float:
+    """A lower bound on the wall time of `simulation` with `count` problems added, `sample` among
+    them: the compile pool's clock once the sample's keys it has not compiled are compiled, or the
+    GPU's end plus the sample's timing and cost.PROBLEM_S for each other problem (one GPU times them
+    one after another, after what it has)."""
+    new = [key for key in distinct_keys(list(sample)) if key not in simulation.key_done]
+    compiled = simulation.compile_clock + sum(cost.COMPILE_CORE_S[(key.kernel, key.dtype)]
+                                              for key in new) / simulation.workers
+    timed = (simulation.end + sum(cost.problem_timing_s(problem_runs, 0) for problem_runs in sample)
+             + max(count - len(sample), 0) * cost.PROBLEM_S)
+    return max(compiled, timed)
 
 
 def balanced_count(first_runs: Sequence[list[PlannedRun]], workers: int, least: int) -> int:
