@@ -30,6 +30,7 @@ EXTRA_OF_MODULE: dict[str, str] = {
     "filelock": "offline",
     "transformers": "models",
     "nvMatmulHeuristics": "baselines",
+    "lightgbm": "train",
 }
 
 #: Subcommands in the order `kernel-select --help` lists them.

@@ -66,3 +66,14 @@ def test_every_committed_plan_names_a_collection_pass_the_dataset_accepts():
     for plan in sorted((ROOT / "data").glob("shapes_*.json")):
         passes = {entry.get("pass", "coverage") for entry in json.loads(plan.read_text())}
         assert passes <= set(PASSES), (plan.name, passes - set(PASSES))
+
+
+def test_unseen_rows_that_hash_into_test_stay_out_of_test():
+    # Reading the unseen file beside the others (data/h100*.parquet) must not move the `test` figures.
+    entries = unseen.shapes()[:4]
+    frame = pd.DataFrame({"problem_id": [_id(e) for e in entries] + ["random"],
+                          "n": [e["n"] for e in entries] + [64], "k": [e["k"] for e in entries] + [64],
+                          "family": [e["family"] for e in entries] + ["random"], "split": ["test"] * 5})
+    masks = splits.split_masks(frame, shapes_files=[])
+    assert masks["test"].tolist() == [False, False, False, False, True]
+    assert masks["unseen"][:4].all()

@@ -16,7 +16,8 @@ Three test sets, all never trained on, all frozen (adding problems never moves a
   unseen  every problem of data/shapes_unseen.json (family `unseen-...`): drawn by a generator and
           seed no training plan uses (offline/data/unseen.py), across every alignment class,
           dtype and layout, with batched GEMMs of architectures outside the architecture table. It
-          measures what a user's shapes get; it is never in `family`.
+          measures what a user's shapes get; it is never in `family` or `test`, so adding its rows
+          to a read moves neither.
 
 A problem can belong to `test` and another split (a ViT shape that hashes into `test`); it is then
 scored in both reports. Training uses only problems in none: `train` and `val` are the hash split's
@@ -119,7 +120,7 @@ def problem_families(frame: pd.DataFrame, shapes_files: Iterable[str | Path] | N
 def split_masks(frame: pd.DataFrame,
                 shapes_files: Iterable[str | Path] | None = None) -> dict[str, np.ndarray]:
     """Boolean row masks: `train`, `val` (trainable), `test`, `family` and `unseen` (held out; `test`
-    may overlap the other two).
+    may overlap `family`).
 
     Raises:
         DatasetError: the frame lacks the `split` column or the hash split is not the frozen one.
@@ -134,7 +135,7 @@ def split_masks(frame: pd.DataFrame,
     return {
         "train": (hashed == "train") & ~family_out & ~unseen,
         "val": (hashed == "val") & ~family_out & ~unseen,
-        "test": hashed == "test",
+        "test": (hashed == "test") & ~unseen,
         "family": family_out,
         "unseen": unseen,
     }
