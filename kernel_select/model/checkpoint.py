@@ -19,9 +19,9 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from kernel_select import warn
 from kernel_select.atomic_write import write_atomic
@@ -30,6 +30,8 @@ from kernel_select.errors import KernelSelectError, ModelCardMismatchError, Mode
 from kernel_select.lut.bounded_read import FileKind, read_json
 from kernel_select.model.card import Architecture, ModelCard
 from kernel_select.resources import shipped_dir, user_models_dir
+
+SchemaT = TypeVar("SchemaT", bound=BaseModel)
 
 log = logging.getLogger(__name__)
 
@@ -122,12 +124,19 @@ def read_card(path: Path, hint: str) -> ModelCard:
     """Parse a card file; any problem is a ModelCardMismatchError naming the file and field. The
     package's one reader of user files reads it (lut/bounded_read.py: bounded, a UTF-8 BOM
     accepted as in every JSON file it reads, a number of thousands of digits refused in one line)."""
+    return read_validated(path, hint, ModelCard, _CARD_FILE)
+
+
+def read_validated(path: Path, hint: str, schema: type[SchemaT], kind: FileKind) -> SchemaT:
+    """A model folder's JSON file parsed into `schema` (a card of any model kind): a file that cannot
+    be read or does not validate is a ModelCardMismatchError naming the file, the first bad field and
+    `hint` (what to do)."""
     try:
-        raw = read_json(path, _CARD_FILE)
+        raw = read_json(path, kind)
     except KernelSelectError as exc:
         raise ModelCardMismatchError(f"{exc}; {hint}") from None
     try:
-        return ModelCard.model_validate(raw)
+        return schema.model_validate(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "card"

@@ -27,20 +27,20 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from kernel_select.atomic_write import write_atomic
 from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec, get_device, same_architecture
 from kernel_select.errors import (
-    KernelSelectError, ModelCardMismatchError, ModelError, NoTrainedModelError, UnsupportedProblemError,
+    ModelCardMismatchError, ModelError, NoTrainedModelError, UnsupportedProblemError,
 )
-from kernel_select.lut.bounded_read import FileKind, read_json
+from kernel_select.lut.bounded_read import FileKind
 from kernel_select.model.base import PerformanceModel, register_model
 from kernel_select.model.card import (
     DataProvenance, Domain, GpuIdentity, TrainedLayouts, outside_domain, trained_dtype,
 )
-from kernel_select.model.checkpoint import MAX_CARD_BYTES, check_gpu
+from kernel_select.model.checkpoint import MAX_CARD_BYTES, check_gpu, read_validated
 from kernel_select.model.features import FEATURE_SETS, featurize
 from kernel_select.model.folders import model_folders
 from kernel_select.model.trees import MAX_DEPTH, MAX_NODES, MAX_TREES, TreeEnsemble
@@ -200,16 +200,7 @@ _CARD_KIND = FileKind("gbdt model card", f"a gbdt model card ({CARD_FILE} beside
 
 
 def _read_card(path: Path, hint: str) -> GBDTCard:
-    try:
-        raw = read_json(path, _CARD_KIND)
-    except KernelSelectError as exc:
-        raise ModelCardMismatchError(f"{exc}; {hint}") from None
-    try:
-        return GBDTCard.model_validate(raw)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "card"
-        raise ModelCardMismatchError(f"{path}: field {where!r}: {first['msg']}; {hint}") from None
+    return read_validated(path, hint, GBDTCard, _CARD_KIND)
 
 
 def _check_card(card: GBDTCard, path: Path, spec: DeviceSpec, hint: str,
