@@ -119,10 +119,15 @@ def trained_dtype(dtype: str, dtypes: Sequence[str]) -> bool:
 
 
 def problems_like(problem: Problem, domain: Domain) -> int:
-    """Training problems in the problem's domain stratum (op, dtype, M bucket): its dtype's or its
+    """Training problems in the problem's domain stratum (op, dtype, M bucket)."""
+    return stratum_count(stratum(problem.op, problem.dtype, problem.m), domain.strata)
+
+
+def stratum_count(key: str, strata: dict[str, int]) -> int:
+    """Training problems a model counts for stratum `key` ("op/dtype/bucket"): its dtype's or its
     SAME_FEATURES twin's, whichever has more."""
-    return max(domain.strata.get(stratum(problem.op, dtype, problem.m), 0)
-               for dtype in (problem.dtype, SAME_FEATURES.get(problem.dtype, problem.dtype)))
+    op, dtype, bucket = key.split("/")
+    return max(strata.get(key, 0), strata.get(f"{op}/{SAME_FEATURES.get(dtype, dtype)}/{bucket}", 0))
 
 
 def outside_domain(problem: Problem, dtypes: Sequence[str], domain: Domain | None) -> str:

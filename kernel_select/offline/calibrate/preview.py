@@ -13,8 +13,7 @@ import time
 from typing import Any
 
 from kernel_select.device import DeviceSpec
-from kernel_select.model.card import MIN_STRATUM_PROBLEMS
-from kernel_select.model.card import SAME_FEATURES
+from kernel_select.model.card import MIN_STRATUM_PROBLEMS, stratum_count
 from kernel_select.offline.calibrate.budget import AFTER_TRAINING_S, PLANNING_S, Budget
 from kernel_select.offline.calibrate.priority import COVERAGE, ranked_classes
 from kernel_select.offline.calibrate.run import (CalibrateOptions, compile_worker_count, output_folder,
@@ -54,17 +53,9 @@ def preview(options: CalibrateOptions, spec: DeviceSpec) -> dict[str, Any]:
                     for r in ranked],
         "plan": plan.summary(),
         "domain": {"strata": target, "min_training_problems": MIN_STRATUM_PROBLEMS,
-                   "claimed": [s for s in target if _problems_like(s, training) >= MIN_STRATUM_PROBLEMS]},
+                   "claimed": [s for s in target if stratum_count(s, training) >= MIN_STRATUM_PROBLEMS]},
         "planning_s": round(planning_s, 1),
     }
-
-
-def _problems_like(stratum: str, training: dict[str, int]) -> int:
-    """Training problems a calibrated model would count for `stratum` (MLPModel.training_problems_like:
-    those of the dtype that shares its features count too)."""
-    op, dtype, bucket = stratum.split("/")
-    twin = f"{op}/{SAME_FEATURES.get(dtype, dtype)}/{bucket}"
-    return max(training.get(stratum, 0), training.get(twin, 0))
 
 
 def lines(report: dict[str, Any]) -> list[str]:
