@@ -74,6 +74,12 @@ POINTWISE_KERNEL_MS = 0.001
 #: ... charged only where cuBLAS is launch-sized (predicted at most this): on the H100 the charge
 #: gained 6% device time at 5.4-6.5 us GEMMs and nothing, at longer compiles, from 8.9 us up.
 EPILOGUE_CHARGE_MAX_MS = 0.008
+#: With one choice per GEMM (gemm_topk=1) no benchmark stands behind the decision, so there is no margin:
+#: cuBLAS is taken where its predicted ratio (epilogue charged) is below this, else the model's first
+#: config. Replayed on the H100's single GEMMs (`kernel-select gate-rules --one-choice`), 1.0 had the
+#: least regret against the faster of the two on `val` (1.0419) and `test` (1.0420; 1.02: 1.0430, 1.05:
+#: 1.0421, 0.95: 1.0490); docs/results.md, "Zero-benchmark mode: the cuBLAS decision alone".
+ONE_CHOICE_THRESHOLD = 1.0
 #: The rule's name in Inductor cache keys: a changed rule must not reuse old choices. (A hedge, offering
 #: the model's first pick beside cuBLAS in a close call, was replayed on the held-out splits and lost
 #: score: docs/results.md, "The cuBLAS decision's small-GEMM rule and the hedge". There is none.)
