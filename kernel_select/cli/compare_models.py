@@ -35,7 +35,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                     "OUT/luts/<model>_<phase>.json (kept and reused) and serves that LUT at k = 1; "
                     "its pretune time is reported apart from its compile time (pretune_s). "
                     "Writes OUT/models_<device>.json (resumable) and OUT/models_<device>.png, and "
-                    "prints a summary and a line per network and method. The zoo needs the transformers "
+                    "prints a summary and a line per network and method (with the GEMMs Inductor "
+                    "autotuned out of those it lowered). The zoo needs the transformers "
                     "package (pip install 'kernel_select[models]').")
     networks = p.add_argument(
         "--networks", type=flags.word, default=None,
@@ -55,7 +56,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "mean of its first tensor)")
     p.add_argument("--methods", type=flags.word, default=None,
                    help="comma-separated methods among eager, default, stock, topk-1, topk-4, topk-auto, "
-                        "topk-4-parity, topk-4-inproc, stock-gemm, topk-4-gemm, topk-auto-gemm, lut, "
+                        "topk-4-parity, topk-4-inproc, stock-gemm, topk-4-gemm, topk-auto-gemm, zero-gemm "
+                        "(gemm_topk=1 with topk-4-gemm's options: one choice per GEMM the cuBLAS decision "
+                        "can decide, nothing benchmarked there), lut, "
                         "pinned-gemm (pretunes each model first; GPU), or 'all' (every one that applies); "
                         "default: default,stock-gemm,topk-4-gemm (topk-4-gemm is the README's recipe; "
                         "every process times eager beside its own step)")
