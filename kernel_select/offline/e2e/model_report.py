@@ -24,7 +24,7 @@ from typing import Any
 
 from kernel_select.errors import first_line
 from kernel_select.offline.compare.summary import counted
-from kernel_select.offline.e2e.model_results import load_results
+from kernel_select.offline.e2e.model_results import GEMM_OPS, load_results
 from kernel_select.offline.metrics import geomean
 
 #: A step counts as slower than eager (or than another method) beyond this fraction.
@@ -94,10 +94,12 @@ def _choices(run: dict[str, Any]) -> list[Any]:
 
 
 def gemms_autotuned(result: dict[str, Any]) -> tuple[int, int | None]:
-    """(GEMMs Inductor autotuned, GEMMs it lowered) in a method's compile: a GEMM given one choice (a
-    LUT pin, gemm_topk=1's decision, mode="default"'s ATen) is lowered and never autotuned. The
-    lowered count is None for runs from before it was recorded."""
-    return len(result.get("gemms") or []), result.get("gemms_lowered")
+    """(GEMMs Inductor autotuned, GEMMs it lowered) in a method's compile (model_results.GEMM_OPS; a
+    convolution Inductor autotunes is neither): a GEMM given one choice (a LUT pin, gemm_topk=1's
+    decision, mode="default"'s ATen) is lowered and never autotuned. The lowered count is None for
+    runs from before it was recorded."""
+    autotuned = sum(gemm.get("op") in GEMM_OPS for gemm in result.get("gemms") or [])
+    return autotuned, result.get("gemms_lowered")
 
 
 def succeeded(result: dict[str, Any] | None) -> bool:

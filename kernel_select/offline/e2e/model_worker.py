@@ -35,6 +35,7 @@ from typing import Any
 
 from kernel_select.offline.e2e.json_worker import worker_main
 from kernel_select.offline.e2e.model_methods import ModelMethod
+from kernel_select.offline.e2e.model_results import GEMM_OPS
 from kernel_select.offline.e2e.workloads import build_workload
 from kernel_select.offline.e2e.step_timing import (
     CudaEventTimer, DeviceTimeTimer, Timer, host_reference, interleaved_ms, relative_iqr, wall_clock_timer)
@@ -69,16 +70,13 @@ def recording_gemms() -> Iterator[list[dict[str, Any]]]:
                                           if t.ms < float("inf")]})
 
 
-#: The GEMM lowerings Inductor counts in `counters["aten_mm_info"]` (one key per op and sizes).
-LOWERED_GEMM_OPS = ("aten.mm_", "aten.addmm_", "aten.bmm_", "aten.baddbmm_")
-
-
 def lowered_gemms() -> int:
-    """How many mm/addmm/bmm/baddbmm lowerings Inductor has counted in this process, whether or not it
-    benchmarked them: each lowering adds one to `counters["aten_mm_info"]` (torch 2.11 and 2.13)."""
+    """How many GEMM lowerings (model_results.GEMM_OPS) Inductor has counted in this process, whether or
+    not it autotuned them: each adds one to `counters["aten_mm_info"]` (torch 2.11 and 2.13)."""
     from torch._dynamo.utils import counters
 
-    return sum(count for key, count in counters["aten_mm_info"].items() if key.startswith(LOWERED_GEMM_OPS))
+    prefixes = tuple(GEMM_OPS.values())
+    return sum(count for key, count in counters["aten_mm_info"].items() if key.startswith(prefixes))
 
 
 def _warm_up(device: Any, method: ModelMethod) -> None:
