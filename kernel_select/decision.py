@@ -169,7 +169,8 @@ class Selection:
         shown = cublas is not None and (cublas.prefers_cublas or cublas.charged_epilogue)
         outside = f"; {self.outside}: Inductor's own configs beside them" if self.outside else ""
         if cublas is not None and cublas.alone:
-            return f"{self.problem} on {self.device}: ranked {self.ranked} Triton configs{spread}; {cublas.describe()}"
+            return (f"{self.problem} on {self.device}: ranked {self.ranked} Triton configs{spread}; "
+                    f"{cublas.describe()}")
         return (f"{self.problem} on {self.device}: benchmarking {len(self.choices)} of {self.ranked} Triton "
                 f"configs ({self.sources.count(LUT_SOURCE)} from the LUT){spread}{hint}{capped}{outside}"
                 f"{f'; {cublas.describe()}' if shown else ''}")
@@ -273,8 +274,9 @@ def _ranked(problem: Problem, policy: Policy, hit: LUTHit | None, epilogue: Epil
 
     outside = model.domain_gap(problem)
     # LUT entries are always benchmarked, so only a GEMM without them gets the decision alone.
+    alone = policy.one_choice and not entries
     decision = None if outside else _cublas_decision(problem, model, policy.gate, policy.cublas_margin,
-                                                     epilogue, scores, alone=policy.one_choice and not entries)
+                                                     epilogue, scores, alone=alone)
     selection = Selection(problem, device.key, tuple(chosen), len(candidates), decision, m_values=spread,
                           outside=outside, auto_at_cap=outside if gemm_topk == AUTO else "")
     if selection.skips_triton:

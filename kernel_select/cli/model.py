@@ -119,7 +119,8 @@ def register_eval(sub: Subparsers) -> None:
 
 
 def register_gate_rules(sub: Subparsers) -> None:
-    p = sub.add_parser("gate-rules", help="replay the cuBLAS gate's small-GEMM rule on measured data",
+    p = sub.add_parser("gate-rules", help="replay the cuBLAS gate's small-GEMM rule (or, --one-choice, "
+                                          "gemm_topk=1's decision) on measured data",
                        description="Where Inductor's benchmark over-times cuBLAS (small GEMMs), the gate "
                                    "decides alone. For each split (default: the held-out test and family), "
                                    "k and over-timing scenario, score each (small-GEMM zone, tie) rule with "

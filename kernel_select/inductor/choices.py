@@ -4,10 +4,10 @@ For every mm/addmm/bmm/baddbmm Inductor autotunes on a CUDA device, `_finalize_t
 Inductor's inputs once into a request (inductor/inputs.py), asks `kernel_select.decision.decide()` under
 the Policy its knobs give (inductor/settings.py) and builds the candidate lists from the selections
 (inductor/choice_builder.py): the Triton GEMM templates get the selected configs; ATen (cuBLAS),
-decompose_k and every other template pass through, so cuBLAS always competes; but a GEMM with one choice
-(a LUT pin, or gemm_topk=1's cuBLAS decision) gets that choice alone and nothing is benchmarked. Nothing raises inside
-torch.compile: a failure logs one warning per cause and Inductor keeps its candidates. Wrapping another
-handler and grouped convolutions: inductor/wrapping.py.
+decompose_k and every other template pass through, so cuBLAS always competes; but a GEMM with one
+choice (a LUT pin, or gemm_topk=1's cuBLAS decision) gets that choice alone and nothing is benchmarked.
+Nothing raises inside torch.compile: a failure logs one warning per cause and Inductor keeps its
+candidates. Wrapping another handler and grouped convolutions: inductor/wrapping.py.
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ ratio, cuBLAS time / fastest Triton time:
 
 and one rule (`CublasDecision.prefers_cublas`): skip Triton where cuBLAS is predicted faster by at
 least `margin`. With one choice per GEMM (`alone`: gemm_topk=1, nothing benchmarked) there is no
-margin: cuBLAS where it is predicted faster (ONE_CHOICE_THRESHOLD), else the model's first config. Where Inductor's own benchmark cannot be trusted to fall back to cuBLAS (GEMMs
+margin: cuBLAS where it is predicted faster (ONE_CHOICE_THRESHOLD), else the model's first config.
+Where Inductor's own benchmark cannot be trusted to fall back to cuBLAS (GEMMs
 predicted under SMALL_GEMM_MS, and biased nn.Linear layers cuBLAS runs with the bias in its
 epilogue), the margin is dropped and a predicted tie goes to cuBLAS. A pointwise epilogue that a
 Triton template fuses but cuBLAS leaves as a kernel of its own charges cuBLAS that kernel's launch.
@@ -141,8 +142,8 @@ class CublasDecision:
         if self.alone:
             verdict = "ATen (cuBLAS)" if self.prefers_cublas else "the model's first Triton config"
             return (f"cuBLAS decision ({self.source}), one choice: predicted cuBLAS / best Triton time "
-                    f"{self.predicted_ratio:.2f}{epilogue} (cuBLAS below {ONE_CHOICE_THRESHOLD:g}): {verdict}, "
-                    f"nothing benchmarked")
+                    f"{self.predicted_ratio:.2f}{epilogue} (cuBLAS below {ONE_CHOICE_THRESHOLD:g}): "
+                    f"{verdict}, nothing benchmarked")
         why = [f"small GEMM (< {SMALL_GEMM_MS} ms)"] if self.small else []
         why += ["cuBLAS as bias_addmm"] if self.bias_epilogue else []
         clause = f", {' and '.join(why)}: no margin, ties to cuBLAS" if why else ""

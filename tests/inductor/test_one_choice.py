@@ -22,8 +22,8 @@ FIRST = expected_top(SEED, 1)[0]  # FakeModel's first config for the seed proble
 
 
 def one_choice_handler(**knobs: object) -> ks_inductor.KernelSelectChoices:
-    return ks_inductor.KernelSelectChoices(**{"gemm_topk": 1, "gemm_model": FakeModel(), "gemm_device": "h100",
-                                              "gemm_cublas_margin": 0.15, **knobs})
+    defaults = {"gemm_topk": 1, "gemm_model": FakeModel(), "gemm_device": "h100", "gemm_cublas_margin": 0.15}
+    return ks_inductor.KernelSelectChoices(**{**defaults, **knobs})
 
 
 def uids(result: list) -> list[str]:  # noqa: ANN001
@@ -148,7 +148,8 @@ def test_addmm_gets_one_choice_over_its_split_calls(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(choice_builder, "_aten_offered", lambda: True)
     inputs = FakeInputs(560, 1280, 3420)
     handler = one_choice_handler()
-    aten = {"aten::addmm": [ktc("aten::addmm", inputs)], "aten::bias_addmm": [ktc("aten::bias_addmm", inputs)]}
+    aten = {"aten::addmm": [ktc("aten::addmm", inputs)],
+            "aten::bias_addmm": [ktc("aten::bias_addmm", inputs)]}
     subgraph = {"contiguous_addmm": [ktc("contiguous_addmm", inputs)]}
     triton = {"triton::mm": inductor_candidates(inputs)["triton::mm"]}
     calls = [uids(finalize(handler, inputs, call, op="addmm")) for call in (aten, subgraph, triton)]

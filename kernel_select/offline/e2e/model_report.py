@@ -31,7 +31,8 @@ from kernel_select.offline.metrics import geomean
 SLOWER_BY = 0.02
 RESULT_FIELDS = ("compile_s", "step_ms", "eager_step_ms", "speedup_vs_eager", "compile_spread", "step_spread",
                  "ratio_spread", "step_device_ms", "eager_device_ms", "device_spread", "host_ref_ms",
-                 "host_spread", "choices_stable", "pretune_s", "wall_s", "gemms", "gemms_lowered", "error", "runs")
+                 "host_spread", "choices_stable", "pretune_s", "wall_s", "gemms", "gemms_lowered", "error",
+                 "runs")
 #: The GPU's view of a step (model_worker.device_times); runs from before it was measured lack it.
 DEVICE_FIELDS = ("step_device_ms", "eager_device_ms")
 

@@ -315,8 +315,8 @@ ARCHITECTURES = {arch.name: arch for arch in (
                  Sizes(2, 0, 0, 0, 0), _PREFILL),
     Architecture("swin-tiny-4stage", swin_tiny_4stage, "vision", Sizes(32, 0, 0, 0, 0), Sizes(2, 0, 0, 0, 0),
                  _PREFILL),
-    Architecture("whisper-medium-encoder-2layer", whisper_medium_encoder_2layer, "audio", Sizes(8, 0, 0, 0, 0),
-                 Sizes(2, 0, 0, 0, 0), _PREFILL),
+    Architecture("whisper-medium-encoder-2layer", whisper_medium_encoder_2layer, "audio",
+                 Sizes(8, 0, 0, 0, 0), Sizes(2, 0, 0, 0, 0), _PREFILL),
     Architecture("qwen3-moe-2layer", qwen3_moe_2layer, "lm", Sizes(1, 2048, 0, 0, 0), _TINY_LM, _PREFILL),
 )}
 
