@@ -284,9 +284,6 @@ def test_the_report_counts_the_gemms_a_method_left_to_autotuning(tmp_path: Path)
                                                       runner=runner)
     entry = results["models"][0]
     assert model_report.gemms_autotuned(entry["results"]["zero-gemm"]) == (1, 3)
-    table = model_frames.table(results)
-    assert table.loc["recsys-mlp/decode", ("stock-gemm", "gemms autotuned")] == 3
-    assert table.loc["recsys-mlp/decode", ("zero-gemm", "gemms lowered")] == 3
     lines = model_report.format_models(results).splitlines()
     assert [line.split()[-1] for line in lines[2:]] == ["0/3", "3/3", "1/3"]
 
