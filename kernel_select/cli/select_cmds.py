@@ -170,7 +170,8 @@ def _payload(args: argparse.Namespace, model: PerformanceModel, serving: dict[st
         "predicted_cublas_ms": model.estimate_aten(problem),
         "cublas_decision": None if cublas is None else {
             "source": cublas.source, "predicted_cublas_over_triton": cublas.predicted_ratio,
-            "margin": cublas.margin, "small_gemm": cublas.small, "skips_triton": cublas.prefers_cublas},
+            "margin": cublas.margin, "small_gemm": cublas.small, "skips_triton": cublas.prefers_cublas,
+            "one_choice": cublas.alone},
         "outside": selection.outside, "auto_at_cap": selection.auto_at_cap,
     }
 
