@@ -623,7 +623,7 @@ def cost_lines(shapes: Sequence[Shape], hosts: Iterable[tuple[int, int]] = HOSTS
             cache = "the Triton cache kept between runs" if keep else "each from an empty Triton cache"
             out.append(f"  in runs of {run_seconds:.0f} s, {cache}: {len(runs)} runs, "
                        f"{sum(r.wall_s for r in runs) / 60:.1f} min")
-            out += [f"    run {i}: {r.problems} problems, {r.rows} rows, {r.keys} keys compiled, "
+            out += [f"    run {i}: {r.problems} problems, {r.rows} rows, {r.keys} kernels compiled for them, "
                     f"{r.wall_s:.0f} s, {r.rows_per_gpu_minute():.0f} rows per GPU-minute"
                     for i, r in enumerate(runs, 1)]
     return out

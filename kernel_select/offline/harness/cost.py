@@ -203,6 +203,8 @@ def bounded_runs(planned: Sequence[list[PlannedRun]], workers: int, gpus: int = 
     run starts from an empty Triton cache (collect.sh's default), or with `keep_cache` from the
     cache the runs before it filled (a TRITON_CACHE_DIR kept on the machine): then every key the
     compile pool finished before a run's bound, its problem timed or not, is ready in the next.
+    A run's estimate counts the kernels its own problems compile; the pool's work ahead, for
+    problems the run does not reach, takes no time from them and is not counted.
 
     Raises:
         ValueError: a problem that no run can finish within `max_seconds`.
