@@ -53,6 +53,8 @@ _GROUP_M = 8
 _MIN_BLOCK = 16
 #: The largest block of either grid: a dimension's power of two beyond it scales no config.
 _MAX_BLOCK = max(*_EXHAUSTIVE_BLOCKS, *(max(row[:3]) for row in _DEFAULT_211 + _DEFAULT_213_EXTRA))
+#: The same, for callers: two sizes both above it give the same space (and clamp no block).
+LARGEST_BLOCK = _MAX_BLOCK
 _MAX_ACC_REGISTERS = 255
 _SMEM_EXTRA_BYTES = 128  # Inductor's allowance for barriers
 

@@ -65,6 +65,32 @@ def test_reuse_order_needs_fewer_kernels_for_every_prefix(planned):
     assert reused[-1] == in_file[-1]
 
 
+def _greedy_by_set_differences(planned):
+    """reuse_order's rule as its docstring states it, one set difference per class and step."""
+    classes = {}
+    for runs in planned:
+        classes.setdefault(frozenset(r.key for r in runs), []).append(runs)
+    pending, needed, ordered = list(classes), set(), []
+    while pending:
+        keys = pending.pop(min(range(len(pending)), key=lambda i: (len(pending[i] - needed), i)))
+        needed |= keys
+        ordered.extend(classes[keys])
+    return ordered
+
+
+def test_reuse_order_is_the_greedy_rule_on_classes_that_share_part_of_their_keys():
+    # Small M, N and K clamp tiles and drop offsets hints: classes whose key sets overlap in part,
+    # where counting each class's new keys incrementally must pick what the set differences pick.
+    sizes = [(1, 64, 80), (3, 4096, 4096), (100, 4096, 4096), (300, 4096, 4096), (16, 200, 4096),
+             (40, 4096, 1000), (5000, 4096, 4096), (100, 4096, 4097), (7, 50, 33)]
+    problems = [Problem(m, n, k, dtype, layout=layout) for m, n, k in sizes
+                for dtype, layout in (("bfloat16", "nn"), ("bfloat16", "tn"))]
+    problems += [Problem(m, n, k, "float16", batch=4, op="bmm", layout="nt") for m, n, k in sizes]
+    planned = plan(problems, H100, torch_version="2.11.0")
+    expected = _greedy_by_set_differences(planned)
+    assert [id(runs) for runs in reuse_order(planned)] == [id(runs) for runs in expected]
+
+
 def test_bench_reorders_by_default():
     assert BenchOptions().order == "reuse"
 

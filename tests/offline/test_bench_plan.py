@@ -10,6 +10,7 @@ import pytest
 
 from kernel_select.offline.data import dataset, shapes
 from kernel_select.offline.harness.bench_plan import compile_key, distinct_keys, plan, pow2_divisor
+from kernel_select.space import for_problem
 from kernel_select.configs import GemmConfig
 from kernel_select.device import get_device
 from kernel_select.errors import DatasetError, ProblemError
@@ -139,3 +140,23 @@ def test_gpu_commands_fail_cleanly_without_a_gpu(command, capsys, tmp_path, monk
         main([command, "--shapes", str(shapes_file), *extra])
     assert exit_info.value.code == 2
     assert f"{command}: needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_plan_gives_each_problem_its_own_configs_and_keys_where_it_shares_a_signature():
+    # plan() computes configs and keys once per key_signature: every problem must still get exactly
+    # what for_problem and compile_key give it, across sizes around the block thresholds (powers
+    # of two and their neighbours), K residues mod 256, every layout, mm and bmm, and fp32 with TF32.
+    sizes = (1, 2, 15, 16, 17, 31, 64, 65, 128, 255, 256, 257, 511, 4096, 4100, 3420, 1337)
+    problems = [Problem(m, n, k, dtype, batch=batch, op=op, layout=layout)
+                for i, (m, n, k) in enumerate(zip(sizes, sizes[5:] + sizes[:5], sizes[9:] + sizes[:9]))
+                for dtype, op, batch in (("bfloat16", "mm", 1), ("float32", "bmm", 3))
+                for layout in ("nn", "nt", "tn", "tt")]
+    problems += [Problem(512, 4096, k, "bfloat16") for k in (4096, 4096 + 16, 4096 + 48, 4096 + 256)]
+    for precision in ("ieee", "tf32"):
+        planned = plan(problems, H100, torch_version="2.11.0", fp32_precision=precision)
+        for problem, runs in zip(problems, planned):
+            tf32 = precision == "tf32"
+            configs = for_problem(problem, H100, "exhaustive", "2.11.0")
+            assert [r.config for r in runs] == configs
+            assert [r.key for r in runs] == [compile_key(problem, c, tf32) for c in configs], problem
+            assert all(r.problem is problem for r in runs)

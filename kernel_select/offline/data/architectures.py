@@ -194,5 +194,19 @@ def layer_gemms(arch: Architecture, weights: str | None = None) -> list[LayerGem
     return out
 
 
+def layer_gemms_at(arch: Architecture, tokens: int, regime: str,
+                   gemms: tuple[str, ...] = ("fwd", "dX", "dW")) -> list[LayerGemm]:
+    """Each layer's `gemms` of `arch` at one token count (any count, not only TOKENS'), in the
+    layouts its weight storage gives them."""
+    out = []
+    for layer, fan_in, fan_out in arch.layers:
+        sizes = _three_gemms(tokens, fan_in, fan_out, arch.weights)
+        for gemm in gemms:
+            m, n, k = sizes[gemm]
+            out.append(LayerGemm(m, n, k, arch.name, f"{layer} {gemm}", regime,
+                                 GEMM_LAYOUTS[arch.weights][gemm]))
+    return out
+
+
 def all_layer_gemms(weights: str | None = None) -> list[LayerGemm]:
     return [g for arch in ARCHITECTURES for g in layer_gemms(arch, weights)]

@@ -29,7 +29,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kernel_select.offline.harness.bench import REPS
-from kernel_select.offline.harness.bench_plan import CompileKey, PlannedRun
+from kernel_select.offline.harness.bench_plan import KERNEL_OF_OP, CompileKey, PlannedRun, reuse_order
+from kernel_select.problem import Problem
 
 #: Core-seconds to compile one key. mm in bf16/fp16: layers run 5 on the H100 host (data/README.md),
 #: compile-bound, 11,726 keys in 469.4 s on 15 workers (0.60; seed run 1 with nothing else
@@ -89,13 +90,19 @@ class Estimate:
         return out
 
 
+def fastest_config_s(p: Problem) -> float:
+    """Seconds the fastest config of `p` takes, from its size: the dtype's rate on its work or
+    the memory rate on its operands, whichever is slower, and never under the launch floor.
+    Planners cap a problem's timing cost with it (the mean config takes SLOWDOWN times as long)."""
+    batch = p.batch if KERNEL_OF_OP[p.op] == "bmm" else 1
+    return max(FLOOR_S[p.dtype], 2.0 * batch * p.m * p.n * p.k / RATE_FLOP_S[p.dtype],
+               batch * (p.m * p.k + p.k * p.n + p.m * p.n) * p.dtype_bytes / BYTES_S)
+
+
 def kernel_times_s(run: PlannedRun) -> tuple[float, float]:
     """(fastest config's seconds, mean config's seconds) of a problem, from its size."""
-    p = run.problem
-    batch = p.batch if run.key.kernel == "bmm" else 1
-    best = max(FLOOR_S[p.dtype], 2.0 * batch * p.m * p.n * p.k / RATE_FLOP_S[p.dtype],
-               batch * (p.m * p.k + p.k * p.n + p.m * p.n) * p.dtype_bytes / BYTES_S)
-    return best, best * SLOWDOWN[p.dtype]
+    best = fastest_config_s(run.problem)
+    return best, best * SLOWDOWN[run.problem.dtype]
 
 
 def problem_timing_s(runs: Sequence[PlannedRun], new_binaries: int) -> float:
@@ -117,8 +124,11 @@ class Simulation:
     costs never depends on a later one (compile and timing both go in plan order), so a planner
     can grow a plan and ask after each step whether it still fits (`copy` to try a step)."""
 
-    def __init__(self, workers: int, gpus: int = 1, startup_s: float = 10.0) -> None:
+    def __init__(self, workers: int, gpus: int = 1, startup_s: float = 10.0,
+                 cached: frozenset[CompileKey] = frozenset()) -> None:
         self.workers, self.gpus = workers, gpus
+        #: keys compiled by an earlier run into the Triton cache this run keeps: ready at the start
+        self.cached = cached
         self.key_done: dict[CompileKey, float] = {}
         self.compile_core_s = 0.0
         self.compile_clock = startup_s  # the pool as one fluid of `workers` cores
@@ -133,7 +143,9 @@ class Simulation:
         if not runs:
             return self.end
         for run in runs:
-            if run.key not in self.key_done:
+            if run.key in self.cached and run.key not in self.key_done:
+                self.key_done[run.key] = 0.0
+            elif run.key not in self.key_done:
                 cost = COMPILE_CORE_S[(run.key.kernel, run.key.dtype)]
                 self.compile_core_s += cost
                 self.compile_clock += cost / self.workers
@@ -163,10 +175,12 @@ class Simulation:
         return self.end
 
     def result(self) -> Estimate:
+        """The estimate so far; its keys are those this run compiles (not the cached ones)."""
         by_dtype: dict[str, int] = {}
-        for key in self.key_done:
+        compiled = [key for key in self.key_done if key not in self.cached]
+        for key in compiled:
             by_dtype[key.dtype] = by_dtype.get(key.dtype, 0) + 1
-        return Estimate(problems=self.problems, rows=sum(self.rows), keys=len(self.key_done),
+        return Estimate(problems=self.problems, rows=sum(self.rows), keys=len(compiled),
                         keys_by_dtype=by_dtype, compile_core_s=self.compile_core_s, timing_s=self.timing_s,
                         wall_s=self.end, gpu_wait_s=list(self.waits), gpu_rows=list(self.rows))
 
@@ -179,3 +193,38 @@ def estimate(planned: Sequence[list[PlannedRun]], workers: int, gpus: int = 1,
     for runs in planned:
         simulation.add(runs)
     return simulation.result()
+
+
+def bounded_runs(planned: Sequence[list[PlannedRun]], workers: int, gpus: int = 1, max_seconds: float = 540.0,
+                 startup_s: float = 10.0, keep_cache: bool = False) -> list[Estimate]:
+    """What each run of a collection bounded at `max_seconds` (data/collect.sh's MAX_SECONDS) collects,
+    each resuming where the last one stopped: a run orders the problems left as the harness does
+    (`reuse_order`) and stops before the first problem it would not finish within the bound. Every
+    run starts from an empty Triton cache (collect.sh's default), or with `keep_cache` from the
+    cache the runs before it filled (a TRITON_CACHE_DIR kept on the machine): then every key the
+    compile pool finished before a run's bound, its problem timed or not, is ready in the next.
+    A run's estimate counts the kernels its own problems compile; the pool's work ahead, for
+    problems the run does not reach, takes no time from them and is not counted.
+
+    Raises:
+        ValueError: a problem that no run can finish within `max_seconds`.
+    """
+    left = list(planned)
+    cached: frozenset[CompileKey] = frozenset()
+    out: list[Estimate] = []
+    while left:
+        order = reuse_order(left)
+        simulation = Simulation(workers, gpus, startup_s, cached)
+        ends = [simulation.add(runs) for runs in order]  # compile runs ahead of timing, as the pool does
+        taken = next((i for i, end in enumerate(ends) if end > max_seconds), len(order))
+        if taken == 0:
+            raise ValueError(f"{order[0][0].problem}: takes more than the {max_seconds:.0f} s bound of a run "
+                             "by itself (compile and timing); raise the bound or drop the problem")
+        done = Simulation(workers, gpus, startup_s, cached)
+        for runs in order[:taken]:
+            done.add(runs)
+        out.append(done.result())
+        if keep_cache:
+            cached = cached | {key for key, at in simulation.key_done.items() if at <= max_seconds}
+        left = order[taken:]
+    return out
