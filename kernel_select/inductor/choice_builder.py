@@ -54,6 +54,10 @@ from kernel_select.decision import ATEN, Selection
 
 log = logging.getLogger(__name__)
 
+#: Template uids whose candidates the handler replaces. The persistent-TMA and Blackwell templates have
+#: their own config lists and kwargs, so they pass through like the extern choices.
+TRITON_GEMM_TEMPLATES = frozenset({"triton::mm", "triton::bmm"})
+
 # Template kwargs that differ between configs. Everything else in a candidate's params (ACC_TYPE,
 # USE_FAST_ACCUM and whatever a newer torch adds) is a property of the problem, so it is copied
 # from Inductor's own first candidate and always matches what Inductor would have emitted.

@@ -27,14 +27,12 @@ from kernel_select.decision import Selection, decide
 from kernel_select.device import get_device
 from kernel_select.errors import KernelSelectError
 from kernel_select.inductor import cache_key, choice_builder, inputs
+from kernel_select.inductor.choice_builder import TRITON_GEMM_TEMPLATES
 from kernel_select.inductor.settings import Settings, policy, preload, resolve_settings, validated_overrides
 from kernel_select.inductor.wrapping import WrappingChoices
 
 log = logging.getLogger(__name__)
 
-#: Template uids whose candidates we replace. The persistent-TMA and Blackwell templates have their own
-#: config lists and kwargs, so they pass through like the extern choices.
-TRITON_GEMM_TEMPLATES = frozenset({"triton::mm", "triton::bmm"})
 #: Inductor op names we rank for (others, e.g. "mm-ah", "int_mm", "scaled_mm", pass through).
 GEMM_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm"})
 _FALLBACK = "Inductor benchmarks its own GEMM configs instead"
@@ -102,7 +100,8 @@ class KernelSelectChoices(WrappingChoices):
         choices = choice_builder.prefer_bias_epilogue(choices, op_name)
         if op_name not in GEMM_OPS or kernel_inputs.device_type != "cuda" or torch.version.hip is not None:
             return choices
-        request = inputs.request_from(kernel_inputs, op_name)
+        bases = choice_builder.peek_first(choices, [uid for uid in choices if uid in TRITON_GEMM_TEMPLATES])
+        request = inputs.request_from(kernel_inputs, op_name, bases.values())  # ALLOW_TF32 read off `bases`
         if request is None:
             return choices
         device = (get_device(settings.gemm_device) if settings.gemm_device
@@ -110,7 +109,6 @@ class KernelSelectChoices(WrappingChoices):
         rules = policy(settings, device)
         if rules is None:  # no trained model serves this GPU: Inductor's own list
             return choices
-        bases = choice_builder.peek_first(choices, [uid for uid in choices if uid in TRITON_GEMM_TEMPLATES])
         # addmm's ATen call decides too where the answer may be one choice: ATen goes if Triton is it.
         rank_triton = bool(bases) or (rules.one_choice and choice_builder.triton_comes_later(kernel_inputs,
                                                                                              op_name))

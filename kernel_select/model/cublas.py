@@ -255,8 +255,9 @@ class CublasGate(ProblemNet):
     WHAT = "cuBLAS gate"
 
     def supports(self, problem: Problem) -> bool:
-        """Single GEMMs, what it was trained on: its features do not see a batch."""
-        return problem.batch == 1 and problem.op in ("mm", "addmm")
+        """Single GEMMs without TF32, what it was trained on: its features see neither a batch nor
+        TF32."""
+        return problem.batch == 1 and problem.op in ("mm", "addmm") and not problem.tf32
 
     def predict_log_ratio(self, problems: Sequence[Problem]) -> np.ndarray:
         return self.outputs(problems)
@@ -275,8 +276,9 @@ class AtenHead(ProblemNet):
     def supports(self, problem: Problem) -> bool:
         """Single GEMMs (batch 1) of a trained dtype: `mm`, what the cuBLAS rows measured, and
         `addmm`, which the handler hands cuBLAS as `bias_addmm`: the same GEMM with the bias added
-        in cuBLASLt's epilogue, N more elements read."""
-        return problem.op in ("mm", "addmm") and problem.batch == 1 and problem.dtype in self.card.dtypes
+        in cuBLASLt's epilogue, N more elements read. Not TF32: it was trained on cuBLAS rows without it."""
+        return (problem.op in ("mm", "addmm") and problem.batch == 1 and not problem.tf32
+                and problem.dtype in self.card.dtypes)
 
     def predict_ms(self, problems: Sequence[Problem]) -> np.ndarray:
         """float64 ms per problem (callers check `supports` first)."""
