@@ -39,8 +39,8 @@ group leaves the others' problems as they were (but for a problem both would dra
 
 The groups come in `schedule()`'s order, the strata short of 100 training problems first: collected
 with `bench --order file` (`ORDER=file bash data/collect.sh ...`), a run bounded by --max-seconds
-fills them before anything else, and loses nothing against the default reuse order, since each
-group is one class whose kernels are compiled once either way.
+fills them before anything else, at about the cost of the default reuse order (each group is one
+class, whose kernels are compiled once in either order; the estimates are in data/README.md).
 
 `python -m kernel_select.offline.data.round3_plan --out data/shapes_round3_h100.json` writes the
 plan and prints its composition, the strata it brings to 100 training problems, and what
