@@ -10,7 +10,8 @@
 # processes (default: every core but one per GPU). Run from the repository root with kernel_select
 # importable. Each run logs to PARQUET's folder: bench-<time>.log (the run) and env-<time>.log (the
 # host). MAX_SECONDS (default 540) bounds the run; one that reaches it stops between problems and
-# keeps what it timed, and running the same command again resumes. TRITON_CACHE_DIR, when set,
+# keeps what it timed, and running the same command again resumes. ORDER (`bench --order`: reuse,
+# the default, or file) says which problems a bounded run takes first. TRITON_CACHE_DIR, when set,
 # is kept (a resumed run on the same machine reuses its kernels); otherwise every kernel compiles
 # into a new empty cache, as on a fresh machine.
 set -euo pipefail
@@ -37,7 +38,7 @@ log="$dir/bench-$stamp.log"
 
 start=$(date +%s)
 python3 -m kernel_select.cli bench --shapes "$shapes" --out "$out" --gpus "$gpus" ${workers:+--workers "$workers"} \
-    --max-seconds "$MAX_SECONDS" --no-progress > "$log" 2>&1 || status=$?
+    ${ORDER:+--order "$ORDER"} --max-seconds "$MAX_SECONDS" --no-progress > "$log" 2>&1 || status=$?
 status="${status:-0}"
 end=$(date +%s)
 

@@ -151,6 +151,38 @@ def test_bounded_runs_split_the_plan_into_runs_within_the_bound():
     assert sum(r.wall_s for r in kept) < sum(r.wall_s for r in runs)
 
 
+def test_bounded_runs_in_file_order_take_the_plan_as_it_is():
+    planned = _small_plan()[::-1]  # float16 first
+    whole = cost.estimate(planned, workers=64)
+    runs = cost.bounded_runs(planned, workers=64, max_seconds=whole.wall_s / 3, order="file")
+    first = cost.estimate(planned[:runs[0].problems], workers=64)
+    assert (runs[0].rows, runs[0].keys) == (first.rows, first.keys)
+    with pytest.raises(ValueError, match="order: expected 'reuse' or 'file'"):
+        cost.bounded_runs(planned, workers=64, order="random")
+
+
 def test_a_problem_no_run_can_finish_is_refused():
     with pytest.raises(ValueError, match="more than the 5 s bound"):
         cost.bounded_runs(_small_plan(), workers=1, max_seconds=5.0)
+
+
+def test_collect_sh_passes_order_to_bench_only_when_set(tmp_path):
+    import os
+    import subprocess
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls.txt"
+    for tool in ("python3", "nvidia-smi"):  # stand-ins: record the bench command line, no GPU
+        (bin_dir / tool).write_text(f'#!/usr/bin/env bash\necho "{tool} $*" >> "{calls}"\n')
+        (bin_dir / tool).chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "TMPDIR": str(tmp_path)}
+    for order in ("file", None):
+        run_env = {**env, "ORDER": order} if order else {k: v for k, v in env.items() if k != "ORDER"}
+        out = tmp_path / "out.parquet"
+        command = ["bash", str(ROOT / "data" / "collect.sh"), str(PLAN_FILE), str(out), "4"]
+        subprocess.run(command, env=run_env, check=True, capture_output=True, cwd=ROOT)
+    bench = [line for line in calls.read_text().splitlines() if "kernel_select.cli bench" in line]
+    assert len(bench) == 2
+    assert "--order file" in bench[0] and "--gpus 4" in bench[0]
+    assert "--order" not in bench[1]

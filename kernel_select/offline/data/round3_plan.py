@@ -37,9 +37,14 @@ config is estimated under MAX_FASTEST_S (harness/cost.py), so no problem's ~1,00
 long. Every group draws from its own random stream (seeded by SEED and its name), so editing one
 group leaves the others' problems as they were (but for a problem both would draw: the first keeps it).
 
+The groups come in `schedule()`'s order, the strata short of 100 training problems first: collected
+with `bench --order file` (`ORDER=file bash data/collect.sh ...`), a run bounded by --max-seconds
+fills them before anything else, at about the cost of the default reuse order (each group is one
+class, whose kernels are compiled once in either order; the estimates are in data/README.md).
+
 `python -m kernel_select.offline.data.round3_plan --out data/shapes_round3_h100.json` writes the
 plan and prints its composition, the strata it brings to 100 training problems, and what
-collecting it costs (harness/cost.py) per call of `data/collect.sh`.
+collecting it costs (harness/cost.py), whole and run by run of `data/collect.sh` (minutes).
 """
 
 from __future__ import annotations
@@ -473,14 +478,12 @@ OCTAVES = (32, 64, 128, 256)
 
 
 def schedule() -> list[Group]:
-    """The groups of the plan, most needed first: batched GEMMs of the dtypes whose strata are
-    empty (float32, float16), then bfloat16's (its M <= 16 stratum is full), float32 mm above
-    M = 4096, random single GEMMs and layers at users' token counts."""
+    """The groups of the plan, the strata below 100 training problems first, those that fill most
+    strata for the least compile first among them (in `--order file` a bounded run reaches
+    them first): batched fp16 (4 strata, kernels of 0.58 core-s), bf16 (3), float32 mm (2, at
+    2 core-s a kernel), batched float32 (4, at 3.4); then random single GEMMs and layers at
+    users' token counts."""
     groups: list[Group] = []
-    groups += _attention("float32", (34, 24, 24, 28), [
-        ("nt", 64, 1), ("nn", 16, 1), ("tn", 16, 1, (0, 28, 28, 30)), ("nt", 128, 2),
-        ("nn", 16, 16, (34, 24, 24, 12), 0, True), ("nn", 8, 4, (0, 24, 24, 28)),
-    ])
     groups += _attention("float16", (24, 20, 20, 20), [
         ("nt", 64, 1), ("nn", 16, 1), ("tn", 16, 1, (0, 24, 24, 24)), ("nt", 128, 4),
         ("nn", 16, 16, (24, 20, 20, 12), 0, True), ("nt", 40, 1, (0, 0, 24, 24)), ("nn", 16, 2),
@@ -496,6 +499,10 @@ def schedule() -> list[Group]:
     groups += [RandomGroup("float32", "nn", 16, 16, (10, 30, 15, 40), octave=128),
                RandomGroup("float32", "nt", 2, 8, (0, 0, 20, 45)),
                RandomGroup("float32", "tn", 4, 1, (0, 0, 20, 45), m_align=16)]
+    groups += _attention("float32", (34, 24, 24, 28), [
+        ("nt", 64, 1), ("nn", 16, 1), ("tn", 16, 1, (0, 28, 28, 30)), ("nt", 128, 2),
+        ("nn", 16, 16, (34, 24, 24, 12), 0, True), ("nn", 8, 4, (0, 24, 24, 28)),
+    ])
     for i, (layout, n, k, residue, m_align, n_bucket, k_bucket) in enumerate(RANDOM_MM):
         groups.append(RandomGroup(("bfloat16", "float16")[i % 2], layout, n, k, (24, 24, 28, 20),
                                   residue=residue, m_align=m_align, n_bucket=n_bucket, k_bucket=k_bucket,
@@ -607,25 +614,33 @@ RUN_SECONDS = 540.0
 def cost_lines(shapes: Sequence[Shape], hosts: Iterable[tuple[int, int]] = HOSTS,
                run_seconds: float = RUN_SECONDS) -> list[str]:
     """What collecting the plan costs on each host (harness/cost.py): the whole plan in one run, and
-    run by run of `run_seconds`, from an empty Triton cache each (collect.sh's default) and with the
-    cache kept between runs."""
+    run by run of `run_seconds` in file order (`bench --order file`), from an empty Triton cache
+    each (collect.sh's default) and with the cache kept between runs, with the strata still under
+    STRATUM_TARGET after each run; and in the harness's default reuse order."""
     from kernel_select.device import get_device
     from kernel_select.offline.harness import cost
-    from kernel_select.offline.harness.bench_plan import plan, reuse_order
+    from kernel_select.offline.harness.bench_plan import plan
 
     planned = plan([s.problem() for s in shapes], get_device("h100"), torch_version="2.11.0")
+    today = measured_training_strata()
     out = []
     for gpus, workers in hosts:
         out.append(f"{gpus} H100(s), {workers} compile workers, the whole plan in one run:")
-        out += ["  " + line for line in cost.estimate(reuse_order(planned), workers, gpus).lines()]
-        for keep in (False, True):
-            runs = cost.bounded_runs(planned, workers, gpus, run_seconds, keep_cache=keep)
+        out += ["  " + line for line in cost.estimate(planned, workers, gpus).lines()]
+        for order, keep in (("file", False), ("file", True), ("reuse", False)):
+            runs = cost.bounded_runs(planned, workers, gpus, run_seconds, keep_cache=keep, order=order)
             cache = "the Triton cache kept between runs" if keep else "each from an empty Triton cache"
-            out.append(f"  in runs of {run_seconds:.0f} s, {cache}: {len(runs)} runs, "
+            out.append(f"  in runs of {run_seconds:.0f} s, --order {order}, {cache}: {len(runs)} runs, "
                        f"{sum(r.wall_s for r in runs) / 60:.1f} min")
-            out += [f"    run {i}: {r.problems} problems, {r.rows} rows, {r.keys} kernels compiled for them, "
-                    f"{r.wall_s:.0f} s, {r.rows_per_gpu_minute():.0f} rows per GPU-minute"
-                    for i, r in enumerate(runs, 1)]
+            if order != "file":
+                continue
+            done = 0
+            for i, r in enumerate(runs, 1):
+                done += r.problems
+                short = sum(own < STRATUM_TARGET for _, _, _, own, _ in strata_table(shapes[:done], today))
+                out.append(f"    run {i}: {r.problems} problems, {r.rows} rows, {r.keys} kernels compiled "
+                           f"for them, {r.wall_s:.0f} s, {r.rows_per_gpu_minute():.0f} rows per GPU-minute; "
+                           f"strata under {STRATUM_TARGET} after it: {short}")
     return out
 
 

@@ -199,10 +199,11 @@ def estimate(planned: Sequence[list[PlannedRun]], workers: int, gpus: int = 1,
 
 
 def bounded_runs(planned: Sequence[list[PlannedRun]], workers: int, gpus: int = 1, max_seconds: float = 540.0,
-                 startup_s: float = 10.0, keep_cache: bool = False) -> list[Estimate]:
+                 startup_s: float = 10.0, keep_cache: bool = False, order: str = "reuse") -> list[Estimate]:
     """What each run of a collection bounded at `max_seconds` (data/collect.sh's MAX_SECONDS) collects,
-    each resuming where the last one stopped: a run orders the problems left as the harness does
-    (`reuse_order`) and stops before the first problem it would not finish within the bound. Every
+    each resuming where the last one stopped: a run orders the problems left as `bench --order`
+    does (`reuse_order`, or "file": as planned) and stops before the first problem it would not
+    finish within the bound. Every
     run starts from an empty Triton cache (collect.sh's default), or with `keep_cache` from the
     cache the runs before it filled (a TRITON_CACHE_DIR kept on the machine): then every key the
     compile pool finished before a run's bound, its problem timed or not, is ready in the next.
@@ -212,22 +213,24 @@ def bounded_runs(planned: Sequence[list[PlannedRun]], workers: int, gpus: int = 
     Raises:
         ValueError: a problem that no run can finish within `max_seconds`.
     """
+    if order not in ("reuse", "file"):
+        raise ValueError(f"order: expected 'reuse' or 'file', got {order!r}")
     left = list(planned)
     cached: frozenset[CompileKey] = frozenset()
     out: list[Estimate] = []
     while left:
-        order = reuse_order(left)
+        ordered = reuse_order(left) if order == "reuse" else left
         simulation = Simulation(workers, gpus, startup_s, cached)
-        ends = [simulation.add(runs) for runs in order]  # compile runs ahead of timing, as the pool does
-        taken = next((i for i, end in enumerate(ends) if end > max_seconds), len(order))
+        ends = [simulation.add(runs) for runs in ordered]  # compile runs ahead of timing, as the pool does
+        taken = next((i for i, end in enumerate(ends) if end > max_seconds), len(ordered))
         if taken == 0:
-            raise ValueError(f"{order[0][0].problem}: takes more than the {max_seconds:.0f} s bound of a run "
-                             "by itself (compile and timing); raise the bound or drop the problem")
+            raise ValueError(f"{ordered[0][0].problem}: takes more than the {max_seconds:.0f} s bound of a "
+                             "run by itself (compile and timing); raise the bound or drop the problem")
         done = Simulation(workers, gpus, startup_s, cached)
-        for runs in order[:taken]:
+        for runs in ordered[:taken]:
             done.add(runs)
         out.append(done.result())
         if keep_cache:
             cached = cached | {key for key, at in simulation.key_done.items() if at <= max_seconds}
-        left = order[taken:]
+        left = ordered[taken:]
     return out
