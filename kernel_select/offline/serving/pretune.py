@@ -91,7 +91,9 @@ def gated_to_cublas(site: Site, values: Sequence[int], model: Any, gate: Any,
         return None
     decisions = []
     for value in values:
-        decision = select(site.at(value), model=model, gemm_topk=1, gate=gate, cublas_margin=margin,
+        # The margin rule, as the handler applies it at any k above 1 (k = 1 is the one-choice rule,
+        # which has no margin because nothing is benchmarked behind it; a pretuned pin is).
+        decision = select(site.at(value), model=model, gemm_topk=2, gate=gate, cublas_margin=margin,
                           epilogue=site.served_epilogue()).cublas
         if decision is None or not decision.prefers_cublas:
             return None
