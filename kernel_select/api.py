@@ -26,31 +26,34 @@ from kernel_select.options import DEFAULT_TOPK, TopK
 
 def estimate(m: int, n: int, k: int, dtype: str, configs: Sequence[GemmConfig],
              device: DeviceSpec | str | None = None, *, batch: int = 1, layout: str = "nn",
-             model: PerformanceModel | str | None = None) -> np.ndarray:
+             model: PerformanceModel | str | None = None, tf32: bool = False) -> np.ndarray:
     """Predicted runtime in ms of each config for C = A @ B (m x k times k x n, `batch` of them), in
-    `configs` order.
+    `configs` order; `tf32`: a float32 GEMM whose kernels multiply in TF32 (`Problem.tf32`).
 
     Raises:
-        ProblemError, ConfigError: bad sizes, dtype, layout or configs.
+        ProblemError, ConfigError: bad sizes, dtype, layout or configs; tf32 with another dtype than
+            float32.
         DeviceError: no device given and no GPU detected.
         NoTrainedModelError: no trained model serves the device (pass model="analytical").
     """
-    problem = Problem(m, n, k, dtype, batch=batch, op="bmm" if batch != 1 else "mm", layout=layout)
+    problem = Problem(m, n, k, dtype, batch=batch, op="bmm" if batch != 1 else "mm", layout=layout, tf32=tf32)
     return _model(model, device).estimate(problem, configs)
 
 
 def top_k(m: int, n: int, k: int, dtype: str = "bfloat16", *, gemm_topk: TopK = DEFAULT_TOPK,
           device: DeviceSpec | str | None = None, lut: LookupTable | str | Path | None = None,
-          batch: int = 1, layout: str = "nn", model: PerformanceModel | str | None = None) -> list[Choice]:
+          batch: int = 1, layout: str = "nn", model: PerformanceModel | str | None = None,
+          tf32: bool = False) -> list[Choice]:
     """The configs worth benchmarking for one GEMM, best first: `lut`'s entries for it (a KernelLUT or
     the path of one), then the model's best, `gemm_topk` in all (what kernel_select.options.parse_topk
     accepts: a count, a fraction of the space, "DEFAULT", "auto" or "SAME", every config of the space).
-    A LUT pin is the only choice returned (none for a pin to ATen).
+    A LUT pin is the only choice returned (none for a pin to ATen). `tf32`: a float32 GEMM that runs
+    with TF32 (`Problem.tf32`; its LUT entries are those of the "tf32" list).
 
     Raises:
         as `estimate`, and LUTError for an unreadable or invalid LUT.
     """
-    problem = Problem(m, n, k, dtype, batch=batch, op="bmm" if batch != 1 else "mm", layout=layout)
+    problem = Problem(m, n, k, dtype, batch=batch, op="bmm" if batch != 1 else "mm", layout=layout, tf32=tf32)
     table = runtime.load_lut(str(lut)) if isinstance(lut, (str, Path)) else lut
     return list(select(problem, model=_model(model, device), gemm_topk=gemm_topk, lut=table).choices)
 

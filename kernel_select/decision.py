@@ -20,7 +20,9 @@ lists. Everything runs on the CPU. In order:
                 only the LUT's entries are offered, so Inductor takes ATen without compiling Triton.
                 Not for a problem outside the model's training data (`outside`): there nothing is
                 known well enough to narrow Inductor's choice, and the handler offers Inductor's own
-                candidates beside the model's
+                candidates beside the model's. With gemm_topk=1 and no LUT entries the decision
+                is the one choice Inductor gets (`Selection.sole`), nothing benchmarked: cuBLAS
+                where it is predicted faster, else the model's first config
   5. k          `gemm_topk` resolved: a count, a fraction, "DEFAULT" (the size of Inductor's own
                 list for the problem), "auto" (as many as the model is unsure about) or "SAME"
                 (every candidate)
@@ -102,6 +104,13 @@ class Policy:
     auto_cap: int = DEFAULT_AUTO_TOPK_CAP  # the most configs gemm_topk="auto" takes
     dynamic_m: tuple[int, ...] | None = None  # the gemm_dynamic_m knob: the Ms a dynamic M takes
 
+    @property
+    def one_choice(self) -> bool:
+        """gemm_topk=1 with the cuBLAS decision on: the decision hands Inductor one choice per GEMM it
+        can decide (a count of 1, not a fraction or "auto" that comes to 1)."""
+        k = self.gemm_topk
+        return isinstance(k, int) and not isinstance(k, bool) and k == 1 and self.cublas_margin is not None
+
     def __post_init__(self) -> None:
         if not isinstance(self.model, PerformanceModel):
             raise ModelError(f"model: expected a kernel_select.PerformanceModel, got "
@@ -141,6 +150,16 @@ class Selection:
         """Whether the cuBLAS decision left only the LUT's entries to benchmark."""
         return self.cublas is not None and self.cublas.prefers_cublas
 
+    @property
+    def sole(self) -> GemmConfig | Literal["aten"] | None:
+        """The one choice Inductor gets, nothing benchmarked: a LUT pin, or the one-choice decision's
+        pick (gemm_topk=1: ATen, or the model's first config); None where Inductor benchmarks."""
+        if self.pinned is not None:
+            return self.pinned
+        if self.cublas is not None and self.cublas.alone:
+            return ATEN if self.cublas.prefers_cublas else self.choices[0].config
+        return None
+
     def summary(self) -> str:
         """One line for the handler's log: what is benchmarked and why."""
         spread = (f" ranked over m={list(self.m_values)} ({self.m_values_origin})" if self.m_values else "")
@@ -149,6 +168,9 @@ class Selection:
         cublas = self.cublas
         shown = cublas is not None and (cublas.prefers_cublas or cublas.charged_epilogue)
         outside = f"; {self.outside}: Inductor's own configs beside them" if self.outside else ""
+        if cublas is not None and cublas.alone:
+            return (f"{self.problem} on {self.device}: ranked {self.ranked} Triton configs{spread}; "
+                    f"{cublas.describe()}")
         return (f"{self.problem} on {self.device}: benchmarking {len(self.choices)} of {self.ranked} Triton "
                 f"configs ({self.sources.count(LUT_SOURCE)} from the LUT){spread}{hint}{capped}{outside}"
                 f"{f'; {cublas.describe()}' if shown else ''}")
@@ -174,6 +196,8 @@ def decide(request: GemmRequest, policy: Policy, *, rank_triton: bool = True) ->
                                         policy.dynamic_m, request.served.get("m"))
     over = _ranked(problem, policy, hit, request.epilogue, m_values=m_values)
     selections = [dataclasses.replace(over, m_values_origin=origin)]
+    if over.sole is not None:  # one choice serves every M, as a pin does: no variants
+        return tuple(selections)
     for hint in request.hints:
         at_hint = dataclasses.replace(problem, m=hint)
         hinted = _one(at_hint, policy, request.epilogue, _probe(policy.lut, at_hint, policy.model.device))
@@ -249,8 +273,10 @@ def _ranked(problem: Problem, policy: Policy, hit: LUTHit | None, epilogue: Epil
               for config, predicted_ms in zip(entries, all_scores[len(candidates):])]
 
     outside = model.domain_gap(problem)
+    # LUT entries are always benchmarked, so only a GEMM without them gets the decision alone.
+    alone = policy.one_choice and not entries
     decision = None if outside else _cublas_decision(problem, model, policy.gate, policy.cublas_margin,
-                                                     epilogue, scores)
+                                                     epilogue, scores, alone=alone)
     selection = Selection(problem, device.key, tuple(chosen), len(candidates), decision, m_values=spread,
                           outside=outside, auto_at_cap=outside if gemm_topk == AUTO else "")
     if selection.skips_triton:
@@ -325,19 +351,21 @@ def rank(problem: Problem, configs: Sequence[GemmConfig], model: PerformanceMode
 
 
 def _cublas_decision(problem: Problem, model: PerformanceModel, gate: CublasGate | None,
-                     margin: float | None, epilogue: Epilogue, scores: np.ndarray) -> CublasDecision | None:
+                     margin: float | None, epilogue: Epilogue, scores: np.ndarray, *,
+                     alone: bool = False) -> CublasDecision | None:
     """The gate's prediction where there is a gate for the problem, else the model's cuBLAS time over its
     best Triton time; None when the decision is off or nothing predicts cuBLAS for the problem (a batched
-    GEMM: neither network sees a batch, so Inductor benchmarks cuBLAS beside the Triton picks)."""
+    GEMM: neither network sees a batch, so Inductor benchmarks cuBLAS beside the Triton picks).
+    `alone`: the verdict is the one choice Inductor gets (CublasDecision.alone)."""
     if margin is None:
         return None
     aten_ms = model.estimate_aten(problem)
     if gate is not None and gate.supports(problem):
         ratio = float(np.exp(gate.predict_log_ratio([problem])[0]))
-        return cublas_verdict(ratio, "gate", margin, aten_ms, epilogue)
+        return cublas_verdict(ratio, "gate", margin, aten_ms, epilogue, alone=alone)
     if aten_ms is None or not len(scores):
         return None
-    return cublas_verdict(aten_ms / float(scores.min()), "model", margin, aten_ms, epilogue)
+    return cublas_verdict(aten_ms / float(scores.min()), "model", margin, aten_ms, epilogue, alone=alone)
 
 
 def _checked_problem(problem: object) -> Problem:

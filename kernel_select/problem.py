@@ -17,6 +17,17 @@ OpName = Literal["mm", "addmm", "bmm", "baddbmm"]
 DTYPE_BYTES: dict[str, int] = {"float16": 2, "bfloat16": 2, "float32": 4}
 SUPPORTED_DTYPES: tuple[str, ...] = tuple(DTYPE_BYTES)
 SUPPORTED_OPS: tuple[str, ...] = ("mm", "addmm", "bmm", "baddbmm")
+#: The precision of a float32 GEMM that runs with TF32 (`Problem.tf32`), where a dtype names a kind of
+#: problem: a LUT's dtype key, a model card's stratum, an evaluation stratum. Such a GEMM runs on
+#: tensor cores, about 7x the rate of float32 on CUDA cores, and ranks its configs differently.
+TF32 = "tf32"
+#: Every precision a problem can have: the dtypes, and float32 with TF32.
+PRECISIONS: tuple[str, ...] = (*SUPPORTED_DTYPES, TF32)
+
+
+def precision_dtype(precision: str) -> str:
+    """The dtype of the operands of a problem of `precision` (`Problem.precision`): float32 for TF32."""
+    return "float32" if precision == TF32 else precision
 
 # Aliases users type on the CLI or get from torch (`str(torch.bfloat16)`).
 _DTYPE_ALIASES = {
@@ -65,6 +76,9 @@ class Problem:
     makes sense for bmm/baddbmm. `layout` is how A and B lie in memory (kernel_select.layouts:
     "nt" for x @ W.t()). The model's features do not read it yet; a LUT entry with a layout
     matches only its layout, and `topk="auto"` reads it (a layout the model was not trained on gets the cap).
+    `tf32` says that a float32 GEMM's kernels multiply in TF32 on tensor cores (what Inductor's
+    ALLOW_TF32 does; kernel_select.tf32 says when Inductor sets it): another problem than the same
+    sizes in float32, with its own id, strata, LUT key and features (`precision`).
     """
 
     m: int
@@ -74,6 +88,7 @@ class Problem:
     batch: int = 1
     op: str = "mm"
     layout: str = DEFAULT_LAYOUT
+    tf32: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "m", _positive_int("m", self.m))
@@ -86,6 +101,16 @@ class Problem:
         if self.batch != 1 and self.op in ("mm", "addmm"):
             raise ProblemError(f"batch: op {self.op!r} has no batch dimension; use bmm or baddbmm")
         check_layout(self.layout)
+        if not isinstance(self.tf32, bool):  # "no" or 0 as a flag is a bug, not False
+            raise ProblemError(f"tf32: expected True or False, got {self.tf32!r}")
+        if self.tf32 and self.dtype != "float32":
+            raise ProblemError(f"tf32: TF32 applies to float32 GEMMs only, got dtype {self.dtype}; "
+                               "drop tf32 or use float32")
+
+    @property
+    def precision(self) -> str:
+        """The dtype, or TF32 ("tf32") for a float32 GEMM that runs with TF32."""
+        return TF32 if self.tf32 else self.dtype
 
     @property
     def dtype_bytes(self) -> int:
@@ -103,7 +128,8 @@ class Problem:
     def __str__(self) -> str:
         batch = f"{self.batch}x" if self.batch != 1 else ""
         layout = f" {self.layout}" if self.layout != DEFAULT_LAYOUT else ""
-        return f"{self.op} {batch}{self.m}x{self.n}x{self.k} {self.dtype}{layout}"
+        tf32 = f" {TF32}" if self.tf32 else ""
+        return f"{self.op} {batch}{self.m}x{self.n}x{self.k} {self.dtype}{layout}{tf32}"
 
 
 #: How many Ms represent a range when no buckets are given: enough to see a tile-size change across

@@ -48,7 +48,7 @@ _NAME_ALIASES = {
 
 def triton_pruner(gemm_topk: TopK = DEFAULT_TOPK, m: str = "M", n: str = "N", k: str = "K", dtype: Any = None,
                   model: PerformanceModel | str | None = None, lut: Any = None,
-                  device: DeviceSpec | str | None = None,
+                  device: DeviceSpec | str | None = None, tf32: bool = False,
                   **deprecated: Any) -> dict[str, Callable[..., list[Any]]]:
     """A `prune_configs_by` dict whose `early_config_prune` keeps the model's top configs.
 
@@ -65,29 +65,40 @@ def triton_pruner(gemm_topk: TopK = DEFAULT_TOPK, m: str = "M", n: str = "N", k:
             device (a shipped model that does not load means a warning and no pruning).
         lut: a KernelLUT, a path to one, or None.
         device: device name or spec; by default the GPU of the first tensor argument.
+        tf32: the kernel multiplies float32 in TF32 (`tl.dot(..., allow_tf32=True)` or
+            `input_precision="tf32"`): ranked as a TF32 problem (`Problem.tf32`), whose LUT list is
+            "tf32". A kernel launched on other dtypes warns once and keeps every config.
 
     Raises:
-        OptionError: for an invalid gemm_topk or argument name (at decoration time, not at launch).
+        OptionError: for an invalid gemm_topk, argument name or tf32, or tf32 with a `dtype` other than
+            float32 (at decoration time, not at launch).
     """
     renamed = options.canonical_names(deprecated, where="triton_pruner")
     if set(renamed) - {"gemm_topk"}:
         raise OptionError(f"triton_pruner: unknown argument(s) {', '.join(sorted(deprecated))}")
     gemm_topk = renamed.get("gemm_topk", gemm_topk)
     return {"early_config_prune": ModelPruner(gemm_topk=gemm_topk, m=m, n=n, k=k, dtype=dtype, model=model,
-                                              lut=lut, device=device)}
+                                              lut=lut, device=device, tf32=tf32)}
 
 
 class ModelPruner:
     """The `early_config_prune` callable behind triton_pruner (see there)."""
 
     def __init__(self, *, gemm_topk: TopK, m: str, n: str, k: str, dtype: Any,
-                 model: PerformanceModel | str | None, lut: Any, device: DeviceSpec | str | None) -> None:
+                 model: PerformanceModel | str | None, lut: Any, device: DeviceSpec | str | None,
+                 tf32: bool = False) -> None:
         self.gemm_topk = options.parse_topk(gemm_topk, source="triton_pruner(gemm_topk=...)")
         for label, name in (("m", m), ("n", n), ("k", k)):
             if not isinstance(name, str) or not name:
                 raise OptionError(f"triton_pruner({label}=...): expected an argument name, got {name!r}")
         self.arg_names = (m, n, k)
         self.dtype = dtype_name(dtype) if dtype is not None else None
+        if not isinstance(tf32, bool):
+            raise OptionError(f"triton_pruner(tf32=...): expected True or False, got {tf32!r}")
+        if tf32 and self.dtype not in (None, "float32"):
+            raise OptionError(f"triton_pruner(tf32=True): TF32 applies to float32 kernels only, got "
+                              f"dtype={self.dtype}")
+        self.tf32 = tf32
         self.device = get_device(device) if device is not None else None
         if not (model is None or isinstance(model, (str, PerformanceModel))):
             raise OptionError(f"triton_pruner(model=...): expected a PerformanceModel, a model name "
@@ -155,7 +166,7 @@ class ModelPruner:
         else:
             raise OptionError("triton_pruner: no CUDA tensor argument to detect the device from; "
                               "pass device=")
-        return Problem(*sizes, dtype), device
+        return Problem(*sizes, dtype, tf32=self.tf32), device
 
     def _lut_table(self) -> Any:
         return runtime.load_lut(self._lut) if isinstance(self._lut, str) else self._lut

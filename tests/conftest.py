@@ -3,10 +3,21 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
+
+# One intra-op thread per torch process, this one and the CLI and worker processes tests start (they
+# inherit the variable). The suite runs as two pytest workers on a 2-core machine, each starting
+# processes of its own: a second OpenMP thread per process oversubscribes the cores, and then every
+# small network step waits on a descheduled thread (the cuBLAS gate's 1,500-step fit took 17 s on one
+# thread and 169 s on two on the loaded 2-core machine). The tests' networks are too small to gain from
+# a second thread. A test that is about threads sets its own count.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+if "torch" in sys.modules:  # imported before this file (a plugin): the variable is read too late
+    sys.modules["torch"].set_num_threads(1)
 
 # "ci" keeps the property suite fast on a 2-core CI machine while still trying many examples;
 # "dev" is the same with a little more patience; "thorough" is for a local soak.

@@ -21,7 +21,7 @@ from kernel_select.device import KNOWN_DEVICES
 from kernel_select.layouts import LAYOUTS
 from kernel_select.lut import (BATCHED_OPS, MAX_DIM, BatchedLUTEntry, KernelLUT, LUTEntry, LUTRow, SizeRange,
                                dump_lut)
-from kernel_select.problem import SUPPORTED_DTYPES, SUPPORTED_OPS, Problem
+from kernel_select.problem import PRECISIONS, SUPPORTED_OPS, TF32, Problem, precision_dtype
 
 BLOCKS = (16, 32, 64, 128, 256, 512, 1024)
 WARPS = (1, 2, 4, 8, 16, 32)
@@ -158,7 +158,7 @@ def entries_meet(a: LUTEntry, b: LUTEntry) -> bool:
 
 
 _CELLS = [(device, op, dtype) for device in sorted(KNOWN_DEVICES) for op in SUPPORTED_OPS
-          for dtype in SUPPORTED_DTYPES]
+          for dtype in PRECISIONS]
 _CELL_LISTS = {(size, least): st.lists(st.sampled_from(_CELLS), min_size=least, max_size=size)
                for size in (1, 2, 3) for least in (0, 1)}
 _ENTRY_LISTS: dict[str, st.SearchStrategy[list[LUTEntry]]] = {}
@@ -177,7 +177,7 @@ _PICK = st.integers(0, 2**16)  # an index into a list drawn at run time, taken m
 _NEAR = st.sampled_from(("below", "low", "middle", "high", "above"))
 _PROBE_KIND = st.sampled_from(("near", "near", "near", "anywhere"))
 _OPS = st.sampled_from(SUPPORTED_OPS)
-_DTYPES = st.sampled_from(SUPPORTED_DTYPES)
+_PRECISIONS = st.sampled_from(PRECISIONS)
 _SMALL_BATCH = st.integers(1, 64)
 
 
@@ -195,10 +195,18 @@ def probes(draw: st.DrawFn, lut: KernelLUT) -> Problem:
             if draw(_BOOLS):
                 batch = draw(_SMALL_BATCH)
         layout = row.entry.layout if row.entry.layout and draw(_BOOLS) else draw(_LAYOUTS)
-        return Problem(m, row.entry.n, k, row.dtype, batch=batch, op=row.op, layout=layout)
+        # The entry's precision, or float32 in the other one: a float32 entry must not serve TF32.
+        other = {"float32": TF32, TF32: "float32"}.get(row.dtype, row.dtype)
+        precision = row.dtype if draw(_BOOLS) else other
+        return precision_problem(m, row.entry.n, k, precision, batch=batch, op=row.op, layout=layout)
     op = draw(_OPS)
-    return Problem(draw(DIMS), draw(DIMS), draw(DIMS), draw(_DTYPES),
-                   batch=draw(_SMALL_BATCH) if op in BATCHED_OPS else 1, op=op, layout=draw(_LAYOUTS))
+    return precision_problem(draw(DIMS), draw(DIMS), draw(DIMS), draw(_PRECISIONS), op=op,
+                             batch=draw(_SMALL_BATCH) if op in BATCHED_OPS else 1, layout=draw(_LAYOUTS))
+
+
+def precision_problem(m: int, n: int, k: int, precision: str, **fields: Any) -> Problem:
+    """The Problem of a LUT list's dtype key (a dtype, or "tf32": float32 with TF32)."""
+    return Problem(m, n, k, precision_dtype(precision), tf32=precision == TF32, **fields)
 
 
 def _near(draw: st.DrawFn, low: int, high: int) -> int:

@@ -418,6 +418,18 @@ def test_a_dynamic_m_is_ranked_over_its_ms_then_once_per_multi_kernel_hint():
     assert [s.hint for s in static] == [None]  # hints are read for a dynamic M only
 
 
+@pytest.mark.parametrize("ratio, sole", [(1.3, "first"), (0.95, ATEN)])
+def test_one_choice_serves_a_dynamic_m_alone_with_no_variant_per_hint(ratio: float, sole: object):
+    from kernel_select.decision import GemmRequest, Policy, decide
+
+    request = GemmRequest(SEED, dynamic_m=True, served={"m": (256, 2048)}, hints=(64, 4096))
+    (only,) = decide(request, Policy(MODEL, gate=FakeGate(ratio), gemm_topk=1, cublas_margin=0.15))
+    assert only.sole == (only.choices[0].config if sole == "first" else ATEN) and only.cublas.alone
+    assert len(only.choices) == (1 if sole == "first" else 0)
+    with_margin_off = decide(request, Policy(MODEL, gate=FakeGate(ratio), gemm_topk=1))
+    assert len(with_margin_off) == 3 and with_margin_off[0].sole is None
+
+
 def test_the_policy_refuses_what_cannot_decide():
     from kernel_select.decision import Policy
 

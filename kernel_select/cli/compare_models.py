@@ -25,7 +25,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                     "network and times its step beside eager (on a GPU also its device time, without the "
                     "host launch time). Networks: the zoo's (--networks: GPT-2 small, Llama-shaped "
                     "decoders, ViT-B/16, a recommendation MLP tower, a BERT-style masked LM with eager "
-                    "attention in bf16 and fp32, a T5-style encoder-decoder, a ConvNeXt-style CNN; prefill, "
+                    "attention in bf16 and fp32, a T5-style encoder-decoder, a ConvNeXt-style CNN, a "
+                    "Swin-style window-attention network, a Whisper-style speech encoder, a Qwen3-MoE-style "
+                    "decoder; "
+                    "prefill, "
                     "decode and training steps) or your own (--network package.module:factory). "
                     "Every table gives each method's compile time, its autotuning time (compile time minus "
                     "default's on the same network), and its compile and step time over stock-gemm's "
@@ -35,7 +38,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                     "OUT/luts/<model>_<phase>.json (kept and reused) and serves that LUT at k = 1; "
                     "its pretune time is reported apart from its compile time (pretune_s). "
                     "Writes OUT/models_<device>.json (resumable) and OUT/models_<device>.png, and "
-                    "prints a summary and a line per network and method. The zoo needs the transformers "
+                    "prints a summary and a line per network and method (with the GEMMs Inductor "
+                    "autotuned out of those it lowered). The zoo needs the transformers "
                     "package (pip install 'kernel_select[models]').")
     networks = p.add_argument(
         "--networks", type=flags.word, default=None,
@@ -55,7 +59,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "mean of its first tensor)")
     p.add_argument("--methods", type=flags.word, default=None,
                    help="comma-separated methods among eager, default, stock, topk-1, topk-4, topk-auto, "
-                        "topk-4-parity, topk-4-inproc, stock-gemm, topk-4-gemm, topk-auto-gemm, lut, "
+                        "topk-4-parity, topk-4-inproc, stock-gemm, topk-4-gemm, topk-auto-gemm, zero-gemm "
+                        "(gemm_topk=1 with topk-4-gemm's options: one choice per GEMM the cuBLAS decision "
+                        "can decide, nothing benchmarked there), lut, "
                         "pinned-gemm (pretunes each model first; GPU), or 'all' (every one that applies); "
                         "default: default,stock-gemm,topk-4-gemm (topk-4-gemm is the README's recipe; "
                         "every process times eager beside its own step)")

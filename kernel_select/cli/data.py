@@ -286,6 +286,9 @@ def run_fidelity(args: argparse.Namespace) -> int:
     if transposed:  # its Inductor side compiles contiguous operands only
         raise OptionError(f"fidelity: {printable(args.shapes)} has entries in layouts "
                           f"{', '.join(transposed)}; fidelity compares row-major (\"nn\") problems only")
+    if any(s.tf32 for s in chosen):  # its Inductor side runs under this process's precision, not TF32
+        raise OptionError(f"fidelity: {printable(args.shapes)} has TF32 entries; fidelity compares problems "
+                          "without TF32 only")
     problems = [s.problem() for s in chosen]
     if args.resume and not args.json_out:
         raise OptionError("fidelity: --resume needs --json-out (the file to resume)")

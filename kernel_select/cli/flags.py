@@ -169,6 +169,15 @@ def add_gemm_topk(parser: argparse.ArgumentParser, *, default: str | None = "4",
         deprecate(parser, spelling, new)
 
 
+def add_tf32(parser: argparse.ArgumentParser) -> None:
+    """--tf32: the float32 GEMM runs with TF32 (`Problem.tf32`); another dtype is refused when the
+    problem is built, in one line."""
+    parser.add_argument("--tf32", action="store_true",
+                        help="the float32 GEMM multiplies in TF32 on tensor cores, as Inductor runs it under "
+                             "torch.set_float32_matmul_precision('high') (a problem of its own: its LUT "
+                             "list is 'tf32'; the shipped models were not trained on it)")
+
+
 def add_json(parser: argparse.ArgumentParser, what: str = "the result", *, file_form: bool = False) -> None:
     """--json: print `what` as JSON on stdout instead of the table. With `file_form`, --json-out FILE
     writes it to a file too, and the old `--json FILE` still does that, deprecated."""

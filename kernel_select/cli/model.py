@@ -119,7 +119,8 @@ def register_eval(sub: Subparsers) -> None:
 
 
 def register_gate_rules(sub: Subparsers) -> None:
-    p = sub.add_parser("gate-rules", help="replay the cuBLAS gate's small-GEMM rule on measured data",
+    p = sub.add_parser("gate-rules", help="replay the cuBLAS gate's small-GEMM rule (or, --one-choice, "
+                                          "gemm_topk=1's decision) on measured data",
                        description="Where Inductor's benchmark over-times cuBLAS (small GEMMs), the gate "
                                    "decides alone. For each split (default: the held-out test and family), "
                                    "k and over-timing scenario, score each (small-GEMM zone, tie) rule with "
@@ -134,24 +135,34 @@ def register_gate_rules(sub: Subparsers) -> None:
                         "(default: %(default)s)")
     flags.add_gemm_topk(p, default="1,4", type=_positive_ints, old=("--k",),
                         what="comma-separated top-k counts to replay")
+    p.add_argument("--one-choice", action="store_true",
+                   help="replay gemm_topk=1's decision instead, where nothing is benchmarked: the gate alone "
+                        "picks cuBLAS or the model's first config, at each threshold of the predicted ratio; "
+                        "its sign accuracy and regret against the measured faster of the two (--gemm-topk "
+                        "is not read)")
     add_device_arg(p, "device key (any case; default: from the dataset)")
     flags.add_json(p, "the rows", file_form=True)
     p.set_defaults(handler=run_gate_rules)
 
 
 def run_gate_rules(args: argparse.Namespace) -> int:
-    from kernel_select.offline.training.gate_rules import format_table, simulate
+    from kernel_select.offline.training import gate_rules
     from kernel_select.offline.training.training_data import require_rows
 
     paths = require_rows(args.data, "gate-rules")
     spec = _data_device(args.device, paths)
-    rows = simulate(args.data, args.split, args.gemm_topk, device=spec.key)
+    if args.one_choice:
+        rows = gate_rules.simulate_one_choice(args.data, args.split, device=spec.key)
+        table = gate_rules.format_one_choice_table(rows)
+    else:
+        rows = gate_rules.simulate(args.data, args.split, args.gemm_topk, device=spec.key)
+        table = gate_rules.format_table(rows)
     say(data_device_text(spec, args.device is not None), stderr=args.json)
     say(model_line(spec), stderr=args.json)  # the data read and checked: what ranked it
     if args.json:
         say(json.dumps(rows, indent=1))
     else:
-        say_lines(format_table(rows))
+        say_lines(table)
     if args.json_out is not None:
         emit_text(json.dumps(rows, indent=1) + "\n", args.json_out)
     return 0

@@ -42,6 +42,7 @@ def register_topk(sub: Subparsers) -> None:
                         "%(default)s)")
     p.add_argument("--batch", type=dimension, default=1,
                    help="batched GEMM (bmm) count (default: %(default)s)")
+    flags.add_tf32(p)
     flags.add_gemm_topk(p, old=("-k",))
     _add_margin_arg(p)
     p.add_argument("--lut", default=None, metavar="PATH",
@@ -74,7 +75,8 @@ def run_topk(args: argparse.Namespace) -> int:
     from kernel_select.space import for_problem
 
     op = "bmm" if args.batch != 1 else "mm"
-    problem = Problem(args.m, args.n, args.k, args.dtype, batch=args.batch, op=op, layout=args.layout)
+    problem = Problem(args.m, args.n, args.k, args.dtype, batch=args.batch, op=op, layout=args.layout,
+                      tf32=args.tf32)
     model, serving = _model(args.model, args.device)
     lut = load_lut_file(args.lut) if args.lut else None
     candidates = for_problem(problem, model.device, args.search_space)
@@ -160,7 +162,7 @@ def _payload(args: argparse.Namespace, model: PerformanceModel, serving: dict[st
     pinned = selection.pinned
     return {
         "problem": {"m": problem.m, "n": problem.n, "k": problem.k, "dtype": problem.dtype,
-                    "batch": problem.batch, "op": problem.op, "layout": problem.layout},
+                    "batch": problem.batch, "op": problem.op, "layout": problem.layout, "tf32": problem.tf32},
         "device": model.device.key, "device_origin": serving["device"], "model": model.name,
         "model_description": model.describe(), "model_source": serving["model"].removeprefix("model: "),
         "lut": args.lut, "search_space": args.search_space, "ranked": selection.ranked,
@@ -170,7 +172,8 @@ def _payload(args: argparse.Namespace, model: PerformanceModel, serving: dict[st
         "predicted_cublas_ms": model.estimate_aten(problem),
         "cublas_decision": None if cublas is None else {
             "source": cublas.source, "predicted_cublas_over_triton": cublas.predicted_ratio,
-            "margin": cublas.margin, "small_gemm": cublas.small, "skips_triton": cublas.prefers_cublas},
+            "margin": cublas.margin, "small_gemm": cublas.small, "skips_triton": cublas.prefers_cublas,
+            "one_choice": cublas.alone},
         "outside": selection.outside, "auto_at_cap": selection.auto_at_cap,
     }
 

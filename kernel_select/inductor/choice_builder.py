@@ -6,9 +6,11 @@ than of the config (ACC_TYPE, USE_FAST_ACCUM, whatever a newer torch adds) is ex
 would have emitted. For a problem outside the model's training data they follow Inductor's own
 candidates (`beside_own`).
 
-Pins. Inductor's `AlgorithmSelectorCache.__call__` returns the only choice of a one-choice list
+One choice. Inductor's `AlgorithmSelectorCache.__call__` returns the only choice of a one-choice list
 without compiling or benchmarking anything else (and without calling feedback savers), so a
-pinned GEMM costs one kernel compile (a Triton pin) or none (an ATen pin).
+pinned GEMM costs one kernel compile (a Triton pin) or none (an ATen pin); docs/design.md ("One
+choice per GEMM") gives the source. A LUT pin and the decision of gemm_topk=1 (`Selection.sole`)
+are both offered that way (`offer_sole`).
 
 Most GEMM lowerings ask for all their candidates in one `get_template_configs` call. `addmm`
 asks three times: ATen choices first, then the contiguous-bias template, then the Triton
@@ -51,6 +53,10 @@ from kernel_select.errors import KernelSelectError
 from kernel_select.decision import ATEN, Selection
 
 log = logging.getLogger(__name__)
+
+#: Template uids whose candidates the handler replaces. The persistent-TMA and Blackwell templates have
+#: their own config lists and kwargs, so they pass through like the extern choices.
+TRITON_GEMM_TEMPLATES = frozenset({"triton::mm", "triton::bmm"})
 
 # Template kwargs that differ between configs. Everything else in a candidate's params (ACC_TYPE,
 # USE_FAST_ACCUM and whatever a newer torch adds) is a property of the problem, so it is copied
@@ -160,18 +166,22 @@ def prefer_bias_epilogue(choices: dict[str, Iterable[Any]], op_name: str) -> dic
 SPLIT_CALL_OPS = frozenset({"addmm"})
 
 
-def offer_pin(selection: Selection, choices: dict[str, Iterable[Any]], kernel_inputs: Any, op_name: str,
-              kwarg_overrides: dict[str, dict[str, Any]], k_expr: Any,
-              triton_uids: frozenset[str]) -> dict[str, list[Any]] | None:
-    """The candidates of a problem the LUT pins (its one choice, see `offer_only_pin`), or None, logged."""
+def offer_sole(selection: Selection, choices: dict[str, Iterable[Any]], kernel_inputs: Any, op_name: str,
+               kwarg_overrides: dict[str, dict[str, Any]], k_expr: Any,
+               triton_uids: frozenset[str]) -> dict[str, list[Any]] | None:
+    """The candidates of a problem with one choice (`Selection.sole`: a LUT pin or gemm_topk=1's
+    decision; see `offer_only_pin`), or None, logged."""
     def make_triton(base: Any) -> Any:
         return synthesize(selection, base, k_expr, kwarg_overrides.get(base.template.uid, {}))[0]
 
-    pin = selection.pinned
-    offered = offer_only_pin(choices, pin, op_name, kernel_inputs, triton_uids, make_triton)
+    sole = selection.sole
+    offered = offer_only_pin(choices, sole, op_name, kernel_inputs, triton_uids, make_triton)
     if offered is not None and any(offered.values()):
-        log.info("kernel_select: %s on %s: pinned by the LUT to %s; nothing is benchmarked",
-                 selection.problem, selection.device, pin if isinstance(pin, str) else pin.short())
+        if selection.pinned is None:
+            log.info("kernel_select: %s", selection.summary())
+        else:
+            log.info("kernel_select: %s on %s: pinned by the LUT to %s; nothing is benchmarked",
+                     selection.problem, selection.device, sole if isinstance(sole, str) else sole.short())
         if selection.pin_gap:
             warn.warn_once(("pin gap", selection.problem, selection.pin_gap), log,
                            "kernel_select: %s: %s; one kernel serves them all with this pin. Compile "
@@ -214,8 +224,8 @@ def offer_only_pin(choices: dict[str, Iterable[Any]], pin: GemmConfig | str, op_
 def _cannot_pin(pin: GemmConfig | str, op_name: str) -> None:
     what = "ATen" if pin == ATEN else "the Triton GEMM template"
     warn.warn_fallback(
-        KernelSelectError(f"a pinned {op_name} entry names {what}, which Inductor does not offer for this "
-                          f"GEMM (check max_autotune_gemm_backends)"),
+        KernelSelectError(f"the one choice of an {op_name} (a LUT pin, or gemm_topk=1's decision) is {what}, "
+                          f"which Inductor does not offer for this GEMM (check max_autotune_gemm_backends)"),
         log, "Inductor autotunes its own candidates for it")
     return None
 
@@ -227,6 +237,12 @@ def _aten_offered() -> bool:
         return bool(use_aten_gemm_kernels())
     except Exception:  # noqa: BLE001 -- unsure: keep Inductor's candidates
         return False
+
+
+def triton_comes_later(kernel_inputs: Any, op_name: str) -> bool:
+    """Whether this call is one of a split lowering (addmm) whose later call offers the Triton template:
+    a call without it still decides a one-choice problem, to drop ATen where Triton is the pick."""
+    return op_name in SPLIT_CALL_OPS and _triton_offered(kernel_inputs)
 
 
 def _triton_offered(kernel_inputs: Any) -> bool:

@@ -4,9 +4,10 @@ For every mm/addmm/bmm/baddbmm Inductor autotunes on a CUDA device, `_finalize_t
 Inductor's inputs once into a request (inductor/inputs.py), asks `kernel_select.decision.decide()` under
 the Policy its knobs give (inductor/settings.py) and builds the candidate lists from the selections
 (inductor/choice_builder.py): the Triton GEMM templates get the selected configs; ATen (cuBLAS),
-decompose_k and every other template pass through, so cuBLAS always competes. Nothing raises inside
-torch.compile: a failure logs one warning per cause and Inductor keeps its candidates. Wrapping another
-handler and grouped convolutions: inductor/wrapping.py.
+decompose_k and every other template pass through, so cuBLAS always competes; but a GEMM with one
+choice (a LUT pin, or gemm_topk=1's cuBLAS decision) gets that choice alone and nothing is benchmarked.
+Nothing raises inside torch.compile: a failure logs one warning per cause and Inductor keeps its
+candidates. Wrapping another handler and grouped convolutions: inductor/wrapping.py.
 """
 
 from __future__ import annotations
@@ -26,14 +27,12 @@ from kernel_select.decision import Selection, decide
 from kernel_select.device import get_device
 from kernel_select.errors import KernelSelectError
 from kernel_select.inductor import cache_key, choice_builder, inputs
+from kernel_select.inductor.choice_builder import TRITON_GEMM_TEMPLATES
 from kernel_select.inductor.settings import Settings, policy, preload, resolve_settings, validated_overrides
 from kernel_select.inductor.wrapping import WrappingChoices
 
 log = logging.getLogger(__name__)
 
-#: Template uids whose candidates we replace. The persistent-TMA and Blackwell templates have their own
-#: config lists and kwargs, so they pass through like the extern choices.
-TRITON_GEMM_TEMPLATES = frozenset({"triton::mm", "triton::bmm"})
 #: Inductor op names we rank for (others, e.g. "mm-ah", "int_mm", "scaled_mm", pass through).
 GEMM_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm"})
 _FALLBACK = "Inductor benchmarks its own GEMM configs instead"
@@ -93,15 +92,16 @@ class KernelSelectChoices(WrappingChoices):
 
     def _replace(self, choices: dict[str, Iterable[Any]], kernel_inputs: Any, op_name: str,
                  kwarg_overrides: dict[str, dict[str, Any]]) -> dict[str, Iterable[Any]] | None:
-        """`choices` with the Triton GEMM templates' candidates replaced (or, for a pinned problem,
-        reduced to the pin), or None to pass through."""
+        """`choices` with the Triton GEMM templates' candidates replaced (or, for a problem with one
+        choice, a LUT pin or gemm_topk=1's decision, reduced to it), or None to pass through."""
         settings = self.settings()
         if settings.gemm_topk == options.SAME:  # Inductor's own list, untouched
             return None
         choices = choice_builder.prefer_bias_epilogue(choices, op_name)
         if op_name not in GEMM_OPS or kernel_inputs.device_type != "cuda" or torch.version.hip is not None:
             return choices
-        request = inputs.request_from(kernel_inputs, op_name)
+        bases = choice_builder.peek_first(choices, [uid for uid in choices if uid in TRITON_GEMM_TEMPLATES])
+        request = inputs.request_from(kernel_inputs, op_name, bases.values())  # ALLOW_TF32 read off `bases`
         if request is None:
             return choices
         device = (get_device(settings.gemm_device) if settings.gemm_device
@@ -109,14 +109,16 @@ class KernelSelectChoices(WrappingChoices):
         rules = policy(settings, device)
         if rules is None:  # no trained model serves this GPU: Inductor's own list
             return choices
-        bases = choice_builder.peek_first(choices, [uid for uid in choices if uid in TRITON_GEMM_TEMPLATES])
+        # addmm's ATen call decides too where the answer may be one choice: ATen goes if Triton is it.
+        rank_triton = bool(bases) or (rules.one_choice and choice_builder.triton_comes_later(kernel_inputs,
+                                                                                             op_name))
         with _stack_headroom():
-            selections = decide(request, rules, rank_triton=bool(bases))
+            selections = decide(request, rules, rank_triton=rank_triton)
         if not selections:
             return choices  # no Triton candidates to replace and no pin to honour
-        if selections[0].pinned is not None:
-            offered = choice_builder.offer_pin(selections[0], choices, kernel_inputs, op_name,
-                                               kwarg_overrides, request.k_expr, TRITON_GEMM_TEMPLATES)
+        if selections[0].sole is not None:
+            offered = choice_builder.offer_sole(selections[0], choices, kernel_inputs, op_name,
+                                                kwarg_overrides, request.k_expr, TRITON_GEMM_TEMPLATES)
             self.selections.extend(selections[:1] if offered is not None and any(offered.values()) else ())
             return offered
         self.selections.extend(selections)

@@ -1,5 +1,5 @@
 """What Inductor hands the handler, read once into a `GemmRequest` (kernel_select.decision): the
-Problem it lowers (sizes, dtype, op, operand layout), what follows the GEMM (a bias row, a pointwise
+Problem it lowers (sizes, dtype, op, operand layout, TF32), what follows the GEMM (a bias row, a pointwise
 epilogue: the cuBLAS decision's `Epilogue`), whether M is symbolic, the declared ranges of a symbolic
 M and K, Inductor's multi-kernel hints, K's expression and the device index. Nothing here raises:
 what cannot be read gets the neutral answer ("nn", no epilogue, no range, no hints).
@@ -17,11 +17,20 @@ the hint, the `gemm_dynamic_m` knob and the symbol's declared range, read here. 
 `multi_kernel_hints` compile one variant per hint, benchmark each, and dispatch on the runtime size;
 each variant is ranked for its own hint. A pinned GEMM (one choice) gets no variants: one graph per
 length bucket serves per-bucket pins (kernel_select.inductor.bucketed says why).
+
+TF32. A float32 GEMM runs with TF32 where Inductor sets ALLOW_TF32 for it (kernel_select.tf32): read
+from Inductor's own first Triton candidate of the call, the flag its kernels will be compiled with;
+where the call offers no Triton template (addmm's ATen-only call), from Inductor's rule under the
+running torch's settings, on the sizes as the graph knows them (a symbolic size by its range). The
+Problem then says `tf32`, which no shipped model was trained on: the decision treats it as outside
+the model's domain and Inductor's own candidates stay beside the model's.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 from kernel_select.decision import GemmRequest
@@ -30,13 +39,16 @@ from kernel_select.inductor import pointwise_epilogue
 from kernel_select.layouts import DEFAULT_LAYOUT
 from kernel_select.model.cublas import Epilogue
 from kernel_select.problem import Problem, dtype_name
+from kernel_select.tf32 import Size, inductor_allow_tf32
 
 log = logging.getLogger(__name__)
 
 
-def request_from(kernel_inputs: Any, op_name: str) -> GemmRequest | None:
-    """Everything the handler reads from Inductor for one GEMM, or None for a problem we do not model."""
-    problem = problem_from(kernel_inputs, op_name)
+def request_from(kernel_inputs: Any, op_name: str, triton_firsts: Iterable[Any] = ()) -> GemmRequest | None:
+    """Everything the handler reads from Inductor for one GEMM, or None for a problem we do not model.
+    `triton_firsts`: Inductor's first candidate of each Triton GEMM template in this call (none in a
+    call without one), whose ALLOW_TF32 says whether the GEMM runs with TF32."""
+    problem = problem_of(kernel_inputs, op_name, triton_firsts)
     if problem is None:
         return None
     m_expr, k_expr = symbolic_m(kernel_inputs), symbolic_k(kernel_inputs)
@@ -46,9 +58,17 @@ def request_from(kernel_inputs: Any, op_name: str) -> GemmRequest | None:
                        k_expr=k_expr, device_index=device_index(kernel_inputs))
 
 
+def problem_of(kernel_inputs: Any, op_name: str, triton_firsts: Iterable[Any] = ()) -> Problem | None:
+    """`problem_from`, with `tf32` where the float32 GEMM runs with TF32 (`runs_tf32`)."""
+    problem = problem_from(kernel_inputs, op_name)
+    if problem is not None and problem.dtype == "float32" and runs_tf32(kernel_inputs, triton_firsts):
+        return dataclasses.replace(problem, tf32=True)
+    return problem
+
+
 def problem_from(kernel_inputs: Any, op_name: str) -> Problem | None:
-    """The Problem Inductor is lowering (hinted sizes, the operands' layout), or None for one we do not
-    model (int8/fp8 inputs, empty tensors)."""
+    """The Problem Inductor is lowering (hinted sizes, the operands' layout; never `tf32`: that is
+    `problem_of`'s), or None for one we do not model (int8/fp8 inputs, empty tensors)."""
     m, n, k = (int(x) for x in kernel_inputs.mnk_hinted())  # Inductor's order is M, N, K
     batch = int(kernel_inputs.batch_hinted()) if op_name in ("bmm", "baddbmm") else 1
     try:
@@ -57,6 +77,60 @@ def problem_from(kernel_inputs: Any, op_name: str) -> Problem | None:
     except ProblemError as exc:
         log.debug("kernel_select: passing %s through: %s", op_name, exc)
         return None
+
+
+def runs_tf32(kernel_inputs: Any, triton_firsts: Iterable[Any] = ()) -> bool:
+    """Whether Inductor runs this float32 GEMM's Triton kernels with TF32 (module docstring): the
+    ALLOW_TF32 of its first Triton candidate in `triton_firsts`, else Inductor's rule. False where
+    neither can be read: never raises."""
+    for choice in triton_firsts:
+        flag = _allow_tf32_of(choice)
+        if flag is not None:
+            return flag
+    try:
+        sizes = [_size_bounds(size) for size in kernel_inputs.mnk_symbolic()]
+        return inductor_allow_tf32(*sizes, force_same_precision=_force_same_precision())
+    except Exception as exc:  # noqa: BLE001 -- nothing may raise inside torch.compile
+        log.debug("kernel_select: ALLOW_TF32 unknown (%s: %s); ranking as float32 without TF32",
+                  type(exc).__name__, exc)
+        return False
+
+
+def _allow_tf32_of(choice: Any) -> bool | None:
+    """ALLOW_TF32 of one of Inductor's KernelTemplateChoices: a template-wide kwarg (torch 2.11 and
+    2.13 return it from the heuristic's `get_extra_kwargs`), or None where it carries none."""
+    for kwargs in (getattr(choice, "extra_kwargs", None), _params_of(choice)):
+        if isinstance(kwargs, dict) and "ALLOW_TF32" in kwargs:
+            return bool(kwargs["ALLOW_TF32"])
+    return None
+
+
+def _params_of(choice: Any) -> dict[str, Any] | None:
+    try:
+        return choice.params.to_kwargs()
+    except Exception:  # noqa: BLE001 -- not a template choice we can read: no flag there
+        return None
+
+
+def _size_bounds(size: Any) -> Size:
+    """A size as kernel_select.tf32 takes it: the int, or a symbolic size's (low, high) range."""
+    if isinstance(size, int) or getattr(size, "is_Integer", False):
+        return int(size)
+    from torch._inductor.virtualized import V
+
+    bounds = V.graph.sizevars.shape_env.bound_sympy(size)
+    low = int(bounds.lower)
+    # The rule reads a symbolic size's lower bound and whether it has one value; an unbounded
+    # upper end (int_oo, which int() refuses) only says "several values".
+    high = int(bounds.upper) if bounds.upper.is_Integer else low + 1
+    return low, high
+
+
+def _force_same_precision() -> bool:
+    """Inductor's `force_same_precision` (torch 2.11; 2.13 has none)."""
+    from torch._inductor import config as inductor_config
+
+    return bool(getattr(inductor_config, "force_same_precision", False))
 
 
 def epilogue_of(kernel_inputs: Any, problem: Problem) -> Epilogue:

@@ -79,7 +79,9 @@ class RecordingChoices(InductorChoices):
                 op_name: str) -> dict[str, Iterable[Any]] | None:
         if op_name not in GEMM_OPS:
             return None
-        problem = inputs.problem_from(kernel_inputs, op_name)
+        triton = [uid for uid in choices if uid in choice_builder.TRITON_GEMM_TEMPLATES]
+        firsts = choice_builder.peek_first(choices, triton)  # their ALLOW_TF32: a TF32 GEMM
+        problem = inputs.problem_of(kernel_inputs, op_name, firsts.values())
         if problem is None:
             return None
         self.sink.append(lowered_gemm(problem, inputs.epilogue_of(kernel_inputs, problem),

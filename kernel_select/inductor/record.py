@@ -87,8 +87,8 @@ def lut_from_feedback(feedback: Sequence[Feedback], device: DeviceSpec | str, *,
         if entry is None:
             log.info("kernel_select.record: %s: no Triton or ATen choice ran; left out", item.problem)
             continue
-        key = (item.problem.op, item.problem.dtype, entry.n, entry.k, entry.m_bounds, entry.layout)
-        rows[key] = LUTRow(spec.key, item.problem.op, item.problem.dtype, entry)
+        key = (item.problem.op, item.problem.precision, entry.n, entry.k, entry.m_bounds, entry.layout)
+        rows[key] = LUTRow(spec.key, item.problem.op, item.problem.precision, entry)
     return lut_from_rows(rows.values(), source="<recorded>")
 
 
@@ -132,6 +132,8 @@ def feedback_of(name: str, input_nodes: Sequence[Any], timings: dict[Any, float]
     layout = inputs.proven_layout(mat1, mat2)
     problem = Problem(hint[-2], n, hint[-1], dtype_name(mat1.get_dtype()), batch=batch, op=name,
                       layout=layout or DEFAULT_LAYOUT)
+    if problem.dtype == "float32" and inputs.runs_tf32(_Sizes(sizes1[-2], sizes2[-1], sizes1[-1])):
+        problem = dataclasses.replace(problem, tf32=True)  # its entry goes to the "tf32" list
     m_range = _declared(sizes1[-2])
     choices = tuple(choice_timing(select_algorithm, c, ms) for c, ms in timings.items())
     return Feedback(problem, m_range, choices, layout)
@@ -142,13 +144,13 @@ def _declared(m_expr: Any) -> tuple[int, int] | None:
 
 
 class _Sizes:
-    """Adapts one size expression to what `inputs.symbolic_m` reads."""
+    """Adapts size expressions to what `inputs.symbolic_m` and `inputs.runs_tf32` read."""
 
-    def __init__(self, m: Any) -> None:
-        self._m = m
+    def __init__(self, m: Any, n: Any = None, k: Any = None) -> None:
+        self._mnk = (m, n, k)
 
-    def mnk_symbolic(self) -> tuple[Any, None, None]:
-        return self._m, None, None
+    def mnk_symbolic(self) -> tuple[Any, Any, Any]:
+        return self._mnk
 
 
 @contextlib.contextmanager

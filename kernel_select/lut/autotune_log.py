@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from kernel_select.configs import GemmConfig, config_from_description
+from kernel_select.configs import GemmConfig, config_from_description, parse_inductor_description
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import KernelSelectError, LUTError, ProblemError
 from kernel_select.layouts import DEFAULT_LAYOUT, layout_from_strides
@@ -63,6 +63,15 @@ class AutotuneChoice:
             log.debug("Cannot read a config from choice %s: %s", self.name, exc)
             return None
 
+    def allow_tf32(self) -> bool:
+        """Whether this is an mm/bmm template choice whose kernel ran with ALLOW_TF32=True."""
+        if not _GEMM_TEMPLATE_CHOICE.match(self.name):
+            return False
+        try:
+            return parse_inductor_description(self.description).get("ALLOW_TF32") is True
+        except Exception:  # noqa: BLE001 -- an unreadable description names no precision
+            return False
+
 
 @dataclass(frozen=True)
 class AutotuneBlock:
@@ -99,8 +108,11 @@ class AutotuneBlock:
             raise ProblemError(f"operand shapes {self.sizes} do not form a GEMM")
         if not self.dtypes:
             raise ProblemError("no dtypes line after the AUTOTUNE header")
-        return Problem(m=a[-2], n=b[-1], k=a[-1], dtype=dtype_name(self.dtypes[-2]),
-                       batch=a[0] if rank == 3 else 1, op=self.op, layout=self.layout() or DEFAULT_LAYOUT)
+        dtype = dtype_name(self.dtypes[-2])
+        # A float32 GEMM whose template kernels ran with ALLOW_TF32 is a TF32 problem (its "tf32" list).
+        tf32 = dtype == "float32" and any(choice.allow_tf32() for choice in self.choices)
+        return Problem(m=a[-2], n=b[-1], k=a[-1], dtype=dtype, batch=a[0] if rank == 3 else 1, op=self.op,
+                       layout=self.layout() or DEFAULT_LAYOUT, tf32=tf32)
 
     def best_configs(self, top: int) -> list[GemmConfig]:
         """The `top` fastest distinct mm/bmm template configs that ran, in log order."""
@@ -203,7 +215,7 @@ def lut_from_autotune_log(text: str, device: str | DeviceSpec, *, top: int = 1,
             continue
         configs = _fitting(block.best_configs(len(block.choices) or 1), problem, device_spec, where)[:top]
         layout = block.layout()
-        shape = (problem.op, problem.dtype, problem.batch, problem.m, problem.n, problem.k)
+        shape = (problem.op, problem.precision, problem.batch, problem.m, problem.n, problem.k)
         read = rows.setdefault(shape, {})  # layout (None: unknown) -> row
         if not configs or layout in read or (read and None in (layout, *read)):
             reason = ("no Triton mm choice ran that fits the device" if not configs
@@ -213,7 +225,7 @@ def lut_from_autotune_log(text: str, device: str | DeviceSpec, *, top: int = 1,
         note = (f"Inductor AUTOTUNE log {where}: top {len(configs)} Triton of "
                 f"{len(block.choices)} shown choices")
         try:
-            read[layout] = LUTRow(device_spec.key, problem.op, problem.dtype,
+            read[layout] = LUTRow(device_spec.key, problem.op, problem.precision,
                                   _entry(problem, layout, configs, note))
         except ValidationError as exc:  # a size the table cannot hold (m > 2^31 - 1)
             log.warning("%s: skipping AUTOTUNE block for %s: not a LUT entry: %s", where, problem,

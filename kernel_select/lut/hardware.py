@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from kernel_select.device import DeviceSpec
 from kernel_select.errors import LUTError
+from kernel_select.problem import precision_dtype
 from kernel_select.space import unfit_reason
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ def check_fits(lut: KernelLUT, device: DeviceSpec, *, source: str = "<lut>") -> 
         checked += 1
         field = "pin" if row.entry.configs is None else "configs"
         for index, config in enumerate(row.entry.candidates):
-            reason = unfit_reason(config, row.dtype, device)
+            reason = unfit_reason(config, precision_dtype(row.dtype), device)
             if reason is not None:
                 # Named by key, not index: the table is in canonical order, the file may not be.
                 slot = "" if field == "pin" else f"[{index}]"

@@ -1,6 +1,8 @@
 """The LUT schema: pydantic models of the JSON document, its version, and lookup.
 
-A LUT is a versioned JSON document keyed device -> op -> dtype -> a flat list of entries:
+A LUT is a versioned JSON document keyed device -> op -> dtype -> a flat list of entries (the dtype
+key "tf32" holds the entries of float32 GEMMs that run with TF32, `Problem.precision`; a "float32"
+entry serves float32 on CUDA cores only, so a table tuned for one never picks for the other):
 
     {"schema_version": 4,
      "devices": {"h100": {"mm": {"bfloat16": [
@@ -42,7 +44,7 @@ from kernel_select.lut.entries import (ATEN, BatchedEntryList, EntryList, LUTEnt
                                       entry_dict, first_repeat)
 from kernel_select.space import unfit_reason
 from kernel_select.errors import ProblemError
-from kernel_select.problem import Problem, dtype_name
+from kernel_select.problem import TF32, Problem, dtype_name
 
 log = logging.getLogger("kernel_select.lut")
 
@@ -68,13 +70,16 @@ def _device_key_or_none(name: object) -> str | None:
     reports those with their location)."""
     return _exact_device_key(name) if isinstance(name, str) else None
 
-DTypeName = Literal["float16", "bfloat16", "float32"]
+DTypeName = Literal["float16", "bfloat16", "float32", "tf32"]
 
 
 def _canonical_dtype(key: Any) -> Any:
-    """The canonical name of a dtype key ("bf16" -> "bfloat16"); any other key as it is."""
+    """The canonical name of a dtype key ("bf16" -> "bfloat16", "TF32" -> "tf32"); any other key as
+    it is."""
     if not isinstance(key, str):
         return key
+    if key.strip().lower() == TF32:
+        return TF32
     try:
         return dtype_name(key)
     except ProblemError:
@@ -237,7 +242,7 @@ class KernelLUT(Strict):
         spec = _device_spec(device)
         exact, k_ranges = self._index
         m, wanted, served = problem.m, problem.batch, problem.layout
-        key = (spec.key, problem.op, problem.dtype, problem.n)
+        key = (spec.key, problem.op, problem.precision, problem.n)  # a TF32 GEMM reads the "tf32" list
         for low, high, batch, layout, entry in exact.get((*key, problem.k), ()):
             if (low <= m <= high and (batch is None or batch == wanted)
                     and (layout is None or layout == served)):

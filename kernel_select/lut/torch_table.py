@@ -46,7 +46,7 @@ from kernel_select.lut import (
     SizeRange,
 )
 from kernel_select.lut.autotune_log import entry_error
-from kernel_select.problem import Problem, dtype_name
+from kernel_select.problem import TF32, Problem, dtype_name
 from kernel_select.space import unfit_reason
 
 log = logging.getLogger(__name__)
@@ -104,6 +104,10 @@ def to_inductor_table(lut: KernelLUT, device_name: str | None = None, *,
 def _exact_problem(row: LUTRow) -> Problem | None:
     entry = row.entry
     where = f"{row.device}.{row.op}.{row.dtype} {entry.describe_key()}"
+    if row.dtype == TF32:
+        log.warning("Skipping LUT entry %s: torch's lookup_table keys cannot tell a GEMM run with TF32 "
+                    "from one run in float32, so its entry would serve both", where)
+        return None
     ranged = [name for name in ("m", "k") if isinstance(getattr(entry, name), SizeRange)]
     if ranged:
         log.warning("Skipping LUT entry %s: torch's lookup_table keys are exact shapes, so a range "

@@ -92,9 +92,10 @@ class AnalyticalModel(PerformanceModel):
 
     Args:
         device: device key or spec.
-        allow_tf32: score float32 at the TF32 tensor-core rate instead of the CUDA-core
-            rate. Inductor uses TF32 only when torch.backends.cuda.matmul allows it, which is
-            off by default, so the default is False.
+        allow_tf32: score every float32 problem at the TF32 tensor-core rate instead of the
+            CUDA-core rate. Without it, a problem that runs with TF32 (`Problem.tf32`: Inductor sets
+            ALLOW_TF32 where torch.backends.cuda.matmul allows it, off by default) is scored at the
+            TF32 rate, and every other float32 problem at the CUDA-core rate.
     """
 
     name = "analytical"
@@ -114,7 +115,7 @@ class AnalyticalModel(PerformanceModel):
         fields = map(_TILE_FIELDS, configs)
         tiles = np.fromiter(itertools.chain.from_iterable(fields), dtype=np.float64,
                             count=5 * len(configs)).reshape(len(configs), 5)
-        return _runtime_s(problem, tiles, device, self.allow_tf32) * 1e3
+        return _runtime_s(problem, tiles, device, self.allow_tf32 or problem.tf32) * 1e3
 
 
 def _runtime_s(problem: Problem, tiles: np.ndarray, device: DeviceSpec,

@@ -18,6 +18,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationEr
 
 from kernel_select.device import DeviceSpec
 from kernel_select.layouts import DEFAULT_LAYOUT, check_layout
+from kernel_select.problem import TF32
 
 if TYPE_CHECKING:
     from kernel_select.problem import Problem
@@ -78,7 +79,8 @@ class DataProvenance(BaseModel):
     triton_versions: list[str]
 
 
-#: A stratum of the domain: "<op>/<dtype>/<M bucket>". Buckets as evaluation reports them.
+#: A stratum of the domain: "<op>/<precision>/<M bucket>", the precision a dtype or "tf32" (a float32
+#: GEMM that ran with TF32: kernel_select.problem.TF32). Buckets as evaluation reports them.
 M_BUCKETS = ((16, "m<=16"), (256, "m<=256"), (4096, "m<=4096"), (2**62, "m>4096"))
 #: Fewer training problems than this in a problem's stratum, and the model is outside what it knows.
 MIN_STRATUM_PROBLEMS = 20
@@ -88,11 +90,11 @@ def m_bucket(m: int) -> str:
     return next(name for edge, name in M_BUCKETS if m <= edge)
 
 
-def stratum(op: str, dtype: str, m: int) -> str:
+def stratum(op: str, precision: str, m: int) -> str:
     """The domain stratum of a problem: batched GEMMs are one op ("bmm", with baddbmm), single ones
-    another ("mm", with addmm)."""
+    another ("mm", with addmm); `precision` is its dtype, or "tf32" (`Problem.precision`)."""
     kind = "bmm" if op in ("bmm", "baddbmm") else "mm"
-    return f"{kind}/{dtype}/{m_bucket(m)}"
+    return f"{kind}/{precision}/{m_bucket(m)}"
 
 
 class Domain(BaseModel):
@@ -101,7 +103,7 @@ class Domain(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    strata: dict[str, int]  # stratum(op, dtype, m) -> training problems in it
+    strata: dict[str, int]  # stratum(op, precision, m) -> training problems in it
     m: tuple[int, int]  # smallest and largest value of each dimension trained on
     n: tuple[int, int]
     k: tuple[int, int]
@@ -119,8 +121,8 @@ def trained_dtype(dtype: str, dtypes: Sequence[str]) -> bool:
 
 
 def problems_like(problem: Problem, domain: Domain) -> int:
-    """Training problems in the problem's domain stratum (op, dtype, M bucket)."""
-    return stratum_count(stratum(problem.op, problem.dtype, problem.m), domain.strata)
+    """Training problems in the problem's domain stratum (op, precision, M bucket)."""
+    return stratum_count(stratum(problem.op, problem.precision, problem.m), domain.strata)
 
 
 def stratum_count(key: str, strata: dict[str, int]) -> int:
@@ -132,16 +134,19 @@ def stratum_count(key: str, strata: dict[str, int]) -> int:
 
 def outside_domain(problem: Problem, dtypes: Sequence[str], domain: Domain | None) -> str:
     """Why `problem` lies outside what a card's training data covered (`dtypes`, `domain`), or "":
-    a dtype never trained on, a stratum with fewer than MIN_STRATUM_PROBLEMS training problems, or
-    a dimension outside the trained range (PerformanceModel.domain_gap of a trained model)."""
+    a dtype never trained on, float32 with TF32 where no stratum of the domain has TF32, a stratum
+    with fewer than MIN_STRATUM_PROBLEMS training problems, or a dimension outside the trained range
+    (PerformanceModel.domain_gap of a trained model)."""
     if dtypes and not trained_dtype(problem.dtype, dtypes):
         return f"dtype {problem.dtype} not in the model's training data"
+    if problem.tf32 and not (domain is not None and any(key.split("/")[1] == TF32 for key in domain.strata)):
+        return "float32 with TF32 (Inductor's ALLOW_TF32) not in the model's training data"
     if domain is None:  # a card from before the domain was recorded: single GEMMs only
         batched = problem.op in ("bmm", "baddbmm")
         return f"{problem.op} never measured for this model" if batched else ""
     count = problems_like(problem, domain)
     if count < MIN_STRATUM_PROBLEMS:
-        key = stratum(problem.op, problem.dtype, problem.m)
+        key = stratum(problem.op, problem.precision, problem.m)
         return f"{count} training problems like it ({key}; fewer than {MIN_STRATUM_PROBLEMS})"
     for name, value, (low, high) in (("m", problem.m, domain.m), ("n", problem.n, domain.n),
                                      ("k", problem.k, domain.k), ("batch", problem.batch, domain.batch)):

@@ -12,7 +12,9 @@ ratio, cuBLAS time / fastest Triton time:
           its best predicted Triton time
 
 and one rule (`CublasDecision.prefers_cublas`): skip Triton where cuBLAS is predicted faster by at
-least `margin`. Where Inductor's own benchmark cannot be trusted to fall back to cuBLAS (GEMMs
+least `margin`. With one choice per GEMM (`alone`: gemm_topk=1, nothing benchmarked) there is no
+margin: cuBLAS where it is predicted faster (ONE_CHOICE_THRESHOLD), else the model's first config.
+Where Inductor's own benchmark cannot be trusted to fall back to cuBLAS (GEMMs
 predicted under SMALL_GEMM_MS, and biased nn.Linear layers cuBLAS runs with the bias in its
 epilogue), the margin is dropped and a predicted tie goes to cuBLAS. A pointwise epilogue that a
 Triton template fuses but cuBLAS leaves as a kernel of its own charges cuBLAS that kernel's launch.
@@ -74,11 +76,17 @@ POINTWISE_KERNEL_MS = 0.001
 #: ... charged only where cuBLAS is launch-sized (predicted at most this): on the H100 the charge
 #: gained 6% device time at 5.4-6.5 us GEMMs and nothing, at longer compiles, from 8.9 us up.
 EPILOGUE_CHARGE_MAX_MS = 0.008
+#: With one choice per GEMM (gemm_topk=1) no benchmark stands behind the decision, so there is no margin:
+#: cuBLAS is taken where its predicted ratio (epilogue charged) is below this, else the model's first
+#: config. Replayed on the H100's single GEMMs (`kernel-select gate-rules --one-choice`), 1.0 had the
+#: least regret against the faster of the two on `val` (1.0419) and `test` (1.0420; 1.02: 1.0430, 1.05:
+#: 1.0421, 0.95: 1.0490); docs/results.md, "Zero-benchmark mode: the cuBLAS decision alone".
+ONE_CHOICE_THRESHOLD = 1.0
 #: The rule's name in Inductor cache keys: a changed rule must not reuse old choices. (A hedge, offering
 #: the model's first pick beside cuBLAS in a close call, was replayed on the held-out splits and lost
 #: score: docs/results.md, "The cuBLAS decision's small-GEMM rule and the hedge". There is none.)
 RULE = (f"small<{SMALL_GEMM_MS}:bias_addmm-no-margin:tie<{1 + NO_MARGIN_TIE}"
-        f":epilogue+{POINTWISE_KERNEL_MS}ms<={EPILOGUE_CHARGE_MAX_MS}ms")
+        f":epilogue+{POINTWISE_KERNEL_MS}ms<={EPILOGUE_CHARGE_MAX_MS}ms:alone<{ONE_CHOICE_THRESHOLD}")
 
 
 @dataclass(frozen=True)
@@ -103,6 +111,9 @@ class CublasDecision:
     bias_epilogue: bool = False  # Epilogue.bias_row: no margin either
     #: (cuBLAS time + the launch of the epilogue kernel it leaves unfused) / cuBLAS time; 1.0 if none
     epilogue_factor: float = 1.0
+    #: the one choice Inductor gets (gemm_topk=1): no benchmark behind the verdict, so no margin and no
+    #: over-timing rule, only which of cuBLAS and the model's first config is predicted faster
+    alone: bool = False
 
     @property
     def ratio(self) -> float:
@@ -121,14 +132,21 @@ class CublasDecision:
 
     @property
     def prefers_cublas(self) -> bool:
+        if self.alone:
+            return self.ratio < ONE_CHOICE_THRESHOLD
         return self.ratio <= 1.0 - self.margin or (self.no_margin and self.ratio < 1.0 + NO_MARGIN_TIE)
 
     def describe(self) -> str:
+        epilogue = (f", {self.ratio:.2f} with the pointwise kernel cuBLAS leaves unfused"
+                    if self.charged_epilogue else "")
+        if self.alone:
+            verdict = "ATen (cuBLAS)" if self.prefers_cublas else "the model's first Triton config"
+            return (f"cuBLAS decision ({self.source}), one choice: predicted cuBLAS / best Triton time "
+                    f"{self.predicted_ratio:.2f}{epilogue} (cuBLAS below {ONE_CHOICE_THRESHOLD:g}): "
+                    f"{verdict}, nothing benchmarked")
         why = [f"small GEMM (< {SMALL_GEMM_MS} ms)"] if self.small else []
         why += ["cuBLAS as bias_addmm"] if self.bias_epilogue else []
         clause = f", {' and '.join(why)}: no margin, ties to cuBLAS" if why else ""
-        epilogue = (f", {self.ratio:.2f} with the pointwise kernel cuBLAS leaves unfused"
-                    if self.charged_epilogue else "")
         verdict = ("skip the model's Triton picks, benchmark ATen and any LUT entries" if self.prefers_cublas
                    else "benchmark Triton configs")
         return (f"cuBLAS decision ({self.source}): predicted cuBLAS / best Triton time "
@@ -136,14 +154,16 @@ class CublasDecision:
 
 
 def decide(predicted_ratio: float, source: Literal["gate", "model"], margin: float,
-           predicted_cublas_ms: float | None, epilogue: Epilogue = Epilogue()) -> CublasDecision:
+           predicted_cublas_ms: float | None, epilogue: Epilogue = Epilogue(), *,
+           alone: bool = False) -> CublasDecision:
     """The verdict for a predicted cuBLAS / fastest Triton ratio. `predicted_cublas_ms` (the model's
-    cuBLAS time, where it has one) marks small GEMMs and sizes the epilogue charge."""
+    cuBLAS time, where it has one) marks small GEMMs and sizes the epilogue charge; `alone`: the
+    verdict is the one choice Inductor gets (`CublasDecision.alone`)."""
     small = predicted_cublas_ms is not None and predicted_cublas_ms < SMALL_GEMM_MS
     charge = epilogue_charge_ms(predicted_cublas_ms) if epilogue.separate_pointwise else 0.0
     factor = 1.0 + charge / predicted_cublas_ms if charge and predicted_cublas_ms else 1.0
     return CublasDecision(predicted_ratio=float(predicted_ratio), source=source, margin=margin, small=small,
-                          bias_epilogue=epilogue.bias_row, epilogue_factor=factor)
+                          bias_epilogue=epilogue.bias_row, epilogue_factor=factor, alone=alone)
 
 
 def epilogue_charge_ms(predicted_cublas_ms: float | None) -> float:
@@ -235,8 +255,9 @@ class CublasGate(ProblemNet):
     WHAT = "cuBLAS gate"
 
     def supports(self, problem: Problem) -> bool:
-        """Single GEMMs, what it was trained on: its features do not see a batch."""
-        return problem.batch == 1 and problem.op in ("mm", "addmm")
+        """Single GEMMs without TF32, what it was trained on: its features see neither a batch nor
+        TF32."""
+        return problem.batch == 1 and problem.op in ("mm", "addmm") and not problem.tf32
 
     def predict_log_ratio(self, problems: Sequence[Problem]) -> np.ndarray:
         return self.outputs(problems)
@@ -255,8 +276,9 @@ class AtenHead(ProblemNet):
     def supports(self, problem: Problem) -> bool:
         """Single GEMMs (batch 1) of a trained dtype: `mm`, what the cuBLAS rows measured, and
         `addmm`, which the handler hands cuBLAS as `bias_addmm`: the same GEMM with the bias added
-        in cuBLASLt's epilogue, N more elements read."""
-        return problem.op in ("mm", "addmm") and problem.batch == 1 and problem.dtype in self.card.dtypes
+        in cuBLASLt's epilogue, N more elements read. Not TF32: it was trained on cuBLAS rows without it."""
+        return (problem.op in ("mm", "addmm") and problem.batch == 1 and not problem.tf32
+                and problem.dtype in self.card.dtypes)
 
     def predict_ms(self, problems: Sequence[Problem]) -> np.ndarray:
         """float64 ms per problem (callers check `supports` first)."""

@@ -28,6 +28,11 @@ Feature versions: 4 is every group but batch; 5 adds batch. A card names the ver
 was trained with and loading refuses a mismatch, so bump the version whenever a definition, the
 order or a device figure read here changes. For batch = 1 the first 59 columns of version 5 equal
 version 4's exactly.
+
+TF32. A float32 problem that runs with TF32 (`Problem.tf32`, a dataset row's `allow_tf32`) differs
+from float32 on CUDA cores in one column, the compute roofline, which counts its FLOPs at the
+device's TF32 tensor-core rate. No row of any dataset before TF32 problems existed had it, so every
+version-5 card computes the features of every row it was trained on exactly as before.
 """
 
 from __future__ import annotations
@@ -102,7 +107,7 @@ def featurize(problem: Problem, configs: Sequence[GemmConfig], device: DeviceSpe
     columns = feature_columns(
         np.float64(problem.m), np.float64(problem.n), np.float64(problem.k), np.float64(problem.dtype_bytes),
         np.float64(a_transposed(problem.layout)), np.float64(b_transposed(problem.layout)),
-        bm, bn, bk, stages, warps, group_m, device, np.float64(batch))
+        bm, bn, bk, stages, warps, group_m, device, np.float64(batch), np.float64(problem.tf32))
     return stack_columns(columns[: len(names)], len(configs))
 
 
@@ -126,11 +131,13 @@ def stack_columns(columns: Sequence[np.ndarray | np.float64], rows: int) -> np.n
 
 
 def feature_columns(m, n, k, dtype_bytes, a_t, b_t, bm, bn, bk, stages, warps, group_m,
-                    device: DeviceSpec, batch=np.float64(1.0)) -> tuple[np.ndarray | np.float64, ...]:
+                    device: DeviceSpec, batch=np.float64(1.0),
+                    tf32=np.float64(0.0)) -> tuple[np.ndarray | np.float64, ...]:
     """Every column of the newest version, in order, as float64 arrays or scalars (`stack_columns`).
 
     All arguments are float64 scalars or 1-D arrays that broadcast together; a_t and b_t are 0 or 1
-    (operand A / B stored transposed). An older version is a prefix.
+    (operand A / B stored transposed), and so is tf32 (a float32 problem that runs with TF32). An
+    older version is a prefix.
     """
     size = np.broadcast(m, n, k, bm).shape
     sms = float(device.sm_count)
@@ -154,8 +161,10 @@ def feature_columns(m, n, k, dtype_bytes, a_t, b_t, bm, bn, bk, stages, warps, g
         np.full(size, _MAX_CTAS_PER_SM, dtype=np.float64),
     ]), 1.0)
     last_wave = np.mod(ctas, sms) / sms
-    # Half types run on tensor cores; 4-byte inputs at the fp32 rate (TF32 is off by default).
-    peak = np.where(dtype_bytes == 2, device.peak_flops("bfloat16"), device.peak_flops("float32"))
+    # Half types run on tensor cores; 4-byte inputs at the fp32 rate, or at the TF32 tensor-core rate
+    # where the problem runs with TF32.
+    peak = np.where(dtype_bytes == 2, device.peak_flops("bfloat16"),
+                    np.where(tf32 == 1.0, device.peak_flops("float32", True), device.peak_flops("float32")))
     ms = 1e3
     base = (
         np.log(dtype_bytes), np.log(m), np.log(n), np.log(k), np.log(min_bytes * batch / 1e9),

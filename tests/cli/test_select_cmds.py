@@ -135,7 +135,7 @@ def test_topk_json_matches_the_library(capsys):
     assert decision["predicted_cublas_over_triton"] == expected.cublas.predicted_ratio
     assert decision["skips_triton"] == expected.skips_triton
     assert payload["problem"] == {"m": 560, "n": 1280, "k": 3420, "dtype": "bfloat16", "batch": 1, "op": "mm",
-                                  "layout": "nn"}
+                                  "layout": "nn", "tf32": False}
 
 
 def test_topk_prints_a_pin_instead_of_a_ranking(capsys, tmp_path):
@@ -271,3 +271,15 @@ def test_python_dash_m_runs_the_command(command: list[str]):
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout == f"kernel-select {kernel_select.__version__}\n"
+
+
+def test_topk_tf32_ranks_a_tf32_problem_and_refuses_another_dtype_in_one_line(capsys):  # noqa: ANN001
+    code, out, _ = run(capsys, "topk", "--m", "560", "--n", "1280", "--k", "3420", "--dtype", "fp32",
+                       "--tf32", "--device", "h100", "--json")
+    payload = json.loads(out)
+    assert code == 0 and payload["problem"]["tf32"] is True and "TF32" in payload["outside"]
+    code, out, err = run(capsys, "topk", "--m", "560", "--n", "1280", "--k", "3420", "--dtype", "bf16",
+                         "--tf32", "--device", "h100")
+    assert (code, out) == (2, "")
+    assert err == ("kernel-select: error: tf32: TF32 applies to float32 GEMMs only, got dtype bfloat16; "
+                   "drop tf32 or use float32\n")

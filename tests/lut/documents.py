@@ -23,7 +23,7 @@ from kernel_select.device import KNOWN_DEVICES
 MAX_DIM = 2**31 - 1
 OPS = ("mm", "addmm", "bmm", "baddbmm")
 BATCHED = ("bmm", "baddbmm")
-DTYPES = ("float16", "bfloat16", "float32")
+DTYPES = ("float16", "bfloat16", "float32", "tf32")  # "tf32": float32 GEMMs run with TF32
 LAYOUTS = ("nn", "nt", "tn", "tt")
 CONFIG_FIELDS = ("block_m", "block_n", "block_k", "num_stages", "num_warps", "group_m")
 _BLOCKS = (16, 32, 64, 128, 256, 512, 1024)
@@ -40,7 +40,7 @@ _FAULTS = ("size 0", "size over 2^31-1", "m range backwards", "k range backwards
            "one GPU under two names", "overlap", "repeated config", "bad config value", "float size",
            "batch on mm", "no configs", "schema_version", "unknown dtype", "duplicate JSON key", "Latin-1",
            "pin and configs", "bad pin", "pin in version 1", "bad layout", "layout in version 3",
-           "layout twin")
+           "layout twin", "precision twin")
 
 
 @st.composite
@@ -178,6 +178,15 @@ def _apply(rng: random.Random, document: dict[str, Any], fault: str) -> dict[str
         next(iter(next(iter(document["devices"].values())).values()))[rng.choice(("bf15", "int8"))] = []
     elif fault == "duplicate JSON key":
         return rng.choice(_objects(document, []))
+    elif fault == "precision twin":
+        # Not a fault: a "tf32" list holding the keys of a "float32" list (or the other way round)
+        # overlaps nothing, as a TF32 GEMM never reads a float32 entry.
+        for tables in document["devices"].values():
+            for per_dtype in tables.values():
+                for have, twin in (("float32", "tf32"), ("tf32", "float32")):
+                    if have in per_dtype:
+                        per_dtype[twin] = json.loads(json.dumps(per_dtype[have]))
+                        return None
     elif fault == "Latin-1":
         entry["note"] = "größer"
     return None

@@ -143,7 +143,7 @@ BAD_DOCUMENTS = [
     (_set(E0 + ("configs",), []), "[0].configs: List should have at least 1 item"),
     (_set(E0 + ("batch",), 2), "[0].batch: Extra inputs are not permitted (unknown field 'batch'"),
     (_set(("devices", "h100", "mm", "int8"), []),
-     "devices.h100.mm.int8 (the key): Input should be 'float16', 'bfloat16' or 'float32'"),
+     "devices.h100.mm.int8 (the key): Input should be 'float16', 'bfloat16', 'float32' or 'tf32'"),
     (_set(("devices", "h100", "matmul"), {}),
      "devices.h100.matmul: Extra inputs are not permitted "
      "(unknown field 'matmul'; allowed: mm, addmm, bmm, baddbmm"),

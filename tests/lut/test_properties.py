@@ -22,7 +22,7 @@ from kernel_select.lut import (MAX_DIM, BatchedLUTEntry, KernelLUT, LUTEntry, LU
 from kernel_select.lut.bounded_read import MAX_JSON_DEPTH
 from kernel_select.problem import Problem
 from tests.lut.documents import documents, expected_rows, parsed_rows
-from tests.strategies import corrupted, entries_meet, examples, hand_written, luts, probes
+from tests.strategies import corrupted, entries_meet, examples, hand_written, luts, precision_problem, probes
 
 
 @examples(ci=6000)
@@ -193,7 +193,7 @@ def _reference_lookup(lut: KernelLUT, problem: Problem, device: str) -> tuple[li
     """(configs lookup() returns, the choice pinned() returns), found by a scan."""
     matches = [row.entry for row in lut.entries()
                if (row.device, row.op, row.dtype, row.entry.n)
-               == (device, problem.op, problem.dtype, problem.n)
+               == (device, problem.op, problem.precision, problem.n)  # "tf32": its own list
                and row.entry.m_bounds[0] <= problem.m <= row.entry.m_bounds[1]
                and row.entry.k_bounds[0] <= problem.k <= row.entry.k_bounds[1]
                and row.entry.batch_key in (None, problem.batch)
@@ -270,6 +270,6 @@ def test_an_added_entry_is_rejected_exactly_when_it_overlaps_one(lut: KernelLUT,
         # The message names the new entry ("any layout" where the other entry names one).
         assert any(f"({new.describe_key(any_layout=named)})" in str(info.value) for named in (False, True))
     else:  # accepted, and found at a corner of its key
-        corner = Problem(new.m_bounds[0], new.n, new.k_bounds[1], row.dtype, batch=new.batch_key or 1,
-                         op=row.op, layout=new.layout or "tt")
+        corner = precision_problem(new.m_bounds[0], new.n, new.k_bounds[1], row.dtype,
+                                   batch=new.batch_key or 1, op=row.op, layout=new.layout or "tt")
         assert lut_from_rows(added).match(corner, row.device) == new

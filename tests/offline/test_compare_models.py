@@ -23,7 +23,7 @@ from kernel_select.offline.e2e import (
     model_steps,
 )
 from kernel_select.offline.e2e.model_methods import MethodContext, ModelMethod, select_methods
-from kernel_select.offline.e2e.model_worker import host_state
+from kernel_select.offline.e2e.model_worker import host_state, lowered_gemms
 from kernel_select.offline.e2e.step_timing import DeviceTimeTimer, interleaved_ms, relative_iqr
 
 
@@ -265,6 +265,38 @@ def test_gemm_only_methods_tune_gemms_and_nothing_else() -> None:
             assert not inductor_config.coordinate_descent_tuning
     no_graphs = select_methods("stock-gemm", MethodContext(cudagraphs=False))[0]
     assert no_graphs.compile_options()["triton.cudagraphs"] is False
+
+
+def test_zero_gemm_is_the_handler_at_one_choice_with_the_gemm_only_options() -> None:
+    (zero,) = select_methods("zero-gemm")
+    (recipe,) = select_methods("topk-4-gemm")
+    assert zero.topk == 1 and dataclasses.replace(zero, name=recipe.name, topk=4) == recipe
+
+
+def test_the_report_counts_the_gemms_a_method_left_to_autotuning(tmp_path: Path) -> None:
+    def runner(spec: dict, log_path: Path, timeout_s: float) -> dict:
+        autotuned = {"zero-gemm": 1, "default": 0}.get(spec["method"]["name"], 3)
+        return {**_run(8.0), "gemms": _run(8.0)["gemms"] * autotuned, "gemms_lowered": 3}
+
+    results, _, _ = compare_models.run_compare_models(["recsys-mlp/decode"],
+                                                      select_methods("default,stock-gemm,zero-gemm"),
+                                                      out_dir=tmp_path, device="cpu", progress=False,
+                                                      runner=runner)
+    entry = results["models"][0]
+    assert model_report.gemms_autotuned(entry["results"]["zero-gemm"]) == (1, 3)
+    lines = model_report.format_models(results).splitlines()
+    assert [line.split()[-1] for line in lines[2:]] == ["0/3", "3/3", "1/3"]
+
+
+def test_the_worker_counts_every_gemm_inductor_lowers_autotuned_or_not() -> None:
+    import torch
+
+    torch._dynamo.reset()
+    before = lowered_gemms()
+    a, b, bias = torch.randn(8, 16), torch.randn(16, 4), torch.randn(4)
+    with torch.compiler.config.patch(force_disable_caches=True):  # a cached graph is not lowered again
+        torch.compile(lambda a, b, bias: torch.addmm(bias, a, b) + a[:, :4] @ b[:4])(a, b, bias)
+    assert lowered_gemms() - before == 2  # one addmm, one mm; nothing autotuned on a CPU
 
 
 def test_inproc_method_passes_the_knob_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -616,7 +648,8 @@ def test_a_failed_method_shows_its_error_in_the_text_table(tmp_path: Path) -> No
                                                       runner=runner)
     lines = model_report.format_models(results).splitlines()
     assert lines[3].split() == ["stock-gemm", "RuntimeError:", "CUDA", "out", "of", "memory"]
-    assert lines[4].split()[-3:] == ["-", "0.787", "1.587x"]  # no stock-gemm step to divide by
+    # no stock-gemm step to divide by; one GEMM autotuned, and the fake runs do not count the lowered ones
+    assert lines[4].split()[-4:] == ["-", "0.787", "1.587x", "1/-"]
     assert model_report.summarize(results).models_excluded == ["recsys-mlp/decode"]
 
 

@@ -10,11 +10,15 @@ import pytest
 from kernel_select.cli import main
 from kernel_select.offline.data import dataset
 from kernel_select.offline.training.gate_rules import (
+    ALWAYS_CUBLAS,
     DEFAULT_RULES,
     DEFAULT_SCENARIOS,
+    NEVER_CUBLAS,
+    ONE_CHOICE_THRESHOLDS,
     Rule,
     Scenario,
     SplitCase,
+    one_choice,
     outcome,
 )
 from tests.synthetic import synthetic_frame
@@ -101,3 +105,38 @@ def test_batched_gemms_are_left_out_as_the_gate_decides_nothing_for_them(tmp_pat
     assert main(["gate-rules", "--data", str(data), "--split", "test", "--gemm-topk", "4",
                  "--json-out", str(out)]) == 0
     assert {row["problems"] for row in json.loads(out.read_text())} == {len(test_ids) - 1}
+
+
+def _pair(cublas: list[float], top_1: list[float], ratio: list[float]) -> SplitCase:
+    """Problems where the model's first config is also the oracle."""
+    return SplitCase(top_k_ms=np.array(top_1), top_1_ms=np.array(top_1), cublas_ms=np.array(cublas),
+                     oracle_ms=np.array(top_1), predicted_ratio=np.array(ratio),
+                     predicted_cublas_ms=np.array(cublas))
+
+
+def test_one_choice_scores_the_gates_pick_against_the_faster_of_cublas_and_the_first_config():
+    # Problem 1: cuBLAS 1.0 ms, Triton 0.8 ms, gate says cuBLAS 10% faster (wrong: costs 1.25x).
+    # Problem 2: cuBLAS 0.5 ms, Triton 1.0 ms, gate says cuBLAS 20% faster (right).
+    case = _pair(cublas=[1.0, 0.5], top_1=[0.8, 1.0], ratio=[0.9, 0.8])
+    at_one = one_choice(case, 1.0)
+    assert at_one["rule"] == "ratio < 1" and at_one["threshold"] == 1.0
+    assert at_one["cublas_taken"] == 1.0 and at_one["sign_accuracy"] == 0.5
+    assert at_one["regret"] == pytest.approx(np.sqrt(1.25)) and at_one["worst"] == pytest.approx(1.25)
+    assert at_one["slower"] == 0  # cuBLAS taken everywhere: never slower than eager
+    # Below 0.85 only the second problem goes to cuBLAS: both picks right, nothing lost.
+    assert one_choice(case, 0.85)["sign_accuracy"] == 1.0 and one_choice(case, 0.85)["regret"] == 1.0
+    never = one_choice(case, NEVER_CUBLAS)
+    assert never["threshold"] is None and never["cublas_taken"] == 0.0 and never["slower"] == 1
+    assert never["regret"] == pytest.approx(np.sqrt(2.0))
+    assert one_choice(case, ALWAYS_CUBLAS)["regret"] == at_one["regret"]
+
+
+def test_cli_one_choice_replays_every_threshold_and_marks_the_shipped_one(tmp_path, capsys):
+    data, out = tmp_path / "synthetic.parquet", tmp_path / "one.json"
+    dataset.write(synthetic_frame(configs_per_problem=40), data)
+    assert main(["gate-rules", "--data", str(data), "--split", "test", "--one-choice",
+                 "--json-out", str(out)]) == 0
+    rows = json.loads(out.read_text())  # plain JSON: no Infinity
+    assert [r["threshold"] for r in rows] == [None, *ONE_CHOICE_THRESHOLDS, None]
+    assert all(0 <= r["sign_accuracy"] <= 1 and r["regret"] >= 1 for r in rows)
+    assert capsys.readouterr().out.count(" * |") == 1

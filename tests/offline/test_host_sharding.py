@@ -1,4 +1,8 @@
-"""`bench --gpus N` scheduling on CPU: one compile pool, a ready queue, a timing worker per fake GPU."""
+"""`bench --gpus N` scheduling on CPU: one compile pool, a ready queue, a timing worker per fake GPU.
+
+The GPUs are threads whose time is what the fakes charge them (fake_gpu.ThreadClocks), and the tests
+hold compiles or GPUs back on the ready queue's state rather than on sleeps: what they check is counted,
+not timed, so a loaded machine cannot change it."""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ import math
 import queue
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
@@ -19,7 +24,7 @@ from kernel_select.offline.harness.gpu_tally import GpuTally, gpu_line, run_line
 from kernel_select.offline.harness.pipeline import CompilePipeline
 from kernel_select.offline.harness.ready_queue import ReadyDispatcher
 from kernel_select.problem import Problem
-from tests.offline.fake_gpu import FakeCompiler, FakeGpuTimer
+from tests.offline.fake_gpu import FakeCompiler, FakeGpuTimer, ReadyQueue, ThreadClocks
 
 H100 = get_device("h100")
 PROV = {"device_name": "NVIDIA H100 80GB HBM3", "sm_count": 132, "torch_version": "2.11.0",
@@ -34,34 +39,47 @@ def _planned(count: int = 12):
     return reuse_order(plan(problems, H100, search_space="default", torch_version="2.11.0"))
 
 
-def _thread_worker(timer):
+def _thread_worker(timer, before_start: Callable[[], None] = lambda: None):
     def start(ctx, gpu, visible, args):
-        thread = threading.Thread(target=sharding.time_on_gpu,
+        before_start()
+        thread = threading.Thread(target=sharding.time_on_gpu, name=f"gpu{gpu}",
                                   args=(*args, {**PROV, "device_index": gpu}, timer), daemon=True)
         thread.start()
         return thread
     return start
 
 
-def _collect(tmp_path, planned, compiler_fn, timer, gpus=2, max_seconds=0.0):
+@pytest.fixture
+def clock(monkeypatch) -> ThreadClocks:
+    """sharding's monotonic clock, one per thread, moved only by the fakes: the tallies' busy and wait
+    seconds are then sums of what the fakes charged, not measurements of a loaded machine."""
+    clocks = ThreadClocks()
+    monkeypatch.setattr(sharding, "time", clocks)
+    return clocks
+
+
+def _collect(tmp_path, planned, compiler_fn, timer, ready, gpus=2, max_seconds=0.0, all_ready_first=False):
+    """Collect `planned` on `gpus` timing threads fed from `ready`; with `all_ready_first` the GPUs
+    start only once every problem (and each GPU's end marker) is on the queue."""
     options = bench.BenchOptions(progress=False, max_seconds=max_seconds)
     compiler = CompilePipeline(2, compile_fn=compiler_fn, executor=ThreadPoolExecutor(2))
     out = tmp_path / "rows.parquet"
+    everything_queued = lambda: ready.until(lambda q: q.puts == len(planned) + gpus)  # noqa: E731
+    start = _thread_worker(timer, everything_queued if all_ready_first else lambda: None)
     tallies = sharding.collect_on_host(planned, out, H100, options, {}, gpus, 2, time.perf_counter(),
-                                       compiler=compiler, start_worker=_thread_worker(timer),
-                                       queues=(queue.Queue(), queue.Queue()))
+                                       compiler=compiler, start_worker=start, queues=(ready, queue.Queue()))
     return out, tallies
 
 
-def test_two_gpus_time_every_problem_once_from_one_compile_pool(tmp_path, caplog):
+def test_two_gpus_time_every_problem_once_from_one_compile_pool(tmp_path, caplog, clock):
     planned = _planned()
     compiler = FakeCompiler(seconds_per_key=2e-4)
-    timer = FakeGpuTimer(compiler.compiled_at, seconds_per_row=5e-4)
+    timer = FakeGpuTimer(compiler.compiled_at, clock, seconds_per_row=5e-4, lockstep=threading.Barrier(2))
     with caplog.at_level(logging.INFO, logger=sharding.__name__):
-        out, tallies = _collect(tmp_path, planned, compiler, timer)
+        out, tallies = _collect(tmp_path, planned, compiler, timer, ReadyQueue(clock))
     df = dataset.read(out)
     assert df["problem_id"].nunique() == len(planned)
-    assert sorted(name for name, _ in timer.started) == sorted(str(runs[0].problem) for runs in planned)
+    assert sorted(timer.started) == sorted(str(runs[0].problem) for runs in planned)
     assert set(compiler.counts.values()) == {1}  # each key compiled once, for both GPUs
     assert len(compiler.counts) == len({r.key for runs in planned for r in runs})
     # every row says which GPU timed it, and both GPUs took work from the shared queue
@@ -76,35 +94,47 @@ def test_two_gpus_time_every_problem_once_from_one_compile_pool(tmp_path, caplog
                for line in lines) == 2
 
 
-def test_a_gpu_never_idles_while_ready_work_waits(tmp_path):
-    """Compile finishes at once: from then on both GPUs stay busy, so they time about as much."""
+def test_a_gpu_never_idles_while_ready_work_waits(tmp_path, clock):
+    """Every problem is ready before the GPUs start: each GPU takes the next one whenever it is free
+    (in lockstep, one each per round), so they split the plan evenly, and neither ever waits."""
     planned = _planned(24)
     compiler = FakeCompiler(seconds_per_key=0.0)
-    timer = FakeGpuTimer(compiler.compiled_at, seconds_per_row=2e-4)
-    _, tallies = _collect(tmp_path, planned, compiler, timer)
-    rows = [t.rows for t in tallies]
-    largest_problem = max(len(runs) + 1 for runs in planned)
-    assert abs(rows[0] - rows[1]) <= 2 * largest_problem
-    assert all(t.wait_s < 0.5 * t.busy_s for t in tallies)
+    timer = FakeGpuTimer(compiler.compiled_at, clock, seconds_per_row=2e-4, lockstep=threading.Barrier(2))
+    ready = ReadyQueue(clock, wait_s=1.0)
+    _, tallies = _collect(tmp_path, planned, compiler, timer, ready, all_ready_first=True)
+    assert [t.problems for t in tallies] == [len(planned) // 2] * 2
+    assert sum(ready.found_empty.values()) == 0  # no GPU ever asked for work and found none ready
+    assert [t.wait_s for t in tallies] == [0.0, 0.0]
+    assert [t.busy_s for t in tallies] == pytest.approx([timer.busy["gpu0"], timer.busy["gpu1"]])
 
 
-def test_waits_are_counted_when_compile_is_behind(tmp_path):
+def test_waits_are_counted_when_compile_is_behind(tmp_path, clock):
+    """Each compile finishes only once both GPUs wait for work: every wait is charged 1 s, every
+    timing far less, and each GPU's tally holds exactly what it was charged for each."""
     planned = _planned()
-    compiler = FakeCompiler(seconds_per_key=3e-3)  # slower than timing: the GPUs wait
-    timer = FakeGpuTimer(compiler.compiled_at, seconds_per_row=1e-5)
-    _, tallies = _collect(tmp_path, planned, compiler, timer)
+    ready = ReadyQueue(clock, wait_s=1.0)
+    compiler = FakeCompiler(seconds_per_key=0.0, gate=lambda: ready.until(lambda q: q.waiting == 2))
+    timer = FakeGpuTimer(compiler.compiled_at, clock, seconds_per_row=1e-5)
+    _, tallies = _collect(tmp_path, planned, compiler, timer, ready)
+    assert sum(t.problems for t in tallies) == len(planned)
+    for tally in tallies:
+        waits = ready.found_empty[f"gpu{tally.gpu}"]
+        assert waits >= 1  # both GPUs waited for the first compile
+        assert tally.wait_s == pytest.approx(waits * 1.0)
+        assert tally.busy_s == pytest.approx(timer.busy[f"gpu{tally.gpu}"])
     assert sum(t.wait_s for t in tallies) > sum(t.busy_s for t in tallies)
 
 
-def test_the_time_bound_stops_both_gpus_and_keeps_what_they_timed(tmp_path):
-    planned = _planned(24)
+def test_the_time_bound_stops_both_gpus_and_keeps_what_they_timed(tmp_path, clock):
+    planned = _planned(24)  # 435 rows: 4.35 s of timing, over 2 s on each of the two GPUs
     compiler = FakeCompiler(seconds_per_key=0.0)
-    timer = FakeGpuTimer(compiler.compiled_at, seconds_per_row=1e-2)  # the plan takes ~2.5 s on two GPUs
-    out, tallies = _collect(tmp_path, planned, compiler, timer, max_seconds=1.0)
+    timer = FakeGpuTimer(compiler.compiled_at, clock, seconds_per_row=1e-2)
+    out, tallies = _collect(tmp_path, planned, compiler, timer, ReadyQueue(clock), max_seconds=1.0,
+                            all_ready_first=True)
     timed = dataset.read(out)["problem_id"].nunique()
     assert 0 < timed < len(planned)  # stopped before the plan was done...
     assert len(timer.started) == timed  # ...and every problem a GPU started is in the output
-    assert all(t.stopped_at_bound for t in tallies)
+    assert all(t.stopped_at_bound and 0 < t.busy_s <= 1.0 for t in tallies)
 
 
 def test_the_dispatcher_releases_a_problem_only_when_its_last_key_is_compiled():

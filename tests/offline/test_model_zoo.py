@@ -45,7 +45,8 @@ def test_workload_selection() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["llama3-8b-2layer/decode", "gpt2-small/train",
                                   "bert-base-2layer-fp32/prefill", "t5-base-2layer/prefill",
-                                  "convnext-tiny-2stage/prefill"])
+                                  "convnext-tiny-2stage/prefill", "swin-tiny-4stage/prefill",
+                                  "whisper-medium-encoder-2layer/prefill", "qwen3-moe-2layer/prefill"])
 def test_measure_through_dynamo_with_a_fake_timer(name: str) -> None:
     """The worker's path in-process: compile (Dynamo only), record, time step and eager."""
     _needs_transformers(name)
@@ -140,6 +141,45 @@ def test_convnext_runs_depthwise_convolutions_and_pointwise_linears() -> None:
     convs = [m for m in workload.module.modules() if isinstance(m, torch.nn.Conv2d)]
     assert [c.groups == c.in_channels == c.out_channels for c in convs].count(True) == 2  # one per stage
     assert all(op == "addmm" for op, *_ in _gemms("convnext-tiny-2stage/prefill"))
+
+
+def test_swin_runs_window_attention_as_batched_matmuls_over_7x7_windows() -> None:
+    """Full size on the meta device: each stage's windows of 49 tokens, one bmm pair per stage (batch =
+    32 images x windows x heads; the first stage: 64 windows of 56 x 56 patches, 3 heads)."""
+    pytest.importorskip("transformers")
+    swin = _gemms("swin-tiny-4stage/prefill", device="meta", tiny=False)
+    windowed = sorted(batch for op, batch, m, n, k, _ in swin if (op, m, n, k) == ("bmm", 49, 49, 32))
+    assert windowed == [32 * 1 * 24, 32 * 4 * 12, 32 * 16 * 6, 32 * 64 * 3]
+    assert ("addmm", 1, 32 * 56 * 56, 96, 96, "bfloat16") in swin  # the first stage's projections
+
+
+def test_the_speech_encoder_runs_thirty_seconds_as_1500_tokens() -> None:
+    pytest.importorskip("transformers")
+    whisper = _gemms("whisper-medium-encoder-2layer/prefill", device="meta", tiny=False)
+    assert ("addmm", 1, 8 * 1500, 4096, 1024, "bfloat16") in whisper  # the MLP's first GEMM, 8 clips
+    workload = model_zoo.build_workload("whisper-medium-encoder-2layer/prefill", device="cpu", tiny=True)
+    assert workload.sizes == {"batch": 2, "frames": 32}
+
+
+def test_the_moe_network_runs_its_experts_as_grouped_gemms() -> None:
+    """transformers' default experts implementation: every expert's GEMM in one torch._grouped_mm per
+    projection, not a loop over the experts (whose data-dependent token counts break the graph)."""
+    pytest.importorskip("transformers")
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+            self.seen.append(str(func.overloadpacket))
+            return func(*args, **(kwargs or {}))
+
+    workload = model_zoo.build_workload("qwen3-moe-2layer/prefill", device="cpu", tiny=True)
+    with Ops() as ops:
+        workload.make_step(workload.module)()
+    assert ops.seen.count("aten._grouped_mm") == 2 * 2  # 2 layers x (gate-up, down)
 
 
 def test_architectures_name_their_phases_and_dtype() -> None:

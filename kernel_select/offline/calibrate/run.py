@@ -143,11 +143,9 @@ def plan_run(options: CalibrateOptions, spec: DeviceSpec, ranked: list[RankedCla
         OptionError: the minutes fit no class.
     """
     from kernel_select.offline.data.calibration_plan import plan_calibration
-    from kernel_select.offline.harness.bench_plan import running_fp32_precision
 
     return plan_calibration(spec, budget.collection_s, workers, classes=[r.compile_class for r in ranked],
-                            max_problems=options.max_problems, seed=options.seed,
-                            fp32_precision=running_fp32_precision())
+                            max_problems=options.max_problems, seed=options.seed)
 
 
 def _served(root: Path, spec: DeviceSpec) -> str:

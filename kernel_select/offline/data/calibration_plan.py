@@ -101,14 +101,13 @@ def least_count(c: CompileClass) -> int:
 
 def plan_calibration(device: DeviceSpec, budget_s: float, workers: int, *, max_problems: int | None = None,
                      classes: Sequence[CompileClass] = COMPILE_CLASSES, seed: int = 0,
-                     fp32_precision: str = "ieee", startup_s: float = 10.0,
+                     startup_s: float = 10.0,
                      min_rows_per_gpu_minute: float = MIN_ROWS_PER_GPU_MINUTE) -> CalibrationPlan:
     """The problems of `classes` (in priority order) that fit `budget_s` seconds of collection, compile
     included, on one GPU with `workers` compile processes, by cost.py's simulation (module
     docstring). Where the plan would collect fewer than `min_rows_per_gpu_minute`, the class that
     adds rows slowest is passed over and the plan made again. `max_problems` caps the plan (a quick
-    trial: then a class may have a single problem, and the rate is not held); `fp32_precision` is
-    the one the harness will plan float32 with.
+    trial: then a class may have a single problem, and the rate is not held).
 
     Raises:
         OptionError: the budget fits no class at all (the message says what the cheapest one needs).
@@ -116,7 +115,7 @@ def plan_calibration(device: DeviceSpec, budget_s: float, workers: int, *, max_p
     if workers < 1:
         raise OptionError(f"calibrate: need at least one compile worker, got {workers}")
     cap = max_problems if max_problems is not None else math.inf
-    runs = _ClassRuns(device, fp32_precision, seed)  # planned once, whatever the plans made of them
+    runs = _ClassRuns(device, seed)  # planned once, whatever the plans made of them
     slow: list[CompileClass] = []
     while True:
         build = _Build(runs, cost.Simulation(workers, startup_s=startup_s), limit=budget_s * SAFETY)
@@ -254,8 +253,8 @@ class _ClassRuns:
     planned once each (bench_plan.plan: planning is most of the planner's time) and handed out in
     the harness's reuse order, a slice of a class at a time."""
 
-    def __init__(self, device: DeviceSpec, fp32_precision: str, seed: int) -> None:
-        self.device, self.fp32_precision, self.seed = device, fp32_precision, seed
+    def __init__(self, device: DeviceSpec, seed: int) -> None:
+        self.device, self.seed = device, seed
         self.pools: dict[CompileClass, list[Shape]] = {}
         self.runs_of: dict[Shape, list[PlannedRun]] = {}
         self.shape_of: dict[object, Shape] = {}
@@ -270,7 +269,7 @@ class _ClassRuns:
             chosen = self.pools[c][first:end]
             new = [s for s in chosen if s not in self.runs_of]
             problems = [s.problem() for s in new]
-            self.runs_of.update(zip(new, plan(problems, self.device, fp32_precision=self.fp32_precision)))
+            self.runs_of.update(zip(new, plan(problems, self.device)))
             self.shape_of.update(zip(problems, new))
             self.orders[key] = reuse_order([self.runs_of[s] for s in chosen])
         return self.orders[key]

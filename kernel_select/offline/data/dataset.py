@@ -9,7 +9,8 @@ identity (dtype, op, batch, m, n, k) alone, so every row of a problem lands in t
 adding problems never moves existing ones: sha256(problem_id) mod 100 < 70 -> train, < 85 -> val,
 else test. A problem timed in another operand layout than "nn" has its own id (the layout
 suffixed) but the split of its "nn" id, so a model never trains on one layout of a problem it is
-tested on in another.
+tested on in another. A float32 problem timed with TF32 (its rows' `allow_tf32`) has its own id too
+("/tf32" last) and the split of its float32 twin, for the same reason.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from kernel_select.lut.entries import MAX_DIM
 from kernel_select.lut.bounded_read import FileKind, open_regular
 from kernel_select.lut.validation import short
 from kernel_select.offline.data.dataset_io import atomic_write_parquet, exclusive_lock
-from kernel_select.problem import SUPPORTED_DTYPES, SUPPORTED_OPS
+from kernel_select.problem import SUPPORTED_DTYPES, SUPPORTED_OPS, TF32
 
 if TYPE_CHECKING:
     from kernel_select.problem import Problem
@@ -56,7 +57,10 @@ COLUMNS: dict[str, str] = {
     "backend": "string",  # "triton" or "aten"
     "block_m": "int64", "block_n": "int64", "block_k": "int64",
     "num_stages": "int64", "num_warps": "int64", "group_m": "int64",
-    "even_k": "bool", "allow_tf32": "bool",
+    "even_k": "bool",
+    # the GEMM ran with TF32 (float32 only; the problem id ends in "/tf32", and every row of the
+    # problem says so, its cuBLAS row too: cuBLAS ran with fp32_precision "tf32")
+    "allow_tf32": "bool",
     "runtime_ms": "float64",  # median over timed runs; inf when the config failed
     "runtime_min_ms": "float64",  # minimum over timed runs (what Inductor's benchmarker reports)
     "n_runs": "int64",
@@ -105,23 +109,31 @@ log = logging.getLogger(__name__)
 
 
 def problem_id(m: int, n: int, k: int, dtype: str, op: str = "mm", batch: int = 1,
-               layout: str = DEFAULT_LAYOUT) -> str:
+               layout: str = DEFAULT_LAYOUT, tf32: bool = False) -> str:
     """Stable text id of a problem, e.g. 'bfloat16/mm/1x560x1280x3420'; a layout other than "nn"
     is suffixed ('bfloat16/mm/1x560x1280x3420/nt'), so "nn" ids are those of datasets written
-    before layouts existed (the frozen split is a hash of them)."""
+    before layouts existed (the frozen split is a hash of them), and so is TF32, last
+    ('float32/mm/1x560x1280x3420/nt/tf32'), so every id written before TF32 stays as it was."""
     base = f"{dtype}/{op}/{batch}x{m}x{n}x{k}"
-    return base if check_layout(layout) == DEFAULT_LAYOUT else f"{base}/{layout}"
+    pid = base if check_layout(layout) == DEFAULT_LAYOUT else f"{base}/{layout}"
+    return f"{pid}/{TF32}" if tf32 else pid
 
 
 def id_of(problem: Problem) -> str:
-    """`problem_id` of a kernel_select.problem.Problem, its operand layout included."""
+    """`problem_id` of a kernel_select.problem.Problem, its operand layout and TF32 included."""
     return problem_id(problem.m, problem.n, problem.k, problem.dtype, problem.op, problem.batch,
-                      problem.layout)
+                      problem.layout, problem.tf32)
+
+
+def is_tf32_id(pid: str) -> bool:
+    """Whether a problem id names a TF32 problem (`problem_id`)."""
+    return pid.endswith(f"/{TF32}")
 
 
 def split_of(pid: str) -> str:
-    """The fixed split of a problem id (see module docstring): every layout of a problem gets
-    the split of its "nn" id."""
+    """The fixed split of a problem id (see module docstring): every layout of a problem, and its
+    TF32 twin, get the split of its float32 "nn" id."""
+    pid = pid.removesuffix(f"/{TF32}")
     head, _, last = pid.rpartition("/")
     base = head if last in LAYOUTS else pid
     bucket = int(hashlib.sha256(base.encode()).hexdigest(), 16) % 100
@@ -180,6 +192,7 @@ def check_values(df: pd.DataFrame) -> None:
     for col, ok, expected in checks:
         if not ok.all():
             _refuse(df, int(np.argmin(ok)), col, expected)
+    _check_tf32(df)
     triton = df.loc[~aten, list(CONFIG_COLUMNS)]
     for key in triton.drop_duplicates().itertuples(index=False):
         try:
@@ -190,6 +203,21 @@ def check_values(df: pd.DataFrame) -> None:
             row = int(np.flatnonzero(~aten)[(triton == list(key)).all(axis=1).to_numpy().argmax()])
             reason = error["msg"].removeprefix("Value error, ")
             _refuse(df, row, col, f"a Triton config value GemmConfig accepts ({reason})")
+
+
+def _check_tf32(df: pd.DataFrame) -> None:
+    """Refuse a row whose `allow_tf32` disagrees with its problem id (a TF32 row filed under a float32
+    problem would mix two rankings into one problem), or that says TF32 of a half-precision GEMM."""
+    codes, ids = pd.factorize(df["problem_id"])
+    tagged = np.fromiter((is_tf32_id(str(pid)) for pid in ids), dtype=bool, count=len(ids))[codes]
+    tf32 = df["allow_tf32"].to_numpy(bool)
+    if (tagged != tf32).any():
+        row = int(np.argmax(tagged != tf32))
+        _refuse(df, row, "allow_tf32", f"{bool(tagged[row])}: a TF32 problem's id ends in '/{TF32}', and "
+                                       "only its rows say allow_tf32")
+    half = tf32 & (df["dtype"] != "float32").to_numpy(bool)
+    if half.any():
+        _refuse(df, int(np.argmax(half)), "dtype", "float32 in a TF32 row (TF32 is a float32 precision)")
 
 
 def _refuse(df: pd.DataFrame, row: int, col: str, expected: str) -> None:

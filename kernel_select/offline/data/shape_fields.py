@@ -52,6 +52,18 @@ def bounded_int(field: str, value: Any) -> int:
     return value
 
 
+def flag(item: Mapping[str, Any], key: str) -> bool:
+    """The JSON true or false `item[key]` (False when absent): not 1, "yes" or null.
+
+    Raises:
+        ValueError: naming the field, for a value that is not a JSON boolean.
+    """
+    value = item.get(key, False)
+    if not isinstance(value, bool):
+        raise ValueError(f"{key}: expected true or false, got {value!r}"[:120])
+    return value
+
+
 def text(item: Mapping[str, Any], key: str, default: str) -> str:
     """The string `item[key]` (`default` when absent).
 

@@ -8,8 +8,10 @@ Each problem's work is capped (MAX_FLOP) so that slow configs on huge problems c
 budget. Shapes files (JSON) are what `kernel-select bench` and `compare` read; an entry may name
 the operands' memory layout (`"layout"`, kernel_select.layouts; default "nn", A and B row-major)
 and a batched op (`"op": "bmm"` with `"batch"`: C[batch, m, n] = A[batch, m, k] @ B[batch, k, n];
-default "mm", batch 1). Every field is read strictly (shape_fields.py): sizes are integers from 1
-to 2^31 - 1, and an unknown key (a misspelled "layuot") is refused, not ignored.
+default "mm", batch 1), and a float32 GEMM timed with TF32 (`"tf32": true`: Problem.tf32; bench
+sets ALLOW_TF32 and times cuBLAS with TF32, and refuses a GEMM Inductor of its torch would not run
+so). Every field is read strictly (shape_fields.py): sizes are integers from 1 to 2^31 - 1, tf32 a
+JSON boolean, and an unknown key (a misspelled "layuot") is refused, not ignored.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from kernel_select.problem import Problem
 MAX_FLOP = 1e12  # ~1.3 ms at the H100's achievable bf16 rate; the slowest configs take ~50x that
 SMALLEST_FLOP = 2.0 * 1 * 16 * 16
 #: What a shapes-file entry may hold (`Shape.to_json`); any other key is refused, not ignored.
-SHAPE_KEYS = ("m", "n", "k", "dtype", "source", "family", "layer", "pass", "group", "layout", "op", "batch")
+SHAPE_KEYS = ("m", "n", "k", "dtype", "source", "family", "layer", "pass", "group", "layout", "op", "batch",
+              "tf32")
 REJECTION_TRIES = 1000
 
 # (model, layer, k = in_features, n = out_features). Sources: each model's published config.json
@@ -73,7 +76,8 @@ class Shape:
     `family` is the architecture ("llama3-8b"), "random", or "sampler:<stratum>"; `layer` the
     layer and GEMM ("q_proj fwd"); `pass_` the collection pass ("coverage" or "active", JSON key
     "pass"); `group` the compile class the sampler grouped it in (problems of one group share
-    compiled binaries); `layout` the operands' memory layout (kernel_select.layouts).
+    compiled binaries); `layout` the operands' memory layout (kernel_select.layouts); `tf32` that
+    the float32 GEMM runs with TF32.
     """
 
     m: int
@@ -88,9 +92,11 @@ class Shape:
     layout: str = DEFAULT_LAYOUT
     op: str = "mm"
     batch: int = 1
+    tf32: bool = False
 
     def problem(self) -> Problem:
-        return Problem(self.m, self.n, self.k, self.dtype, batch=self.batch, op=self.op, layout=self.layout)
+        return Problem(self.m, self.n, self.k, self.dtype, batch=self.batch, op=self.op, layout=self.layout,
+                       tf32=self.tf32)
 
     def provenance(self) -> dict[str, str]:
         """The dataset columns family / layer / pass; older files derive them from `source`."""
@@ -107,6 +113,8 @@ class Shape:
             out["layout"] = self.layout
         if self.op != "mm":  # and files of mm shapes too
             out.update(op=self.op, batch=self.batch)
+        if self.tf32:  # and files without TF32
+            out["tf32"] = True
         return out
 
 
@@ -199,11 +207,12 @@ def model_subset(dtype: str, tokens: tuple[int, ...], max_flop: float) -> list[S
 
 
 def dedupe(shapes: list[Shape]) -> list[Shape]:
-    """First occurrence of each problem (sizes, dtype, layout, op and batch) wins (keeps the most
+    """First occurrence of each problem (sizes, dtype, layout, op, batch and TF32) wins (keeps the most
     descriptive source)."""
     seen: dict[tuple, Shape] = {}
     for shape in shapes:
-        seen.setdefault((shape.m, shape.n, shape.k, shape.dtype, shape.layout, shape.op, shape.batch), shape)
+        seen.setdefault((shape.m, shape.n, shape.k, shape.dtype, shape.layout, shape.op, shape.batch,
+                         shape.tf32), shape)
     return list(seen.values())
 
 
@@ -224,12 +233,13 @@ def save(shapes: list[Shape], path: str | Path) -> None:
 
 
 def load(path: str | Path) -> list[Shape]:
-    """Read a shapes file: a JSON list of {m, n, k, dtype[, source][, layout][, op, batch]} objects
-    (and the provenance keys `Shape.to_json` writes), every field checked (shape_fields).
+    """Read a shapes file: a JSON list of {m, n, k, dtype[, source][, layout][, op, batch][, tf32]}
+    objects (and the provenance keys `Shape.to_json` writes), every field checked (shape_fields).
 
     Raises:
         ProblemError: one line naming the file, the entry and the field, for a bad size (not an
-            integer from 1 to 2^31 - 1), dtype, layout, op or batch, or an unknown key.
+            integer from 1 to 2^31 - 1), dtype, layout, op, batch or tf32 (not a boolean, or with a
+            dtype other than float32), or an unknown key.
     """
     path = Path(path)
     try:
@@ -246,11 +256,12 @@ def load(path: str | Path) -> list[Shape]:
                               shape_fields.size(item, "k"), shape_fields.text(item, "dtype", "bfloat16"),
                               batch=shape_fields.size(item, "batch", default=1),
                               op=shape_fields.text(item, "op", "mm"),
-                              layout=check_layout(shape_fields.text(item, "layout", DEFAULT_LAYOUT)))
+                              layout=check_layout(shape_fields.text(item, "layout", DEFAULT_LAYOUT)),
+                              tf32=shape_fields.flag(item, "tf32"))
             shape = Shape(problem.m, problem.n, problem.k, problem.dtype,
                           *(shape_fields.text(item, key, "") for key in ("source", "family", "layer")),
                           shape_fields.text(item, "pass", "coverage"), shape_fields.text(item, "group", ""),
-                          problem.layout, problem.op, problem.batch)
+                          problem.layout, problem.op, problem.batch, problem.tf32)
         except (ValueError, ProblemError) as exc:
             raise ProblemError(f"{path}[{i}]: {exc}") from None
         shapes.append(shape)

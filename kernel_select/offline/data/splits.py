@@ -99,7 +99,7 @@ def families_from_shapes(paths: Iterable[str | Path]) -> dict[str, str]:
         for entry in entries:
             pid = problem_id(int(entry["m"]), int(entry["n"]), int(entry["k"]), str(entry["dtype"]),
                              str(entry.get("op", "mm")), int(entry.get("batch", 1)),
-                             str(entry.get("layout", "nn")))
+                             str(entry.get("layout", "nn")), entry.get("tf32") is True)
             family = family_of_source(entry.get("family") or entry.get("source", ""))
             if out.get(pid) not in HELD_OUT_FAMILIES:
                 out[pid] = family

@@ -11,6 +11,8 @@ process (`model_worker`) with fresh Inductor and Triton caches compiles the netw
   step_device_ms  on a GPU, the GPU's view of the step: its kernels queued behind a spin, without the
                   host's launch time (step_timing.py), and eager_device_ms beside it
   gemms           each GEMM Inductor autotuned: op, input shapes, the winner, choices timed
+  gemms_lowered   how many GEMMs Inductor lowered, autotuned or not (a GEMM given one choice, a LUT
+                  pin or gemm_topk=1's decision, is lowered and never autotuned)
   build_s         the worker's time to build the network (random weights) and its inputs
 and the driver adds `wall_s`, the worker process's whole wall time (start-up, warm-up compile,
 build, compile, timing): what planning a comparison's time needs.

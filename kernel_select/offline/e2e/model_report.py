@@ -24,14 +24,15 @@ from typing import Any
 
 from kernel_select.errors import first_line
 from kernel_select.offline.compare.summary import counted
-from kernel_select.offline.e2e.model_results import load_results
+from kernel_select.offline.e2e.model_results import GEMM_OPS, load_results
 from kernel_select.offline.metrics import geomean
 
 #: A step counts as slower than eager (or than another method) beyond this fraction.
 SLOWER_BY = 0.02
 RESULT_FIELDS = ("compile_s", "step_ms", "eager_step_ms", "speedup_vs_eager", "compile_spread", "step_spread",
                  "ratio_spread", "step_device_ms", "eager_device_ms", "device_spread", "host_ref_ms",
-                 "host_spread", "choices_stable", "pretune_s", "wall_s", "gemms", "error", "runs")
+                 "host_spread", "choices_stable", "pretune_s", "wall_s", "gemms", "gemms_lowered", "error",
+                 "runs")
 #: The GPU's view of a step (model_worker.device_times); runs from before it was measured lack it.
 DEVICE_FIELDS = ("step_device_ms", "eager_device_ms")
 
@@ -55,6 +56,7 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
         result[key] = statistics.median(r[key] for r in good)
     result["speedup_vs_eager"] = statistics.median(r["eager_step_ms"] / r["step_ms"] for r in good)
     result["gemms"] = good[0].get("gemms", [])
+    result["gemms_lowered"] = good[0].get("gemms_lowered")  # runs before it was counted lack it
     on_device = [r for r in good if r.get("step_device_ms") is not None]
     for key in DEVICE_FIELDS:
         result[key] = statistics.median(r[key] for r in on_device) if on_device else None
@@ -90,6 +92,15 @@ def _spread(values: Sequence[float]) -> float | None:
 
 def _choices(run: dict[str, Any]) -> list[Any]:
     return [(g.get("op"), g.get("shapes"), g.get("choice")) for g in run.get("gemms", [])]
+
+
+def gemms_autotuned(result: dict[str, Any]) -> tuple[int, int | None]:
+    """(GEMMs Inductor autotuned, GEMMs it lowered) in a method's compile (model_results.GEMM_OPS; a
+    convolution Inductor autotunes is neither): a GEMM given one choice (a LUT pin, gemm_topk=1's
+    decision, mode="default"'s ATen) is lowered and never autotuned. The lowered count is None for
+    runs from before it was recorded."""
+    autotuned = sum(gemm.get("op") in GEMM_OPS for gemm in result.get("gemms") or [])
+    return autotuned, result.get("gemms_lowered")
 
 
 def succeeded(result: dict[str, Any] | None) -> bool:
@@ -348,8 +359,8 @@ def model_metrics(entry: dict[str, Any], methods: Sequence[str]) -> dict[str, di
 
 def format_models(results: dict[str, Any]) -> str:
     """`table` as plain text, a line per (model, method): compile and autotuning seconds, step ms,
-    step against each reference's, speedup over eager ("-" where it cannot be computed); a failed
-    method's line gives its error's first line."""
+    step against each reference's, speedup over eager, GEMMs autotuned / lowered ("-" where it cannot
+    be computed); a failed method's line gives its error's first line."""
     methods = compiled_methods(results)
     references = references_of(results)
     metrics = [("compile [s]", "compile_s", ".1f"), ("autotune [s]", "autotune_s", ".1f"),
@@ -358,7 +369,8 @@ def format_models(results: dict[str, Any]) -> str:
     width = max([24, *(len(e["name"]) + 2 for e in results["models"])])
     method_width = max([12, *(len(m) + 2 for m in methods)])
     header = (f"{'model':<{width}}{'method':<{method_width}}"
-              + "".join(f"{title:>{len(title) + 2}}" for title, _, _ in metrics) + f"{'vs eager':>10}")
+              + "".join(f"{title:>{len(title) + 2}}" for title, _, _ in metrics) + f"{'vs eager':>10}"
+              + f"{'GEMMs autotuned/lowered':>25}")
     lines = [header, "-" * len(header)]
     for entry in results["models"]:
         values = model_metrics(entry, methods)
@@ -371,7 +383,9 @@ def format_models(results: dict[str, Any]) -> str:
                 continue
             row = values[method]
             cells = "".join(_num(row.get(key), len(title) + 2, fmt) for title, key, fmt in metrics)
-            lines.append(f"{start}{cells}{row['vs eager']:>9.3f}x")
+            autotuned, lowered = gemms_autotuned(entry["results"][method])
+            counts = f"{autotuned}/{'-' if lowered is None else lowered}"
+            lines.append(f"{start}{cells}{row['vs eager']:>9.3f}x{counts:>25}")
     return "\n".join(lines)
 
 

@@ -10,7 +10,7 @@ and model_frames.py read it.
                                     "compile_spread", "step_spread", "ratio_spread", "step_device_ms",
                                     "eager_device_ms", "device_spread", "host_ref_ms", "host_spread",
                                     "choices_stable", "pretune_s", "wall_s" (median over the good runs),
-                                    "gemms", "error", "runs": [raw worker results]}}}]}
+                                    "gemms", "gemms_lowered", "error", "runs": [raw worker results]}}}]}
 `pretune_s` (a pretuned method only, else null): the median over its runs of the wall time of
 discovering and pretuning the workload's GEMMs; a run of such a method also names its `lut`.
 """
@@ -27,6 +27,11 @@ from kernel_select.errors import DatasetError
 
 SCHEMA_VERSION = 1
 RESULTS_KIND = "kernel_select.compare_models"
+#: The GEMM ops a run counts, as Inductor's autotuner names them (a `gemms` record's "op"), and the
+#: prefix of the key each lowering adds to its `counters["aten_mm_info"]` (torch 2.11 and 2.13):
+#: `gemms_lowered` counts those keys, and the GEMMs among `gemms` are the autotuned ones.
+GEMM_OPS = {"mm": "aten.mm_", "addmm": "aten.addmm_", "bmm": "aten.bmm_", "baddbmm": "aten.baddbmm_",
+            "grouped_mm": "aten._grouped_mm."}
 
 
 def new_results(device_name: str, device_key: str, methods: list[str],

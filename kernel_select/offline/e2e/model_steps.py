@@ -165,6 +165,20 @@ def vision_step(module: Any, phase: str, sizes: Sizes,
     return {"batch": batch, "image": side}, inference_steps(lambda fn: fn(pixel_values=pixels).logits)
 
 
+def audio_step(module: Any, phase: str, sizes: Sizes,
+               device: Any) -> tuple[dict[str, int], Callable[..., Any]]:
+    """A speech encoder's forward over B clips of log-mel frames, as long as its positions allow (30 s
+    for Whisper: 3,000 frames, 1,500 tokens after the convolutional stem)."""
+    import torch
+
+    config = module.config
+    frames = 2 * config.max_source_positions  # the stem's second convolution halves the frames
+    features = torch.randn(sizes.prefill_batch, config.num_mel_bins, frames, device=device,
+                           dtype=next(module.parameters()).dtype)
+    return ({"batch": sizes.prefill_batch, "frames": frames},
+            inference_steps(lambda fn: fn(input_features=features).logits))
+
+
 def recsys_step(module: Any, phase: str, sizes: Sizes,
                  device: Any) -> tuple[dict[str, int], Callable[..., Any]]:
     import torch
@@ -177,4 +191,4 @@ def recsys_step(module: Any, phase: str, sizes: Sizes,
 
 #: The step builder of each architecture kind (`model_zoo.Architecture.kind`).
 STEP_BUILDERS = {"lm": lm_step, "mlm": mlm_step, "seq2seq": seq2seq_step, "vision": vision_step,
-                 "recsys": recsys_step}
+                 "audio": audio_step, "recsys": recsys_step}

@@ -8,7 +8,9 @@ a cold compile. The worker
      compile-worker pool are not billed to the model;
   2. builds the workload (`build_s`) and times the compiled step's first call (`compile_s`: Dynamo,
      Inductor, autotuning, and for training the backward graph too), recording every GEMM
-     Inductor autotuned (op, input shapes, the winner, how many choices it timed, their times);
+     Inductor autotuned (op, input shapes, the winner, how many choices it timed, their times)
+     and how many GEMMs it lowered (`gemms_lowered`): a GEMM given one choice is lowered and
+     never benchmarked, so the two counts tell how many a method left to benchmarking;
   3. times the step and the eager step side by side, samples interleaved (`step_ms`,
      `eager_step_ms`: medians per step), so drift hits both alike and their ratio stays honest;
      a fixed piece of host-only work is timed in the same rounds (`host_ref_ms`): how fast the
@@ -33,6 +35,7 @@ from typing import Any
 
 from kernel_select.offline.e2e.json_worker import worker_main
 from kernel_select.offline.e2e.model_methods import ModelMethod
+from kernel_select.offline.e2e.model_results import GEMM_OPS
 from kernel_select.offline.e2e.workloads import build_workload
 from kernel_select.offline.e2e.step_timing import (
     CudaEventTimer, DeviceTimeTimer, Timer, host_reference, interleaved_ms, relative_iqr, wall_clock_timer)
@@ -65,6 +68,15 @@ def recording_gemms() -> Iterator[list[dict[str, Any]]]:
                               "n_triton": record.count("triton"), "n_choices": len(record.timings),
                               "timings": [[t.label(), round(t.ms, 5)] for t in timings
                                           if t.ms < float("inf")]})
+
+
+def lowered_gemms() -> int:
+    """How many GEMM lowerings (model_results.GEMM_OPS) Inductor has counted in this process, whether or
+    not it autotuned them: each adds one to `counters["aten_mm_info"]` (torch 2.11 and 2.13)."""
+    from torch._dynamo.utils import counters
+
+    prefixes = tuple(GEMM_OPS.values())
+    return sum(count for key, count in counters["aten_mm_info"].items() if key.startswith(prefixes))
 
 
 def _warm_up(device: Any, method: ModelMethod) -> None:
@@ -119,11 +131,12 @@ def measure(spec: dict[str, Any], timer: Timer | None = None) -> dict[str, Any]:
     started = time.perf_counter()
     workload = build_workload(spec["model"], device=device, tiny=bool(spec.get("tiny")))
     eager_step = workload.make_step(workload.module)
-    result: dict[str, Any] = {"compile_s": 0.0, "gemms": [], "sizes": workload.sizes,
+    result: dict[str, Any] = {"compile_s": 0.0, "gemms": [], "gemms_lowered": 0, "sizes": workload.sizes,
                               "build_s": time.perf_counter() - started}
     step = eager_step
     if method.mode != "eager":
         step = _marking_steps(workload.make_step(method.compile(workload.module)))
+        lowered_before = lowered_gemms()
         with recording_gemms() as gemms:
             _synchronize(device)
             start = time.perf_counter()
@@ -131,6 +144,7 @@ def measure(spec: dict[str, Any], timer: Timer | None = None) -> dict[str, Any]:
             _synchronize(device)
             result["compile_s"] = time.perf_counter() - start
         result["gemms"] = gemms
+        result["gemms_lowered"] = lowered_gemms() - lowered_before
     if timer is None:
         timer = CudaEventTimer() if device.type == "cuda" else wall_clock_timer
     steps = {"step": step} if method.mode == "eager" else {"step": step, "eager": eager_step}

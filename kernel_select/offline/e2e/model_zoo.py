@@ -8,7 +8,8 @@ ones, so autotuning them all stays short. A *workload* is one architecture in on
 
   prefill  inference over a batch of full inputs: B sequences of S tokens (language models,
            encoders; an encoder-decoder also runs a decoder input of its own length), B images
-           (ViT, ConvNeXt), B examples (the recommendation tower)
+           (ViT, ConvNeXt, Swin), B clips of 30 s (the speech encoder), B examples (the
+           recommendation tower)
   decode   inference at the smallest useful batch: one new token per sequence against a static
            KV cache of S tokens (decoder language models; the GEMMs have M = B), one image, one example
   train    forward + loss + backward + AdamW step (GPT-2 and the Llama-shaped decoder)
@@ -196,6 +197,60 @@ def convnext_tiny_2stage(tiny: bool = False) -> Any:
     return t.ConvNextForImageClassification(config)
 
 
+def swin_tiny_4stage(tiny: bool = False) -> Any:
+    """Swin-T (patch 4, window 7, embed 96, heads 3-6-12-24, MLP ratio 4) at 224x224 with one block per
+    stage (of 2-2-6-2): every stage's GEMM shapes. Window attention runs as two batched matmuls per
+    block (`bmm`, batch = images x windows x heads, 49 x 49 x 32), with transformers' eager attention,
+    as transformers ran Swin before giving it SDPA; set explicitly so every version runs it."""
+    t = transformers_module()
+    if tiny:
+        config = t.SwinConfig(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[2, 4],
+                              window_size=4, attn_implementation="eager")
+    else:
+        config = t.SwinConfig(image_size=224, patch_size=4, embed_dim=96, depths=[1, 1, 1, 1],
+                              num_heads=[3, 6, 12, 24], window_size=7, num_labels=1000,
+                              attn_implementation="eager")
+    return t.SwinForImageClassification(config)
+
+
+def whisper_medium_encoder_2layer(tiny: bool = False) -> Any:
+    """A speech encoder at Whisper-medium's widths (d_model 1024, 16 heads, MLP 4096, 80 mel bins), 2 of
+    its 24 encoder layers, with an audio-classification head: two 1-D convolutions turn 30 s of mel
+    frames (3,000) into 1,500 tokens, then the transformer layers (transformers' own attention, SDPA)
+    and a mean-pooled classifier."""
+    t = transformers_module()
+    if tiny:
+        config = t.WhisperConfig(d_model=64, encoder_attention_heads=4, encoder_ffn_dim=128, encoder_layers=2,
+                                 decoder_layers=1, decoder_attention_heads=4, decoder_ffn_dim=128,
+                                 num_mel_bins=8, max_source_positions=16, vocab_size=512)
+    else:
+        config = t.WhisperConfig(d_model=1024, encoder_attention_heads=16, encoder_ffn_dim=4096,
+                                 encoder_layers=2, decoder_layers=2, decoder_attention_heads=16,
+                                 decoder_ffn_dim=4096, num_mel_bins=80, max_source_positions=1500,
+                                 vocab_size=51865)
+    return t.WhisperForAudioClassification(config)
+
+
+def qwen3_moe_2layer(tiny: bool = False) -> Any:
+    """A mixture-of-experts decoder at Qwen3-30B-A3B's widths (hidden 2048, 32 query heads of 128, 4 KV
+    heads, 128 experts of MLP width 768, 8 experts per token, vocabulary 151936), 2 of its 48 layers.
+    transformers runs the experts as grouped GEMMs (`torch._grouped_mm` over the tokens sorted by
+    expert; its `experts_implementation` default in 5.17 and 5.24), which Inductor autotunes itself;
+    the attention projections, the router and the LM head are plain GEMMs."""
+    t = transformers_module()
+    if tiny:
+        config = t.Qwen3MoeConfig(hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
+                                  num_experts=8, num_experts_per_tok=2, num_attention_heads=4,
+                                  num_key_value_heads=2, head_dim=16, num_hidden_layers=2, vocab_size=512,
+                                  max_position_embeddings=256)
+    else:
+        config = t.Qwen3MoeConfig(hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768,
+                                  num_experts=128, num_experts_per_tok=8, norm_topk_prob=True,
+                                  num_attention_heads=32, num_key_value_heads=4, head_dim=128,
+                                  num_hidden_layers=2, vocab_size=151936, max_position_embeddings=40960)
+    return t.Qwen3MoeForCausalLM(config)
+
+
 def recsys_tower(tiny: bool = False) -> Any:
     """A DLRM-style recommendation model: 26 embedding tables and a bottom MLP over 13 dense
     features feed a top MLP (1024-1024-512-256-1) through a concatenation."""
@@ -231,7 +286,7 @@ def recsys_tower(tiny: bool = False) -> Any:
 class Architecture:
     name: str
     build: Callable[[bool], Any]
-    kind: str  # "lm", "mlm", "seq2seq", "vision" or "recsys": how inputs are made
+    kind: str  # "lm", "mlm", "seq2seq", "vision", "audio" or "recsys": how inputs are made
     sizes: Sizes
     tiny_sizes: Sizes
     phases: tuple[str, ...]
@@ -258,6 +313,11 @@ ARCHITECTURES = {arch.name: arch for arch in (
                  Sizes(2, 16, 0, 0, 0, decoder_seq=8), _PREFILL),
     Architecture("convnext-tiny-2stage", convnext_tiny_2stage, "vision", Sizes(32, 0, 0, 0, 0),
                  Sizes(2, 0, 0, 0, 0), _PREFILL),
+    Architecture("swin-tiny-4stage", swin_tiny_4stage, "vision", Sizes(32, 0, 0, 0, 0), Sizes(2, 0, 0, 0, 0),
+                 _PREFILL),
+    Architecture("whisper-medium-encoder-2layer", whisper_medium_encoder_2layer, "audio",
+                 Sizes(8, 0, 0, 0, 0), Sizes(2, 0, 0, 0, 0), _PREFILL),
+    Architecture("qwen3-moe-2layer", qwen3_moe_2layer, "lm", Sizes(1, 2048, 0, 0, 0), _TINY_LM, _PREFILL),
 )}
 
 

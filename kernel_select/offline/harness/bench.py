@@ -352,5 +352,5 @@ def rows_for(runs: list[PlannedRun], results: dict[int, _Timed], cublas: _Timed,
 
     for i, run in enumerate(runs):
         rows.append(row("triton", run.config.key, run.key.even_k, run.key.allow_tf32, results[i]))
-    rows.append(row("aten", (0, 0, 0, 0, 0, 0), False, runs[0].key.allow_tf32, cublas))
+    rows.append(row("aten", (0, 0, 0, 0, 0, 0), False, problem.tf32, cublas))  # cuBLAS ran as TF32 too
     return rows

@@ -20,6 +20,7 @@ from kernel_select.errors import ProblemError
 from kernel_select.layouts import a_transposed, operand_strides
 from kernel_select.problem import Problem
 from kernel_select.space import LARGEST_BLOCK, for_problem
+from kernel_select.tf32 import MIN_M, MIN_NK, TF32_PRECISION, inductor_allow_tf32
 
 MAX_DIV = 16  # Triton's own integer specialization stops at 16; wider never changes vector width
 MAX_INT32 = 2**31 - 1
@@ -78,10 +79,13 @@ def inductor_bmm_hint(rows: int, k: int, stride_rows: int, stride_k: int) -> boo
     return (stride_rows == 1 and stride_k == rows) or (stride_rows == k and stride_k == 1)
 
 
-def compile_key(problem: Problem, config: GemmConfig, allow_tf32: bool) -> CompileKey:
+def compile_key(problem: Problem, config: GemmConfig, allow_tf32: bool | None = None) -> CompileKey:
     """The key of `problem` (in its layout) with `config`; the hints follow the strides of the
     operands the timer builds (kernel_select.layouts.operand_strides: a batched problem's
-    matrices are contiguous one after another, so the strides within a batch are the same)."""
+    matrices are contiguous one after another, so the strides within a batch are the same).
+    ALLOW_TF32 is the problem's own (`Problem.tf32`) unless `allow_tf32` says otherwise; only
+    float32 operands take it."""
+    allow_tf32 = problem.tf32 if allow_tf32 is None else allow_tf32
     layout = problem.layout
     (stride_am, stride_ak), (stride_bk, stride_bn) = operand_strides(problem.m, problem.n, problem.k, layout)
     kernel = KERNEL_OF_OP[problem.op]
@@ -100,14 +104,23 @@ def compile_key(problem: Problem, config: GemmConfig, allow_tf32: bool) -> Compi
     )
 
 
-def check_benchmarkable(problem: Problem) -> None:
+def check_benchmarkable(problem: Problem, torch_version: str | None = None) -> None:
     """Refuse what the benchmark kernels do not reproduce: offsets past 32 bits (the kernels
     index in int32, Inductor's INDEX_DTYPE for problems within it; beyond, Inductor compiles
-    int64 indexing) and batches past the grid dimension the bmm grid puts them in.
+    int64 indexing), batches past the grid dimension the bmm grid puts them in, and a TF32
+    problem that Inductor of `torch_version` (default: the installed torch) would run without
+    TF32 even where the user allows it (kernel_select.tf32): its rows would say TF32 of a GEMM
+    no program runs so.
 
     Raises:
         ProblemError: naming the problem and the limit.
     """
+    if problem.tf32 and not inductor_allow_tf32(
+            problem.m, problem.n, problem.k, fp32_precision=TF32_PRECISION, torch_version=torch_version,
+            force_same_precision=running_force_same_precision()):
+        raise ProblemError(f"{problem}: Inductor of torch {torch_version or 'installed here'} runs this GEMM "
+                           f"without TF32 even under fp32_precision='tf32' (kernel_select.tf32: from 2.13, "
+                           f"M >= {MIN_M} and min(N, K) >= {MIN_NK}); plan it without tf32")
     batch = problem.batch if KERNEL_OF_OP[problem.op] == "bmm" else 1
     largest = batch * max(problem.m * problem.k, problem.k * problem.n, problem.m * problem.n)
     if largest > MAX_INT32:
@@ -130,11 +143,15 @@ class PlannedRun:
 
 
 def plan(problems: Sequence[Problem], device: DeviceSpec, *, search_space: str = "exhaustive",
-         torch_version: str | None = None, fp32_precision: str = "ieee") -> list[list[PlannedRun]]:
+         torch_version: str | None = None) -> list[list[PlannedRun]]:
     """For each problem, its configs (Inductor's pruned space for the device) with compile keys
-    for the problem's operand layout. A bmm problem's space is that of its per-batch (m, n, k):
-    Inductor 2.11 registers one heuristic class for `triton::mm` and `triton::bmm`
-    (CUDAMMTemplateConfigHeuristic) and feeds it the per-batch sizes."""
+    for the problem's operand layout and precision (ALLOW_TF32 on for a TF32 problem, off for every
+    other, whatever this process's fp32_precision). A bmm problem's space is that of its per-batch
+    (m, n, k): Inductor 2.11 registers one heuristic class for `triton::mm` and `triton::bmm`
+    (CUDAMMTemplateConfigHeuristic) and feeds it the per-batch sizes.
+
+    Raises:
+        ProblemError: for a problem `check_benchmarkable` refuses."""
     out = []
     # Equal keys of different problems become one object: every later lookup of a key (the compile
     # pipeline's, reuse_order's, cost.py's) then matches by identity instead of comparing 11 fields.
@@ -143,13 +160,12 @@ def plan(problems: Sequence[Problem], device: DeviceSpec, *, search_space: str =
     # 4,586 problems, 3.5 million keys, took minutes, inside the bound of every bounded run).
     by_signature: dict[tuple, list[tuple[GemmConfig, CompileKey]]] = {}
     for problem in problems:
-        check_benchmarkable(problem)
-        tf32 = inductor_allow_tf32(problem, torch_version=torch_version, fp32_precision=fp32_precision)
-        signature = key_signature(problem, tf32)
+        check_benchmarkable(problem, torch_version)
+        signature = key_signature(problem, problem.tf32 and problem.dtype == "float32")
         pairs = by_signature.get(signature)
         if pairs is None:
             configs = for_problem(problem, device, search_space, torch_version)  # type: ignore[arg-type]
-            keys = (compile_key(problem, c, tf32) for c in configs)
+            keys = (compile_key(problem, c) for c in configs)
             pairs = [(c, interned.setdefault(key, key)) for c, key in zip(configs, keys)]
             by_signature[signature] = pairs
         out.append([PlannedRun(problem, c, key) for c, key in pairs])
@@ -215,40 +231,9 @@ def reuse_order(planned: list[list[PlannedRun]]) -> list[list[PlannedRun]]:
     return ordered
 
 
-def inductor_allow_tf32(problem: Problem, *, torch_version: str | None = None,
-                        fp32_precision: str | None = None,
-                        force_same_precision: bool | None = None) -> bool:
-    """ALLOW_TF32 exactly as Inductor's mm template heuristic sets it.
-
-    Both 2.11 and 2.13 require `torch.backends.cuda.matmul.fp32_precision == "tf32"`; they
-    differ in the shape condition:
-      2.11 and older: not force_same_precision or (M % 16 == 0, N % 16 == 0, K % 8 == 0)
-      2.13 and newer: M >= 16 and min(N, K) >= 512
-    For half-precision inputs tl.dot ignores the flag, but Inductor still emits it.
-    """
-    if fp32_precision is None:
-        fp32_precision = running_fp32_precision()
-    if fp32_precision != "tf32":
-        return False
-    if torch_minor_version(torch_version) >= (2, 13):
-        return problem.m >= 16 and min(problem.n, problem.k) >= 512
-    if force_same_precision is None:
-        force_same_precision = _running_force_same_precision()
-    shape_ok = problem.m % 16 == 0 and problem.n % 16 == 0 and problem.k % 8 == 0
-    return (not force_same_precision) or shape_ok
-
-
-def running_fp32_precision() -> str:
-    """torch.backends.cuda.matmul.fp32_precision in this process ("ieee" without torch): what
-    decides ALLOW_TF32 for the float32 problems planned here."""
-    try:
-        import torch
-    except ImportError:
-        return "ieee"
-    return str(getattr(torch.backends.cuda.matmul, "fp32_precision", "ieee"))
-
-
-def _running_force_same_precision() -> bool:
+def running_force_same_precision() -> bool:
+    """Inductor's `force_same_precision` in this process (torch 2.11: False unless
+    TORCHINDUCTOR_FORCE_SAME_PRECISION=1; torch 2.13 has none), for kernel_select.tf32's rule."""
     try:
         from torch._inductor import config as inductor_config
     except ImportError:

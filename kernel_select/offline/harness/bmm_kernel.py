@@ -18,7 +18,7 @@ bmm_grid in kernel/bmm.py, torch 2.11.0), line for line:
     `for k in range(K, 0, -BLOCK_K)` (pointer increments, not mm's recomputed indices);
   * loads masked with `rk < k` only when EVEN_K is False (K % BLOCK_K != 0);
   * `acc += tl.dot(a, b, allow_tf32=ALLOW_TF32)` into an ACC_TYPE (fp32) accumulator (no
-    out_dtype argument, as in the template), ALLOW_TF32 by Inductor's rule;
+    out_dtype argument, as in the template), ALLOW_TF32 on for a TF32 problem (kernel_select.tf32);
   * rm, rn and idx_q rematerialized, mask (idx_m < M) & (idx_n < N), and the store of Inductor's
     suffix for a contiguous [batch, M, N] output: index idx_n + N * idx_m + M * N * idx_q.
 

@@ -15,10 +15,13 @@ The estimate replays the harness's pipeline as a small simulation:
     contenders' summed time CONTENDER_SUM times the fastest.
 
 Every constant is a measurement (data/README.md, the committed H100 files, a CPU compile probe),
-named with where it comes from. Checked against whole runs on the H100 host (15 compile workers,
-the plans' problems in file order): layers run 5 predicted 480 s, measured 469 s; coverage run 2
-(with float32) predicted 539 s, measured 520 s; coverage run 1, of the older harness v2, predicted
-293 s, measured 371 s.
+named with where it comes from. A TF32 problem (`Problem.tf32`) is costed as float32: its keys are
+float32 keys with the ALLOW_TF32 constexpr on, at float32's compile factors, and its kernel times at
+float32's CUDA-core constants, an upper bound (TF32 runs on tensor cores). Neither has been measured
+for TF32 yet; results/tf32_cost_h100.py measures both on a GPU. Checked against whole runs on the H100
+host (15 compile workers, the plans' problems in file order): layers run 5 predicted 480 s, measured
+469 s; coverage run 2 (with float32) predicted 539 s, measured 520 s; coverage run 1, of the older
+harness v2, predicted 293 s, measured 371 s.
 """
 
 from __future__ import annotations

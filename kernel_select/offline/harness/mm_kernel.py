@@ -17,7 +17,7 @@ torch 2.11/2.13), line for line:
     load_input writes them for a row-major operand, and `idx_m + M * idx_k` (A read transposed) /
     `idx_k + K * idx_n` (B read transposed) for a transposed view, the unit stride first;
   * `acc += tl.dot(a, b, allow_tf32=ALLOW_TF32, out_dtype=ACC_TYPE)` with an fp32 accumulator,
-    ALLOW_TF32 set by Inductor's rule (offline/harness/bench_plan.inductor_allow_tf32);
+    ALLOW_TF32 on for a TF32 problem (Problem.tf32; when Inductor sets it: kernel_select.tf32);
   * masked store of the accumulator, converted to the output dtype by tl.store;
   * int32 indexing (Inductor's INDEX_DTYPE for problems that fit 32-bit offsets).
 

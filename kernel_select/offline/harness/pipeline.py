@@ -184,12 +184,6 @@ def check_room(out: str | Path, new_rows: int) -> None:
                            "both with a glob (data/part*.parquet)")
 
 
-def _fp32_precision() -> str:
-    import torch
-
-    return str(getattr(torch.backends.cuda.matmul, "fp32_precision", "ieee"))
-
-
 def run_bench(problems: Problems, out: str | Path, device: DeviceSpec,
               options: BenchOptions | None = None, origins: Origins | None = None, *,
               planned: Sequence[list[PlannedRun]] | None = None,
@@ -199,7 +193,7 @@ def run_bench(problems: Problems, out: str | Path, device: DeviceSpec,
 
     Each problem is timed in its own operand layout; `origins` maps a problem to its family /
     layer / pass columns. `planned`: the problems' runs already planned (bench_plan.plan, same
-    order as `problems`, with this run's fp32 precision), so they are not planned again;
+    order as `problems`), so they are not planned again;
     `on_problem` is called with each problem once it is timed (its rows handed to the writer)."""
     import torch
 
@@ -211,7 +205,7 @@ def run_bench(problems: Problems, out: str | Path, device: DeviceSpec,
         log.info("resuming: %d of %d problems already in %s", len(problems) - len(todo), len(problems), out)
     if todo:
         if planned is None:
-            planned = plan(todo, device, search_space=options.search_space, fp32_precision=_fp32_precision())
+            planned = plan(todo, device, search_space=options.search_space)
         else:
             wanted = set(todo)
             planned = [runs for runs in planned if runs and runs[0].problem in wanted]

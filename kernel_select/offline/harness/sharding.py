@@ -43,7 +43,6 @@ from kernel_select.offline.harness.pipeline import (
     Origins,
     Problems,
     RowWriter,
-    _fp32_precision,
     _log_timing,
     run_bench,
     todo_problems,
@@ -72,7 +71,7 @@ def run_sharded(problems: Problems, out: str | Path, device: DeviceSpec, gpus: i
     if len(todo) < len(problems):
         log.info("resuming: %d of %d problems already in %s", len(problems) - len(todo), len(problems), out)
     if todo:
-        planned = plan(todo, device, search_space=options.search_space, fp32_precision=_fp32_precision())
+        planned = plan(todo, device, search_space=options.search_space)
         if options.order == "reuse":
             planned = reuse_order(planned)
         workers = options.workers or compile_workers(reserved=gpus)  # a core per timing process

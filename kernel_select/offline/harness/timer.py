@@ -27,10 +27,11 @@ pick up the first event), never the other way round.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -38,6 +39,7 @@ from kernel_select.device import DeviceSpec
 from kernel_select.layouts import a_transposed, b_transposed, stored_shape
 from kernel_select.offline.harness.bench_plan import KERNEL_OF_OP, CompileKey, PlannedRun
 from kernel_select.problem import Problem
+from kernel_select.tf32 import TF32_PRECISION
 
 CHUNK = 64  # launches enqueued behind one GPU sleep
 HOST_MARGIN = 1.3  # the sleep covers this multiple of the predicted host enqueue time...
@@ -109,6 +111,19 @@ def constexprs(key: CompileKey) -> dict:
                 B_HINT=key.b_hint, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group_m)
 
 
+@contextlib.contextmanager
+def fp32_matmul_precision(torch: Any, precision: str) -> Iterator[None]:
+    """torch.backends.cuda.matmul.fp32_precision set to `precision` ("ieee" or "tf32") for a block,
+    then restored: what cuBLAS and torch.matmul on float32 operands run with."""
+    matmul = torch.backends.cuda.matmul
+    previous = matmul.fp32_precision
+    matmul.fp32_precision = precision
+    try:
+        yield
+    finally:
+        matmul.fp32_precision = previous
+
+
 def operands(problem: Problem, device: str = "cuda", generator: Any = None) -> tuple[Any, Any]:
     """A[M, K] and B[K, N] for `problem` (for bmm / baddbmm A[batch, M, K] and B[batch, K, N]),
     each a view of a contiguous buffer stored as its layout says (a transposed operand is stored
@@ -146,7 +161,11 @@ class ProblemTimer:
         self.batched = KERNEL_OF_OP[problem.op] == "bmm"
         shape = (problem.batch, problem.m, problem.n) if self.batched else (problem.m, problem.n)
         self.c = torch.empty(*shape, device="cuda", dtype=torch_dtype(problem.dtype))
-        self.ref = torch.matmul(self.a.float(), self.b.float())
+        # The reference is exact float32 whatever this process allows; cuBLAS runs a TF32 problem with
+        # TF32, as it does in a program that allows it (the Triton kernels' ALLOW_TF32 is their key's).
+        self.cublas_precision = TF32_PRECISION if problem.tf32 else "ieee"
+        with fp32_matmul_precision(torch, "ieee"):
+            self.ref = torch.matmul(self.a.float(), self.b.float())
         self.ref_norm = float(torch.linalg.vector_norm(self.ref))
         flush_bytes = flush_bytes or device.l2_bytes
         self.flush = torch.empty(flush_bytes // 4, dtype=torch.int32, device="cuda")
@@ -166,10 +185,12 @@ class ProblemTimer:
 
     def launch_cublas(self) -> None:
         # The same views: cuBLAS reads a transposed operand in place (a transpose flag, no copy).
-        if self.batched:
-            self.torch.bmm(self.a, self.b, out=self.c)
-        else:
-            self.torch.mm(self.a, self.b, out=self.c)
+        # Setting the precision costs about a microsecond of host time, queued behind the sleep.
+        with fp32_matmul_precision(self.torch, self.cublas_precision):
+            if self.batched:
+                self.torch.bmm(self.a, self.b, out=self.c)
+            else:
+                self.torch.mm(self.a, self.b, out=self.c)
 
     def time_pass(self, items: list[Item], *, check: set | None = None,
                   gpu_ms: dict | None = None) -> dict[object, tuple[float, object]]:

@@ -19,6 +19,11 @@ low..high at serve time.
 - `load_shapes`: a JSON list of {"op", "dtype", "n", "m", "k", ["batch"], ["layout"], ["source"]},
   where m or k, not both, may be {"min", "max"}, and any other key is refused; `layout` is "nn"
   (default), "nt", "tn" or "tt": A then B, "n" row-major, "t" a transposed view (column-major).
+
+A float32 GEMM that Inductor runs with TF32 is a TF32 problem (its pins go to the LUT's "tf32" list,
+where the handler looks them up): the compiled discovery reads Inductor's own ALLOW_TF32; the eager
+one and a shapes file take Inductor's rule under this process's precision (kernel_select.tf32), the
+dynamic size by its range.
 """
 
 from __future__ import annotations
@@ -35,7 +40,9 @@ from kernel_select.errors import first_line, KernelSelectError
 from kernel_select.layouts import check_layout, layout_of
 from kernel_select.model.cublas import Epilogue
 from kernel_select.offline.data import shape_fields
+from kernel_select.offline.harness.bench_plan import running_force_same_precision
 from kernel_select.problem import Problem, spread_ms
+from kernel_select.tf32 import Size, inductor_allow_tf32
 
 log = logging.getLogger(__name__)
 
@@ -216,8 +223,21 @@ def _site(problem: Problem, sizes: dict[int, tuple[int, int]], layout: str = "nn
     for dim in ("m", "k"):  # M first: a square GEMM whose M and K both match is M-dynamic
         value = getattr(problem, dim)
         if value in sizes:
-            return Site(problem, dim, *sizes[value], layout=layout)
-    return Site(problem, layout=layout)
+            return Site(with_tf32(problem, dim, sizes[value]), dim, *sizes[value], layout=layout)
+    return Site(with_tf32(problem), layout=layout)
+
+
+def with_tf32(problem: Problem, dynamic: str | None = None, served: tuple[int, int] = (0, 0)) -> Problem:
+    """`problem` marked `tf32` where Inductor of this process would run it with TF32 (module doc);
+    `dynamic` ("m" or "k") takes the values `served`."""
+    if problem.dtype != "float32":
+        return problem
+    sizes: dict[str, Size] = {"m": problem.m, "n": problem.n, "k": problem.k}
+    if dynamic is not None:
+        sizes[dynamic] = served
+    tf32 = inductor_allow_tf32(sizes["m"], sizes["n"], sizes["k"],
+                               force_same_precision=running_force_same_precision())
+    return dataclasses.replace(problem, tf32=True) if tf32 else problem
 
 
 # -- from a shapes file --------------------------------------------------------------------------------
@@ -267,8 +287,8 @@ def _shape_site(item: Any) -> Site:
     layout = check_layout(shape_fields.text(item, "layout", "nn"))
     for dim, (low, high) in ranges.items():
         if low != high:
-            return Site(problem, dim, low, high, layout)
-    return Site(problem, layout=layout)
+            return Site(with_tf32(problem, dim, (low, high)), dim, low, high, layout)
+    return Site(with_tf32(problem), layout=layout)
 
 
 def _size_range(dim: str, value: dict[str, Any]) -> tuple[int, int]:

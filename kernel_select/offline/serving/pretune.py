@@ -178,7 +178,7 @@ def _row(site: Site, pin: GemmConfig | str, note: str, device: DeviceSpec,
         entry: LUTEntry = BatchedLUTEntry(batch=problem.batch, **fields)
     else:
         entry = LUTEntry(**fields)
-    return LUTRow(device.key, problem.op, problem.dtype, entry)
+    return LUTRow(device.key, problem.op, problem.precision, entry)  # a TF32 GEMM's pin: the "tf32" list
 
 
 def check_sites(sites: Sequence[Site], device: DeviceSpec) -> None:

@@ -13,7 +13,7 @@ from kernel_select.device import DeviceSpec
 from kernel_select.errors import KernelSelectError
 from kernel_select.lut import BatchedLUTEntry, lut_from_rows, LUTEntry, save_lut
 from kernel_select.offline.serving.crossovers import label_of, Timings
-from kernel_select.problem import Problem
+from kernel_select.problem import TF32, Problem
 
 
 class NotAutotunedError(KernelSelectError):
@@ -36,6 +36,8 @@ def benchmark_problem(problem: Problem, configs: list[GemmConfig], device: Devic
     one pinned, and serving's graphs (which pretune's discovery compiles) are not padded either.
     The temporary entry names no layout: it is the compile's only GEMM, and an entry for every
     layout still matches should the handler fail to prove the operands' layout from their strides.
+    A float32 entry is written to the "tf32" list too: whichever precision the handler reads for the
+    GEMM (kernel_select.tf32), it finds the candidates.
     """
     import torch
     import torch._inductor.config
@@ -48,7 +50,9 @@ def benchmark_problem(problem: Problem, configs: list[GemmConfig], device: Devic
              else LUTEntry(**fields))
     with tempfile.TemporaryDirectory(prefix="pretune-") as tmp:
         lut_path = Path(tmp) / "candidates.json"
-        save_lut(lut_from_rows([(device.key, problem.op, problem.dtype, entry)]), lut_path)
+        precisions = (problem.dtype, TF32) if problem.dtype == "float32" else (problem.dtype,)
+        save_lut(lut_from_rows([(device.key, problem.op, precision, entry) for precision in precisions]),
+                 lut_path)
         fn, args = _program(problem, layout, dynamic)
         options = ks_inductor.max_autotune_options("DEFAULT")
         with ks_inductor.enabled(gemm_topk=1, kernel_lut_path=str(lut_path), gemm_cublas_margin="off"), \
@@ -60,8 +64,9 @@ def benchmark_problem(problem: Problem, configs: list[GemmConfig], device: Devic
             torch.cuda.synchronize()
     timings: Timings = {}
     for item in recording.feedback:
-        # The recorded problem carries the layout its strides prove; `problem` may say "nn".
-        if dataclasses.replace(item.problem, layout=problem.layout) == problem:
+        # The recorded problem carries the layout its strides prove and the precision Inductor read;
+        # `problem` may say "nn", and its precision is the site's.
+        if dataclasses.replace(item.problem, layout=problem.layout, tf32=problem.tf32) == problem:
             for t in item.timings:
                 label = label_of(t.kind, t.config)
                 if label is not None:

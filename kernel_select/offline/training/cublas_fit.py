@@ -55,7 +55,10 @@ def table_features(table: pd.DataFrame, device: DeviceSpec) -> np.ndarray:
 
 def problem_ratios(df: pd.DataFrame) -> pd.DataFrame:
     """Per problem of a dataset frame: m, n, k, dtype, split, layout and log(cuBLAS ms / Triton oracle
-    ms). Problems without a finite cuBLAS row or without a finite Triton row are left out."""
+    ms). Problems without a finite cuBLAS row or without a finite Triton row are left out, and so are
+    problems timed with TF32: the gate's features cannot tell them (CublasGate.supports)."""
+    if "allow_tf32" in df.columns:
+        df = df[~df["allow_tf32"].to_numpy(bool)]
     finite = df[np.isfinite(df["runtime_ms"]) & (df["runtime_ms"] > 0)]
     aten = finite[finite["backend"] == "aten"].groupby("problem_id")["runtime_ms"].min()
     triton = finite[finite["backend"] == "triton"].groupby("problem_id")["runtime_ms"].min()

@@ -80,7 +80,7 @@ class ProblemRows:
     groups: np.ndarray  # each row's problem code
     problem_ids: pd.Index  # code -> problem_id
     runtime: np.ndarray  # each row's measured ms
-    problems: pd.DataFrame  # one row per problem: m, n, k, dtype, layout, batch, op
+    problems: pd.DataFrame  # one row per problem: m, n, k, dtype, layout, batch, op, allow_tf32
 
 
 def problem_rows(df: pd.DataFrame, empty_error: str) -> ProblemRows:
@@ -91,6 +91,7 @@ def problem_rows(df: pd.DataFrame, empty_error: str) -> ProblemRows:
     rows = rows.reset_index(drop=True)
     groups, problem_ids = pd.factorize(rows["problem_id"], sort=True)
     columns = ["m", "n", "k", "dtype", "layout", "batch", "op"]
+    columns += ["allow_tf32"] if "allow_tf32" in rows.columns else []  # a hand-built frame may lack it
     problems = rows.groupby("problem_id", sort=True)[columns].first()
     return ProblemRows(rows=rows, groups=groups, problem_ids=problem_ids,
                        runtime=rows["runtime_ms"].to_numpy(np.float64), problems=problems)
@@ -264,13 +265,16 @@ def _model_extras(model: PerformanceModel, cases: Sequence[tuple[Problem, list[G
 
 def problem_cases(rows: pd.DataFrame, problems: pd.DataFrame) -> list[tuple[Problem, list[GemmConfig]]]:
     """Each problem with its configs, in `problems` order (rows are sorted by problem the same way);
-    problems without a `layout` column are "nn", without `batch` and `op` single mm."""
+    problems without a `layout` column are "nn", without `batch` and `op` single mm, without
+    `allow_tf32` float32 on CUDA cores."""
     columns = problems.reindex(columns=["m", "n", "k", "dtype", "layout"], fill_value=DEFAULT_LAYOUT)
     batch = problems["batch"].to_numpy() if "batch" in problems else np.ones(len(problems), dtype=np.int64)
     op = problems["op"].astype(str).to_numpy() if "op" in problems else np.full(len(problems), "mm")
+    tf32 = (problems["allow_tf32"].to_numpy(bool) if "allow_tf32" in problems
+            else np.zeros(len(problems), dtype=bool))
     bounds = np.r_[0, np.cumsum(rows.groupby("problem_id", sort=True).size().to_numpy())]
     return [(Problem(int(m), int(n), int(k), str(dtype), batch=int(batch[i]), op=str(op[i]),
-                     layout=str(layout)),
+                     layout=str(layout), tf32=bool(tf32[i])),
              configs_of(rows.iloc[bounds[i]:bounds[i + 1]]))
             for i, (m, n, k, dtype, layout) in enumerate(columns.itertuples(index=False, name=None))]
 

@@ -16,6 +16,10 @@ module replays that on a dataset split, per problem:
 Single GEMMs only: the gate decides nothing for a batched one. Reported per (split, k, scenario,
 rule): `score`, the geomean of min(cuBLAS, oracle) / time taken, and `slower`, the problems whose time
 taken is more than 2% above cuBLAS (eager's kernel).
+
+`one_choice` replays the decision of `gemm_topk=1` instead, where no benchmark stands behind it: the
+gate alone picks cuBLAS or the model's first config (cuBLAS where its predicted ratio is below a
+`threshold`), and the pick is compared with the measured faster of the two.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from kernel_select.model.cublas import DEFAULT_MARGIN, NO_MARGIN_TIE, SMALL_GEMM_MS
+from kernel_select.model.cublas import DEFAULT_MARGIN, NO_MARGIN_TIE, ONE_CHOICE_THRESHOLD, SMALL_GEMM_MS
 
 SHIPPED_HEDGE = 0.0  # the shipped rule offers no Triton pick beside cuBLAS (the hedge lost score)
 
@@ -100,6 +104,41 @@ def outcome(case: SplitCase, scenario: Scenario, rule: Rule,
             int(hedged.sum()))
 
 
+#: The one-choice thresholds replayed, beside the two rules that need no gate: always the model's first
+#: config ("never cuBLAS") and always cuBLAS.
+ONE_CHOICE_THRESHOLDS = (0.9, 0.95, 1.0, 1.02, 1.05, 1.1, 1.15, 1.2)
+NEVER_CUBLAS, ALWAYS_CUBLAS = "never cuBLAS", "always cuBLAS"
+
+
+def one_choice(case: SplitCase, threshold: float | str) -> dict[str, float | int | str | None]:
+    """The one-choice decision on `case`: per problem the gate takes cuBLAS where its predicted cuBLAS /
+    best Triton ratio is below `threshold` (or NEVER_CUBLAS, ALWAYS_CUBLAS), else the model's first
+    config, and nothing is benchmarked. Returns the rule (`threshold`: None for the two named rules) and
+
+    - `cublas_taken`: the share of problems given cuBLAS;
+    - `sign_accuracy`: the share where the pick is the measured faster of cuBLAS and the first config;
+    - `regret`, `worst`: the geomean and the largest of time taken / that faster one's time (1.0: no loss);
+    - `score`: the geomean of min(cuBLAS, Triton oracle) / time taken, as `outcome` scores;
+    - `slower`: the problems whose time taken is more than 2% above cuBLAS (eager's kernel).
+    """
+    if isinstance(threshold, str):
+        takes_cublas = np.full(len(case.cublas_ms), threshold == ALWAYS_CUBLAS)
+        rule, value = threshold, None
+    else:
+        takes_cublas = case.predicted_ratio < threshold
+        rule, value = f"ratio < {threshold:g}", float(threshold)
+    taken = np.where(takes_cublas, case.cublas_ms, case.top_1_ms)
+    faster_of_two = np.minimum(case.cublas_ms, case.top_1_ms)
+    regret = taken / faster_of_two
+    best = np.minimum(case.cublas_ms, case.oracle_ms)
+    return {"rule": rule, "threshold": value, "problems": len(taken),
+            "cublas_taken": float(np.mean(takes_cublas)),
+            "sign_accuracy": float(np.mean(takes_cublas == (case.cublas_ms <= case.top_1_ms))),
+            "regret": float(np.exp(np.mean(np.log(regret)))), "worst": float(regret.max()),
+            "score": float(np.exp(np.mean(np.log(best / taken)))),
+            "slower": int(np.sum(taken > SLOWER_BY * case.cublas_ms))}
+
+
 def split_case(frame: pd.DataFrame, split: str, k: int, model: PerformanceModel,
                gate: CublasGate) -> SplitCase:
     """The single GEMMs of `split` that have a cuBLAS row, in the layouts `model` was trained on (the
@@ -130,6 +169,22 @@ def simulate(data: str | Path | Sequence[str | Path], splits: Sequence[str] = ("
              ks: Sequence[int] = (1, 4), scenarios: Sequence[Scenario] = DEFAULT_SCENARIOS,
              rules: Sequence[Rule] = DEFAULT_RULES, device: str | None = None) -> list[dict]:
     """One row per (split, k, scenario, rule) with the shipped model and gate for the data's device."""
+    frame, model, gate = _shipped_for(data, device)
+    out = []
+    for split in splits:
+        for k in ks:
+            case = split_case(frame, split, k, model, gate)
+            for scenario in scenarios:
+                for rule in rules:
+                    score, slower, hedged = outcome(case, scenario, rule)
+                    out.append({"split": split, "k": k, "problems": len(case.cublas_ms), **asdict(scenario),
+                                **asdict(rule), "score": score, "slower": slower, "hedged": hedged})
+    return out
+
+
+def _shipped_for(data: str | Path | Sequence[str | Path],
+                 device: str | None) -> tuple[pd.DataFrame, PerformanceModel, CublasGate]:
+    """The dataset's rows, and the shipped model and gate for its device (or `device`)."""
     from kernel_select.errors import ModelError
     from kernel_select.model import load_default, load_gate
     from kernel_select.offline.data import dataset
@@ -141,16 +196,33 @@ def simulate(data: str | Path | Sequence[str | Path], splits: Sequence[str] = ("
     model, gate = load_default(spec), load_gate(spec)
     if gate is None:
         raise ModelError(f"no cuBLAS gate is shipped for {getattr(spec, 'key', spec)}: nothing to simulate")
+    return frame, model, gate
+
+
+def simulate_one_choice(data: str | Path | Sequence[str | Path], splits: Sequence[str] = ("test", "family"),
+                        thresholds: Sequence[float] = ONE_CHOICE_THRESHOLDS,
+                        device: str | None = None) -> list[dict]:
+    """Rows of `one_choice` per split, with the shipped model and gate for the data's device: never
+    cuBLAS, each threshold, always cuBLAS."""
+    frame, model, gate = _shipped_for(data, device)
     out = []
     for split in splits:
-        for k in ks:
-            case = split_case(frame, split, k, model, gate)
-            for scenario in scenarios:
-                for rule in rules:
-                    score, slower, hedged = outcome(case, scenario, rule)
-                    out.append({"split": split, "k": k, "problems": len(case.cublas_ms), **asdict(scenario),
-                                **asdict(rule), "score": score, "slower": slower, "hedged": hedged})
+        case = split_case(frame, split, 1, model, gate)
+        out += [{"split": split, **one_choice(case, rule)}
+                for rule in (NEVER_CUBLAS, *thresholds, ALWAYS_CUBLAS)]
     return out
+
+
+def format_one_choice_table(rows: Sequence[dict]) -> str:
+    """A markdown table of `simulate_one_choice`'s rows, the shipped threshold marked with *."""
+    lines = ["| split | cuBLAS where | cuBLAS taken | sign accuracy | regret (geomean, worst) | score "
+             "| slower than cuBLAS > 2% |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        mark = " *" if r["threshold"] == ONE_CHOICE_THRESHOLD else ""
+        lines.append(f"| {r['split']} ({r['problems']}) | {r['rule']}{mark} | {r['cublas_taken']:.2f} "
+                     f"| {r['sign_accuracy']:.3f} | {r['regret']:.4f}, {r['worst']:.2f} | {r['score']:.4f} "
+                     f"| {r['slower']} |")
+    return "\n".join(lines)
 
 
 def format_table(rows: Sequence[dict]) -> str:

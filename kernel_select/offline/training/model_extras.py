@@ -23,7 +23,7 @@ from kernel_select.model.base import PerformanceModel
 from kernel_select.model.cublas import DEFAULT_MARGIN
 from kernel_select.offline.metrics import geomean, oracle_ms, topk_dict
 from kernel_select.offline.training.uncertainty import scores_at_k
-from kernel_select.problem import Problem
+from kernel_select.problem import TF32, Problem
 
 CALIBRATION_TOP = 16  # calibration is measured where it matters: each problem's fastest configs
 AUTO_CAP = 8  # the `auto_topk_cap` knob's default
@@ -38,11 +38,15 @@ def alignment_class(values: np.ndarray) -> np.ndarray:
 
 
 def strata_labels(problems: pd.DataFrame) -> dict[str, np.ndarray]:
-    """Per problem (rows of `problems`: m, n, k, dtype, maybe layout): its dtype, M bucket, N and K
-    alignment class, and its operand layout where `problems` has one."""
+    """Per problem (rows of `problems`: m, n, k, dtype, maybe layout and allow_tf32): its precision (the
+    dtype, "tf32" for a float32 problem timed with TF32), M bucket, N and K alignment class, and its
+    operand layout where `problems` has one."""
     m = problems["m"].to_numpy()
     bucket = np.select([m <= edge for edge, _ in M_BUCKETS], [name for _, name in M_BUCKETS], default="")
-    return {"dtype": problems["dtype"].astype(str).to_numpy(), "m": bucket,
+    dtype = problems["dtype"].astype(str).to_numpy()
+    if "allow_tf32" in problems:
+        dtype = np.where(problems["allow_tf32"].to_numpy(bool), TF32, dtype)
+    return {"dtype": dtype, "m": bucket,
             "n_align": alignment_class(problems["n"].to_numpy()),
             "k_align": alignment_class(problems["k"].to_numpy()),
             **({"layout": problems["layout"].astype(str).to_numpy()} if "layout" in problems else {}),

@@ -24,6 +24,7 @@ from kernel_select.model.card import DataFile, DataProvenance, Domain, stratum
 from kernel_select.offline.data import dataset, splits
 from kernel_select.offline.data.device_rows import device_rows
 from kernel_select.offline.training.evaluate import usable_triton_rows
+from kernel_select.problem import TF32
 
 #: Configs per problem a model trains on: every contender within 1.5x of the oracle, then a sample.
 DEFAULT_CAP = 384
@@ -106,10 +107,14 @@ def check_runtimes(frame: pd.DataFrame, source: str) -> None:
 
 
 def domain_of(rows: pd.DataFrame) -> Domain:
-    """What `rows` (a model's training rows) cover: problems per stratum, and each dimension's range."""
-    problems = rows.groupby("problem_id", sort=False)[["m", "n", "k", "batch", "dtype", "op"]].first()
-    strata = Counter(stratum(op, dtype, int(m))
-                     for op, dtype, m in zip(problems["op"], problems["dtype"].astype(str), problems["m"]))
+    """What `rows` (a model's training rows) cover: problems per stratum (a float32 problem timed with
+    TF32 in its "tf32" stratum), and each dimension's range."""
+    columns = ["m", "n", "k", "batch", "dtype", "op", "allow_tf32"]
+    problems = rows.groupby("problem_id", sort=False)[columns].first()
+    precisions = np.where(problems["allow_tf32"].to_numpy(bool), TF32,
+                          problems["dtype"].astype(str).to_numpy())
+    strata = Counter(stratum(op, precision, int(m))
+                     for op, precision, m in zip(problems["op"], precisions, problems["m"]))
 
     def extent(column: str) -> tuple[int, int]:
         return int(problems[column].min()), int(problems[column].max())
@@ -133,8 +138,8 @@ def cap_rows_per_problem(rows: pd.DataFrame, cap: int, seed: int) -> np.ndarray:
 
 def aten_problems(rows: pd.DataFrame, aten: pd.Series) -> pd.DataFrame:
     """One row per single-GEMM problem of `rows` that has a cuBLAS time: m, n, k, dtype, split, layout,
-    aten_ms (the cuBLAS time head is trained on single GEMMs, model.cublas.AtenHead.supports)."""
-    single = rows[rows["batch"] == 1]
+    aten_ms (the cuBLAS time head is trained on single GEMMs without TF32, model.cublas.AtenHead.supports)."""
+    single = rows[(rows["batch"] == 1) & ~rows["allow_tf32"].to_numpy(bool)]
     problems = single.groupby("problem_id", sort=True)[["m", "n", "k", "dtype", "split", "layout"]].first()
     problems["aten_ms"] = aten.reindex(problems.index)
     return problems[np.isfinite(problems["aten_ms"]) & (problems["aten_ms"] > 0)]
