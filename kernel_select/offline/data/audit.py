@@ -26,6 +26,9 @@ import pandas as pd
 SUSPECT_RATIO = 8.0
 
 _TILE = ["problem_id", "device_name", "block_m", "block_n"]
+#: What `timing_method` says of rows whose harness re-timed suspect samples (bench.TIMING_METHOD):
+#: a flagged row that carries it was timed twice and both samples were slow.
+SECOND_OPINION = "a second run for single samples"
 
 
 @dataclass
@@ -53,6 +56,13 @@ def suspect_rows(df: pd.DataFrame, ratio: float = SUSPECT_RATIO) -> pd.Series:
     """Boolean mask: capped single-sample Triton rows more than `ratio` times their tile's fastest."""
     single = (df["status"] == "capped") & (df["n_runs"] == 1)
     return single & (tile_ratio(df) > ratio).fillna(False)
+
+
+def unconfirmed_suspects(df: pd.DataFrame, ratio: float = SUSPECT_RATIO) -> pd.Series:
+    """Boolean mask: the suspect rows (`suspect_rows`) whose harness took no second opinion, the
+    single samples of the older files that may hold a host stall (data/README.md, "Timing quality")."""
+    confirmed = df["timing_method"].astype(str).str.contains(SECOND_OPINION, regex=False)
+    return suspect_rows(df, ratio) & ~confirmed
 
 
 def audit(df: pd.DataFrame, ratio: float = SUSPECT_RATIO) -> dict[str, AuditCounts]:

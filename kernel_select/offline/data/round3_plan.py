@@ -504,7 +504,8 @@ def schedule() -> list[Group]:
         ("nn", 16, 16, (34, 24, 24, 12), 0, True), ("nn", 8, 4, (0, 24, 24, 28)),
     ])
     for i, (layout, n, k, residue, m_align, n_bucket, k_bucket) in enumerate(RANDOM_MM):
-        groups.append(RandomGroup(("bfloat16", "float16")[i % 2], layout, n, k, (24, 24, 28, 20),
+        dtype = ("bfloat16", "float16")[i // 2 % 2]  # RANDOM_MM alternates nt and tn: both get both
+        groups.append(RandomGroup(dtype, layout, n, k, (24, 24, 28, 20),
                                   residue=residue, m_align=m_align, n_bucket=n_bucket, k_bucket=k_bucket,
                                   octave=OCTAVES[i % len(OCTAVES)]))
     for i, (dtype, gemm, n, k, residue) in enumerate((
