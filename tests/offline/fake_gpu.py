@@ -144,7 +144,8 @@ class ReadyQueue(queue.Queue):
                     self.waiting -= 1
 
     def until(self, state: Callable[[ReadyQueue], bool], timeout_s: float = 30.0) -> None:
-        """Return once `state(self)` holds; a TimeoutError after `timeout_s` (a stuck run fails, never hangs)."""
+        """Return once `state(self)` holds; a TimeoutError after `timeout_s` (a stuck run fails, never
+        hangs)."""
         with self.changed:
             if not self.changed.wait_for(lambda: state(self), timeout_s):
                 raise TimeoutError(f"the ready queue did not reach the awaited state in {timeout_s} s "
