@@ -29,8 +29,9 @@ install: $(STAMP)
 demo: $(CORE_STAMP)
 	$(BIN)/kernel-select demo
 
+# On every core (pytest-xdist); each file's tests stay on one worker, so a module's fixtures are built once.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist loadfile
 
 bench: $(STAMP)
 	$(BIN)/python -m pytest -q tests/benchmarks --benchmark-only --benchmark-columns=min,median,max,rounds

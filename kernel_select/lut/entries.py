@@ -6,6 +6,7 @@ batch size."""
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_right
 from collections.abc import Hashable, Iterable
 from typing import Annotated, Any, Literal, NamedTuple, Union
 
@@ -231,8 +232,9 @@ def _check_disjoint(entries: list[LUTEntry]) -> list[LUTEntry]:
     can coincide); sort the rest.
 
     Each entry is a rectangle in (m, k); two entries of one n meet when their rectangles intersect
-    and their batches and layouts can coincide. One sweep over m per n (and per named layout, at
-    most four) finds the first such pair in O(E log E): entries enter in order of their lowest m,
+    and their batches and layouts can coincide. One sweep over m per group (an n, or an n and an
+    exact k that no range of that n covers; and per named layout, at most four) finds the first
+    such pair in O(E log E): entries enter in order of their lowest m,
     leave once the sweep passes their highest, and each entering entry asks the k intervals of
     the entries still open whether one meets its own (intervals.OpenIntervals), so no pair of
     entries is ever compared unless they overlap. Indices in messages are positions in the file.
@@ -240,16 +242,48 @@ def _check_disjoint(entries: list[LUTEntry]) -> list[LUTEntry]:
     dump/load round trip.
     """
     keys = [_key_of(entry) for entry in entries]
-    # Entries of an n without k ranges can only meet at the same k: one sweep per (n, k) then, in
-    # which every open entry meets every entering one (intervals.OpenEntries).
-    ranged_ns = {key.n for entry, key in zip(entries, keys) if isinstance(entry.k, SizeRange)}
+    ranged = [isinstance(entry.k, SizeRange) for entry in entries]
+    # An exact-k entry can meet another entry only at its own k: where no k range of its n covers that
+    # k, only the exact entries of the same k, one sweep per (n, k) then, in which every open entry
+    # meets every entering one (intervals.OpenEntries). The k ranges of an n and the exact entries
+    # they cover share one sweep over their k intervals. (Pretune's tables have a few ranges per n,
+    # above its exact ks: one sweep over all of an n's entries cost a 100,000-entry table a second.)
+    covered = _k_range_union(keys, ranged)
     groups: dict[tuple[int, int | None], list[int]] = {}
     for index, key in enumerate(keys):
-        groups.setdefault((key.n, None if key.n in ranged_ns else key.k_low), []).append(index)
+        swept = ranged[index] or (key.n in covered and _covers(covered[key.n], key.k_low))
+        groups.setdefault((key.n, None if swept else key.k_low), []).append(index)
     for members in groups.values():
         if len(members) > 1:
             _check_group_disjoint(entries, keys, members)
     return [entries[index] for index in sorted(range(len(entries)), key=lambda i: _canonical_order(keys[i]))]
+
+
+def _k_range_union(keys: list[_Key], ranged: list[bool]) -> dict[int, tuple[list[int], list[int]]]:
+    """Per n with k ranges: the ks its ranges cover, as sorted disjoint intervals (lows, highs)."""
+    spans: dict[int, list[tuple[int, int]]] = {}
+    for key, is_range in zip(keys, ranged):
+        if is_range:
+            spans.setdefault(key.n, []).append((key.k_low, key.k_high))
+    union: dict[int, tuple[list[int], list[int]]] = {}
+    for n, intervals in spans.items():
+        lows: list[int] = []
+        highs: list[int] = []
+        for low, high in sorted(intervals):
+            if highs and low <= highs[-1]:
+                highs[-1] = max(highs[-1], high)
+            else:
+                lows.append(low)
+                highs.append(high)
+        union[n] = (lows, highs)
+    return union
+
+
+def _covers(union: tuple[list[int], list[int]], k: int) -> bool:
+    """Whether one of the intervals of `union` (from `_k_range_union`) holds `k`."""
+    lows, highs = union
+    at = bisect_right(lows, k) - 1
+    return at >= 0 and k <= highs[at]
 
 
 def _check_group_disjoint(entries: list[LUTEntry], keys: list[_Key], members: list[int]) -> None:
@@ -257,9 +291,17 @@ def _check_group_disjoint(entries: list[LUTEntry], keys: list[_Key], members: li
     # the group (at most 4, so the cost stays O(E log E)); two entries that can serve one layout
     # then share at least one sweep. Batches are told apart inside the sweep (`_batch_sets`),
     # because a bmm table may name thousands.
+    if _m_disjoint(keys, members):  # most groups (exact m in a table of exact entries): no sweep needed
+        return
     layouts = {keys[i].layout for i in members} - {None}
     for layout in layouts or {None}:
         _sweep_m(entries, keys, [i for i in members if keys[i].layout in (None, layout)])
+
+
+def _m_disjoint(keys: list[_Key], members: list[int]) -> bool:
+    """Whether no two of `members` share an m: then none meet, whatever their k, batch and layout."""
+    spans = sorted((keys[i].m_low, keys[i].m_high) for i in members)
+    return all(high < low for (_, high), (low, _) in zip(spans, spans[1:]))
 
 
 #: The set of open entries that an entry without a batch is compared with: all that name one.

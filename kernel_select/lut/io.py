@@ -19,7 +19,8 @@ from typing import Any
 from kernel_select.atomic_write import write_atomic
 from kernel_select.errors import LUTError
 from kernel_select.lut.schema import SCHEMA_VERSION, KernelLUT, dump_lut, empty_lut
-from kernel_select.lut.validation import escape_controls, lut_error, short, validate_document
+from kernel_select.lut.validation import (cyclic_gc_paused, escape_controls, lut_error, short,
+                                          validate_document)
 
 from kernel_select.lut.bounded_read import LUT_FILE, MAX_LUT_BYTES, parse_json, read_bounded
 
@@ -199,17 +200,19 @@ def parse_lut(text: str | bytes, *, source: str = "<string>") -> KernelLUT:
             repeats.append(out)
         return out
 
-    raw = parse_json(text, LUT_FILE, source, object_pairs_hook=objects)
-    # The first repeat in document order is the one named, which the parser (it builds inner objects
-    # first) cannot tell; walking the whole document costs a second for a large table, so only then.
-    duplicate = _find_duplicate_key(raw) if repeats else None
-    if duplicate is not None:
-        where, key = duplicate
-        raise lut_error(source, f"{where or '<top level>'}: duplicate key {short(key)}; keep one of them")
-    if not isinstance(raw, dict):
-        raise lut_error(source, "expected a JSON object with \"schema_version\" and \"devices\", "
-                                f"got {type(raw).__name__}")
-    return validate_document(migrate(raw, source=source), source)
+    with cyclic_gc_paused():  # a large table is hundreds of thousands of objects, none of them garbage
+        raw = parse_json(text, LUT_FILE, source, object_pairs_hook=objects)
+        # The first repeat in document order is the one named, which the parser (it builds inner
+        # objects first) cannot tell; walking the whole document costs a second for a large table,
+        # so only then.
+        duplicate = _find_duplicate_key(raw) if repeats else None
+        if duplicate is not None:
+            where, key = duplicate
+            raise lut_error(source, f"{where or '<top level>'}: duplicate key {short(key)}; keep one of them")
+        if not isinstance(raw, dict):
+            raise lut_error(source, "expected a JSON object with \"schema_version\" and \"devices\", "
+                                    f"got {type(raw).__name__}")
+        return validate_document(migrate(raw, source=source), source)
 
 
 class _DuplicateKeys(dict):

@@ -175,4 +175,5 @@ def test_a_card_is_read_as_every_json_file_is(saved: Path):
     card = json.loads(text)
     (saved / CARD_FILE).write_text(json.dumps(card).replace('"device": "h100"', '"device": ' + "9" * 5000))
     message = refused(saved, f"^{saved / CARD_FILE}: invalid JSON: a number has too many digits")
-    assert "set_int_max_str_digits" not in message and len(message) < 400
+    # short whatever the folder's path (pytest's temporary folders are longer under xdist)
+    assert "set_int_max_str_digits" not in message and len(message.replace(str(saved), "")) < 400
