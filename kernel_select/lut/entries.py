@@ -190,7 +190,7 @@ class LUTEntry(Strict):
 
 class LUTHit(NamedTuple):
     """What a lookup table holds for one problem on one device: the answer of the lookup protocol
-    (kernel_select.decision.LookupTable.probe), one match for all of it."""
+    (kernel_select.selection.LookupTable.probe), one match for all of it."""
 
     entry: Any  # the entry serving the problem: its m_bounds and k_bounds say which sizes it covers
     configs: tuple[GemmConfig, ...]  # the configs to benchmark first, those that run on the device

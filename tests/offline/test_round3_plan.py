@@ -11,7 +11,9 @@ import pytest
 
 from kernel_select.device import get_device
 from kernel_select.model.card import stratum
-from kernel_select.offline.data import round3_plan, shapes, unseen
+from kernel_select.offline.data import (
+    round3_groups, round3_plan, round3_schedule, round3_sources, round3_strata, shapes, unseen,
+)
 from kernel_select.offline.data.architectures import ARCHITECTURES
 from kernel_select.offline.data.dataset import id_of
 from kernel_select.offline.data.sampler import shape_class
@@ -41,14 +43,14 @@ def test_the_committed_plan_is_what_the_generator_writes(tmp_path):
 def test_no_problem_is_measured_unseen_held_out_or_planned_twice(committed):
     ids = [id_of(s.problem()) for s in committed]
     assert len(set(ids)) == len(ids)
-    assert not set(ids) & round3_plan.excluded_ids()  # the measured H100 files and the unseen split
-    assert not any(round3_plan.held_out(s) or unseen.is_unseen_family(s.family) for s in committed)
+    assert not set(ids) & round3_strata.excluded_ids()  # the measured H100 files and the unseen split
+    assert not any(round3_strata.held_out(s) or unseen.is_unseen_family(s.family) for s in committed)
 
 
 def test_every_stratum_of_the_card_reaches_the_target_with_its_own_dtype(committed):
-    table = round3_plan.strata_table(committed, round3_plan.measured_training_strata())
+    table = round3_strata.strata_table(committed, round3_strata.measured_training_strata())
     assert len(table) == 2 * 3 * 4  # op x dtype x M bucket
-    short = [(key, own) for key, _, _, own, _ in table if own < round3_plan.STRATUM_TARGET]
+    short = [(key, own) for key, _, _, own, _ in table if own < round3_strata.STRATUM_TARGET]
     assert not short
     today = {key: count for key, count, *_ in table}
     assert today["bmm/float32/m<=4096"] == 0 and today["mm/float32/m>4096"] == 31  # what the plan fills
@@ -58,16 +60,16 @@ def test_every_problem_is_benchmarkable_and_its_fastest_config_within_the_cap(co
     for s in committed:
         problem = s.problem()
         check_benchmarkable(problem)
-        assert cost.fastest_config_s(problem) <= round3_plan.MAX_FASTEST_S[s.dtype]
-        assert 1 <= s.batch <= round3_plan.MAX_BATCH and s.pass_ == "coverage"
+        assert cost.fastest_config_s(problem) <= round3_groups.MAX_FASTEST_S[s.dtype]
+        assert 1 <= s.batch <= round3_groups.MAX_BATCH and s.pass_ == "coverage"
 
 
 def test_shapes_come_from_the_architecture_table_and_none_from_the_unseen_generator(committed):
     table = {a.name for a in ARCHITECTURES}
-    blocks = {b.family for b in round3_plan.ATTENTION}
-    assert blocks - {round3_plan.SWEEP_FAMILY} <= table - HELD_OUT_FAMILIES
-    assert {s.family for s in committed} <= (table - HELD_OUT_FAMILIES) | {round3_plan.SWEEP_FAMILY,
-                                                                            "round3-random"}
+    blocks = {b.family for b in round3_sources.ATTENTION}
+    assert blocks - {round3_sources.SWEEP_FAMILY} <= table - HELD_OUT_FAMILIES
+    planned_families = {s.family for s in committed}
+    assert planned_families <= (table - HELD_OUT_FAMILIES) | {round3_sources.SWEEP_FAMILY, "round3-random"}
     unseen_names = {b.name for b in unseen.ATTENTION} | {e.name for e in unseen.EXPERTS}
     assert not {s.family for s in committed} & unseen_names
     assert round3_plan.SEED != unseen.SEED
@@ -80,17 +82,17 @@ def test_each_group_is_one_compile_class_in_one_stretch_of_the_file(committed):
     assert all(len(found) == 1 for found in classes.values())
     groups = [s.group for s in committed]
     starts = [g for i, g in enumerate(groups) if i == 0 or groups[i - 1] != g]
-    assert len(starts) == len(set(groups)) == len(round3_plan.schedule())
+    assert len(starts) == len(set(groups)) == len(round3_schedule.schedule())
 
 
 def test_the_plan_holds_what_the_issue_asks_for(committed):
     assert len(committed) >= 4000
     bmm = [s for s in committed if s.op == "bmm"]
     attention = [s for s in bmm if " T=" in s.layer]
-    assert {(s.dtype, s.layout) for s in attention} == {(d, x) for d in round3_plan.DTYPES
-                                                        for x in ("nn", "nt", "tn")}
-    assert {stratum(s.op, s.dtype, s.m) for s in bmm} == {f"bmm/{d}/{b}" for d in round3_plan.DTYPES
-                                                          for b in round3_plan.BUCKET_NAMES}
+    assert {(s.dtype, s.layout) for s in attention} == {(d, x) for d in round3_strata.DTYPES
+                                                         for x in ("nn", "nt", "tn")}
+    assert {stratum(s.op, s.dtype, s.m) for s in bmm} == {f"bmm/{d}/{b}" for d in round3_strata.DTYPES
+                                                           for b in round3_strata.BUCKET_NAMES}
     keys = [int(s.layer.split(" T=")[1].split()[0]) for s in attention]
     assert sum(t % 8 != 0 for t in keys) > 0.8 * len(keys)  # token counts off multiples of 8
     assert min(s.batch for s in bmm) == 1 and max(s.batch for s in bmm) == 8192
@@ -109,11 +111,11 @@ def test_the_plan_holds_what_the_issue_asks_for(committed):
 def test_in_class_moves_a_size_into_its_alignment_class():
     for x in (17, 100, 257, 3420, 4097):
         for align in (1, 2, 4, 8):
-            y = round3_plan.in_class(x, align)
+            y = round3_groups.in_class(x, align)
             assert pow2_divisor(y) == align and abs(y - x) < 2 * align
-        assert round3_plan.in_class(x, 16) % 16 == 0 and 0 <= round3_plan.in_class(x, 16) - x < 16
+        assert round3_groups.in_class(x, 16) % 16 == 0 and 0 <= round3_groups.in_class(x, 16) - x < 16
         for residue in (0, 64, 208):
-            y = round3_plan.in_class(x, 16, residue)
+            y = round3_groups.in_class(x, 16, residue)
             assert y % 256 == residue and y >= x and y - x < 256 and y >= 16
 
 
@@ -121,9 +123,9 @@ def test_single_gemm_ms_between_17_and_256_stay_in_the_groups_octave():
     import random
 
     rng = random.Random(0)
-    ms = [round3_plan.single_m(rng, 1, 64) for _ in range(300)]
-    assert all(33 <= m <= 64 or m in round3_plan.OCTAVES for m in ms)
-    assert Counter(m in round3_plan.OCTAVES for m in ms)[True] > 50
+    ms = [round3_groups.single_m(rng, 1, 64) for _ in range(300)]
+    assert all(33 <= m <= 64 or m in round3_groups.OCTAVES for m in ms)
+    assert Counter(m in round3_groups.OCTAVES for m in ms)[True] > 50
 
 
 # -- cost.bounded_runs: a collection in runs of a bounded length ------------------------------------
