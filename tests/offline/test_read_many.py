@@ -57,8 +57,8 @@ def test_a_row_is_kept_unless_a_later_file_measured_its_problem_on_its_device(tm
     other_device = "NVIDIA H200"
 
     def rows(*picks: tuple[int, str]) -> pd.DataFrame:
-        return pd.concat([pool[pool["problem_id"] == ids[i]].assign(device_name=device) for i, device in picks],
-                         ignore_index=True)
+        return pd.concat([pool[pool["problem_id"] == ids[i]].assign(device_name=device)
+                          for i, device in picks], ignore_index=True)
 
     device = pool["device_name"].iloc[0]
     files = [rows((0, device), (1, device), (2, device), (3, other_device)),

@@ -86,7 +86,8 @@ def _row_by_row(frame: pd.DataFrame, shapes: list) -> tuple[list[str], dict[str,
         words = [] if own is None or pd.isna(own) else str(own).strip().lower().split()
         family = words[0] if words else mapped.get(row["problem_id"], splits.UNKNOWN_FAMILY)
         unseen = is_unseen_family(family)
-        held_out = (family in splits.HELD_OUT_FAMILIES or (row["n"] % 2 == 1 and row["k"] % 2 == 1)) and not unseen
+        odd_n_and_k = row["n"] % 2 == 1 and row["k"] % 2 == 1
+        held_out = (family in splits.HELD_OUT_FAMILIES or odd_n_and_k) and not unseen
         families.append(family)
         masks["train"].append(row["split"] == "train" and not held_out and not unseen)
         masks["val"].append(row["split"] == "val" and not held_out and not unseen)
