@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from kernel_select.offline.data import dataset, shapes
-from kernel_select.offline.harness.bench_plan import compile_key, distinct_keys, plan, pow2_divisor
+from kernel_select.offline.harness.bench_plan import PlanMemo, compile_key, distinct_keys, plan, pow2_divisor
 from kernel_select.space import for_problem
 from kernel_select.configs import GemmConfig
 from kernel_select.device import get_device
@@ -167,3 +167,27 @@ def test_plan_gives_each_problem_its_own_configs_and_keys_where_it_shares_a_sign
         assert [r.key for r in runs] == [compile_key(problem, c) for c in configs], problem
         assert all(r.key.allow_tf32 is problem.tf32 for r in runs)
         assert all(r.problem is problem for r in runs)
+
+
+def test_calls_sharing_a_memo_plan_what_calls_of_their_own_plan_and_share_key_objects():
+    # A planner planning slice by slice shares one memo: a signature met again (here under another
+    # device, search space and torch version too) must still be planned for what the call asks.
+    problems = [Problem(m, n, k, dtype) for dtype in ("bfloat16", "float32")
+                for m, n, k in ((64, 4096, 4096), (4096, 4096, 4096), (100, 1000, 513))]
+    calls = [(problems[:3], H100, "exhaustive", None), (problems, get_device("a100"), "exhaustive", None),
+             (problems[2:], H100, "default", None), (problems, H100, "exhaustive", "2.11.0"),
+             (problems[1:], H100, "exhaustive", None)]
+    memo = PlanMemo()
+    shared = [plan(p, device, search_space=space, torch_version=torch, memo=memo)
+              for p, device, space, torch in calls]
+    for (p, device, space, torch), planned in zip(calls, shared):
+        alone = plan(p, device, search_space=space, torch_version=torch)
+        assert [[(r.problem, r.config, r.key) for r in runs] for runs in planned] == \
+            [[(r.problem, r.config, r.key) for r in runs] for runs in alone]
+    # the same problem (100 x 1000 x 513, bf16) under three calls: three spaces
+    assert len({len(runs) for runs in (shared[0][2], shared[1][2], shared[2][0])}) == 3
+    objects = {}
+    for planned in shared:
+        for runs in planned:
+            for run in runs:
+                assert objects.setdefault(run.key, run.key) is run.key  # one object per distinct key

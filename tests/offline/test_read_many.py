@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
+import pandas as pd
 import pytest
 
 from kernel_select.errors import DatasetError
@@ -48,3 +49,31 @@ def test_each_file_is_hashed_and_one_file_keeps_its_own_hash(two_files):
     assert [f.sha256 for f in files] == own
     assert combined == hashlib.sha256("".join(own).encode()).hexdigest()
     assert file_hashes(paths[:1])[1] == own[0]
+
+
+def test_a_row_is_kept_unless_a_later_file_measured_its_problem_on_its_device(tmp_path):
+    pool = synthetic_frame({"train": 3, "val": 1, "test": 0}, configs_per_problem=4, seed=3)
+    ids = list(pool["problem_id"].unique())
+    other_device = "NVIDIA H200"
+
+    def rows(*picks: tuple[int, str]) -> pd.DataFrame:
+        return pd.concat([pool[pool["problem_id"] == ids[i]].assign(device_name=device)
+                          for i, device in picks], ignore_index=True)
+
+    device = pool["device_name"].iloc[0]
+    files = [rows((0, device), (1, device), (2, device), (3, other_device)),
+             rows((1, device), (3, device)),          # replaces problem 1 of the first file
+             rows((0, device), (3, other_device)),    # replaces problem 0 of the first, 3 (H200) of the first
+             rows((2, other_device))]                 # another device: replaces nothing
+    paths = []
+    for i, frame in enumerate(files):
+        paths.append(tmp_path / f"{i}.parquet")
+        dataset.write(frame.assign(timestamp=f"file {i}"), paths[-1])
+    # the reference: row by row, against the keys of every later file
+    keys = [set(zip(f["problem_id"], f["device_name"])) for f in files]
+    expected = [(pid, dev, f"file {i}") for i, f in enumerate(files)
+                for pid, dev in zip(f["problem_id"], f["device_name"])
+                if not any((pid, dev) in later for later in keys[i + 1:])]
+    frame = dataset.read_many(paths)
+    assert list(zip(frame["problem_id"], frame["device_name"], frame["timestamp"])) == expected
+    assert frame.index.equals(pd.RangeIndex(len(expected)))

@@ -41,7 +41,7 @@ from kernel_select.offline.data.calibration_classes import (
 from kernel_select.offline.data.dataset import id_of, split_of
 from kernel_select.offline.data.shapes import Shape
 from kernel_select.offline.harness import cost
-from kernel_select.offline.harness.bench_plan import PlannedRun, distinct_keys, plan, reuse_order
+from kernel_select.offline.harness.bench_plan import PlanMemo, PlannedRun, distinct_keys, plan, reuse_order
 
 #: The most problems of one class: 384 bf16 problems time for about 2.5 minutes (cost.py).
 MAX_PER_CLASS = 384
@@ -259,6 +259,10 @@ class _ClassRuns:
         self.runs_of: dict[Shape, list[PlannedRun]] = {}
         self.shape_of: dict[object, Shape] = {}
         self.orders: dict[tuple[CompileClass, int, int], list[list[PlannedRun]]] = {}
+        # one memo for every slice planned: a key shared by two slices (or classes) is then one
+        # object, which the simulation's lookups match by identity (comparing equal copies field by
+        # field was a third of the planner's time), and a signature is planned once
+        self.memo = PlanMemo()
 
     def ordered(self, c: CompileClass, first: int, end: int) -> list[list[PlannedRun]]:
         """Problems first..end of class `c`, planned, in reuse order."""
@@ -269,7 +273,7 @@ class _ClassRuns:
             chosen = self.pools[c][first:end]
             new = [s for s in chosen if s not in self.runs_of]
             problems = [s.problem() for s in new]
-            self.runs_of.update(zip(new, plan(problems, self.device)))
+            self.runs_of.update(zip(new, plan(problems, self.device, memo=self.memo)))
             self.shape_of.update(zip(problems, new))
             self.orders[key] = reuse_order([self.runs_of[s] for s in chosen])
         return self.orders[key]

@@ -12,7 +12,7 @@ before timing anything.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kernel_select.configs import GemmConfig, torch_minor_version
 from kernel_select.device import DeviceSpec
@@ -85,23 +85,33 @@ def compile_key(problem: Problem, config: GemmConfig, allow_tf32: bool | None = 
     matrices are contiguous one after another, so the strides within a batch are the same).
     ALLOW_TF32 is the problem's own (`Problem.tf32`) unless `allow_tf32` says otherwise; only
     float32 operands take it."""
+    return compile_keys_of(problem, [config], allow_tf32)[0]
+
+
+def compile_keys_of(problem: Problem, configs: Sequence[GemmConfig],
+                    allow_tf32: bool | None = None) -> list[CompileKey]:
+    """`compile_key` of each config, what depends on the problem alone worked out once (a planner
+    asks for hundreds of configs of a problem)."""
     allow_tf32 = problem.tf32 if allow_tf32 is None else allow_tf32
     layout = problem.layout
-    (stride_am, stride_ak), (stride_bk, stride_bn) = operand_strides(problem.m, problem.n, problem.k, layout)
+    m, n, k = problem.m, problem.n, problem.k
+    (stride_am, stride_ak), (stride_bk, stride_bn) = operand_strides(m, n, k, layout)
     kernel = KERNEL_OF_OP[problem.op]
-    if kernel == "bmm":
-        a_hint = inductor_bmm_hint(problem.m, problem.k, stride_am, stride_ak)
-        b_hint = inductor_bmm_hint(problem.n, problem.k, stride_bn, stride_bk)
-    else:
-        a_hint = inductor_hint(problem.m, problem.k, stride_am, stride_ak, config.block_m)
-        b_hint = inductor_hint(problem.n, problem.k, stride_bn, stride_bk, config.block_n)
-    return CompileKey(
-        dtype=problem.dtype, layout=layout, config=config.key, even_k=problem.k % config.block_k == 0,
-        allow_tf32=allow_tf32 and problem.dtype == "float32",
-        m_div=pow2_divisor(problem.m) if a_transposed(layout) else 1,
-        n_div=pow2_divisor(problem.n), k_div=pow2_divisor(problem.k), a_hint=a_hint, b_hint=b_hint,
-        kernel=kernel,
-    )
+    shared = {"dtype": problem.dtype, "layout": layout, "kernel": kernel,
+              "allow_tf32": allow_tf32 and problem.dtype == "float32",
+              "m_div": pow2_divisor(m) if a_transposed(layout) else 1, "n_div": pow2_divisor(n),
+              "k_div": pow2_divisor(k)}
+    keys = []
+    for config in configs:
+        if kernel == "bmm":
+            a_hint = inductor_bmm_hint(m, k, stride_am, stride_ak)
+            b_hint = inductor_bmm_hint(n, k, stride_bn, stride_bk)
+        else:
+            a_hint = inductor_hint(m, k, stride_am, stride_ak, config.block_m)
+            b_hint = inductor_hint(n, k, stride_bn, stride_bk, config.block_n)
+        keys.append(CompileKey(config=config.key, even_k=k % config.block_k == 0, a_hint=a_hint,
+                               b_hint=b_hint, **shared))
+    return keys
 
 
 def check_benchmarkable(problem: Problem, torch_version: str | None = None) -> None:
@@ -142,32 +152,45 @@ class PlannedRun:
         return self.key.layout
 
 
+@dataclass
+class PlanMemo:
+    """What `plan` works out once and looks up after: each problem signature's configs and keys
+    (`key_signature`, with the device, search space and torch version), and one object per
+    distinct key. Every call makes its own unless given one: a planner that plans a slice of
+    problems at a time passes one memo to every call, so a signature seen in an earlier slice is
+    not planned again and a key shared by two slices stays one object."""
+
+    keys: dict[CompileKey, CompileKey] = field(default_factory=dict)
+    pairs: dict[tuple, list[tuple[GemmConfig, CompileKey]]] = field(default_factory=dict)
+
+
 def plan(problems: Sequence[Problem], device: DeviceSpec, *, search_space: str = "exhaustive",
-         torch_version: str | None = None) -> list[list[PlannedRun]]:
+         torch_version: str | None = None, memo: PlanMemo | None = None) -> list[list[PlannedRun]]:
     """For each problem, its configs (Inductor's pruned space for the device) with compile keys
     for the problem's operand layout and precision (ALLOW_TF32 on for a TF32 problem, off for every
     other, whatever this process's fp32_precision). A bmm problem's space is that of its per-batch
     (m, n, k): Inductor 2.11 registers one heuristic class for `triton::mm` and `triton::bmm`
-    (CUDAMMTemplateConfigHeuristic) and feeds it the per-batch sizes.
+    (CUDAMMTemplateConfigHeuristic) and feeds it the per-batch sizes. `memo`: see PlanMemo.
 
     Raises:
         ProblemError: for a problem `check_benchmarkable` refuses."""
+    memo = PlanMemo() if memo is None else memo
+    # Equal keys of different problems become one object (memo.keys): every later lookup of a key
+    # (the compile pipeline's, reuse_order's, cost.py's) then matches by identity instead of
+    # comparing 11 fields. Problems of one signature have the same configs and keys: computed once
+    # (planning a plan of 4,586 problems, 3.5 million keys, took minutes, inside the bound of every
+    # bounded run).
     out = []
-    # Equal keys of different problems become one object: every later lookup of a key (the compile
-    # pipeline's, reuse_order's, cost.py's) then matches by identity instead of comparing 11 fields.
-    interned: dict[CompileKey, CompileKey] = {}
-    # Problems of one signature have the same configs and keys: computed once (planning a plan of
-    # 4,586 problems, 3.5 million keys, took minutes, inside the bound of every bounded run).
-    by_signature: dict[tuple, list[tuple[GemmConfig, CompileKey]]] = {}
     for problem in problems:
         check_benchmarkable(problem, torch_version)
-        signature = key_signature(problem, problem.tf32 and problem.dtype == "float32")
-        pairs = by_signature.get(signature)
+        signature = (device, search_space, torch_version,
+                     *key_signature(problem, problem.tf32 and problem.dtype == "float32"))
+        pairs = memo.pairs.get(signature)
         if pairs is None:
             configs = for_problem(problem, device, search_space, torch_version)  # type: ignore[arg-type]
-            keys = (compile_key(problem, c) for c in configs)
-            pairs = [(c, interned.setdefault(key, key)) for c, key in zip(configs, keys)]
-            by_signature[signature] = pairs
+            keys = compile_keys_of(problem, configs)
+            pairs = [(c, memo.keys.setdefault(key, key)) for c, key in zip(configs, keys)]
+            memo.pairs[signature] = pairs
         out.append([PlannedRun(problem, c, key) for c, key in pairs])
     return out
 
