@@ -157,3 +157,9 @@ def test_a_run_that_would_grow_the_output_past_the_read_limit_is_refused_before_
     assert dataset.row_count(out) == len(earlier)
     monkeypatch.setattr(dataset, "MAX_DATASET_BYTES", 256 * 1024 * 1024)
     pipeline.check_room(out, 1000)  # room enough: no error
+    # The row limit binds before the bytes one on a well-compressed file (the round-3 plan's rows).
+    monkeypatch.setattr(dataset, "MAX_DATASET_ROWS", len(earlier) + 999)
+    with pytest.raises(DatasetError, match=rf"rows.parquet: {len(earlier):,} rows now and 1,000 more would "
+                                           r"pass the dataset limit of [\d,]+ rows"):
+        pipeline.check_room(out, 1000)
+    pipeline.check_room(out, 999)

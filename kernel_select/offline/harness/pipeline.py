@@ -163,8 +163,9 @@ BYTES_PER_ROW_GUESS = 8
 
 def check_room(out: str | Path, new_rows: int) -> None:
     """Refuse, before anything is timed, a run whose rows would grow `out` past the dataset read
-    limit (dataset.MAX_DATASET_BYTES): the appends would succeed, and the next resume (or any
-    reader) would then refuse the file, measurements and all.
+    limits (dataset.MAX_DATASET_BYTES, MAX_DATASET_ROWS): past the bytes the appends would succeed
+    and the next resume (or any reader) would refuse the file; past the rows an append would stop
+    the run midway.
 
     The new rows are costed at the bytes per row the file has now (BYTES_PER_ROW_GUESS when it
     is new or empty).
@@ -178,10 +179,15 @@ def check_room(out: str | Path, new_rows: int) -> None:
     per_row = size / rows if rows else BYTES_PER_ROW_GUESS
     estimate = int(new_rows * per_row)
     if size + estimate > dataset.MAX_DATASET_BYTES:
-        raise DatasetError(f"{path}: {size:,} bytes now and about {estimate:,} more for {new_rows:,} rows "
-                           f"would pass the dataset read limit of {dataset.MAX_DATASET_BYTES:,} bytes, and "
-                           "no reader (nor the next resume) could open it; write to another --out and read "
-                           "both with a glob (data/part*.parquet)")
+        passed = (f"{size:,} bytes now and about {estimate:,} more for {new_rows:,} rows would pass the "
+                  f"dataset read limit of {dataset.MAX_DATASET_BYTES:,} bytes")
+    elif rows + new_rows > dataset.MAX_DATASET_ROWS:  # append would refuse the rows mid-run
+        passed = (f"{rows:,} rows now and {new_rows:,} more would pass the dataset limit of "
+                  f"{dataset.MAX_DATASET_ROWS:,} rows")
+    else:
+        return
+    raise DatasetError(f"{path}: {passed}, and no reader (nor the next resume) could open it; write to "
+                       "another --out and read both with a glob (data/part*.parquet)")
 
 
 def run_bench(problems: Problems, out: str | Path, device: DeviceSpec,
