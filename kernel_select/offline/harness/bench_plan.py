@@ -101,12 +101,12 @@ def compile_keys_of(problem: Problem, configs: Sequence[GemmConfig],
               "allow_tf32": allow_tf32 and problem.dtype == "float32",
               "m_div": pow2_divisor(m) if a_transposed(layout) else 1, "n_div": pow2_divisor(n),
               "k_div": pow2_divisor(k)}
+    if kernel == "bmm":  # bmm's hints do not depend on the tile
+        a_hint = inductor_bmm_hint(m, k, stride_am, stride_ak)
+        b_hint = inductor_bmm_hint(n, k, stride_bn, stride_bk)
     keys = []
     for config in configs:
-        if kernel == "bmm":
-            a_hint = inductor_bmm_hint(m, k, stride_am, stride_ak)
-            b_hint = inductor_bmm_hint(n, k, stride_bn, stride_bk)
-        else:
+        if kernel != "bmm":
             a_hint = inductor_hint(m, k, stride_am, stride_ak, config.block_m)
             b_hint = inductor_hint(n, k, stride_bn, stride_bk, config.block_n)
         keys.append(CompileKey(config=config.key, even_k=k % config.block_k == 0, a_hint=a_hint,
