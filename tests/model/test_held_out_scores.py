@@ -1,7 +1,7 @@
 """The shipped H100 model's held-out scores, recomputed from a committed slice of the data.
 
 models/h100/eval.json pins (`pinned`) the shipped model's top-1 and top-4 scores and its calibration on a
-fixed slice of each held-out split: 40 problems of `test` and 40 of `family`, those with the smallest
+fixed slice of each held-out split: 40 problems each of `test`, `family` and `unseen`, those with the smallest
 sha256 of their problem id among the problems the split's evaluation scores
 (kernel_select/offline/training/held_out_slice.py). tests/fixtures/h100_held_out_slice.parquet holds the
 dataset rows of exactly those problems, so the scores are recomputed here in seconds, from the rows and
@@ -11,7 +11,7 @@ changed way of scoring that eval.json does not record fails.
 When the change is intended, write eval.json and the slice again, together, from the data the model was
 trained on (on a CPU, a few minutes):
 
-    kernel-select eval --data data/h100.parquet data/h100_coverage.parquet data/h100_layers.parquet \\
+    kernel-select eval --data 'data/h100*.parquet' \\
         --json-out models/h100/eval.json --pinned-rows tests/fixtures/h100_held_out_slice.parquet
 
 (with KERNEL_SELECT_MODELS_DIR unset or empty of an h100 model, so that models/h100 is the one scored).
@@ -46,6 +46,9 @@ SCORE_TOLERANCE = 1e-9
 CALIBRATION_TOLERANCE = 1e-6
 TOP_CALIBRATED = 16  # each problem's fastest configs, as model_extras.CALIBRATION_TOP
 USABLE = ("ok", "capped")
+#: The held-out splits eval.json pins a slice of: the frozen `test` and `family` and the `unseen` split,
+#: the one that says how the model does on shapes no training plan drew.
+SPLITS = ("test", "family", "unseen")
 
 
 @pytest.fixture(scope="module")
@@ -70,9 +73,9 @@ def test_eval_json_pins_the_shipped_model(pinned: dict, model: MLPModel):
 
 def test_the_slice_holds_the_rows_of_exactly_the_pinned_problems(pinned: dict, rows: pd.DataFrame):
     named = {split: result["problems"] for split, result in pinned["splits"].items()}
-    assert set(named) == {"test", "family"} and all(len(ids) == SLICE_PROBLEMS for ids in named.values())
+    assert set(named) == set(SPLITS) and all(len(ids) == SLICE_PROBLEMS for ids in named.values())
     assert all(ids == slice_ids(ids) for ids in named.values())  # sorted, no id twice
-    assert set(rows["problem_id"]) == set(named["test"]) | set(named["family"]), WRITE_AGAIN
+    assert set(rows["problem_id"]) == set().union(*named.values()), WRITE_AGAIN
     assert SLICE.stat().st_size < 4 << 20  # a few MB at most: it is committed
 
 
@@ -103,7 +106,7 @@ def recomputed(model: MLPModel, rows: pd.DataFrame) -> tuple[dict[str, float], f
     return topk, float(np.median(np.concatenate(errors)))
 
 
-@pytest.mark.parametrize("split", ["test", "family"])
+@pytest.mark.parametrize("split", SPLITS)
 def test_the_pinned_scores_are_what_the_shipped_model_scores_on_the_slice(pinned: dict, rows: pd.DataFrame,
                                                                           model: MLPModel, split: str):
     expected = pinned["splits"][split]
