@@ -67,10 +67,11 @@ def test_a_linear_layer_class_leads_then_those_never_trained_on_then_the_members
     for rest in (ranked[1:len(COVERAGE_CLASSES)], ranked[len(COVERAGE_CLASSES):]):
         keys = [(r.untrained, r.disagreement or 0.0) for r in rest]
         assert keys == sorted(keys, reverse=True)
-    # The H100 model never measured a batched bf16 GEMM of M > 4096: a quarter of that class's sample.
-    assert ranked[1].compile_class == COVERAGE_CLASSES[4] and ranked[1].untrained == 0.25
-    assert ranked[1].note().startswith("25% never trained on, disagreement 0.0")
-    assert all(r.disagreement > 0 for r in ranked) and ranked[2].note().startswith("disagreement 0.")
+    # The H100 model has trained on some problems of every stratum of these classes (its round-3 data
+    # reached batched GEMMs at every M bucket), so none is untrained and the rest follow the members'
+    # disagreement alone (test_identical_members_disagree_nowhere orders untrained classes first).
+    assert all(r.untrained == 0.0 for r in ranked)
+    assert all(r.disagreement > 0 for r in ranked) and ranked[1].note().startswith("disagreement 0.")
 
 
 def test_identical_members_disagree_nowhere():

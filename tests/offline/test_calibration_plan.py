@@ -163,7 +163,8 @@ def test_the_strata_a_plan_trains_on_are_counted_as_the_card_will_count_them(pla
 
 def test_a_plan_below_the_rate_passes_over_the_class_that_adds_rows_slowest():
     small_batched = COVERAGE_CLASSES[8]  # batched fp32 at M <= 16: ~20,000 rows per GPU-minute alone
-    order = list(dict.fromkeys([small_batched, COVERAGE_CLASSES[4], *COMPILE_CLASSES]))
+    # beside one faster class only: beside many, the plan that takes the fewest of each first lifts the rate
+    order = [small_batched, COVERAGE_CLASSES[4]]
     budget = Budget(5 * 60.0).collection_s
     at_any_rate = plan_calibration(H100, budget, WORKERS, classes=order, min_rows_per_gpu_minute=0)
     assert list(at_any_rate.classes)[0] == small_batched.name
@@ -171,4 +172,4 @@ def test_a_plan_below_the_rate_passes_over_the_class_that_adds_rows_slowest():
     held = plan_calibration(H100, budget, WORKERS, classes=order)
     assert small_batched.name in held.passed_over
     assert held.estimate.rows_per_gpu_minute() >= MIN_ROWS_PER_GPU_MINUTE
-    assert list(held.classes)[0] == COVERAGE_CLASSES[4].name  # the rest keep their order
+    assert list(held.classes) == [COVERAGE_CLASSES[4].name]

@@ -9,8 +9,8 @@ plans a few classes with many problems each (calibration_plan.py sizes them).
 Which classes, in two tiers:
 
   * COVERAGE_CLASSES reach every stratum the shipped models' domains list (model/card.py: op x dtype
-    x M bucket): single GEMMs in bf16, fp16 and fp32 at every M bucket, batched GEMMs in bf16 at every
-    M bucket and in fp16 and fp32 at M <= 16 (as far as the H100 model's data reaches: a batched fp32
+    x M bucket): single GEMMs in bf16, fp16 and fp32 at every M bucket, batched GEMMs in bf16 and fp16
+    at every M bucket and in fp32 at M <= 16 (as far as the H100 model's data reaches: a batched fp32
     class over every bucket compiles 3,380 core-seconds, 40% of a 15-minute plan on 15 workers),
     the layouts nn, nt and tn, and every alignment class of N and K (odd, 2, 4, 8, >= 16; never odd N
     with odd K, which the frozen `family` split holds out). `covering_classes` adds a class for any
@@ -88,7 +88,7 @@ COVERAGE_CLASSES: tuple[CompileClass, ...] = (
     CompileClass("bmm", "bfloat16", "nt", 16, 16),  # attention scores q @ k^T (K: the head dim)
     CompileClass("mm", "float32", "nn", 16, 16),
     CompileClass("mm", "bfloat16", "nt", 1, 2),
-    CompileClass("bmm", "float16", "nn", 16, 16, m_buckets=SMALL_M),  # batched decode steps
+    CompileClass("bmm", "float16", "nn", 16, 16),  # batched decode steps, prefill attention values
     CompileClass("bmm", "float32", "nt", 16, 16, m_buckets=SMALL_M),
 )
 EXTRA_CLASSES: tuple[CompileClass, ...] = (

@@ -10,7 +10,9 @@ starting model is least sure), and the plan follows it:
      a bf16 kernel and 3.3x that in float32, and a class's kernels serve all of its problems), at
      least PER_BUCKET_FOR_DOMAIN per M bucket (so the calibrated model claims its strata) and at
      most MAX_PER_CLASS; a class that does not fit with the fewest is passed over, and a cheaper one
-     after it may still fit;
+     after it may still fit. Where that leaves out a class that the fewest of every class, taken
+     first, would reach (a long early float32 class crowding out a later stratum), the plan is made
+     that way instead: every class's fewest, then each up to its balanced count as far as it fits;
   2. what is left of the budget goes to more problems of the classes taken, GROW_STEP at a time in
      priority order: their kernels are compiled by then, so these cost GPU time alone;
   3. a plan that would collect fewer than MIN_ROWS_PER_GPU_MINUTE rows per GPU-minute (a class of
@@ -117,11 +119,27 @@ def plan_calibration(device: DeviceSpec, budget_s: float, workers: int, *, max_p
     cap = max_problems if max_problems is not None else math.inf
     runs = _ClassRuns(device, seed)  # planned once, whatever the plans made of them
     slow: list[CompileClass] = []
+    whole = max_problems is None
     while True:
-        build = _Build(runs, cost.Simulation(workers, startup_s=startup_s), limit=budget_s * SAFETY)
-        for c in classes:
-            if c not in slow and cap - build.total >= 1:
-                _take_class(build, c, cap, max_problems is None, workers)
+        def built(fewest_first: bool) -> _Build:
+            build = _Build(runs, cost.Simulation(workers, startup_s=startup_s), limit=budget_s * SAFETY)
+            for c in classes:
+                if c not in slow and cap - build.total >= 1:
+                    _take_class(build, c, cap, whole)
+                    if not fewest_first and c in build.taken:
+                        _balance_class(build, c, cap, workers)
+            for c in list(build.taken) if fewest_first else ():
+                _balance_class(build, c, cap, workers)
+            return build
+
+        # A class's balanced problems, timed while the next class compiles, cost the plan little; but
+        # many of them early (float32's) can leave a later class out. Then the fewest of every class
+        # come first, and the balanced ones after them.
+        build = built(fewest_first=False)
+        if whole:
+            fewest = built(fewest_first=True)
+            if set(fewest.taken) - set(build.taken):
+                build = fewest
         if not build.taken:
             cheapest = min(wall_floor(build.simulation, runs.ordered(c, 0, SAMPLE), 1) for c in classes)
             raise OptionError(f"calibrate: {budget_s:.0f} s of collection fit no class of problems with "
@@ -138,19 +156,25 @@ def plan_calibration(device: DeviceSpec, budget_s: float, workers: int, *, max_p
                            passed_over=[c.name for c in classes if c not in build.taken])
 
 
-def _take_class(build: _Build, c: CompileClass, cap: float, whole: bool, workers: int) -> None:
-    """Class `c` into the plan with as many problems as fit (`balanced_count` at most; with `whole`,
-    at least `least_count`), or not at all."""
-    room = cap - build.total
-    least = int(min(room, least_count(c) if whole else 1))
+def _take_class(build: _Build, c: CompileClass, cap: float, whole: bool) -> None:
+    """Class `c` into the plan with its fewest problems (with `whole`, `least_count`: enough to claim
+    its strata; else one), or not at all."""
+    least = int(min(cap - build.total, least_count(c) if whole else 1))
     # A bound from a class's first few problems costs planning those few only: a class that cannot
     # fit is passed over without planning more.
     if wall_floor(build.simulation, build.runs.ordered(c, 0, min(least, SAMPLE)), least) > build.limit:
         return
-    if not build.fits(c)(least):
-        return
-    most = min(room, balanced_count(build.runs.ordered(c, 0, least), workers, least))
-    build.take(c, _largest_fitting(build.fits(c), most, least))
+    if build.fits(c)(least):
+        build.take(c, least)
+
+
+def _balance_class(build: _Build, c: CompileClass, cap: float, workers: int) -> None:
+    """More of class `c`, up to `balanced_count` (the problems its GPU times while the class's kernels
+    compile), as many as fit."""
+    first = build.taken[c]
+    most = min(first + cap - build.total, balanced_count(build.runs.ordered(c, 0, first), workers, first))
+    if most > first:
+        build.take(c, _largest_fitting(build.fits(c), most, first))
 
 
 def _grow(build: _Build, cap: float) -> None:
