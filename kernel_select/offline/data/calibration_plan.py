@@ -121,23 +121,19 @@ def plan_calibration(device: DeviceSpec, budget_s: float, workers: int, *, max_p
     slow: list[CompileClass] = []
     whole = max_problems is None
     while True:
-        def built(fewest_first: bool) -> _Build:
+        candidates = [c for c in classes if c not in slow]
+
+        def made(fewest_first: bool) -> _Build:
             build = _Build(runs, cost.Simulation(workers, startup_s=startup_s), limit=budget_s * SAFETY)
-            for c in classes:
-                if c not in slow and cap - build.total >= 1:
-                    _take_class(build, c, cap, whole)
-                    if not fewest_first and c in build.taken:
-                        _balance_class(build, c, cap, workers)
-            for c in list(build.taken) if fewest_first else ():
-                _balance_class(build, c, cap, workers)
+            _take_classes(build, candidates, cap, whole, workers, fewest_first)
             return build
 
         # A class's balanced problems, timed while the next class compiles, cost the plan little; but
         # many of them early (float32's) can leave a later class out. Then the fewest of every class
         # come first, and the balanced ones after them.
-        build = built(fewest_first=False)
+        build = made(fewest_first=False)
         if whole:
-            fewest = built(fewest_first=True)
+            fewest = made(fewest_first=True)
             if set(fewest.taken) - set(build.taken):
                 build = fewest
         if not build.taken:
@@ -154,6 +150,19 @@ def plan_calibration(device: DeviceSpec, budget_s: float, workers: int, *, max_p
                            classes={c.name: n for c, n in build.taken.items()},
                            estimate=build.simulation.result(), budget_s=budget_s, workers=workers,
                            passed_over=[c.name for c in classes if c not in build.taken])
+
+
+def _take_classes(build: _Build, classes: Sequence[CompileClass], cap: float, whole: bool, workers: int,
+                  fewest_first: bool) -> None:
+    """Each class in turn with its fewest problems, and up to its balanced count: right after its
+    fewest, or (`fewest_first`) once every class has its fewest."""
+    for c in classes:
+        if cap - build.total >= 1:
+            _take_class(build, c, cap, whole)
+            if not fewest_first and c in build.taken:
+                _balance_class(build, c, cap, workers)
+    for c in list(build.taken) if fewest_first else ():
+        _balance_class(build, c, cap, workers)
 
 
 def _take_class(build: _Build, c: CompileClass, cap: float, whole: bool) -> None:
