@@ -104,7 +104,8 @@ def register_eval(sub: Subparsers) -> None:
     p.add_argument("--model", default="mlp,analytical",
                    help="comma-separated registered performance models (default: %(default)s)")
     p.add_argument("--mlp-dir", default=None,
-                   help="evaluate the MLP saved in this directory instead of the shipped one")
+                   help="evaluate the MLP saved in this directory instead of the shipped one, and the "
+                        "cuBLAS gate saved beside it where there is one (else the serving gate)")
     add_device_arg(p, "device key (any case; default: from the dataset)")
     flags.add_json(p, "the report", file_form=True)
     p.add_argument("--pinned-rows", type=output_file, default=None, metavar="PARQUET",
@@ -252,8 +253,16 @@ def _eval_model_source(models: list, mlp_dir: str | None, spec: DeviceSpec) -> s
     if "mlp" not in models:
         return None
     if mlp_dir is not None:
-        return f"model: {printable(mlp_dir)} (--mlp-dir, for {spec.key})"
+        gate = "its own cuBLAS gate" if _folder_gate_path(mlp_dir).exists() else "the serving cuBLAS gate"
+        return f"model: {printable(mlp_dir)} (--mlp-dir, for {spec.key}; {gate})"
     return model_line(spec)
+
+
+def _folder_gate_path(model_dir: str) -> Path:
+    """Where a model folder written by `train` keeps its cuBLAS gate."""
+    from kernel_select.model.cublas import GATE_STEM
+
+    return Path(model_dir) / f"{GATE_STEM}.pt"
 
 
 def _data_device(key: str | None, paths: list[Path], rows: pd.DataFrame | None = None) -> DeviceSpec:
@@ -316,12 +325,16 @@ def run_eval(args: argparse.Namespace) -> int:
         frame, dropped = frame[~suspect], int(suspect.sum())
         say(f"dropped {dropped:,} suspect rows (capped single samples over {SUSPECT_RATIO:g}x the fastest "
             "config of their tile)", stderr=args.json)
+    gate = None  # the serving gate, unless the --mlp-dir folder holds the candidate's own
     if args.mlp_dir is not None:  # loaded for the device the data was measured on, unless named
+        from kernel_select.model.cublas import CublasGate
         from kernel_select.model.mlp import MLPModel
 
         models = [MLPModel.load(args.mlp_dir, device.key) if name == "mlp" else name for name in models]
+        if _folder_gate_path(args.mlp_dir).exists():
+            gate = CublasGate.load(args.mlp_dir, device, allow_same_architecture=True)
     if args.split == "held-out":
-        report = evaluate_splits(args.data, models, device=device, frame=frame)
+        report = evaluate_splits(args.data, models, device=device, frame=frame, gate=gate)
         if all("skipped" in r for r in report["splits"].values()):
             reasons = "; ".join(r["skipped"] for r in report["splits"].values())
             raise DatasetError(f"{', '.join(map(str, args.data))}: nothing to evaluate ({reasons}); pass "
@@ -331,7 +344,7 @@ def run_eval(args: argparse.Namespace) -> int:
             lines.append(format_paired(report["paired"]))
         lines += [f"shipped: {report['shipped_model']}", format_pinned(report["pinned"])]
     else:
-        report = evaluate(args.data, args.split, models, device=device, frame=frame)
+        report = evaluate(args.data, args.split, models, device=device, frame=frame, gate=gate)
         lines = [format_report(report)]
     if dropped is not None:
         report["dropped_suspect_rows"] = dropped

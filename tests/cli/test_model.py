@@ -58,6 +58,28 @@ def test_eval_loads_a_model_folder_for_the_device_the_data_was_measured_on(tmp_p
     assert json.loads(report_path.read_text())["device"] == "h200"
 
 
+def test_eval_scores_the_gate_saved_beside_the_candidate_mlp(tmp_path, capsys, monkeypatch):
+    """A folder `train` wrote holds its own cuBLAS gate: `eval --mlp-dir` applies that gate to the
+    "with cuBLAS" figures, not the one serving the device, and says which it used."""
+    data, out = tmp_path / "synthetic.parquet", tmp_path / "models" / "h100"
+    dataset.write(synthetic_frame({"train": 24, "val": 8, "test": 6}, configs_per_problem=16), data)
+    assert main(["train", "--data", str(data), "--out", str(out), "--epochs", "2", "--no-progress"]) == 0
+    assert main(["train-gate", "--data", str(data), "--out", str(out)]) == 0
+    capsys.readouterr()
+
+    def no_serving_gate(*args, **kwargs):
+        raise AssertionError("eval loaded the serving gate, not the folder's")
+
+    monkeypatch.setattr("kernel_select.model.load_gate", no_serving_gate)
+    report_path = tmp_path / "eval.json"
+    assert main(["eval", "--data", str(data), "--split", "test", "--mlp-dir", str(out), "--model", "mlp",
+                 "--json-out", str(report_path)]) == 0
+    assert "its own cuBLAS gate" in capsys.readouterr().out
+    report = json.loads(report_path.read_text())
+    assert report["with_cublas"]["gate"]["problems"] > 0 and "mlp+gate" in report["with_cublas"]["methods"]
+    assert "its own cuBLAS gate" in report["model_source"]
+
+
 def test_bad_input_is_a_one_line_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["eval", "--data", str(tmp_path / "missing.parquet")])

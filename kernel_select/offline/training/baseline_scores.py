@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -16,6 +16,9 @@ from kernel_select.device import DeviceSpec
 from kernel_select.offline.data import dataset
 from kernel_select.offline.metrics import geomean, measured_lookup, oracle_ms, topk_dict, topk_scores
 from kernel_select.problem import Problem
+
+if TYPE_CHECKING:
+    from kernel_select.model.cublas import CublasGate
 
 
 def random_report(groups: np.ndarray, runtime: np.ndarray, ks: Sequence[int], seeds: int) -> dict[str, Any]:
@@ -68,10 +71,12 @@ def default_report(default: DefaultBest, groups: np.ndarray, runtime: np.ndarray
 
 def with_cublas_report(df: pd.DataFrame, split: str, problem_ids: pd.Index, groups: np.ndarray,
                         runtime: np.ndarray, topk_best: dict[str, np.ndarray], default: DefaultBest,
-                        spec: DeviceSpec, ks: Sequence[int]) -> dict[str, Any]:
+                        spec: DeviceSpec, ks: Sequence[int], gate: CublasGate | None = None,
+                        ) -> dict[str, Any]:
     """What Inductor would get, where cuBLAS is always a candidate too: score = fastest of
-    (cuBLAS, every Triton config) / fastest of (cuBLAS, the method's configs). With the shipped
-    cuBLAS gate, problems it gates get cuBLAS alone (their Triton candidates are skipped)."""
+    (cuBLAS, every Triton config) / fastest of (cuBLAS, the method's configs). With a cuBLAS gate
+    (`gate`, else the one serving `spec`), problems it gates get cuBLAS alone (their Triton
+    candidates are skipped)."""
     from kernel_select.model import load_gate
     from kernel_select.model.cublas import DEFAULT_MARGIN
     from kernel_select.offline.training.cublas_fit import gate_metrics, problem_ratios, problems_of
@@ -93,7 +98,7 @@ def with_cublas_report(df: pd.DataFrame, split: str, problem_ids: pd.Index, grou
         "inductor_default": float(geomean(scores(default.best_ms))[0]),
         **{name: topk_dict(scores(best), ks) for name, best in topk_best.items()},
     }}
-    gate = load_gate(spec)
+    gate = gate if gate is not None else load_gate(spec)
     if gate is None:
         return out
     # the gate decides single GEMMs only (model.cublas.CublasGate.supports)

@@ -34,7 +34,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -62,6 +62,9 @@ from kernel_select.offline.metrics import (  # noqa: F401 - re-exported for call
 )
 from kernel_select.offline.training.nvmmh import nvmmh_report
 from kernel_select.problem import Problem
+
+if TYPE_CHECKING:
+    from kernel_select.model.cublas import CublasGate
 
 log = logging.getLogger(__name__)
 
@@ -116,22 +119,24 @@ def evaluate(data_path: str | Path | Sequence[str | Path], split: str = "test",
              models: Sequence[str | PerformanceModel] = ("mlp", "analytical"), *,
              device: DeviceSpec | str | None = None, ks: Sequence[int] = DEFAULT_KS,
              random_seeds: int = 20, default_torch_version: str = "2.11",
-             frame: pd.DataFrame | None = None) -> dict[str, Any]:
+             frame: pd.DataFrame | None = None, gate: CublasGate | None = None) -> dict[str, Any]:
     """Score models and baselines on one split of a dataset. Returns JSON-serializable data.
 
     `split` is one of `splits.py`'s: train, val, test (the hash split) or family (held-out
     architecture families and odd N). `models` are registry names (resolved with
     `get_model(name, device)`) or model instances. A model that cannot be loaded is reported as
     skipped with the reason, not raised. `frame`: the dataset, already read from `data_path`.
+    `gate`: the cuBLAS gate the "with cuBLAS" figures apply (default: the one serving the device).
     """
     return _evaluate(data_path, split, models, device=device, ks=ks, random_seeds=random_seeds,
-                     default_torch_version=default_torch_version, frame=frame)[0]
+                     default_torch_version=default_torch_version, frame=frame, gate=gate)[0]
 
 
 def _evaluate(data_path: str | Path | Sequence[str | Path], split: str,
               models: Sequence[str | PerformanceModel], *, device: DeviceSpec | str | None,
               ks: Sequence[int], random_seeds: int = 20, default_torch_version: str = "2.11",
-              frame: pd.DataFrame | None = None) -> tuple[dict[str, Any], dict[str, ModelScores]]:
+              frame: pd.DataFrame | None = None, gate: CublasGate | None = None,
+              ) -> tuple[dict[str, Any], dict[str, ModelScores]]:
     """`evaluate`'s report, and each evaluated model's per-problem scores (for `paired` over splits)."""
     frame = dataset.read_many(data_path) if frame is None else frame
     frame = splits.split_rows(frame, split)
@@ -177,7 +182,7 @@ def _evaluate(data_path: str | Path | Sequence[str | Path], split: str,
     methods["nvmatmulheuristics"] = nvmmh_report(rows, problems, groups, runtime, spec, ks)
     report["cublas"] = baseline_scores.cublas_report(df, groups, problem_ids, runtime)
     report["with_cublas"] = baseline_scores.with_cublas_report(df, split, problem_ids, groups, runtime,
-                                                               topk_best, default_best, spec, ks)
+                                                               topk_best, default_best, spec, ks, gate)
     return report, scores
 
 
