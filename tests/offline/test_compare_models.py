@@ -129,18 +129,29 @@ def test_summary_compares_device_times_over_the_models_that_have_them() -> None:
     assert "device/stock" in model_report.format_summary(model_report.summarize(results))
 
 
-class FakeSpinTimer(DeviceTimeTimer):
-    """DeviceTimeTimer without a GPU: the host 'enqueues' for `host_ms`, the GPU reaches the steps
-    when the spin ends; the spins are recorded."""
+class FakeClock:
+    """The host clock step_timing reads, advanced only by the fake enqueue: a loaded CI machine
+    cannot stretch a sleep past a spin and change what the test sees."""
 
-    def __init__(self, host_ms: float) -> None:  # no super().__init__: no CUDA events here
-        self.spin_ms, self.uncovered, self.host_ms, self.spins = 1.0, 0, host_ms, []
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+class FakeSpinTimer(DeviceTimeTimer):
+    """DeviceTimeTimer without a GPU: the host 'enqueues' for `host_ms` of the fake clock, the GPU
+    reaches the steps when the spin ends; the spins are recorded."""
+
+    def __init__(self, host_ms: float, clock: FakeClock) -> None:  # no super().__init__: no CUDA events
+        self.spin_ms, self.uncovered, self.host_ms, self.spins, self.clock = 1.0, 0, host_ms, [], clock
 
     def _spin(self, ms: float) -> None:
         self.spins.append(ms)
 
     def _enqueue(self, step: Any, repeats: int) -> None:
-        time.sleep(self.host_ms / 1e3)
+        self.clock.now += self.host_ms / 1e3
 
     def _elapsed_ms(self) -> float:
         return 1.0
@@ -149,13 +160,17 @@ class FakeSpinTimer(DeviceTimeTimer):
         return self.spins[-1]
 
 
-def test_device_timer_retimes_a_sample_behind_a_longer_spin_until_the_host_kept_up() -> None:
-    timer = FakeSpinTimer(host_ms=5.0)
+def test_device_timer_retimes_a_sample_behind_a_longer_spin_until_the_host_kept_up(monkeypatch) -> None:
+    from kernel_select.offline.e2e import step_timing
+
+    clock = FakeClock()
+    monkeypatch.setattr(step_timing, "time", clock)
+    timer = FakeSpinTimer(5.0, clock)
     assert timer(lambda: None, 1) == 1.0 and timer.uncovered == 0
-    assert timer.spins[0] == 1.0 and len(timer.spins) == 2 and timer.spins[1] >= 9.0  # 1 + 2 x 4 ms short
+    assert timer.spins == pytest.approx([1.0, 9.0])  # 4 ms short: grows by 2 x 4
     timer(lambda: None, 1)
     assert len(timer.spins) == 3  # the longer spin is kept: the next sample is covered at once
-    slow = FakeSpinTimer(host_ms=250.0)  # a host slower than any spin: capped, the sample flagged
+    slow = FakeSpinTimer(250.0, clock)  # a host slower than any spin: capped, the sample flagged
     slow(lambda: None, 1)
     assert slow.spin_ms == DeviceTimeTimer.MAX_SPIN_MS and slow.uncovered == 1
 
