@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from kernel_select.device import DeviceSpec
+    from kernel_select.model.cublas import CublasGate
 
 
 #: The files `train` writes into --out (the MLP's, then the cuBLAS gate's); `train-gate` writes the
@@ -247,22 +248,26 @@ def run_train_gate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _eval_model_source(models: list, mlp_dir: str | None, spec: DeviceSpec) -> str | None:
-    """The line naming the MLP `eval` scores: the folder --mlp-dir names, else the one serving the
-    device (a calibrated model first); None when no MLP is among the models."""
+def _eval_model_source(models: list, mlp_dir: str | None, spec: DeviceSpec, own_gate: bool) -> str | None:
+    """The line naming the MLP `eval` scores: the folder --mlp-dir names (and whether the gate is the
+    folder's own), else the one serving the device (a calibrated model first); None when no MLP is
+    among the models."""
     if "mlp" not in models:
         return None
     if mlp_dir is not None:
-        gate = "its own cuBLAS gate" if _folder_gate_path(mlp_dir).exists() else "the serving cuBLAS gate"
+        gate = "its own cuBLAS gate" if own_gate else "the serving cuBLAS gate"
         return f"model: {printable(mlp_dir)} (--mlp-dir, for {spec.key}; {gate})"
     return model_line(spec)
 
 
-def _folder_gate_path(model_dir: str) -> Path:
-    """Where a model folder written by `train` keeps its cuBLAS gate."""
-    from kernel_select.model.cublas import GATE_STEM
+def _folder_gate(model_dir: str | None, spec: DeviceSpec) -> CublasGate | None:
+    """The cuBLAS gate `train` saved in the --mlp-dir folder, or None (then the serving gate scores)."""
+    from kernel_select.model.cublas import GATE_STEM, CublasGate
+    from kernel_select.model.folders import holds_checkpoint
 
-    return Path(model_dir) / f"{GATE_STEM}.pt"
+    if model_dir is None or not holds_checkpoint(Path(model_dir), GATE_STEM):
+        return None
+    return CublasGate.load(model_dir, spec, allow_same_architecture=True)
 
 
 def _data_device(key: str | None, paths: list[Path], rows: pd.DataFrame | None = None) -> DeviceSpec:
@@ -315,7 +320,8 @@ def run_eval(args: argparse.Namespace) -> int:
                           "recomputed from; leave --drop-suspect out")
     frame = dataset.read_many(paths)  # read and checked once, before anything is printed
     device = _data_device(args.device, paths, frame)
-    source = _eval_model_source(models, args.mlp_dir, device)
+    gate = _folder_gate(args.mlp_dir, device)
+    source = _eval_model_source(models, args.mlp_dir, device, gate is not None)
     header = [data_device_text(device, args.device is not None), *([source] if source else [])]
     dropped = None
     if args.drop_suspect:
@@ -325,14 +331,10 @@ def run_eval(args: argparse.Namespace) -> int:
         frame, dropped = frame[~suspect], int(suspect.sum())
         say(f"dropped {dropped:,} suspect rows (capped single samples over {SUSPECT_RATIO:g}x the fastest "
             "config of their tile)", stderr=args.json)
-    gate = None  # the serving gate, unless the --mlp-dir folder holds the candidate's own
     if args.mlp_dir is not None:  # loaded for the device the data was measured on, unless named
-        from kernel_select.model.cublas import CublasGate
         from kernel_select.model.mlp import MLPModel
 
         models = [MLPModel.load(args.mlp_dir, device.key) if name == "mlp" else name for name in models]
-        if _folder_gate_path(args.mlp_dir).exists():
-            gate = CublasGate.load(args.mlp_dir, device, allow_same_architecture=True)
     if args.split == "held-out":
         report = evaluate_splits(args.data, models, device=device, frame=frame, gate=gate)
         if all("skipped" in r for r in report["splits"].values()):

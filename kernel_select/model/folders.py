@@ -50,7 +50,7 @@ def find_checkpoint(spec: DeviceSpec, stem: str, *,
     (`stand_in_by_design`)."""
     for folder, trained_for in model_folders(spec):
         if (folder / f"{stem}.pt").exists() or (folder / f"{stem}.json").exists():
-            if stem != MLP_STEM and not _holds(folder, MLP_STEM):
+            if stem != MLP_STEM and not holds_checkpoint(folder, MLP_STEM):
                 warn.warn_once(("partial folder", str(folder)), log,
                                "kernel_select: ignoring %s: it holds a %s checkpoint but no MLP (mlp.pt), "
                                "as an interrupted training leaves; the next folder with a model serves, with "
@@ -68,7 +68,8 @@ def find_checkpoint(spec: DeviceSpec, stem: str, *,
     return None
 
 
-def _holds(folder: Path, stem: str) -> bool:
+def holds_checkpoint(folder: Path, stem: str) -> bool:
+    """Whether `folder` holds checkpoint `stem` whole: its weights (.pt) and its card (.json)."""
     return (folder / f"{stem}.pt").exists() and (folder / f"{stem}.json").exists()
 
 

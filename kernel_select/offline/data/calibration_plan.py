@@ -121,21 +121,18 @@ def plan_calibration(device: DeviceSpec, budget_s: float, workers: int, *, max_p
     slow: list[CompileClass] = []
     whole = max_problems is None
     while True:
-        candidates = [c for c in classes if c not in slow]
-
         def made(fewest_first: bool) -> _Build:
             build = _Build(runs, cost.Simulation(workers, startup_s=startup_s), limit=budget_s * SAFETY)
-            _take_classes(build, candidates, cap, whole, workers, fewest_first)
+            _take_classes(build, [c for c in classes if c not in slow], cap, whole, workers, fewest_first)
             return build
 
+        build = made(fewest_first=False)
         # A class's balanced problems, timed while the next class compiles, cost the plan little; but
         # many of them early (float32's) can leave a later class out. Then the fewest of every class
         # come first, and the balanced ones after them.
-        build = made(fewest_first=False)
-        if whole:
-            fewest = made(fewest_first=True)
-            if set(fewest.taken) - set(build.taken):
-                build = fewest
+        fewest = made(fewest_first=True) if whole else build
+        if set(fewest.taken) - set(build.taken):
+            build = fewest
         if not build.taken:
             cheapest = min(wall_floor(build.simulation, runs.ordered(c, 0, SAMPLE), 1) for c in classes)
             raise OptionError(f"calibrate: {budget_s:.0f} s of collection fit no class of problems with "
@@ -161,8 +158,9 @@ def _take_classes(build: _Build, classes: Sequence[CompileClass], cap: float, wh
             _take_class(build, c, cap, whole)
             if not fewest_first and c in build.taken:
                 _balance_class(build, c, cap, workers)
-    for c in list(build.taken) if fewest_first else ():
-        _balance_class(build, c, cap, workers)
+    if fewest_first:
+        for c in list(build.taken):
+            _balance_class(build, c, cap, workers)
 
 
 def _take_class(build: _Build, c: CompileClass, cap: float, whole: bool) -> None:
