@@ -38,7 +38,8 @@ _REGISTER: tuple[Callable[[Subparsers], None], ...] = (
     space.register, select_cmds.register_topk, select_cmds.register_demo, data.register_shapes,
     data.register_bench, data.register_audit, data.register_fidelity, lut.register, compare.register,
     compare_models.register,
-    model.register_train, model.register_train_gate, model.register_eval, model.register_gate_rules,
+    model.register_train, model.register_train_gate, model.register_average_models,
+    model.register_eval, model.register_gate_rules,
     calibrate.register,
     serving.register, doctor.register,
 )

@@ -260,6 +260,9 @@ class MLPModel(PerformanceModel):
         init = self.card.hyperparameters.get("init")
         if isinstance(init, dict):  # fine-tuned (train --init): say from what
             trained_on += f", fine-tuned from the {init.get('device')} model"
+        averaged_from = self.card.hyperparameters.get("averaged")
+        if isinstance(averaged_from, list):  # kernel-select average-models
+            trained_on += f", the average of {len(averaged_from)} trained models"
         members = self.card.architecture.members
         averaged = f" x {members} averaged" if members > 1 else ""
         return (f"mlp model for {self.device.key}, features v{self.card.feature_version}, "

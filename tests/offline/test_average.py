@@ -1,0 +1,111 @@
+"""`average-models`: several trained MLPs become one whose prediction is the mean of every member's log ms."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kernel_select.cli import main
+from kernel_select.errors import OptionError
+from kernel_select.model.card import DataProvenance
+from kernel_select.model.cublas import CublasGate
+from kernel_select.model.mlp import MLPModel
+from kernel_select.offline.data import dataset, splits
+from kernel_select.offline.training.average import average_models
+from kernel_select.offline.training.cublas_fit import save_problem_net
+from kernel_select.offline.training.train import save_model
+from kernel_select.problem import Problem
+from kernel_select.space import for_problem
+from tests.synthetic import synthetic_frame, untrained_mlp, untrained_problem_net
+
+PROBLEMS = (Problem(560, 1280, 3420, "bfloat16"), Problem(77, 4095, 1000, "float16"),
+            Problem(4096, 4096, 64, "bfloat16", batch=24, op="bmm"))
+DATA = DataProvenance(file="x.parquet", sha256="ab" * 32, rows=10, problems={"train": 1, "val": 1},
+                      device_names=["NVIDIA H100 80GB HBM3"], torch_versions=[], triton_versions=[])
+
+
+def trained_like(seed: int, members: int, *, widths=(16, 16), data: DataProvenance = DATA) -> MLPModel:
+    """An untrained MLP standardized as a training run would (its own mean and std per feature),
+    with a recorded dataset: averaging must carry each member across standardizations."""
+    model = untrained_mlp(widths, seed=seed, members=members)
+    rng = np.random.default_rng(seed)
+    count = len(model.card.feature_names)
+    card = model.card.model_copy(update={"feature_mean": rng.normal(0, 2, count).tolist(),
+                                         "feature_std": rng.uniform(0.3, 3, count).tolist(), "data": data})
+    return MLPModel(model.device, model.net, card)
+
+
+def log_ms(model: MLPModel, problem: Problem) -> np.ndarray:
+    return np.log(model.predict(problem, model.device, for_problem(problem, "h100")))
+
+
+@pytest.mark.parametrize("problem", PROBLEMS, ids=lambda p: f"{p.op}-{p.dtype}-{p.m}")
+def test_the_average_predicts_the_mean_of_every_members_log_runtime(problem):
+    two, one = trained_like(0, members=2), trained_like(1, members=1)
+    averaged = average_models([two, one], ["two", "one"])
+    assert averaged.card.architecture.members == 3
+    expected = (2 * log_ms(two, problem) + log_ms(one, problem)) / 3  # members weigh alike
+    np.testing.assert_allclose(log_ms(averaged, problem), expected, atol=2e-5)
+    # the sources are untouched: their first layers still read their own standardization
+    np.testing.assert_array_equal(log_ms(one, problem), log_ms(trained_like(1, members=1), problem))
+
+
+def test_the_card_records_what_was_averaged_and_keeps_the_first_models_standardization():
+    first, second = trained_like(0, members=2), trained_like(1, members=2)
+    averaged = average_models([first, second], ["a/", "b/"])
+    card = averaged.card
+    assert card.feature_mean == first.card.feature_mean and card.feature_std == first.card.feature_std
+    assert card.hyperparameters["members"] == 4
+    assert [(r["dir"], r["digest"]) for r in card.hyperparameters["averaged"]] == [
+        ("a/", first.digest()), ("b/", second.digest())]
+    assert card.kernel_overhead_ms == pytest.approx(
+        np.mean([first.net.kernel_overhead_ms, second.net.kernel_overhead_ms]))
+
+
+@pytest.mark.parametrize("other, why", [
+    (lambda: trained_like(1, members=1, widths=(16, 8)), "hidden widths"),
+    (lambda: trained_like(1, members=1, data=DATA.model_copy(update={"sha256": "cd" * 32})), "data"),
+])
+def test_models_of_another_shape_or_data_are_refused(other, why):
+    with pytest.raises(OptionError, match=why):
+        average_models([trained_like(0, members=1), other()], ["a", "b"])
+
+
+def test_more_members_than_a_card_holds_or_a_single_model_are_refused():
+    with pytest.raises(OptionError, match="at most 8"):
+        average_models([trained_like(i, members=3) for i in range(3)])
+    with pytest.raises(OptionError, match="at least two"):
+        average_models([trained_like(0, members=2)])
+
+
+def test_the_command_writes_one_scored_model_with_the_first_folders_gate(tmp_path, capsys):
+    data = tmp_path / "synthetic.parquet"
+    dataset.write(synthetic_frame({"train": 2, "val": 6, "test": 3}, configs_per_problem=40), data)
+    first, second = tmp_path / "fine-tuned", tmp_path / "scratch"
+    save_model(trained_like(0, members=2), first)
+    save_problem_net(untrained_problem_net(CublasGate), first)
+    save_model(trained_like(1, members=2), second)
+    out = tmp_path / "averaged"
+    assert main(["average-models", str(first), str(second), "--data", str(data), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    val = splits.split_rows(dataset.read(data), "val")["problem_id"].nunique()  # val minus `family`
+    assert "averaged 2 models into 4 members" in printed and f"topk='auto' on {val} val problems" in printed
+    model = MLPModel.load(out, "h100")
+    assert model.card.architecture.members == 4
+    assert model.card.metrics["auto_topk_val"]["problems"] == val
+    assert model.card.metrics["held_out"]["test"]["problems"] == 3
+    assert (out / "cublas_gate.pt").read_bytes() == (first / "cublas_gate.pt").read_bytes()
+    problem = PROBLEMS[0]
+    expected = sum(log_ms(MLPModel.load(folder, "h100"), problem) for folder in (first, second)) / 2
+    np.testing.assert_allclose(log_ms(model, problem), expected, atol=2e-5)
+
+
+def test_the_command_refuses_one_folder(tmp_path, capsys):
+    save_model(trained_like(0, members=2), tmp_path / "m")
+    data = tmp_path / "d.parquet"
+    dataset.write(synthetic_frame({"train": 1, "val": 1}, configs_per_problem=10), data)
+    with pytest.raises(SystemExit) as exited:
+        main(["average-models", str(tmp_path / "m"), "--data", str(data), "--out", str(tmp_path / "out")])
+    assert exited.value.code == 2
+    assert "two or more model folders" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
