@@ -98,13 +98,15 @@ def register_average_models(sub: Subparsers) -> None:
                                    "the model predicts their mean log runtime. Then choose its "
                                    "topk='auto' rule on the 'val' problems of --data, score it on the "
                                    "held-out splits, and write it to --out with the first DIR's cuBLAS "
-                                   "time head and gate.")
+                                   "time head and gate (--gate: another folder's gate).")
     p.add_argument("model_dirs", nargs="+", metavar="DIR",
                    help="model folders written by train (two or more)")
     p.add_argument("--data", required=True, nargs="+", metavar="PARQUET",
                    help="the dataset file(s) or glob patterns the models were trained on, read as one")
     p.add_argument("--out", type=output_dir, required=True, help="output directory, e.g. models/h100/")
     add_device_arg(p, "device the models are for (any case; default: the one the dataset's rows name)")
+    p.add_argument("--gate", default=None, metavar="DIR",
+                   help="write the cuBLAS gate saved in DIR with the model (default: the first DIR's)")
     p.set_defaults(handler=run_average_models)
 
 
@@ -259,10 +261,11 @@ def run_average_models(args: argparse.Namespace) -> int:
 
     paths = require_rows(args.data, "averaging models")
     device = _data_device(args.device, paths)
-    model = average_dirs(args.model_dirs, args.data, args.out, device)
+    model = average_dirs(args.model_dirs, args.data, args.out, device, gate_dir=args.gate)
     say(data_device_text(device, args.device is not None))
-    say(f"averaged {len(args.model_dirs)} models into {model.card.architecture.members} members; "
-        f"wrote {printable(args.out)}")
+    gate = model.card.hyperparameters.get("gate", {}).get("dir", "none")
+    say(f"averaged {len(args.model_dirs)} models into {model.card.architecture.members} members, the cuBLAS "
+        f"gate of {printable(gate)}; wrote {printable(args.out)}")
     auto = model.card.metrics["auto_topk_val"]
     say(f"topk='auto' on {auto['problems']} val problems: {auto['rule']} rule: {auto['score']:.4f} at "
         f"{auto['mean_k']:.2f} configs per problem (top-4 {auto['top4_score']:.4f})")

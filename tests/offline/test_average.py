@@ -100,6 +100,31 @@ def test_the_command_writes_one_scored_model_with_the_first_folders_gate(tmp_pat
     np.testing.assert_allclose(log_ms(model, problem), expected, atol=2e-5)
 
 
+def test_the_gate_of_another_folder_is_written_with_its_figures(tmp_path, capsys):
+    data = tmp_path / "synthetic.parquet"
+    dataset.write(synthetic_frame({"train": 2, "val": 4, "test": 3}, configs_per_problem=20), data)
+    first, second, gates = tmp_path / "a", tmp_path / "b", tmp_path / "gates"
+    save_model(trained_like(0, members=1), first)
+    save_problem_net(untrained_problem_net(CublasGate, seed=1), first)
+    save_model(trained_like(1, members=1), second)
+    gate = untrained_problem_net(CublasGate, seed=2)
+    gate.card.metrics["validation"] = {"problems": 7, "sign_accuracy": 0.5}
+    save_problem_net(gate, gates)
+    out = tmp_path / "out"
+    assert main(["average-models", str(first), str(second), "--data", str(data), "--out", str(out),
+                 "--gate", str(gates)]) == 0
+    assert f"the cuBLAS gate of {gates}" in capsys.readouterr().out
+    assert (out / "cublas_gate.pt").read_bytes() == (gates / "cublas_gate.pt").read_bytes()
+    card = MLPModel.load(out, "h100").card
+    assert card.hyperparameters["gate"]["digest"] == gate.digest()
+    assert card.metrics["cublas_gate"] == {"problems": 7, "sign_accuracy": 0.5}
+    assert card.metrics["cublas_by_layout"]["nn"]["problems"] > 0  # recomputed for the gate written
+    with pytest.raises(SystemExit):  # a folder without a gate: refused, nothing written
+        main(["average-models", str(first), str(second), "--data", str(data), "--out", str(tmp_path / "no"),
+              "--gate", str(second)])
+    assert not (tmp_path / "no").exists()
+
+
 def test_the_command_refuses_one_folder(tmp_path, capsys):
     save_model(trained_like(0, members=2), tmp_path / "m")
     data = tmp_path / "d.parquet"

@@ -27,10 +27,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 
 from kernel_select.device import DeviceSpec
-from kernel_select.errors import OptionError
+from kernel_select.errors import ModelError, OptionError
 from kernel_select.model.card import MAX_MEMBERS, utc_now
 from kernel_select.model.cublas import GATE_STEM, CublasGate
 from kernel_select.model.folder_write import check_model_folder
@@ -38,6 +39,7 @@ from kernel_select.model.folders import holds_checkpoint
 from kernel_select.model.mlp import AveragedRuntimeNet, MLPModel, RuntimeNet, architecture
 from kernel_select.offline.data import dataset
 from kernel_select.offline.training.auto_refit import refit_auto
+from kernel_select.offline.training.cublas_fit import cublas_errors_by_layout
 
 log = logging.getLogger(__name__)
 
@@ -76,13 +78,16 @@ def average_models(models: Sequence[MLPModel], sources: Sequence[str] | None = N
 
 
 def average_dirs(model_dirs: Sequence[str | Path], data_path: str | Path | Sequence[str | Path],
-                 out_dir: str | Path, device: DeviceSpec | str | None = None) -> MLPModel:
+                 out_dir: str | Path, device: DeviceSpec | str | None = None, *,
+                 gate_dir: str | Path | None = None) -> MLPModel:
     """Average the MLPs saved in `model_dirs` (`average_models`), choose the result's `topk="auto"`
     rule on the `val` problems of `data_path` (the data they were trained on), score it on the held-out
-    splits, and write it to `out_dir` with the first folder's cuBLAS time head and gate.
+    splits, and write it to `out_dir` with the first folder's cuBLAS time head and the cuBLAS gate of
+    `gate_dir` (default: the first folder's; the gate reads no MLP output, so another training's gate
+    serves as well). The card's cuBLAS figures are those of the head and gate written.
 
     Raises:
-        ModelError: a folder holds no loadable MLP, or `out_dir` cannot be written.
+        ModelError: a folder holds no loadable MLP, `gate_dir` no gate, or `out_dir` cannot be written.
         OptionError: the models cannot be averaged (`average_models`).
         DatasetError: the data cannot be read or has no `val` problems.
     """
@@ -91,13 +96,17 @@ def average_dirs(model_dirs: Sequence[str | Path], data_path: str | Path | Seque
     check_model_folder(out_dir)  # before any work
     models = [MLPModel.load(path, device, allow_same_architecture=True) for path in model_dirs]
     averaged = average_models(models, [str(path) for path in model_dirs])
+    gate_dir = Path(model_dirs[0] if gate_dir is None else gate_dir)
+    gate = None
+    if holds_checkpoint(gate_dir, GATE_STEM):
+        gate = CublasGate.load(gate_dir, averaged.device, allow_same_architecture=True)
+    elif gate_dir != Path(model_dirs[0]):
+        raise ModelError(f"{gate_dir}: no cuBLAS gate here ({GATE_STEM}.pt) to write with the averaged model")
     paths = dataset.expand_paths(data_path)
     frame = dataset.read_many(paths)
     refit_auto(averaged, frame)
     attach_held_out(averaged, paths, frame)
-    first = Path(model_dirs[0])
-    gate = (CublasGate.load(first, averaged.device, allow_same_architecture=True)
-            if holds_checkpoint(first, GATE_STEM) else None)
+    _record_cublas(averaged, gate, gate_dir, frame)
     save_model(averaged, out_dir, gate)
     log.info("averaged %d models (%d members) -> %s", len(models), averaged.card.architecture.members,
              out_dir)
@@ -146,6 +155,18 @@ def _check_alike(models: Sequence[MLPModel], sources: Sequence[str]) -> None:
 
 #: Card metrics about the cuBLAS time head and gate, which the averaged folder takes from the first.
 CUBLAS_METRICS = ("aten_head", "cublas_gate", "cublas_by_layout")
+
+
+def _record_cublas(model: MLPModel, gate: CublasGate | None, gate_dir: Path, frame: pd.DataFrame) -> None:
+    """The card's figures for the cuBLAS gate written beside `model` (where from, its validation
+    figures) and, per layout, for it and the time head on the held-out single GEMMs of `frame`."""
+    model.card.hyperparameters.pop("gate", None)  # an averaged first model's record
+    if gate is None:
+        model.card.metrics["cublas_gate"] = {"skipped": f"no cuBLAS gate in {gate_dir}"}
+    else:
+        model.card.metrics["cublas_gate"] = gate.card.metrics.get("validation", {})
+        model.card.hyperparameters["gate"] = {"dir": str(gate_dir), "digest": gate.digest()}
+    model.card.metrics["cublas_by_layout"] = cublas_errors_by_layout(frame, model.aten, gate)
 
 
 def _averaged_metrics(models: Sequence[MLPModel]) -> dict[str, Any]:
