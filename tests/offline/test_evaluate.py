@@ -199,3 +199,43 @@ def test_train_and_evaluate_share_one_device_rule(tiny, tmp_path, caplog):
         device_rows(mixed, "h200", [mixed_path])
     with pytest.raises(DatasetError, match="tiny.parquet: no rows to use"):  # not "devices []"
         evaluate(path, "family", [TableModel(table)])
+
+
+class OutsideItsDomain(PerformanceModel):
+    """Another model's predictions, from a model whose training covered no problem (domain_gap)."""
+
+    name = "outside"
+
+    def __init__(self, inner):
+        super().__init__("h100")
+        self.inner = inner
+
+    def predict(self, problem, device, configs):
+        return self.inner.predict(problem, device, configs)
+
+    def domain_gap(self, problem):
+        return "no training problem like it"
+
+
+def test_the_gate_skips_triton_only_where_the_handler_lets_it_decide(tmp_path):
+    """decision.py makes no cuBLAS decision for a problem outside the model's domain (Inductor
+    benchmarks cuBLAS and the configs): eval's "+gate" figures skip Triton only inside it."""
+    import torch
+
+    from kernel_select.model.cublas import CublasGate
+    from tests.synthetic import synthetic_frame, untrained_mlp, untrained_problem_net
+
+    path = tmp_path / "d.parquet"
+    dataset.write(synthetic_frame({"train": 0, "val": 0, "test": 5}, configs_per_problem=30), path)
+    gate = untrained_problem_net(CublasGate)
+    with torch.no_grad():  # cuBLAS predicted e^5 times faster everywhere: the gate skips every Triton
+        gate.net[-1].weight.zero_()
+        gate.net[-1].bias.fill_(-5.0)
+    inside = untrained_mlp()
+    report = evaluate(path, "test", [inside, OutsideItsDomain(inside)], device="h100", gate=gate)
+    with_cublas = report["with_cublas"]
+    assert with_cublas["gate"]["margins"]["0.15"]["gated"] == 1.0
+    for k in ("1", "4"):
+        assert with_cublas["methods"]["mlp+gate"][k] == pytest.approx(with_cublas["methods"]["cublas"])
+        assert with_cublas["methods"]["outside+gate"][k] == pytest.approx(with_cublas["methods"]["outside"][k])
+    assert with_cublas["gate"]["benchmarked_outside_domain"] == {"mlp": 0, "outside": 5}

@@ -72,11 +72,13 @@ def default_report(default: DefaultBest, groups: np.ndarray, runtime: np.ndarray
 def with_cublas_report(df: pd.DataFrame, split: str, problem_ids: pd.Index, groups: np.ndarray,
                         runtime: np.ndarray, topk_best: dict[str, np.ndarray], default: DefaultBest,
                         spec: DeviceSpec, ks: Sequence[int], gate: CublasGate | None = None,
-                        ) -> dict[str, Any]:
+                        inside: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
     """What Inductor would get, where cuBLAS is always a candidate too: score = fastest of
     (cuBLAS, every Triton config) / fastest of (cuBLAS, the method's configs). With a cuBLAS gate
     (`gate`, else the one serving `spec`), problems it gates get cuBLAS alone (their Triton
-    candidates are skipped)."""
+    candidates are skipped), as the handler decides: only where the method's model covers the
+    problem (`inside`: per method, per problem of `problem_ids`, whether it lies in the model's
+    domain; outside it the handler makes no cuBLAS decision and benchmarks both, decision.py)."""
     from kernel_select.model import load_gate
     from kernel_select.model.cublas import DEFAULT_MARGIN
     from kernel_select.offline.training.cublas_fit import gate_metrics, problem_ratios, problems_of
@@ -106,8 +108,13 @@ def with_cublas_report(df: pd.DataFrame, split: str, problem_ids: pd.Index, grou
     out["gate"] = {"margin": DEFAULT_MARGIN, "split": split, **gate_metrics(gate, table)}
     gated = np.zeros(len(problem_ids), dtype=bool)
     gated[problem_ids.get_indexer(table.index)] = gate.skips_triton(problems_of(table), DEFAULT_MARGIN)
+    left = {}
     for name, best in topk_best.items():  # a skipped problem gets cuBLAS alone
-        out["methods"][f"{name}+gate"] = topk_dict(scores(np.where(gated[:, None], np.inf, best)), ks)
+        decided = gated & inside[name] if inside is not None and name in inside else gated
+        left[name] = int((gated & ~decided).sum())
+        out["methods"][f"{name}+gate"] = topk_dict(scores(np.where(decided[:, None], np.inf, best)), ks)
+    # problems the gate would skip that the handler benchmarks anyway, outside the method's model's domain
+    out["gate"]["benchmarked_outside_domain"] = left
     return out
 
 

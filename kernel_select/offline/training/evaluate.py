@@ -156,6 +156,7 @@ def _evaluate(data_path: str | Path | Sequence[str | Path], split: str,
     default_best = baseline_scores.default_best(rows, problems, groups, runtime, spec, default_torch_version)
     aten = baseline_scores.aten_ms(df).reindex(problem_ids).to_numpy(np.float64)
     topk_best: dict[str, np.ndarray] = {}  # model name -> best measured ms in its top-k, per problem
+    inside: dict[str, np.ndarray] = {}  # model name -> per problem, whether it lies in the model's domain
     scores: dict[str, ModelScores] = {}
     for name, model in resolved.items():
         try:
@@ -170,6 +171,7 @@ def _evaluate(data_path: str | Path | Sequence[str | Path], split: str,
         methods[name].update(layout_report(model, problems["layout"].to_numpy(), groups, predicted, runtime,
                                            ks))
         topk_best[name] = best_in_top_k(groups, predicted, runtime, ks)
+        inside[name] = np.array([not model.domain_gap(problem) for problem, _ in cases], dtype=bool)
         scores[name] = ModelScores(oracle_ms(groups, runtime)[:, None] / topk_best[name],
                                    trained_layout_mask(model, problems["layout"].to_numpy()))
         methods[name].update(_model_extras(model, cases, problems, groups, predicted, runtime, aten,
@@ -182,7 +184,8 @@ def _evaluate(data_path: str | Path | Sequence[str | Path], split: str,
     methods["nvmatmulheuristics"] = nvmmh_report(rows, problems, groups, runtime, spec, ks)
     report["cublas"] = baseline_scores.cublas_report(df, groups, problem_ids, runtime)
     report["with_cublas"] = baseline_scores.with_cublas_report(df, split, problem_ids, groups, runtime,
-                                                               topk_best, default_best, spec, ks, gate)
+                                                               topk_best, default_best, spec, ks, gate,
+                                                               inside)
     return report, scores
 
 
