@@ -13,6 +13,7 @@ from kernel_select.model.mlp import MLPModel
 from kernel_select.offline.data import dataset, splits
 from kernel_select.offline.training.average import average_models
 from kernel_select.offline.training.cublas_fit import save_problem_net
+from kernel_select.offline.training.training_data import file_hashes
 from kernel_select.offline.training.train import save_model
 from kernel_select.problem import Problem
 from kernel_select.space import for_problem
@@ -33,6 +34,13 @@ def trained_like(seed: int, members: int, *, widths=(16, 16), data: DataProvenan
     card = model.card.model_copy(update={"feature_mean": rng.normal(0, 2, count).tolist(),
                                          "feature_std": rng.uniform(0.3, 3, count).tolist(), "data": data})
     return MLPModel(model.device, model.net, card)
+
+
+def written(tmp_path, problems_per_split: dict[str, int], configs: int) -> tuple[object, DataProvenance]:
+    """A synthetic dataset file and the data record of a model trained on it."""
+    path = tmp_path / "synthetic.parquet"
+    dataset.write(synthetic_frame(problems_per_split, configs_per_problem=configs), path)
+    return path, DATA.model_copy(update={"file": path.name, "sha256": file_hashes([path])[1]})
 
 
 def log_ms(model: MLPModel, problem: Problem) -> np.ndarray:
@@ -79,12 +87,11 @@ def test_more_members_than_a_card_holds_or_a_single_model_are_refused():
 
 
 def test_the_command_writes_one_scored_model_with_the_first_folders_gate(tmp_path, capsys):
-    data = tmp_path / "synthetic.parquet"
-    dataset.write(synthetic_frame({"train": 2, "val": 6, "test": 3}, configs_per_problem=40), data)
+    data, record = written(tmp_path, {"train": 2, "val": 6, "test": 3}, configs=40)
     first, second = tmp_path / "fine-tuned", tmp_path / "scratch"
-    save_model(trained_like(0, members=2), first)
+    save_model(trained_like(0, members=2, data=record), first)
     save_problem_net(untrained_problem_net(CublasGate), first)
-    save_model(trained_like(1, members=2), second)
+    save_model(trained_like(1, members=2, data=record), second)
     out = tmp_path / "averaged"
     assert main(["average-models", str(first), str(second), "--data", str(data), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
@@ -101,12 +108,11 @@ def test_the_command_writes_one_scored_model_with_the_first_folders_gate(tmp_pat
 
 
 def test_the_gate_of_another_folder_is_written_with_its_figures(tmp_path, capsys):
-    data = tmp_path / "synthetic.parquet"
-    dataset.write(synthetic_frame({"train": 2, "val": 4, "test": 3}, configs_per_problem=20), data)
+    data, record = written(tmp_path, {"train": 2, "val": 4, "test": 3}, configs=20)
     first, second, gates = tmp_path / "a", tmp_path / "b", tmp_path / "gates"
-    save_model(trained_like(0, members=1), first)
+    save_model(trained_like(0, members=1, data=record), first)
     save_problem_net(untrained_problem_net(CublasGate, seed=1), first)
-    save_model(trained_like(1, members=1), second)
+    save_model(trained_like(1, members=1, data=record), second)
     gate = untrained_problem_net(CublasGate, seed=2)
     gate.card.metrics["validation"] = {"problems": 7, "sign_accuracy": 0.5}
     save_problem_net(gate, gates)
@@ -123,6 +129,20 @@ def test_the_gate_of_another_folder_is_written_with_its_figures(tmp_path, capsys
         main(["average-models", str(first), str(second), "--data", str(data), "--out", str(tmp_path / "no"),
               "--gate", str(second)])
     assert not (tmp_path / "no").exists()
+
+
+def test_data_the_models_were_not_trained_on_is_refused_before_it_is_read(tmp_path, capsys):
+    data, record = written(tmp_path, {"train": 1, "val": 2}, configs=10)
+    for seed in (0, 1):
+        save_model(trained_like(seed, members=1, data=record), tmp_path / f"m{seed}")
+    other = tmp_path / "other.parquet"
+    dataset.write(synthetic_frame({"train": 1, "val": 2}, configs_per_problem=10, seed=3), other)
+    with pytest.raises(SystemExit) as exited:
+        main(["average-models", str(tmp_path / "m0"), str(tmp_path / "m1"), "--data", str(other),
+              "--out", str(tmp_path / "out")])
+    assert exited.value.code == 2
+    assert "trained on synthetic.parquet" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
 
 
 def test_the_command_refuses_one_folder(tmp_path, capsys):

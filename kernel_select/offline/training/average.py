@@ -40,6 +40,7 @@ from kernel_select.model.mlp import AveragedRuntimeNet, MLPModel, RuntimeNet, ar
 from kernel_select.offline.data import dataset
 from kernel_select.offline.training.auto_refit import refit_auto
 from kernel_select.offline.training.cublas_fit import cublas_errors_by_layout
+from kernel_select.offline.training.training_data import file_hashes
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,7 @@ def average_dirs(model_dirs: Sequence[str | Path], data_path: str | Path | Seque
     elif gate_dir != Path(model_dirs[0]):
         raise ModelError(f"{gate_dir}: no cuBLAS gate here ({GATE_STEM}.pt) to write with the averaged model")
     paths = dataset.expand_paths(data_path)
+    _check_trained_on(averaged, paths)
     frame = dataset.read_many(paths)
     refit_auto(averaged, frame)
     attach_held_out(averaged, paths, frame)
@@ -111,6 +113,16 @@ def average_dirs(model_dirs: Sequence[str | Path], data_path: str | Path | Seque
     log.info("averaged %d models (%d members) -> %s", len(models), averaged.card.architecture.members,
              out_dir)
     return averaged
+
+
+def _check_trained_on(model: MLPModel, paths: Sequence[Path]) -> None:
+    """Refuse data other than the files the models were trained on: the auto rule is chosen on their
+    `val` problems and the card keeps their record."""
+    recorded = model.card.data
+    _, combined = file_hashes(paths)
+    if recorded is not None and combined != recorded.sha256:
+        raise OptionError(f"--data: the models were trained on {recorded.file}; these files are not those "
+                          "(another file or content): pass the files they were trained on")
 
 
 def _members(model: MLPModel) -> list[RuntimeNet]:
