@@ -9,6 +9,9 @@ learners meet the same problems and `paired` compares each with the shipped MLP:
   mlp               the shipped model, models/h100 as it is (the baseline)
   gbdt_lambdarank   LightGBM lambdarank, one query per problem (offline/training/gbdt_fit.py)
   gbdt_regression   LightGBM regression of log runtime
+  NAME              with --mlp-dirs NAME=DIR,...: the MLP saved in DIR (a candidate trained apart, the
+                    model the shipped one replaced), scored as it is; DIR:i is its member i alone, and
+                    DIR+DIR... the average of several (`kernel-select average-models`, not saved)
   mlp_<variant>     with --mlp-variants: the MLP retrained with other hyperparameters (`kernel-select
                     train`'s recipe, MLP_VARIANTS below); about 48 minutes each on 2 CPU cores
   <gbdt>_shortlist  with --shortlist N: the MLP scores every config, the GBDT orders the MLP's N best
@@ -36,6 +39,15 @@ JSON are kept in results/learners_h100/ (fitted 2026-11-27 by the command above 
 226 of 320 unseen problems measured so far, 191 of them in the trained layouts):
 
     python results/learners_h100.py --models results/learners_h100 --shortlist 64 --blend
+
+The shipped model (an average, `kernel-select average-models`) against its two parts, the model it
+replaced and the model of the 1.1.0 release, results/learners_h100_averaged.json: RELEASE is models/h100 as
+commit 32b5782 (1.1.0) has it, PREVIOUS as commit 32bf568 shipped it, FINE and SCRATCH the fine-tune and the
+from-scratch run of docs/design.md's recipe:
+
+    python results/learners_h100.py --learners mlp --out results/learners_h100_averaged.json \
+        --splits val,test,family,unseen --mlp-dirs \
+        release_1_1=RELEASE,previous=PREVIOUS,fine_tuned=FINE,from_scratch=SCRATCH,pair_0=FINE:0+SCRATCH:0,pair_1=FINE:1+SCRATCH:1
 
 Cost, measured on this project's 2-core CPU with other work beside it (--threads 2): LightGBM lambdarank
 1,482 s (613 rounds, 513 kept), regression 497 s (881 rounds, 781 kept), on 745,491 rows; scoring the
@@ -99,6 +111,11 @@ def main() -> None:
     parser.add_argument("--mlp-variants", default="",
                         help=f"comma-separated MLP variants to train and score, of {', '.join(MLP_VARIANTS)} "
                              "(default: none; each retrains the MLP)")
+    parser.add_argument("--mlp-dirs", default="", metavar="NAME=DIR,...",
+                        help="also score the MLPs saved in these model folders, each under its NAME")
+    parser.add_argument("--splits", default=",".join(splits.EVAL_SPLITS),
+                        help="comma-separated splits to score, of val and the held-out ones (default: "
+                             "%(default)s)")
     parser.add_argument("--problem-fraction", type=float, default=1.0,
                         help="train every learner on this share of the train and val problems (default 1)")
     parser.add_argument("--eval-fraction", type=float, default=1.0,
@@ -132,6 +149,14 @@ def main() -> None:
         fits["mlp"] = {"kind": "shipped", "folder": "models/h100", "describe": models["mlp"].describe(),
                        "train_seconds": card.metrics.get("train_seconds"), "trained_at": card.trained_at,
                        "val": {"topk": card.metrics.get("averaged_val", {}).get("topk")}}
+    for name, folder in _named_dirs(parser, args.mlp_dirs, learners):
+        models[name] = _named_mlp(folder)
+        card = models[name].card
+        fits[name] = {"kind": "folder", "folder": folder, "describe": models[name].describe(),
+                      "digest": models[name].digest(), "trained_at": card.trained_at,
+                      "members": card.architecture.members,
+                      "recipe": {key: card.hyperparameters.get(key) for key in ("epochs", "lr", "init")},
+                      "train_seconds": card.metrics.get("train_seconds")}
     for name in learners:
         if name in GBDT_LEARNERS:
             models[name], fits[name] = gbdt_learner(name, args, frame)
@@ -154,7 +179,7 @@ def main() -> None:
 
     eval_frame = keep_problem_fraction(frame, args.eval_fraction)
     reports = {}
-    for split in splits.EVAL_SPLITS:
+    for split in [name.strip() for name in args.splits.split(",") if name.strip()]:
         if not splits.split_masks(eval_frame)[split].any():
             reports[split] = {"problems": 0, "skipped": f"no problems of split {split!r} in the data"}
             continue
@@ -173,6 +198,32 @@ def main() -> None:
     args.out.write_text(json.dumps(report, indent=1) + "\n")
     print_table(report)
     print(f"wrote {args.out} in {report['seconds']:.0f} s")
+
+
+def _named_mlp(spec: str) -> MLPModel:
+    """The MLP `spec` names: DIR, DIR:i (member i of it alone) or several joined by '+' (their average)."""
+    from kernel_select.offline.training.average import average_models
+
+    parts = spec.split("+")
+    models = []
+    for part in parts:
+        folder, _, member = part.partition(":")
+        model = MLPModel.load(folder, DEVICE)
+        if member:  # one network of an averaged model: the same card, one member
+            card = model.card.model_copy(deep=True)
+            card.architecture.members = 1
+            model = MLPModel(model.device, model.net.members[int(member)], card, model.aten)
+        models.append(model)
+    return models[0] if len(models) == 1 else average_models(models, parts)
+
+
+def _named_dirs(parser: argparse.ArgumentParser, text: str, taken: list[str]) -> list[tuple[str, str]]:
+    """--mlp-dirs as (name, folder) pairs; a name without a folder, or one already a learner's, is an error."""
+    pairs = [part.strip().partition("=") for part in text.split(",") if part.strip()]
+    bad = [name for name, sep, folder in pairs if not sep or not name or not folder or name in taken]
+    if bad:
+        parser.error(f"--mlp-dirs: expected NAME=DIR with a NAME no learner has, got {', '.join(bad)}")
+    return [(name, folder) for name, _, folder in pairs]
 
 
 def gbdt_learner(name: str, args: argparse.Namespace, frame: pd.DataFrame) -> tuple[GBDTModel, dict[str, Any]]:

@@ -35,7 +35,7 @@ TrainedLayouts = Annotated[list[str], AfterValidator(lambda layouts: [check_layo
 
 #: Hard bounds on what a card may describe. A card is a small JSON file that decides how much memory
 #: the network built from it takes before its weights are checked; these keep a careless or hostile
-#: card from allocating gigabytes (the shipped networks: 59 inputs, widths <= 96, 2 members).
+#: card from allocating gigabytes (the shipped networks: 60 inputs, widths <= 96, 4 members).
 MAX_INPUTS = 1024
 MAX_WIDTH = 4096
 MAX_HIDDEN_LAYERS = 8

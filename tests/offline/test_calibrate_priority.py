@@ -101,7 +101,7 @@ def test_the_members_predictions_average_to_the_models(from_h100):
     problem = class_problems(COVERAGE_CLASSES[0], 1)[0].problem()
     members = member_predictions(from_h100.model, problem)
     configs = for_problem(problem, H200, "exhaustive")
-    assert members.shape == (2, len(configs))
+    assert members.shape == (from_h100.model.card.architecture.members, len(configs)) and len(members) >= 2
     averaged = np.exp(np.log(members).mean(axis=0))  # the averaged net: the mean of the members' log ms
     np.testing.assert_allclose(averaged, from_h100.model.estimate(problem, configs), rtol=1e-4)
 

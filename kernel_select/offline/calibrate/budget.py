@@ -17,8 +17,9 @@ from kernel_select.errors import OptionError
 DEFAULT_MINUTES = 15.0
 #: Seconds kept for planning before collection starts (the plan itself takes 3-15 s of one core).
 PLANNING_S = 15.0
-#: The networks' share of the minutes, within these bounds: 120 epochs of the two networks on the
-#: rows of a few hundred problems take 20-60 s on a CPU; a longer run measures more problems.
+#: The networks' share of the minutes, within these bounds: 120 epochs of two networks on the rows
+#: of a few hundred problems take 20-60 s on a CPU (a start of four members shares the time among four
+#: fits); a longer run measures more problems.
 TRAINING_SHARE = 0.2
 MIN_TRAINING_S = 40.0
 MAX_TRAINING_S = 300.0

@@ -4,7 +4,7 @@ The classes come in two tiers (offline/data/calibration_classes.py): first those
 domain, the shipped models' and the starting model's card's (its strata and layouts), so that the
 calibrated model is never narrower than either; then the extras. Within each tier:
 
-  * starting from a model of two or more members (the shipped ones average two networks): first
+  * starting from a model of two or more members (the shipped ones average four networks): first
     the classes it was never trained on (the share of their problems with no training problem in
     their stratum, dtype or layout, `untrained`), then by the members' disagreement
     (offline/data/active.committee_regret, with the members as the committee: the predicted regret

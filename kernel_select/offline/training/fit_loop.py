@@ -34,7 +34,8 @@ _SELECTION_KS = (1, 2, 4, 8)  # the validation score is the mean of the geomean 
 class MLPHParams:
     """Hyperparameters: chosen by hand, recorded in the model card, never learned."""
 
-    # two members of this width: estimate() over the seed problem's 1,206 configs in < 2 ms
+    # each member of this width adds one network's arithmetic to estimate() over the seed problem's 1,206
+    # configs on one CPU thread, most of its time (results.md, "`estimate()` overhead")
     hidden_widths: tuple[int, ...] = (96, 64, 32)
     epochs: int = 120
     lr: float = 2e-3  # AdamW peak learning rate, cosine-annealed to lr/20 over all steps
