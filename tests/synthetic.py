@@ -14,7 +14,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from kernel_select.offline.data.dataset import problem_id, split_of
+from kernel_select.offline.data.problem_ids import problem_id
+from kernel_select.offline.data.splits import split_of
 from kernel_select.device import get_device
 from kernel_select.problem import Problem
 from kernel_select.space import for_problem

@@ -23,7 +23,7 @@ import pytest
 
 from kernel_select.cli import main
 from kernel_select.lut import load_lut
-from kernel_select.offline.data import dataset
+from kernel_select.offline.data import dataset, problem_ids
 from tests.cli.test_errors import commands_must_not_start, run_cli
 from tests.lut.test_hardening import no_waiting_on_fifos
 from tests.offline.test_bench_plan import _rows
@@ -76,7 +76,7 @@ def hostile(tmp_path: Path) -> Path:
         with open(tmp_path / name, "wb") as handle:
             handle.truncate(size)
     (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
-    rows = _rows(dataset.problem_id(16, 16, 16, "bfloat16"), [1.0])
+    rows = _rows(problem_ids.problem_id(16, 16, 16, "bfloat16"), [1.0])
     dataset.write(rows.iloc[:0], tmp_path / "empty.parquet")
     rows = rows.assign(m=2**62)
     pq.write_table(pa.Table.from_pandas(rows, preserve_index=False), tmp_path / "m62.parquet")

@@ -50,13 +50,13 @@ def entry(m: object = 560, n: int = 1280, k: int = 3420, **extra: object) -> dic
 # -- the seed table ------------------------------------------------------------------------------
 
 def test_seed_lut_holds_the_measured_best_and_is_canonical():
-    from kernel_select.offline.data import dataset
+    from kernel_select.offline.data import dataset, problem_ids
 
     seed = load_lut(SEED)
     assert SEED.read_text() == dump_lut(seed)
     data = dataset.read(ROOT / "data" / "h100.parquet")
     for m in (560, 1024, 2048):
-        rows = data[(data.problem_id == dataset.problem_id(m, 1280, 3420, "bfloat16"))
+        rows = data[(data.problem_id == problem_ids.problem_id(m, 1280, 3420, "bfloat16"))
                     & (data.backend == "triton")].sort_values("runtime_ms")
         measured = [cfg(*(int(v) for v in r)) for r in
                     rows[["block_m", "block_n", "block_k", "num_stages", "num_warps"]].head(2).to_numpy()]

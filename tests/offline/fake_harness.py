@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from kernel_select.device import DeviceSpec
-from kernel_select.offline.data import dataset
+from kernel_select.offline.data import dataset, problem_ids
 from kernel_select.offline.harness import bench
 from kernel_select.offline.harness.bench_plan import PlannedRun
 from kernel_select.problem import Problem
@@ -41,7 +41,7 @@ class FakeHarness:
                 "triton_version": "3.6.0", "git_sha": "fake", "device_index": 0}
         for runs in planned:
             problem = runs[0].problem
-            assert dataset.id_of(problem) not in done, f"{problem} was measured already"
+            assert problem_ids.id_of(problem) not in done, f"{problem} was measured already"
             if self.stop_after is not None and len(self.timed) == self.stop_after:
                 raise Killed()
             results, cublas = _fake_results(runs)

@@ -98,7 +98,7 @@ def test_bench_reorders_by_default():
 def test_run_bench_times_runs_planned_beforehand_in_their_order_and_reports_each(tmp_path, monkeypatch):
     import pandas as pd
 
-    from kernel_select.offline.data import dataset
+    from kernel_select.offline.data import dataset, problem_ids
     from kernel_select.offline.harness import bench, pipeline
 
     timed = []
@@ -127,7 +127,7 @@ def test_run_bench_times_runs_planned_beforehand_in_their_order_and_reports_each
     pipeline.run_bench(problems, out, H100, BenchOptions(progress=False, order="file"), planned=planned,
                        on_problem=reported.append)
     assert timed == reported == [problems[0], problems[2]]
-    assert dataset.completed_problems(out, "fake") == {dataset.id_of(p) for p in problems}
+    assert dataset.completed_problems(out, "fake") == {problem_ids.id_of(p) for p in problems}
 
 
 def test_a_run_that_would_grow_the_output_past_the_read_limit_is_refused_before_timing(tmp_path,

@@ -9,7 +9,7 @@ import math
 import pandas as pd
 import pytest
 
-from kernel_select.offline.data import dataset, shapes
+from kernel_select.offline.data import dataset, problem_ids, shapes, splits
 from kernel_select.offline.harness.bench_plan import PlanMemo, compile_key, distinct_keys, plan, pow2_divisor
 from kernel_select.space import for_problem
 from kernel_select.configs import GemmConfig
@@ -67,7 +67,7 @@ def _rows(pid: str, runtimes: list[float]) -> pd.DataFrame:
     m, n, k = (int(x) for x in pid.split("/")[2].split("x")[1:])
     base = dict(problem_id=pid, m=m, n=n, k=k, batch=1, dtype="bfloat16", op="mm", layout="nn",
                 backend="triton", group_m=8, even_k=False, allow_tf32=False, n_runs=1, status="ok",
-                error="", split=dataset.split_of(pid), device_name="NVIDIA H100 80GB HBM3", sm_count=132,
+                error="", split=splits.split_of(pid), device_name="NVIDIA H100 80GB HBM3", sm_count=132,
                 torch_version="2.11.0", triton_version="3.6.0", git_sha="abc", timestamp="t",
                 timing_method="events")
     # A distinct valid config per row: 7 block_m x 7 block_n x 8 stages before one repeats.
@@ -78,7 +78,7 @@ def _rows(pid: str, runtimes: list[float]) -> pd.DataFrame:
 
 def test_dataset_append_resumes_and_replaces_problems(tmp_path):
     out = tmp_path / "d.parquet"
-    a, b = dataset.problem_id(16, 16, 16, "bfloat16"), dataset.problem_id(32, 16, 16, "bfloat16")
+    a, b = problem_ids.problem_id(16, 16, 16, "bfloat16"), problem_ids.problem_id(32, 16, 16, "bfloat16")
     dataset.append(out, _rows(a, [1.0, 2.0]))
     dataset.append(out, _rows(b, [3.0, math.inf]))
     assert dataset.completed_problems(out) == {a, b}
@@ -86,13 +86,13 @@ def test_dataset_append_resumes_and_replaces_problems(tmp_path):
     df = dataset.read(out)
     assert sorted(df[df.problem_id == a].runtime_ms) == [5.0]
     assert len(df) == 3
-    assert dataset.read(out, split=dataset.split_of(b))["problem_id"].str.contains(b).any()
+    assert dataset.read(out, split=splits.split_of(b))["problem_id"].str.contains(b).any()
 
 
 def test_dataset_schema_errors(tmp_path):
     with pytest.raises(DatasetError, match="missing columns"):
         dataset.conform(pd.DataFrame({"m": [1]}))
-    bad = _rows(dataset.problem_id(16, 16, 16, "bfloat16"), [1.0]).assign(status="weird")
+    bad = _rows(problem_ids.problem_id(16, 16, 16, "bfloat16"), [1.0]).assign(status="weird")
     with pytest.raises(DatasetError, match="status"):
         dataset.conform(bad)
     (tmp_path / "x.parquet").write_text("not parquet")
@@ -101,11 +101,11 @@ def test_dataset_schema_errors(tmp_path):
 
 
 def test_split_is_by_problem_and_fixed():
-    ids = [dataset.problem_id(m, 128, 256, "bfloat16") for m in range(1, 2000)]
-    splits = [dataset.split_of(p) for p in ids]
-    share = {s: splits.count(s) / len(splits) for s in dataset.SPLITS}
+    ids = [problem_ids.problem_id(m, 128, 256, "bfloat16") for m in range(1, 2000)]
+    drawn = [splits.split_of(p) for p in ids]
+    share = {s: drawn.count(s) / len(drawn) for s in dataset.SPLITS}
     assert 0.65 < share["train"] < 0.75 and 0.1 < share["val"] < 0.2 and 0.1 < share["test"] < 0.2
-    assert dataset.split_of("bfloat16/mm/1x560x1280x3420") == dataset.split_of("bfloat16/mm/1x560x1280x3420")
+    assert splits.split_of("bfloat16/mm/1x560x1280x3420") == splits.split_of("bfloat16/mm/1x560x1280x3420")
 
 
 def test_committed_dataset_meets_its_datasheet():

@@ -13,7 +13,7 @@ from kernel_select.configs import GemmConfig
 from kernel_select.device import get_device
 from kernel_select.errors import ProblemError
 from kernel_select.layouts import layout_of
-from kernel_select.offline.data import dataset, gap_plan, shapes, splits
+from kernel_select.offline.data import dataset, gap_plan, problem_ids, shapes, splits
 from kernel_select.offline.harness import bench, cost
 from kernel_select.offline.harness.bench_plan import compile_key, distinct_keys, plan, reuse_order
 from kernel_select.offline.harness.timer import operands
@@ -92,7 +92,7 @@ def test_rows_of_a_bmm_problem_name_it_and_the_gpu_that_timed_it():
     frame = dataset.conform(rows)
     assert set(frame["problem_id"]) == {"bfloat16/bmm/32x16x2048x64/nt"}
     assert set(frame["op"]) == {"bmm"} and set(frame["batch"]) == {32} and set(frame["device_index"]) == {1}
-    assert set(frame["split"]) == {dataset.split_of("bfloat16/bmm/32x16x2048x64")}
+    assert set(frame["split"]) == {splits.split_of("bfloat16/bmm/32x16x2048x64")}
     assert (frame["backend"] == "aten").sum() == 1 and set(frame["family"]) == {"attn-scores"}
 
 
@@ -172,13 +172,13 @@ def test_splits_hold_out_the_batched_moe_family_and_hash_bmm_ids(committed):
     moe = [s for s in planned_shapes if s.family == "moe-experts"]
     assert moe and all(splits.family_holdout({"family": s.family, "n": s.n, "k": s.k}) for s in moe)
     assert not splits.family_holdout({"family": "attn-scores", "n": 2048, "k": 64})
-    ids = [dataset.id_of(s.problem()) for s in planned_shapes if s.op == "bmm"]
+    ids = [problem_ids.id_of(s.problem()) for s in planned_shapes if s.op == "bmm"]
     assert all(i.startswith(("bfloat16/bmm/", "float16/bmm/", "float32/bmm/")) for i in ids)
-    hashed = {dataset.split_of(i) for i in ids}
+    hashed = {splits.split_of(i) for i in ids}
     assert hashed == {"train", "val", "test"}
     nt = next(i for i in ids if i.endswith("/nt"))
-    assert dataset.split_of(nt) == dataset.split_of(nt[:-3])  # every layout: its "nn" id's split
-    frame = pd.DataFrame({"problem_id": ids, "split": [dataset.split_of(i) for i in ids],
+    assert splits.split_of(nt) == splits.split_of(nt[:-3])  # every layout: its "nn" id's split
+    frame = pd.DataFrame({"problem_id": ids, "split": [splits.split_of(i) for i in ids],
                           "family": [s.family for s in planned_shapes if s.op == "bmm"],
                           "n": [s.n for s in planned_shapes if s.op == "bmm"],
                           "k": [s.k for s in planned_shapes if s.op == "bmm"]})

@@ -23,7 +23,7 @@ from kernel_select.offline.calibrate.budget import PLANNING_S, Budget
 from kernel_select.offline.calibrate.install import CalibrationFiles
 from kernel_select.offline.calibrate.run import CalibrateOptions, calibrate
 from kernel_select.offline.calibrate.start import resolve_start
-from kernel_select.offline.data import dataset, shapes
+from kernel_select.offline.data import dataset, problem_ids, shapes
 from kernel_select.offline.data.calibration_classes import COMPILE_CLASSES
 from kernel_select.offline.training.cublas_fit import save_problem_net
 from kernel_select.offline.training.train import save_model
@@ -46,7 +46,7 @@ def test_calibrate_writes_a_model_folder_that_serves_the_gpu_before_the_shipped_
     assert [r["class"] for r in summary["priority"]] == [c.name for c in COMPILE_CLASSES]  # the fixed order
     assert len(fake.timed) == summary["measured"]["problems"] == summary["plan"]["problems"] == 14
     assert dataset.completed_problems(files.measurements, H100.name) == {
-        dataset.id_of(s.problem()) for s in shapes.load(files.plan)}
+        problem_ids.id_of(s.problem()) for s in shapes.load(files.plan)}
     budget = Budget(QUICK["minutes"] * 60)  # the harness's bound: the collection's share and planning's left
     assert budget.collection_s < fake.max_seconds[0] <= PLANNING_S + budget.collection_s
     # the new MLP, its card naming this GPU; too few cuBLAS rows for a gate: the old one is gone

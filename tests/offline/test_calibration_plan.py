@@ -32,7 +32,8 @@ from kernel_select.offline.data.calibration_plan import (
     least_count,
     plan_calibration,
 )
-from kernel_select.offline.data.dataset import id_of, split_of
+from kernel_select.offline.data.problem_ids import id_of
+from kernel_select.offline.data.splits import split_of
 from kernel_select.offline.harness import cost
 from kernel_select.offline.harness.bench_plan import distinct_keys, pow2_divisor
 

@@ -15,13 +15,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from kernel_select.errors import DatasetError
-from kernel_select.offline.data import dataset
+from kernel_select.offline.data import dataset, problem_ids
 from kernel_select.offline.data.dataset_io import exclusive_lock, lock_path
 from tests.offline.test_bench_plan import _rows
 
 
 def _pid(i: int) -> str:
-    return dataset.problem_id(16 + i, 16, 16, "bfloat16")
+    return problem_ids.problem_id(16 + i, 16, 16, "bfloat16")
 
 
 def _append_many(path: str, offset: int, count: int) -> None:
@@ -91,12 +91,12 @@ def test_resume_is_keyed_by_device(tmp_path):
 _KILLED_WRITER = """
 import sys, pyarrow.parquet as pq
 from tests.offline.test_bench_plan import _rows
-from kernel_select.offline.data import dataset
+from kernel_select.offline.data import dataset, problem_ids
 def slow(*a, **k):
     open(sys.argv[2], "w").write("writing")
     import time; time.sleep(60)
 pq.write_table = slow
-dataset.append(sys.argv[1], _rows(dataset.problem_id(16, 16, 16, "bfloat16"), [1.0]))
+dataset.append(sys.argv[1], _rows(problem_ids.problem_id(16, 16, 16, "bfloat16"), [1.0]))
 """
 
 

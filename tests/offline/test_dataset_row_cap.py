@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from kernel_select.errors import DatasetError
-from kernel_select.offline.data import dataset
+from kernel_select.offline.data import dataset, problem_ids
 from tests.offline.test_bench_plan import _rows
 
 
@@ -34,12 +34,12 @@ def test_a_file_of_more_rows_than_the_cap_is_refused_from_its_footer(tmp_path, m
 def test_an_append_that_would_pass_the_cap_keeps_the_file_and_puts_the_new_rows_beside_it(tmp_path,
                                                                                           monkeypatch):
     path = tmp_path / "d.parquet"
-    dataset.append(path, _rows(dataset.problem_id(16, 16, 16, "bfloat16"), [1.0, 2.0]))
+    dataset.append(path, _rows(problem_ids.problem_id(16, 16, 16, "bfloat16"), [1.0, 2.0]))
     before = dataset.read(path)
     monkeypatch.setattr(dataset, "MAX_DATASET_ROWS", len(before) + 1)
     with pytest.raises(DatasetError, match=r"would grow to \d+ rows, over the dataset limit of .*; the 2 "
                                            r"new rows are in .*d\.more-[0-9-]+\.parquet$") as info:
-        dataset.append(path, _rows(dataset.problem_id(32, 16, 16, "bfloat16"), [1.0, 2.0]))
+        dataset.append(path, _rows(problem_ids.problem_id(32, 16, 16, "bfloat16"), [1.0, 2.0]))
     pd.testing.assert_frame_equal(dataset.read(path), before)  # still readable, as it was
     beside = info.value.args[0].rsplit(" are in ", 1)[1]
     assert len(dataset.read(beside)) == 2

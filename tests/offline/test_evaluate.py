@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kernel_select.offline.data import dataset
+from kernel_select.offline.data import dataset, problem_ids
 from kernel_select.offline.training.evaluate import best_in_top_k, evaluate, spearman_per_group, topk_scores
 from kernel_select.offline.training.report import format_report
 from kernel_select.model import PerformanceModel
@@ -61,7 +61,7 @@ def tiny(tmp_path_factory):
         runtime = rng.permutation(np.arange(1, len(chosen) + 1, dtype=float))  # 1 .. 12 ms, oracle 1
         runtime[:4] = [3.0, 4.0, 5.0, 6.0]  # the DEFAULT configs: best of them is 3 ms
         runtime[4:] = rng.permutation([1.0, 2.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0])
-        pid = dataset.problem_id(p.m, p.n, p.k, p.dtype)
+        pid = problem_ids.problem_id(p.m, p.n, p.k, p.dtype)
         for c, t in zip(chosen, runtime):
             table[(p.m, p.n, p.k, c.key)] = t
             rows.append({**c.model_dump(), "backend": "triton", "runtime_ms": t, "status": "ok"})

@@ -10,7 +10,7 @@ import pytest
 
 from kernel_select.cli import main
 from kernel_select.model import load_default
-from kernel_select.offline.data import dataset, splits
+from kernel_select.offline.data import dataset, problem_ids, splits
 from kernel_select.offline.training import held_out_slice
 from kernel_select.offline.training.evaluate import evaluate, evaluate_splits
 from tests.synthetic import synthetic_frame
@@ -68,7 +68,7 @@ def test_two_models_are_compared_over_both_held_out_splits_together(data, capsys
 # -- the pinned slice ------------------------------------------------------------------------------------
 
 def test_the_slice_is_the_problems_with_the_smallest_hashes_whatever_else_is_there():
-    ids = [dataset.problem_id(m, 64, 64, "bfloat16") for m in range(1, 200)]
+    ids = [problem_ids.problem_id(m, 64, 64, "bfloat16") for m in range(1, 200)]
     chosen = held_out_slice.slice_ids(ids, 10)
     assert len(chosen) == 10 and chosen == sorted(chosen) == held_out_slice.slice_ids(reversed(ids), 10)
     by_hash = sorted(ids, key=lambda pid: hashlib.sha256(pid.encode()).hexdigest())

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from kernel_select.offline.harness import bench
-from kernel_select.offline.data import dataset
+from kernel_select.offline.data import dataset, problem_ids, splits
 from kernel_select.offline.harness.bench_plan import plan
 from kernel_select.device import get_device
 from kernel_select.offline.harness.fidelity import pick_configs, spearman
@@ -32,7 +32,8 @@ def test_pick_configs_spreads_over_the_measured_ranking():
     problem = Problem(560, 1280, 3420)
     space = plan([problem], H100)[0]
     runtimes = np.linspace(1.0, 5.0, len(space))
-    rows = pd.DataFrame([dict(problem_id=dataset.problem_id(560, 1280, 3420, "bfloat16"), backend="triton",
+    pid = problem_ids.problem_id(560, 1280, 3420, "bfloat16")
+    rows = pd.DataFrame([dict(problem_id=pid, backend="triton",
                               runtime_ms=ms, **dict(zip(dataset.CONFIG_COLUMNS, run.config.key)))
                          for run, ms in zip(space, runtimes)])
     picked = pick_configs(problem, H100, 40, rows)
@@ -56,7 +57,7 @@ def test_rows_record_medians_failures_and_cublas():
     assert list(df["runtime_min_ms"][:2]) == [1.0, 5.0] and list(df["n_runs"]) == [3, 1, 0, 2]
     assert list(df["status"]) == ["ok", "capped", "out_of_resources", "ok"]
     assert list(df["backend"]) == ["triton"] * 3 + ["aten"] and df["runtime_ms"].iloc[-1] == 5.0
-    assert (df["split"] == dataset.split_of(df["problem_id"][0])).all()
+    assert (df["split"] == splits.split_of(df["problem_id"][0])).all()
 
 
 @pytest.mark.parametrize("name,text,status", [

@@ -12,7 +12,7 @@ import torch
 
 from kernel_select.cli.main import main
 from kernel_select.errors import ProblemError
-from kernel_select.offline.data import architectures, dataset, sampler, shapes
+from kernel_select.offline.data import architectures, dataset, problem_ids, sampler, shapes
 from kernel_select.offline.data.architectures import IN_OUT, OUT_IN, Architecture, layer_gemms
 from tests.offline.test_bench_plan import _rows
 
@@ -102,7 +102,7 @@ def test_a_transposed_a_puts_m_in_the_compile_class():
 def test_shapes_layers_writes_a_file_bench_reads_and_skips_measured_problems(tmp_path, capsys):
     served_nn = next(s for s in sampler.layer_shapes(dtypes=("bfloat16",)) if s.layout == "nn")
     measured = tmp_path / "measured.parquet"
-    pid = dataset.problem_id(served_nn.m, served_nn.n, served_nn.k, "bfloat16")
+    pid = problem_ids.problem_id(served_nn.m, served_nn.n, served_nn.k, "bfloat16")
     dataset.write(_rows(pid, [1.0]), measured)
     out = tmp_path / "layers.json"
     args = ["shapes", "--layers", "--dtype", "bf16", "--measured", str(measured), "--out", str(out)]

@@ -17,7 +17,7 @@ from kernel_select.configs import GemmConfig
 from kernel_select.device import get_device
 from kernel_select.errors import DatasetError, ProblemError
 from kernel_select.layouts import LAYOUTS, check_layout, layout_of, operand_strides
-from kernel_select.offline.data import dataset, shapes
+from kernel_select.offline.data import dataset, problem_ids, shapes, splits
 from kernel_select.offline.harness import bench, pipeline
 from kernel_select.offline.harness.bench_plan import compile_key, inductor_hint, plan
 from kernel_select.offline.harness.timer import operands
@@ -96,21 +96,21 @@ def test_a_row_major_problems_operands_are_the_values_the_harness_always_drew():
 # -- problem ids, splits, shapes files -----------------------------------------------------------------
 
 def test_problem_ids_are_unchanged_for_nn_and_suffixed_for_other_layouts():
-    assert dataset.problem_id(560, 1280, 3420, "bfloat16") == "bfloat16/mm/1x560x1280x3420"
-    assert dataset.problem_id(560, 1280, 3420, "bfloat16", layout="nn") == "bfloat16/mm/1x560x1280x3420"
-    ids = {layout: dataset.problem_id(560, 1280, 3420, "bfloat16", layout=layout) for layout in LAYOUTS}
+    assert problem_ids.problem_id(560, 1280, 3420, "bfloat16") == "bfloat16/mm/1x560x1280x3420"
+    assert problem_ids.problem_id(560, 1280, 3420, "bfloat16", layout="nn") == "bfloat16/mm/1x560x1280x3420"
+    ids = {layout: problem_ids.problem_id(560, 1280, 3420, "bfloat16", layout=layout) for layout in LAYOUTS}
     assert ids["nt"] == "bfloat16/mm/1x560x1280x3420/nt" and len(set(ids.values())) == 4
-    assert {dataset.split_of(pid) for pid in ids.values()} == {dataset.split_of(ids["nn"])}
+    assert {splits.split_of(pid) for pid in ids.values()} == {splits.split_of(ids["nn"])}
     with pytest.raises(ProblemError, match="layout"):
-        dataset.problem_id(560, 1280, 3420, "bfloat16", layout="NT")
+        problem_ids.problem_id(560, 1280, 3420, "bfloat16", layout="NT")
 
 
 def test_every_layout_of_a_problem_shares_the_frozen_split():
     for m in range(1, 400):
-        base = dataset.problem_id(m, 1280, 3420, "bfloat16")
-        assert dataset.split_of(base + "/tn") == dataset.split_of(base)
-    splits = {dataset.split_of(dataset.problem_id(m, 1280, 3420, "bfloat16")) for m in range(1, 400)}
-    assert splits == {"train", "val", "test"}  # the ids above do spread over the splits
+        base = problem_ids.problem_id(m, 1280, 3420, "bfloat16")
+        assert splits.split_of(base + "/tn") == splits.split_of(base)
+    drawn = {splits.split_of(problem_ids.problem_id(m, 1280, 3420, "bfloat16")) for m in range(1, 400)}
+    assert drawn == {"train", "val", "test"}  # the ids above do spread over the splits
 
 
 def test_shapes_files_carry_layouts_and_reject_bad_ones(tmp_path: Path):
@@ -167,7 +167,7 @@ def test_rows_carry_the_layout_and_its_problem_id():
     rows = _rows(Problem(64, 128, 256, layout="tn"))
     assert set(rows["layout"]) == {"tn"}
     assert set(rows["problem_id"]) == {"bfloat16/mm/1x64x128x256/tn"}
-    assert set(rows["split"]) == {dataset.split_of("bfloat16/mm/1x64x128x256")}
+    assert set(rows["split"]) == {splits.split_of("bfloat16/mm/1x64x128x256")}
 
 
 def test_resume_counts_a_problem_done_only_in_its_own_layout(tmp_path: Path):

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from kernel_select.device import get_device
-from kernel_select.offline.data import dataset
+from kernel_select.offline.data import problem_ids
 from kernel_select.offline.training.evaluate import problem_rows
 from kernel_select.offline.training.nvmmh import nvmmh_report
 from kernel_select.problem import Problem
@@ -26,8 +26,8 @@ CONFIG = ["block_m", "block_n", "block_k", "num_stages", "num_warps", "group_m"]
 def measured(problems: list[tuple[Problem, list[tuple[int, ...]], list[float]]]):
     """The scored rows of problems measured at the given config keys and times."""
     rows = [{**dict(zip(CONFIG, key)), "backend": "triton", "status": "ok", "runtime_ms": ms,
-             "problem_id": dataset.problem_id(p.m, p.n, p.k, p.dtype, layout=p.layout), "m": p.m, "n": p.n,
-             "k": p.k, "dtype": p.dtype, "layout": p.layout, "batch": p.batch, "op": p.op}
+             "problem_id": problem_ids.problem_id(p.m, p.n, p.k, p.dtype, layout=p.layout),
+             "m": p.m, "n": p.n, "k": p.k, "dtype": p.dtype, "layout": p.layout, "batch": p.batch, "op": p.op}
             for p, keys, times in problems for key, ms in zip(keys, times)]
     return problem_rows(pd.DataFrame(rows), "no rows")
 

@@ -15,7 +15,7 @@ from kernel_select.offline.data import (
     round3_groups, round3_plan, round3_schedule, round3_sources, round3_strata, shapes, unseen,
 )
 from kernel_select.offline.data.architectures import ARCHITECTURES
-from kernel_select.offline.data.dataset import id_of
+from kernel_select.offline.data.problem_ids import id_of
 from kernel_select.offline.data.sampler import shape_class
 from kernel_select.offline.data.splits import HELD_OUT_FAMILIES
 from kernel_select.offline.harness import cost

@@ -11,15 +11,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kernel_select.errors import DatasetError
-from kernel_select.offline.data import dataset, splits
+from kernel_select.offline.data import dataset, problem_ids, splits
 from kernel_select.offline.data.unseen import is_unseen_family
 from tests.strategies import examples
 
 
 def _frame(rows):
     out = pd.DataFrame(rows, columns=["m", "n", "k", "dtype"])
-    out["problem_id"] = [dataset.problem_id(m, n, k, d) for m, n, k, d in rows]
-    out["split"] = out["problem_id"].map(dataset.split_of)
+    out["problem_id"] = [problem_ids.problem_id(m, n, k, d) for m, n, k, d in rows]
+    out["split"] = out["problem_id"].map(splits.split_of)
     return out
 
 
@@ -98,7 +98,7 @@ def _row_by_row(frame: pd.DataFrame, shapes: list) -> tuple[list[str], dict[str,
 
 
 # Problems of the shapes files and others; families set, unset, spelled loosely, held out and unseen.
-_IDS = st.sampled_from([dataset.problem_id(s["m"], s["n"], s["k"], s["dtype"]) for s in _SHAPES]
+_IDS = st.sampled_from([problem_ids.problem_id(s["m"], s["n"], s["k"], s["dtype"]) for s in _SHAPES]
                        + ["float16/mm/1x7x33x101", "float32/bmm/4x64x64x64/nt"])
 _FAMILIES = st.sampled_from([None, "", "  ", "llama3-8b", " ViT-B16 qkv", "moe-experts", "gpt2 c_fc",
                              "unseen-bmm", "Unseen-odd", "random seed=1"])

@@ -15,7 +15,7 @@ from kernel_select.configs import GemmConfig
 from kernel_select.device import get_device
 from kernel_select.errors import DatasetError, ProblemError
 from kernel_select.model.features import FEATURE_VERSION, featurize
-from kernel_select.offline.data import dataset, shapes
+from kernel_select.offline.data import dataset, problem_ids, shapes, splits
 from kernel_select.offline.harness.bench import BenchOptions, _Timed, rows_for
 from kernel_select.offline.harness.bench_plan import plan
 from kernel_select.offline.training.evaluate import problem_cases, problem_rows
@@ -30,15 +30,15 @@ IEEE = Problem(560, 1280, 3420, "float32", layout="nt")
 
 
 def test_a_tf32_problem_has_its_own_id_and_its_float32_twins_split():
-    assert dataset.id_of(IEEE) == "float32/mm/1x560x1280x3420/nt"  # as before
-    assert dataset.id_of(TF32) == "float32/mm/1x560x1280x3420/nt/tf32"
-    nn_tf32 = dataset.id_of(Problem(560, 1280, 3420, "float32", tf32=True))
+    assert problem_ids.id_of(IEEE) == "float32/mm/1x560x1280x3420/nt"  # as before
+    assert problem_ids.id_of(TF32) == "float32/mm/1x560x1280x3420/nt/tf32"
+    nn_tf32 = problem_ids.id_of(Problem(560, 1280, 3420, "float32", tf32=True))
     assert nn_tf32 == "float32/mm/1x560x1280x3420/tf32"
     for m in range(1, 200):
-        base = dataset.problem_id(m, 1280, 3420, "float32")
-        assert dataset.split_of(dataset.problem_id(m, 1280, 3420, "float32", layout="tn", tf32=True)) \
-            == dataset.split_of(base)
-    assert dataset.is_tf32_id(nn_tf32) and not dataset.is_tf32_id(dataset.id_of(IEEE))
+        base = problem_ids.problem_id(m, 1280, 3420, "float32")
+        assert splits.split_of(problem_ids.problem_id(m, 1280, 3420, "float32", layout="tn", tf32=True)) \
+            == splits.split_of(base)
+    assert problem_ids.is_tf32_id(nn_tf32) and not problem_ids.is_tf32_id(problem_ids.id_of(IEEE))
 
 
 @pytest.mark.parametrize("path", ["tests/fixtures/h100_held_out_slice.parquet", "data/h100_unseen.parquet",
@@ -47,7 +47,8 @@ def test_every_committed_row_keeps_its_id_and_reads_as_before(path: str):
     frame = dataset.read(ROOT / path)
     assert not frame["allow_tf32"].any()
     problems = frame.groupby("problem_id")[["m", "n", "k", "dtype", "op", "batch", "layout"]].first()
-    rebuilt = [dataset.id_of(Problem(int(m), int(n), int(k), dtype, batch=int(batch), op=op, layout=layout))
+    rebuilt = [problem_ids.id_of(Problem(int(m), int(n), int(k), dtype, batch=int(batch), op=op,
+                                         layout=layout))
                for m, n, k, dtype, op, batch, layout in problems.itertuples(index=False, name=None)]
     assert rebuilt == list(problems.index)
 
@@ -62,15 +63,15 @@ def _timed_rows(problem: Problem) -> pd.DataFrame:
 
 def test_bench_rows_of_a_tf32_problem_say_so_and_round_trip(tmp_path: Path):
     rows = _timed_rows(TF32)
-    assert rows["allow_tf32"].all() and (rows["problem_id"] == dataset.id_of(TF32)).all()
+    assert rows["allow_tf32"].all() and (rows["problem_id"] == problem_ids.id_of(TF32)).all()
     assert (rows["backend"] == "aten").sum() == 1  # cuBLAS timed with TF32 too
     out = tmp_path / "d.parquet"
     dataset.append(out, rows)
     dataset.append(out, _timed_rows(IEEE))  # measured both ways: two problems, no collision
     frame = dataset.read(out)
-    assert set(frame["problem_id"]) == {dataset.id_of(TF32), dataset.id_of(IEEE)}
-    cases = dict((dataset.id_of(p), p) for p, _ in problem_cases(*_cases_args(frame)))
-    assert cases == {dataset.id_of(TF32): TF32, dataset.id_of(IEEE): IEEE}
+    assert set(frame["problem_id"]) == {problem_ids.id_of(TF32), problem_ids.id_of(IEEE)}
+    cases = dict((problem_ids.id_of(p), p) for p, _ in problem_cases(*_cases_args(frame)))
+    assert cases == {problem_ids.id_of(TF32): TF32, problem_ids.id_of(IEEE): IEEE}
     assert domain_of(frame[frame["backend"] == "triton"]).strata == {"mm/float32/m<=4096": 1,
                                                                       "mm/tf32/m<=4096": 1}
     triton = frame[(frame["backend"] == "triton") & frame["allow_tf32"]].reset_index(drop=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from kernel_select.offline.data import splits, unseen
-from kernel_select.offline.data.dataset import problem_id
+from kernel_select.offline.data.problem_ids import problem_id
 
 ROOT = Path(__file__).resolve().parents[2]
 FROZEN = ROOT / "data" / "shapes_unseen.json"

@@ -73,7 +73,7 @@ def calibrate(options: CalibrateOptions, spec: DeviceSpec, *,
         DatasetError: too few problems measured to train on (re-running resumes the collection).
         ModelError: the model --from names does not load.
     """
-    from kernel_select.offline.data import dataset, shapes
+    from kernel_select.offline.data import dataset, problem_ids, shapes
 
     budget = Budget(options.minutes * 60.0)
     root, files = output_folder(options, spec)
@@ -88,7 +88,7 @@ def calibrate(options: CalibrateOptions, spec: DeviceSpec, *,
         files.folder.mkdir(parents=True, exist_ok=True)
         shapes.save(plan.shapes, files.plan)
         done = dataset.completed_problems(files.measurements, spec.name)
-        todo = [i for i, s in enumerate(plan.shapes) if dataset.id_of(s.problem()) not in done]
+        todo = [i for i, s in enumerate(plan.shapes) if problem_ids.id_of(s.problem()) not in done]
         progress.plan(time.perf_counter() - budget.started + _predicted_s(plan.finish_s, todo)
                       + budget.training_s + AFTER_TRAINING_S)
         resumed = len(plan.shapes) - len(todo)
@@ -185,7 +185,8 @@ def _collect(plan: Any, todo: list[int], files: CalibrationFiles, spec: DeviceSp
              workers: int, progress: RunProgress, collect: Collector) -> dict[str, Any]:
     """Time the plan's problems still to do, within the collection's deadline."""
     from kernel_select.model.card import utc_now
-    from kernel_select.offline.data.dataset import completed_problems, id_of
+    from kernel_select.offline.data.dataset import completed_problems
+    from kernel_select.offline.data.problem_ids import id_of
     from kernel_select.offline.harness.bench import BenchOptions
 
     seconds = budget.seconds_until(budget.collection_deadline)

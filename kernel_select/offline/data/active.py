@@ -39,7 +39,7 @@ from tqdm.auto import tqdm
 from kernel_select.device import DeviceSpec, get_device, resolve
 from kernel_select.errors import DatasetError, OptionError
 from kernel_select.model import PerformanceModel
-from kernel_select.offline.data import dataset
+from kernel_select.offline.data import dataset, problem_ids
 from kernel_select.offline.data.sampler import shape_class
 from kernel_select.offline.data.shapes import Shape
 from kernel_select.offline.data.strategies import DEFAULT_STRATEGY, STRATEGIES, Strategy
@@ -144,7 +144,7 @@ def measured_check(measured: Iterable[str | Path]) -> Callable[[Shape], bool]:
         if not Path(path).exists():
             raise DatasetError(f"{path}: no such dataset file (given as already measured)")
         done |= dataset.completed_problems(path)
-    return lambda s: dataset.problem_id(s.m, s.n, s.k, s.dtype, layout=s.layout) in done
+    return lambda s: problem_ids.problem_id(s.m, s.n, s.k, s.dtype, layout=s.layout) in done
 
 
 def unmeasured(shapes: Iterable[Shape], measured: Iterable[str | Path]) -> list[Shape]:

@@ -22,7 +22,7 @@ Which classes, in two tiers:
 Within a class the problems cycle through its M buckets, so any prefix of a class covers each; M, N
 and K are drawn where they reuse the class's kernels (M <= 256 and small N or K as powers of two, K a
 multiple of 256 plus the class's residue, M a multiple of 16 where A is read transposed), each
-problem's work is capped, and the frozen hash split (dataset.split_of) puts about 70% in `train`,
+problem's work is capped, and the frozen hash split (splits.split_of) puts about 70% in `train`,
 15% in `val` and 15% in `test` in every prefix of each bucket's problems: training reads train and
 val, and the test problems are the held-out slice calibrate scores the new model on.
 """
@@ -37,7 +37,8 @@ from dataclasses import dataclass
 from kernel_select.layouts import a_transposed
 from kernel_select.model.card import M_BUCKETS as CARD_M_BUCKETS
 from kernel_select.model.card import MIN_STRATUM_PROBLEMS
-from kernel_select.offline.data.dataset import id_of, split_of
+from kernel_select.offline.data.problem_ids import id_of
+from kernel_select.offline.data.splits import split_of
 from kernel_select.offline.data.shapes import Shape
 from kernel_select.offline.harness.bench_plan import MAX_INT32
 
@@ -134,7 +135,7 @@ def covering_classes(strata: Iterable[str] = (), layouts: Iterable[str] = ()
 
 # -- the problems of a class ------------------------------------------------------------------------
 
-#: The frozen hash split's shares (dataset.split_of): every prefix of a class keeps near them.
+#: The frozen hash split's shares (splits.split_of): every prefix of a class keeps near them.
 SPLIT_SHARES = {"train": 0.70, "val": 0.15, "test": 0.15}
 #: Problems per M bucket for the calibrated model to claim the bucket's stratum: the card's
 #: MIN_STRATUM_PROBLEMS training (train and val) problems, at the hash split's shares.

@@ -40,7 +40,8 @@ from kernel_select.offline.data.calibration_classes import (
     CompileClass,
     class_problems,
 )
-from kernel_select.offline.data.dataset import id_of, split_of
+from kernel_select.offline.data.problem_ids import id_of
+from kernel_select.offline.data.splits import split_of
 from kernel_select.offline.data.shapes import Shape
 from kernel_select.offline.harness import cost
 from kernel_select.offline.harness.bench_plan import PlanMemo, PlannedRun, distinct_keys, plan, reuse_order

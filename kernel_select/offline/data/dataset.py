@@ -1,29 +1,21 @@
 """The benchmark dataset: one parquet row per (problem, config), with provenance.
 
-This module owns the column list and dtypes, validation, reading/writing with resume, and the
-fixed train/validation/test split. It imports no GPU code. Writing is safe against crashes and
-concurrent writers: see `kernel_select.offline.data.dataset_io`.
-
-Split rule (fixed; documented in data/README.md): a problem's split is decided by a hash of its
-identity (dtype, op, batch, m, n, k) alone, so every row of a problem lands in the same split and
-adding problems never moves existing ones: sha256(problem_id) mod 100 < 70 -> train, < 85 -> val,
-else test. A problem timed in another operand layout than "nn" has its own id (the layout
-suffixed) but the split of its "nn" id, so a model never trains on one layout of a problem it is
-tested on in another. A float32 problem timed with TF32 (its rows' `allow_tf32`) has its own id too
-("/tf32" last) and the split of its float32 twin, for the same reason.
+This module owns the column list and dtypes, validation, and reading/writing with resume. It imports
+no GPU code. Writing is safe against crashes and concurrent writers: see
+`kernel_select.offline.data.dataset_io`. A row's `problem_id` is written by `problem_ids.py`, its
+`split` by `splits.split_of`.
 """
 
 from __future__ import annotations
 
 import glob
-import hashlib
 import json
 import logging
 import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -31,15 +23,13 @@ from pydantic import ValidationError
 
 from kernel_select.configs import GemmConfig
 from kernel_select.errors import DatasetError
-from kernel_select.layouts import DEFAULT_LAYOUT, LAYOUTS, check_layout
+from kernel_select.layouts import DEFAULT_LAYOUT, LAYOUTS
 from kernel_select.lut.entries import MAX_DIM
 from kernel_select.lut.bounded_read import FileKind, open_regular
 from kernel_select.lut.validation import short
 from kernel_select.offline.data.dataset_io import atomic_write_parquet, exclusive_lock
+from kernel_select.offline.data.problem_ids import is_tf32_id
 from kernel_select.problem import SUPPORTED_DTYPES, SUPPORTED_OPS, TF32
-
-if TYPE_CHECKING:
-    from kernel_select.problem import Problem
 
 #: Version 2 added the sampling provenance columns (family, layer, pass), version 3 the index of the
 #: GPU that timed each row (device_index); older files are read with those filled in
@@ -106,38 +96,6 @@ DATASET_FILE = FileKind("dataset", "a parquet dataset file (written by `kernel-s
                         error=DatasetError)
 
 log = logging.getLogger(__name__)
-
-
-def problem_id(m: int, n: int, k: int, dtype: str, op: str = "mm", batch: int = 1,
-               layout: str = DEFAULT_LAYOUT, tf32: bool = False) -> str:
-    """Stable text id of a problem, e.g. 'bfloat16/mm/1x560x1280x3420'; a layout other than "nn"
-    is suffixed ('bfloat16/mm/1x560x1280x3420/nt'), so "nn" ids are those of datasets written
-    before layouts existed (the frozen split is a hash of them), and so is TF32, last
-    ('float32/mm/1x560x1280x3420/nt/tf32'), so every id written before TF32 stays as it was."""
-    base = f"{dtype}/{op}/{batch}x{m}x{n}x{k}"
-    pid = base if check_layout(layout) == DEFAULT_LAYOUT else f"{base}/{layout}"
-    return f"{pid}/{TF32}" if tf32 else pid
-
-
-def id_of(problem: Problem) -> str:
-    """`problem_id` of a kernel_select.problem.Problem, its operand layout and TF32 included."""
-    return problem_id(problem.m, problem.n, problem.k, problem.dtype, problem.op, problem.batch,
-                      problem.layout, problem.tf32)
-
-
-def is_tf32_id(pid: str) -> bool:
-    """Whether a problem id names a TF32 problem (`problem_id`)."""
-    return pid.endswith(f"/{TF32}")
-
-
-def split_of(pid: str) -> str:
-    """The fixed split of a problem id (see module docstring): every layout of a problem, and its
-    TF32 twin, get the split of its float32 "nn" id."""
-    pid = pid.removesuffix(f"/{TF32}")
-    head, _, last = pid.rpartition("/")
-    base = head if last in LAYOUTS else pid
-    bucket = int(hashlib.sha256(base.encode()).hexdigest(), 16) % 100
-    return "train" if bucket < 70 else "val" if bucket < 85 else "test"
 
 
 def conform(df: pd.DataFrame) -> pd.DataFrame:

@@ -36,7 +36,7 @@ import random
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from kernel_select.offline.data.dataset import id_of
+from kernel_select.offline.data.problem_ids import id_of
 from kernel_select.offline.data.round3_groups import Group
 from kernel_select.offline.data.round3_schedule import schedule
 from kernel_select.offline.data.round3_strata import (

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from kernel_select.model.card import M_BUCKETS, stratum, stratum_count
 from kernel_select.offline.data import splits
-from kernel_select.offline.data.dataset import id_of, split_of
+from kernel_select.offline.data.problem_ids import id_of
+from kernel_select.offline.data.splits import split_of
 from kernel_select.offline.data.round3_groups import BUCKET_RANGES
 from kernel_select.offline.data.shapes import Shape, load
 

@@ -3,7 +3,7 @@
 Three test sets, all never trained on, all frozen (adding problems never moves an existing one):
 
   test    the dataset's hash split, unchanged: sha256(problem_id) mod 100 >= 85
-          (`dataset.split_of`). It measures a new M, N or K near shapes the model has seen.
+          (`split_of`). It measures a new M, N or K near shapes the model has seen.
   family  every problem of a held-out architecture family (HELD_OUT_FAMILIES: one of each kind the
           datasets hold: a large and a small LLM, an MoE, ViTs and a SigLIP tower, a diffusion
           transformer, a speech model, a recommendation MLP, and of the batched GEMMs the batched
@@ -30,6 +30,7 @@ only problem ids, mapped here through the shapes files' `source` field (its firs
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -38,8 +39,10 @@ import numpy as np
 import pandas as pd
 
 from kernel_select.errors import DatasetError
-from kernel_select.offline.data.dataset import problem_id
+from kernel_select.layouts import LAYOUTS
+from kernel_select.offline.data.problem_ids import problem_id
 from kernel_select.offline.data.unseen import is_unseen_family
+from kernel_select.problem import TF32
 
 #: Families held out whole. From the first collection (shapes_h100*.json): one large LLM (8192-wide),
 #: one small LLM (3072-wide, fused qkv / gate_up) and the ViTs (M a multiple of 197 or 257 tokens);
@@ -57,6 +60,24 @@ EVAL_SPLITS = ("test", "family", "unseen")
 TRAINING_SPLITS = ("train", "val")
 UNKNOWN_FAMILY = "unknown"
 _DATA_DIR = Path(__file__).resolve().parents[3] / "data"
+
+
+
+#: The hash split (fixed; documented in data/README.md): a problem's split is decided by a hash of its
+#: identity (dtype, op, batch, m, n, k) alone, so every row of a problem lands in the same split and
+#: adding problems never moves existing ones: sha256(problem_id) mod 100 < 70 -> train, < 85 -> val,
+#: else test. A problem timed in another operand layout than "nn" has its own id (the layout suffixed)
+#: but the split of its "nn" id, so a model never trains on one layout of a problem it is tested on in
+#: another. A float32 problem timed with TF32 (its rows' `allow_tf32`) has its own id too ("/tf32"
+#: last) and the split of its float32 twin, for the same reason.
+def split_of(pid: str) -> str:
+    """The fixed split of a problem id (the hash split above): every layout of a problem, and its
+    TF32 twin, get the split of its float32 "nn" id."""
+    pid = pid.removesuffix(f"/{TF32}")
+    head, _, last = pid.rpartition("/")
+    base = head if last in LAYOUTS else pid
+    bucket = int(hashlib.sha256(base.encode()).hexdigest(), 16) % 100
+    return "train" if bucket < 70 else "val" if bucket < 85 else "test"
 
 
 def held_out_alignment(n: np.ndarray | int, k: np.ndarray | int) -> np.ndarray | bool:

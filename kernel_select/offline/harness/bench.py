@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 
-from kernel_select.offline.data import dataset
+from kernel_select.offline.data import dataset, problem_ids, splits
 from kernel_select.offline.data.audit import SUSPECT_RATIO
 from kernel_select.offline.harness.bench_plan import CompileKey, PlannedRun, distinct_keys
 from kernel_select.offline.harness.timer import ProblemTimer, TimingStats, constexprs, kernel_of, torch_dtype
@@ -330,7 +330,7 @@ def rows_for(runs: list[PlannedRun], results: dict[int, _Timed], cublas: _Timed,
     """Dataset rows of one timed problem; `origin` holds its family / layer / pass columns and
     `stats` (this problem's re-timings) is appended to the `timing_method` text."""
     problem = runs[0].problem
-    pid = dataset.id_of(problem)
+    pid = problem_ids.id_of(problem)
     method = TIMING_METHOD.format(reps=options.reps, factor=options.contender_factor, suspect=SUSPECT_RATIO)
     if stats is not None:
         method += f"; this problem: {stats.summary()}"
@@ -338,7 +338,7 @@ def rows_for(runs: list[PlannedRun], results: dict[int, _Timed], cublas: _Timed,
     origin = {c: (origin or {}).get(c, dataset.OPTIONAL_DEFAULTS[c]) for c in dataset.ORIGIN_COLUMNS}
     base = dict(problem_id=pid, **origin, m=problem.m, n=problem.n,
                 k=problem.k, batch=problem.batch, dtype=problem.dtype, op=problem.op, layout=problem.layout,
-                split=dataset.split_of(pid), timestamp=stamp, timing_method=method, **prov)
+                split=splits.split_of(pid), timestamp=stamp, timing_method=method, **prov)
     rows = []
 
     def row(backend: str, cfg: tuple[int, ...], even_k: bool, tf32: bool, timed: _Timed) -> dict:

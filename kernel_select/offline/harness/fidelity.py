@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kernel_select.offline.data import dataset
+from kernel_select.offline.data import dataset, problem_ids
 from kernel_select.offline.json_files import read_json_file, write_json_atomic
 from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec
@@ -68,7 +68,7 @@ def pick_configs(problem: Problem, device: DeviceSpec, count: int, data: pd.Data
     space = for_problem(problem, device, "exhaustive")
     rows = None
     if data is not None:
-        pid = dataset.problem_id(problem.m, problem.n, problem.k, problem.dtype)
+        pid = problem_ids.problem_id(problem.m, problem.n, problem.k, problem.dtype)
         rows = data[(data["problem_id"] == pid) & (data["backend"] == "triton")
                     & np.isfinite(data["runtime_ms"])]
     if rows is None or rows.empty:

@@ -34,7 +34,7 @@ import pandas as pd
 
 from kernel_select.device import DeviceSpec
 from kernel_select.errors import DatasetError
-from kernel_select.offline.data import dataset
+from kernel_select.offline.data import dataset, problem_ids
 from kernel_select.offline.harness.bench import (
     BenchOptions,
     _compile_keys,
@@ -147,7 +147,7 @@ class RowWriter:
 
 
 def bench_problem_id(p: Problem) -> str:
-    return dataset.id_of(p)
+    return problem_ids.id_of(p)
 
 
 def todo_problems(problems: Problems, out: str | Path, device_name: str) -> list[Problem]:

@@ -37,7 +37,7 @@ from kernel_select.model.card import ModelCard
 from kernel_select.model.features import FEATURE_SETS, FEATURE_VERSION
 from kernel_select.model.mlp import MLPModel, architecture
 from kernel_select.offline.training.features import featurize_frame
-from kernel_select.offline.data import active, dataset, splits
+from kernel_select.offline.data import active, dataset, problem_ids, splits
 from kernel_select.offline.data.shapes import Shape
 from kernel_select.offline.metrics import geomean, topk_scores
 from kernel_select.offline.training.fit_loop import MLPHParams, fit, make_split, standardize
@@ -134,7 +134,7 @@ def _arm(name: str, chosen: Sequence[active.Candidate], replay: Replay, spec: De
          hp: MLPHParams, seed: int) -> dict[str, Any]:
     """Train the final recipe (model seed `seed`) on first pass + `chosen` and score it; what the arm cost."""
     started = time.perf_counter()
-    added = {dataset.problem_id(c.shape.m, c.shape.n, c.shape.k, c.shape.dtype) for c in chosen}
+    added = {problem_ids.problem_id(c.shape.m, c.shape.n, c.shape.k, c.shape.dtype) for c in chosen}
     model = fit_model(replay, replay.first_pass | added, spec, hp, seed)
     result = {"arm": name, "model_seed": seed, "problems": len(chosen),
               "rows": int(sum(c.rows for c in chosen)),
