@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from kernel_select.device import DeviceSpec
-    from kernel_select.model.cublas import CublasGate
 
 
 #: The files `train` writes into --out (the MLP's, then the cuBLAS gate's); `train-gate` writes the
@@ -305,16 +304,6 @@ def _eval_model_source(models: list, mlp_dir: str | None, spec: DeviceSpec, own_
     return model_line(spec)
 
 
-def _folder_gate(model_dir: str | None, spec: DeviceSpec) -> CublasGate | None:
-    """The cuBLAS gate `train` saved in the --mlp-dir folder, or None (then the serving gate scores)."""
-    from kernel_select.model.cublas import GATE_STEM, CublasGate
-    from kernel_select.model.folders import holds_checkpoint
-
-    if model_dir is None or not holds_checkpoint(Path(model_dir), GATE_STEM):
-        return None
-    return CublasGate.load(model_dir, spec, allow_same_architecture=True)
-
-
 def _data_device(key: str | None, paths: list[Path], rows: pd.DataFrame | None = None) -> DeviceSpec:
     """--device, else the device the dataset's rows were measured on (cli/devices.data_device): a
     model is trained and scored for the device of its data, never an assumed one."""
@@ -351,6 +340,7 @@ def _model_names(text: str, device: str | None) -> list[str]:
 def run_eval(args: argparse.Namespace) -> int:
     models: list = _model_names(args.model, args.device)  # a typo fails before the dataset is read
 
+    from kernel_select.model.folders import gate_in
     from kernel_select.offline.data import dataset
     from kernel_select.offline.training.evaluate import evaluate, evaluate_splits
     from kernel_select.offline.training.report import format_paired, format_pinned, format_report
@@ -365,7 +355,8 @@ def run_eval(args: argparse.Namespace) -> int:
                           "recomputed from; leave --drop-suspect out")
     frame = dataset.read_many(paths)  # read and checked once, before anything is printed
     device = _data_device(args.device, paths, frame)
-    gate = _folder_gate(args.mlp_dir, device)
+    # the gate `train` saved beside the --mlp-dir MLP; without one the serving gate scores
+    gate = None if args.mlp_dir is None else gate_in(args.mlp_dir, device)
     source = _eval_model_source(models, args.mlp_dir, device, gate is not None)
     header = [data_device_text(device, args.device is not None), *([source] if source else [])]
     dropped = None

@@ -19,7 +19,7 @@ from pathlib import Path
 from kernel_select import warn
 from kernel_select.device import DeviceSpec, same_architecture
 from kernel_select.errors import NoTrainedModelError
-from kernel_select.model.cublas import ATEN_STEM, GATE_STEM
+from kernel_select.model.cublas import ATEN_STEM, GATE_STEM, CublasGate
 from kernel_select.resources import model_roots, shipped_dir, shipped_hidden
 
 log = logging.getLogger(__name__)
@@ -71,6 +71,14 @@ def find_checkpoint(spec: DeviceSpec, stem: str, *,
 def holds_checkpoint(folder: Path, stem: str) -> bool:
     """Whether `folder` holds checkpoint `stem` whole: its weights (.pt) and its card (.json)."""
     return (folder / f"{stem}.pt").exists() and (folder / f"{stem}.json").exists()
+
+
+def gate_in(folder: str | Path, spec: DeviceSpec) -> CublasGate | None:
+    """The cuBLAS gate saved in the model folder `folder` (a device of `spec`'s architecture), or None
+    where the folder holds none."""
+    if not holds_checkpoint(Path(folder), GATE_STEM):
+        return None
+    return CublasGate.load(folder, spec, allow_same_architecture=True)
 
 
 def no_trained_model(spec: DeviceSpec) -> NoTrainedModelError:

@@ -35,7 +35,7 @@ from kernel_select.errors import ModelError, OptionError
 from kernel_select.model.card import MAX_MEMBERS, utc_now
 from kernel_select.model.cublas import GATE_STEM, CublasGate
 from kernel_select.model.folder_write import check_model_folder
-from kernel_select.model.folders import holds_checkpoint
+from kernel_select.model.folders import gate_in
 from kernel_select.model.mlp import AveragedRuntimeNet, MLPModel, RuntimeNet, architecture
 from kernel_select.offline.data import dataset
 from kernel_select.offline.training.auto_refit import refit_auto
@@ -98,10 +98,8 @@ def average_dirs(model_dirs: Sequence[str | Path], data_path: str | Path | Seque
     models = [MLPModel.load(path, device, allow_same_architecture=True) for path in model_dirs]
     averaged = average_models(models, [str(path) for path in model_dirs])
     gate_dir = Path(model_dirs[0] if gate_dir is None else gate_dir)
-    gate = None
-    if holds_checkpoint(gate_dir, GATE_STEM):
-        gate = CublasGate.load(gate_dir, averaged.device, allow_same_architecture=True)
-    elif gate_dir != Path(model_dirs[0]):
+    gate = gate_in(gate_dir, averaged.device)
+    if gate is None and gate_dir != Path(model_dirs[0]):
         raise ModelError(f"{gate_dir}: no cuBLAS gate here ({GATE_STEM}.pt) to write with the averaged model")
     paths = dataset.expand_paths(data_path)
     _check_trained_on(averaged, paths)
