@@ -1,5 +1,5 @@
-"""`kernel-select train`, `train-gate`, `average-models`, `eval` and `gate-rules`: fit the learned models
-and score them."""
+"""`kernel-select train`, `train-gate`, `eval` and `gate-rules`: fit the learned models and score them
+(`average-models`: cli/average_models.py)."""
 
 from __future__ import annotations
 
@@ -89,26 +89,6 @@ def register_train_gate(sub: Subparsers) -> None:
     p.set_defaults(handler=run_train_gate)
 
 
-def register_average_models(sub: Subparsers) -> None:
-    p = sub.add_parser("average-models", help="average the MLPs of several model folders into one model",
-                       description="Make one MLP whose members are every member of the MLPs saved in DIR "
-                                   "(trained on the same data: a fine-tuned model and one trained from "
-                                   "scratch, say), without training: each member keeps its predictions, "
-                                   "the model predicts their mean log runtime. Then choose its "
-                                   "topk='auto' rule on the 'val' problems of --data, score it on the "
-                                   "held-out splits, and write it to --out with the first DIR's cuBLAS "
-                                   "time head and gate (--gate: another folder's gate).")
-    p.add_argument("model_dirs", nargs="+", metavar="DIR",
-                   help="model folders written by train (two or more)")
-    p.add_argument("--data", required=True, nargs="+", metavar="PARQUET",
-                   help="the dataset file(s) or glob patterns the models were trained on, read as one")
-    p.add_argument("--out", type=output_dir, required=True, help="output directory, e.g. models/h100/")
-    add_device_arg(p, "device the models are for (any case; default: the one the dataset's rows name)")
-    p.add_argument("--gate", default=None, metavar="DIR",
-                   help="write the cuBLAS gate saved in DIR with the model (default: the first DIR's)")
-    p.set_defaults(handler=run_average_models)
-
-
 def register_eval(sub: Subparsers) -> None:
     p = sub.add_parser("eval", help="score models and baselines against the measured oracle",
                        description="For each problem of a split: score(k) = oracle_ms / best measured ms "
@@ -172,7 +152,7 @@ def run_gate_rules(args: argparse.Namespace) -> int:
     from kernel_select.offline.training.training_data import require_rows
 
     paths = require_rows(args.data, "gate-rules")
-    spec = _data_device(args.device, paths)
+    spec = named_or_data_device(args.device, paths)
     if args.one_choice:
         rows = gate_rules.simulate_one_choice(args.data, args.split, device=spec.key)
         table = gate_rules.format_one_choice_table(rows)
@@ -217,7 +197,7 @@ def run_train(args: argparse.Namespace) -> int:
 
     if args.refit_auto:
         return _run_refit_auto(args)
-    device = _data_device(args.device, paths)  # printed once the data is read and checked
+    device = named_or_data_device(args.device, paths)  # printed once the data is read and checked
     options = {"feature_version": args.features}
     chosen = {name: value for name, value in (("members", args.members), ("lr", args.lr))
               if value is not None}  # the rest: MLPHParams' defaults
@@ -251,30 +231,6 @@ def _run_refit_auto(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_average_models(args: argparse.Namespace) -> int:
-    check_output_dir(args.out, MODEL_FILES)  # before the work
-    if len(args.model_dirs) < 2:
-        raise OptionError(f"average-models: expected two or more model folders, got {len(args.model_dirs)}")
-    from kernel_select.offline.training.average import average_dirs
-    from kernel_select.offline.training.training_data import require_rows
-
-    paths = require_rows(args.data, "averaging models")
-    device = _data_device(args.device, paths)
-    model = average_dirs(args.model_dirs, args.data, args.out, device, gate_dir=args.gate)
-    say(data_device_text(device, args.device is not None))
-    gate = model.card.hyperparameters.get("gate", {}).get("dir", "none")
-    say(f"averaged {len(args.model_dirs)} models into {model.card.architecture.members} members, the cuBLAS "
-        f"gate of {printable(gate)}; wrote {printable(args.out)}")
-    auto = model.card.metrics["auto_topk_val"]
-    say(f"topk='auto' on {auto['problems']} val problems: {auto['rule']} rule: {auto['score']:.4f} at "
-        f"{auto['mean_k']:.2f} configs per problem (top-4 {auto['top4_score']:.4f})")
-    for split, figures in model.card.metrics["held_out"].items():
-        if isinstance(figures, dict) and "topk" in figures:
-            topk = "  ".join(f"k={k}: {v:.4f}" for k, v in figures["topk"].items())
-            say(f"{split} ({figures['problems']} problems): {topk}")
-    return 0
-
-
 def run_train_gate(args: argparse.Namespace) -> int:
     from kernel_select.offline.data import dataset
     from kernel_select.offline.training.train import train_gate
@@ -283,7 +239,7 @@ def run_train_gate(args: argparse.Namespace) -> int:
     check_output_dir(args.out, MODEL_FILES[2:])  # before the work
     paths = require_rows(args.data, "training the cuBLAS gate")
     frame = dataset.read_many(paths)
-    device = _data_device(args.device, paths, frame)
+    device = named_or_data_device(args.device, paths, frame)
     say(data_device_text(device, args.device is not None))
     gate = train_gate(frame, device, args.out, seed=args.seed,
                       data_path=paths[0] if len(paths) == 1 else None)
@@ -304,7 +260,7 @@ def _eval_model_source(models: list, mlp_dir: str | None, spec: DeviceSpec, own_
     return model_line(spec)
 
 
-def _data_device(key: str | None, paths: list[Path], rows: pd.DataFrame | None = None) -> DeviceSpec:
+def named_or_data_device(key: str | None, paths: list[Path], rows: pd.DataFrame | None = None) -> DeviceSpec:
     """--device, else the device the dataset's rows were measured on (cli/devices.data_device): a
     model is trained and scored for the device of its data, never an assumed one."""
     from kernel_select.device import get_device
@@ -354,7 +310,7 @@ def run_eval(args: argparse.Namespace) -> int:
         raise OptionError("eval: --pinned-rows writes all the rows eval.json's pinned scores are "
                           "recomputed from; leave --drop-suspect out")
     frame = dataset.read_many(paths)  # read and checked once, before anything is printed
-    device = _data_device(args.device, paths, frame)
+    device = named_or_data_device(args.device, paths, frame)
     # the gate `train` saved beside the --mlp-dir MLP; without one the serving gate scores
     gate = None if args.mlp_dir is None else gate_in(args.mlp_dir, device)
     source = _eval_model_source(models, args.mlp_dir, device, gate is not None)
