@@ -17,15 +17,17 @@ from kernel_select.errors import OptionError
 DEFAULT_MINUTES = 15.0
 #: Seconds kept for planning before collection starts (the plan itself takes 3-15 s of one core).
 PLANNING_S = 15.0
-#: The networks' share of the minutes, within these bounds: 120 epochs of two networks on the rows
-#: of a few hundred problems take 20-60 s on a CPU (a start of four members shares the time among four
-#: fits); a longer run measures more problems.
-TRAINING_SHARE = 0.2
-MIN_TRAINING_S = 40.0
+#: The networks' share of the minutes, within these bounds. Measured on an H200 host (16 cores), 120
+#: epochs of four fine-tuned members took 28 s on the rows of 173 training problems: about 0.34 ms per
+#: epoch, member and problem, so the 15-minute plan's ~575 training problems take ~95 s. A share of 0.2
+#: left a 5-minute run idle for a third of its minutes (finished in 199 s); the time limit stops a
+#: slower host's training at its best epoch so far, and the collection gets the rest.
+TRAINING_SHARE = 0.12
+MIN_TRAINING_S = 30.0
 MAX_TRAINING_S = 300.0
 #: After the networks: the cuBLAS head and gate (1,500 full-batch epochs each), the auto-k rule,
-#: the scores on the held-out problems and the files.
-AFTER_TRAINING_S = 30.0
+#: the scores on the held-out problems and the files (4 s on that host after the 5-minute run).
+AFTER_TRAINING_S = 15.0
 #: The fewest minutes that leave any time to collect.
 MIN_MINUTES = (PLANNING_S + MIN_TRAINING_S + AFTER_TRAINING_S + 30.0) / 60.0
 

@@ -243,6 +243,25 @@ class _Trained:
 def _train(files: CalibrationFiles, spec: DeviceSpec, start: StartModel | None, budget: Budget,
            options: CalibrateOptions, progress: RunProgress) -> _Trained:
     """The MLP with its cuBLAS head and gate, into the staging folder, within the training deadline."""
+    from kernel_select.offline.training.train import MLPHParams
+
+    defaults = MLPHParams()
+    fits = start.model.card.architecture.members if start is not None else defaults.members  # one per member
+    per_epoch = budget.training_s / ((options.epochs or defaults.epochs) * fits)
+    shutil.rmtree(files.staging, ignore_errors=True)  # a killed training's leftovers: it starts over
+    result = train_calibrated(files.measurements, files.staging, spec, start, budget.training_deadline,
+                              seed=options.seed, epochs=options.epochs,
+                              on_epoch=lambda: progress.advance(per_epoch))
+    return _Trained(model=result.model, metrics=result.metrics, seconds=result.seconds)
+
+
+def train_calibrated(measurements: Path, out: Path, spec: DeviceSpec, start: StartModel | None,
+                     deadline: float, *, seed: int = 0, epochs: int | None = None,
+                     on_epoch: Callable[[], None] | None = None) -> Any:
+    """Train `spec`'s model on `measurements` into `out` as calibrate does: `start`'s widths and member
+    count at the fine-tuning rate from its weights, else from scratch; the rank objective; stopped at
+    `deadline` (time.perf_counter()). Returns train's TrainResult. results/calibrate.py retrains
+    prefixes of a run with it."""
     from kernel_select.model.features import FEATURE_VERSION
     from kernel_select.offline.training.train import MLPHParams, TimeLimit, train
     from kernel_select.offline.training.warm_start import load_warm_start
@@ -256,14 +275,8 @@ def _train(files: CalibrationFiles, spec: DeviceSpec, start: StartModel | None, 
         warm = load_warm_start(start.folder, spec, feature_version=FEATURE_VERSION,
                                hidden_widths=hparams.hidden_widths, members=hparams.members,
                                any_architecture=True)
-    fits = hparams.members  # objective "rank" alone: one fit per member
-    per_epoch = budget.training_s / ((options.epochs or hparams.epochs) * fits)
-    limit = TimeLimit(budget.training_deadline, on_epoch=lambda: progress.advance(per_epoch))
-    shutil.rmtree(files.staging, ignore_errors=True)  # a killed training's leftovers: it starts over
-    result = train(files.measurements, files.staging, device=spec, seed=options.seed,
-                   epochs=options.epochs, objective=OBJECTIVE, hparams=hparams, progress=False, init=warm,
-                   time_limit=limit)
-    return _Trained(model=result.model, metrics=result.metrics, seconds=result.seconds)
+    return train(measurements, out, device=spec, seed=seed, epochs=epochs, objective=OBJECTIVE,
+                 hparams=hparams, progress=False, init=warm, time_limit=TimeLimit(deadline, on_epoch=on_epoch))
 
 
 def _summary(spec: DeviceSpec, files: CalibrationFiles, start: StartModel | None, plan: Any,
