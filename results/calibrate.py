@@ -1,22 +1,27 @@
-"""Score models made by `kernel-select calibrate` on the committed H100 data (CPU).
+"""Score models made by `kernel-select calibrate` on the committed data of their GPU (CPU).
 
-results/calibrate.sh calibrates one H100 treated as a new GPU (from scratch, and from the shipped H100
-model); this scores each calibrated model folder on the frozen H100 `test` and `family` splits beside
-the shipped H100 model (models/h100, trained on 1,842 problems) and Inductor's DEFAULT list, and plots
-score against the minutes the GPU spent collecting. A calibrated model ranks only the dtypes and
-layouts it measured, so every method is scored on the problems all calibrated models cover (dtype and
-layout; the share of the split they are is `coverage`); the shipped model and the DEFAULT list are
-scored on the whole split too.
+results/calibrate.sh calibrates a GPU treated as new (its shipped model hidden), from scratch or from a
+model of another GPU; this scores each calibrated model folder on the GPU's frozen held-out splits beside
+the shipped model of that GPU, the start model as it is (another GPU's, where a run started from one) and
+Inductor's DEFAULT list, and plots score against the minutes the GPU spent collecting. A calibrated model
+ranks only the dtypes and layouts it measured, so every method is scored on the problems all calibrated
+models cover (dtype and layout; the share of the split they are is `coverage`, the `common` figures) and
+on the whole split (`whole`: a calibrated model ranks problems it never measured as well).
 
-    python results/calibrate.py --runs OUT/scratch/h100 OUT/finetune/h100 [--prefix-minutes 1,2]
+    python results/calibrate.py --device h200 --runs results/calibrate_h200/5min/h200 \
+        results/calibrate_h200/15min_killed/h200 --prefix-minutes 5
+    python results/calibrate.py --device h100 --runs results/calibrate_h100/scratch/h100 \
+        results/calibrate_h100/finetune/h100
 
-The runs measured on 2026-11-25 are committed as results/calibrate_h100/<run>/ (the model folders and
-each run's --json summary); `--runs results/calibrate_h100/scratch/h100 results/calibrate_h100/finetune/h100`
-scores them again.
+A run folder holds what calibrate wrote (calibration.json, the model); a run stopped before training
+(killed) holds its calibration.parquet, calibration_plan.json and a run.json saying when its collection
+started and from which model: it is scored by a model trained here on all its rows, as calibrate trains.
+`--prefix-minutes` also retrains, on this CPU, a model on the problems each run had measured after that
+many minutes of collection, for more points on the curve. A retraining gets --train-seconds (default 180,
+calibrate's training share of 15 minutes); calibrate trains on the GPU host's cores, so on a small CPU
+give it longer for the same epochs (each retraining prints the epochs it ran).
 
-writes results/calibrate.json and results/calibrate.png. --prefix-minutes also retrains, on this CPU,
-a model on the problems each run had measured after that many minutes of collection (the plan of a
-shorter run is a prefix of a longer one's), as the run trained its own, for more points on the curve.
+writes results/calibrate_<device>.json and .png.
 """
 
 from __future__ import annotations
@@ -33,58 +38,94 @@ import numpy as np
 import pandas as pd
 
 from kernel_select.device import get_device
-from kernel_select.model.features import FEATURE_VERSION
+from kernel_select.errors import DatasetError
 from kernel_select.model.mlp import MLPModel
+from kernel_select.offline.calibrate.run import train_calibrated
+from kernel_select.offline.calibrate.start import resolve_start
 from kernel_select.offline.data import dataset
 from kernel_select.offline.training.evaluate import evaluate
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = [ROOT / "data" / f"{name}.parquet" for name in ("h100", "h100_coverage", "h100_layers", "h100_bmm")]
-SPLITS = ("test", "family")
+SPLITS = ("test", "family", "unseen")
 KS = (1, 2, 4, 8)
-DEVICE = "h100"
 #: float16 and bfloat16 have the same features: a model trained on one ranks the other (model/mlp.py).
 SAME_FEATURES = {"float16": "bfloat16", "bfloat16": "float16"}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="h100", help="the GPU the runs calibrated (default: h100)")
     parser.add_argument("--runs", nargs="+", required=True, type=Path,
-                        help="calibrated model folders (each with calibration.json)")
-    parser.add_argument("--data", nargs="+", type=Path, default=DATA,
-                        help="H100 datasets (default: the committed ones)")
+                        help="calibrated model folders (calibration.json), or killed runs' (run.json)")
+    parser.add_argument("--data", nargs="+", type=Path,
+                        help="the GPU's datasets (default: the committed data/<device>*.parquet)")
     parser.add_argument("--prefix-minutes", default="",
                         help="comma-separated minutes of collection to retrain at (default: none)")
     parser.add_argument("--train-seconds", type=float, default=180.0,
-                        help="time limit of each retraining (--prefix-minutes)")
-    parser.add_argument("--json", type=Path, default=ROOT / "results" / "calibrate.json")
-    parser.add_argument("--plot", type=Path, default=ROOT / "results" / "calibrate.png")
+                        help="time limit of each retraining (killed runs, --prefix-minutes)")
+    parser.add_argument("--json", type=Path, help="default: results/calibrate_<device>.json")
+    parser.add_argument("--plot", type=Path, help="default: results/calibrate_<device>.png")
     args = parser.parse_args()
+    spec = get_device(args.device)
+    data = args.data or sorted((ROOT / "data").glob(f"{spec.key}*.parquet"))
+    out_json = args.json or ROOT / "results" / f"calibrate_{spec.key}.json"
+    out_plot = args.plot or ROOT / "results" / f"calibrate_{spec.key}.png"
 
-    frame = dataset.read_many(args.data)
+    frame = dataset.read_many(data)
     models, points = {}, []
     for folder in args.runs:
-        summary = json.loads((folder / "calibration.json").read_text())
         name = folder.parent.name or folder.name
-        models[name] = MLPModel.load(folder, DEVICE)
-        points.append(_point(name, summary, summary["collection"]["seconds"] / 60.0, retrained=False))
-        for minutes in [float(x) for x in args.prefix_minutes.split(",") if x.strip()]:
-            if minutes * 60.0 < summary["collection"]["seconds"]:
-                label = f"{name}@{minutes:g}min"
-                model = _retrain(folder, summary, minutes, args.train_seconds)
+        summary, killed = _summary(folder)
+        minutes = [float(x) for x in args.prefix_minutes.split(",") if x.strip()]
+        if killed:
+            minutes.append(summary["collection"]["seconds"] / 60.0)  # all it measured
+        else:
+            models[name] = MLPModel.load(folder, spec)
+            points.append(_point(name, summary, summary["collection"]["seconds"] / 60.0, retrained=False))
+        for prefix in sorted(set(minutes)):
+            if prefix * 60.0 <= summary["collection"]["seconds"] + 1e-6:
+                label = name if killed and prefix * 60.0 >= summary["collection"]["seconds"] else \
+                    f"{name}@{prefix:g}min"
+                model, problems = _retrain(folder, summary, prefix, args.train_seconds, spec)
                 if model is not None:
                     models[label] = model
-                    points.append(_point(label, summary, minutes, retrained=True, run=name))
-    shipped = MLPModel.load(ROOT / "models" / DEVICE, DEVICE)
-    report = {"data": [p.name for p in args.data], "runs": points,
-              "splits": {split: _score_split(args.data, frame, split, models, shipped) for split in SPLITS}}
-    args.json.write_text(json.dumps(report, indent=1) + "\n")
-    _plot(report, args.plot)
+                    points.append(_point(label, summary, prefix, retrained=True, run=name,
+                                         problems=problems))
+    references = {f"shipped_{spec.key}": MLPModel.load(ROOT / "models" / spec.key, spec)}
+    for start in sorted({p["start"] for p in points if p["start"] and p["start"] != spec.key}):
+        references[f"{start}_model_as_is"] = resolve_start(start, spec, ROOT / "unused").model
+    report = {"device": spec.key, "data": [p.name for p in data], "runs": points,
+              "references": list(references), "splits": {}}
+    for split in SPLITS:
+        try:
+            report["splits"][split] = _score_split(data, frame, split, spec, models, references)
+        except DatasetError as exc:  # a GPU without that split in its data
+            print(f"{split}: not scored ({exc})")
+    out_json.write_text(json.dumps(report, indent=1) + "\n")
+    _plot(report, out_plot)
     _print(report)
-    print(f"wrote {args.json} and {args.plot}")
+    print(f"wrote {out_json} and {out_plot}")
 
 
-def _point(name: str, summary: dict, minutes: float, *, retrained: bool, run: str | None = None) -> dict:
+def _summary(folder: Path) -> tuple[dict, bool]:
+    """The run's calibration.json, or a killed run's run.json with its collection's seconds and rows
+    counted from calibration.parquet; True for a killed run."""
+    if (folder / "calibration.json").is_file():
+        return json.loads((folder / "calibration.json").read_text()), False
+    run = json.loads((folder.parent / "run.json").read_text())
+    rows = dataset.read(folder / "calibration.parquet")
+    collection = run["collection"]
+    seconds = (datetime.fromisoformat(collection["stopped_at"])
+               - datetime.fromisoformat(collection["started_at"])).total_seconds()
+    plan = json.loads((folder / "calibration_plan.json").read_text())  # a shapes file: one entry a problem
+    collection.update(problems=int(rows["problem_id"].nunique()), rows=len(rows), seconds=seconds,
+                      rows_per_gpu_minute=round(60.0 * len(rows) / seconds), stopped_at_bound=True,
+                      planned_problems=len(plan))
+    return {**run, "collection": collection}, True
+
+
+def _point(name: str, summary: dict, minutes: float, *, retrained: bool, run: str | None = None,
+           problems: int | None = None) -> dict:
     """What a run (or a retraining on a prefix of it) measured and where it sits on the time axis."""
     out = {"name": name, "run": run or name, "collection_minutes": round(minutes, 2), "retrained": retrained,
            "start": (summary["start"] or {}).get("device"), "budget_minutes": summary["minutes"]}
@@ -92,6 +133,8 @@ def _point(name: str, summary: dict, minutes: float, *, retrained: bool, run: st
         out.update(problems=summary["measured"]["problems"], plan=summary["plan"],
                    collection=summary["collection"], training=summary["training"],
                    held_out=_held_out(summary["held_out"]), seconds=summary["seconds"])
+    else:
+        out.update(problems=problems, collection=summary["collection"])
     return out
 
 
@@ -104,35 +147,30 @@ def _held_out(held_out: dict) -> dict:
             "inductor_default": {k: v for k, v in default.items() if k != "strata"}}
 
 
-def _retrain(folder: Path, summary: dict, minutes: float, seconds: float) -> MLPModel | None:
-    """A model trained as the run trained its own, on the problems it had measured `minutes` into its
-    collection (rows carry the time their problem was timed); None before it had train and val ones."""
-    from kernel_select.offline.training.train import MLPHParams, TimeLimit, train
-    from kernel_select.offline.training.warm_start import load_warm_start
-
+def _retrain(folder: Path, summary: dict, minutes: float, seconds: float,
+             spec) -> tuple[MLPModel | None, int]:
+    """A model trained as calibrate trains its own, on the problems the run had measured `minutes` into
+    its collection (rows carry the time their problem was timed); None before it had train and val ones."""
     rows = dataset.read(folder / "calibration.parquet")
     started = datetime.fromisoformat(summary["collection"]["started_at"])
     stamps = pd.to_datetime(rows["timestamp"], utc=True)
-    prefix = rows[stamps <= pd.Timestamp(started + timedelta(minutes=minutes))]
+    prefix = rows[stamps <= pd.Timestamp(started + timedelta(minutes=minutes, seconds=1))]
+    problems = int(prefix["problem_id"].nunique())
     if not {"train", "val"} <= set(prefix["split"]):
         print(f"{folder.parent.name}: no train and val problems in its first {minutes:g} minutes; skipped")
-        return None
-    hparams, warm = MLPHParams(), None
-    if summary["start"]:  # fine-tuned: from the same device's model in this checkout
-        start = ROOT / "models" / summary["start"]["device"]
-        card = MLPModel.load(start, summary["start"]["device"]).card
-        hparams = MLPHParams(hidden_widths=tuple(card.architecture.hidden_widths),
-                             members=card.architecture.members, lr=2e-4)
-        warm = load_warm_start(start, get_device(card.device), feature_version=FEATURE_VERSION,
-                               hidden_widths=hparams.hidden_widths, members=hparams.members)
+        return None, problems
+    start = None
+    if summary["start"]:  # fine-tuned: from that device's model in this checkout
+        start = resolve_start(summary["start"]["device"], spec, folder)
+    began = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "prefix.parquet"
         dataset.write(prefix, data)
-        result = train(data, Path(tmp) / "model", device=DEVICE, objective="rank", hparams=hparams, init=warm,
-                       progress=False, time_limit=TimeLimit(time.perf_counter() + seconds))
-    problems = prefix["problem_id"].nunique()
-    print(f"retrained {folder.parent.name} on its first {minutes:g} minutes: {problems} problems")
-    return result.model
+        result = train_calibrated(data, Path(tmp) / "model", spec, start, began + seconds)
+    epochs = result.metrics["val"]["rank"].get("epochs_run")
+    print(f"retrained {folder.parent.name} on its first {minutes:g} minutes: {problems} problems, "
+          f"{epochs} epochs in {time.perf_counter() - began:.0f} s")
+    return result.model, problems
 
 
 def _covered(frame: pd.DataFrame, models: dict) -> pd.Series:
@@ -145,13 +183,12 @@ def _covered(frame: pd.DataFrame, models: dict) -> pd.Series:
     return keep
 
 
-def _score_split(data: list[Path], frame: pd.DataFrame, split: str, models: dict,
-                 shipped: MLPModel) -> dict:
-    covered = frame[_covered(frame, models)]
-    named = [_named(shipped, "shipped_h100")] + [_named(m, name) for name, m in models.items()]
-    common = evaluate(data, split, named, device=DEVICE, frame=covered, ks=KS, random_seeds=5)
-    whole = evaluate(data, split, [_named(shipped, "shipped_h100")], device=DEVICE, frame=frame, ks=KS,
-                     random_seeds=5)
+def _score_split(data: list[Path], frame: pd.DataFrame, split: str, spec, models: dict,
+                 references: dict) -> dict:
+    named = [_named(m, name) for name, m in {**references, **models}.items()]
+    common = evaluate(data, split, named, device=spec, frame=frame[_covered(frame, models)], ks=KS,
+                      random_seeds=5)
+    whole = evaluate(data, split, named, device=spec, frame=frame, ks=KS, random_seeds=5)
     return {"problems": whole["problems"], "covered_problems": common["problems"],
             "coverage": round(common["problems"] / max(whole["problems"], 1), 3),
             "common": _methods(common), "whole": _methods(whole)}
@@ -169,7 +206,9 @@ def _methods(report: dict) -> dict:
         if "topk" in method:
             strata = {label: {"problems": s["problems"], "top1": s["topk"]["1"], "top4": s["topk"]["4"]}
                       for label, s in method.get("strata", {}).items()}
-            out[name] = {"topk": method["topk"], "strata": strata}
+            layouts = method.get("topk_layouts") or list(method.get("layouts", {}))
+            problems = sum(method.get("layouts", {}).get(layout, {}).get("problems", 0) for layout in layouts)
+            out[name] = {"problems": problems, "layouts": layouts, "topk": method["topk"], "strata": strata}
         elif name == "inductor_default":
             out[name] = {"score": method["score"], "k": method["k"]}
     return out
@@ -178,20 +217,22 @@ def _methods(report: dict) -> dict:
 def _print(report: dict) -> None:
     for split, scores in report["splits"].items():
         print(f"{split}: {scores['covered_problems']} of {scores['problems']} problems covered by every "
-              f"calibrated model ({scores['coverage']:.0%})")
+              f"calibrated model ({scores['coverage']:.0%}); top-1 / top-4 on those | on the whole split")
         for name, method in scores["common"].items():
             if "topk" in method:
-                print(f"  {name:<24} top-1 {method['topk']['1']:.3f}  top-4 {method['topk']['4']:.3f}")
-        print(f"  {'Inductor DEFAULT':<24} {scores['common']['inductor_default']['score']:.3f}")
-        whole = scores["whole"]
-        print(f"  whole split: shipped H100 top-4 {whole['shipped_h100']['topk']['4']:.3f}, Inductor DEFAULT "
-              f"{whole['inductor_default']['score']:.3f}")
+                whole = scores["whole"].get(name, {}).get("topk")
+                tail = f"{whole['1']:.3f} / {whole['4']:.3f}" if whole else "-"
+                count = scores["whole"].get(name, {}).get("problems")
+                print(f"  {name:<28} {method['topk']['1']:.3f} / {method['topk']['4']:.3f} | {tail}"
+                      + (f" ({count} problems: {'/'.join(method['layouts'])})" if count else ""))
+        print(f"  {'Inductor DEFAULT':<28} {scores['common']['inductor_default']['score']:.3f} | "
+              f"{scores['whole']['inductor_default']['score']:.3f}")
     for point in report["runs"]:
-        if not point["retrained"]:
-            c = point["collection"]
-            print(f"{point['name']}: {point['problems']} problems in {c['seconds']:.0f} s of collection, "
-                  f"{c['rows_per_gpu_minute']:,} rows per GPU-minute (cost.py predicted "
-                  f"{point['plan']['predicted_rows_per_gpu_minute']:,})")
+        c = point["collection"]
+        print(f"{point['name']}: {point['problems']} problems in {point['collection_minutes'] * 60:.0f} s of "
+              f"collection; the run: {c['rows_per_gpu_minute']:,} rows per GPU-minute"
+              + (f" (cost.py predicted {point['plan']['predicted_rows_per_gpu_minute']:,})"
+                 if "plan" in point else ""))
 
 
 def _plot(report: dict, path: Path) -> None:
@@ -200,9 +241,11 @@ def _plot(report: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(SPLITS), figsize=(6 * len(SPLITS), 4.2), sharey=True)
+    splits = list(report["splits"])
+    device = report["device"].upper()
+    fig, axes = plt.subplots(1, len(splits), figsize=(6 * len(splits), 4.2), sharey=True)
     colors = {}
-    for ax, split in zip(np.atleast_1d(axes), SPLITS):
+    for ax, split in zip(np.atleast_1d(axes), splits):
         scores = report["splits"][split]["common"]
         for point in sorted(report["runs"], key=lambda p: p["collection_minutes"]):
             color = colors.setdefault(point["run"], f"C{len(colors)}")
@@ -214,14 +257,15 @@ def _plot(report: dict, path: Path) -> None:
             line = sorted((p["collection_minutes"], scores[p["name"]]["topk"]["4"])
                           for p in report["runs"] if p["run"] == run)
             ax.plot(*zip(*line), "-", color=color, label=f"{run} (top-4 filled, top-1 hollow)")
-        shipped = scores["shipped_h100"]["topk"]
-        ax.axhline(shipped["4"], color="k", ls="--", lw=1, label="shipped H100 model, top-4")
-        ax.axhline(shipped["1"], color="k", ls=":", lw=1, label="shipped H100 model, top-1")
+        for i, name in enumerate(report["references"]):
+            ref = scores[name]["topk"]
+            ax.axhline(ref["4"], color=f"C{7 + i}", ls="--", lw=1, label=f"{name}, top-4")
+            ax.axhline(ref["1"], color=f"C{7 + i}", ls=":", lw=1, label=f"{name}, top-1")
         default = scores["inductor_default"]["score"]
         if default is not None and not math.isnan(default):
             ax.axhline(default, color="r", ls="--", lw=1, label="Inductor DEFAULT (~18 configs)")
         split_report = report["splits"][split]
-        ax.set_title(f"H100 {split}: {split_report['covered_problems']} problems "
+        ax.set_title(f"{device} {split}: {split_report['covered_problems']} problems "
                      f"({split_report['coverage']:.0%} of the split)")
         ax.set_xlabel("minutes of collection on the GPU (compile included)")
         # a score against the minutes it cost, from nothing measured

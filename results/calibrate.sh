@@ -1,47 +1,49 @@
 #!/usr/bin/env bash
-# `kernel-select calibrate` on one H100 treated as a GPU without a model of its own: the shipped models
-# are hidden (KERNEL_SELECT_HIDE_SHIPPED=all), and each run starts from an empty Triton cache:
+# `kernel-select calibrate` on a GPU treated as one without a model of its own: shipped models are hidden
+# (HIDE: a device key, or all), and each run starts from empty Triton and Inductor caches.
 #
-#   scratch   --from none, SCRATCH_MINUTES (default 4.5): what a GPU of a new architecture gets
-#   finetune  --from models/h100 (the shipped H100 model), FINETUNE_MINUTES (default 3): what a GPU
-#             of an architecture with a model gets
+#   RUNS="NAME:FROM:SECONDS ..."   the runs, one after the other; FROM is calibrate's --from
 #
-#   OUT=/path/to/results bash results/calibrate.sh      (from the repository root, kernel_select
-#                                                        importable; about 8 minutes on one H100)
+#   OUT=/path/to/results HIDE=all RUNS="scratch:none:150 finetune:models/h100:180" bash results/calibrate.sh
+#                                  the H100 runs of 2026-11-25 (one H100, about 6 minutes)
+#   OUT=/path/to/results HIDE=h200 RUNS="5min:auto:300 10min:auto:600 15min:auto:900" bash results/calibrate.sh
+#                                  an H200 treated as new, from the H100 model (auto finds it)
 #
-# Writes under "$OUT": env.log (the host), and per run <run>/h100/ (the model folder calibrate
-# writes: mlp, cuBLAS head and gate, calibration.json, calibration.parquet, calibration_plan.json),
-# <run>/summary.json (--json) and <run>/calibrate.log. Then, on any CPU, with the committed H100 data:
+# (from the repository root, kernel_select importable). Writes under "$OUT": env.log (the host), and per
+# run <run>/<device>/ (the model folder calibrate writes: mlp, cuBLAS head and gate, calibration.json,
+# calibration.parquet, calibration_plan.json), <run>/summary.json (--json) and <run>/calibrate.log.
+# A run whose folder already holds measurements resumes them (calibrate's own resume), with the same
+# caches: a machine that stops a command after 10 minutes runs a 15-minute calibration as this script
+# twice, within seconds of each other. Then, on any CPU, with the committed data of that GPU:
 #
-#   python results/calibrate.py --runs "$OUT"/scratch/h100 "$OUT"/finetune/h100
+#   python results/calibrate.py --device DEVICE --runs "$OUT"/<run>/<device> ...
 set -euo pipefail
 
 : "${OUT:?set OUT to the folder the results go to}"
-SCRATCH_MINUTES="${SCRATCH_MINUTES:-4.5}"
-FINETUNE_MINUTES="${FINETUNE_MINUTES:-3}"
-export KERNEL_SELECT_HIDE_SHIPPED=all  # --from auto would find nothing; the runs name their start
+: "${RUNS:?set RUNS to NAME:FROM:SECONDS ... (see the top of this script)}"
+export KERNEL_SELECT_HIDE_SHIPPED="${HIDE:-all}"
 mkdir -p "$OUT"
 {
     date -u +%Y-%m-%dT%H:%M:%SZ
     nvidia-smi -L
     echo "cores: $(nproc)"
     python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
-} > "$OUT/env.log" 2>&1
+} >> "$OUT/env.log" 2>&1
 
 status=0
-for run in "scratch none $SCRATCH_MINUTES" "finetune models/h100 $FINETUNE_MINUTES"; do
-    read -r name start minutes <<< "$run"
+for run in $RUNS; do
+    IFS=: read -r name start seconds <<< "$run"
     dir="$OUT/$name"
     mkdir -p "$dir"
-    TRITON_CACHE_DIR="$(mktemp -d "${TMPDIR:-/tmp}/triton_cache_${name}_XXXXXX")"  # every kernel compiles
-    export TRITON_CACHE_DIR
+    # every kernel compiles in a run's first command; a resumed run keeps what its first one compiled
+    export TRITON_CACHE_DIR="$dir/.triton_cache" TORCHINDUCTOR_CACHE_DIR="$dir/.inductor_cache"
     begin=$(date +%s)
     rc=0
-    python3 -m kernel_select.cli calibrate --max-seconds "$(awk "BEGIN {print $minutes * 60}")" --from "$start" --out "$dir" --json --no-progress \
-        > "$dir/summary.json" 2> "$dir/calibrate.log" || rc=$?
+    python3 -m kernel_select.cli calibrate --max-seconds "$seconds" --from "$start" --out "$dir" --json --no-progress \
+        > "$dir/summary.json" 2>> "$dir/calibrate.log" || rc=$?
     [[ $rc == 0 ]] || status=$rc
-    echo "== $name (--from $start, $minutes min): exit $rc after $(( $(date +%s) - begin )) s; $dir"
+    echo "== $name (--from $start, $seconds s): exit $rc after $(( $(date +%s) - begin )) s; $dir"
     grep -E "^(plan|measured|held-out|  |wrote|kernel-select: error)" "$dir/calibrate.log" || true
-    rm -rf "$TRITON_CACHE_DIR"
+    [[ $rc != 0 ]] || rm -rf "$TRITON_CACHE_DIR" "$TORCHINDUCTOR_CACHE_DIR"
 done
 exit "$status"
