@@ -6,7 +6,8 @@
 #
 #   OUT=/path/to/results HIDE=all RUNS="scratch:none:150 finetune:models/h100:180" bash results/calibrate.sh
 #                                  the H100 runs of 2026-11-25 (one H100, about 6 minutes)
-#   OUT=/path/to/results HIDE=h200 RUNS="5min:auto:300 10min:auto:600 15min:auto:900" bash results/calibrate.sh
+#   OUT=/path/to/results HIDE=h200 RUNS="5min:auto:300 10min:auto:600 15min:auto:900" \
+#       bash results/calibrate.sh
 #                                  an H200 treated as new, from the H100 model (auto finds it)
 #
 # (from the repository root, kernel_select importable). Writes under "$OUT": env.log (the host), and per

@@ -275,8 +275,9 @@ def train_calibrated(measurements: Path, out: Path, spec: DeviceSpec, start: Sta
         warm = load_warm_start(start.folder, spec, feature_version=FEATURE_VERSION,
                                hidden_widths=hparams.hidden_widths, members=hparams.members,
                                any_architecture=True)
+    limit = TimeLimit(deadline, on_epoch=on_epoch)
     return train(measurements, out, device=spec, seed=seed, epochs=epochs, objective=OBJECTIVE,
-                 hparams=hparams, progress=False, init=warm, time_limit=TimeLimit(deadline, on_epoch=on_epoch))
+                 hparams=hparams, progress=False, init=warm, time_limit=limit)
 
 
 def _summary(spec: DeviceSpec, files: CalibrationFiles, start: StartModel | None, plan: Any,
