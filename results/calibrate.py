@@ -73,27 +73,26 @@ def main() -> None:
 
     frame = dataset.read_many(data)
     models, points = {}, []
+    prefixes = sorted({float(x) for x in args.prefix_minutes.split(",") if x.strip()})
     for folder in args.runs:
         name = folder.parent.name or folder.name
         summary, killed = _summary(folder)
-        minutes = [float(x) for x in args.prefix_minutes.split(",") if x.strip()]
-        if killed:
-            minutes.append(summary["collection"]["seconds"] / 60.0)  # all it measured
+        seconds = summary["collection"]["seconds"]
+        retrain = [(f"{name}@{m:g}min", m) for m in prefixes if m * 60.0 < seconds]
+        if killed:  # it wrote no model: one trained here on everything it measured stands for it
+            retrain.append((name, seconds / 60.0))
         else:
             models[name] = MLPModel.load(folder, spec)
-            points.append(_point(name, summary, summary["collection"]["seconds"] / 60.0, retrained=False))
-        for prefix in sorted(set(minutes)):
-            if prefix * 60.0 <= summary["collection"]["seconds"] + 1e-6:
-                label = name if killed and prefix * 60.0 >= summary["collection"]["seconds"] else \
-                    f"{name}@{prefix:g}min"
-                model, problems = _retrain(folder, summary, prefix, args.train_seconds, spec)
-                if model is not None:
-                    models[label] = model
-                    points.append(_point(label, summary, prefix, retrained=True, run=name,
-                                         problems=problems))
+            points.append(_point(name, summary, seconds / 60.0, retrained=False))
+        for label, minutes in retrain:
+            model, problems = _retrain(folder, summary, minutes, args.train_seconds, spec)
+            if model is not None:
+                models[label] = model
+                points.append(_point(label, summary, minutes, retrained=True, run=name, problems=problems))
     references = {f"shipped_{spec.key}": MLPModel.load(ROOT / "models" / spec.key, spec)}
     for start in sorted({p["start"] for p in points if p["start"] and p["start"] != spec.key}):
-        references[f"{start}_model_as_is"] = resolve_start(start, spec, ROOT / "unused").model
+        # a device key names its model folder; the out folder matters only to --from auto
+        references[f"{start}_model_as_is"] = resolve_start(start, spec, ROOT / "models" / spec.key).model
     report = {"device": spec.key, "data": [p.name for p in data], "runs": points,
               "references": list(references), "splits": {}}
     for split in SPLITS:
