@@ -79,6 +79,21 @@ def test_models_of_another_shape_or_data_are_refused(other, why):
         average_models([trained_like(0, members=1), other()], ["a", "b"])
 
 
+def test_the_model_a_fine_tune_started_from_is_averaged_with_it_under_the_fine_tunes_card():
+    """calibrate's average: the start was trained on other rows, for another GPU of the architecture."""
+    fine_tuned = trained_like(0, members=2)
+    other = trained_like(1, members=2, data=DATA.model_copy(update={"sha256": "cd" * 32}))
+    start = MLPModel(other.device, other.net, other.card.model_copy(update={"device": "h200"}))
+    with pytest.raises(OptionError, match="device, data"):
+        average_models([fine_tuned, start], ["calibrated", "h200"])
+    averaged = average_models([fine_tuned, start], ["calibrated", "h200"], fine_tuned_from=True)
+    assert averaged.card.device == "h100" and averaged.card.data == fine_tuned.card.data
+    expected = (log_ms(fine_tuned, PROBLEMS[0]) + log_ms(start, PROBLEMS[0])) / 2
+    np.testing.assert_allclose(log_ms(averaged, PROBLEMS[0]), expected, atol=2e-5)
+    with pytest.raises(OptionError, match="hidden widths"):  # the shape must still agree
+        average_models([fine_tuned, trained_like(1, members=1, widths=(16, 8))], fine_tuned_from=True)
+
+
 def test_more_members_than_a_card_holds_or_a_single_model_are_refused():
     with pytest.raises(OptionError, match="at most 8"):
         average_models([trained_like(i, members=3) for i in range(3)])

@@ -90,7 +90,8 @@ def test_a_calibrated_model_serves_its_gpu_before_a_same_architecture_stand_in(u
     assert load_default(pcie).card.device == "h100"  # before: the H100's model stands in
     summary = calibrate(CalibrateOptions(start="auto", **QUICK), pcie, collect=FakeHarness())
     assert summary["start"] == {"folder": str(SHIPPED / "h100"), "device": "h100"}
-    assert set(summary["held_out"]["methods"]) == {"calibrated", "start"}
+    assert set(summary["held_out"]["methods"]) == {"calibrated", "fine-tuned", "start"}
+    assert summary["training"]["start_members_kept"] and summary["training"]["members"] == 8
     from kernel_select import runtime
 
     runtime.reset()
@@ -102,6 +103,10 @@ def test_a_calibrated_model_serves_its_gpu_before_a_same_architecture_stand_in(u
     init = model.card.hyperparameters["init"]  # fine-tuned from the shipped model, already version 5
     assert init["device"] == "h100" and "widened" not in init
     assert model.card.hyperparameters["lr"] == 2e-4
+    # the shipped model's four members kept beside the four fine-tuned ones, the card the fine-tuned one's
+    averaged = model.card.hyperparameters["averaged"]
+    assert [entry["dir"] for entry in averaged][1] == str(SHIPPED / "h100")
+    assert model.card.architecture.members == 8 and model.card.data.file == "calibration.parquet"
 
 
 def test_from_picks_the_model_to_fine_tune(user: Path, monkeypatch: pytest.MonkeyPatch):

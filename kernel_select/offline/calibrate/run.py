@@ -9,9 +9,10 @@
      GPU are skipped (a killed run resumes; training always starts over);
   3. train: the MLP (fine-tuned from the model --from names, or from scratch), the cuBLAS time head
      and the gate where enough cuBLAS rows were measured, on the `train` and `val` problems,
-     within the training share of the minutes (train.TimeLimit);
-  4. score: on the held-out `test` problems, the new model beside the starting one and Inductor's
-     DEFAULT list (scoring.py);
+     within the training share of the minutes (train.TimeLimit); a fine-tuned model keeps the
+     starting model's members beside its own (training/average.py says why);
+  4. score: on the held-out `test` problems, the new model beside the fine-tuned members alone, the
+     starting model and Inductor's DEFAULT list (scoring.py);
   5. install: the checkpoints move into <models dir>/<device key>/, which model/folders.py searches
      before the shipped models (install.py), with calibration.json saying what was done.
 """
@@ -101,7 +102,8 @@ def calibrate(options: CalibrateOptions, spec: DeviceSpec, *,
                        f"problems (a re-run trains from the start)", budget.training_s)
         trained = _train(files, spec, start, budget, options, progress)
         progress.phase("scoring on the held-out problems", AFTER_TRAINING_S)
-        models = {"calibrated": trained.model, **({"start": start.model} if start else {})}
+        models = {"calibrated": trained.model,
+                  **({"fine-tuned": trained.fine_tuned, "start": start.model} if start else {})}
         scores = held_out_scores(files.measurements, spec, models)
         installed = install(files.staging, files.folder)
         summary = _summary(spec, files, start, plan, measured, collected, trained, scores, installed, budget)
@@ -234,14 +236,18 @@ def _measured(path: Path, spec: DeviceSpec) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class _Trained:
+class Trained:
+    """What calibrate's training made: the model it installs and, from a start, its fine-tuned members
+    alone (scored beside it); train's validation figures of the fine-tuning."""
+
     model: Any
+    fine_tuned: Any | None  # None: trained from scratch, `model` is all there is
     metrics: dict[str, Any]
     seconds: float
 
 
 def _train(files: CalibrationFiles, spec: DeviceSpec, start: StartModel | None, budget: Budget,
-           options: CalibrateOptions, progress: RunProgress) -> _Trained:
+           options: CalibrateOptions, progress: RunProgress) -> Trained:
     """The MLP with its cuBLAS head and gate, into the staging folder, within the training deadline."""
     from kernel_select.offline.training.train import MLPHParams
 
@@ -249,20 +255,20 @@ def _train(files: CalibrationFiles, spec: DeviceSpec, start: StartModel | None, 
     fits = start.model.card.architecture.members if start is not None else defaults.members  # one per member
     per_epoch = budget.training_s / ((options.epochs or defaults.epochs) * fits)
     shutil.rmtree(files.staging, ignore_errors=True)  # a killed training's leftovers: it starts over
-    result = train_calibrated(files.measurements, files.staging, spec, start, budget.training_deadline,
-                              seed=options.seed, epochs=options.epochs,
-                              on_epoch=lambda: progress.advance(per_epoch))
-    return _Trained(model=result.model, metrics=result.metrics, seconds=result.seconds)
+    return train_calibrated(files.measurements, files.staging, spec, start, budget.training_deadline,
+                            seed=options.seed, epochs=options.epochs,
+                            on_epoch=lambda: progress.advance(per_epoch))
 
 
 def train_calibrated(measurements: Path, out: Path, spec: DeviceSpec, start: StartModel | None,
                      deadline: float, *, seed: int = 0, epochs: int | None = None,
-                     on_epoch: Callable[[], None] | None = None) -> Any:
+                     on_epoch: Callable[[], None] | None = None) -> Trained:
     """Train `spec`'s model on `measurements` into `out` as calibrate does: `start`'s widths and member
-    count at the fine-tuning rate from its weights, else from scratch; the rank objective; stopped at
-    `deadline` (time.perf_counter()). Returns train's TrainResult. results/calibrate.py retrains
-    prefixes of a run with it."""
+    count at the fine-tuning rate from its weights, then averaged with `start`'s members
+    (training/average.py); else from scratch; the rank objective; the training stopped at `deadline`
+    (time.perf_counter()). results/calibrate.py retrains prefixes of a run with it."""
     from kernel_select.model.features import FEATURE_VERSION
+    from kernel_select.offline.training.average import average_with_start
     from kernel_select.offline.training.train import MLPHParams, TimeLimit, train
     from kernel_select.offline.training.warm_start import load_warm_start
 
@@ -276,12 +282,18 @@ def train_calibrated(measurements: Path, out: Path, spec: DeviceSpec, start: Sta
                                hidden_widths=hparams.hidden_widths, members=hparams.members,
                                any_architecture=True)
     limit = TimeLimit(deadline, on_epoch=on_epoch)
-    return train(measurements, out, device=spec, seed=seed, epochs=epochs, objective=OBJECTIVE,
-                 hparams=hparams, progress=False, init=warm, time_limit=limit)
+    began = time.perf_counter()
+    result = train(measurements, out, device=spec, seed=seed, epochs=epochs, objective=OBJECTIVE,
+                   hparams=hparams, progress=False, init=warm, time_limit=limit)
+    if start is None:
+        return Trained(model=result.model, fine_tuned=None, metrics=result.metrics, seconds=result.seconds)
+    model = average_with_start(result.model, out, start.model, str(start.folder), measurements)
+    return Trained(model=model, fine_tuned=result.model, metrics=result.metrics,
+                   seconds=time.perf_counter() - began)
 
 
 def _summary(spec: DeviceSpec, files: CalibrationFiles, start: StartModel | None, plan: Any,
-             measured: dict[str, Any], collected: dict[str, Any], trained: _Trained, scores: dict[str, Any],
+             measured: dict[str, Any], collected: dict[str, Any], trained: Trained, scores: dict[str, Any],
              installed: list[str], budget: Budget) -> dict[str, Any]:
     rank = trained.metrics["val"][OBJECTIVE]
     return {
@@ -295,7 +307,8 @@ def _summary(spec: DeviceSpec, files: CalibrationFiles, start: StartModel | None
         "measured": measured,
         "training": {"seconds": round(trained.seconds, 1), "objective": OBJECTIVE,
                      "epochs_run": rank.get("epochs_run"), "best_epoch": rank.get("epoch"),
-                     "val_topk": rank.get("topk"),
+                     "val_topk": rank.get("topk"), "members": trained.model.card.architecture.members,
+                     "start_members_kept": trained.fine_tuned is not None,
                      "cublas_head": "aten" in installed, "cublas_gate": "cublas_gate" in installed},
         "held_out": scores,
         "installed": installed,

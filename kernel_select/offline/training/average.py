@@ -45,22 +45,26 @@ from kernel_select.offline.training.training_data import file_hashes
 log = logging.getLogger(__name__)
 
 
-def average_models(models: Sequence[MLPModel], sources: Sequence[str] | None = None) -> MLPModel:
+def average_models(models: Sequence[MLPModel], sources: Sequence[str] | None = None, *,
+                   fine_tuned_from: bool = False) -> MLPModel:
     """One MLPModel whose members are all the members of `models`, standardized as the first one is,
     with the first one's card, cuBLAS time head and device (module docstring).
 
     Args:
         sources: where each model was loaded from, for the card's record (default: "model i").
+        fine_tuned_from: the other models are those the first was fine-tuned from, trained on other
+            rows and perhaps for another GPU of its architecture; the card keeps the first's device and
+            data record.
 
     Raises:
         OptionError: fewer than two models, more members than a card may hold, or models that differ in
-            device, features, widths or the data they were trained on.
+            features or widths, or (without `fine_tuned_from`) in device or the data they were trained on.
     """
     if len(models) < 2:
         raise OptionError(f"averaging needs at least two models, got {len(models)}")
     sources = list(sources) if sources is not None else [f"model {i}" for i in range(len(models))]
     first = models[0]
-    _check_alike(models, sources)
+    _check_alike(models, sources, same_data=not fine_tuned_from)
     mean = np.asarray(first.card.feature_mean, dtype=np.float64)
     std = np.asarray(first.card.feature_std, dtype=np.float64)
     members = [_restandardized(member, model, mean, std) for model in models for member in _members(model)]
@@ -92,8 +96,6 @@ def average_dirs(model_dirs: Sequence[str | Path], data_path: str | Path | Seque
         OptionError: the models cannot be averaged (`average_models`).
         DatasetError: the data cannot be read or has no `val` problems.
     """
-    from kernel_select.offline.training.train import attach_held_out, save_model
-
     check_model_folder(out_dir)  # before any work
     models = [MLPModel.load(path, device, allow_same_architecture=True) for path in model_dirs]
     averaged = average_models(models, [str(path) for path in model_dirs])
@@ -101,6 +103,31 @@ def average_dirs(model_dirs: Sequence[str | Path], data_path: str | Path | Seque
     gate = gate_in(gate_dir, averaged.device)
     if gate is None and gate_dir != Path(model_dirs[0]):
         raise ModelError(f"{gate_dir}: no cuBLAS gate here ({GATE_STEM}.pt) to write with the averaged model")
+    return _scored_and_saved(averaged, data_path, out_dir, gate, gate_dir)
+
+
+def average_with_start(fine_tuned: MLPModel, folder: str | Path, start: MLPModel, start_source: str,
+                       data_path: str | Path | Sequence[str | Path]) -> MLPModel:
+    """calibrate's model (module docstring): `fine_tuned`, saved in `folder` by `train` on `data_path`,
+    averaged with the members of `start`, the model it was fine-tuned from (loaded from
+    `start_source`), its `topk="auto"` rule and held-out figures computed again on `data_path`, and
+    written over `folder` with the cuBLAS time head and gate saved there.
+
+    Raises:
+        OptionError: models of different features or widths.
+        ModelError: the folder cannot be written.
+    """
+    averaged = average_models([fine_tuned, start], [str(folder), start_source], fine_tuned_from=True)
+    gate = gate_in(Path(folder), averaged.device)
+    return _scored_and_saved(averaged, data_path, folder, gate, Path(folder))
+
+
+def _scored_and_saved(averaged: MLPModel, data_path: str | Path | Sequence[str | Path], out_dir: str | Path,
+                      gate: CublasGate | None, gate_dir: Path) -> MLPModel:
+    """Choose the averaged model's `topk="auto"` rule on the `val` problems of `data_path`, score it on
+    its held-out splits, record the cuBLAS figures and write it with `gate` to `out_dir`."""
+    from kernel_select.offline.training.train import attach_held_out, save_model
+
     paths = dataset.expand_paths(data_path)
     _check_trained_on(averaged, paths)
     frame = dataset.read_many(paths)
@@ -108,8 +135,7 @@ def average_dirs(model_dirs: Sequence[str | Path], data_path: str | Path | Seque
     attach_held_out(averaged, paths, frame)
     _record_cublas(averaged, gate, gate_dir, frame)
     save_model(averaged, out_dir, gate)
-    log.info("averaged %d models (%d members) -> %s", len(models), averaged.card.architecture.members,
-             out_dir)
+    log.info("averaged %d members -> %s", averaged.card.architecture.members, out_dir)
     return averaged
 
 
@@ -142,15 +168,18 @@ def _restandardized(member: RuntimeNet, model: MLPModel, mean: np.ndarray, std: 
     return copied
 
 
-def _check_alike(models: Sequence[MLPModel], sources: Sequence[str]) -> None:
+def _check_alike(models: Sequence[MLPModel], sources: Sequence[str], *, same_data: bool = True) -> None:
     """Refuse models that do not describe the same thing the same way: the averaged card keeps one
-    device, feature list, width, domain and data record for all of them."""
+    device, feature list, width, domain and data record for all of them (with `same_data` False, a
+    model and those it was fine-tuned from: features and widths alike)."""
     first = models[0].card
 
     def shape(card: Any) -> dict[str, Any]:
-        return {"device": card.device, "feature version": card.feature_version,
-                "features": card.feature_names, "hidden widths": list(card.hidden_widths),
-                "data": card.data.sha256 if card.data is not None else None}
+        alike = {"feature version": card.feature_version, "features": card.feature_names,
+                 "hidden widths": list(card.hidden_widths)}
+        if same_data:
+            alike.update({"device": card.device, "data": card.data.sha256 if card.data is not None else None})
+        return alike
 
     expected = shape(first)
     for model, source in zip(models[1:], sources[1:]):
@@ -158,7 +187,7 @@ def _check_alike(models: Sequence[MLPModel], sources: Sequence[str]) -> None:
         if differing:
             raise OptionError(f"{source} differs from {sources[0]} in {', '.join(differing)}: only models of "
                               "one shape trained on the same data are averaged")
-    if expected["data"] is None:
+    if same_data and expected["data"] is None:
         raise OptionError(f"{sources[0]}: the card records no training data; only models trained on the "
                           "same recorded data are averaged")
 
