@@ -16,6 +16,10 @@ on the whole split (`whole`: a calibrated model ranks problems it never measured
 A run folder holds what calibrate wrote (calibration.json, the model); a run stopped before training
 (killed) holds its calibration.parquet, calibration_plan.json and a run.json saying when its collection
 started and from which model: it is scored by a model trained here on all its rows, as calibrate trains.
+A run resumed after a stop (a machine that ends commands at 10 minutes) has a run.json beside it too,
+saying when the stopped part collected (`earlier_collection`); its minutes are both parts'. A model
+fine-tuned from a start keeps the start's members beside its own; its fine-tuned members are also scored
+alone (`<run> fine-tuned alone`), to show what keeping the start does.
 `--prefix-minutes` also retrains, on this CPU, a model on the problems each run had measured after that
 many minutes of collection, for more points on the curve. A retraining gets --train-seconds (default 180,
 calibrate's training share of 15 minutes); calibrate trains on the GPU host's cores, so on a small CPU
@@ -39,7 +43,7 @@ import pandas as pd
 
 from kernel_select.device import get_device
 from kernel_select.errors import DatasetError
-from kernel_select.model.mlp import MLPModel
+from kernel_select.model.mlp import AveragedRuntimeNet, MLPModel
 from kernel_select.offline.calibrate.run import train_calibrated
 from kernel_select.offline.calibrate.start import resolve_start
 from kernel_select.offline.data import dataset
@@ -83,7 +87,14 @@ def main() -> None:
             retrain.append((name, seconds / 60.0))
         else:
             models[name] = MLPModel.load(folder, spec)
-            points.append(_point(name, summary, seconds / 60.0, retrained=False))
+            alone = _fine_tuned_alone(models[name])
+            method = f"calibrate --from {(summary['start'] or {}).get('device', 'none')}"
+            points.append(_point(name, summary, seconds / 60.0, retrained=False,
+                                 series=method + (", the start's members kept" if alone else "")))
+            if alone is not None:
+                models[f"{name} fine-tuned alone"] = alone
+                points.append(_point(f"{name} fine-tuned alone", summary, seconds / 60.0, retrained=False,
+                                     series=method + ", its fine-tuned members alone"))
         for label, minutes in retrain:
             model, problems = _retrain(folder, summary, minutes, args.train_seconds, spec)
             if model is not None:
@@ -108,14 +119,24 @@ def main() -> None:
 
 def _summary(folder: Path) -> tuple[dict, bool]:
     """The run's calibration.json, or a killed run's run.json with its collection's seconds and rows
-    counted from calibration.parquet; True for a killed run."""
+    counted from calibration.parquet; True for a killed run. A resumed run's collection is both parts'."""
+    run_file = folder.parent / "run.json"
     if (folder / "calibration.json").is_file():
-        return json.loads((folder / "calibration.json").read_text()), False
-    run = json.loads((folder.parent / "run.json").read_text())
+        summary = json.loads((folder / "calibration.json").read_text())
+        if run_file.is_file():  # resumed: the stopped part collected first, in the same plan
+            earlier = json.loads(run_file.read_text())["earlier_collection"]
+            collection = summary["collection"]
+            collection.update(started_at=earlier["started_at"], part_seconds=[_seconds(earlier),
+                                                                              collection["seconds"]])
+            collection["seconds"] = sum(collection["part_seconds"])
+            collection.update(problems=summary["measured"]["problems"], rows=summary["measured"]["rows"],
+                              rows_per_gpu_minute=round(60.0 * summary["measured"]["rows"]
+                                                        / collection["seconds"]))
+        return summary, False
+    run = json.loads(run_file.read_text())
     rows = dataset.read(folder / "calibration.parquet")
     collection = run["collection"]
-    seconds = (datetime.fromisoformat(collection["stopped_at"])
-               - datetime.fromisoformat(collection["started_at"])).total_seconds()
+    seconds = _seconds(collection)
     plan = json.loads((folder / "calibration_plan.json").read_text())  # a shapes file: one entry a problem
     collection.update(problems=int(rows["problem_id"].nunique()), rows=len(rows), seconds=seconds,
                       rows_per_gpu_minute=round(60.0 * len(rows) / seconds), stopped_at_bound=True,
@@ -123,10 +144,31 @@ def _summary(folder: Path) -> tuple[dict, bool]:
     return {**run, "collection": collection}, True
 
 
+def _seconds(collection: dict) -> float:
+    return (datetime.fromisoformat(collection["stopped_at"])
+            - datetime.fromisoformat(collection["started_at"])).total_seconds()
+
+
+def _fine_tuned_alone(model: MLPModel) -> MLPModel | None:
+    """The fine-tuned members of a calibrated model that kept its start's (they come first, with the
+    card's standardization: training/average.py), as a model of their own; None for other models."""
+    averaged = model.card.hyperparameters.get("averaged") or []
+    if len(averaged) != 2 or not isinstance(model.net, AveragedRuntimeNet):
+        return None
+    own = averaged[0]["hyperparameters"]["members"]
+    members = list(model.net.members)[:own]
+    net = AveragedRuntimeNet(members).eval() if own > 1 else members[0]
+    card = model.card.model_copy(update={"architecture": model.card.architecture.model_copy(
+        update={"members": own})})
+    return MLPModel(model.device, net, card, model.aten)
+
+
 def _point(name: str, summary: dict, minutes: float, *, retrained: bool, run: str | None = None,
-           problems: int | None = None) -> dict:
-    """What a run (or a retraining on a prefix of it) measured and where it sits on the time axis."""
-    out = {"name": name, "run": run or name, "collection_minutes": round(minutes, 2), "retrained": retrained,
+           problems: int | None = None, series: str | None = None) -> dict:
+    """What a run (or a retraining on a prefix of it) measured and where it sits on the time axis;
+    `series`: the line of the plot it is on (default: its run's, with the run's prefixes)."""
+    out = {"name": name, "run": run or name, "series": series or run or name,
+           "collection_minutes": round(minutes, 2), "retrained": retrained,
            "start": (summary["start"] or {}).get("device"), "budget_minutes": summary["minutes"]}
     if not retrained:
         out.update(problems=summary["measured"]["problems"], plan=summary["plan"],
@@ -247,14 +289,14 @@ def _plot(report: dict, path: Path) -> None:
     for ax, split in zip(np.atleast_1d(axes), splits):
         scores = report["splits"][split]["common"]
         for point in sorted(report["runs"], key=lambda p: p["collection_minutes"]):
-            color = colors.setdefault(point["run"], f"C{len(colors)}")
+            color = colors.setdefault(point["series"], f"C{len(colors)}")
             topk = scores[point["name"]]["topk"]
             for k, marker in (("4", "o"), ("1", "s")):
                 ax.plot(point["collection_minutes"], topk[k], marker, color=color,
                         fillstyle="full" if k == "4" else "none")
         for run, color in colors.items():
             line = sorted((p["collection_minutes"], scores[p["name"]]["topk"]["4"])
-                          for p in report["runs"] if p["run"] == run)
+                          for p in report["runs"] if p["series"] == run)
             ax.plot(*zip(*line), "-", color=color, label=f"{run} (top-4 filled, top-1 hollow)")
         for i, name in enumerate(report["references"]):
             ref = scores[name]["topk"]
