@@ -9,7 +9,7 @@ models cover (dtype and layout; the share of the split they are is `coverage`, t
 on the whole split (`whole`: a calibrated model ranks problems it never measured as well).
 
     python results/calibrate.py --device h200 --runs results/calibrate_h200/5min/h200 \
-        results/calibrate_h200/15min_killed/h200 --prefix-minutes 5
+        results/calibrate_h200/10min/h200 results/calibrate_h200/15min/h200
     python results/calibrate.py --device h100 --runs results/calibrate_h100/scratch/h100 \
         results/calibrate_h100/finetune/h100
 

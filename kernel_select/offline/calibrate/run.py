@@ -111,6 +111,10 @@ def calibrate(options: CalibrateOptions, spec: DeviceSpec, *,
         write_atomic(files.summary, (json.dumps(summary, indent=1) + "\n").encode())
         for line in lines(scores):
             progress.say(line)
+        if start is not None:  # why the installed model may score below the fine-tuned members here
+            progress.say(f"calibrated = the fine-tuned members and the {start.trained_on} model's, kept for "
+                         "networks' layer shapes; the held-out problems are random shapes like those "
+                         "measured, which fine-tuning learns first (the guide's calibrate section)")
         progress.say(f"wrote {files.folder} ({', '.join(installed)}); " + _served(root, spec))
         return summary
     except KeyboardInterrupt:
