@@ -41,12 +41,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kernel_select.device import get_device
+from kernel_select.device import get_device, same_architecture
 from kernel_select.errors import DatasetError
 from kernel_select.model.mlp import AveragedRuntimeNet, MLPModel
 from kernel_select.offline.calibrate.run import train_calibrated
 from kernel_select.offline.calibrate.start import resolve_start
 from kernel_select.offline.data import dataset
+from kernel_select.offline.training.average import with_start_domain
 from kernel_select.offline.training.evaluate import evaluate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,6 +68,10 @@ def main() -> None:
                         help="comma-separated minutes of collection to retrain at (default: none)")
     parser.add_argument("--train-seconds", type=float, default=180.0,
                         help="time limit of each retraining (killed runs, --prefix-minutes)")
+    parser.add_argument("--start-domain", action="store_true",
+                        help="score each calibrated model claiming its start's domain where the start is of "
+                             "the GPU's architecture, as calibrate writes it since 2026-11-28 (runs before "
+                             "then claim what they measured)")
     parser.add_argument("--json", type=Path, help="default: results/calibrate_<device>.json")
     parser.add_argument("--plot", type=Path, help="default: results/calibrate_<device>.png")
     args = parser.parse_args()
@@ -87,6 +92,8 @@ def main() -> None:
             retrain.append((name, seconds / 60.0))
         else:
             models[name] = MLPModel.load(folder, spec)
+            if args.start_domain and summary["start"]:
+                models[name] = _claiming_start_domain(models[name], summary["start"]["device"], spec, folder)
             alone = _fine_tuned_alone(models[name])
             method = f"calibrate --from {(summary['start'] or {}).get('device', 'none')}"
             points.append(_point(name, summary, seconds / 60.0, retrained=False,
@@ -147,6 +154,14 @@ def _summary(folder: Path) -> tuple[dict, bool]:
 def _seconds(collection: dict) -> float:
     return (datetime.fromisoformat(collection["stopped_at"])
             - datetime.fromisoformat(collection["started_at"])).total_seconds()
+
+
+def _claiming_start_domain(model: MLPModel, start: str, spec, folder: Path) -> MLPModel:
+    """The model as calibrate writes it now from a start of the GPU's architecture (its card claims
+    the start's dtypes, layouts and domain too); as it is from another."""
+    if start not in {spec.key, *(other.key for other in same_architecture(spec))}:
+        return model
+    return with_start_domain(model, resolve_start(start, spec, folder).model)
 
 
 def _fine_tuned_alone(model: MLPModel) -> MLPModel | None:

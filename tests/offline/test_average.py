@@ -7,11 +7,11 @@ import pytest
 
 from kernel_select.cli import main
 from kernel_select.errors import OptionError
-from kernel_select.model.card import DataProvenance
+from kernel_select.model.card import DataProvenance, Domain
 from kernel_select.model.cublas import CublasGate
 from kernel_select.model.mlp import MLPModel
 from kernel_select.offline.data import dataset, splits
-from kernel_select.offline.training.average import average_models
+from kernel_select.offline.training.average import average_models, with_start_domain
 from kernel_select.offline.training.cublas_fit import save_problem_net
 from kernel_select.offline.training.training_data import file_hashes
 from kernel_select.offline.training.train import save_model
@@ -92,6 +92,27 @@ def test_the_model_a_fine_tune_started_from_is_averaged_with_it_under_the_fine_t
     np.testing.assert_allclose(log_ms(averaged, PROBLEMS[0]), expected, atol=2e-5)
     with pytest.raises(OptionError, match="hidden widths"):  # the shape must still agree
         average_models([fine_tuned, trained_like(1, members=1, widths=(16, 8))], fine_tuned_from=True)
+
+
+def test_an_average_with_its_start_claims_both_domains():
+    own = trained_like(0, members=1)
+    own = MLPModel(own.device, own.net, own.card.model_copy(update={
+        "layouts": ["nt"], "dtypes": ["bfloat16"],
+        "domain": Domain(strata={"mm/bfloat16/m<=16": 30}, m=(1, 16), n=(64, 4096), k=(64, 512))}))
+    start = trained_like(1, members=1)
+    start = MLPModel(start.device, start.net, start.card.model_copy(update={
+        "layouts": ["nn", "nt"], "dtypes": ["float32", "bfloat16"],
+        "domain": Domain(strata={"mm/bfloat16/m<=16": 5, "bmm/float32/m<=256": 40}, m=(8, 256),
+                         n=(16, 1024), k=(128, 8192), batch=(1, 64))}))
+    card = with_start_domain(own, start).card
+    assert card.layouts == ["nn", "nt"] and card.dtypes == ["bfloat16", "float32"]
+    assert card.domain == Domain(strata={"bmm/float32/m<=256": 40, "mm/bfloat16/m<=16": 35}, m=(1, 256),
+                                 n=(16, 4096), k=(64, 8192), batch=(1, 64))
+    assert with_start_domain(own, start).net is own.net  # the card alone changes
+    unrestricted = MLPModel(start.device, start.net,
+                            start.card.model_copy(update={"dtypes": [], "domain": None}))
+    widened = with_start_domain(own, unrestricted).card
+    assert widened.dtypes == [] and widened.domain == own.card.domain
 
 
 def test_more_members_than_a_card_holds_or_a_single_model_are_refused():

@@ -107,6 +107,22 @@ def test_a_calibrated_model_serves_its_gpu_before_a_same_architecture_stand_in(u
     averaged = model.card.hyperparameters["averaged"]
     assert [entry["dir"] for entry in averaged][1] == str(SHIPPED / "h100")
     assert model.card.architecture.members == 8 and model.card.data.file == "calibration.parquet"
+    # the H100 model stood in for this GPU: the calibrated model claims its domain beside the 14 problems
+    start = MLPModel.load(SHIPPED / "h100", pcie, allow_same_architecture=True).card
+    assert set(model.card.layouts) == set(start.layouts) and set(model.card.dtypes) == set(start.dtypes)
+    assert all(model.card.domain.strata[key] >= count for key, count in start.domain.strata.items())
+    splits = summary["measured"]["splits"]  # training reads train and val
+    trained = splits["train"] + splits["val"]
+    assert sum(model.card.domain.strata.values()) == sum(start.domain.strata.values()) + trained
+
+
+def test_a_start_of_another_architecture_lends_its_members_but_not_its_domain(user: Path):
+    summary = calibrate(CalibrateOptions(start="h100", **QUICK), get_device("a100"), collect=FakeHarness())
+    assert summary["training"]["start_members_kept"]
+    card = MLPModel.load(user / "a100", get_device("a100")).card
+    assert card.architecture.members == 8
+    splits = summary["measured"]["splits"]
+    assert sum(card.domain.strata.values()) == splits["train"] + splits["val"]
 
 
 def test_from_picks_the_model_to_fine_tune(user: Path, monkeypatch: pytest.MonkeyPatch):

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernel_select.atomic_write import write_atomic
-from kernel_select.device import DeviceSpec
+from kernel_select.device import DeviceSpec, same_architecture
 from kernel_select.errors import DatasetError
 from kernel_select.offline.calibrate.budget import AFTER_TRAINING_S, DEFAULT_MINUTES, Budget, RunProgress
 from kernel_select.offline.calibrate.install import CalibrationFiles, install
@@ -268,9 +268,10 @@ def train_calibrated(measurements: Path, out: Path, spec: DeviceSpec, start: Sta
                      deadline: float, *, seed: int = 0, epochs: int | None = None,
                      on_epoch: Callable[[], None] | None = None) -> Trained:
     """Train `spec`'s model on `measurements` into `out` as calibrate does: `start`'s widths and member
-    count at the fine-tuning rate from its weights, then averaged with `start`'s members
-    (training/average.py); else from scratch; the rank objective; the training stopped at `deadline`
-    (time.perf_counter()). results/calibrate.py retrains prefixes of a run with it."""
+    count at the fine-tuning rate from its weights, then averaged with `start`'s members, claiming its
+    domain where it would serve this GPU anyway (training/average.py); else from scratch; the rank
+    objective; the training stopped at `deadline` (time.perf_counter()). results/calibrate.py retrains
+    prefixes of a run with it."""
     from kernel_select.model.features import FEATURE_VERSION
     from kernel_select.offline.training.average import average_with_start
     from kernel_select.offline.training.train import MLPHParams, TimeLimit, train
@@ -291,7 +292,9 @@ def train_calibrated(measurements: Path, out: Path, spec: DeviceSpec, start: Sta
                    hparams=hparams, progress=False, init=warm, time_limit=limit)
     if start is None:
         return Trained(model=result.model, fine_tuned=None, metrics=result.metrics, seconds=result.seconds)
-    model = average_with_start(result.model, out, start.model, str(start.folder), measurements)
+    stand_in = start.trained_on in {spec.key, *(other.key for other in same_architecture(spec))}
+    model = average_with_start(result.model, out, start.model, str(start.folder), measurements,
+                               claim_start_domain=stand_in)
     return Trained(model=model, fine_tuned=result.model, metrics=result.metrics,
                    seconds=time.perf_counter() - began)
 

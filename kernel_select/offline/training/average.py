@@ -32,7 +32,7 @@ import torch
 
 from kernel_select.device import DeviceSpec
 from kernel_select.errors import ModelError, OptionError
-from kernel_select.model.card import MAX_MEMBERS, utc_now
+from kernel_select.model.card import MAX_MEMBERS, Domain, utc_now
 from kernel_select.model.cublas import GATE_STEM, CublasGate
 from kernel_select.model.folder_write import check_model_folder
 from kernel_select.model.folders import gate_in
@@ -107,19 +107,47 @@ def average_dirs(model_dirs: Sequence[str | Path], data_path: str | Path | Seque
 
 
 def average_with_start(fine_tuned: MLPModel, folder: str | Path, start: MLPModel, start_source: str,
-                       data_path: str | Path | Sequence[str | Path]) -> MLPModel:
+                       data_path: str | Path | Sequence[str | Path], *, claim_start_domain: bool) -> MLPModel:
     """calibrate's model (module docstring): `fine_tuned`, saved in `folder` by `train` on `data_path`,
     averaged with the members of `start`, the model it was fine-tuned from (loaded from
     `start_source`), its `topk="auto"` rule and held-out figures computed again on `data_path`, and
-    written over `folder` with the cuBLAS time head and gate saved there.
+    written over `folder` with the cuBLAS time head and gate saved there. `claim_start_domain`: the
+    start would serve this GPU without it (`with_start_domain`).
 
     Raises:
         OptionError: models of different features or widths.
         ModelError: the folder cannot be written.
     """
     averaged = average_models([fine_tuned, start], [str(folder), start_source], fine_tuned_from=True)
+    if claim_start_domain:
+        averaged = with_start_domain(averaged, start)
     gate = gate_in(Path(folder), averaged.device)
     return _scored_and_saved(averaged, data_path, folder, gate, Path(folder))
+
+
+def with_start_domain(model: MLPModel, start: MLPModel) -> MLPModel:
+    """`model` with a card that also claims `start`'s dtypes, layouts and domain (module docstring):
+    the training problems of a stratum are both cards' together, each dimension's range spans both."""
+    own, theirs = model.card, start.card
+    both = own.dtypes and theirs.dtypes  # an empty list restricts nothing
+    card = own.model_copy(update={
+        "dtypes": list(dict.fromkeys([*own.dtypes, *theirs.dtypes])) if both else [],
+        "layouts": sorted(set(own.layouts) | set(theirs.layouts)),
+        "domain": _domain_union(own.domain, theirs.domain)})
+    return MLPModel(model.device, model.net, card, model.aten)
+
+
+def _domain_union(own: Domain | None, theirs: Domain | None) -> Domain | None:
+    if own is None or theirs is None:  # a card from before domains were recorded: keep the one there is
+        return own or theirs
+
+    def span(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
+        return min(a[0], b[0]), max(a[1], b[1])
+
+    strata = {key: own.strata.get(key, 0) + theirs.strata.get(key, 0)
+              for key in {*own.strata, *theirs.strata}}
+    return Domain(strata=dict(sorted(strata.items())), m=span(own.m, theirs.m), n=span(own.n, theirs.n),
+                  k=span(own.k, theirs.k), batch=span(own.batch, theirs.batch))
 
 
 def _scored_and_saved(averaged: MLPModel, data_path: str | Path | Sequence[str | Path], out_dir: str | Path,
