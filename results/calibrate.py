@@ -13,11 +13,9 @@ on the whole split (`whole`: a calibrated model ranks problems it never measured
     python results/calibrate.py --device h100 --runs results/calibrate_h100/scratch/h100 \
         results/calibrate_h100/finetune/h100
 
-A run folder holds what calibrate wrote (calibration.json, the model); a run stopped before training
-(killed) holds its calibration.parquet, calibration_plan.json and a run.json saying when its collection
-started and from which model: it is scored by a model trained here on all its rows, as calibrate trains.
-A run resumed after a stop (a machine that ends commands at 10 minutes) has a run.json beside it too,
-saying when the stopped part collected (`earlier_collection`); its minutes are both parts'. A model
+A run folder holds what calibrate wrote (calibration.json, the model, calibration.parquet). A run
+resumed after a stop (a machine that ends commands at 10 minutes) has a run.json beside it saying when
+the stopped part collected (`earlier_collection`); its minutes are both parts'. A model
 fine-tuned from a start keeps the start's members beside its own; its fine-tuned members are also scored
 alone (`<run> fine-tuned alone`), to show what keeping the start does.
 `--prefix-minutes` also retrains, on this CPU, a model on the problems each run had measured after that
@@ -41,7 +39,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kernel_select.device import get_device, same_architecture
+from kernel_select.device import get_device
 from kernel_select.errors import DatasetError
 from kernel_select.model.mlp import AveragedRuntimeNet, MLPModel
 from kernel_select.offline.calibrate.run import train_calibrated
@@ -61,13 +59,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="h100", help="the GPU the runs calibrated (default: h100)")
     parser.add_argument("--runs", nargs="+", required=True, type=Path,
-                        help="calibrated model folders (calibration.json), or killed runs' (run.json)")
+                        help="calibrated model folders (each with calibration.json)")
     parser.add_argument("--data", nargs="+", type=Path,
                         help="the GPU's datasets (default: the committed data/<device>*.parquet)")
     parser.add_argument("--prefix-minutes", default="",
                         help="comma-separated minutes of collection to retrain at (default: none)")
     parser.add_argument("--train-seconds", type=float, default=180.0,
-                        help="time limit of each retraining (killed runs, --prefix-minutes)")
+                        help="time limit of each retraining (--prefix-minutes)")
     parser.add_argument("--start-domain", action="store_true",
                         help="score each calibrated model claiming its start's domain where the start is of "
                              "the GPU's architecture, as calibrate writes it since 2026-11-28 (runs before "
@@ -85,24 +83,20 @@ def main() -> None:
     prefixes = sorted({float(x) for x in args.prefix_minutes.split(",") if x.strip()})
     for folder in args.runs:
         name = folder.parent.name or folder.name
-        summary, killed = _summary(folder)
+        summary = _summary(folder)
         seconds = summary["collection"]["seconds"]
-        retrain = [(f"{name}@{m:g}min", m) for m in prefixes if m * 60.0 < seconds]
-        if killed:  # it wrote no model: one trained here on everything it measured stands for it
-            retrain.append((name, seconds / 60.0))
-        else:
-            models[name] = MLPModel.load(folder, spec)
-            if args.start_domain and summary["start"]:
-                models[name] = _claiming_start_domain(models[name], summary["start"]["device"], spec, folder)
-            alone = _fine_tuned_alone(models[name])
-            method = f"calibrate --from {(summary['start'] or {}).get('device', 'none')}"
-            points.append(_point(name, summary, seconds / 60.0, retrained=False,
-                                 series=method + (", the start's members kept" if alone else "")))
-            if alone is not None:
-                models[f"{name} fine-tuned alone"] = alone
-                points.append(_point(f"{name} fine-tuned alone", summary, seconds / 60.0, retrained=False,
-                                     series=method + ", its fine-tuned members alone"))
-        for label, minutes in retrain:
+        models[name] = MLPModel.load(folder, spec)
+        if args.start_domain and summary["start"]:
+            models[name] = _claiming_start_domain(models[name], summary["start"]["device"], spec, folder)
+        alone = _fine_tuned_alone(models[name])
+        method = f"calibrate --from {(summary['start'] or {}).get('device', 'none')}"
+        points.append(_point(name, summary, seconds / 60.0, retrained=False,
+                             series=method + (", the start's members kept" if alone else "")))
+        if alone is not None:
+            models[f"{name} fine-tuned alone"] = alone
+            points.append(_point(f"{name} fine-tuned alone", summary, seconds / 60.0, retrained=False,
+                                 series=method + ", its fine-tuned members alone"))
+        for label, minutes in [(f"{name}@{m:g}min", m) for m in prefixes if m * 60.0 < seconds]:
             model, problems = _retrain(folder, summary, minutes, args.train_seconds, spec)
             if model is not None:
                 models[label] = model
@@ -124,44 +118,28 @@ def main() -> None:
     print(f"wrote {out_json} and {out_plot}")
 
 
-def _summary(folder: Path) -> tuple[dict, bool]:
-    """The run's calibration.json, or a killed run's run.json with its collection's seconds and rows
-    counted from calibration.parquet; True for a killed run. A resumed run's collection is both parts'."""
+def _summary(folder: Path) -> dict:
+    """The run's calibration.json; a resumed run's collection is both parts' (module docstring)."""
+    summary = json.loads((folder / "calibration.json").read_text())
     run_file = folder.parent / "run.json"
-    if (folder / "calibration.json").is_file():
-        summary = json.loads((folder / "calibration.json").read_text())
-        if run_file.is_file():  # resumed: the stopped part collected first, in the same plan
-            earlier = json.loads(run_file.read_text())["earlier_collection"]
-            collection = summary["collection"]
-            collection.update(started_at=earlier["started_at"], part_seconds=[_seconds(earlier),
-                                                                              collection["seconds"]])
-            collection["seconds"] = sum(collection["part_seconds"])
-            collection.update(problems=summary["measured"]["problems"], rows=summary["measured"]["rows"],
-                              rows_per_gpu_minute=round(60.0 * summary["measured"]["rows"]
-                                                        / collection["seconds"]))
-        return summary, False
-    run = json.loads(run_file.read_text())
-    rows = dataset.read(folder / "calibration.parquet")
-    collection = run["collection"]
-    seconds = _seconds(collection)
-    plan = json.loads((folder / "calibration_plan.json").read_text())  # a shapes file: one entry a problem
-    collection.update(problems=int(rows["problem_id"].nunique()), rows=len(rows), seconds=seconds,
-                      rows_per_gpu_minute=round(60.0 * len(rows) / seconds), stopped_at_bound=True,
-                      planned_problems=len(plan))
-    return {**run, "collection": collection}, True
-
-
-def _seconds(collection: dict) -> float:
-    return (datetime.fromisoformat(collection["stopped_at"])
-            - datetime.fromisoformat(collection["started_at"])).total_seconds()
+    if run_file.is_file():  # resumed: the stopped part collected first, in the same plan
+        earlier = json.loads(run_file.read_text())["earlier_collection"]
+        first = (datetime.fromisoformat(earlier["stopped_at"])
+                 - datetime.fromisoformat(earlier["started_at"])).total_seconds()
+        collection = summary["collection"]
+        collection.update(started_at=earlier["started_at"], part_seconds=[first, collection["seconds"]])
+        collection["seconds"] = sum(collection["part_seconds"])
+        rows = summary["measured"]["rows"]
+        collection.update(problems=summary["measured"]["problems"], rows=rows,
+                          rows_per_gpu_minute=round(60.0 * rows / collection["seconds"]))
+    return summary
 
 
 def _claiming_start_domain(model: MLPModel, start: str, spec, folder: Path) -> MLPModel:
-    """The model as calibrate writes it now from a start of the GPU's architecture (its card claims
+    """The model as calibrate writes it now from a start that stands in for the GPU (its card claims
     the start's dtypes, layouts and domain too); as it is from another."""
-    if start not in {spec.key, *(other.key for other in same_architecture(spec))}:
-        return model
-    return with_start_domain(model, resolve_start(start, spec, folder).model)
+    resolved = resolve_start(start, spec, folder)
+    return with_start_domain(model, resolved.model) if resolved.stands_in_for(spec) else model
 
 
 def _fine_tuned_alone(model: MLPModel) -> MLPModel | None:

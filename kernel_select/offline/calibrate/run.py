@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernel_select.atomic_write import write_atomic
-from kernel_select.device import DeviceSpec, same_architecture
+from kernel_select.device import DeviceSpec
 from kernel_select.errors import DatasetError
 from kernel_select.offline.calibrate.budget import AFTER_TRAINING_S, DEFAULT_MINUTES, Budget, RunProgress
 from kernel_select.offline.calibrate.install import CalibrationFiles, install
@@ -292,9 +292,8 @@ def train_calibrated(measurements: Path, out: Path, spec: DeviceSpec, start: Sta
                    hparams=hparams, progress=False, init=warm, time_limit=limit)
     if start is None:
         return Trained(model=result.model, fine_tuned=None, metrics=result.metrics, seconds=result.seconds)
-    stand_in = start.trained_on in {spec.key, *(other.key for other in same_architecture(spec))}
     model = average_with_start(result.model, out, start.model, str(start.folder), measurements,
-                               claim_start_domain=stand_in)
+                               claim_start_domain=start.stands_in_for(spec))
     return Trained(model=model, fine_tuned=result.model, metrics=result.metrics,
                    seconds=time.perf_counter() - began)
 
