@@ -219,6 +219,36 @@ def test_driver_writes_resumable_results_and_summary(tmp_path: Path) -> None:
     assert len(model_results.load_results(path)["models"][0]["results"]["default"]["runs"]) == 3
 
 
+def test_comparisons_made_side_by_side_merge_into_one(tmp_path: Path) -> None:
+    calls: list = []
+    paths = []
+    for gpu, (models, methods) in enumerate([(["recsys-mlp/prefill"], METHODS[:3]),
+                                             (["recsys-mlp/decode", "recsys-mlp/prefill"], METHODS[2:])]):
+        out_dir = tmp_path / f"gpu{gpu}"
+        _, path, _ = compare_models.run_compare_models(models, methods, out_dir=out_dir, device="cpu",
+                                                       progress=False, runner=fake_runner(calls))
+        paths.append(path)
+    merged = compare_models.merge_comparisons(paths)
+    assert merged["methods"] == [m.name for m in METHODS]
+    assert [entry["name"] for entry in merged["models"]] == ["recsys-mlp/prefill", "recsys-mlp/decode"]
+    prefill = merged["models"][0]["results"]
+    assert list(prefill) == ["eager", "default", "stock", "topk-4"]
+    assert len(prefill["stock"]["runs"]) == 2 and prefill["stock"]["compile_s"] == 100.0  # pooled
+    model_results.write_results(merged, tmp_path / "merged.json")  # still a valid comparison file
+    assert model_results.load_results(tmp_path / "merged.json") == merged
+
+    other = model_results.load_results(paths[1])
+    other["environment"]["device_key"] = "h200"
+    model_results.write_results(other, tmp_path / "h200.json")
+    with pytest.raises(DatasetError, match="measured on h200"):
+        compare_models.merge_comparisons([paths[0], tmp_path / "h200.json"])
+    other = model_results.load_results(paths[1])
+    other["settings"]["samples"] = 5
+    model_results.write_results(other, tmp_path / "fewer.json")
+    with pytest.raises(DatasetError, match="settings differ"):
+        compare_models.merge_comparisons([paths[0], tmp_path / "fewer.json"])
+
+
 def test_failed_run_is_retried_on_resume(tmp_path: Path) -> None:
     def failing(spec: dict, log_path: Path, timeout_s: float) -> dict:
         return {"error": "worker died"}
@@ -326,6 +356,21 @@ def test_inproc_method_passes_the_knob_to_install(monkeypatch: pytest.MonkeyPatc
     for method in (inproc, plain):  # Dynamo without Inductor: compiles lazily, nothing runs here
         dataclasses.replace(method, backend="eager").compile(torch.nn.Linear(2, 2))
     assert [(c["gemm_topk"], c["gemm_precompile_in_process"]) for c in calls] == [(4, True), (4, False)]
+
+
+def test_install_gemm_installs_with_the_knobs_defaults_and_the_recipes_options(monkeypatch) -> None:
+    import kernel_select.inductor as ks_inductor
+    import torch
+
+    from kernel_select.options import KNOBS
+
+    calls: list[dict[str, object]] = []
+    monkeypatch.setattr(ks_inductor, "install", lambda **kwargs: calls.append(kwargs))
+    bare, recipe = select_methods("install-gemm,topk-4-gemm", MethodContext(lut="luts/h100_seed.json"))
+    assert recipe.lut == "luts/h100_seed.json" and bare.lut is None  # a bare install() has no LUT
+    assert bare.compile_options() == recipe.compile_options()
+    dataclasses.replace(bare, backend="eager").compile(torch.nn.Linear(2, 2))
+    assert calls == [{name: KNOBS[name].default for name in calls[0]}]
 
 
 @pytest.mark.slow

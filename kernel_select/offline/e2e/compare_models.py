@@ -44,6 +44,7 @@ resumes where it was with `resume=True`; its format is model_results.py's.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import json
 import logging
@@ -57,6 +58,7 @@ from typing import Any
 
 from kernel_select.offline.e2e import model_frames, model_pretune, model_report
 from kernel_select.offline.e2e.json_worker import run_worker
+from kernel_select.errors import DatasetError
 from kernel_select.offline.e2e.model_methods import ModelMethod
 from kernel_select.offline.e2e.model_results import load_results, new_results, write_results
 
@@ -127,6 +129,39 @@ def run_compare_models(models: Sequence[str], methods: Sequence[ModelMethod], *,
         log.warning("matplotlib is not installed; skipped %s (pip install matplotlib)", png_path)
         png_path = None
     return results, json_path, png_path
+
+
+def merge_comparisons(paths: Sequence[str | Path]) -> dict[str, Any]:
+    """One comparison from several made side by side on one machine's GPUs (one process per GPU,
+    each given other workloads): their models in order, and where two files measured the same
+    (model, method), its runs pooled into one entry.
+
+    Raises:
+        DatasetError: for a file that is not a comparison, or files of different devices or settings.
+    """
+    if not paths:
+        raise DatasetError("merge: no comparison files given")
+    parts = [load_results(path) for path in paths]
+    merged = copy.deepcopy(parts[0])
+    merged["models"] = []
+    for path, part in zip(paths, parts):
+        device, first_device = part["environment"].get("device_key"), merged["environment"].get("device_key")
+        if device != first_device:
+            raise DatasetError(f"{path}: measured on {device}, {paths[0]} on {first_device}; only "
+                               "comparisons of one kind of GPU are merged")
+        if part["settings"] != merged["settings"]:
+            raise DatasetError(f"{path}: its settings differ from {paths[0]}'s ({part['settings']} against "
+                               f"{merged['settings']}); only comparisons made the same way are merged")
+        merged["methods"] += [m for m in part["methods"] if m not in merged["methods"]]
+    entries = _model_entries(merged, [entry["name"] for part in parts for entry in part["models"]])
+    for part in parts:
+        for entry in part["models"]:
+            into = entries[entry["name"]]
+            into["sizes"] = into["sizes"] or entry.get("sizes")
+            for method, result in entry["results"].items():
+                earlier = into["results"].get(method, {}).get("runs", [])
+                into["results"][method] = model_report.aggregate(earlier + result.get("runs", []))
+    return merged
 
 
 @contextlib.contextmanager
