@@ -257,7 +257,9 @@ KNOBS: dict[str, Knob] = {knob.name: knob for knob in (
     Knob("gemm_dynamic_buckets", None, parse_dynamic_buckets,
          "where the length buckets of kernel_select.inductor.bucketed begin; 'off': one graph",
          Union[str, list]),
-    Knob("gemm_precompile_in_process", False, parse_precompile_in_process,
+    # On by default: without it a bare install() compiled an fp32 BERT more slowly than Inductor's own
+    # GEMM autotuning (docs/results.md, "Whole networks against Inductor's own GEMM autotuning").
+    Knob("gemm_precompile_in_process", True, parse_precompile_in_process,
          "precompile autotuned Triton choices in the compiling process", Union[bool, str],
          ("precompile_in_process",)),
     Knob("gemm_model", None, parse_model, "a registered model's name; None: the device's trained model",

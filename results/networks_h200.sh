@@ -1,8 +1,14 @@
 #!/bin/bash
 # results/networks_h200.{json,png}: the zoo's networks on H200s, each compiled by mode="default", by
-# Inductor's own GEMM autotuning (stock-gemm), by the README recipe (topk-4-gemm) and by a bare install()
-# with the same options (install-gemm), one fresh process with empty caches per network and method; every
-# process times eager beside its own step.
+# Inductor's own GEMM autotuning (stock-gemm), by the README recipe (topk-4-gemm) and by the recipe with
+# in-process precompile off (topk-4-gemm-no-inproc: what a bare install() did before that became the
+# default), one fresh process with empty caches per network and method; every process times eager beside
+# its own step. Measured on a 2-GPU H200 host, two streams side by side:
+#
+#   OUT=... bash results/networks_h200.sh 500 bert-base-2layer-fp32/prefill,recsys-mlp/decode \
+#       llama3-8b-2layer/prefill,gpt2-small/decode     (then the same with the workloads of the other calls:
+#   t5-base-2layer/prefill,recsys-mlp/decode qwen3-4b-2layer/prefill,gpt2-small/decode, and at 420 s
+#   gpt2-small/decode,recsys-mlp/decode swin-tiny-4stage/prefill,whisper-medium-encoder-2layer/prefill)
 #
 #   OUT=/some/folder PYTHONPATH=... bash results/networks_h200.sh SECONDS STREAM [STREAM ...]
 #   bash results/networks_h200.sh merge RESULT.json COMPARISON.json [COMPARISON.json ...]
@@ -19,7 +25,8 @@
 #
 #   bash results/networks_h200.sh merge results/networks_h200.json call1/networks_h200.json call2/...
 #
-# METHODS overrides the methods (default: default,stock-gemm,topk-4-gemm,install-gemm).
+# METHODS overrides the methods (default: default,stock-gemm,topk-4-gemm,topk-4-gemm-no-inproc; add
+# install-gemm for a bare install() with today's defaults).
 set -u -o pipefail
 HERE=$(dirname "$0")
 
@@ -59,7 +66,7 @@ if [ "${#STREAMS[@]}" -gt "$GPUS" ]; then
 fi
 CORES=$(nproc)
 PER_STREAM=$((CORES / ${#STREAMS[@]}))
-export METHODS=${METHODS:-default,stock-gemm,topk-4-gemm,install-gemm}
+export METHODS=${METHODS:-default,stock-gemm,topk-4-gemm,topk-4-gemm-no-inproc}
 mkdir -p "$OUT"
 for i in "${!STREAMS[@]}"; do
   first=$((i * PER_STREAM))

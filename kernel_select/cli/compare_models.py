@@ -59,8 +59,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "mean of its first tensor)")
     p.add_argument("--methods", type=flags.word, default=None,
                    help="comma-separated methods among eager, default, stock, topk-1, topk-4, topk-auto, "
-                        "topk-4-parity, topk-4-inproc, stock-gemm, topk-4-gemm, topk-auto-gemm, install-gemm "
-                        "(a bare install(), the knobs' defaults, with topk-4-gemm's options), zero-gemm "
+                        "topk-4-parity, topk-4-inproc, stock-gemm, topk-4-gemm, topk-4-gemm-no-inproc, "
+                        "topk-auto-gemm, install-gemm (a bare install(), the knobs' defaults, with "
+                        "topk-4-gemm's options), zero-gemm "
                         "(gemm_topk=1 with topk-4-gemm's options: one choice per GEMM the cuBLAS decision "
                         "can decide, nothing benchmarked there), lut, "
                         "pinned-gemm (pretunes each model first; GPU), or 'all' (every one that applies); "

@@ -2,7 +2,7 @@
 
     import kernel_select.inductor as ks_inductor
 
-    ks_inductor.install(gemm_topk=4, gemm_precompile_in_process=True)
+    ks_inductor.install()                # gemm_topk=4, in-process precompile: the defaults
     model = torch.compile(model, options=ks_inductor.gemm_autotune_options())
 
 choices   the handler: read Inductor's inputs, decide(), build the candidate lists, fall back

@@ -42,7 +42,7 @@ def gemm_autotune_options(cudagraphs: bool = True, **extra: Any) -> dict[str, An
     """torch.compile options that autotune GEMMs only (Inductor's `max_autotune_gemm`), with
     Inductor's CUDA graphs unless `cudagraphs=False`; `extra` (e.g. gemm_topk=4) goes on top.
 
-        ks_inductor.install(gemm_topk=4, gemm_precompile_in_process=True)
+        ks_inductor.install()   # the defaults: gemm_topk=4, in-process precompile
         model = torch.compile(model, options=ks_inductor.gemm_autotune_options())
     """
     options: dict[str, Any] = {"max_autotune_gemm": True, "triton.cudagraphs": cudagraphs}

@@ -371,6 +371,8 @@ def test_install_gemm_installs_with_the_knobs_defaults_and_the_recipes_options(m
     assert bare.compile_options() == recipe.compile_options()
     dataclasses.replace(bare, backend="eager").compile(torch.nn.Linear(2, 2))
     assert calls == [{name: KNOBS[name].default for name in calls[0]}]
+    (no_inproc,) = select_methods("topk-4-gemm-no-inproc", MethodContext(lut="luts/h100_seed.json"))
+    assert dataclasses.replace(no_inproc, name=recipe.name, precompile_in_process=True) == recipe
 
 
 @pytest.mark.slow

@@ -15,8 +15,11 @@ Built in, in this order:
   topk-4-gemm  the handler at k = 4 with those GEMM-only options, Triton choices precompiled in
                process: what kernel_select adds when only the GEMMs are tuned
   topk-auto-gemm  the same with topk="auto" (the model's own cut per GEMM)
-  install-gemm a bare `install()` with those GEMM-only options: the knobs' defaults (k = 4, no LUT
-               even with --lut, precompile in process off), what a user gets who sets nothing
+  topk-4-gemm-no-inproc  topk-4-gemm with precompile_in_process off: choices precompiled as torch
+               does, in the worker pool, then compiled again to be benchmarked (what a bare install()
+               did before in-process precompile became the default)
+  install-gemm a bare `install()` with those GEMM-only options: the knobs' defaults, and no LUT even
+               with --lut; what a user gets who sets nothing
   zero-gemm    the handler at k = 1 with the GEMM-only options (as topk-4-gemm): the zero-benchmark
                mode, where the cuBLAS decision alone hands Inductor one choice per GEMM it can
                decide; the GEMMs it cannot (outside the model's domain, batched ones without a
@@ -160,8 +163,11 @@ register_method("topk-4-gemm", lambda ctx: dataclasses.replace(
 register_method("topk-auto-gemm", lambda ctx: dataclasses.replace(
     _handler("topk-auto-gemm", "auto")(ctx), gemm_only=True, precompile_in_process=True)
     if supports_topk("auto") else None)
+register_method("topk-4-gemm-no-inproc", lambda ctx: dataclasses.replace(
+    _handler("topk-4-gemm-no-inproc", 4)(ctx), gemm_only=True))
 register_method("install-gemm", lambda ctx: ModelMethod(
-    "install-gemm", "max-autotune", topk=ks_options.DEFAULT_TOPK, cudagraphs=ctx.cudagraphs, gemm_only=True))
+    "install-gemm", "max-autotune", topk=ks_options.DEFAULT_TOPK, cudagraphs=ctx.cudagraphs, gemm_only=True,
+    precompile_in_process=ks_options.KNOBS["gemm_precompile_in_process"].default))
 register_method("zero-gemm", lambda ctx: dataclasses.replace(
     _handler("zero-gemm", 1)(ctx), gemm_only=True, precompile_in_process=True))
 register_method("lut", lambda ctx: _handler("lut", 1)(ctx) if ctx.lut else None)

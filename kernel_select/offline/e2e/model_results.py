@@ -59,8 +59,9 @@ def new_results(device_name: str, device_key: str, methods: list[str],
 
 
 def write_results(results: dict[str, Any], path: str | Path) -> None:
-    """Write atomically (a reader never sees half a file; a kill or a full disk leaves the last one)."""
-    write_atomic(path, json.dumps(results, indent=1, allow_nan=False) + "\n")
+    """Write atomically (a reader never sees half a file; a kill or a full disk leaves the last one).
+    Compact: every run keeps each autotuned GEMM's choice times, and indenting them doubled the size."""
+    write_atomic(path, json.dumps(results, separators=(",", ":"), allow_nan=False) + "\n")
 
 
 def load_results(path: str | Path) -> dict[str, Any]:
