@@ -59,6 +59,9 @@ def register_shapes(sub: Subparsers) -> None:
                         "by compile class and layout; skips --measured problems")
     p.add_argument("--max-problems", type=int_at_least(1), default=None, metavar="N",
                    help="with --layers: at most N problems, an equal share per dtype (default: all)")
+    p.add_argument("--heads", action="store_true",
+                   help="with --layers: the language models' output heads (hidden x vocabulary, forward at "
+                        "every token count, both backward GEMMs at training sizes) instead of their layers")
     _add_active_args(p)
     p.set_defaults(handler=run_shapes)
 
@@ -159,6 +162,8 @@ def run_shapes(args: argparse.Namespace) -> int:
 
     if sum(map(bool, (args.active, args.coverage is not None, args.layers))) > 1:
         raise OptionError("shapes: --active, --coverage and --layers each write a whole plan; pass one")
+    if args.heads and not args.layers:
+        raise OptionError("shapes: --heads chooses what --layers plans; pass both")
     if args.active:
         return _active_shapes(args)
     if args.coverage is not None:
@@ -201,7 +206,8 @@ def _layer_shapes(args: argparse.Namespace) -> int:
     dtypes = args.dtype or sampler.LAYER_DTYPES
     chosen = sampler.layer_shapes(args.max_problems, dtypes, group_size=args.group_size, seed=args.seed,
                                   max_flop=1e11 if args.max_flop is None else args.max_flop,
-                                  skip=active.measured_check(args.measured) if args.measured else None)
+                                  skip=active.measured_check(args.measured) if args.measured else None,
+                                  heads=args.heads)
     shapes.save(chosen, args.out)
     shares = sampler.strata_shares(chosen)
     groups = len({s.group for s in chosen})

@@ -67,6 +67,35 @@ def test_layer_gemms_agree_with_what_pretune_discovers(weights, monkeypatch):
     assert discovered == {(g.m, g.n, g.k, g.layout) for g in layer_gemms(toy)}
 
 
+def test_output_heads_are_the_language_models_and_planned_apart_from_their_layers():
+    by_name = {a.name: a for a in architectures.ARCHITECTURES}
+    assert all(a.head for a in by_name.values() if a.kind in ("decoder-llm", "moe"))
+    assert not any(g.layer.startswith("lm_head") for g in architectures.all_layer_gemms())
+    t = architectures.TOKENS["decoder-llm"]["train"][0]
+    heads: dict[str, tuple[int, int, int, str]] = {}
+    for g in architectures.head_gemms(by_name["llama3-8b"]):
+        if g.regime == "train":  # the first training size's
+            heads.setdefault(g.layer.split()[-1], (g.m, g.n, g.k, g.layout))
+    assert heads == {"fwd": (t, 128256, 4096, "nt"), "dX": (t, 4096, 128256, "nn"),
+                     "dW": (128256, 4096, t, "tn")}
+    # GPT-2's blocks are Conv1D (in, out), but its head is the (vocabulary, hidden) embedding, tied.
+    assert {(g.n, g.k, g.layout) for g in architectures.head_gemms(by_name["gpt2"]) if g.regime == "decode"} \
+        == {(50257, 768, "nt")}
+    assert architectures.head_gemms(by_name["vit-b16"]) == []
+
+
+def test_shapes_layers_heads_writes_the_heads_alone(tmp_path):
+    out = tmp_path / "heads.json"
+    assert main(["shapes", "--layers", "--heads", "--dtype", "fp16", "--out", str(out)]) == 0
+    heads = shapes.load(out)
+    vocabularies = {a.head[1] for a in architectures.ARCHITECTURES if a.head}
+    assert heads and {s.layer for s in heads} == {"lm_head fwd"} and {s.n for s in heads} <= vocabularies
+    assert all(2.0 * s.m * s.n * s.k <= 1e11 for s in heads)  # the --layers cap
+    with pytest.raises(SystemExit) as exit_:
+        main(["shapes", "--heads", "--out", str(out)])
+    assert exit_.value.code == 2
+
+
 @pytest.fixture(scope="module")
 def plan() -> list[shapes.Shape]:
     return sampler.layer_shapes(600, seed=3)
@@ -131,3 +160,9 @@ def test_the_committed_layer_plan_holds_served_layer_problems_in_one_layout_per_
     assert {(s.m, s.n, s.k, s.dtype, s.layout) for s in committed} <= served
     groups = itertools.groupby(committed, key=lambda s: s.group)
     assert all(len({s.layout for s in members}) == 1 for _, members in groups)
+
+
+def test_the_committed_heads_plan_is_what_shapes_layers_heads_writes():
+    committed = shapes.load(ROOT / "data" / "shapes_heads.json")
+    assert committed == sampler.layer_shapes(dtypes=("bfloat16", "float16", "float32"), heads=True)
+    assert len(committed) == 255  # data/README.md describes these

@@ -22,6 +22,11 @@ gradient as the weight gradient's A. The coverage plan (`sampler.coverage_shapes
 layouts: it took every weight as (in, out) and timed every GEMM "nn"; it asks for
 `layer_gemms(arch, IN_OUT)` and drops the layout, so its problems do not change.
 
+A language model's output head (`Architecture.head`: hidden -> vocabulary) is kept apart from its
+layers: every plan written before it was recorded drew from the layers alone, and `head_gemms` gives
+its GEMMs for the plans that ask for them. Its weight is the (vocabulary, hidden) embedding or an
+nn.Linear's, so OUT_IN in every architecture, GPT-2's included (its head is tied to `wte`).
+
 Token counts are per kind (TOKENS): decode batches, prefill lengths and training micro-batches for
 language models; patches x images for vision; latent tokens for diffusion; frames for speech; the
 batch size for recommendation MLPs.
@@ -29,6 +34,7 @@ batch size for recommendation MLPs.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from kernel_select.errors import ProblemError
@@ -46,57 +52,67 @@ class Architecture:
     kind: str
     layers: tuple[tuple[str, int, int], ...]  # (layer, in_features, out_features)
     weights: str = OUT_IN  # OUT_IN (nn.Linear) or IN_OUT (GPT-2's Conv1D)
+    head: tuple[int, int] | None = None  # (hidden, vocabulary) of a language model's output head
 
 
-def _llm(name: str, hidden: int, kv: int, ffn: int, q: int | None = None) -> Architecture:
+def _llm(name: str, hidden: int, kv: int, ffn: int, q: int | None = None, vocab: int | None = None,
+         ) -> Architecture:
     """A Llama-style decoder: separate q/k/v/o projections and a gated MLP."""
     q = q or hidden
     return Architecture(name, "decoder-llm", (
         ("q_proj", hidden, q), ("kv_proj", hidden, kv), ("o_proj", q, hidden),
-        ("gate_up_proj", hidden, 2 * ffn), ("down_proj", ffn, hidden)))
+        ("gate_up_proj", hidden, 2 * ffn), ("down_proj", ffn, hidden)), head=_head(hidden, vocab))
 
 
-def _fused(name: str, kind: str, hidden: int, qkv: int, ffn: int, weights: str = OUT_IN) -> Architecture:
+def _fused(name: str, kind: str, hidden: int, qkv: int, ffn: int, weights: str = OUT_IN,
+           vocab: int | None = None) -> Architecture:
     """A GPT/ViT-style block: fused qkv, output projection, two-layer MLP."""
     return Architecture(name, kind, (
         ("qkv", hidden, qkv), ("attn_out", hidden, hidden), ("fc1", hidden, ffn), ("fc2", ffn, hidden)),
-        weights)
+        weights, head=_head(hidden, vocab))
+
+
+def _head(hidden: int, vocab: int | None) -> tuple[int, int] | None:
+    return None if vocab is None else (hidden, vocab)
 
 
 ARCHITECTURES: tuple[Architecture, ...] = (
     # decoder LLMs, 135M to 70B: (hidden, num_kv_heads x head_dim, intermediate)
-    _llm("llama3-8b", 4096, 1024, 14336),
-    _llm("llama3-70b", 8192, 1024, 28672),
-    _llm("llama3.2-1b", 2048, 512, 8192),
-    _llm("llama3.2-3b", 3072, 1024, 8192),
-    _llm("llama2-7b", 4096, 4096, 11008),
-    _llm("llama2-13b", 5120, 5120, 13824),
-    _llm("qwen2.5-0.5b", 896, 128, 4864),
-    _llm("qwen2.5-7b", 3584, 512, 18944),
-    _llm("qwen2.5-14b", 5120, 1024, 13824),
-    _llm("gemma2-2b", 2304, 1024, 9216, q=2048),  # 8 heads x 256
-    _llm("gemma2-9b", 3584, 2048, 14336, q=4096),  # 16 heads x 256
-    _llm("tinyllama-1.1b", 2048, 256, 5632),
-    _llm("smollm-135m", 576, 192, 1536),
-    _llm("mistral-nemo-12b", 5120, 1024, 14336, q=4096),  # 32 heads x 128
+    _llm("llama3-8b", 4096, 1024, 14336, vocab=128256),
+    _llm("llama3-70b", 8192, 1024, 28672, vocab=128256),
+    _llm("llama3.2-1b", 2048, 512, 8192, vocab=128256),
+    _llm("llama3.2-3b", 3072, 1024, 8192, vocab=128256),
+    _llm("llama2-7b", 4096, 4096, 11008, vocab=32000),
+    _llm("llama2-13b", 5120, 5120, 13824, vocab=32000),
+    _llm("qwen2.5-0.5b", 896, 128, 4864, vocab=151936),
+    _llm("qwen2.5-7b", 3584, 512, 18944, vocab=152064),
+    _llm("qwen2.5-14b", 5120, 1024, 13824, vocab=152064),
+    _llm("gemma2-2b", 2304, 1024, 9216, q=2048, vocab=256000),  # 8 heads x 256
+    _llm("gemma2-9b", 3584, 2048, 14336, q=4096, vocab=256000),  # 16 heads x 256
+    _llm("tinyllama-1.1b", 2048, 256, 5632, vocab=32000),
+    _llm("smollm-135m", 576, 192, 1536, vocab=49152),
+    _llm("mistral-nemo-12b", 5120, 1024, 14336, q=4096, vocab=131072),  # 32 heads x 128
     Architecture("phi3-mini", "decoder-llm", (
         ("qkv_proj", 3072, 9216), ("o_proj", 3072, 3072), ("gate_up_proj", 3072, 16384),
-        ("down_proj", 8192, 3072))),
-    _fused("gpt2", "decoder-llm", 768, 2304, 3072, IN_OUT),  # transformers' GPT-2 uses Conv1D
-    _fused("gpt2-xl", "decoder-llm", 1600, 4800, 6400, IN_OUT),
-    _fused("falcon-7b", "decoder-llm", 4544, 4672, 18176),  # 71 heads x 64 + one shared k/v
-    _fused("pythia-2.8b", "decoder-llm", 2560, 7680, 10240),
-    _fused("opt-1.3b", "decoder-llm", 2048, 6144, 8192),
+        ("down_proj", 8192, 3072)), head=(3072, 32064)),
+    _fused("gpt2", "decoder-llm", 768, 2304, 3072, IN_OUT, vocab=50257),  # transformers' GPT-2 uses Conv1D
+    _fused("gpt2-xl", "decoder-llm", 1600, 4800, 6400, IN_OUT, vocab=50257),
+    _fused("falcon-7b", "decoder-llm", 4544, 4672, 18176, vocab=65024),  # 71 heads x 64 + one shared k/v
+    _fused("pythia-2.8b", "decoder-llm", 2560, 7680, 10240, vocab=50304),
+    _fused("opt-1.3b", "decoder-llm", 2048, 6144, 8192, vocab=50272),
     # MoE: one expert's MLP (tokens routed to it) and the router
     Architecture("mixtral-8x7b", "moe", (
-        ("expert_w1_w3", 4096, 2 * 14336), ("expert_w2", 14336, 4096), ("router", 4096, 8))),
+        ("expert_w1_w3", 4096, 2 * 14336), ("expert_w2", 14336, 4096), ("router", 4096, 8)),
+        head=(4096, 32000)),
     Architecture("deepseek-moe-16b", "moe", (
-        ("expert_gate_up", 2048, 2 * 1408), ("expert_down", 1408, 2048), ("router", 2048, 64))),
+        ("expert_gate_up", 2048, 2 * 1408), ("expert_down", 1408, 2048), ("router", 2048, 64)),
+        head=(2048, 102400)),
     Architecture("qwen1.5-moe-a2.7b", "moe", (
         ("expert_gate_up", 2048, 2 * 1408), ("shared_expert_gate_up", 2048, 2 * 5632),
-        ("shared_expert_down", 5632, 2048), ("router", 2048, 60))),
+        ("shared_expert_down", 5632, 2048), ("router", 2048, 60)), head=(2048, 151936)),
     Architecture("olmoe-1b-7b", "moe", (
-        ("expert_gate_up", 2048, 2 * 1024), ("expert_down", 1024, 2048), ("router", 2048, 64))),
+        ("expert_gate_up", 2048, 2 * 1024), ("expert_down", 1024, 2048), ("router", 2048, 64)),
+        head=(2048, 50304)),
     # vision transformers
     _fused("vit-b16", "vision", 768, 2304, 3072),
     _fused("vit-l14", "vision", 1024, 3072, 4096),
@@ -210,3 +226,15 @@ def layer_gemms_at(arch: Architecture, tokens: int, regime: str,
 
 def all_layer_gemms(weights: str | None = None) -> list[LayerGemm]:
     return [g for arch in ARCHITECTURES for g in layer_gemms(arch, weights)]
+
+
+def head_gemms(arch: Architecture) -> list[LayerGemm]:
+    """The GEMMs of `arch`'s output head, as `layer_gemms` gives a layer's (forward at every token
+    count, both backward GEMMs at training sizes); none for an architecture without one."""
+    if arch.head is None:
+        return []
+    return layer_gemms(dataclasses.replace(arch, layers=(("lm_head", *arch.head),), weights=OUT_IN))
+
+
+def all_head_gemms() -> list[LayerGemm]:
+    return [g for arch in ARCHITECTURES for g in head_gemms(arch)]

@@ -32,7 +32,7 @@ from dataclasses import replace
 
 from kernel_select.errors import ProblemError
 from kernel_select.layouts import DEFAULT_LAYOUT, LAYOUTS, a_transposed
-from kernel_select.offline.data.architectures import IN_OUT, all_layer_gemms
+from kernel_select.offline.data.architectures import IN_OUT, all_head_gemms, all_layer_gemms
 from kernel_select.offline.harness.bench_plan import pow2_divisor
 from kernel_select.offline.data.shapes import Shape, check_max_flop
 
@@ -144,15 +144,18 @@ def sampled_group(rng: random.Random, dtype: str, n_align: int, k_align: int, si
 
 
 def layer_groups(dtype: str, cap: float, min_size: int = 8, *,
-                 served_layouts: bool = False) -> list[list[Shape]]:
+                 served_layouts: bool = False, heads: bool = False) -> list[list[Shape]]:
     """Real layer GEMMs within the cap, grouped by compile class, biggest class first; classes
     with fewer than `min_size` problems are pooled into one group per layout ("mixed"), last.
 
     Without `served_layouts`, the coverage plan's problems: every weight taken as (in, out) and
     every GEMM "nn". With it, each GEMM's (m, n, k) and layout as Inductor sees them in the
-    architecture (architectures.GEMM_LAYOUTS); a group never holds two layouts.
+    architecture (architectures.GEMM_LAYOUTS); a group never holds two layouts. With `heads`, the
+    language models' output heads instead of their layers (served layouts only).
     """
-    gemms = all_layer_gemms() if served_layouts else all_layer_gemms(IN_OUT)
+    if heads and not served_layouts:
+        raise ProblemError("layer groups: output heads are planned in their served layouts only")
+    gemms = all_head_gemms() if heads else all_layer_gemms() if served_layouts else all_layer_gemms(IN_OUT)
     by_class: dict[str, dict[tuple[int, int, int], Shape]] = defaultdict(dict)
     for g in gemms:
         if 2.0 * g.m * g.n * g.k <= cap:
@@ -215,11 +218,12 @@ LAYER_DTYPES = ("bfloat16", "float16")
 
 def layer_shapes(max_problems: int | None = None, dtypes: tuple[str, ...] = LAYER_DTYPES, *,
                  max_flop: float = 1e11, group_size: int = 128, seed: int = 0,
-                 skip: Callable[[Shape], bool] | None = None) -> list[Shape]:
+                 skip: Callable[[Shape], bool] | None = None, heads: bool = False) -> list[Shape]:
     """Real layer GEMMs in their served layouts (`layer_groups(served_layouts=True)`) within
     `max_flop` (scaled per dtype as in the coverage sampler), each dtype after the previous one.
 
-    `skip` says which problems to leave out (already measured). With `max_problems`, each dtype
+    `skip` says which problems to leave out (already measured); `heads` plans the language models'
+    output heads (architectures.head_gemms) instead of the layers. With `max_problems`, each dtype
     gets an equal share of it (what a dtype cannot fill passes to the next) and every compile
     class of the dtype keeps a random part proportional to its size, so the plan keeps the
     architectures' mix. Classes are cut into groups of at most `group_size` (shuffled chunks of
@@ -234,7 +238,7 @@ def layer_shapes(max_problems: int | None = None, dtypes: tuple[str, ...] = LAYE
     out: list[Shape] = []
     for i, dtype in enumerate(dtypes):
         cap = max_flop * FLOP_SCALE.get(dtype, 1.0)
-        groups = [kept for g in layer_groups(dtype, cap, served_layouts=True)
+        groups = [kept for g in layer_groups(dtype, cap, served_layouts=True, heads=heads)
                   if (kept := [s for s in g if not (skip and skip(s))])]
         if max_problems is not None:
             groups = _thin(rng, groups, (max_problems - len(out)) // (len(dtypes) - i))
