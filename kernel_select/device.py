@@ -166,6 +166,12 @@ def same_architecture(spec: DeviceSpec) -> list[DeviceSpec]:
             if other.architecture == spec.architecture and other.key != spec.key]
 
 
+def serves_anyway(trained_on: str, spec: DeviceSpec) -> bool:
+    """Whether a model trained for the device `trained_on` serves `spec` without any calibration
+    (model/folders.py): it is that GPU's own, or one of the same SM architecture."""
+    return trained_on in {spec.key, *(other.key for other in same_architecture(spec))}
+
+
 def _match_marketing_name(name: str) -> DeviceSpec | None:
     match = _MARKETING_NAME.match(name.strip().lower())
     if match is None:

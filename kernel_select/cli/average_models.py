@@ -28,6 +28,11 @@ def register(sub: Subparsers) -> None:
     add_device_arg(p, "device the models are for (any case; default: the one the dataset's rows name)")
     p.add_argument("--gate", default=None, metavar="DIR",
                    help="write the cuBLAS gate saved in DIR with the model (default: the first DIR's)")
+    p.add_argument("--fine-tuned-from", action="store_true",
+                   help="two DIRs: a model fine-tuned on --data, then the model it started from (trained on "
+                        "other rows, perhaps for another GPU of its architecture), averaged as calibrate "
+                        "does: the card keeps the first's device and data, and claims the second's "
+                        "dtypes, layouts and strata where that model would serve the GPU anyway")
     p.set_defaults(handler=run_average_models)
 
 
@@ -35,12 +40,18 @@ def run_average_models(args: argparse.Namespace) -> int:
     check_output_dir(args.out, MODEL_FILES)  # before the work
     if len(args.model_dirs) < 2:
         raise OptionError(f"average-models: expected two or more model folders, got {len(args.model_dirs)}")
-    from kernel_select.offline.training.average import average_dirs
+    from kernel_select.offline.training.average import average_dirs, average_start_dirs
     from kernel_select.offline.training.training_data import require_rows
 
+    if args.fine_tuned_from and (len(args.model_dirs) != 2 or args.gate is not None):
+        raise OptionError("average-models --fine-tuned-from: give two DIRs (the fine-tuned model, then the "
+                          "model it started from) and no --gate (the first DIR's is written)")
     paths = require_rows(args.data, "averaging models")
     device = named_or_data_device(args.device, paths)
-    model = average_dirs(args.model_dirs, args.data, args.out, device, gate_dir=args.gate)
+    if args.fine_tuned_from:
+        model = average_start_dirs(*args.model_dirs, args.data, args.out, device)
+    else:
+        model = average_dirs(args.model_dirs, args.data, args.out, device, gate_dir=args.gate)
     say(data_device_text(device, args.device is not None))
     gate = model.card.hyperparameters.get("gate", {}).get("dir", "none")
     say(f"averaged {len(args.model_dirs)} models into {model.card.architecture.members} members, the cuBLAS "

@@ -108,9 +108,14 @@ def test_the_h200_ships_its_own_cublas_head_and_borrows_the_h100_gate(shipped_on
     assert gate is not None and gate.card.device == "h100" and gate.device.key == "h200"
 
 
-def test_the_h200_model_is_the_h100_model_fine_tuned_on_h200_data():
+def test_the_h200_model_is_the_h100_model_fine_tuned_on_h200_data_beside_the_h100_members():
     h200, h100 = MLPModel.load(SHIPPED / "h200", "h200"), MLPModel.load(SHIPPED / "h100", "h100")
     assert h200.card.hyperparameters["init"]["digest"] == h100.digest()
+    # The H100 model's members are kept, so the card claims what they were trained on (as calibrate's
+    # does): an H200 GEMM in an H100 stratum is ranked, not sent to Inductor's list.
+    averaged = h200.card.hyperparameters["averaged"]
+    assert len(averaged) == 2 and averaged[1]["digest"] == h100.digest()
+    assert all(h200.card.domain.strata.get(key, 0) >= count for key, count in h100.card.domain.strata.items())
     trained_on = [f.file for f in h200.card.data.files]
     assert "h200_round3.parquet" in trained_on and "h200_unseen.parquet" in trained_on  # read, masked out
     assert all(name.startswith("h200") for name in trained_on)

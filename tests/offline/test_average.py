@@ -143,6 +143,31 @@ def test_the_command_writes_one_scored_model_with_the_first_folders_gate(tmp_pat
     np.testing.assert_allclose(log_ms(model, problem), expected, atol=2e-5)
 
 
+def test_the_command_averages_a_fine_tune_with_its_start_and_claims_its_domain(tmp_path, capsys):
+    data, record = written(tmp_path, {"train": 2, "val": 4, "test": 3}, configs=20)
+    fine_tuned, start = tmp_path / "fine-tuned", tmp_path / "start"
+    own = trained_like(0, members=2, data=record)
+    narrow = Domain(strata={"mm/bfloat16/m<=16": 30}, m=(1, 16), n=(64, 4096), k=(64, 512))
+    save_model(MLPModel(own.device, own.net, own.card.model_copy(update={"domain": narrow})), fine_tuned)
+    other = trained_like(1, members=2, data=DATA.model_copy(update={"sha256": "cd" * 32}))
+    wide = Domain(strata={"mm/float32/m>4096": 60}, m=(1, 8192), n=(8, 8192), k=(8, 8192))
+    # Trained for another GPU of the same architecture: it would serve this one, so its domain counts.
+    start_card = other.card.model_copy(update={"device": "h200", "domain": wide})
+    save_model(MLPModel(other.device, other.net, start_card), start)
+    out = tmp_path / "averaged"
+    assert main(["average-models", str(fine_tuned), str(start), "--fine-tuned-from", "--data", str(data),
+                 "--out", str(out)]) == 0
+    assert "averaged 2 models into 4 members" in capsys.readouterr().out
+    model = MLPModel.load(out, "h100")
+    assert model.card.device == "h100" and model.card.data == record
+    assert model.card.domain.strata == {"mm/bfloat16/m<=16": 30, "mm/float32/m>4096": 60}
+    assert model.card.domain.m == (1, 8192)
+    with pytest.raises(SystemExit) as exit_:
+        main(["average-models", str(fine_tuned), str(start), str(start), "--fine-tuned-from",
+              "--data", str(data), "--out", str(out)])
+    assert exit_.value.code == 2 and "two DIRs" in capsys.readouterr().err
+
+
 def test_the_gate_of_another_folder_is_written_with_its_figures(tmp_path, capsys):
     data, record = written(tmp_path, {"train": 2, "val": 4, "test": 3}, configs=20)
     first, second, gates = tmp_path / "a", tmp_path / "b", tmp_path / "gates"

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernel_select.device import DeviceSpec, same_architecture
+from kernel_select.device import DeviceSpec, serves_anyway
 from kernel_select.errors import OptionError
 from kernel_select.model.folders import model_folders
 from kernel_select.model.mlp import CARD_FILE, WEIGHTS_FILE, MLPModel
@@ -39,7 +39,7 @@ class StartModel:
     def stands_in_for(self, spec: DeviceSpec) -> bool:
         """Whether kernel_select would serve `spec` with this model anyway (model/folders.py): it is
         that GPU's own, or one of the same SM architecture. A model calibrated from it claims its domain."""
-        return self.trained_on in {spec.key, *(other.key for other in same_architecture(spec))}
+        return serves_anyway(self.trained_on, spec)
 
 
 def resolve_start(choice: str, spec: DeviceSpec, out_folder: Path) -> StartModel | None:

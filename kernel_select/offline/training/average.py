@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from kernel_select.device import DeviceSpec
+from kernel_select.device import DeviceSpec, serves_anyway
 from kernel_select.errors import ModelError, OptionError
 from kernel_select.model.card import MAX_MEMBERS, Domain, utc_now
 from kernel_select.model.cublas import GATE_STEM, CublasGate
@@ -107,12 +107,13 @@ def average_dirs(model_dirs: Sequence[str | Path], data_path: str | Path | Seque
 
 
 def average_with_start(fine_tuned: MLPModel, folder: str | Path, start: MLPModel, start_source: str,
-                       data_path: str | Path | Sequence[str | Path], *, claim_start_domain: bool) -> MLPModel:
+                       data_path: str | Path | Sequence[str | Path], *, claim_start_domain: bool,
+                       out_dir: str | Path | None = None) -> MLPModel:
     """calibrate's model (module docstring): `fine_tuned`, saved in `folder` by `train` on `data_path`,
     averaged with the members of `start`, the model it was fine-tuned from (loaded from
     `start_source`), its `topk="auto"` rule and held-out figures computed again on `data_path`, and
-    written over `folder` with the cuBLAS time head and gate saved there. `claim_start_domain`: the
-    start would serve this GPU without it (`with_start_domain`).
+    written over `folder` (or to `out_dir`) with the cuBLAS time head and gate saved in `folder`.
+    `claim_start_domain`: the start would serve this GPU without it (`with_start_domain`).
 
     Raises:
         OptionError: models of different features or widths.
@@ -122,7 +123,21 @@ def average_with_start(fine_tuned: MLPModel, folder: str | Path, start: MLPModel
     if claim_start_domain:
         averaged = with_start_domain(averaged, start)
     gate = gate_in(Path(folder), averaged.device)
-    return _scored_and_saved(averaged, data_path, folder, gate, Path(folder))
+    return _scored_and_saved(averaged, data_path, folder if out_dir is None else out_dir, gate, Path(folder))
+
+
+def average_start_dirs(fine_tuned_dir: str | Path, start_dir: str | Path,
+                       data_path: str | Path | Sequence[str | Path], out_dir: str | Path,
+                       device: DeviceSpec | str | None = None) -> MLPModel:
+    """`average_with_start` of the models saved in two folders: the one fine-tuned on `data_path`, and
+    the one it started from (trained on other rows, perhaps for another GPU of its architecture),
+    whose domain the result claims where that model would serve the GPU anyway (`serves_anyway`)."""
+    check_model_folder(out_dir)  # before any work
+    fine_tuned = MLPModel.load(fine_tuned_dir, device, allow_same_architecture=True)
+    start = MLPModel.load(start_dir, fine_tuned.device, allow_same_architecture=True)
+    claim = serves_anyway(start.card.device, fine_tuned.device)
+    return average_with_start(fine_tuned, fine_tuned_dir, start, str(start_dir), data_path,
+                              claim_start_domain=claim, out_dir=out_dir)
 
 
 def with_start_domain(model: MLPModel, start: MLPModel) -> MLPModel:
