@@ -33,12 +33,9 @@ Developing on a small CPU: a hash-chosen share of the problems, the same for eve
     python results/learners_h100.py --problem-fraction 0.2 --eval-fraction 0.3 --out /tmp/learners.json
 
 --models DIR keeps each fitted GBDT as a model folder (DIR/<learner>/gbdt.json and gbdt.npz) and loads one
-already there instead of fitting it: fit on a many-core host, score anywhere. The GBDTs of the committed
-JSON are kept in results/learners_h100/ (fitted 2026-11-27 by the command above with --threads 2
---models), so the comparison scores new `unseen` rows without fitting again (the committed JSON: the
-226 of 320 unseen problems measured so far, 191 of them in the trained layouts):
-
-    python results/learners_h100.py --models results/learners_h100 --shortlist 64 --blend
+already there instead of fitting it: fit on a many-core host, score anywhere. The committed JSON was
+fitted 2026-11-27 by the command above with --threads 2 (its `unseen` rows: the 226 of 320 unseen problems
+measured, 191 of them in the trained layouts); the fitted GBDTs (4.5 MB) are not committed.
 
 The shipped model (an average, `kernel-select average-models`) against its two parts, the model it
 replaced and the model of the 1.1.0 release, results/learners_h100_averaged.json: RELEASE is models/h100 as
