@@ -118,9 +118,7 @@ def run_compare_models(models: Sequence[str], methods: Sequence[ModelMethod], *,
                 break
             entry = entries[name]
             entry["sizes"] = entry["sizes"] or raw.get("sizes")
-            earlier = entry["results"].get(method.name, {}).get("runs", [])
-            good = [r for r in earlier if r.get("error") is None]
-            entry["results"][method.name] = model_report.aggregate(good + [raw])
+            entry["results"][method.name] = _with_runs(entry["results"].get(method.name), [raw])
             write_results(results, json_path)
     png_path: Path | None = out_dir / f"models_{device_key}.png"
     try:
@@ -134,7 +132,7 @@ def run_compare_models(models: Sequence[str], methods: Sequence[ModelMethod], *,
 def merge_comparisons(paths: Sequence[str | Path]) -> dict[str, Any]:
     """One comparison from several made side by side on one machine's GPUs (one process per GPU,
     each given other workloads): their models in order, and where two files measured the same
-    (model, method), its runs pooled into one entry.
+    (model, method), its runs pooled into one entry, as a resumed comparison pools them.
 
     Raises:
         DatasetError: for a file that is not a comparison, or files of different devices or settings.
@@ -159,9 +157,15 @@ def merge_comparisons(paths: Sequence[str | Path]) -> dict[str, Any]:
             into = entries[entry["name"]]
             into["sizes"] = into["sizes"] or entry.get("sizes")
             for method, result in entry["results"].items():
-                earlier = into["results"].get(method, {}).get("runs", [])
-                into["results"][method] = model_report.aggregate(earlier + result.get("runs", []))
+                into["results"][method] = _with_runs(into["results"].get(method), result.get("runs", []))
     return merged
+
+
+def _with_runs(result: dict[str, Any] | None, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """A (model, method)'s entry after more `runs`: its earlier good runs and the new ones (an earlier
+    failure is dropped once the run is made again)."""
+    good = [r for r in (result or {}).get("runs", []) if r.get("error") is None]
+    return model_report.aggregate(good + runs)
 
 
 @contextlib.contextmanager
