@@ -187,8 +187,9 @@ def test_reset_forgets_cached_models_and_devices(monkeypatch: pytest.MonkeyPatch
     assert calls == [0, 0]
 
 
-def test_the_h100_gate_serves_an_h200_by_design_without_a_warning(user: Path,
-                                                                  caplog: pytest.LogCaptureFixture):
+def test_the_h100_gate_serves_an_h200_without_its_own_by_design_without_a_warning(
+        user: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture):
+    monkeypatch.setenv(HIDE_SHIPPED_ENV, "h200")  # the shipped H200 folder, its gate with it
     with caplog.at_level(logging.INFO, logger="kernel_select"):
         gate = runtime.gate(get_device("h200"))
         runtime.gate(get_device("h200"))
@@ -196,6 +197,13 @@ def test_the_h100_gate_serves_an_h200_by_design_without_a_warning(user: Path,
     announced = [r for r in caplog.records if "cublas_gate" in r.getMessage()]
     assert len(announced) == 1 and announced[0].levelno == logging.INFO
     assert "trained on h100" in announced[0].getMessage()
+
+
+def test_the_h200_is_served_by_its_own_gate_quietly(user: Path, caplog: pytest.LogCaptureFixture):
+    with caplog.at_level(logging.INFO, logger="kernel_select"):
+        gate = runtime.gate(get_device("h200"))
+    assert isinstance(gate, CublasGate) and gate.card.device == "h200"
+    assert not [r for r in caplog.records if "cublas_gate" in r.getMessage()]
 
 
 def test_a_stand_in_performance_model_still_warns(user: Path, monkeypatch: pytest.MonkeyPatch,
