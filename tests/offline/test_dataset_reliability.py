@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import multiprocessing
 import os
@@ -11,6 +12,8 @@ import subprocess
 import sys
 import time
 
+import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -76,6 +79,28 @@ def test_version_1_files_are_read_with_provenance_filled(tmp_path):
     pq.write_table(__import__("pyarrow").Table.from_pandas(old, preserve_index=False), out)
     df = dataset.read(out)
     assert (df["family"] == "unknown").all() and (df["pass"] == "coverage").all()
+
+
+def test_a_repeated_minimum_is_stored_empty_and_read_back(tmp_path):
+    # Version 4: a single-sample row's runtime_min_ms (its runtime_ms again) is a null in the file,
+    # which `read` fills back in; a row timed several times keeps its own minimum, a failed one inf.
+    out = tmp_path / "d.parquet"
+    rows = dataset.conform(_rows(_pid(1), [1.0, 2.0, math.inf, 3.0]))
+    rows.loc[1, "runtime_min_ms"] = 1.5
+    dataset.write(rows, out)
+    table = pq.read_table(out)
+    assert json.loads(table.schema.metadata[b"kernel_select"])["dataset_version"] == dataset.DATASET_VERSION == 4
+    assert table.column("runtime_min_ms").to_pylist() == [None, 1.5, None, None]
+    pd.testing.assert_frame_equal(dataset.read(out), rows, check_exact=True)
+
+
+def test_version_3_files_with_every_minimum_are_read_as_they_are(tmp_path):
+    out = tmp_path / "v3.parquet"
+    rows = dataset.conform(_rows(_pid(1), [1.0, 2.0]))
+    table = pa.Table.from_pandas(rows, preserve_index=False)
+    meta = {**(table.schema.metadata or {}), b"kernel_select": json.dumps({"dataset_version": 3}).encode()}
+    pq.write_table(table.replace_schema_metadata(meta), out)
+    pd.testing.assert_frame_equal(dataset.read(out), rows, check_exact=True)
 
 
 def test_resume_is_keyed_by_device(tmp_path):
