@@ -89,7 +89,8 @@ def test_a_repeated_minimum_is_stored_empty_and_read_back(tmp_path):
     rows.loc[1, "runtime_min_ms"] = 1.5
     dataset.write(rows, out)
     table = pq.read_table(out)
-    assert json.loads(table.schema.metadata[b"kernel_select"])["dataset_version"] == dataset.DATASET_VERSION == 4
+    version = json.loads(table.schema.metadata[b"kernel_select"])["dataset_version"]
+    assert version == dataset.DATASET_VERSION == 4
     assert table.column("runtime_min_ms").to_pylist() == [None, 1.5, None, None]
     pd.testing.assert_frame_equal(dataset.read(out), rows, check_exact=True)
 
