@@ -140,8 +140,9 @@ def register_gate_rules(sub: Subparsers) -> None:
     p.add_argument("--one-choice", action="store_true",
                    help="replay gemm_topk=1's decision instead, where nothing is benchmarked: the gate alone "
                         "picks cuBLAS or the model's first config, at each threshold of the predicted ratio; "
-                        "its sign accuracy and regret against the measured faster of the two (--gemm-topk "
-                        "is not read)")
+                        "its sign accuracy and regret against the measured faster of the two; a GEMM "
+                        "outside the model's domain is benchmarked with Inductor's list, as the handler "
+                        "does (--gemm-topk is not read)")
     add_device_arg(p, "device key (any case; default: from the dataset)")
     flags.add_json(p, "the rows", file_form=True)
     p.set_defaults(handler=run_gate_rules)

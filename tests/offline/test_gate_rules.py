@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -129,6 +130,21 @@ def test_one_choice_scores_the_gates_pick_against_the_faster_of_cublas_and_the_f
     assert never["threshold"] is None and never["cublas_taken"] == 0.0 and never["slower"] == 1
     assert never["regret"] == pytest.approx(np.sqrt(2.0))
     assert one_choice(case, ALWAYS_CUBLAS)["regret"] == at_one["regret"]
+
+
+def test_one_choice_leaves_a_gemm_outside_the_domain_to_inductors_benchmark():
+    # Problem 2 lies outside the model's domain: the handler gives it no decision and benchmarks
+    # Inductor's list (best 0.6 ms) beside cuBLAS and the first config, so the gate's wrong call there
+    # (cuBLAS, 1.0 ms) costs nothing and is not counted.
+    inside = _pair(cublas=[0.5, 1.0], top_1=[1.0, 0.8], ratio=[0.8, 0.9])
+    case = dataclasses.replace(inside, outside=np.array([False, True]), default_ms=np.array([0.7, 0.6]),
+                               oracle_ms=np.array([1.0, 0.5]))
+    at_one = one_choice(case, 1.0)
+    assert at_one["benchmarked"] == 1 and at_one["problems"] == 2
+    assert at_one["sign_accuracy"] == 1.0 and at_one["regret"] == 1.0 and at_one["cublas_taken"] == 1.0
+    # score: problem 1 takes cuBLAS (its best), problem 2 the list's 0.6 against its Triton oracle's 0.5
+    assert at_one["score"] == pytest.approx(np.sqrt(0.5 / 0.6))
+    assert one_choice(inside, 1.0)["benchmarked"] == 0 and one_choice(inside, 1.0)["sign_accuracy"] == 0.5
 
 
 def test_cli_one_choice_replays_every_threshold_and_marks_the_shipped_one(tmp_path, capsys):

@@ -19,7 +19,9 @@ taken is more than 2% above cuBLAS (eager's kernel).
 
 `one_choice` replays the decision of `gemm_topk=1` instead, where no benchmark stands behind it: the
 gate alone picks cuBLAS or the model's first config (cuBLAS where its predicted ratio is below a
-`threshold`), and the pick is compared with the measured faster of the two.
+`threshold`), and the pick is compared with the measured faster of the two. As in the handler, a GEMM
+outside the model's domain gets no decision: Inductor benchmarks its own list beside the first config
+and cuBLAS, and takes the fastest.
 """
 
 from __future__ import annotations
@@ -42,6 +44,9 @@ if TYPE_CHECKING:
 
 #: "Slower than eager" as the issue counts it: more than 2% above cuBLAS.
 SLOWER_BY = 1.02
+#: The torch whose DEFAULT list Inductor benchmarks beside the picks outside the domain (the data
+#: engine's, as `kernel-select eval` scores it).
+DEFAULT_LIST_TORCH = "2.11"
 
 
 @dataclass(frozen=True)
@@ -81,6 +86,10 @@ class SplitCase:
     oracle_ms: np.ndarray  # best measured Triton config
     predicted_ratio: np.ndarray  # the gate's cuBLAS / best Triton (< 1: cuBLAS faster)
     predicted_cublas_ms: np.ndarray
+    # outside the model's domain (PerformanceModel.domain_gap): the handler decides nothing there and
+    # benchmarks Inductor's DEFAULT list beside the picks; default_ms is that list's best measured time
+    outside: np.ndarray | None = None
+    default_ms: np.ndarray | None = None
 
 
 def outcome(case: SplitCase, scenario: Scenario, rule: Rule,
@@ -119,22 +128,32 @@ def one_choice(case: SplitCase, threshold: float | str) -> dict[str, float | int
     - `sign_accuracy`: the share where the pick is the measured faster of cuBLAS and the first config;
     - `regret`, `worst`: the geomean and the largest of time taken / that faster one's time (1.0: no loss);
     - `score`: the geomean of min(cuBLAS, Triton oracle) / time taken, as `outcome` scores;
-    - `slower`: the problems whose time taken is more than 2% above cuBLAS (eager's kernel).
+    - `slower`: the problems whose time taken is more than 2% above cuBLAS (eager's kernel);
+    - `benchmarked`: the problems outside the model's domain, which the handler benchmarks (Inductor's
+      list, the first config and cuBLAS: the fastest is taken); the other figures but `score` and
+      `slower` are over the problems decided.
     """
+    outside = np.zeros(len(case.cublas_ms), bool) if case.outside is None else case.outside
     if isinstance(threshold, str):
         takes_cublas = np.full(len(case.cublas_ms), threshold == ALWAYS_CUBLAS)
         rule, value = threshold, None
     else:
         takes_cublas = case.predicted_ratio < threshold
         rule, value = f"ratio < {threshold:g}", float(threshold)
-    taken = np.where(takes_cublas, case.cublas_ms, case.top_1_ms)
     faster_of_two = np.minimum(case.cublas_ms, case.top_1_ms)
-    regret = taken / faster_of_two
+    decided = ~outside
+    taken = np.where(takes_cublas, case.cublas_ms, case.top_1_ms)
+    if outside.any():
+        default_ms = np.full(len(taken), np.inf) if case.default_ms is None else case.default_ms
+        taken = np.where(outside, np.minimum(faster_of_two, default_ms), taken)
+    regret = taken[decided] / faster_of_two[decided]
     best = np.minimum(case.cublas_ms, case.oracle_ms)
-    return {"rule": rule, "threshold": value, "problems": len(taken),
-            "cublas_taken": float(np.mean(takes_cublas)),
-            "sign_accuracy": float(np.mean(takes_cublas == (case.cublas_ms <= case.top_1_ms))),
-            "regret": float(np.exp(np.mean(np.log(regret)))), "worst": float(regret.max()),
+    right = takes_cublas[decided] == (case.cublas_ms <= case.top_1_ms)[decided]
+    return {"rule": rule, "threshold": value, "problems": len(taken), "benchmarked": int(outside.sum()),
+            "cublas_taken": float(np.mean(takes_cublas[decided])) if decided.any() else 0.0,
+            "sign_accuracy": float(np.mean(right)) if decided.any() else 1.0,
+            "regret": float(np.exp(np.mean(np.log(regret)))) if decided.any() else 1.0,
+            "worst": float(regret.max()) if decided.any() else 1.0,
             "score": float(np.exp(np.mean(np.log(best / taken)))),
             "slower": int(np.sum(taken > SLOWER_BY * case.cublas_ms))}
 
@@ -142,7 +161,9 @@ def one_choice(case: SplitCase, threshold: float | str) -> dict[str, float | int
 def split_case(frame: pd.DataFrame, split: str, k: int, model: PerformanceModel,
                gate: CublasGate) -> SplitCase:
     """The single GEMMs of `split` that have a cuBLAS row, in the layouts `model` was trained on (the
-    gate decides for batch 1 only; Inductor benchmarks a batched GEMM's cuBLAS and Triton choices)."""
+    gate decides for batch 1 only; Inductor benchmarks a batched GEMM's cuBLAS and Triton choices),
+    with which of them lie outside the model's domain and the best measured config of Inductor's
+    DEFAULT list for each."""
     from kernel_select.offline.training.cublas_fit import problems_of
     from kernel_select.offline.data import dataset, splits
     from kernel_select.offline.metrics import best_in_top_k, oracle_ms
@@ -159,10 +180,14 @@ def split_case(frame: pd.DataFrame, split: str, k: int, model: PerformanceModel,
     have = np.isfinite(cublas)
     listed = [p for p, h in zip(problems_of(scored.problems), have) if h]
     best = best_in_top_k(groups, predicted, runtime, [1, k])
+    default = baseline_scores.default_best(scored.rows, scored.problems, groups, runtime, model.device,
+                                           DEFAULT_LIST_TORCH)
     return SplitCase(top_k_ms=best[have, 1], top_1_ms=best[have, 0], cublas_ms=cublas[have],
                      oracle_ms=oracle_ms(groups, runtime)[have],
                      predicted_ratio=np.exp(gate.predict_log_ratio(listed)),
-                     predicted_cublas_ms=np.array([model.estimate_aten(p) or np.inf for p in listed]))
+                     predicted_cublas_ms=np.array([model.estimate_aten(p) or np.inf for p in listed]),
+                     outside=np.array([bool(model.domain_gap(p)) for p in listed], dtype=bool),
+                     default_ms=default.best_ms[have])
 
 
 def simulate(data: str | Path | Sequence[str | Path], splits: Sequence[str] = ("test", "family"),
@@ -215,13 +240,13 @@ def simulate_one_choice(data: str | Path | Sequence[str | Path], splits: Sequenc
 
 def format_one_choice_table(rows: Sequence[dict]) -> str:
     """A markdown table of `simulate_one_choice`'s rows, the shipped threshold marked with *."""
-    lines = ["| split | cuBLAS where | cuBLAS taken | sign accuracy | regret (geomean, worst) | score "
-             "| slower than cuBLAS > 2% |", "|---|---|---|---|---|---|---|"]
+    lines = ["| split (benchmarked: outside the domain) | cuBLAS where | cuBLAS taken | sign accuracy "
+             "| regret (geomean, worst) | score | slower than cuBLAS > 2% |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         mark = " *" if r["threshold"] == ONE_CHOICE_THRESHOLD else ""
-        lines.append(f"| {r['split']} ({r['problems']}) | {r['rule']}{mark} | {r['cublas_taken']:.2f} "
-                     f"| {r['sign_accuracy']:.3f} | {r['regret']:.4f}, {r['worst']:.2f} | {r['score']:.4f} "
-                     f"| {r['slower']} |")
+        lines.append(f"| {r['split']} ({r['problems']}; {r['benchmarked']}) | {r['rule']}{mark} "
+                     f"| {r['cublas_taken']:.2f} | {r['sign_accuracy']:.3f} "
+                     f"| {r['regret']:.4f}, {r['worst']:.2f} | {r['score']:.4f} | {r['slower']} |")
     return "\n".join(lines)
 
 
