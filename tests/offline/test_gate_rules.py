@@ -53,6 +53,18 @@ def test_skipping_triton_where_it_is_truly_faster_costs_the_difference():
     assert score == pytest.approx(0.054 / 0.062) and slower == 0
 
 
+def test_outside_the_domain_nothing_is_skipped_and_inductors_list_is_benchmarked_beside_the_picks():
+    # Skipping Triton would cost 0.062 / 0.054; outside the domain the handler decides nothing, so
+    # Inductor's benchmark sees the picks (0.054), its own list (0.050) and cuBLAS, and takes the list's.
+    inside = one_problem(cublas=0.062, top_k=0.054, ratio=0.976, predicted_cublas=0.0547)
+    case = dataclasses.replace(inside, outside=np.array([True]), default_ms=np.array([0.050]),
+                               oracle_ms=np.array([0.050]))
+    honest = Scenario(below_ms=0.066, factor=1.0)
+    assert outcome(case, honest, Rule(small_ms=0.06, tie=0.0))[:2] == (pytest.approx(1.0), 0)
+    assert outcome(dataclasses.replace(case, outside=np.array([False])), honest,
+                   Rule(small_ms=0.06, tie=0.0))[0] == pytest.approx(0.050 / 0.062)
+
+
 def test_the_margin_skips_triton_outside_the_zone():
     case = one_problem(cublas=0.5, top_k=0.7, ratio=0.8, predicted_cublas=0.5)
     rule = Rule(small_ms=0.06, tie=0.0)

@@ -20,6 +20,9 @@ from kernel_select.problem import Problem
 if TYPE_CHECKING:
     from kernel_select.model.cublas import CublasGate
 
+#: The torch whose DEFAULT list the scores take (the data engine's: the rows were measured under it).
+DEFAULT_LIST_TORCH = "2.11"
+
 
 def random_report(groups: np.ndarray, runtime: np.ndarray, ks: Sequence[int], seeds: int) -> dict[str, Any]:
     per_seed = np.stack([

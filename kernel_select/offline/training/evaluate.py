@@ -118,7 +118,7 @@ class ModelScores:
 def evaluate(data_path: str | Path | Sequence[str | Path], split: str = "test",
              models: Sequence[str | PerformanceModel] = ("mlp", "analytical"), *,
              device: DeviceSpec | str | None = None, ks: Sequence[int] = DEFAULT_KS,
-             random_seeds: int = 20, default_torch_version: str = "2.11",
+             random_seeds: int = 20, default_torch_version: str = baseline_scores.DEFAULT_LIST_TORCH,
              frame: pd.DataFrame | None = None, gate: CublasGate | None = None) -> dict[str, Any]:
     """Score models and baselines on one split of a dataset. Returns JSON-serializable data.
 
@@ -134,7 +134,8 @@ def evaluate(data_path: str | Path | Sequence[str | Path], split: str = "test",
 
 def _evaluate(data_path: str | Path | Sequence[str | Path], split: str,
               models: Sequence[str | PerformanceModel], *, device: DeviceSpec | str | None,
-              ks: Sequence[int], random_seeds: int = 20, default_torch_version: str = "2.11",
+              ks: Sequence[int], random_seeds: int = 20,
+              default_torch_version: str = baseline_scores.DEFAULT_LIST_TORCH,
               frame: pd.DataFrame | None = None, gate: CublasGate | None = None,
               ) -> tuple[dict[str, Any], dict[str, ModelScores]]:
     """`evaluate`'s report, and each evaluated model's per-problem scores (for `paired` over splits)."""

@@ -11,7 +11,8 @@ module replays that on a dataset split, per problem:
 - a `Rule`: Triton is skipped where the gate predicts cuBLAS faster by the margin, or, where the model
   predicts cuBLAS under `small_ms`, wherever Triton is not predicted more than `tie` faster
   (`gate.SMALL_GEMM_MS`, `gate.NO_MARGIN_TIE` for the shipped rule). Where Triton is offered,
-  Inductor takes the faster of the over-timed cuBLAS and the top-k's best.
+  Inductor takes the faster of the over-timed cuBLAS and the top-k's best. As in the handler, a GEMM
+  outside the model's domain gets no decision: Inductor benchmarks its DEFAULT list beside the picks.
 
 Single GEMMs only: the gate decides nothing for a batched one. Reported per (split, k, scenario,
 rule): `score`, the geomean of min(cuBLAS, oracle) / time taken, and `slower`, the problems whose time
@@ -44,9 +45,6 @@ if TYPE_CHECKING:
 
 #: "Slower than eager" as the issue counts it: more than 2% above cuBLAS.
 SLOWER_BY = 1.02
-#: The torch whose DEFAULT list Inductor benchmarks beside the picks outside the domain (the data
-#: engine's, as `kernel-select eval` scores it).
-DEFAULT_LIST_TORCH = "2.11"
 
 
 @dataclass(frozen=True)
@@ -91,6 +89,13 @@ class SplitCase:
     outside: np.ndarray | None = None
     default_ms: np.ndarray | None = None
 
+    def benchmarked(self) -> tuple[np.ndarray, np.ndarray]:
+        """Which problems lie outside the domain, and the best time Inductor's benchmark finds among
+        its own list and the picks there (its DEFAULT list's best, inf where unknown)."""
+        size = len(self.cublas_ms)
+        outside = np.zeros(size, bool) if self.outside is None else self.outside
+        return outside, np.full(size, np.inf) if self.default_ms is None else self.default_ms
+
 
 def outcome(case: SplitCase, scenario: Scenario, rule: Rule,
             margin: float = DEFAULT_MARGIN) -> tuple[float, int, int]:
@@ -101,13 +106,16 @@ def outcome(case: SplitCase, scenario: Scenario, rule: Rule,
     # only where Inductor's benchmark is trusted to decide (outside the no-margin zone): a close call
     # just past the margin
     hedged = skipped & ~zone & (rule.hedge > 0) & (case.predicted_ratio > 1.0 - margin - rule.hedge)
+    outside, default_ms = case.benchmarked()  # no decision there: the list is benchmarked beside the picks
+    skipped, hedged = skipped & ~outside, hedged & ~outside
     timed = np.where(case.cublas_ms < scenario.below_ms, scenario.factor, 1.0) * case.cublas_ms
 
     def inductor_takes(triton_ms: np.ndarray) -> np.ndarray:
         return np.where(timed <= triton_ms, case.cublas_ms, triton_ms)
 
+    offered = np.where(outside, np.minimum(case.top_k_ms, default_ms), case.top_k_ms)
     taken = np.where(hedged, inductor_takes(case.top_1_ms),
-                     np.where(skipped, case.cublas_ms, inductor_takes(case.top_k_ms)))
+                     np.where(skipped, case.cublas_ms, inductor_takes(offered)))
     best = np.minimum(case.cublas_ms, case.oracle_ms)
     return (float(np.exp(np.mean(np.log(best / taken)))), int(np.sum(taken > SLOWER_BY * case.cublas_ms)),
             int(hedged.sum()))
@@ -133,7 +141,7 @@ def one_choice(case: SplitCase, threshold: float | str) -> dict[str, float | int
       list, the first config and cuBLAS: the fastest is taken); the other figures but `score` and
       `slower` are over the problems decided.
     """
-    outside = np.zeros(len(case.cublas_ms), bool) if case.outside is None else case.outside
+    outside, default_ms = case.benchmarked()
     if isinstance(threshold, str):
         takes_cublas = np.full(len(case.cublas_ms), threshold == ALWAYS_CUBLAS)
         rule, value = threshold, None
@@ -141,19 +149,22 @@ def one_choice(case: SplitCase, threshold: float | str) -> dict[str, float | int
         takes_cublas = case.predicted_ratio < threshold
         rule, value = f"ratio < {threshold:g}", float(threshold)
     faster_of_two = np.minimum(case.cublas_ms, case.top_1_ms)
+    taken = np.where(outside, np.minimum(faster_of_two, default_ms),
+                     np.where(takes_cublas, case.cublas_ms, case.top_1_ms))
+    right = takes_cublas == (case.cublas_ms <= case.top_1_ms)
+    regret = taken / faster_of_two
     decided = ~outside
-    taken = np.where(takes_cublas, case.cublas_ms, case.top_1_ms)
-    if outside.any():
-        default_ms = np.full(len(taken), np.inf) if case.default_ms is None else case.default_ms
-        taken = np.where(outside, np.minimum(faster_of_two, default_ms), taken)
-    regret = taken[decided] / faster_of_two[decided]
+
+    def over_decided(values: np.ndarray, reduce, empty: float) -> float:
+        # a split with nothing decided (every problem outside) has no wrong call and no regret
+        return float(reduce(values[decided])) if decided.any() else empty
+
     best = np.minimum(case.cublas_ms, case.oracle_ms)
-    right = takes_cublas[decided] == (case.cublas_ms <= case.top_1_ms)[decided]
     return {"rule": rule, "threshold": value, "problems": len(taken), "benchmarked": int(outside.sum()),
-            "cublas_taken": float(np.mean(takes_cublas[decided])) if decided.any() else 0.0,
-            "sign_accuracy": float(np.mean(right)) if decided.any() else 1.0,
-            "regret": float(np.exp(np.mean(np.log(regret)))) if decided.any() else 1.0,
-            "worst": float(regret.max()) if decided.any() else 1.0,
+            "cublas_taken": over_decided(takes_cublas, np.mean, 0.0),
+            "sign_accuracy": over_decided(right, np.mean, 1.0),
+            "regret": over_decided(np.log(regret), lambda v: np.exp(np.mean(v)), 1.0),
+            "worst": over_decided(regret, np.max, 1.0),
             "score": float(np.exp(np.mean(np.log(best / taken)))),
             "slower": int(np.sum(taken > SLOWER_BY * case.cublas_ms))}
 
@@ -181,7 +192,7 @@ def split_case(frame: pd.DataFrame, split: str, k: int, model: PerformanceModel,
     listed = [p for p, h in zip(problems_of(scored.problems), have) if h]
     best = best_in_top_k(groups, predicted, runtime, [1, k])
     default = baseline_scores.default_best(scored.rows, scored.problems, groups, runtime, model.device,
-                                           DEFAULT_LIST_TORCH)
+                                           baseline_scores.DEFAULT_LIST_TORCH)
     return SplitCase(top_k_ms=best[have, 1], top_1_ms=best[have, 0], cublas_ms=cublas[have],
                      oracle_ms=oracle_ms(groups, runtime)[have],
                      predicted_ratio=np.exp(gate.predict_log_ratio(listed)),
