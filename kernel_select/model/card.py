@@ -10,7 +10,7 @@ Hard bounds keep a careless or hostile card from describing a network that would
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator,
@@ -84,6 +84,13 @@ class DataProvenance(BaseModel):
 M_BUCKETS = ((16, "m<=16"), (256, "m<=256"), (4096, "m<=4096"), (2**62, "m>4096"))
 #: Fewer training problems than this in a problem's stratum, and the model is outside what it knows.
 MIN_STRATUM_PROBLEMS = 20
+#: A problem with more work (FLOPs) than this many times the largest training problem of its stratum
+#: is outside the domain too, though each of its dimensions lies in the trained range: the features are
+#: logarithms, so a model extrapolates past the largest problem it saw without warning. On the H200, a
+#: float32 LM head (8192x30522x768, 24x the stratum's largest) was predicted 1.7x too fast and handed
+#: to Triton alone at 2x cuBLAS's time; bf16 output heads at 1.3-2.2x their stratum's largest were
+#: ranked as well as the layers.
+WORK_SLACK = 4.0
 
 
 def m_bucket(m: int) -> str:
@@ -108,6 +115,9 @@ class Domain(BaseModel):
     n: tuple[int, int]
     k: tuple[int, int]
     batch: tuple[int, int] = (1, 1)
+    #: stratum -> the most FLOPs (2 * batch * M * N * K) of a training problem in it; empty in cards
+    #: written before it was recorded (no bound on work)
+    work: dict[str, float] = {}
 
 
 #: fp16 and bf16 have the same size and tensor-core rate, so their features are identical: a model
@@ -122,12 +132,12 @@ def trained_dtype(dtype: str, dtypes: Sequence[str]) -> bool:
 
 def problems_like(problem: Problem, domain: Domain) -> int:
     """Training problems in the problem's domain stratum (op, precision, M bucket)."""
-    return stratum_count(stratum(problem.op, problem.precision, problem.m), domain.strata)
+    return int(stratum_count(stratum(problem.op, problem.precision, problem.m), domain.strata))
 
 
-def stratum_count(key: str, strata: dict[str, int]) -> int:
-    """Training problems a model counts for stratum `key` ("op/dtype/bucket"): its dtype's or its
-    SAME_FEATURES twin's, whichever has more."""
+def stratum_count(key: str, strata: Mapping[str, float]) -> float:
+    """What a model counts for stratum `key` ("op/dtype/bucket") in `strata` (training problems, or
+    the most work of one): its dtype's or its SAME_FEATURES twin's, whichever is larger."""
     op, dtype, bucket = key.split("/")
     return max(strata.get(key, 0), strata.get(f"{op}/{SAME_FEATURES.get(dtype, dtype)}/{bucket}", 0))
 
@@ -144,14 +154,18 @@ def outside_domain(problem: Problem, dtypes: Sequence[str], domain: Domain | Non
     if domain is None:  # a card from before the domain was recorded: single GEMMs only
         batched = problem.op in ("bmm", "baddbmm")
         return f"{problem.op} never measured for this model" if batched else ""
+    key = stratum(problem.op, problem.precision, problem.m)
     count = problems_like(problem, domain)
     if count < MIN_STRATUM_PROBLEMS:
-        key = stratum(problem.op, problem.precision, problem.m)
         return f"{count} training problems like it ({key}; fewer than {MIN_STRATUM_PROBLEMS})"
     for name, value, (low, high) in (("m", problem.m, domain.m), ("n", problem.n, domain.n),
                                      ("k", problem.k, domain.k), ("batch", problem.batch, domain.batch)):
         if not low <= value <= high:
             return f"{name} = {value} outside the trained {low}..{high}"
+    largest = stratum_count(key, domain.work)
+    if largest and problem.flops > WORK_SLACK * largest:
+        return (f"{problem.flops:.3g} FLOPs, {problem.flops / largest:.1f}x the largest training problem "
+                f"of {key} (more than {WORK_SLACK:g}x)")
     return ""
 
 

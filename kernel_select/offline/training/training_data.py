@@ -108,19 +108,22 @@ def check_runtimes(frame: pd.DataFrame, source: str) -> None:
 
 def domain_of(rows: pd.DataFrame) -> Domain:
     """What `rows` (a model's training rows) cover: problems per stratum (a float32 problem timed with
-    TF32 in its "tf32" stratum), and each dimension's range."""
+    TF32 in its "tf32" stratum), each dimension's range and each stratum's largest work."""
     columns = ["m", "n", "k", "batch", "dtype", "op", "allow_tf32"]
     problems = rows.groupby("problem_id", sort=False)[columns].first()
     precisions = np.where(problems["allow_tf32"].to_numpy(bool), TF32,
                           problems["dtype"].astype(str).to_numpy())
-    strata = Counter(stratum(op, precision, int(m))
-                     for op, precision, m in zip(problems["op"], precisions, problems["m"]))
+    keys = [stratum(op, precision, int(m)) for op, precision, m in zip(problems["op"], precisions, problems["m"])]
+    flops = 2.0 * np.prod(problems[["batch", "m", "n", "k"]].to_numpy(np.float64), axis=1)
+    work: dict[str, float] = {}
+    for key, value in zip(keys, flops):
+        work[key] = max(work.get(key, 0.0), float(value))
 
     def extent(column: str) -> tuple[int, int]:
         return int(problems[column].min()), int(problems[column].max())
 
-    return Domain(strata=dict(sorted(strata.items())), m=extent("m"), n=extent("n"), k=extent("k"),
-                  batch=extent("batch"))
+    return Domain(strata=dict(sorted(Counter(keys).items())), m=extent("m"), n=extent("n"), k=extent("k"),
+                  batch=extent("batch"), work=dict(sorted(work.items())))
 
 
 def cap_rows_per_problem(rows: pd.DataFrame, cap: int, seed: int) -> np.ndarray:
