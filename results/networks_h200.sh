@@ -1,32 +1,47 @@
 #!/bin/bash
-# results/networks_h200.{json,png}: the zoo's networks on H200s, each compiled by mode="default", by
-# Inductor's own GEMM autotuning (stock-gemm), by the README recipe (topk-4-gemm) and by the recipe with
-# in-process precompile off (topk-4-gemm-no-inproc: what a bare install() did before that became the
-# default), one fresh process with empty caches per network and method; every process times eager beside
-# its own step. Measured on a 2-GPU H200 host, two streams side by side:
+# results/networks_h200.{json,png}: thirteen workloads of twelve networks on H200s, each compiled by
+# mode="default", by the zero-benchmark mode (zero-gemm: gemm_topk=1 with the recipe's GEMM-only options),
+# by the README recipe (topk-4-gemm) and by Inductor's own GEMM autotuning with the same options
+# (stock-gemm), one fresh process with empty caches per network and method; every process times eager
+# beside its own step. Measured on a 4-GPU H200 host (64 cores), four streams side by side, in three
+# device calls:
 #
-#   OUT=... bash results/networks_h200.sh 500 bert-base-2layer-fp32/prefill,recsys-mlp/decode \
-#       llama3-8b-2layer/prefill,gpt2-small/decode     (then the same with the workloads of the other calls:
-#   t5-base-2layer/prefill,recsys-mlp/decode qwen3-4b-2layer/prefill,gpt2-small/decode, and at 420 s
-#   gpt2-small/decode,recsys-mlp/decode swin-tiny-4stage/prefill,whisper-medium-encoder-2layer/prefill)
+#   OUT=call1 bash results/networks_h200.sh 515 swin-tiny-4stage/prefill qwen3-moe-2layer/prefill \
+#       bert-base-2layer-fp32/prefill whisper-medium-encoder-2layer/prefill,recsys-mlp/decode
+#   OUT=call2 bash results/networks_h200.sh 515 llama3-8b-2layer/prefill qwen3-4b-2layer/prefill \
+#       t5-base-2layer/prefill,gpt2-small/decode vit-b16/prefill,llama3-8b-2layer/decode
+#   OUT=call3 bash results/networks_h200.sh 470 \
+#       "zero-gemm,topk-4-gemm@bert-base-2layer-fp32/prefill;stock-gemm@gpt2-small/decode;zero-gemm,topk-4-gemm@recsys-mlp/decode" \
+#       gpt2-small/prefill bert-base-2layer/prefill \
+#       "zero-gemm,topk-4-gemm@swin-tiny-4stage/prefill;zero-gemm,topk-4-gemm,stock-gemm@llama3-8b-2layer/decode"
+#   bash results/networks_h200.sh merge results/networks_h200.json call1/networks_h200.json \
+#       call2/networks_h200.json call3/networks_h200.json
+#
+# The third call measured what the bound had cut (GPT-2 decode's stock-gemm), a second run of four
+# methods on three networks, a network more (GPT-2 prefill, BERT bf16), and BERT fp32's zero-gemm and
+# recipe again after the model's domain learnt to bound a problem's work (docs/results.md says why): the
+# first call's two runs of those were dropped from its file before the merge.
+#
+# results/inproc_precompile_h200.{json,png} (the recipe with in-process precompile off, an earlier H200
+# model, a 2-GPU host) came from the same script with METHODS=default,stock-gemm,topk-4-gemm,topk-4-gemm-no-inproc
+# and two streams per call.
 #
 #   OUT=/some/folder PYTHONPATH=... bash results/networks_h200.sh SECONDS STREAM [STREAM ...]
 #   bash results/networks_h200.sh merge RESULT.json COMPARISON.json [COMPARISON.json ...]
 #
-# Each STREAM is a comma-separated list of workloads (bert-base-2layer-fp32/prefill,recsys-mlp/decode) that
-# one GPU measures one after the other, stream i on GPU i, with the machine's cores split evenly between the
-# streams (taskset, and Inductor's compile pool sized to match): four streams on a 4-GPU, 64-core host
-# each see what a one-GPU, 16-core machine offers. results/models_h100.sh runs each stream, bounded by
-# SECONDS (a run that would not fit is not started; one still running at the bound is cut), into
-# $OUT/gpu<i>/. The streams' files are then merged into $OUT/networks_<device>.json and .png.
+# STREAM i runs on GPU i, with the machine's cores split evenly between the streams (taskset, and
+# Inductor's compile pool sized to match): four streams on a 4-GPU, 64-core host each see what a one-GPU,
+# 16-core machine offers. A STREAM is one or more segments separated by ";", each
+# [METHODS@]WORKLOADS: comma-separated workloads measured one after the other, with the segment's methods
+# (default: $METHODS). results/models_h100.sh runs each segment into $OUT/gpu<i>/s<j>/, bounded by what
+# is left of SECONDS (a run that would not fit is not started; one still running at the bound is cut).
+# The streams' files are then merged into $OUT/networks_<device>.json and .png.
 #
-# `merge` pools comparisons made by earlier calls (their $OUT/networks_<device>.json) into RESULT.json and
-# its .png, and prints the summary and the per-network table; results/networks_h200.json is
+# `merge` pools comparisons made by earlier calls (their $OUT/networks_<device>.json): a (network,
+# method) measured by two calls gets both runs. It prints the summary and the per-network table.
 #
-#   bash results/networks_h200.sh merge results/networks_h200.json call1/networks_h200.json call2/...
-#
-# METHODS overrides the methods (default: default,stock-gemm,topk-4-gemm,topk-4-gemm-no-inproc; add
-# install-gemm for a bare install() with today's defaults).
+# METHODS: the methods of a segment that names none (default: default,zero-gemm,topk-4-gemm,stock-gemm;
+# add install-gemm for a bare install() with today's defaults).
 set -u -o pipefail
 HERE=$(dirname "$0")
 
@@ -66,16 +81,34 @@ if [ "${#STREAMS[@]}" -gt "$GPUS" ]; then
 fi
 CORES=$(nproc)
 PER_STREAM=$((CORES / ${#STREAMS[@]}))
-export METHODS=${METHODS:-default,stock-gemm,topk-4-gemm,topk-4-gemm-no-inproc}
+METHODS=${METHODS:-default,zero-gemm,topk-4-gemm,stock-gemm}
+DEADLINE=$(($(date +%s) + BOUND))
 mkdir -p "$OUT"
+
+stream() {  # stream <gpu> <segments>: each segment in turn, with what is left of the bound
+  local gpu=$1 segment methods workloads left j=0
+  local -a segments
+  IFS=';' read -ra segments <<< "$2"
+  for segment in "${segments[@]}"; do
+    if [[ $segment == *@* ]]; then methods=${segment%%@*}; workloads=${segment#*@}
+    else methods=$METHODS; workloads=$segment; fi
+    left=$((DEADLINE - $(date +%s)))
+    if [ "$left" -lt 30 ]; then echo "networks_h200.sh: $segment not started: ${left} s left"; continue; fi
+    mkdir -p "$OUT/gpu$gpu/s$j"
+    METHODS=$methods OUT="$OUT/gpu$gpu/s$j" bash "$HERE/models_h100.sh" "$left" "$workloads"
+    j=$((j + 1))
+  done
+}
+
 for i in "${!STREAMS[@]}"; do
   first=$((i * PER_STREAM))
   mkdir -p "$OUT/gpu$i"
-  CUDA_VISIBLE_DEVICES=$i TORCHINDUCTOR_COMPILE_THREADS=$PER_STREAM OUT="$OUT/gpu$i" \
-    taskset -c "$first-$((first + PER_STREAM - 1))" \
-    bash "$HERE/models_h100.sh" "$BOUND" "${STREAMS[$i]}" > "$OUT/gpu$i.log" 2>&1 &
+  # taskset runs a program, not a shell function: the stream runs in its own bash, given the function
+  CUDA_VISIBLE_DEVICES=$i TORCHINDUCTOR_COMPILE_THREADS=$PER_STREAM taskset -c "$first-$((first + PER_STREAM - 1))" \
+    bash -c "$(declare -f stream); $(declare -p OUT HERE METHODS DEADLINE); stream $i \"\$1\"" _ "${STREAMS[$i]}" \
+    > "$OUT/gpu$i.log" 2>&1 &
 done
 wait
 echo "streams: ${#STREAMS[@]} on $GPUS GPU(s), $PER_STREAM of $CORES cores each" | tee "$OUT/streams.log"
 DEVICE=$(python3 -c 'from kernel_select.device import detect; print(detect(0).key)')
-merge "$OUT/networks_$DEVICE.json" "$OUT"/gpu*/models_*.json | tee -a "$OUT/streams.log"
+merge "$OUT/networks_$DEVICE.json" "$OUT"/gpu*/s*/models_*.json | tee -a "$OUT/streams.log"
