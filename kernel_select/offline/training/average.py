@@ -162,8 +162,8 @@ def _domain_union(own: Domain | None, theirs: Domain | None) -> Domain | None:
     strata = {key: own.strata.get(key, 0) + theirs.strata.get(key, 0)
               for key in {*own.strata, *theirs.strata}}
     # A card without a work bound bounds nothing, so neither does the union.
-    work = ({key: max(own.work.get(key, 0.0), theirs.work.get(key, 0.0)) for key in {*own.work, *theirs.work}}
-            if own.work and theirs.work else {})
+    work = ({key: max(own.work.get(key, 0.0), theirs.work.get(key, 0.0))
+             for key in {*own.work, *theirs.work}} if own.work and theirs.work else {})
     return Domain(strata=dict(sorted(strata.items())), m=span(own.m, theirs.m), n=span(own.n, theirs.n),
                   k=span(own.k, theirs.k), batch=span(own.batch, theirs.batch), work=dict(sorted(work.items())))
 

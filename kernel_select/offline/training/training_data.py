@@ -113,7 +113,8 @@ def domain_of(rows: pd.DataFrame) -> Domain:
     problems = rows.groupby("problem_id", sort=False)[columns].first()
     precisions = np.where(problems["allow_tf32"].to_numpy(bool), TF32,
                           problems["dtype"].astype(str).to_numpy())
-    keys = [stratum(op, precision, int(m)) for op, precision, m in zip(problems["op"], precisions, problems["m"])]
+    keys = [stratum(op, precision, int(m))
+            for op, precision, m in zip(problems["op"], precisions, problems["m"])]
     flops = 2.0 * np.prod(problems[["batch", "m", "n", "k"]].to_numpy(np.float64), axis=1)
     work: dict[str, float] = {}
     for key, value in zip(keys, flops):
