@@ -165,7 +165,8 @@ def _domain_union(own: Domain | None, theirs: Domain | None) -> Domain | None:
     work = ({key: max(own.work.get(key, 0.0), theirs.work.get(key, 0.0))
              for key in {*own.work, *theirs.work}} if own.work and theirs.work else {})
     return Domain(strata=dict(sorted(strata.items())), m=span(own.m, theirs.m), n=span(own.n, theirs.n),
-                  k=span(own.k, theirs.k), batch=span(own.batch, theirs.batch), work=dict(sorted(work.items())))
+                  k=span(own.k, theirs.k), batch=span(own.batch, theirs.batch),
+                  work=dict(sorted(work.items())))
 
 
 def _scored_and_saved(averaged: MLPModel, data_path: str | Path | Sequence[str | Path], out_dir: str | Path,
