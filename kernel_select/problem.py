@@ -53,6 +53,12 @@ def dtype_name(dtype: object) -> str:
         ) from None
 
 
+def gemm_flops(batch, m, n, k):
+    """Floating-point operations of a GEMM (a multiply and an add per term), `batch` of them; any of
+    the arguments may be numpy arrays."""
+    return 2.0 * batch * m * n * k
+
+
 def _positive_int(field: str, value: object) -> int:
     # bool is an int subclass; True as a matrix size is always a bug.
     if isinstance(value, bool) or not isinstance(value, int):
@@ -118,7 +124,7 @@ class Problem:
 
     @property
     def flops(self) -> float:
-        return 2.0 * self.batch * self.m * self.n * self.k
+        return gemm_flops(self.batch, self.m, self.n, self.k)
 
     @property
     def min_bytes(self) -> float:

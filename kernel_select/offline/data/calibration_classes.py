@@ -41,6 +41,7 @@ from kernel_select.offline.data.problem_ids import id_of
 from kernel_select.offline.data.splits import split_of
 from kernel_select.offline.data.shapes import Shape
 from kernel_select.offline.harness.bench_plan import MAX_INT32
+from kernel_select.problem import gemm_flops
 
 SIZE_MAX = 16384
 #: M buckets as evaluation and the model card count them (card.M_BUCKETS), as (lowest, highest) M.
@@ -207,7 +208,7 @@ def _draw(c: CompileClass, bucket: int, rng: random.Random) -> Shape:
 
 
 def _fits(c: CompileClass, m: int, n: int, k: int, batch: int) -> bool:
-    return (2.0 * batch * m * n * k <= MAX_FLOP[c.dtype]
+    return (gemm_flops(batch, m, n, k) <= MAX_FLOP[c.dtype]
             and batch * max(m * k, k * n, m * n) <= MAX_INT32)
 
 

@@ -31,6 +31,7 @@ from collections.abc import Iterable
 
 from kernel_select.offline.data.sampler import compile_class
 from kernel_select.offline.data.shapes import Shape, save
+from kernel_select.problem import gemm_flops
 
 MAX_INT32 = 2**31 - 1
 #: Work per problem: half the coverage sampler's cap (timing a problem costs about its configs' mean
@@ -59,7 +60,7 @@ FP32_ODD_K = ((64, 1337), (64, 999))
 
 def _fits(batch: int, m: int, n: int, k: int, dtype: str) -> bool:
     return (batch * max(m * k, k * n, m * n) <= MAX_INT32
-            and 2.0 * batch * m * n * k <= MAX_FLOP[dtype])
+            and gemm_flops(batch, m, n, k) <= MAX_FLOP[dtype])
 
 
 def _bmm(family: str, layer: str, dtype: str, layout: str, batch: int, m: int, n: int, k: int) -> Shape:

@@ -55,7 +55,7 @@ from kernel_select.offline.data.sampler import compile_class
 from kernel_select.offline.data.shapes import Shape
 from kernel_select.offline.data.splits import HELD_OUT_FAMILIES
 from kernel_select.offline.harness.bench_plan import MAX_GRID_Y, MAX_INT32, PlannedRun, plan, reuse_order
-from kernel_select.problem import Problem
+from kernel_select.problem import gemm_flops
 from kernel_select.tf32 import MIN_M, MIN_NK, inductor_allow_tf32
 
 #: What the plan is sized for: one H100, 15 compile workers (a 16-core host), about 8 minutes.
@@ -99,7 +99,7 @@ def _shape(family: str, layer: str, layout: str, m: int, n: int, k: int, op: str
 
 
 def _fits(m: int, n: int, k: int, batch: int = 1) -> bool:
-    return (2.0 * batch * m * n * k <= MAX_FLOP and batch * max(m * k, k * n, m * n) <= MAX_INT32
+    return (gemm_flops(batch, m, n, k) <= MAX_FLOP and batch * max(m * k, k * n, m * n) <= MAX_INT32
             and batch <= MAX_GRID_Y)
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from kernel_select.configs import GemmConfig, torch_minor_version
+from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec
 from kernel_select.errors import ProblemError
 from kernel_select.layouts import a_transposed, operand_strides

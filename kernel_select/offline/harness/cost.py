@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from kernel_select.offline.harness.bench import REPS
 from kernel_select.offline.harness.bench_plan import KERNEL_OF_OP, CompileKey, PlannedRun, reuse_order
-from kernel_select.problem import Problem
+from kernel_select.problem import Problem, gemm_flops
 
 #: Core-seconds to compile one key. mm in bf16/fp16: layers run 5 on the H100 host (data/README.md),
 #: compile-bound, 11,726 keys in 469.4 s on 15 workers (0.60; seed run 1 with nothing else
@@ -98,7 +98,7 @@ def fastest_config_s(p: Problem) -> float:
     the memory rate on its operands, whichever is slower, and never under the launch floor.
     Planners cap a problem's timing cost with it (the mean config takes SLOWDOWN times as long)."""
     batch = p.batch if KERNEL_OF_OP[p.op] == "bmm" else 1
-    return max(FLOOR_S[p.dtype], 2.0 * batch * p.m * p.n * p.k / RATE_FLOP_S[p.dtype],
+    return max(FLOOR_S[p.dtype], gemm_flops(batch, p.m, p.n, p.k) / RATE_FLOP_S[p.dtype],
                batch * (p.m * p.k + p.k * p.n + p.m * p.n) * p.dtype_bytes / BYTES_S)
 
 

@@ -24,7 +24,7 @@ from kernel_select.model.card import DataFile, DataProvenance, Domain, stratum
 from kernel_select.offline.data import dataset, splits
 from kernel_select.offline.data.device_rows import device_rows
 from kernel_select.offline.training.evaluate import usable_triton_rows
-from kernel_select.problem import TF32
+from kernel_select.problem import TF32, gemm_flops
 
 #: Configs per problem a model trains on: every contender within 1.5x of the oracle, then a sample.
 DEFAULT_CAP = 384
@@ -115,7 +115,7 @@ def domain_of(rows: pd.DataFrame) -> Domain:
                           problems["dtype"].astype(str).to_numpy())
     keys = [stratum(op, precision, int(m))
             for op, precision, m in zip(problems["op"], precisions, problems["m"])]
-    flops = 2.0 * np.prod(problems[["batch", "m", "n", "k"]].to_numpy(np.float64), axis=1)
+    flops = gemm_flops(*(problems[c].to_numpy(np.float64) for c in ("batch", "m", "n", "k")))
     work: dict[str, float] = {}
     for key, value in zip(keys, flops):
         work[key] = max(work.get(key, 0.0), float(value))
