@@ -113,6 +113,10 @@ def register_bench(sub: Subparsers) -> None:
     p.add_argument("--order", type=flags.word, choices=("reuse", "file"), default="reuse",
                    help="reuse (default): time problems that share compiled kernels together, so a "
                         "bounded run reaches more of them; file: the shapes file's order")
+    p.add_argument("--literal-sizes", action="store_true",
+                   help="compile every config once per shape with M, N and K as literals, as Inductor's "
+                        "template has them (default: one binary per config serves every shape; faster to "
+                        "collect, but some memory-bound configs then time unlike Inductor's kernel)")
     flags.add_no_progress(p)
     p.set_defaults(handler=run_bench)
 
@@ -132,6 +136,9 @@ def register_fidelity(sub: Subparsers) -> None:
     flags.add_json(p, "the results (--json-out: rewritten after every problem)", file_form=True)
     p.add_argument("--resume", action="store_true",
                    help="keep the problems already in --json-out and measure only the others")
+    p.add_argument("--literal-sizes", action="store_true",
+                   help="time the harness's binaries with M, N and K compiled in, as bench --literal-sizes "
+                        "does (default: the shared binaries bench uses by default)")
     p.set_defaults(handler=run_fidelity)
 
 
@@ -270,7 +277,7 @@ def run_bench(args: argparse.Namespace) -> int:
         chosen = chosen[: args.limit]
     options = bench.BenchOptions(search_space=args.search_space, workers=args.workers,
                                  max_seconds=args.max_seconds, order=args.order,
-                                 progress=not args.no_progress)
+                                 literal_sizes=args.literal_sizes, progress=not args.no_progress)
     problems = [s.problem() for s in chosen]  # each in its entry's layout
     df = sharding.run_sharded(problems, args.out, detect(), args.gpus, options,
                               origins={p: s.provenance() for p, s in zip(problems, chosen)})
@@ -313,7 +320,8 @@ def run_fidelity(args: argparse.Namespace) -> int:
         if args.json_out:
             fidelity.write_json(fidelity.summarize(results), args.json_out)
 
-    fidelity.check(problems, detect(), configs_per_problem=args.configs, data=data, on_result=keep)
+    fidelity.check(problems, detect(), configs_per_problem=args.configs, data=data,
+                   literal_sizes=args.literal_sizes, on_result=keep)
     if args.json:
         say(json.dumps(fidelity.summarize(results), indent=1, default=str))
     else:
@@ -322,14 +330,18 @@ def run_fidelity(args: argparse.Namespace) -> int:
 
 
 def _print_fidelity(results: list[Any], summary: dict[str, Any]) -> None:
-    say(f"{'problem':<34} {'n':>3} {'spearman':>8} {'(min)':>6} {'ratio':>6}  inductor best / harness best")
+    say(f"{'problem':<34} {'n':>3} {'spearman':>8} {'(min)':>6} {'ratio':>6} {'best':>6}  "
+        "inductor best / harness best")
     for r in results:
         say(f"{printable(r.problem):<34} {r.n_configs:>3} {r.spearman_median:>8.3f} {r.spearman_min:>6.3f} "
-            f"{r.median_ratio:>6.3f}  {r.inductor_best} / {r.harness_best}")
+            f"{r.median_ratio:>6.3f} {r.harness_best_ratio:>6.3f}  {r.inductor_best} / {r.harness_best}")
     if summary["problems"]:
         say(f"median Spearman {summary['median_spearman']:.3f} over {summary['problems']} problems "
             f"(lowest {summary['min_spearman']:.3f}); median Inductor/harness time ratio "
             f"{summary['median_time_ratio']:.3f}")
+    if summary.get("median_harness_best_ratio") is not None:
+        say(f"the harness's fastest, timed by Inductor, over Inductor's fastest ('best'): median "
+            f"{summary['median_harness_best_ratio']:.3f}, worst {summary['max_harness_best_ratio']:.3f}")
     if summary["without_triton_choices"]:
         without = ", ".join(summary["without_triton_choices"])
         say(f"no Triton choices from Inductor (not counted): {without}")

@@ -86,3 +86,34 @@ def test_every_layout_is_timed_and_multiplies_like_torch_mm_on_the_same_operands
     assert sorted(results) == list(range(len(runs)))  # one result per run, every one timed
     assert cublas.status == "ok" and all(r.status in ("ok", "capped") for r in results.values())
     assert all(0 < s < 10 for r in [cublas, *results.values()] for s in r.samples)
+
+
+@pytest.mark.parametrize("op", ["mm", "bmm"])
+def test_literal_size_binaries_multiply_like_torch_and_are_timed(op):
+    # bench --literal-sizes compiles M, N and K into each binary (the kernels' M_LIT branch); the
+    # workers' compile path and the timer's launch must agree on every constexpr.
+    import torch
+
+    from kernel_select.device import detect
+    from kernel_select.offline.harness import bench
+    from kernel_select.offline.harness.bench_plan import plan
+    from kernel_select.offline.harness.timer import ProblemTimer
+    from kernel_select.problem import Problem
+
+    device = detect()
+    batch = 3 if op == "bmm" else 1
+    problem = Problem(8, 272, 136, "bfloat16", batch=batch, op=op, layout="nt")
+    runs = plan([problem], device, literal_sizes=True)[0][::17]
+    assert len(runs) >= 5 and all(run.key.sizes == (8, 272, 136) for run in runs)
+    compiled = {key: (status, text) for key, status, text in bench._compile_keys([r.key for r in runs])}
+    assert all(status is None for status, _ in compiled.values()), compiled
+    timer = ProblemTimer(problem, device)
+    expected = (torch.bmm if op == "bmm" else torch.mm)(timer.a, timer.b).float()
+    for run in runs:
+        timer.c.fill_(float("nan"))
+        timer.launch(run)
+        torch.cuda.synchronize()
+        err = torch.linalg.vector_norm(timer.c.float() - expected) / torch.linalg.vector_norm(expected)
+        assert err < 2e-2, (op, run.config)
+    results, cublas = bench.time_problem(runs, compiled, device, bench.BenchOptions(reps=1))
+    assert cublas.status == "ok" and all(r.status in ("ok", "capped") for r in results.values())

@@ -108,6 +108,31 @@ def test_split_is_by_problem_and_fixed():
     assert splits.split_of("bfloat16/mm/1x560x1280x3420") == splits.split_of("bfloat16/mm/1x560x1280x3420")
 
 
+def test_literal_sizes_give_each_shape_its_own_binaries_and_change_nothing_else():
+    # bench --literal-sizes: M, N and K compiled in as Inductor's template has them, so two shapes that
+    # share every runtime-size binary share none; the keys differ from the shared ones by the sizes alone.
+    problems = [Problem(560, 1280, 3420), Problem(2048, 1280, 3420)]
+    shared = plan(problems, H100)
+    literal = plan(problems, H100, literal_sizes=True)
+    assert len(distinct_keys(literal)) == 2 * len(distinct_keys(shared))
+    for shared_runs, literal_runs, problem in zip(shared, literal, problems):
+        assert [r.config for r in literal_runs] == [r.config for r in shared_runs]
+        assert {r.key.sizes for r in literal_runs} == {(problem.m, problem.n, problem.k)}
+        assert [dataclasses.replace(r.key, sizes=None) for r in literal_runs] == [r.key for r in shared_runs]
+    assert {r.key.sizes for runs in shared for r in runs} == {None}
+    cfg = shared[0][0].config
+    assert compile_key(problems[0], cfg, literal_sizes=True) == literal[0][0].key
+
+
+def test_a_memo_shared_by_literal_and_runtime_plans_keeps_them_apart():
+    memo = PlanMemo()
+    problem = Problem(512, 4096, 4096)
+    runtime = plan([problem], H100, memo=memo)[0]
+    literal = plan([problem, Problem(1024, 4096, 4096)], H100, memo=memo, literal_sizes=True)
+    assert runtime[0].key.sizes is None
+    assert [runs[0].key.sizes for runs in literal] == [(512, 4096, 4096), (1024, 4096, 4096)]
+
+
 def test_committed_dataset_meets_its_datasheet():
     df = dataset.read("data/h100.parquet")
     assert df["problem_id"].nunique() >= 400

@@ -77,6 +77,7 @@ class BenchOptions:
     flush_bytes: int = 0  # 0 = the device's L2 size
     max_seconds: float = 0.0  # wall-time bound, compile included (stops between problems); 0 = none
     order: str = "reuse"  # "reuse": problems sharing compile keys together (bench_plan.reuse_order); "file"
+    literal_sizes: bool = False  # one binary per shape with M, N, K compiled in, as Inductor has them
 
 
 # -- compiling ----------------------------------------------------------------------------------
@@ -332,6 +333,8 @@ def rows_for(runs: list[PlannedRun], results: dict[int, _Timed], cublas: _Timed,
     problem = runs[0].problem
     pid = problem_ids.id_of(problem)
     method = TIMING_METHOD.format(reps=options.reps, factor=options.contender_factor, suspect=SUSPECT_RATIO)
+    if options.literal_sizes:
+        method += "; sizes compiled in as literals (one binary per shape, as Inductor's template)"
     if stats is not None:
         method += f"; this problem: {stats.summary()}"
     stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -7,6 +7,11 @@ imply (EVEN_K, ALLOW_TF32, the power-of-two divisibility of N and K, and of M wh
 transposed, and the two offset hints). Problems that share a key share a binary, whatever their
 M or batch size; planning the keys up front lets the harness compile everything in parallel
 before timing anything.
+
+With `literal_sizes` a key also carries the problem's M, N and K, which the kernel then reads as
+compile-time constants, as Inductor's template has them (`M = 8` in its source): one binary per shape
+and config, no sharing. That is what Inductor runs; the shared binaries differ from it for some
+configs, mostly where the GEMM is memory-bound (mm_kernel.py says how much).
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ class CompileKey:
     a_hint: bool
     b_hint: bool
     kernel: str = "mm"  # "mm" (harness.mm_kernel) or "bmm" (harness.bmm_kernel): KERNEL_OF_OP
+    sizes: tuple[int, int, int] | None = None  # (M, N, K) compiled in as literals; None: runtime sizes
 
     @property
     def gemm_config(self) -> GemmConfig:
@@ -79,17 +85,18 @@ def inductor_bmm_hint(rows: int, k: int, stride_rows: int, stride_k: int) -> boo
     return (stride_rows == 1 and stride_k == rows) or (stride_rows == k and stride_k == 1)
 
 
-def compile_key(problem: Problem, config: GemmConfig, allow_tf32: bool | None = None) -> CompileKey:
+def compile_key(problem: Problem, config: GemmConfig, allow_tf32: bool | None = None, *,
+                literal_sizes: bool = False) -> CompileKey:
     """The key of `problem` (in its layout) with `config`; the hints follow the strides of the
     operands the timer builds (kernel_select.layouts.operand_strides: a batched problem's
     matrices are contiguous one after another, so the strides within a batch are the same).
     ALLOW_TF32 is the problem's own (`Problem.tf32`) unless `allow_tf32` says otherwise; only
-    float32 operands take it."""
-    return compile_keys_of(problem, [config], allow_tf32)[0]
+    float32 operands take it. `literal_sizes`: the key's binary has M, N and K compiled in."""
+    return compile_keys_of(problem, [config], allow_tf32, literal_sizes=literal_sizes)[0]
 
 
 def compile_keys_of(problem: Problem, configs: Sequence[GemmConfig],
-                    allow_tf32: bool | None = None) -> list[CompileKey]:
+                    allow_tf32: bool | None = None, *, literal_sizes: bool = False) -> list[CompileKey]:
     """`compile_key` of each config, what depends on the problem alone worked out once (a planner
     asks for hundreds of configs of a problem)."""
     allow_tf32 = problem.tf32 if allow_tf32 is None else allow_tf32
@@ -100,7 +107,7 @@ def compile_keys_of(problem: Problem, configs: Sequence[GemmConfig],
     shared = {"dtype": problem.dtype, "layout": layout, "kernel": kernel,
               "allow_tf32": allow_tf32 and problem.dtype == "float32",
               "m_div": pow2_divisor(m) if a_transposed(layout) else 1, "n_div": pow2_divisor(n),
-              "k_div": pow2_divisor(k)}
+              "k_div": pow2_divisor(k), "sizes": (m, n, k) if literal_sizes else None}
     if kernel == "bmm":  # bmm's hints do not depend on the tile
         a_hint = inductor_bmm_hint(m, k, stride_am, stride_ak)
         b_hint = inductor_bmm_hint(n, k, stride_bn, stride_bk)
@@ -165,12 +172,14 @@ class PlanMemo:
 
 
 def plan(problems: Sequence[Problem], device: DeviceSpec, *, search_space: str = "exhaustive",
-         torch_version: str | None = None, memo: PlanMemo | None = None) -> list[list[PlannedRun]]:
+         torch_version: str | None = None, memo: PlanMemo | None = None,
+         literal_sizes: bool = False) -> list[list[PlannedRun]]:
     """For each problem, its configs (Inductor's pruned space for the device) with compile keys
     for the problem's operand layout and precision (ALLOW_TF32 on for a TF32 problem, off for every
     other, whatever this process's fp32_precision). A bmm problem's space is that of its per-batch
     (m, n, k): Inductor 2.11 registers one heuristic class for `triton::mm` and `triton::bmm`
     (CUDAMMTemplateConfigHeuristic) and feeds it the per-batch sizes. `memo`: see PlanMemo.
+    `literal_sizes`: keys with M, N and K compiled in (module docstring), one per shape.
 
     Raises:
         ProblemError: for a problem `check_benchmarkable` refuses."""
@@ -183,12 +192,14 @@ def plan(problems: Sequence[Problem], device: DeviceSpec, *, search_space: str =
     out = []
     for problem in problems:
         check_benchmarkable(problem, torch_version)
-        signature = (device, search_space, torch_version,
+        # Literal sizes are part of the key, so only problems of one shape share a signature.
+        shape = (problem.m, problem.n, problem.k) if literal_sizes else None
+        signature = (device, search_space, torch_version, shape,
                      *key_signature(problem, problem.tf32 and problem.dtype == "float32"))
         pairs = memo.pairs.get(signature)
         if pairs is None:
             configs = for_problem(problem, device, search_space, torch_version)  # type: ignore[arg-type]
-            keys = compile_keys_of(problem, configs)
+            keys = compile_keys_of(problem, configs, literal_sizes=literal_sizes)
             pairs = [(c, memo.keys.setdefault(key, key)) for c, key in zip(configs, keys)]
             memo.pairs[signature] = pairs
         out.append([PlannedRun(problem, c, key) for c, key in pairs])

@@ -30,7 +30,8 @@ K_DIV, and M by M_DIV where M is a row stride (A read transposed), else M_DIV is
 strides are the products M * K, K * N and M * N of those: their divisibility as the compiler sees
 it is at least that of the row stride of the same matrix, which is what bounds the alignment of
 every row start (the address of a row is base + idx_q * batch stride + row * row stride), so it
-vectorizes the loads and the store as with literals.
+vectorizes the loads and the store as with literals. `bench --literal-sizes` compiles M, N and K in
+instead (M_LIT, N_LIT, K_LIT), as mm_kernel.py says why.
 
 Layouts (kernel_select.layouts), per batch: A_T False reads A stored [batch, M, K] (stride_am = K,
 stride_ak = 1), True a view of A stored [batch, K, M] (stride_am = 1, stride_ak = M); B_T False
@@ -52,10 +53,16 @@ def bmm_kernel(
     EVEN_K: tl.constexpr, ALLOW_TF32: tl.constexpr, ACC_TYPE: tl.constexpr,
     A_T: tl.constexpr, B_T: tl.constexpr, A_HINT: tl.constexpr, B_HINT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    M_LIT: tl.constexpr, N_LIT: tl.constexpr, K_LIT: tl.constexpr,
 ):
-    M = M_q * M_DIV
-    N = N_q * N_DIV
-    K = K_q * K_DIV
+    if M_LIT > 0:  # bench --literal-sizes: the sizes compiled in, as Inductor's template has them
+        M = M_LIT
+        N = N_LIT
+        K = K_LIT
+    else:
+        M = M_q * M_DIV
+        N = N_q * N_DIV
+        K = K_q * K_DIV
     if A_T:  # A stored [batch, K, M]
         stride_am = 1
         stride_ak = M

@@ -8,6 +8,8 @@ For each problem, the same configs are timed twice on the GPU:
 Reported per problem: the Spearman rank correlation between the two and the median ratio of
 Inductor's time to the harness's. Inductor's benchmarker reports the minimum of L2-flushed runs
 that include the Python launch gap, so its times carry a small per-launch offset; ranks do not.
+`literal_sizes` times the harness's binaries with M, N and K compiled in, as Inductor's are
+(bench_plan.py): run the check with and without it to see what the shared binaries cost.
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ class FidelityResult:
     inductor_best: str
     harness_best: str
     compile_s: float
+    # Inductor's time of the harness's fastest config over Inductor's fastest: what ranking by the
+    # harness loses in Inductor's own measure (1.0: the same config, or one Inductor times as fast)
+    harness_best_ratio: float = math.nan
 
 
 def spearman(x: np.ndarray, y: np.ndarray) -> float:
@@ -123,18 +128,19 @@ def inductor_timings(problem: Problem, device: DeviceSpec, configs: list[GemmCon
     return timings, elapsed
 
 
-def _planned(problem: Problem, configs: list[GemmConfig]) -> list:
+def _planned(problem: Problem, configs: list[GemmConfig], literal_sizes: bool = False) -> list:
     from kernel_select.offline.harness.bench_plan import PlannedRun, compile_key
 
-    return [PlannedRun(problem, c, compile_key(problem, c, False)) for c in configs]
+    return [PlannedRun(problem, c, compile_key(problem, c, False, literal_sizes=literal_sizes))
+            for c in configs]
 
 
-def harness_timings(problem: Problem, device: DeviceSpec, configs: list[GemmConfig], compiled: dict
-                    ) -> tuple[dict[GemmConfig, float], dict[GemmConfig, float]]:
+def harness_timings(problem: Problem, device: DeviceSpec, configs: list[GemmConfig], compiled: dict,
+                    literal_sizes: bool = False) -> tuple[dict[GemmConfig, float], dict[GemmConfig, float]]:
     """The harness's median and min per config (every config re-timed as a contender)."""
     from kernel_select.offline.harness import bench
 
-    runs = _planned(problem, configs)
+    runs = _planned(problem, configs, literal_sizes)
     options = bench.BenchOptions(contender_factor=math.inf)
     results, _ = bench.time_problem(runs, compiled, device, options)
     med, low = {}, {}
@@ -147,7 +153,7 @@ def harness_timings(problem: Problem, device: DeviceSpec, configs: list[GemmConf
 
 
 def check(problems: list[Problem], device: DeviceSpec, *, configs_per_problem: int = 40,
-          data: pd.DataFrame | None = None,
+          data: pd.DataFrame | None = None, literal_sizes: bool = False,
           on_result: Callable[[FidelityResult], None] | None = None) -> list[FidelityResult]:
     """Fidelity of every problem; `on_result` sees each result as soon as it is measured (the CLI
     writes the JSON there, so a run stopped part-way keeps what it finished)."""
@@ -156,7 +162,7 @@ def check(problems: list[Problem], device: DeviceSpec, *, configs_per_problem: i
     from kernel_select.offline.harness import bench
 
     picked = {p: pick_configs(p, device, configs_per_problem, data) for p in problems}
-    keys = bench.distinct_keys_of([r for p, cs in picked.items() for r in _planned(p, cs)])
+    keys = bench.distinct_keys_of([r for p, cs in picked.items() for r in _planned(p, cs, literal_sizes)])
     compiled = bench.precompile(keys)  # all harness binaries at once, in parallel
     out = []
     with tempfile.TemporaryDirectory() as tmp, \
@@ -166,7 +172,7 @@ def check(problems: list[Problem], device: DeviceSpec, *, configs_per_problem: i
         for problem in tqdm(problems, desc="fidelity", unit="problem"):
             configs = picked[problem]
             ind, compile_s = inductor_timings(problem, device, configs, Path(tmp))
-            med, low = harness_timings(problem, device, configs, compiled)
+            med, low = harness_timings(problem, device, configs, compiled, literal_sizes)
             result = _result(problem, configs, ind, med, low, compile_s)
             log.info("%s", result)
             out.append(result)
@@ -201,7 +207,8 @@ def _result(problem: Problem, configs: list[GemmConfig], ind: dict[GemmConfig, f
         median_ratio=float(np.median(x / np.array([med[c] for c in common]))) if common else math.nan,
         inductor_best=min(common, key=ind.get).short() if common else "",
         harness_best=min(common, key=med.get).short() if common else "",
-        compile_s=compile_s)
+        compile_s=compile_s,
+        harness_best_ratio=ind[min(common, key=med.get)] / min(x) if common else math.nan)
 
 
 def summarize(results: list[FidelityResult]) -> dict:
@@ -213,9 +220,21 @@ def summarize(results: list[FidelityResult]) -> dict:
             "median_spearman": float(np.median(rho)) if rho else None,
             "min_spearman": float(np.min(rho)) if rho else None,
             "median_time_ratio": float(np.median([r.median_ratio for r in timed])) if timed else None,
+            "median_harness_best_ratio": _median_finite([r.harness_best_ratio for r in timed]),
+            "max_harness_best_ratio": _max_finite([r.harness_best_ratio for r in timed]),
             "without_triton_choices": [r.problem for r in results if r not in timed],
             "results": [{k: (None if isinstance(v, float) and not math.isfinite(v) else v)
                          for k, v in asdict(r).items()} for r in results]}
+
+
+def _median_finite(values: list[float]) -> float | None:
+    finite = [v for v in values if math.isfinite(v)]  # files written before the field have none
+    return float(np.median(finite)) if finite else None
+
+
+def _max_finite(values: list[float]) -> float | None:
+    finite = [v for v in values if math.isfinite(v)]
+    return float(np.max(finite)) if finite else None
 
 
 def write_json(summary: dict, path: str | Path) -> None:

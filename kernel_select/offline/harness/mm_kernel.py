@@ -30,6 +30,13 @@ sees the same divisibility (and hence the same vector widths) as with literals. 
 only when A is read transposed (stride_ak == M); then it is passed the same way (M_DIV), else
 M_DIV is 1 and M is a plain argument, so row-major problems of any M share a binary.
 
+That difference is not free. With the same divisibility the compiler still emits other code for some
+configs when it knows the sizes, and times them otherwise: on an H200, 16x128x128 s4 w2 at 8 x 14336 x
+4096 (`nt`) runs 31 us shared and 42 us with the sizes compiled in, as Inductor's own kernel does in a
+network (docs/results.md, "Harness fidelity"); other configs move the other way. `bench --literal-sizes`
+sets M_LIT, N_LIT and K_LIT (CompileKey.sizes) and the kernel then reads the sizes as literals, as
+Inductor's does: one binary per shape and config.
+
 Layouts (kernel_select.layouts): the constexprs A_T / B_T pick each operand's strides, one compile
 per layout: A_T False reads A stored [M, K] (stride_am = K, stride_ak = 1), True a view of A
 stored [K, M] (stride_am = 1, stride_ak = M); B_T False reads B stored [K, N] (stride_bk = N,
@@ -49,10 +56,16 @@ def mm_kernel(
     EVEN_K: tl.constexpr, ALLOW_TF32: tl.constexpr, ACC_TYPE: tl.constexpr,
     A_T: tl.constexpr, B_T: tl.constexpr, A_HINT: tl.constexpr, B_HINT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    M_LIT: tl.constexpr, N_LIT: tl.constexpr, K_LIT: tl.constexpr,
 ):
-    M = M_q * M_DIV
-    N = N_q * N_DIV
-    K = K_q * K_DIV
+    if M_LIT > 0:  # bench --literal-sizes: the sizes compiled in, as Inductor's template has them
+        M = M_LIT
+        N = N_LIT
+        K = K_LIT
+    else:
+        M = M_q * M_DIV
+        N = N_q * N_DIV
+        K = K_q * K_DIV
     stride_cm = N
     pid = tl.program_id(0)
     grid_m = (M + BLOCK_M - 1) // BLOCK_M

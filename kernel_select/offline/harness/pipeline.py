@@ -211,7 +211,8 @@ def run_bench(problems: Problems, out: str | Path, device: DeviceSpec,
         log.info("resuming: %d of %d problems already in %s", len(problems) - len(todo), len(problems), out)
     if todo:
         if planned is None:
-            planned = plan(todo, device, search_space=options.search_space)
+            planned = plan(todo, device, search_space=options.search_space,
+                           literal_sizes=options.literal_sizes)
         else:
             wanted = set(todo)
             planned = [runs for runs in planned if runs and runs[0].problem in wanted]

@@ -71,7 +71,7 @@ def run_sharded(problems: Problems, out: str | Path, device: DeviceSpec, gpus: i
     if len(todo) < len(problems):
         log.info("resuming: %d of %d problems already in %s", len(problems) - len(todo), len(problems), out)
     if todo:
-        planned = plan(todo, device, search_space=options.search_space)
+        planned = plan(todo, device, search_space=options.search_space, literal_sizes=options.literal_sizes)
         if options.order == "reuse":
             planned = reuse_order(planned)
         workers = options.workers or compile_workers(reserved=gpus)  # a core per timing process

@@ -108,7 +108,8 @@ def constexprs(key: CompileKey) -> dict:
     return dict(M_DIV=key.m_div, N_DIV=key.n_div, K_DIV=key.k_div, EVEN_K=key.even_k,
                 ALLOW_TF32=key.allow_tf32, ACC_TYPE=tl.float32,
                 A_T=a_transposed(key.layout), B_T=b_transposed(key.layout), A_HINT=key.a_hint,
-                B_HINT=key.b_hint, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group_m)
+                B_HINT=key.b_hint, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group_m,
+                **dict(zip(("M_LIT", "N_LIT", "K_LIT"), key.sizes or (0, 0, 0))))
 
 
 @contextlib.contextmanager
