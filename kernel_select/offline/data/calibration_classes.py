@@ -40,7 +40,7 @@ from kernel_select.model.card import MIN_STRATUM_PROBLEMS
 from kernel_select.offline.data.problem_ids import id_of
 from kernel_select.offline.data.splits import split_of
 from kernel_select.offline.data.shapes import Shape
-from kernel_select.offline.harness.bench_plan import MAX_INT32
+from kernel_select.offline.harness.bench_plan import MAX_INT32, largest_operand
 from kernel_select.problem import gemm_flops
 
 SIZE_MAX = 16384
@@ -208,8 +208,7 @@ def _draw(c: CompileClass, bucket: int, rng: random.Random) -> Shape:
 
 
 def _fits(c: CompileClass, m: int, n: int, k: int, batch: int) -> bool:
-    return (gemm_flops(batch, m, n, k) <= MAX_FLOP[c.dtype]
-            and batch * max(m * k, k * n, m * n) <= MAX_INT32)
+    return gemm_flops(batch, m, n, k) <= MAX_FLOP[c.dtype] and largest_operand(batch, m, n, k) <= MAX_INT32
 
 
 def _m_in(bucket: int, c: CompileClass, rng: random.Random) -> int:

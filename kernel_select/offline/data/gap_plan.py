@@ -31,9 +31,9 @@ from collections.abc import Iterable
 
 from kernel_select.offline.data.sampler import compile_class
 from kernel_select.offline.data.shapes import Shape, save
+from kernel_select.offline.harness.bench_plan import MAX_INT32, largest_operand
 from kernel_select.problem import gemm_flops
 
-MAX_INT32 = 2**31 - 1
 #: Work per problem: half the coverage sampler's cap (timing a problem costs about its configs' mean
 #: time, 3.9x the fastest's, times ~1,000 configs), float32 an eighth of that (no TF32: 1/16 the rate).
 MAX_FLOP = {"bfloat16": 5e10, "float16": 5e10, "float32": 6.25e9}
@@ -59,8 +59,7 @@ FP32_ODD_K = ((64, 1337), (64, 999))
 
 
 def _fits(batch: int, m: int, n: int, k: int, dtype: str) -> bool:
-    return (batch * max(m * k, k * n, m * n) <= MAX_INT32
-            and gemm_flops(batch, m, n, k) <= MAX_FLOP[dtype])
+    return largest_operand(batch, m, n, k) <= MAX_INT32 and gemm_flops(batch, m, n, k) <= MAX_FLOP[dtype]
 
 
 def _bmm(family: str, layer: str, dtype: str, layout: str, batch: int, m: int, n: int, k: int) -> Shape:
@@ -123,7 +122,7 @@ def large_m(dtype: str, layouts: Iterable[str], layers=LARGE_M_LAYERS,
         for t in tokens:
             for layout in layouts:
                 m, n, k = {"nt": (t, n_out, k_in), "nn": (t, k_in, n_out), "tn": (n_out, k_in, t)}[layout]
-                if 2.0 * m * n * k <= LARGE_M_FLOP and max(m * k, k * n, m * n) <= MAX_INT32:
+                if gemm_flops(1, m, n, k) <= LARGE_M_FLOP and largest_operand(1, m, n, k) <= MAX_INT32:
                     out.append(_mm("large-m", f"{layout} out{n_out} in{k_in}", dtype, layout, m, n, k))
     return out
 

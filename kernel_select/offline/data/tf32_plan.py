@@ -54,7 +54,8 @@ from kernel_select.offline.data.gap_plan import MOE
 from kernel_select.offline.data.sampler import compile_class
 from kernel_select.offline.data.shapes import Shape
 from kernel_select.offline.data.splits import HELD_OUT_FAMILIES
-from kernel_select.offline.harness.bench_plan import MAX_GRID_Y, MAX_INT32, PlannedRun, plan, reuse_order
+from kernel_select.offline.harness.bench_plan import (MAX_GRID_Y, MAX_INT32, PlannedRun, largest_operand, plan,
+                                                     reuse_order)
 from kernel_select.problem import gemm_flops
 from kernel_select.tf32 import MIN_M, MIN_NK, inductor_allow_tf32
 
@@ -99,7 +100,7 @@ def _shape(family: str, layer: str, layout: str, m: int, n: int, k: int, op: str
 
 
 def _fits(m: int, n: int, k: int, batch: int = 1) -> bool:
-    return (gemm_flops(batch, m, n, k) <= MAX_FLOP and batch * max(m * k, k * n, m * n) <= MAX_INT32
+    return (gemm_flops(batch, m, n, k) <= MAX_FLOP and largest_operand(batch, m, n, k) <= MAX_INT32
             and batch <= MAX_GRID_Y)
 
 

@@ -32,6 +32,12 @@ MAX_INT32 = 2**31 - 1
 MAX_GRID_Y = 65535  # CUDA's limit on a grid's second dimension
 
 
+def largest_operand(batch: int, m: int, n: int, k: int) -> int:
+    """Elements of the largest of A, B and C, all batches together: past MAX_INT32 the kernels'
+    int32 offsets overflow (Inductor then indexes in int64), so the harness and every plan stop there."""
+    return batch * max(m * k, k * n, m * n)
+
+
 def pow2_divisor(x: int, cap: int = MAX_DIV) -> int:
     """Largest power of two dividing x, capped (what an integer literal tells the compiler)."""
     return min(x & -x, cap)
@@ -139,7 +145,7 @@ def check_benchmarkable(problem: Problem, torch_version: str | None = None) -> N
                            f"without TF32 even under fp32_precision='tf32' (kernel_select.tf32: from 2.13, "
                            f"M >= {MIN_M} and min(N, K) >= {MIN_NK}); plan it without tf32")
     batch = problem.batch if KERNEL_OF_OP[problem.op] == "bmm" else 1
-    largest = batch * max(problem.m * problem.k, problem.k * problem.n, problem.m * problem.n)
+    largest = largest_operand(batch, problem.m, problem.n, problem.k)
     if largest > MAX_INT32:
         raise ProblemError(f"{problem}: an operand of {largest} elements needs 64-bit offsets, which the "
                            "benchmark kernels do not use; plan a smaller batch or size")
