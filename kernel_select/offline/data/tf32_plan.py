@@ -54,8 +54,8 @@ from kernel_select.offline.data.gap_plan import MOE
 from kernel_select.offline.data.sampler import compile_class
 from kernel_select.offline.data.shapes import Shape
 from kernel_select.offline.data.splits import HELD_OUT_FAMILIES
-from kernel_select.offline.harness.bench_plan import (MAX_GRID_Y, MAX_INT32, PlannedRun, largest_operand, plan,
-                                                     reuse_order)
+from kernel_select.offline.harness.bench_plan import (MAX_GRID_Y, MAX_INT32, PlannedRun, largest_operand,
+                                                     plan, reuse_order)
 from kernel_select.problem import gemm_flops
 from kernel_select.tf32 import MIN_M, MIN_NK, inductor_allow_tf32
 
