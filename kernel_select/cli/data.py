@@ -127,7 +127,7 @@ def register_fidelity(sub: Subparsers) -> None:
                                    "max-autotune (Inductor's own per-choice timings) and with the "
                                    "benchmark harness; report the Spearman rank correlation and the "
                                    "median time ratio per problem. Needs a CUDA GPU.")
-    p.add_argument("--shapes", required=True, help="JSON list of {m, n, k, dtype[, source]}")
+    p.add_argument("--shapes", required=True, help="JSON list of {m, n, k, dtype[, source][, layout]}")
     p.add_argument("--data", default=None,
                    help="dataset to pick configs from (spread over the measured ranking); "
                         "default: a random sample of each problem's space")
@@ -295,10 +295,10 @@ def run_fidelity(args: argparse.Namespace) -> int:
     from kernel_select.offline.json_files import SHAPES_FILE
 
     chosen = shapes.load(readable_json(args.shapes, SHAPES_FILE))
-    transposed = sorted({s.layout for s in chosen} - {"nn"})
-    if transposed:  # its Inductor side compiles contiguous operands only
-        raise OptionError(f"fidelity: {printable(args.shapes)} has entries in layouts "
-                          f"{', '.join(transposed)}; fidelity compares row-major (\"nn\") problems only")
+    batched = sorted({s.op for s in chosen} - {"mm"})
+    if batched:  # its Inductor side compiles one `a @ b` of two matrices
+        raise OptionError(f"fidelity: {printable(args.shapes)} has {', '.join(batched)} entries; fidelity "
+                          "compares single GEMMs (op \"mm\") only")
     if any(s.tf32 for s in chosen):  # its Inductor side runs under this process's precision, not TF32
         raise OptionError(f"fidelity: {printable(args.shapes)} has TF32 entries; fidelity compares problems "
                           "without TF32 only")

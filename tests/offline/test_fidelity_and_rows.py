@@ -44,6 +44,35 @@ def test_pick_configs_spreads_over_the_measured_ranking():
     assert sampled == pick_configs(problem, H100, 40, None) and len(set(sampled)) == 40
 
 
+def test_pick_configs_reads_the_rows_of_the_problems_own_layout():
+    # An nt problem's ranking is its own rows', not those of the nn twin with the same sizes.
+    nt, nn = Problem(16, 1280, 3420, layout="nt"), Problem(16, 1280, 3420)
+    space = plan([nt], H100)[0]
+    fast_first = np.linspace(1.0, 5.0, len(space))
+
+    def rows(problem: Problem, runtimes: np.ndarray) -> pd.DataFrame:
+        return pd.DataFrame([dict(problem_id=problem_ids.id_of(problem), backend="triton", runtime_ms=ms,
+                                  **dict(zip(dataset.CONFIG_COLUMNS, run.config.key)))
+                             for run, ms in zip(space, runtimes)])
+
+    data = pd.concat([rows(nt, fast_first), rows(nn, fast_first[::-1])])
+    assert pick_configs(nt, H100, 12, data)[:8] == [run.config for run in space[:8]]
+    assert pick_configs(nn, H100, 12, data)[:8] == [run.config for run in space[::-1][:8]]
+
+
+def test_fidelity_pins_the_configs_for_the_problems_layout(tmp_path):
+    from kernel_select.lut import load_lut
+    from kernel_select.offline.harness.fidelity import _pinning_lut
+
+    problem = Problem(16, 1280, 3420, layout="nt")
+    configs = [run.config for run in plan([problem], H100)[0][:3]]
+    path = tmp_path / "pins.json"
+    _pinning_lut(problem, H100, configs, path)
+    lut = load_lut(path)
+    assert lut.probe(problem, H100).configs == tuple(configs)
+    assert lut.probe(Problem(16, 1280, 3420), H100) is None  # the nn twin is another problem
+
+
 def test_rows_record_medians_failures_and_cublas():
     problem = Problem(100, 272, 3420)
     runs = plan([problem], H100)[0][:3]

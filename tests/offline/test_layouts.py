@@ -138,16 +138,17 @@ def test_the_bench_command_exits_2_with_one_line_for_a_bad_layout(tmp_path: Path
     assert len(err.splitlines()) == 1 and "layout: unsupported layout 'transposed'" in err
 
 
-def test_fidelity_refuses_layouts_it_cannot_compare(tmp_path: Path, capsys):
+def test_fidelity_refuses_batched_gemms_it_cannot_compare(tmp_path: Path, capsys):
     from kernel_select.cli.main import main
 
     path = tmp_path / "shapes.json"
-    path.write_text(json.dumps([{"m": 64, "n": 64, "k": 64}, {"m": 64, "n": 64, "k": 64, "layout": "nt"}]))
+    path.write_text(json.dumps([{"m": 64, "n": 64, "k": 64, "layout": "nt"},
+                                {"m": 64, "n": 64, "k": 64, "op": "bmm", "batch": 4}]))
     with pytest.raises(SystemExit) as exit_:
         main(["fidelity", "--shapes", str(path)])
     assert exit_.value.code == 2
     err = capsys.readouterr().err
-    assert 'has entries in layouts nt; fidelity compares row-major ("nn") problems only' in err
+    assert 'has bmm entries; fidelity compares single GEMMs (op "mm") only' in err
 
 
 # -- rows, resume, the dataset's layout column ----------------------------------------------------------

@@ -1,7 +1,8 @@
 """Fidelity check: does the standalone harness rank configs the way real Inductor does?
 
-For each problem, the same configs are timed twice on the GPU:
-  * by Inductor itself: `torch.compile(mode="max-autotune-no-cudagraphs")` of `a @ b` with
+For each single GEMM (mm, in any operand layout), the same configs are timed twice on the GPU:
+  * by Inductor itself: `torch.compile(mode="max-autotune-no-cudagraphs")` of `a @ b` on the operand
+    views the harness times (a transposed operand is a transposed view, as W in x @ W.t()), with
     kernel_select's choices handler restricted to exactly these configs (a temporary LUT that pins
     them, top-k = their number), Inductor's own per-choice timings read by a feedback saver;
   * by kernel_select's harness (`bench.time_problem`), in the same process.
@@ -73,7 +74,7 @@ def pick_configs(problem: Problem, device: DeviceSpec, count: int, data: pd.Data
     space = for_problem(problem, device, "exhaustive")
     rows = None
     if data is not None:
-        pid = problem_ids.problem_id(problem.m, problem.n, problem.k, problem.dtype)
+        pid = problem_ids.id_of(problem)  # the problem's layout: its rows, not the nn twin's
         rows = data[(data["problem_id"] == pid) & (data["backend"] == "triton")
                     & np.isfinite(data["runtime_ms"])]
     if rows is None or rows.empty:
@@ -91,9 +92,10 @@ def pick_configs(problem: Problem, device: DeviceSpec, count: int, data: pd.Data
 
 def _pinning_lut(problem: Problem, device: DeviceSpec, configs: list[GemmConfig], path: Path) -> None:
     from kernel_select.lut import parse_lut, save_lut
+    from kernel_select.lut.schema import SCHEMA_VERSION
 
-    raw = {"schema_version": 1, "devices": {device.key: {problem.op: {problem.dtype: [
-        {"m": problem.m, "n": problem.n, "k": problem.k,
+    raw = {"schema_version": SCHEMA_VERSION, "devices": {device.key: {problem.op: {problem.dtype: [
+        {"m": problem.m, "n": problem.n, "k": problem.k, "layout": problem.layout,
          "configs": [c.model_dump() for c in configs], "note": "fidelity check"}]}}}}
     save_lut(parse_lut(json.dumps(raw), source="<fidelity>"), path)
 
@@ -104,12 +106,11 @@ def inductor_timings(problem: Problem, device: DeviceSpec, configs: list[GemmCon
     import torch
 
     from kernel_select import inductor
+    from kernel_select.offline.harness.timer import operands
 
-    lut_path = workdir / f"fidelity_{problem.m}x{problem.n}x{problem.k}.json"
+    lut_path = workdir / f"fidelity_{problem.m}x{problem.n}x{problem.k}_{problem.layout}.json"
     _pinning_lut(problem, device, configs, lut_path)
-    dtype = getattr(torch, problem.dtype)
-    a = torch.randn(problem.m, problem.k, device="cuda", dtype=dtype)
-    b = torch.randn(problem.k, problem.n, device="cuda", dtype=dtype)
+    a, b = operands(problem, "cuda")  # the harness's views: Inductor compiles for their strides
     torch._dynamo.reset()
     with inductor.enabled(gemm_topk=len(configs), kernel_lut_path=str(lut_path), gemm_device=device.key), \
             inductor.record_autotuning() as records:
