@@ -123,10 +123,11 @@ def register_bench(sub: Subparsers) -> None:
 
 def register_fidelity(sub: Subparsers) -> None:
     p = sub.add_parser("fidelity", help="compare the harness's timings with real Inductor's (GPU)",
-                       description="For each problem, time the same configs with real torch.compile "
-                                   "max-autotune (Inductor's own per-choice timings) and with the "
-                                   "benchmark harness; report the Spearman rank correlation and the "
-                                   "median time ratio per problem. Needs a CUDA GPU.")
+                       description="For each single GEMM (any operand layout), time the same configs with "
+                                   "real torch.compile max-autotune (Inductor's own per-choice timings) and "
+                                   "with the benchmark harness; report per problem the Spearman rank "
+                                   "correlation, the median time ratio, and the harness's fastest config "
+                                   "as Inductor times it over Inductor's fastest. Needs a CUDA GPU.")
     p.add_argument("--shapes", required=True, help="JSON list of {m, n, k, dtype[, source][, layout]}")
     p.add_argument("--data", default=None,
                    help="dataset to pick configs from (spread over the measured ranking); "
