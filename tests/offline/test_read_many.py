@@ -77,3 +77,26 @@ def test_a_row_is_kept_unless_a_later_file_measured_its_problem_on_its_device(tm
     frame = dataset.read_many(paths)
     assert list(zip(frame["problem_id"], frame["device_name"], frame["timestamp"])) == expected
     assert frame.index.equals(pd.RangeIndex(len(expected)))
+
+
+def test_literal_size_rows_replace_shared_binary_rows_whatever_the_order(tmp_path):
+    # bench --literal-sizes times a problem as Inductor's kernels run; a file of such rows read before
+    # or after the shared-binary file of the same problems wins either way, and a later literal file
+    # wins over an earlier one.
+    pool = synthetic_frame({"train": 3, "val": 0, "test": 0}, configs_per_problem=4, seed=4)
+    ids = list(pool["problem_id"].unique())
+    literal = f"cuda-events; {dataset.LITERAL_SIZES} (one binary per shape)"
+
+    def rows(i: int, method: str, ms: float) -> pd.DataFrame:
+        chosen = pool[pool["problem_id"] == ids[i]]
+        return chosen.assign(timing_method=method, runtime_ms=ms, runtime_min_ms=ms)
+
+    dataset.write(pd.concat([rows(0, literal, 2.0), rows(1, literal, 2.0)]), tmp_path / "a_literal.parquet")
+    shared = pd.concat([rows(i, "cuda-events", 1.0) for i in range(3)])
+    dataset.write(shared, tmp_path / "b_shared.parquet")
+    dataset.write(rows(1, literal, 3.0), tmp_path / "c_literal.parquet")
+    frame = dataset.read_many(str(tmp_path / "*.parquet"))
+    ms = frame.groupby("problem_id")["runtime_ms"].unique().map(list).to_dict()
+    assert ms == {ids[0]: [2.0], ids[1]: [3.0], ids[2]: [1.0]}
+    literal_rows = len(rows(0, literal, 0.0)) + len(rows(1, literal, 0.0))
+    assert dataset.timed_with_literal_sizes(frame).sum() == literal_rows

@@ -38,6 +38,9 @@ from kernel_select.problem import SUPPORTED_DTYPES, SUPPORTED_OPS, TF32
 #: frame in about 40% fewer bytes, since a second copy of a noisy float compresses no better than
 #: the first.
 DATASET_VERSION = 4
+#: What `timing_method` says of rows `bench --literal-sizes` timed: binaries with M, N and K compiled in,
+#: as Inductor's own kernels have them (harness/bench_plan.py), rather than shared across shapes.
+LITERAL_SIZES = "sizes compiled in as literals"
 READABLE_VERSIONS = (1, 2, 3, 4)
 
 #: column -> pandas dtype. Triton rows carry their config; the cuBLAS row of each problem has
@@ -309,25 +312,35 @@ def expand_paths(paths: str | Path | Sequence[str | Path]) -> list[Path]:
     return list(dict.fromkeys(found))  # a file named twice is read once
 
 
+def timed_with_literal_sizes(df: pd.DataFrame) -> np.ndarray:
+    """Per row, whether `bench --literal-sizes` timed it (`LITERAL_SIZES` in its timing_method)."""
+    return df["timing_method"].astype(str).str.contains(LITERAL_SIZES, regex=False).to_numpy()
+
+
 def read_many(paths: str | Path | Sequence[str | Path]) -> pd.DataFrame:
     """Read several dataset files (or glob patterns) as one frame.
 
     A (problem, device) measured in more than one file keeps the rows of the last file that has
-    it, as `append` would have done had the files been merged.
+    it, as `append` would have done had the files been merged; except that rows timed with literal
+    sizes, as Inductor's kernels run (`bench --literal-sizes`), replace rows timed with shared
+    binaries whatever the files' order, and are replaced only by later literal-size rows.
     """
     frames = [read(path) for path in expand_paths(paths)]
     if len(frames) == 1:
         return frames[0]
     sizes = [len(frame) for frame in frames]
-    file_of_row = np.repeat(np.arange(len(frames)), sizes)
+    # A row's rank: its file's position, lifted above every file for literal-size rows (one bench
+    # run times a whole problem, so all the rows of a problem in one file rank alike).
+    rank = np.repeat(np.arange(len(frames)), sizes)
+    rank = rank + len(frames) * np.concatenate([timed_with_literal_sizes(f) for f in frames])
     # (problem, device) keys as integer codes: sets of millions of key strings took seconds to build
     keys, distinct = pd.factorize(pd.concat([f["problem_id"] + "|" + f["device_name"] for f in frames],
                                             ignore_index=True))
-    last_file = np.zeros(len(distinct), dtype=np.int64)
-    np.maximum.at(last_file, keys, file_of_row)
+    best = np.zeros(len(distinct), dtype=np.int64)
+    np.maximum.at(best, keys, rank)
     # each file filtered before the concatenation: a row filter over the concatenated Arrow columns
     # (chunked) costs several times more
-    kept = np.split(file_of_row == last_file[keys], np.cumsum(sizes)[:-1])
+    kept = np.split(rank == best[keys], np.cumsum(sizes)[:-1])
     return conform(pd.concat([frame if keep.all() else frame[keep] for frame, keep in zip(frames, kept)],
                              ignore_index=True))
 

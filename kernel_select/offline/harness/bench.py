@@ -334,7 +334,7 @@ def rows_for(runs: list[PlannedRun], results: dict[int, _Timed], cublas: _Timed,
     pid = problem_ids.id_of(problem)
     method = TIMING_METHOD.format(reps=options.reps, factor=options.contender_factor, suspect=SUSPECT_RATIO)
     if options.literal_sizes:
-        method += "; sizes compiled in as literals (one binary per shape, as Inductor's template)"
+        method += f"; {dataset.LITERAL_SIZES} (one binary per shape, as Inductor's template)"
     if stats is not None:
         method += f"; this problem: {stats.summary()}"
     stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
