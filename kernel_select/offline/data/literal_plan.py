@@ -1,0 +1,81 @@
+"""The literal-size re-collection plan (data/shapes_literal_h200.json): H200 problems already measured
+with shared binaries, to be timed again as Inductor's kernels run (`bench --literal-sizes`).
+
+The harness shares one binary per config across shapes; Inductor compiles M, N and K in. For
+memory-bound GEMMs that times some configs otherwise (docs/results.md, "Harness fidelity": at
+M <= 64 the shared binaries rank configs at a median Spearman of 0.944 against Inductor's own timing,
+literal sizes at 0.992). The plan is every single GEMM (mm) at M <= 16 in bfloat16 and float16 of the
+H200 files, every split (train and val to learn from, test, family and unseen to score against
+Inductor's truth), in the layouts the models read (not `tt`), each with its provenance as measured.
+The order is a fixed shuffle, so that a bounded run (collect it with ORDER=file) times a random
+sample of the whole. Collected into `data/h200_literal.parquet`; `dataset.read_many` then reads a
+problem's literal-size rows in place of its shared-binary ones, whatever the files' order.
+
+`python -m kernel_select.offline.data.literal_plan --out data/shapes_literal_h200.json` writes it and
+prints what collecting it costs (harness/cost.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import zlib
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from kernel_select.offline.data import dataset
+from kernel_select.offline.data.shapes import Shape, save
+
+DATA_DIR = Path(__file__).resolve().parents[3] / "data"
+PATTERN = "h200*.parquet"
+MAX_M = 16
+DTYPES = ("bfloat16", "float16")
+LAYOUTS = ("nn", "nt", "tn")  # `tt` is outside every model's layouts
+COLUMNS = ["problem_id", "m", "n", "k", "batch", "dtype", "op", "layout", "family", "layer", "pass",
+           "timing_method"]
+
+
+def literal_shapes(frame: pd.DataFrame, max_m: int = MAX_M) -> list[Shape]:
+    """The plan's problems of `frame`, once each, in the plan's fixed order; none already timed
+    with literal sizes."""
+    chosen = frame[(frame["m"] <= max_m) & frame["dtype"].isin(DTYPES) & (frame["op"] == "mm")
+                   & frame["layout"].isin(LAYOUTS) & ~dataset.timed_with_literal_sizes(frame)]
+    first = chosen.drop_duplicates("problem_id")
+    # crc32 of the id: an order that does not move when problems are added to or dropped from the files
+    first = first.assign(order=[zlib.crc32(pid.encode()) for pid in first["problem_id"]])
+    return [Shape(int(r["m"]), int(r["n"]), int(r["k"]), str(r["dtype"]),
+                  f"{r['family']} {r['layer']}".strip(), family=str(r["family"]), layer=str(r["layer"]),
+                  pass_=str(r["pass"]), layout=str(r["layout"]))
+            for r in first.sort_values(["order", "problem_id"]).to_dict("records")]
+
+
+def read_files(paths: Sequence[Path]) -> pd.DataFrame:
+    """The plan's columns of `paths`, read as `read_many` reads them (a later file's problem wins)."""
+    return dataset.read_many(paths)[COLUMNS]
+
+
+def main(argv: list[str] | None = None) -> int:
+    from kernel_select.device import get_device
+    from kernel_select.offline.harness import cost
+    from kernel_select.offline.harness.bench_plan import plan
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True, help="shapes file to write")
+    args = parser.parse_args(argv)
+    frame = read_files(dataset.expand_paths(str(DATA_DIR / PATTERN)))
+    shapes = literal_shapes(frame)
+    save(shapes, args.out)
+    by = pd.DataFrame([{"dtype": s.dtype, "layout": s.layout} for s in shapes])
+    print(f"{args.out}: {len(shapes)} problems; {by.groupby(['dtype', 'layout']).size().to_dict()}")
+    planned = plan([s.problem() for s in shapes], get_device("h200"), torch_version="2.11.0",
+                   literal_sizes=True)
+    for workers, gpus in ((15, 1), (30, 2), (60, 4)):
+        print(f"{gpus} GPU(s), {workers} compile workers:")
+        for line in cost.estimate(planned, workers, gpus).lines()[:2]:
+            print("  " + line)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
