@@ -14,27 +14,25 @@ ROOT = Path(__file__).resolve().parents[2]
 PLAN_FILE = ROOT / "data" / "shapes_literal_h200.json"
 
 
-def _problems(*specs: tuple[int, str, str, str, str]) -> pd.DataFrame:
-    """Rows of one synthetic problem per (m, dtype, op, layout, timing_method)."""
+def _problems(*specs: tuple[int, str, str, str]) -> pd.DataFrame:
+    """Rows of one synthetic problem per (m, dtype, op, layout)."""
     base = synthetic_frame({"train": 1, "val": 0, "test": 0}, configs_per_problem=2, seed=5)
     frames = []
-    for m, dtype, op, layout, method in specs:
+    for m, dtype, op, layout in specs:
         batch = 4 if op == "bmm" else 1
         pid = problem_ids.problem_id(m, 256, 512, dtype, op, batch, layout)
         frames.append(base.assign(problem_id=pid, m=m, n=256, k=512, dtype=dtype, op=op, batch=batch,
-                                  layout=layout, timing_method=method, family="llama3-8b",
+                                  layout=layout, family="llama3-8b",
                                   layer="q_proj fwd", **{"pass": "coverage"}))
     return pd.concat(frames, ignore_index=True)
 
 
-def test_the_plan_takes_small_single_gemms_of_half_precision_once_each_not_yet_timed_literally():
-    literal = f"cuda-events; {dataset.LITERAL_SIZES}"
-    frame = _problems((8, "bfloat16", "mm", "nt", "cuda-events"), (16, "float16", "mm", "nn", "cuda-events"),
-                      (17, "bfloat16", "mm", "nt", "cuda-events"),     # M above the bound
-                      (8, "float32", "mm", "nt", "cuda-events"),       # float32
-                      (8, "bfloat16", "bmm", "nt", "cuda-events"),     # batched
-                      (8, "bfloat16", "mm", "tt", "cuda-events"),      # a layout no model reads
-                      (4, "bfloat16", "mm", "nn", literal))            # already timed as Inductor runs it
+def test_the_plan_takes_small_single_gemms_of_half_precision_once_each():
+    frame = _problems((8, "bfloat16", "mm", "nt"), (16, "float16", "mm", "nn"),
+                      (17, "bfloat16", "mm", "nt"),     # M above the bound
+                      (8, "float32", "mm", "nt"),       # float32
+                      (8, "bfloat16", "bmm", "nt"),     # batched
+                      (8, "bfloat16", "mm", "tt"))      # a layout no model reads
     planned = literal_plan.literal_shapes(frame)
     assert sorted((s.m, s.dtype, s.layout) for s in planned) == [(8, "bfloat16", "nt"), (16, "float16", "nn")]
     assert {(s.family, s.layer, s.op) for s in planned} == {("llama3-8b", "q_proj fwd", "mm")}
@@ -43,5 +41,5 @@ def test_the_plan_takes_small_single_gemms_of_half_precision_once_each_not_yet_t
 
 
 def test_the_committed_plan_is_what_the_planner_writes_from_the_committed_files():
-    frame = literal_plan.read_files(dataset.expand_paths(str(ROOT / "data" / literal_plan.PATTERN)))
+    frame = dataset.read_many([ROOT / "data" / name for name in literal_plan.PLANNED_FILES])
     assert literal_plan.literal_shapes(frame) == shapes.load(PLAN_FILE)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import zlib
-from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -28,19 +27,19 @@ from kernel_select.offline.data import dataset
 from kernel_select.offline.data.shapes import Shape, save
 
 DATA_DIR = Path(__file__).resolve().parents[3] / "data"
-PATTERN = "h200*.parquet"
+#: The H200 files planned from: named, not globbed, so that the literal-size file the plan is collected
+#: into (or any later file) leaves the plan as it was written.
+PLANNED_FILES = ("h200.parquet", "h200_bmm.parquet", "h200_heads.parquet", "h200_layers_fp32.parquet",
+                 "h200_round3.parquet", "h200_round3_fp32.parquet", "h200_unseen.parquet")
 MAX_M = 16
 DTYPES = ("bfloat16", "float16")
 LAYOUTS = ("nn", "nt", "tn")  # `tt` is outside every model's layouts
-COLUMNS = ["problem_id", "m", "n", "k", "batch", "dtype", "op", "layout", "family", "layer", "pass",
-           "timing_method"]
 
 
 def literal_shapes(frame: pd.DataFrame, max_m: int = MAX_M) -> list[Shape]:
-    """The plan's problems of `frame`, once each, in the plan's fixed order; none already timed
-    with literal sizes."""
+    """The plan's problems of `frame`, once each, in the plan's fixed order."""
     chosen = frame[(frame["m"] <= max_m) & frame["dtype"].isin(DTYPES) & (frame["op"] == "mm")
-                   & frame["layout"].isin(LAYOUTS) & ~dataset.timed_with_literal_sizes(frame)]
+                   & frame["layout"].isin(LAYOUTS)]
     first = chosen.drop_duplicates("problem_id")
     # crc32 of the id: an order that does not move when problems are added to or dropped from the files
     first = first.assign(order=[zlib.crc32(pid.encode()) for pid in first["problem_id"]])
@@ -48,11 +47,6 @@ def literal_shapes(frame: pd.DataFrame, max_m: int = MAX_M) -> list[Shape]:
                   f"{r['family']} {r['layer']}".strip(), family=str(r["family"]), layer=str(r["layer"]),
                   pass_=str(r["pass"]), layout=str(r["layout"]))
             for r in first.sort_values(["order", "problem_id"]).to_dict("records")]
-
-
-def read_files(paths: Sequence[Path]) -> pd.DataFrame:
-    """The plan's columns of `paths`, read as `read_many` reads them (a later file's problem wins)."""
-    return dataset.read_many(paths)[COLUMNS]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,8 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="shapes file to write")
     args = parser.parse_args(argv)
-    frame = read_files(dataset.expand_paths(str(DATA_DIR / PATTERN)))
-    shapes = literal_shapes(frame)
+    shapes = literal_shapes(dataset.read_many([DATA_DIR / name for name in PLANNED_FILES]))
     save(shapes, args.out)
     by = pd.DataFrame([{"dtype": s.dtype, "layout": s.layout} for s in shapes])
     print(f"{args.out}: {len(shapes)} problems; {by.groupby(['dtype', 'layout']).size().to_dict()}")

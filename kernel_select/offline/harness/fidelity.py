@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -221,21 +222,17 @@ def summarize(results: list[FidelityResult]) -> dict:
             "median_spearman": float(np.median(rho)) if rho else None,
             "min_spearman": float(np.min(rho)) if rho else None,
             "median_time_ratio": float(np.median([r.median_ratio for r in timed])) if timed else None,
-            "median_harness_best_ratio": _median_finite([r.harness_best_ratio for r in timed]),
-            "max_harness_best_ratio": _max_finite([r.harness_best_ratio for r in timed]),
+            "median_harness_best_ratio": _finite(np.median, [r.harness_best_ratio for r in timed]),
+            "max_harness_best_ratio": _finite(np.max, [r.harness_best_ratio for r in timed]),
             "without_triton_choices": [r.problem for r in results if r not in timed],
             "results": [{k: (None if isinstance(v, float) and not math.isfinite(v) else v)
                          for k, v in asdict(r).items()} for r in results]}
 
 
-def _median_finite(values: list[float]) -> float | None:
-    finite = [v for v in values if math.isfinite(v)]  # files written before the field have none
-    return float(np.median(finite)) if finite else None
-
-
-def _max_finite(values: list[float]) -> float | None:
+def _finite(statistic: Callable[[list[float]], Any], values: list[float]) -> float | None:
+    """`statistic` of the finite values (results read from files written before a field have none)."""
     finite = [v for v in values if math.isfinite(v)]
-    return float(np.max(finite)) if finite else None
+    return float(statistic(finite)) if finite else None
 
 
 def write_json(summary: dict, path: str | Path) -> None:
