@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from kernel_select.errors import DatasetError
-from kernel_select.offline.data import dataset
+from kernel_select.offline.data import audit, dataset
 from kernel_select.offline.training.training_data import file_hashes
 from tests.synthetic import synthetic_frame
 
@@ -85,7 +85,7 @@ def test_literal_size_rows_replace_shared_binary_rows_whatever_the_order(tmp_pat
     # wins over an earlier one.
     pool = synthetic_frame({"train": 3, "val": 0, "test": 0}, configs_per_problem=4, seed=4)
     ids = list(pool["problem_id"].unique())
-    literal = f"cuda-events; {dataset.LITERAL_SIZES} (one binary per shape)"
+    literal = f"cuda-events; {audit.LITERAL_SIZES} (one binary per shape)"
 
     def rows(i: int, method: str, ms: float) -> pd.DataFrame:
         chosen = pool[pool["problem_id"] == ids[i]]
@@ -99,4 +99,4 @@ def test_literal_size_rows_replace_shared_binary_rows_whatever_the_order(tmp_pat
     ms = frame.groupby("problem_id")["runtime_ms"].unique().map(list).to_dict()
     assert ms == {ids[0]: [2.0], ids[1]: [3.0], ids[2]: [1.0]}
     literal_rows = len(rows(0, literal, 0.0)) + len(rows(1, literal, 0.0))
-    assert dataset.timed_with_literal_sizes(frame).sum() == literal_rows
+    assert audit.timed_with_literal_sizes(frame).sum() == literal_rows

@@ -29,6 +29,15 @@ _TILE = ["problem_id", "device_name", "block_m", "block_n"]
 #: What `timing_method` says of rows whose harness re-timed suspect samples (bench.TIMING_METHOD):
 #: a flagged row that carries it was timed twice and both samples were slow.
 SECOND_OPINION = "a second run for single samples"
+#: What `timing_method` says of rows `bench --literal-sizes` timed: binaries with M, N and K compiled in,
+#: as Inductor's own kernels have them (harness/bench_plan.py), rather than shared across shapes.
+#: `dataset.read_many` reads such rows in place of a problem's shared-binary ones.
+LITERAL_SIZES = "sizes compiled in as literals"
+
+
+def timed_with_literal_sizes(df: pd.DataFrame) -> np.ndarray:
+    """Per row, whether `bench --literal-sizes` timed it (`LITERAL_SIZES` in its timing_method)."""
+    return df["timing_method"].astype(str).str.contains(LITERAL_SIZES, regex=False).to_numpy()
 
 
 @dataclass

@@ -27,6 +27,7 @@ from kernel_select.layouts import DEFAULT_LAYOUT, LAYOUTS
 from kernel_select.lut.entries import MAX_DIM
 from kernel_select.lut.bounded_read import FileKind, open_regular
 from kernel_select.lut.validation import short
+from kernel_select.offline.data.audit import timed_with_literal_sizes
 from kernel_select.offline.data.dataset_io import atomic_write_parquet, exclusive_lock
 from kernel_select.offline.data.problem_ids import is_tf32_id
 from kernel_select.problem import SUPPORTED_DTYPES, SUPPORTED_OPS, TF32
@@ -38,9 +39,6 @@ from kernel_select.problem import SUPPORTED_DTYPES, SUPPORTED_OPS, TF32
 #: frame in about 40% fewer bytes, since a second copy of a noisy float compresses no better than
 #: the first.
 DATASET_VERSION = 4
-#: What `timing_method` says of rows `bench --literal-sizes` timed: binaries with M, N and K compiled in,
-#: as Inductor's own kernels have them (harness/bench_plan.py), rather than shared across shapes.
-LITERAL_SIZES = "sizes compiled in as literals"
 READABLE_VERSIONS = (1, 2, 3, 4)
 
 #: column -> pandas dtype. Triton rows carry their config; the cuBLAS row of each problem has
@@ -310,11 +308,6 @@ def expand_paths(paths: str | Path | Sequence[str | Path]) -> list[Path]:
     if not found:
         raise DatasetError("no dataset file given")
     return list(dict.fromkeys(found))  # a file named twice is read once
-
-
-def timed_with_literal_sizes(df: pd.DataFrame) -> np.ndarray:
-    """Per row, whether `bench --literal-sizes` timed it (`LITERAL_SIZES` in its timing_method)."""
-    return df["timing_method"].astype(str).str.contains(LITERAL_SIZES, regex=False).to_numpy()
 
 
 def read_many(paths: str | Path | Sequence[str | Path]) -> pd.DataFrame:

@@ -44,7 +44,7 @@ from typing import Any
 
 
 from kernel_select.offline.data import dataset, problem_ids, splits
-from kernel_select.offline.data.audit import SUSPECT_RATIO
+from kernel_select.offline.data.audit import LITERAL_SIZES, SUSPECT_RATIO
 from kernel_select.offline.harness.bench_plan import CompileKey, PlannedRun, distinct_keys
 from kernel_select.offline.harness.timer import ProblemTimer, TimingStats, constexprs, kernel_of, torch_dtype
 from kernel_select.device import DeviceSpec
@@ -334,7 +334,7 @@ def rows_for(runs: list[PlannedRun], results: dict[int, _Timed], cublas: _Timed,
     pid = problem_ids.id_of(problem)
     method = TIMING_METHOD.format(reps=options.reps, factor=options.contender_factor, suspect=SUSPECT_RATIO)
     if options.literal_sizes:
-        method += f"; {dataset.LITERAL_SIZES} (one binary per shape, as Inductor's template)"
+        method += f"; {LITERAL_SIZES} (one binary per shape, as Inductor's template)"
     if stats is not None:
         method += f"; this problem: {stats.summary()}"
     stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
