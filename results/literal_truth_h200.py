@@ -1,0 +1,107 @@
+"""results/literal_truth_h200.json: the shipped H200 model scored against Inductor-faithful truth.
+
+The H200 model learnt from rows timed with shared binaries (sizes passed at run time); Inductor runs
+kernels with the sizes compiled in. data/h200_literal.parquet re-times small-M problems the second way
+(`bench --literal-sizes`). This scores the shipped model, Inductor's DEFAULT list and the shared truth's
+own oracle on the same problems against both truths, split by split:
+
+- `literal` / `shared`: `kernel-select eval` on the literal rows and on the shared rows of the same problems;
+- `shared_oracle_in_literal`: per problem, the literal time of the config that is fastest by the shared
+  rows over the literal oracle (geometric mean): the best any model that ranks like the shared rows can do.
+
+CPU only, about a minute:  python results/literal_truth_h200.py
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from kernel_select.offline.data import dataset
+
+ROOT = Path(__file__).resolve().parent.parent
+LITERAL = ROOT / "data" / "h200_literal.parquet"
+OUT = ROOT / "results" / "literal_truth_h200.json"
+CONFIG = ["block_m", "block_n", "block_k", "num_stages", "num_warps", "group_m"]
+
+
+def shared_rows(problem_ids: set[str]) -> pd.DataFrame:
+    """The shared-binary rows of the same problems, from every other H200 file."""
+    files = sorted(p for p in (ROOT / "data").glob("h200*.parquet") if p != LITERAL)
+    rows = dataset.read_many(files)
+    return rows[rows["problem_id"].isin(problem_ids)]
+
+
+def evaluate(parquet: Path, split: str) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "eval.json"
+        subprocess.run([sys.executable, "-m", "kernel_select.cli", "eval", "--data", str(parquet),
+                        "--split", split, "--json-out", str(out)], check=True, capture_output=True)
+        report = json.loads(out.read_text())
+    splits = report["splits"] if "splits" in report else {split: report}
+    return {name: summary(s) for name, s in splits.items()}
+
+
+def summary(split: dict) -> dict:
+    mlp = split["methods"]["mlp"]
+    return {
+        "problems": split["problems"],
+        "mlp_topk": {k: round(v, 4) for k, v in mlp["topk"].items() if k in ("1", "2", "4", "16")},
+        "inductor_default": round(split["methods"]["inductor_default"]["score"], 4),
+        "mlp_spearman_median": round(mlp["spearman"]["median"], 3),
+        "mlp_calibration": round(mlp["calibration_median_abs_log_top16"], 4),
+        "with_cublas": {"mlp_top1": round(split["with_cublas"]["methods"]["mlp"]["1"], 4),
+                        "inductor_default": round(split["with_cublas"]["methods"]["inductor_default"], 4)},
+    }
+
+
+def shared_oracle_in_literal(literal: pd.DataFrame, shared: pd.DataFrame) -> dict:
+    """Overall and per hash split: the literal time of the shared oracle's config over the literal oracle."""
+    def triton(df):
+        df = df[(df["backend"] == "triton") & np.isfinite(df["runtime_ms"])]
+        return df.set_index(["problem_id", *CONFIG])["runtime_ms"]
+    lit, sh = triton(literal), triton(shared)
+    best_shared = sh.groupby(level="problem_id").idxmin()
+    ratios = {}
+    for pid, key in best_shared.items():
+        if key in lit.index:
+            ratios[pid] = lit.loc[pid].min() / lit.loc[key]
+    splits = literal.drop_duplicates("problem_id").set_index("problem_id")["split"]
+    ratios = pd.Series(ratios)
+    groups = {"all": ratios, **dict(list(ratios.groupby(splits.reindex(ratios.index).values)))}
+    return {name: {"problems": int(len(r)), "geomean": round(float(np.exp(np.log(r).mean())), 4),
+                   "exact": round(float((r >= 0.9999).mean()), 3)} for name, r in groups.items()}
+
+
+def main() -> None:
+    literal = dataset.read(LITERAL)
+    shared = shared_rows(set(literal["problem_id"]))
+    result = {"data": LITERAL.name, "problems": int(literal["problem_id"].nunique()),
+              "rows": len(literal), "truths": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        shared_path = Path(tmp) / "shared_same_problems.parquet"
+        shared.to_parquet(shared_path)
+        for truth, path in (("literal", LITERAL), ("shared", shared_path)):
+            result["truths"][truth] = {}
+            for split in ("train", "val", "held-out"):
+                result["truths"][truth].update(evaluate(path, split))
+    result["shared_oracle_in_literal"] = shared_oracle_in_literal(literal, shared)
+    OUT.write_text(json.dumps(result, indent=1) + "\n")
+    for split in result["truths"]["literal"]:
+        lit, sh = result["truths"]["literal"][split], result["truths"]["shared"][split]
+        print(f"{split:7s} {lit['problems']:4d} problems  mlp top-1/top-4 literal "
+              f"{lit['mlp_topk']['1']:.3f}/{lit['mlp_topk']['4']:.3f} shared "
+              f"{sh['mlp_topk']['1']:.3f}/{sh['mlp_topk']['4']:.3f}  DEFAULT literal "
+              f"{lit['inductor_default']:.3f} shared {sh['inductor_default']:.3f}")
+    print("shared oracle in literal truth:", result["shared_oracle_in_literal"])
+    print(f"wrote {OUT}")
+
+
+if __name__ == "__main__":
+    main()
