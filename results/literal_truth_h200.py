@@ -7,7 +7,10 @@ own oracle on the same problems against both truths, split by split:
 
 - `literal` / `shared`: `kernel-select eval` on the literal rows and on the shared rows of the same problems;
 - `shared_oracle_in_literal`: per problem, the literal time of the config that is fastest by the shared
-  rows over the literal oracle (geometric mean): the best any model that ranks like the shared rows can do.
+  rows over the literal oracle (geometric mean): the best any model that ranks like the shared rows can do;
+- `literal_over_shared`: how much faster the literal times are: the literal oracle over the shared one
+  (geometric mean over problems), and per (problem, config) the median literal / shared time, overall and
+  by pipeline stages.
 
 CPU only, about a minute:  python results/literal_truth_h200.py
 """
@@ -61,12 +64,31 @@ def summary(split: dict) -> dict:
     }
 
 
+def triton_times(df: pd.DataFrame) -> pd.Series:
+    """Measured Triton runtimes indexed by (problem_id, config)."""
+    df = df[(df["backend"] == "triton") & np.isfinite(df["runtime_ms"])]
+    return df.set_index(["problem_id", *CONFIG])["runtime_ms"]
+
+
+def geomean(ratios: pd.Series) -> float:
+    return round(float(np.exp(np.log(ratios).mean())), 4)
+
+
+def literal_over_shared(literal: pd.DataFrame, shared: pd.DataFrame) -> dict:
+    """The literal oracle over the shared one, and the median per-config literal / shared time."""
+    lit, sh = triton_times(literal), triton_times(shared)
+    oracles = lit.groupby(level="problem_id").min() / sh.groupby(level="problem_id").min()
+    both = pd.concat({"literal": lit, "shared": sh}, axis=1, join="inner")
+    per_config = both["literal"] / both["shared"]
+    by_stages = per_config.groupby(level="num_stages").median()
+    return {"oracle_geomean": geomean(oracles.dropna()), "configs": int(len(per_config)),
+            "config_median": round(float(per_config.median()), 4),
+            "config_median_by_stages": {int(s): round(float(r), 4) for s, r in by_stages.items()}}
+
+
 def shared_oracle_in_literal(literal: pd.DataFrame, shared: pd.DataFrame) -> dict:
     """Overall and per hash split: the literal time of the shared oracle's config over the literal oracle."""
-    def triton(df):
-        df = df[(df["backend"] == "triton") & np.isfinite(df["runtime_ms"])]
-        return df.set_index(["problem_id", *CONFIG])["runtime_ms"]
-    lit, sh = triton(literal), triton(shared)
+    lit, sh = triton_times(literal), triton_times(shared)
     best_shared = sh.groupby(level="problem_id").idxmin()
     ratios = {}
     for pid, key in best_shared.items():
@@ -75,7 +97,7 @@ def shared_oracle_in_literal(literal: pd.DataFrame, shared: pd.DataFrame) -> dic
     splits = literal.drop_duplicates("problem_id").set_index("problem_id")["split"]
     ratios = pd.Series(ratios)
     groups = {"all": ratios, **dict(list(ratios.groupby(splits.reindex(ratios.index).values)))}
-    return {name: {"problems": int(len(r)), "geomean": round(float(np.exp(np.log(r).mean())), 4),
+    return {name: {"problems": int(len(r)), "geomean": geomean(r),
                    "exact": round(float((r >= 0.9999).mean()), 3)} for name, r in groups.items()}
 
 
@@ -92,6 +114,7 @@ def main() -> None:
             for split in ("train", "val", "held-out"):
                 result["truths"][truth].update(evaluate(path, split))
     result["shared_oracle_in_literal"] = shared_oracle_in_literal(literal, shared)
+    result["literal_over_shared"] = literal_over_shared(literal, shared)
     OUT.write_text(json.dumps(result, indent=1) + "\n")
     for split in result["truths"]["literal"]:
         lit, sh = result["truths"]["literal"][split], result["truths"]["shared"][split]
@@ -100,6 +123,7 @@ def main() -> None:
               f"{sh['mlp_topk']['1']:.3f}/{sh['mlp_topk']['4']:.3f}  DEFAULT literal "
               f"{lit['inductor_default']:.3f} shared {sh['inductor_default']:.3f}")
     print("shared oracle in literal truth:", result["shared_oracle_in_literal"])
+    print("literal over shared:", result["literal_over_shared"])
     print(f"wrote {OUT}")
 
 
