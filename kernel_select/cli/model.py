@@ -71,6 +71,14 @@ def register_train(sub: Subparsers) -> None:
                         "of the same architecture) instead of starting from random weights")
     p.add_argument("--lr", type=positive_float, default=None,
                    help="peak learning rate (default: the training default, 2e-3; lower it with --init)")
+    p.add_argument("--weight", type=_weight, action="append", default=None, metavar="PATTERN=FACTOR",
+                   help="weigh the 'train' problems read from the --data files PATTERN names (a path or "
+                        "glob, matched against the files --data expands to, or their file names) FACTOR "
+                        "times those of the other files in the MLP's loss, in either objective (FACTOR > 0; "
+                        "below 1 weighs them less); repeatable. A problem two files measured weighs as the "
+                        "file whose rows are read (literal-size rows replace shared-binary ones); 'val', "
+                        "which chooses the epoch, is not weighted; the card records each weighted file. "
+                        "E.g. --weight data/h200_literal.parquet=8")
     flags.add_no_progress(p, old_quiet=True)
     p.add_argument("--refit-auto", action="store_true",
                    help="train nothing: choose the topk='auto' rule of the MLP already in --out again on the "
@@ -189,6 +197,25 @@ def _names_among(allowed: tuple[str, ...]):  # noqa: ANN202
     return parse
 
 
+def _weight(text: str) -> tuple[str, float]:
+    """An argparse type: PATTERN=FACTOR (the last '=' splits: a file name may hold one), FACTOR > 0."""
+    pattern, equals, factor = text.rpartition("=")
+    if not equals or not pattern.strip():
+        raise argparse.ArgumentTypeError(f"expected PATTERN=FACTOR (a --data file or glob, '=', a number "
+                                         f"> 0), got {text!r}")
+    return pattern, positive_float(factor)
+
+
+def _weights(given: list[tuple[str, float]] | None) -> dict[str, float] | None:
+    """--weight's values as train() takes them; a pattern given twice with two factors is refused."""
+    weights: dict[str, float] = {}
+    for pattern, factor in given or []:
+        if weights.setdefault(pattern, factor) != factor:
+            raise OptionError(f"train: --weight {pattern}: given twice, with factors {weights[pattern]:g} "
+                              f"and {factor:g}")
+    return weights or None
+
+
 def run_train(args: argparse.Namespace) -> int:
     check_output_dir(args.out, MODEL_FILES[:1] if args.refit_auto else MODEL_FILES)  # before the work
     from kernel_select.offline.training.training_data import require_rows
@@ -198,8 +225,12 @@ def run_train(args: argparse.Namespace) -> int:
 
     if args.refit_auto:
         return _run_refit_auto(args)
+    from kernel_select.offline.training.file_weights import file_factors
+
+    weights = _weights(args.weight)
+    file_factors(paths, weights)  # a pattern naming no --data file fails before the data is read
     device = named_or_data_device(args.device, paths)  # printed once the data is read and checked
-    options = {"feature_version": args.features}
+    options = {"feature_version": args.features, "weights": weights}
     chosen = {name: value for name, value in (("members", args.members), ("lr", args.lr))
               if value is not None}  # the rest: MLPHParams' defaults
     result = train(args.data, args.out, seed=args.seed, epochs=args.epochs, objective=args.objective,
@@ -211,6 +242,9 @@ def run_train(args: argparse.Namespace) -> int:
         say(f"val [{objective}] epoch {metrics['epoch']}: {topk}")
     say(f"kept the {result.objective} model; trained in {result.seconds:.0f} s; "
         f"wrote {printable(result.out_dir)}")
+    for name, weighted in result.model.card.hyperparameters.get("weights", {}).items():
+        say(f"weighted {printable(name)} x{weighted['factor']:g}: "
+            f"{weighted['train_problems']} train problems")
     say(data_device_text(device, args.device is not None))
     gate = result.metrics.get("cublas_gate", {})
     if "skipped" in gate:

@@ -80,6 +80,31 @@ def test_eval_scores_the_gate_saved_beside_the_candidate_mlp(tmp_path, capsys, m
     assert "its own cuBLAS gate" in report["model_source"]
 
 
+def test_train_weighs_the_files_weight_names_and_refuses_a_pattern_naming_none(tmp_path, capsys):
+    shared, literal = tmp_path / "h200.parquet", tmp_path / "h200_literal.parquet"
+    dataset.write(synthetic_frame({"train": 12, "val": 4, "test": 2}, configs_per_problem=16, seed=1), shared)
+    dataset.write(synthetic_frame({"train": 4, "val": 2, "test": 0}, configs_per_problem=16, seed=2), literal)
+    argv = ["train", "--data", str(tmp_path / "h200*.parquet"), "--epochs", "1", "--no-progress",
+            "--members", "1", "--objective", "rank"]
+    out = tmp_path / "m"
+    # two patterns naming one file with one factor: the file is weighted once
+    assert main([*argv, "--out", str(out), "--weight", "*literal*=4", "--weight", f"{literal}=4"]) == 0
+    recorded = json.loads((out / "mlp.json").read_text())["hyperparameters"]["weights"]
+    assert list(recorded) == ["h200_literal.parquet"] and recorded["h200_literal.parquet"]["factor"] == 4.0
+    problems = recorded["h200_literal.parquet"]["train_problems"]
+    assert 0 < problems <= 4
+    assert f"weighted h200_literal.parquet x4: {problems} train problems" in capsys.readouterr().out
+
+    for weights, fragment in ((["h100*=2"], "weight h100*=2: the pattern names none of the dataset files"),
+                              (["x=2", "x=3"], "--weight x: given twice, with factors 2 and 3")):
+        never = tmp_path / "never"
+        with pytest.raises(SystemExit) as exc:
+            main([*argv, "--out", str(never), *(f"--weight={w}" for w in weights)])
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and err.count("\n") == 1 and fragment in err, err
+        assert not never.exists()
+
+
 def test_bad_input_is_a_one_line_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["eval", "--data", str(tmp_path / "missing.parquet")])

@@ -77,6 +77,11 @@ def test_a_row_is_kept_unless_a_later_file_measured_its_problem_on_its_device(tm
     frame = dataset.read_many(paths)
     assert list(zip(frame["problem_id"], frame["device_name"], frame["timestamp"])) == expected
     assert frame.index.equals(pd.RangeIndex(len(expected)))
+    # the same frame, and each row's file (train --weight weighs a problem by it)
+    same, source = dataset.read_many_with_sources(paths)
+    assert same.equals(frame) and list(frame["timestamp"]) == [f"file {i}" for i in source]
+    one, source = dataset.read_many_with_sources(paths[:1])
+    assert one.equals(dataset.read(paths[0])) and source.tolist() == [0] * len(one)
 
 
 def test_literal_size_rows_replace_shared_binary_rows_whatever_the_order(tmp_path):

@@ -14,6 +14,7 @@ re-time such samples while it collects.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -38,6 +39,23 @@ LITERAL_SIZES = "sizes compiled in as literals"
 def timed_with_literal_sizes(df: pd.DataFrame) -> np.ndarray:
     """Per row, whether `bench --literal-sizes` timed it (`LITERAL_SIZES` in its timing_method)."""
     return df["timing_method"].astype(str).str.contains(LITERAL_SIZES, regex=False).to_numpy()
+
+
+def kept_rows(frames: Sequence[pd.DataFrame]) -> list[np.ndarray]:
+    """Per frame (dataset files in reading order), a mask of the rows `dataset.read_many` keeps: a
+    (problem, device) in several frames keeps the rows of the last that has it, except that literal-size
+    rows rank above every shared-binary row whatever the order (the rule lives beside LITERAL_SIZES)."""
+    sizes = [len(frame) for frame in frames]
+    # A row's rank: its file's position, lifted above every file for literal-size rows (one bench
+    # run times a whole problem, so all the rows of a problem in one file rank alike).
+    rank = np.repeat(np.arange(len(frames)), sizes)
+    rank = rank + len(frames) * np.concatenate([timed_with_literal_sizes(f) for f in frames])
+    # (problem, device) keys as integer codes: sets of millions of key strings took seconds to build
+    keys, distinct = pd.factorize(pd.concat([f["problem_id"] + "|" + f["device_name"] for f in frames],
+                                            ignore_index=True))
+    best = np.zeros(len(distinct), dtype=np.int64)
+    np.maximum.at(best, keys, rank)
+    return np.split(rank == best[keys], np.cumsum(sizes)[:-1])
 
 
 @dataclass

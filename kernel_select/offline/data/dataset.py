@@ -27,7 +27,7 @@ from kernel_select.layouts import DEFAULT_LAYOUT, LAYOUTS
 from kernel_select.lut.entries import MAX_DIM
 from kernel_select.lut.bounded_read import FileKind, open_regular
 from kernel_select.lut.validation import short
-from kernel_select.offline.data.audit import timed_with_literal_sizes
+from kernel_select.offline.data.audit import kept_rows
 from kernel_select.offline.data.dataset_io import atomic_write_parquet, exclusive_lock
 from kernel_select.offline.data.problem_ids import is_tf32_id
 from kernel_select.problem import SUPPORTED_DTYPES, SUPPORTED_OPS, TF32
@@ -318,24 +318,21 @@ def read_many(paths: str | Path | Sequence[str | Path]) -> pd.DataFrame:
     sizes, as Inductor's kernels run (`bench --literal-sizes`), replace rows timed with shared
     binaries whatever the files' order, and are replaced only by later literal-size rows.
     """
+    return read_many_with_sources(paths)[0]
+
+
+def read_many_with_sources(paths: str | Path | Sequence[str | Path]) -> tuple[pd.DataFrame, np.ndarray]:
+    """`read_many`'s frame, and per row the position in `expand_paths(paths)` of the file it was read
+    from (one file per problem and device: `train --weight` weighs a problem by its file)."""
     frames = [read(path) for path in expand_paths(paths)]
     if len(frames) == 1:
-        return frames[0]
-    sizes = [len(frame) for frame in frames]
-    # A row's rank: its file's position, lifted above every file for literal-size rows (one bench
-    # run times a whole problem, so all the rows of a problem in one file rank alike).
-    rank = np.repeat(np.arange(len(frames)), sizes)
-    rank = rank + len(frames) * np.concatenate([timed_with_literal_sizes(f) for f in frames])
-    # (problem, device) keys as integer codes: sets of millions of key strings took seconds to build
-    keys, distinct = pd.factorize(pd.concat([f["problem_id"] + "|" + f["device_name"] for f in frames],
-                                            ignore_index=True))
-    best = np.zeros(len(distinct), dtype=np.int64)
-    np.maximum.at(best, keys, rank)
+        return frames[0], np.zeros(len(frames[0]), dtype=np.int64)
+    kept = kept_rows(frames)
     # each file filtered before the concatenation: a row filter over the concatenated Arrow columns
     # (chunked) costs several times more
-    kept = np.split(rank == best[keys], np.cumsum(sizes)[:-1])
-    return conform(pd.concat([frame if keep.all() else frame[keep] for frame, keep in zip(frames, kept)],
-                             ignore_index=True))
+    merged = conform(pd.concat([frame if keep.all() else frame[keep] for frame, keep in zip(frames, kept)],
+                               ignore_index=True))
+    return merged, np.repeat(np.arange(len(frames)), [int(keep.sum()) for keep in kept])
 
 
 def write(df: pd.DataFrame, path: str | Path) -> None:

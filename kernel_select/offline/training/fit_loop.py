@@ -4,6 +4,8 @@ train.py decides what to fit on and what to save; this module fits one network. 
 `_steps_per_epoch` AdamW steps on minibatches (`mse`: rows; `rank`: problems with configs sampled
 from each, scored by the MSE plus a ListNet term), under a cosine learning-rate decay; after every
 epoch the network is scored on `val` (mean of the top-1/2/4/8 scores) and the best epoch is kept.
+A train split with problem weights (`train --weight`) weighs each problem's terms of the loss; the
+batches are drawn as without, and `val` is never weighted.
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ class Split:
     groups: np.ndarray  # problem codes 0..P-1, rows sorted by problem
     starts: np.ndarray  # first row of each problem
     counts: np.ndarray  # rows of each problem
+    weights: np.ndarray | None = None  # each problem's weight in the loss (train --weight); None: alike
 
 
 def standardize(features: np.ndarray, train_mask: np.ndarray, warm: WarmStart | None = None
@@ -85,14 +88,19 @@ def standardize(features: np.ndarray, train_mask: np.ndarray, warm: WarmStart | 
     return ((features - mean) / std).astype(np.float32), mean, std
 
 
-def make_split(rows: pd.DataFrame, standardized: np.ndarray, split: str) -> Split:
+def make_split(rows: pd.DataFrame, standardized: np.ndarray, split: str,
+               weights: np.ndarray | None = None) -> Split:
+    """The rows of `split` (`rows` sorted by problem); `weights`: per row of `rows`, the weight of its
+    problem in the loss (alike within a problem), or None."""
     mask = (rows["split"] == split).to_numpy()
     groups, _ = pd.factorize(rows.loc[mask, "problem_id"], sort=True)
     counts = np.bincount(groups)
+    starts = np.r_[0, np.cumsum(counts)[:-1]]
     return Split(x=torch.from_numpy(standardized[mask]),
                   y=torch.from_numpy(np.log(rows.loc[mask, "runtime_ms"].to_numpy(np.float64))
                                      .astype(np.float32)),
-                  groups=groups, starts=np.r_[0, np.cumsum(counts)[:-1]], counts=counts)
+                  groups=groups, starts=starts, counts=counts,
+                  weights=None if weights is None else np.asarray(weights, np.float64)[mask][starts])
 
 
 def fit(objective: str, train_split: Split, val: Split, hp: MLPHParams, seed: int,
@@ -110,6 +118,7 @@ def fit(objective: str, train_split: Split, val: Split, hp: MLPHParams, seed: in
     net = _initial_net(train_split, hp, make_net, start)
     optimizer = torch.optim.AdamW(net.parameters(), lr=hp.lr, weight_decay=hp.weight_decay)
     steps_per_epoch = _steps_per_epoch(objective, train_split, hp)
+    weights = step_weights(objective, train_split)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(
         optimizer, T_max=hp.epochs * steps_per_epoch, eta_min=hp.lr / 20)
 
@@ -124,7 +133,7 @@ def fit(objective: str, train_split: Split, val: Split, hp: MLPHParams, seed: in
         net.train()
         losses = []
         for batch in _batches(objective, train_split, hp, rng, steps_per_epoch):
-            loss = _loss(objective, net, train_split, batch, hp)
+            loss = _loss(objective, net, train_split, batch, hp, weights)
             if not torch.isfinite(loss):
                 raise diverged(epoch + 1, loss.item(), hp.lr)
             optimizer.zero_grad(set_to_none=True)
@@ -197,11 +206,27 @@ def _batches(objective: str, split: Split, hp: MLPHParams, rng: np.random.Genera
         yield torch.from_numpy(split.starts[chosen, None] + offsets)
 
 
+def step_weights(objective: str, split: Split) -> torch.Tensor | None:
+    """Per row of `split`, its problem's weight over the mean weight of what a step draws: rows (mse)
+    or problems (rank, each drawn alike whatever its rows). A step's loss is then an unbiased estimate
+    of the weighted mean loss over the split at the unweighted loss's scale, so --lr means the same.
+    Weights rather than weighted draws: the batches, epochs and random stream stay those of an
+    unweighted fit, and a factor below 1 needs nothing else. None without weights."""
+    if split.weights is None:
+        return None
+    per_row = split.weights[split.groups]
+    mean = per_row.mean() if objective == "mse" else split.weights.mean()
+    return torch.from_numpy((per_row / mean).astype(np.float32))
+
+
 def _loss(objective: str, net: RuntimeNet, split: Split, index: torch.Tensor,
-          hp: MLPHParams) -> torch.Tensor:
+          hp: MLPHParams, weights: torch.Tensor | None = None) -> torch.Tensor:
     pred = net(split.x[index])
     target = split.y[index]
-    mse = torch.nn.functional.mse_loss(pred, target)
+    if weights is None:  # the unweighted fit computes exactly what it did before weights existed
+        mse = torch.nn.functional.mse_loss(pred, target)
+    else:
+        mse = (weights[index] * (pred - target) ** 2).mean()
     if objective == "mse":
         return mse
     # ListNet over each problem's sampled configs: cross-entropy between "which config is fastest"
@@ -209,7 +234,8 @@ def _loss(objective: str, net: RuntimeNet, split: Split, index: torch.Tensor,
     tau = hp.rank_temperature
     log_p_target = torch.log_softmax(-target / tau, dim=1)
     log_p_pred = torch.log_softmax(-pred / tau, dim=1)
-    listwise = (log_p_target.exp() * (log_p_target - log_p_pred)).sum(dim=1).mean()
+    per_problem = (log_p_target.exp() * (log_p_target - log_p_pred)).sum(dim=1)
+    listwise = per_problem.mean() if weights is None else (weights[index[:, 0]] * per_problem).mean()
     return mse + hp.rank_weight * listwise
 
 

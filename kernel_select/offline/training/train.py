@@ -19,7 +19,7 @@ import dataclasses
 import logging
 import time
 from dataclasses import dataclass
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -41,6 +41,7 @@ from kernel_select.offline.training.cublas_fit import (
     save_problem_net,
 )
 from kernel_select.offline.training.features import featurize_frame
+from kernel_select.offline.training.file_weights import file_factors, problem_files, row_weights
 from kernel_select.offline.training.training_data import (
     DEFAULT_CAP, aten_problems, domain_of, layouts_for, provenance, training_rows,
 )
@@ -86,7 +87,7 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
           hparams: MLPHParams | None = None,
           feature_version: int = FEATURE_VERSION, cap: int = DEFAULT_CAP,
           progress: bool = True, init: str | Path | WarmStart | None = None,
-          time_limit: TimeLimit | None = None) -> TrainResult:
+          time_limit: TimeLimit | None = None, weights: Mapping[str, float] | None = None) -> TrainResult:
     """Fit the MLP on the trainable problems of the dataset file(s) and save it to `out_dir`,
     with the cuBLAS time head, the `topk="auto"` rule, and the cuBLAS gate.
 
@@ -101,9 +102,12 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
             WarmStart already loaded (load_warm_start) is used as it is.
         time_limit: bound the networks' training in wall time (TimeLimit); the card's metrics say
             how many epochs each ran. The cuBLAS head and gate after them are not bounded.
+        weights: {pattern: factor}: the 'train' problems read from the dataset files a pattern (a path
+            or glob) names weigh `factor` times the others' in the MLP's loss, in either objective
+            (file_weights.py); the card records each weighted file's factor and train problems.
     Raises:
         DatasetError: a file is unreadable, or a split has no usable rows for `device`.
-        OptionError: bad epochs, objective, feature version or cap.
+        OptionError: bad epochs, objective, feature version, cap or weights.
     """
     started = time.perf_counter()
     spec = get_device(device)
@@ -111,19 +115,25 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
     if epochs is not None:
         hparams = dataclasses.replace(hparams, epochs=epochs)
     _check_options(hparams, objective, feature_version, cap)
+    paths = dataset.expand_paths(data_path)
+    factors = file_factors(paths, weights)  # a pattern naming no file fails before any work
     check_model_folder(out_dir)  # before any work: a folder that cannot be written costs nothing
     warm = init if isinstance(init, WarmStart) or init is None else load_warm_start(
         init, spec, feature_version=feature_version, hidden_widths=hparams.hidden_widths,
         members=hparams.members)
 
-    paths = dataset.expand_paths(data_path)
-    frame = dataset.modelled_layout_rows(dataset.read_many(paths), layouts=layouts_for(feature_version))
+    frame, source = dataset.read_many_with_sources(paths)
+    origin = problem_files(frame, source) if factors else None
+    frame = dataset.modelled_layout_rows(frame, layouts=layouts_for(feature_version))
     rows, aten = training_rows(frame, spec, paths, cap, seed, layouts_for(feature_version),
                                batched=feature_version >= 5)
+    per_row, weighting = row_weights(rows, origin, paths, factors) if origin is not None else (None, None)
     names = FEATURE_SETS[feature_version]
     standardized, mean, std = standardize(featurize_frame(rows, spec, feature_version),
                                            (rows["split"] == "train").to_numpy(), warm)
-    splits_ = {name: make_split(rows, standardized, name) for name in ("train", "val")}
+    # only the train split is weighted: val chooses the epoch and the objective as it always did
+    splits_ = {"train": make_split(rows, standardized, "train", per_row),
+               "val": make_split(rows, standardized, "val")}
 
     runs: dict[str, tuple[RuntimeNet, dict[str, Any]]] = {}
     objectives = list(OBJECTIVES) if objective == "both" else [objective]
@@ -149,7 +159,8 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
         dtypes=sorted(rows["dtype"].unique()), layouts=sorted(rows["layout"].astype(str).unique()),
         domain=domain_of(rows),
         hyperparameters={**dataclasses.asdict(hparams), "seed": seed, "objective": objective,
-                         "cap_rows_per_problem": cap, **({"init": warm.record} if warm else {})},
+                         "cap_rows_per_problem": cap, **({"init": warm.record} if warm else {}),
+                         **({"weights": weighting} if weighting else {})},
         data=provenance(paths, rows), metrics=metrics, trained_at=utc_now(), versions=training_versions())
     model = MLPModel(spec, net, card, head)
     refit_auto(model, frame)  # the rule, on every val row as `evaluate` scores them (auto_refit.py)
