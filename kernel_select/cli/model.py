@@ -71,6 +71,11 @@ def register_train(sub: Subparsers) -> None:
                         "of the same architecture) instead of starting from random weights")
     p.add_argument("--lr", type=positive_float, default=None,
                    help="peak learning rate (default: the training default, 2e-3; lower it with --init)")
+    p.add_argument("--claim-init-domain", action="store_true",
+                   help="with --init: the card also claims the domain of the model in DIR (per stratum the "
+                        "larger training-problem count of the two), for a fine-tune of this GPU's own model "
+                        "on its files again: strata the start knew from other rows stay in the domain, not "
+                        "handed back to Inductor's list. DIR's model must serve this GPU")
     p.add_argument("--weight", type=_weight, action="append", default=None, metavar="PATTERN=FACTOR",
                    help="weigh the 'train' problems read from the --data files PATTERN names (a path or "
                         "glob, matched against the files --data expands to, or their file names) FACTOR "
@@ -79,6 +84,9 @@ def register_train(sub: Subparsers) -> None:
                         "file whose rows are read (literal-size rows replace shared-binary ones); 'val', "
                         "which chooses the epoch, is not weighted; the card records each weighted file. "
                         "E.g. --weight data/h200_literal.parquet=8")
+    p.add_argument("--gate", default=None, metavar="DIR",
+                   help="write the cuBLAS gate saved in DIR with the model instead of fitting a new one "
+                        "(keep a gate that scores better than a refit); the card records where it came from")
     flags.add_no_progress(p, old_quiet=True)
     p.add_argument("--refit-auto", action="store_true",
                    help="train nothing: choose the topk='auto' rule of the MLP already in --out again on the "
@@ -230,7 +238,10 @@ def run_train(args: argparse.Namespace) -> int:
     weights = _weights(args.weight)
     file_factors(paths, weights)  # a pattern naming no --data file fails before the data is read
     device = named_or_data_device(args.device, paths)  # printed once the data is read and checked
-    options = {"feature_version": args.features, "weights": weights}
+    if args.claim_init_domain and args.init is None:
+        raise OptionError("train: --claim-init-domain claims the domain of the --init model; pass --init DIR")
+    options = {"feature_version": args.features, "weights": weights,
+               "claim_start_domain": args.claim_init_domain, "gate_from": args.gate}
     chosen = {name: value for name, value in (("members", args.members), ("lr", args.lr))
               if value is not None}  # the rest: MLPHParams' defaults
     result = train(args.data, args.out, seed=args.seed, epochs=args.epochs, objective=args.objective,
@@ -250,6 +261,8 @@ def run_train(args: argparse.Namespace) -> int:
     if "skipped" in gate:
         say(f"no cuBLAS gate: {gate['skipped']}")
     else:
+        if args.gate is not None:
+            say(f"cuBLAS gate of {printable(args.gate)} written with the model (not fitted again)")
         _print_gate_validation(gate)
     return 0
 

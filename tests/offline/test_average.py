@@ -215,3 +215,16 @@ def test_the_command_refuses_one_folder(tmp_path, capsys):
     assert exited.value.code == 2
     assert "two or more model folders" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_card_claiming_an_overlapping_one_keeps_the_larger_count_of_each_stratum():
+    from kernel_select.offline.training.average import card_claiming
+
+    own = trained_like(0, members=1).card.model_copy(update={
+        "domain": Domain(strata={"mm/bfloat16/m<=16": 30}, m=(1, 16), n=(64, 4096), k=(64, 512))})
+    start = trained_like(1, members=1).card.model_copy(update={
+        "domain": Domain(strata={"mm/bfloat16/m<=16": 25, "bmm/float32/m<=256": 40}, m=(8, 256),
+                         n=(16, 1024), k=(128, 8192))})
+    assert card_claiming(own, start, overlapping=True).domain.strata == {
+        "bmm/float32/m<=256": 40, "mm/bfloat16/m<=16": 30}
+    assert card_claiming(own, start).domain.strata == {"bmm/float32/m<=256": 40, "mm/bfloat16/m<=16": 55}

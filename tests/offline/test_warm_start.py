@@ -129,3 +129,70 @@ def test_a_time_limit_bounds_the_epochs_and_the_card_says_how_many_ran(data, tmp
     rank = result.metrics["val"]["rank"]
     assert 1 <= rank["epochs_run"] < 500 and rank["epochs_planned"] == 500
     assert len(calls) >= rank["epochs_run"]  # every epoch of every member reported
+
+
+def _start_knowing_more(base, **card_changes):
+    """`base` as a warm start whose card claims a stratum the data lacks and more of one it has."""
+    from kernel_select.device import get_device
+    from kernel_select.offline.training.warm_start import load_warm_start
+
+    warm = load_warm_start(base.out_dir, get_device("h100"), members=BASE.members,
+                           feature_version=base.model.card.feature_version, hidden_widths=BASE.hidden_widths)
+    domain = warm.card.domain
+    strata = {**domain.strata, "bmm/float32/m>4096": 40}
+    strata[next(iter(domain.strata))] += 1000
+    card = warm.card.model_copy(update={"domain": domain.model_copy(update={
+        "strata": strata, "m": (1, 10 ** 6)}), **card_changes})
+    return dataclasses.replace(warm, card=card)
+
+
+def test_a_fine_tune_claiming_its_start_keeps_what_it_knew_without_counting_twice(data, base, tmp_path):
+    warm = _start_knowing_more(base)
+    claimed = train(data, tmp_path / "claimed", device="h100", objective="rank", epochs=1, hparams=BASE,
+                    progress=False, init=warm, claim_start_domain=True).model.card.domain
+    own = train(data, tmp_path / "own", device="h100", objective="rank", epochs=1, hparams=BASE,
+                progress=False, init=warm).model.card.domain
+    assert "bmm/float32/m>4096" not in own.strata and claimed.strata["bmm/float32/m>4096"] == 40
+    # the same files trained on again: the larger count of the two, not their sum
+    assert claimed.strata == {key: max(own.strata.get(key, 0), warm.card.domain.strata.get(key, 0))
+                              for key in {*own.strata, *warm.card.domain.strata}}
+    assert claimed.m == (min(own.m[0], 1), 10 ** 6) and claimed.n == own.n
+
+
+def test_claiming_needs_a_start_that_serves_this_gpu(data, base, tmp_path):
+    with pytest.raises(OptionError, match="needs a start"):
+        train(data, tmp_path / "a", device="h100", hparams=BASE, progress=False, claim_start_domain=True)
+    with pytest.raises(OptionError, match="a100's, which does not serve h100"):
+        train(data, tmp_path / "b", device="h100", hparams=BASE, progress=False, claim_start_domain=True,
+              init=_start_knowing_more(base, device="a100"))
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "--data", str(data), "--out", str(tmp_path / "c"), "--device", "h100",
+              "--claim-init-domain", "--no-progress"])
+    assert exc.value.code == 2 and not (tmp_path / "c").exists()
+
+
+def test_a_kept_gate_is_written_with_the_model_and_recorded_in_its_card(data, base, tmp_path):
+    from kernel_select.device import get_device
+    from kernel_select.model.cublas import CublasGate
+    from kernel_select.model.folders import gate_in
+    from kernel_select.offline.training.cublas_fit import save_problem_net
+    from tests.synthetic import untrained_problem_net
+
+    spec = get_device("h100")
+    kept = untrained_problem_net(CublasGate, seed=4)
+    kept.card.metrics["validation"] = {"problems": 7, "sign_accuracy": 0.5}
+    save_problem_net(kept, tmp_path / "gate")
+    result = train(data, tmp_path / "kept", device="h100", objective="rank", epochs=1, hparams=BASE,
+                   progress=False, init=base.out_dir, gate_from=tmp_path / "gate")
+    assert gate_in(tmp_path / "kept", spec).digest() == kept.digest()
+    recorded = result.model.card.hyperparameters["gate"]
+    assert recorded == {"dir": str(tmp_path / "gate"), "digest": kept.digest()}
+    assert result.metrics["cublas_gate"] == {"problems": 7, "sign_accuracy": 0.5}
+    assert "gate" not in base.model.card.hyperparameters
+
+
+def test_a_gate_folder_without_a_gate_is_refused_before_training(data, base, tmp_path):
+    out = tmp_path / "never"
+    with pytest.raises(ModelError, match="no cuBLAS gate here"):
+        train(data, out, device="h100", hparams=BASE, progress=False, gate_from=tmp_path)
+    assert not out.exists()

@@ -32,7 +32,7 @@ import torch
 
 from kernel_select.device import DeviceSpec, serves_anyway
 from kernel_select.errors import ModelError, OptionError
-from kernel_select.model.card import MAX_MEMBERS, Domain, utc_now
+from kernel_select.model.card import MAX_MEMBERS, Domain, ModelCard, utc_now
 from kernel_select.model.cublas import GATE_STEM, CublasGate
 from kernel_select.model.folder_write import check_model_folder
 from kernel_select.model.folders import gate_in
@@ -143,23 +143,31 @@ def average_start_dirs(fine_tuned_dir: str | Path, start_dir: str | Path,
 def with_start_domain(model: MLPModel, start: MLPModel) -> MLPModel:
     """`model` with a card that also claims `start`'s dtypes, layouts and domain (module docstring):
     the training problems of a stratum are both cards' together, each dimension's range spans both."""
-    own, theirs = model.card, start.card
-    both = own.dtypes and theirs.dtypes  # an empty list restricts nothing
-    card = own.model_copy(update={
-        "dtypes": list(dict.fromkeys([*own.dtypes, *theirs.dtypes])) if both else [],
-        "layouts": sorted(set(own.layouts) | set(theirs.layouts)),
-        "domain": _domain_union(own.domain, theirs.domain)})
+    card = card_claiming(model.card, start.card)
     return MLPModel(model.device, model.net, card, model.aten)
 
 
-def _domain_union(own: Domain | None, theirs: Domain | None) -> Domain | None:
+def card_claiming(own: ModelCard, theirs: ModelCard, *, overlapping: bool = False) -> ModelCard:
+    """`own` also claiming the dtypes, layouts and domain of `theirs`: each dimension's range spans
+    both, and a stratum's training problems are both cards' together, or, with `overlapping` (the two
+    trained on many of the same rows: a fine-tune of this GPU's model on its files again), the larger
+    of the two counts, so that no problem counts twice."""
+    both = own.dtypes and theirs.dtypes  # an empty list restricts nothing
+    return own.model_copy(update={
+        "dtypes": list(dict.fromkeys([*own.dtypes, *theirs.dtypes])) if both else [],
+        "layouts": sorted(set(own.layouts) | set(theirs.layouts)),
+        "domain": _domain_union(own.domain, theirs.domain, overlapping=overlapping)})
+
+
+def _domain_union(own: Domain | None, theirs: Domain | None, *, overlapping: bool = False) -> Domain | None:
     if own is None or theirs is None:  # a card from before domains were recorded: keep the one there is
         return own or theirs
 
     def span(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
         return min(a[0], b[0]), max(a[1], b[1])
 
-    strata = {key: own.strata.get(key, 0) + theirs.strata.get(key, 0)
+    combine = max if overlapping else int.__add__
+    strata = {key: combine(own.strata.get(key, 0), theirs.strata.get(key, 0))
               for key in {*own.strata, *theirs.strata}}
     # A card without a work bound bounds nothing, so neither does the union.
     work = ({key: max(own.work.get(key, 0.0), theirs.work.get(key, 0.0))
@@ -179,7 +187,7 @@ def _scored_and_saved(averaged: MLPModel, data_path: str | Path | Sequence[str |
     _check_trained_on(averaged, paths)
     frame = dataset.read_many(paths)
     refit_auto(averaged, frame)
-    attach_held_out(averaged, paths, frame)
+    attach_held_out(averaged, paths, frame, gate)
     _record_cublas(averaged, gate, gate_dir, frame)
     save_model(averaged, out_dir, gate)
     log.info("averaged %d members -> %s", averaged.card.architecture.members, out_dir)

@@ -26,9 +26,10 @@ from typing import Any, Literal
 import pandas as pd
 
 from kernel_select.offline.data import dataset, splits
-from kernel_select.model.cublas import AtenHead, CublasGate
+from kernel_select.model.cublas import GATE_STEM, AtenHead, CublasGate
+from kernel_select.model.folders import gate_in
 from kernel_select.model.features import FEATURE_SETS, FEATURE_VERSION
-from kernel_select.device import DeviceSpec, get_device, key_for_name
+from kernel_select.device import DeviceSpec, get_device, key_for_name, serves_anyway
 from kernel_select.errors import ModelError, OptionError
 from kernel_select.model.card import GpuIdentity, ModelCard, training_versions, utc_now
 from kernel_select.model.folder_write import check_model_folder, write_model_folder
@@ -46,6 +47,7 @@ from kernel_select.offline.training.training_data import (
     DEFAULT_CAP, aten_problems, domain_of, layouts_for, provenance, training_rows,
 )
 from kernel_select.offline.training.auto_refit import refit_auto
+from kernel_select.offline.training.average import card_claiming
 from kernel_select.offline.training.fit_loop import (  # noqa: F401 - MLPHParams, TimeLimit: re-exported
     VAL_KS,
     MLPHParams,
@@ -87,7 +89,8 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
           hparams: MLPHParams | None = None,
           feature_version: int = FEATURE_VERSION, cap: int = DEFAULT_CAP,
           progress: bool = True, init: str | Path | WarmStart | None = None,
-          time_limit: TimeLimit | None = None, weights: Mapping[str, float] | None = None) -> TrainResult:
+          time_limit: TimeLimit | None = None, weights: Mapping[str, float] | None = None,
+          claim_start_domain: bool = False, gate_from: str | Path | None = None) -> TrainResult:
     """Fit the MLP on the trainable problems of the dataset file(s) and save it to `out_dir`,
     with the cuBLAS time head, the `topk="auto"` rule, and the cuBLAS gate.
 
@@ -105,9 +108,17 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
         weights: {pattern: factor}: the 'train' problems read from the dataset files a pattern (a path
             or glob) names weigh `factor` times the others' in the MLP's loss, in either objective
             (file_weights.py); the card records each weighted file's factor and train problems.
+        claim_start_domain: with `init`, the card also claims the start's dtypes, layouts and domain, per
+            stratum the larger of the two counts (average.card_claiming, overlapping): a fine-tune
+            of this GPU's own model on its files again keeps in its domain what the start knew from
+            rows these files lack (the H200 model's strata claimed from the H100 model's).
+        gate_from: a model folder whose cuBLAS gate is written with the model instead of fitting one
+            (one that scored better than a refit); the card records where it came from.
     Raises:
         DatasetError: a file is unreadable, or a split has no usable rows for `device`.
-        OptionError: bad epochs, objective, feature version, cap or weights.
+        OptionError: bad epochs, objective, feature version, cap or weights; claim_start_domain without
+            `init`, or with a start that would not serve `device` (device.serves_anyway).
+        ModelError: `gate_from` holds no cuBLAS gate for `device`'s architecture.
     """
     started = time.perf_counter()
     spec = get_device(device)
@@ -121,6 +132,8 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
     warm = init if isinstance(init, WarmStart) or init is None else load_warm_start(
         init, spec, feature_version=feature_version, hidden_widths=hparams.hidden_widths,
         members=hparams.members)
+    start_card = _start_card(warm, spec) if claim_start_domain else None
+    kept_gate = _gate_from(gate_from, spec) if gate_from is not None else None
 
     frame, source = dataset.read_many_with_sources(paths)
     origin = problem_files(frame, source) if factors else None
@@ -148,7 +161,10 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
     metrics: dict[str, Any] = {"selected_objective": best, "val": {name: m for name, (_, m) in runs.items()},
                                **member_metrics}
     head = _fit_aten_head(rows, aten, spec, seed, metrics)
-    metrics["cublas_gate"], gate = _fit_gate_or_none(frame, spec, seed, paths)
+    if kept_gate is None:
+        metrics["cublas_gate"], gate = _fit_gate_or_none(frame, spec, seed, paths)
+    else:
+        metrics["cublas_gate"], gate = kept_gate.card.metrics.get("validation", {}), kept_gate
     metrics["cublas_by_layout"] = cublas_errors_by_layout(frame, head, gate)
     metrics["train_seconds"] = round(time.perf_counter() - started, 1)
     card = ModelCard(
@@ -160,15 +176,35 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
         domain=domain_of(rows),
         hyperparameters={**dataclasses.asdict(hparams), "seed": seed, "objective": objective,
                          "cap_rows_per_problem": cap, **({"init": warm.record} if warm else {}),
-                         **({"weights": weighting} if weighting else {})},
+                         **({"weights": weighting} if weighting else {}),
+                         **({"gate": {"dir": str(gate_from), "digest": gate.digest()}} if kept_gate else {})},
         data=provenance(paths, rows), metrics=metrics, trained_at=utc_now(), versions=training_versions())
+    if start_card is not None:
+        card = card_claiming(card, start_card, overlapping=True)
     model = MLPModel(spec, net, card, head)
     refit_auto(model, frame)  # the rule, on every val row as `evaluate` scores them (auto_refit.py)
-    attach_held_out(model, paths, frame)
+    attach_held_out(model, paths, frame, gate)
     save_model(model, out_dir, gate)
     seconds = time.perf_counter() - started
     log.info("trained %s model (%s objective) in %.0f s -> %s", spec.key, best, seconds, out_dir)
     return TrainResult(model=model, out_dir=Path(out_dir), objective=best, metrics=metrics, seconds=seconds)
+
+
+def _start_card(warm: WarmStart | None, spec: DeviceSpec) -> ModelCard:
+    """The card whose domain `claim_start_domain` claims; OptionError where there is none to claim."""
+    if warm is None or warm.card is None:
+        raise OptionError("claiming the start's domain needs a start: pass init (train --init DIR)")
+    if not serves_anyway(warm.card.device, spec):
+        raise OptionError(f"the start model is the {warm.card.device}'s, which does not serve {spec.key}: "
+                          f"its domain says nothing of this GPU")
+    return warm.card
+
+
+def _gate_from(folder: str | Path, spec: DeviceSpec) -> CublasGate:
+    gate = gate_in(folder, spec)
+    if gate is None:
+        raise ModelError(f"{folder}: no cuBLAS gate here ({GATE_STEM}.pt) to write with the model")
+    return gate
 
 
 def save_model(model: MLPModel, out_dir: str | Path, gate: CublasGate | None = None) -> Path:
@@ -205,13 +241,16 @@ def _train_members(first: RuntimeNet, objective: str, splits_: dict[str, Split],
 
 
 
-def attach_held_out(model: MLPModel, paths: Sequence[Path], frame: pd.DataFrame | None = None) -> None:
+def attach_held_out(model: MLPModel, paths: Sequence[Path], frame: pd.DataFrame | None = None,
+                    gate: CublasGate | None = None) -> None:
     """Score `model` on the frozen `test` and `family` splits and keep the figures in its card
-    (`metrics.held_out`: top-k, with cuBLAS, calibration, auto, strata, worst problems)."""
+    (`metrics.held_out`: top-k, with cuBLAS, calibration, auto, strata, worst problems). `gate`: the
+    cuBLAS gate written beside it, which the "with cuBLAS" figures apply (None: the one serving the
+    device)."""
     from kernel_select.offline.training.evaluate import evaluate_splits
     from kernel_select.offline.training.model_extras import held_out_summary
 
-    report = evaluate_splits(paths, [model], device=model.device, frame=frame)
+    report = evaluate_splits(paths, [model], device=model.device, frame=frame, gate=gate)
     model.card.metrics["held_out"] = held_out_summary(report, model.name)
 
 

@@ -25,6 +25,7 @@ import torch
 
 from kernel_select.device import DeviceSpec
 from kernel_select.errors import OptionError
+from kernel_select.model.card import ModelCard
 from kernel_select.model.features import FEATURE_SETS
 from kernel_select.model.mlp import AveragedRuntimeNet, MLPModel, RuntimeNet
 
@@ -37,6 +38,7 @@ class WarmStart:
     feature_mean: np.ndarray
     feature_std: np.ndarray
     record: dict[str, Any]  # what the new card's hyperparameters say it started from
+    card: ModelCard | None = None  # the saved model's card (its domain, for train's claim_start_domain)
 
     def standardize(self, features: np.ndarray) -> np.ndarray:
         return ((features - self.feature_mean) / self.feature_std).astype(np.float32)
@@ -77,7 +79,7 @@ def load_warm_start(init_dir: str | Path, spec: DeviceSpec, *, feature_version: 
         nets = [_widened(member, added) for member in nets]
         mean, std = np.r_[mean, np.zeros(added)], np.r_[std, np.ones(added)]
         record["widened"] = f"feature version {card.feature_version} -> {feature_version}"
-    return WarmStart(members=tuple(nets), feature_mean=mean, feature_std=std, record=record)
+    return WarmStart(members=tuple(nets), feature_mean=mean, feature_std=std, record=record, card=card)
 
 
 def widens(saved: int, asked: int) -> bool:
