@@ -162,3 +162,16 @@ def test_eval_escapes_control_characters_of_file_names_and_prints_json_on_stdout
     assert main(["eval", "--data", str(data), "--split", "test", "--model", "ANALYTICAL", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)  # the JSON alone: no table, no "wrote" line
     assert report["split"] == "test" and set(report["methods"]) >= {"analytical"}
+
+
+def test_train_with_gate_writes_that_folders_gate_and_says_so(tmp_path, capsys):
+    data, gates, out = tmp_path / "synthetic.parquet", tmp_path / "gates" / "h100", tmp_path / "models" / "h100"
+    dataset.write(synthetic_frame({"train": 24, "val": 8, "test": 2}, configs_per_problem=16), data)
+    assert main(["train-gate", "--data", str(data), "--out", str(gates)]) == 0
+    capsys.readouterr()
+    assert main(["train", "--data", str(data), "--out", str(out), "--epochs", "1", "--members", "1",
+                 "--objective", "rank", "--no-progress", "--gate", str(gates)]) == 0
+    assert f"cuBLAS gate of {gates} written with the model (not fitted again)" in capsys.readouterr().out
+    assert (out / "cublas_gate.pt").read_bytes() == (gates / "cublas_gate.pt").read_bytes()
+    card = json.loads((out / "mlp.json").read_text())["hyperparameters"]
+    assert card["gate"]["dir"] == str(gates)
