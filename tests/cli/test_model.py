@@ -165,7 +165,8 @@ def test_eval_escapes_control_characters_of_file_names_and_prints_json_on_stdout
 
 
 def test_train_with_gate_writes_that_folders_gate_and_says_so(tmp_path, capsys):
-    data, gates, out = tmp_path / "synthetic.parquet", tmp_path / "gates" / "h100", tmp_path / "models" / "h100"
+    data, gates = tmp_path / "synthetic.parquet", tmp_path / "gates" / "h100"
+    out = tmp_path / "models" / "h100"
     dataset.write(synthetic_frame({"train": 24, "val": 8, "test": 2}, configs_per_problem=16), data)
     assert main(["train-gate", "--data", str(data), "--out", str(gates)]) == 0
     capsys.readouterr()
