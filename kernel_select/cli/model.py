@@ -224,7 +224,18 @@ def _weights(given: list[tuple[str, float]] | None) -> dict[str, float] | None:
     return weights or None
 
 
+#: train's options that shape a training: --refit-auto trains nothing, so it refuses them rather than
+#: leave a user believing they took effect
+_TRAINING_ONLY = {"epochs": "--epochs", "init": "--init", "lr": "--lr", "members": "--members",
+                  "weight": "--weight", "gate": "--gate", "claim_init_domain": "--claim-init-domain"}
+
+
 def run_train(args: argparse.Namespace) -> int:
+    if args.refit_auto:
+        given = [flag for name, flag in _TRAINING_ONLY.items() if getattr(args, name) not in (None, False)]
+        if given:
+            raise OptionError(f"train: --refit-auto trains nothing, so {', '.join(given)} would have no "
+                              f"effect; drop {'it' if len(given) == 1 else 'them'}")
     check_output_dir(args.out, MODEL_FILES[:1] if args.refit_auto else MODEL_FILES)  # before the work
     from kernel_select.offline.training.training_data import require_rows
 

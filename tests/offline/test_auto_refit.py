@@ -72,3 +72,14 @@ def test_a_dataset_without_val_problems_is_refused(tmp_path, capsys):
         main(["train", "--refit-auto", "--data", str(path), "--out", str(tmp_path / "m")])
     assert exited.value.code == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_refit_refuses_the_options_of_a_training_it_does_not_run(data, tmp_path, capsys):
+    save_model(untrained_mlp(members=2), tmp_path)
+    card = (tmp_path / CARD_FILE).read_bytes()
+    with pytest.raises(SystemExit) as exited:
+        main(["train", "--refit-auto", "--data", str(data), "--out", str(tmp_path), "--epochs", "3",
+              "--weight", "x=2"])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and "--epochs, --weight would have no effect" in err
+    assert (tmp_path / CARD_FILE).read_bytes() == card
