@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from kernel_select.model.card import WORK_SLACK, Domain, outside_domain
-from kernel_select.offline.training.average import _domain_union
+from kernel_select.offline.training.domain_claim import domain_union as _domain_union
 from kernel_select.offline.training.training_data import domain_of
 from kernel_select.problem import Problem
 

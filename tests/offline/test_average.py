@@ -218,7 +218,7 @@ def test_the_command_refuses_one_folder(tmp_path, capsys):
 
 
 def test_a_card_claiming_an_overlapping_one_keeps_the_larger_count_of_each_stratum():
-    from kernel_select.offline.training.average import card_claiming
+    from kernel_select.offline.training.domain_claim import card_claiming
 
     own = trained_like(0, members=1).card.model_copy(update={
         "domain": Domain(strata={"mm/bfloat16/m<=16": 30}, m=(1, 16), n=(64, 4096), k=(64, 512))})

@@ -32,13 +32,14 @@ import torch
 
 from kernel_select.device import DeviceSpec, serves_anyway
 from kernel_select.errors import ModelError, OptionError
-from kernel_select.model.card import MAX_MEMBERS, Domain, ModelCard, utc_now
+from kernel_select.model.card import MAX_MEMBERS, utc_now
 from kernel_select.model.cublas import GATE_STEM, CublasGate
 from kernel_select.model.folder_write import check_model_folder
 from kernel_select.model.folders import gate_in
 from kernel_select.model.mlp import AveragedRuntimeNet, MLPModel, RuntimeNet, architecture
 from kernel_select.offline.data import dataset
 from kernel_select.offline.training.auto_refit import refit_auto
+from kernel_select.offline.training.domain_claim import card_claiming
 from kernel_select.offline.training.cublas_fit import cublas_errors_by_layout
 from kernel_select.offline.training.training_data import file_hashes
 
@@ -145,36 +146,6 @@ def with_start_domain(model: MLPModel, start: MLPModel) -> MLPModel:
     the training problems of a stratum are both cards' together, each dimension's range spans both."""
     card = card_claiming(model.card, start.card)
     return MLPModel(model.device, model.net, card, model.aten)
-
-
-def card_claiming(own: ModelCard, theirs: ModelCard, *, overlapping: bool = False) -> ModelCard:
-    """`own` also claiming the dtypes, layouts and domain of `theirs`: each dimension's range spans
-    both, and a stratum's training problems are both cards' together, or, with `overlapping` (the two
-    trained on many of the same rows: a fine-tune of this GPU's model on its files again), the larger
-    of the two counts, so that no problem counts twice."""
-    both = own.dtypes and theirs.dtypes  # an empty list restricts nothing
-    return own.model_copy(update={
-        "dtypes": list(dict.fromkeys([*own.dtypes, *theirs.dtypes])) if both else [],
-        "layouts": sorted(set(own.layouts) | set(theirs.layouts)),
-        "domain": _domain_union(own.domain, theirs.domain, overlapping=overlapping)})
-
-
-def _domain_union(own: Domain | None, theirs: Domain | None, *, overlapping: bool = False) -> Domain | None:
-    if own is None or theirs is None:  # a card from before domains were recorded: keep the one there is
-        return own or theirs
-
-    def span(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
-        return min(a[0], b[0]), max(a[1], b[1])
-
-    combine = max if overlapping else int.__add__
-    strata = {key: combine(own.strata.get(key, 0), theirs.strata.get(key, 0))
-              for key in {*own.strata, *theirs.strata}}
-    # A card without a work bound bounds nothing, so neither does the union.
-    work = ({key: max(own.work.get(key, 0.0), theirs.work.get(key, 0.0))
-             for key in {*own.work, *theirs.work}} if own.work and theirs.work else {})
-    return Domain(strata=dict(sorted(strata.items())), m=span(own.m, theirs.m), n=span(own.n, theirs.n),
-                  k=span(own.k, theirs.k), batch=span(own.batch, theirs.batch),
-                  work=dict(sorted(work.items())))
 
 
 def _scored_and_saved(averaged: MLPModel, data_path: str | Path | Sequence[str | Path], out_dir: str | Path,

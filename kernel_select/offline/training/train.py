@@ -47,7 +47,7 @@ from kernel_select.offline.training.training_data import (
     DEFAULT_CAP, aten_problems, domain_of, layouts_for, provenance, training_rows,
 )
 from kernel_select.offline.training.auto_refit import refit_auto
-from kernel_select.offline.training.average import card_claiming
+from kernel_select.offline.training.domain_claim import card_claiming
 from kernel_select.offline.training.fit_loop import (  # noqa: F401 - MLPHParams, TimeLimit: re-exported
     VAL_KS,
     MLPHParams,
@@ -109,7 +109,7 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
             or glob) names weigh `factor` times the others' in the MLP's loss, in either objective
             (file_weights.py); the card records each weighted file's factor and train problems.
         claim_start_domain: with `init`, the card also claims the start's dtypes, layouts and domain, per
-            stratum the larger of the two counts (average.card_claiming, overlapping): a fine-tune
+            stratum the larger of the two counts (domain_claim.py, overlapping): a fine-tune
             of this GPU's own model on its files again keeps in its domain what the start knew from
             rows these files lack (the H200 model's strata claimed from the H100 model's).
         gate_from: a model folder whose cuBLAS gate is written with the model instead of fitting one
