@@ -14,8 +14,8 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 
-from kernel_select.cli import (average_models, calibrate, compare, compare_models, data, doctor, lut, model,
-                               select_cmds, serving, space)
+from kernel_select.cli import (average_models, calibrate, compare, compare_models, data, doctor, gate_rules,
+                               lut, model, select_cmds, serving, space)
 from kernel_select.cli.common import DEBUG_ENV, OneLineParser, Subparsers, flush_stdout
 from kernel_select._version import __version__
 from kernel_select.errors import KernelSelectError
@@ -39,7 +39,7 @@ _REGISTER: tuple[Callable[[Subparsers], None], ...] = (
     data.register_bench, data.register_audit, data.register_fidelity, lut.register, compare.register,
     compare_models.register,
     model.register_train, model.register_train_gate, average_models.register,
-    model.register_eval, model.register_gate_rules,
+    model.register_eval, gate_rules.register_gate_rules,
     calibrate.register,
     serving.register, doctor.register,
 )
