@@ -180,8 +180,6 @@ def run_train(args: argparse.Namespace) -> int:
     weights = _weights(args.weight)
     file_factors(paths, weights)  # a pattern naming no --data file fails before the data is read
     device = named_or_data_device(args.device, paths)  # printed once the data is read and checked
-    if args.claim_init_domain and args.init is None:
-        raise OptionError("train: --claim-init-domain claims the domain of the --init model; pass --init DIR")
     options = {"feature_version": args.features, "weights": weights,
                "claim_start_domain": args.claim_init_domain, "gate_from": args.gate}
     chosen = {name: value for name, value in (("members", args.members), ("lr", args.lr))

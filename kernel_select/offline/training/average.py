@@ -40,7 +40,7 @@ from kernel_select.model.mlp import AveragedRuntimeNet, MLPModel, RuntimeNet, ar
 from kernel_select.offline.data import dataset
 from kernel_select.offline.training.auto_refit import refit_auto
 from kernel_select.offline.training.domain_claim import card_claiming
-from kernel_select.offline.training.cublas_fit import cublas_errors_by_layout
+from kernel_select.offline.training.cublas_fit import cublas_errors_by_layout, gate_record
 from kernel_select.offline.training.training_data import file_hashes
 
 log = logging.getLogger(__name__)
@@ -230,7 +230,7 @@ def _record_cublas(model: MLPModel, gate: CublasGate | None, gate_dir: Path, fra
         model.card.metrics["cublas_gate"] = {"skipped": f"no cuBLAS gate in {gate_dir}"}
     else:
         model.card.metrics["cublas_gate"] = gate.card.metrics.get("validation", {})
-        model.card.hyperparameters["gate"] = {"dir": str(gate_dir), "digest": gate.digest()}
+        model.card.hyperparameters["gate"] = gate_record(gate, gate_dir)
     model.card.metrics["cublas_by_layout"] = cublas_errors_by_layout(frame, model.aten, gate)
 
 

@@ -188,6 +188,12 @@ def problem_net_checkpoint(net: ProblemNet) -> Checkpoint:
     return net.STEM, net.net.state_dict(), net.card
 
 
+def gate_record(gate: CublasGate, folder: str | Path) -> dict[str, str]:
+    """What a model card's hyperparameters say of a gate taken from another folder (train --gate,
+    average-models): where it came from and which it is."""
+    return {"dir": str(folder), "digest": gate.digest()}
+
+
 def save_problem_net(net: ProblemNet, model_dir: str | Path) -> Path:
     """Replace the checkpoint (`<STEM>.pt`, `<STEM>.json`) in the model folder `model_dir`, keeping
     its other checkpoints; the folder is written whole (model/folder_write.py).

@@ -38,6 +38,7 @@ from kernel_select.offline.training.cublas_fit import (
     cublas_errors_by_layout,
     fit_aten,
     fit_gate,
+    gate_record,
     problem_net_checkpoint,
     save_problem_net,
 )
@@ -177,7 +178,7 @@ def train(data_path: str | Path | Sequence[str | Path], out_dir: str | Path, *, 
         hyperparameters={**dataclasses.asdict(hparams), "seed": seed, "objective": objective,
                          "cap_rows_per_problem": cap, **({"init": warm.record} if warm else {}),
                          **({"weights": weighting} if weighting else {}),
-                         **({"gate": {"dir": str(gate_from), "digest": gate.digest()}} if kept_gate else {})},
+                         **({"gate": gate_record(kept_gate, gate_from)} if kept_gate else {})},
         data=provenance(paths, rows), metrics=metrics, trained_at=utc_now(), versions=training_versions())
     if start_card is not None:
         card = card_claiming(card, start_card, overlapping=True)
