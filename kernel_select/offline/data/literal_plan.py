@@ -2,9 +2,9 @@
 with shared binaries, to be timed again as Inductor's kernels run (`bench --literal-sizes`).
 
 The harness shares one binary per config across shapes; Inductor compiles M, N and K in. For
-memory-bound GEMMs that times some configs otherwise (docs/results.md, "Harness fidelity": at
-M <= 64 the shared binaries rank configs at a median Spearman of 0.944 against Inductor's own timing,
-literal sizes at 0.992). The plan is every single GEMM (mm) at M <= 16 in bfloat16 and float16 of the
+memory-bound GEMMs that times some configs otherwise (docs/results.md, "Harness fidelity": on an H200
+the shared binaries rank configs at a median Spearman of 0.976 against Inductor's own timing, literal
+sizes at 0.996; at M <= 16 the shared ones fall as low as 0.09). The plan is every single GEMM (mm) at M <= 16 in bfloat16 and float16 of the
 H200 files, every split (train and val to learn from, test, family and unseen to score against
 Inductor's truth), in the layouts the models read (not `tt`), each with its provenance as measured.
 The order is a fixed shuffle, so that a bounded run (collect it with ORDER=file) times a random
