@@ -1,17 +1,19 @@
-"""The literal-size re-collection plan (data/shapes_literal_h200.json): which problems it takes, its
-order, and that the committed file is what the planner writes from the committed H200 files."""
+"""The literal-size re-collection plans (data/shapes_literal_h200*.json): which problems they take, their
+order, and that each committed file is what the planner writes from the committed H200 files."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from kernel_select.offline.data import dataset, literal_plan, problem_ids, shapes
 from tests.synthetic import synthetic_frame
 
 ROOT = Path(__file__).resolve().parents[2]
-PLAN_FILE = ROOT / "data" / "shapes_literal_h200.json"
+#: Each committed plan and its M range.
+PLANS = {"shapes_literal_h200.json": (1, 16), "shapes_literal_h200_m17_32.json": (17, 32)}
 
 
 def _problems(*specs: tuple[int, str, str, str]) -> pd.DataFrame:
@@ -40,6 +42,22 @@ def test_the_plan_takes_small_single_gemms_of_half_precision_once_each():
     assert literal_plan.literal_shapes(frame.iloc[::-1]) == planned
 
 
-def test_the_committed_plan_is_what_the_planner_writes_from_the_committed_files():
-    frame = dataset.read_many([ROOT / "data" / name for name in literal_plan.PLANNED_FILES])
-    assert literal_plan.literal_shapes(frame) == shapes.load(PLAN_FILE)
+def test_an_m_range_takes_its_bounds_and_nothing_outside_them():
+    frame = _problems(*[(m, "bfloat16", "mm", "nt") for m in (16, 17, 32, 33)])
+    assert sorted(s.m for s in literal_plan.literal_shapes(frame, 17, 32)) == [17, 32]
+
+
+@pytest.fixture(scope="module")
+def planned_from() -> pd.DataFrame:
+    return dataset.read_many([ROOT / "data" / name for name in literal_plan.PLANNED_FILES])
+
+
+@pytest.mark.parametrize("name", sorted(PLANS))
+def test_each_committed_plan_is_what_the_planner_writes_from_the_committed_files(name, planned_from):
+    min_m, max_m = PLANS[name]
+    assert literal_plan.literal_shapes(planned_from, min_m, max_m) == shapes.load(ROOT / "data" / name)
+
+
+def test_the_cli_refuses_an_empty_m_range(tmp_path):
+    with pytest.raises(SystemExit):
+        literal_plan.main(["--out", str(tmp_path / "plan.json"), "--min-m", "33", "--max-m", "32"])
