@@ -13,10 +13,14 @@ own oracle on the same problems against both truths, split by split:
   by pipeline stages.
 
 CPU only, about a minute:  python results/literal_truth_h200.py
+`--mlp-dir DIR --out FILE` scores another model folder the same way; results/literal_truth_h200_previous.json
+is the H200 model the shipped one was fine-tuned from (models/h200 at commit 9a2d3bc, written out with
+`git show`).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -41,11 +45,12 @@ def shared_rows(problem_ids: set[str]) -> pd.DataFrame:
     return rows[rows["problem_id"].isin(problem_ids)]
 
 
-def evaluate(parquet: Path, split: str) -> dict:
+def evaluate(parquet: Path, split: str, mlp_dir: str | None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "eval.json"
+        model = ["--mlp-dir", mlp_dir] if mlp_dir else []  # none: the model that serves the device
         subprocess.run([sys.executable, "-m", "kernel_select.cli", "eval", "--data", str(parquet),
-                        "--split", split, "--json-out", str(out)], check=True, capture_output=True)
+                        "--split", split, "--json-out", str(out), *model], check=True, capture_output=True)
         report = json.loads(out.read_text())
     splits = report["splits"] if "splits" in report else {split: report}
     return {name: summary(s) for name, s in splits.items()}
@@ -102,20 +107,24 @@ def shared_oracle_in_literal(literal: pd.DataFrame, shared: pd.DataFrame) -> dic
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mlp-dir", help="model folder to score (default: the shipped H200 model)")
+    parser.add_argument("--out", type=Path, default=OUT, help=f"JSON to write (default: {OUT.name})")
+    args = parser.parse_args()
     literal = dataset.read(LITERAL)
     shared = shared_rows(set(literal["problem_id"]))
-    result = {"data": LITERAL.name, "problems": int(literal["problem_id"].nunique()),
-              "rows": len(literal), "truths": {}}
+    result = {"data": LITERAL.name, "model": args.mlp_dir or "models/h200",
+              "problems": int(literal["problem_id"].nunique()), "rows": len(literal), "truths": {}}
     with tempfile.TemporaryDirectory() as tmp:
         shared_path = Path(tmp) / "shared_same_problems.parquet"
         shared.to_parquet(shared_path)
         for truth, path in (("literal", LITERAL), ("shared", shared_path)):
             result["truths"][truth] = {}
             for split in ("train", "val", "held-out"):
-                result["truths"][truth].update(evaluate(path, split))
+                result["truths"][truth].update(evaluate(path, split, args.mlp_dir))
     result["shared_oracle_in_literal"] = shared_oracle_in_literal(literal, shared)
     result["literal_over_shared"] = literal_over_shared(literal, shared)
-    OUT.write_text(json.dumps(result, indent=1) + "\n")
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
     for split in result["truths"]["literal"]:
         lit, sh = result["truths"]["literal"][split], result["truths"]["shared"][split]
         print(f"{split:7s} {lit['problems']:4d} problems  mlp top-1/top-4 literal "
@@ -124,7 +133,7 @@ def main() -> None:
               f"{lit['inductor_default']:.3f} shared {sh['inductor_default']:.3f}")
     print("shared oracle in literal truth:", result["shared_oracle_in_literal"])
     print("literal over shared:", result["literal_over_shared"])
-    print(f"wrote {OUT}")
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,12 @@
 #   bash results/networks_h200.sh merge results/networks_h200.json call1/networks_h200.json \
 #       call2/networks_h200.json call3/networks_h200.json
 #
+# results/networks_h200_llama_decode.{json,png}: Llama decode alone, again, after the H200 model learnt the
+# literal-size rows (2026-11-29, one H200, 16 cores, the four default methods):
+#
+#   OUT=call bash results/networks_h200.sh 270 llama3-8b-2layer/decode
+#   (call/networks_h200.json and .png, renamed)
+#
 # The third call measured what the bound had cut (GPT-2 decode's stock-gemm), a second run of four
 # methods on three networks, a network more (GPT-2 prefill, BERT bf16), and BERT fp32's zero-gemm and
 # recipe again after the model's domain learnt to bound a problem's work (docs/results.md says why): the
