@@ -13,9 +13,9 @@ own oracle on the same problems against both truths, split by split:
   by pipeline stages.
 
 CPU only, about a minute:  python results/literal_truth_h200.py
-`--mlp-dir DIR --out FILE` scores another model folder the same way; results/literal_truth_h200_previous.json
-is the H200 model the shipped one was fine-tuned from (models/h200 at commit 9a2d3bc, written out with
-`git show`).
+`--mlp-dir DIR --out FILE` scores another model folder the same way:
+results/literal_truth_h200_previous.json is the H200 model the shipped one was fine-tuned from
+(models/h200 at commit 9a2d3bc, written out with `git show`; its "model" field names that commit).
 """
 
 from __future__ import annotations
