@@ -55,15 +55,15 @@ merge() {
   python3 - "$@" <<'EOF'
 import sys
 
-from kernel_select.offline.e2e import compare_models, model_frames, model_report, model_results
+from kernel_select.offline.e2e import compare_models, model_frames, model_report, model_results, model_tables
 
 out, parts = sys.argv[1], sys.argv[2:]
 merged = compare_models.merge_comparisons(parts)
 model_results.write_results(merged, out)
 model_frames.plot_models(merged, out.removesuffix(".json") + ".png")
-print(model_report.format_summary(model_report.summarize(merged)))
+print(model_tables.format_summary(model_report.summarize(merged)))
 print()
-print(model_report.format_models(merged))
+print(model_tables.format_models(merged))
 print(f"wrote {out} and its .png")
 EOF
 }

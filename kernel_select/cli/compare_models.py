@@ -99,7 +99,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run_compare_models(args: argparse.Namespace) -> int:
-    from kernel_select.offline.e2e import compare_models, model_report
+    from kernel_select.offline.e2e import compare_models, model_report, model_tables
     from kernel_select.offline.e2e.model_methods import MethodContext, select_methods
     from kernel_select.offline.e2e.workloads import check_factories, require_transformers, select_workloads
 
@@ -124,9 +124,9 @@ def run_compare_models(args: argparse.Namespace) -> int:
         samples=args.samples, timeout_s=args.worker_max_seconds, resume=args.resume,
         max_seconds=args.max_seconds,
         settings={"lut": args.lut, "cudagraphs": not args.no_cudagraphs})
-    say_lines(model_report.format_summary(model_report.summarize(results)))
+    say_lines(model_tables.format_summary(model_report.summarize(results)))
     say("")
-    say_lines(model_report.format_models(results))
+    say_lines(model_tables.format_models(results))
     plot = f" and {png_path}" if png_path else " (no plot: matplotlib is not installed)"
     say(f"wrote {printable(json_path)}{plot}")
     return 1 if compare_models.every_run_failed(results) else 0  # nothing measured: not a success

@@ -21,6 +21,7 @@ from kernel_select.offline.e2e import (
     model_report,
     model_results,
     model_steps,
+    model_tables,
 )
 from kernel_select.offline.e2e.model_methods import MethodContext, ModelMethod, select_methods
 from kernel_select.offline.e2e.model_worker import host_state, lowered_gemms
@@ -89,7 +90,7 @@ def test_aggregate_reports_how_much_the_hosts_speed_moved() -> None:
     entry = {"name": "a", "results": {"stock": result, "topk-4": result}}
     summary = model_report.summarize({"methods": ["stock", "topk-4"], "models": [entry]})
     assert summary.rows[0].max_host_spread == pytest.approx(0.4)
-    assert "host spread" in model_report.format_summary(summary)
+    assert "host spread" in model_tables.format_summary(summary)
 
 
 def test_worker_times_the_host_reference_beside_the_steps() -> None:
@@ -126,7 +127,7 @@ def test_summary_compares_device_times_over_the_models_that_have_them() -> None:
                "models": [entry("a", 3.0, 4.0), entry("b", 2.0, 2.0), entry("c", None, 5.0)]}
     row = next(r for r in model_report.summarize(results).rows if r.method == "topk-4")
     assert row.device_models == {"stock": 2} and row.device_vs_stock == pytest.approx((0.75 * 1.0) ** 0.5)
-    assert "device/stock" in model_report.format_summary(model_report.summarize(results))
+    assert "device/stock" in model_tables.format_summary(model_report.summarize(results))
 
 
 class FakeClock:
@@ -206,7 +207,7 @@ def test_driver_writes_resumable_results_and_summary(tmp_path: Path) -> None:
     assert rows["topk-4"].step_vs_stock == pytest.approx(6.5 / 7.0)
     assert rows["stock"].step_vs_default == pytest.approx(7.0 / 8.0)
     assert rows["default"].speedup_vs_eager == pytest.approx(10.0 / 8.0)
-    assert "topk-4" in model_report.format_summary(model_report.summarize(saved))
+    assert "topk-4" in model_tables.format_summary(model_report.summarize(saved))
     assert png is not None and png.exists()
 
     calls.clear()  # resume: nothing left to run; a third repeat runs only the new pass
@@ -329,7 +330,7 @@ def test_the_report_counts_the_gemms_a_method_left_to_autotuning(tmp_path: Path)
                                                       runner=runner)
     entry = results["models"][0]
     assert model_report.gemms_autotuned(entry["results"]["zero-gemm"]) == (1, 3)
-    lines = model_report.format_models(results).splitlines()
+    lines = model_tables.format_models(results).splitlines()
     assert [line.split()[-1] for line in lines[2:]] == ["0/3", "3/3", "1/3"]
 
 
@@ -674,7 +675,7 @@ def test_every_table_gives_autotuning_time_and_ratios_against_stock_gemm(tmp_pat
     assert recipe.step_vs_stock_gemm == pytest.approx(0.9)
     assert recipe.step_vs_stock == pytest.approx(6.3 / 7.7)
     assert rows["stock"].step_vs_stock_gemm == pytest.approx(1.1)
-    text = model_report.format_summary(summary)
+    text = model_tables.format_summary(summary)
     header = text.splitlines()[1].split()
     assert header[:4] == ["method", "models", "compile", "[s]"] and "autotune" in header
     assert header.index("step/stock-gemm") < header.index("step/stock") < header.index("step/default")
@@ -687,7 +688,7 @@ def test_every_table_gives_autotuning_time_and_ratios_against_stock_gemm(tmp_pat
     assert (cell["autotune_s"], cell["compile/stock-gemm"]) == (5.0, 0.25)
     assert cell["step/stock-gemm"] == pytest.approx(0.9) and cell["step/default"] == pytest.approx(6.3 / 8.0)
 
-    lines = model_report.format_models(results).splitlines()
+    lines = model_tables.format_models(results).splitlines()
     assert lines[0].split()[:3] == ["model", "method", "compile"] and "step/stock-gemm" in lines[0]
     first = lines[2].split()
     assert first[:5] == ["recsys-mlp/prefill", "default", "10.0", "0.0", "8.000"]
@@ -695,7 +696,7 @@ def test_every_table_gives_autotuning_time_and_ratios_against_stock_gemm(tmp_pat
 
     narrowed = model_report.summarize(results, references=("stock", "default"))
     assert narrowed.references == ("stock", "default") and "step/stock-gemm" not in \
-        model_report.format_summary(narrowed)
+        model_tables.format_summary(narrowed)
 
 
 def test_a_failed_method_shows_its_error_in_the_text_table(tmp_path: Path) -> None:
@@ -708,7 +709,7 @@ def test_a_failed_method_shows_its_error_in_the_text_table(tmp_path: Path) -> No
     results, _, _ = compare_models.run_compare_models(["recsys-mlp/decode"], select_methods(None),
                                                       out_dir=tmp_path, device="cpu", progress=False,
                                                       runner=runner)
-    lines = model_report.format_models(results).splitlines()
+    lines = model_tables.format_models(results).splitlines()
     assert lines[3].split() == ["stock-gemm", "RuntimeError:", "CUDA", "out", "of", "memory"]
     # no stock-gemm step to divide by; one GEMM autotuned, and the fake runs do not count the lowered ones
     assert lines[4].split()[-4:] == ["-", "0.787", "1.587x", "1/-"]
