@@ -28,6 +28,7 @@ VOCABULARY: dict[str, str] = {
     "no progress bar": "--no-progress",
     "the whole run's time budget, in seconds": "--max-seconds",
     "one worker process's time limit, in seconds": "--worker-max-seconds",
+    "a saved MLP scored instead of the shipped one": "--mlp-dir",
 }
 
 #: Old spelling -> its replacement, in the commands that had it (they go in 1.2).
@@ -176,6 +177,14 @@ def add_tf32(parser: argparse.ArgumentParser) -> None:
                         help="the float32 GEMM multiplies in TF32 on tensor cores, as Inductor runs it under "
                              "torch.set_float32_matmul_precision('high') (a problem of its own: its LUT "
                              "list is 'tf32'; the shipped models were not trained on it)")
+
+
+def add_mlp_dir(parser: argparse.ArgumentParser, verb: str) -> None:
+    """--mlp-dir: a saved MLP folder used instead of the shipped model, with the cuBLAS gate saved beside
+    it where there is one (`model.folders.gate_in`), else the gate serving the device."""
+    parser.add_argument("--mlp-dir", default=None,
+                        help=f"{verb} the MLP saved in this directory instead of the shipped one, and the "
+                             "cuBLAS gate saved beside it where there is one (else the serving gate)")
 
 
 def add_json(parser: argparse.ArgumentParser, what: str = "the result", *, file_form: bool = False) -> None:

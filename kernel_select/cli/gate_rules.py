@@ -6,7 +6,9 @@ import argparse
 import json
 
 from kernel_select.cli import flags
-from kernel_select.cli.common import Subparsers, add_device_arg, emit_text, int_at_least, say, say_lines
+from kernel_select.cli.common import (
+    Subparsers, add_device_arg, emit_text, int_at_least, printable, say, say_lines,
+)
 from kernel_select.cli.devices import data_device_text, model_line
 from kernel_select.cli.model import named_or_data_device
 
@@ -34,6 +36,7 @@ def register_gate_rules(sub: Subparsers) -> None:
                         "its sign accuracy and regret against the measured faster of the two; a GEMM "
                         "outside the model's domain is benchmarked with Inductor's list, as the handler "
                         "does (--gemm-topk is not read)")
+    flags.add_mlp_dir(p, "replay")
     add_device_arg(p, "device key (any case; default: from the dataset)")
     flags.add_json(p, "the rows", file_form=True)
     p.set_defaults(handler=run_gate_rules)
@@ -46,13 +49,16 @@ def run_gate_rules(args: argparse.Namespace) -> int:
     paths = require_rows(args.data, "gate-rules")
     spec = named_or_data_device(args.device, paths)
     if args.one_choice:
-        rows = gate_rules.simulate_one_choice(args.data, args.split, device=spec.key)
+        rows = gate_rules.simulate_one_choice(args.data, args.split, device=spec.key, mlp_dir=args.mlp_dir)
         table = gate_rules.format_one_choice_table(rows)
     else:
-        rows = gate_rules.simulate(args.data, args.split, args.gemm_topk, device=spec.key)
+        rows = gate_rules.simulate(args.data, args.split, args.gemm_topk, device=spec.key,
+                                   mlp_dir=args.mlp_dir)
         table = gate_rules.format_table(rows)
     say(data_device_text(spec, args.device is not None), stderr=args.json)
-    say(model_line(spec), stderr=args.json)  # the data read and checked: what ranked it
+    # the data read and checked: what ranked it
+    say(model_line(spec) if args.mlp_dir is None else f"model: {printable(args.mlp_dir)} (--mlp-dir, for "
+        f"{spec.key})", stderr=args.json)
     if args.json:
         say(json.dumps(rows, indent=1))
     else:

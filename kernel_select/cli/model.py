@@ -120,9 +120,7 @@ def register_eval(sub: Subparsers) -> None:
                         "in one report that names the shipped method")
     p.add_argument("--model", default="mlp,analytical",
                    help="comma-separated registered performance models (default: %(default)s)")
-    p.add_argument("--mlp-dir", default=None,
-                   help="evaluate the MLP saved in this directory instead of the shipped one, and the "
-                        "cuBLAS gate saved beside it where there is one (else the serving gate)")
+    flags.add_mlp_dir(p, "evaluate")
     add_device_arg(p, "device key (any case; default: from the dataset)")
     flags.add_json(p, "the report", file_form=True)
     p.add_argument("--pinned-rows", type=output_file, default=None, metavar="PARQUET",

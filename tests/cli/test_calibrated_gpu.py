@@ -123,6 +123,20 @@ def test_eval_and_gate_rules_read_the_device_from_the_rows_and_name_the_model(ca
                                     f"model: h200 (calibrated, {folder})"]
 
 
+def test_gate_rules_replays_the_model_mlp_dir_names(capsys, on_the_calibrated_h200: Path):
+    # --mlp-dir names the calibrated folder itself: the same model, so the same rows, named by the flag
+    folder, data = on_the_calibrated_h200, str(on_the_calibrated_h200 / "calibration.parquet")
+    base = ["gate-rules", "--data", data, "--split", "test", "--one-choice"]
+    code, served, _ = run(capsys, *base)
+    assert code == 0
+    code, named, err = run(capsys, *base, "--mlp-dir", str(folder))
+    assert code == 0, err
+    assert named.splitlines()[1] == f"model: {folder} (--mlp-dir, for h200)"
+    assert named.splitlines()[2:] == served.splitlines()[2:]
+    code, _, err = run(capsys, *base, "--mlp-dir", str(folder / "nowhere"))
+    assert code != 0 and "nowhere" in err
+
+
 def test_train_and_train_gate_take_the_device_of_the_rows(capsys, on_the_calibrated_h200: Path,
                                                           tmp_path: Path):
     data = str(on_the_calibrated_h200 / "calibration.parquet")

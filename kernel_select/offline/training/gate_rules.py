@@ -203,9 +203,11 @@ def split_case(frame: pd.DataFrame, split: str, k: int, model: PerformanceModel,
 
 def simulate(data: str | Path | Sequence[str | Path], splits: Sequence[str] = ("test", "family"),
              ks: Sequence[int] = (1, 4), scenarios: Sequence[Scenario] = DEFAULT_SCENARIOS,
-             rules: Sequence[Rule] = DEFAULT_RULES, device: str | None = None) -> list[dict]:
-    """One row per (split, k, scenario, rule) with the shipped model and gate for the data's device."""
-    frame, model, gate = _shipped_for(data, device)
+             rules: Sequence[Rule] = DEFAULT_RULES, device: str | None = None,
+             mlp_dir: str | Path | None = None) -> list[dict]:
+    """One row per (split, k, scenario, rule) with the shipped model and gate for the data's device
+    (`mlp_dir`: the MLP saved there instead, see `_model_for`)."""
+    frame, model, gate = _model_for(data, device, mlp_dir)
     out = []
     for split in splits:
         for k in ks:
@@ -218,18 +220,25 @@ def simulate(data: str | Path | Sequence[str | Path], splits: Sequence[str] = ("
     return out
 
 
-def _shipped_for(data: str | Path | Sequence[str | Path],
-                 device: str | None) -> tuple[pd.DataFrame, PerformanceModel, CublasGate]:
-    """The dataset's rows, and the shipped model and gate for its device (or `device`)."""
+def _model_for(data: str | Path | Sequence[str | Path], device: str | None,
+               mlp_dir: str | Path | None = None) -> tuple[pd.DataFrame, PerformanceModel, CublasGate]:
+    """The dataset's rows, and the shipped model and gate for its device (or `device`); with `mlp_dir`,
+    the MLP saved there and the cuBLAS gate saved beside it (else the serving gate), as `eval --mlp-dir`."""
+    from kernel_select.device import get_device
     from kernel_select.errors import ModelError
     from kernel_select.model import load_default, load_gate
+    from kernel_select.model.folders import gate_in
+    from kernel_select.model.mlp import MLPModel
     from kernel_select.offline.data import dataset
     from kernel_select.offline.data.device_rows import dataset_device
 
     frame = dataset.read_many(data)
     first = data if isinstance(data, (str, Path)) else data[0]
-    spec = dataset_device(frame, first) if device is None else device
-    model, gate = load_default(spec), load_gate(spec)
+    spec = get_device(dataset_device(frame, first) if device is None else device)
+    if mlp_dir is None:
+        model, gate = load_default(spec), load_gate(spec)
+    else:
+        model, gate = MLPModel.load(mlp_dir, spec.key), gate_in(mlp_dir, spec) or load_gate(spec)
     if gate is None:
         raise ModelError(f"no cuBLAS gate is shipped for {getattr(spec, 'key', spec)}: nothing to simulate")
     return frame, model, gate
@@ -237,10 +246,10 @@ def _shipped_for(data: str | Path | Sequence[str | Path],
 
 def simulate_one_choice(data: str | Path | Sequence[str | Path], splits: Sequence[str] = ("test", "family"),
                         thresholds: Sequence[float] = ONE_CHOICE_THRESHOLDS,
-                        device: str | None = None) -> list[dict]:
-    """Rows of `one_choice` per split, with the shipped model and gate for the data's device: never
-    cuBLAS, each threshold, always cuBLAS."""
-    frame, model, gate = _shipped_for(data, device)
+                        device: str | None = None, mlp_dir: str | Path | None = None) -> list[dict]:
+    """Rows of `one_choice` per split, with the shipped model and gate for the data's device (or those of
+    `mlp_dir`, see `_model_for`): never cuBLAS, each threshold, always cuBLAS."""
+    frame, model, gate = _model_for(data, device, mlp_dir)
     out = []
     for split in splits:
         case = split_case(frame, split, 1, model, gate)
