@@ -143,6 +143,13 @@ def model_line(spec: DeviceSpec, name: str | None = None) -> str:
     return f"model: {trained_for} ({kind}{stand_in}, {printable(folder)})"
 
 
+def mlp_dir_line(mlp_dir: str | Path, spec: DeviceSpec, own_gate: bool) -> str:
+    """`model: DIR (--mlp-dir, for h200; its own cuBLAS gate)`: the saved MLP a command scores instead of
+    the shipped one, and whether the cuBLAS gate is the folder's own or the one serving the device."""
+    gate = "its own cuBLAS gate" if own_gate else "the serving cuBLAS gate"
+    return f"model: {printable(mlp_dir)} (--mlp-dir, for {spec.key}; {gate})"
+
+
 def torch_device_model_line(torch_device: str, name: str | None = None) -> str | None:
     """`model_line` for the CUDA device `torch_device` ("cuda", "cuda:N") names, as the workers of
     `compare` and `compare-models` will see it; None for "cpu" or where no CUDA GPU is present."""

@@ -6,10 +6,8 @@ import argparse
 import json
 
 from kernel_select.cli import flags
-from kernel_select.cli.common import (
-    Subparsers, add_device_arg, emit_text, int_at_least, printable, say, say_lines,
-)
-from kernel_select.cli.devices import data_device_text, model_line
+from kernel_select.cli.common import Subparsers, add_device_arg, emit_text, int_at_least, say, say_lines
+from kernel_select.cli.devices import data_device_text, mlp_dir_line, model_line
 from kernel_select.cli.model import named_or_data_device
 
 
@@ -43,6 +41,7 @@ def register_gate_rules(sub: Subparsers) -> None:
 
 
 def run_gate_rules(args: argparse.Namespace) -> int:
+    from kernel_select.model.folders import gate_in
     from kernel_select.offline.training import gate_rules
     from kernel_select.offline.training.training_data import require_rows
 
@@ -56,9 +55,9 @@ def run_gate_rules(args: argparse.Namespace) -> int:
                                    mlp_dir=args.mlp_dir)
         table = gate_rules.format_table(rows)
     say(data_device_text(spec, args.device is not None), stderr=args.json)
-    # the data read and checked: what ranked it
-    say(model_line(spec) if args.mlp_dir is None else f"model: {printable(args.mlp_dir)} (--mlp-dir, for "
-        f"{spec.key})", stderr=args.json)
+    # the data read and checked: what ranked it (the gate beside --mlp-dir's MLP, where it has one)
+    say(model_line(spec) if args.mlp_dir is None else
+        mlp_dir_line(args.mlp_dir, spec, gate_in(args.mlp_dir, spec) is not None), stderr=args.json)
     if args.json:
         say(json.dumps(rows, indent=1))
     else:

@@ -20,7 +20,7 @@ from kernel_select.cli.common import (
     say,
     say_lines,
 )
-from kernel_select.cli.devices import data_device, data_device_text, model_line
+from kernel_select.cli.devices import data_device, data_device_text, mlp_dir_line, model_line
 from kernel_select.cli.outputs import check_output_dir, output_dir, output_file
 from kernel_select.errors import DatasetError, OptionError
 from kernel_select.model.features import FEATURE_SETS, FEATURE_VERSION
@@ -240,10 +240,7 @@ def _eval_model_source(models: list, mlp_dir: str | None, spec: DeviceSpec, own_
     among the models."""
     if "mlp" not in models:
         return None
-    if mlp_dir is not None:
-        gate = "its own cuBLAS gate" if own_gate else "the serving cuBLAS gate"
-        return f"model: {printable(mlp_dir)} (--mlp-dir, for {spec.key}; {gate})"
-    return model_line(spec)
+    return model_line(spec) if mlp_dir is None else mlp_dir_line(mlp_dir, spec, own_gate)
 
 
 def named_or_data_device(key: str | None, paths: list[Path], rows: pd.DataFrame | None = None) -> DeviceSpec:

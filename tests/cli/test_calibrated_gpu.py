@@ -20,6 +20,7 @@ from kernel_select import device as device_module
 from kernel_select import runtime
 from kernel_select.device import KNOWN_DEVICES
 from kernel_select.model.card import ModelCard
+from kernel_select.model.folders import gate_in
 from kernel_select.model.mlp import MLPModel
 from kernel_select.offline.calibrate.run import CalibrateOptions, calibrate
 from kernel_select.offline.data import dataset
@@ -131,7 +132,8 @@ def test_gate_rules_replays_the_model_mlp_dir_names(capsys, on_the_calibrated_h2
     assert code == 0
     code, named, err = run(capsys, *base, "--mlp-dir", str(folder))
     assert code == 0, err
-    assert named.splitlines()[1] == f"model: {folder} (--mlp-dir, for h200)"
+    gate = "its own cuBLAS gate" if gate_in(folder, KNOWN_DEVICES["h200"]) else "the serving cuBLAS gate"
+    assert named.splitlines()[1] == f"model: {folder} (--mlp-dir, for h200; {gate})"
     assert named.splitlines()[2:] == served.splitlines()[2:]
     code, _, err = run(capsys, *base, "--mlp-dir", str(folder / "nowhere"))
     assert code != 0 and "nowhere" in err
