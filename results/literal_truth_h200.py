@@ -16,6 +16,8 @@ CPU only, about a minute:  python results/literal_truth_h200.py
 `--mlp-dir DIR --out FILE` scores another model folder the same way:
 results/literal_truth_h200_previous.json is the H200 model the shipped one was fine-tuned from
 (models/h200 at commit 9a2d3bc, written out with `git show`; its "model" field names that commit).
+`--literal FILE` scores another literal-size file: results/literal_truth_h200_m17_32.json is
+`--literal data/h200_literal_m17_32.parquet --out results/literal_truth_h200_m17_32.json`.
 """
 
 from __future__ import annotations
@@ -39,8 +41,9 @@ CONFIG = ["block_m", "block_n", "block_k", "num_stages", "num_warps", "group_m"]
 
 
 def shared_rows(problem_ids: set[str]) -> pd.DataFrame:
-    """The shared-binary rows of the same problems, from every other H200 file."""
-    files = sorted(p for p in (ROOT / "data").glob("h200*.parquet") if p != LITERAL)
+    """The shared-binary rows of the same problems, from every H200 file that is not a literal-size one
+    (read together, a literal file's rows would replace the shared ones)."""
+    files = sorted(p for p in (ROOT / "data").glob("h200*.parquet") if not p.name.startswith("h200_literal"))
     rows = dataset.read_many(files)
     return rows[rows["problem_id"].isin(problem_ids)]
 
@@ -110,15 +113,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mlp-dir", help="model folder to score (default: the shipped H200 model)")
     parser.add_argument("--out", type=Path, default=OUT, help=f"JSON to write (default: {OUT.name})")
+    parser.add_argument("--literal", type=Path, default=LITERAL,
+                        help=f"literal-size file to score against (default: data/{LITERAL.name})")
     args = parser.parse_args()
-    literal = dataset.read(LITERAL)
+    literal = dataset.read(args.literal)
     shared = shared_rows(set(literal["problem_id"]))
-    result = {"data": LITERAL.name, "model": args.mlp_dir or "models/h200",
+    result = {"data": args.literal.name, "model": args.mlp_dir or "models/h200",
               "problems": int(literal["problem_id"].nunique()), "rows": len(literal), "truths": {}}
     with tempfile.TemporaryDirectory() as tmp:
         shared_path = Path(tmp) / "shared_same_problems.parquet"
         shared.to_parquet(shared_path)
-        for truth, path in (("literal", LITERAL), ("shared", shared_path)):
+        for truth, path in (("literal", args.literal), ("shared", shared_path)):
             result["truths"][truth] = {}
             for split in ("train", "val", "held-out"):
                 result["truths"][truth].update(evaluate(path, split, args.mlp_dir))

@@ -8,6 +8,8 @@ then benchmarks Inductor's own list beside the model's picks instead of trusting
 
 from __future__ import annotations
 
+import logging
+
 import pandas as pd
 import pytest
 
@@ -61,12 +63,16 @@ def test_the_training_rows_give_each_stratum_its_largest_work():
     assert domain.strata == {"bmm/bfloat16/m<=16": 1, "mm/float32/m>4096": 2}
 
 
-def test_two_cards_domains_together_keep_each_strata_larger_bound():
+def test_two_cards_domains_together_keep_each_strata_larger_bound(caplog):
     other = Domain(strata={"mm/float32/m>4096": 30}, **RANGES, work={"mm/float32/m>4096": 4 * LARGEST})
-    both = _domain_union(DOMAIN, other)
+    with caplog.at_level(logging.WARNING, logger="kernel_select"):
+        both = _domain_union(DOMAIN, other)
     assert both.work == {"mm/float32/m>4096": 4 * LARGEST, "mm/bfloat16/m>4096": 1e12}
-    # a card with no bound on work bounds nothing, so neither does the union
-    assert _domain_union(DOMAIN, other.model_copy(update={"work": {}})).work == {}
+    assert not caplog.records
+    # a card with no bound on work bounds nothing, so neither does the union; the loss is said aloud
+    with caplog.at_level(logging.WARNING, logger="kernel_select"):
+        assert _domain_union(DOMAIN, other.model_copy(update={"work": {}})).work == {}
+    assert "bounds no stratum's work" in caplog.text
 
 
 def test_the_shipped_h200_model_sends_bert_fp32s_head_to_inductors_list_and_keeps_the_llama_head():

@@ -118,13 +118,21 @@ def test_the_h200_model_is_a_fine_tune_that_weighs_the_literal_rows_and_keeps_th
     # the small-M problems timed as Inductor runs them weigh 8x the shared-binary rows (docs/design.md)
     assert hyper["weights"]["h200_literal.parquet"]["factor"] == 8.0
     assert hyper["weights"]["h200_literal.parquet"]["train_problems"] >= 300
+    assert hyper["weights"]["h200_literal_m17_32.parquet"]["factor"] == 8.0
+    # the large-M rows put window attention's first-stage layers (M = 100,352) inside the domain, and
+    # the start's card (which recorded no work bound) must not have erased the fine-tune's: without
+    # it a float32 LM head 24x its stratum's largest problem would count as inside (card.WORK_SLACK)
+    domain = h200.card.domain
+    assert domain.m[1] >= 262_144 and domain.work["mm/float32/m>4096"] > 0
+    assert set(domain.work) == set(domain.strata)
     # --claim-init-domain: an H200 GEMM in an H100 stratum is ranked, not sent to Inductor's list
     assert all(h200.card.domain.strata.get(key, 0) >= count for key, count in h100.card.domain.strata.items())
     # --gate: the previous gate, which beat a refit on `unseen` (docs/results.md), is written with it
     assert hyper["gate"]["digest"] == CublasGate.load(SHIPPED / "h200", "h200").digest()
     trained_on = [f.file for f in h200.card.data.files]
     assert "h200_round3.parquet" in trained_on and "h200_unseen.parquet" in trained_on  # read, masked out
-    assert {"h200_heads.parquet", "h200_round3_fp32.parquet", "h200_literal.parquet"} <= set(trained_on)
+    assert {"h200_heads.parquet", "h200_round3_fp32.parquet", "h200_literal.parquet", "h200_large_m.parquet",
+            "h200_literal_m17_32.parquet"} <= set(trained_on)
     assert all(name.startswith("h200") for name in trained_on)
     assert h200.card.data.device_names == ["NVIDIA H200"]
 

@@ -10,9 +10,12 @@ keeps the larger count and no problem counts twice.
 
 from __future__ import annotations
 
+import logging
 import operator
 
 from kernel_select.model.card import Domain, ModelCard
+
+log = logging.getLogger(__name__)
 
 
 def card_claiming(own: ModelCard, theirs: ModelCard, *, overlapping: bool = False) -> ModelCard:
@@ -37,9 +40,14 @@ def domain_union(own: Domain | None, theirs: Domain | None, *, overlapping: bool
     combine = max if overlapping else operator.add
     strata = {key: combine(own.strata.get(key, 0), theirs.strata.get(key, 0))
               for key in {*own.strata, *theirs.strata}}
-    # A card without a work bound bounds nothing, so neither does the union.
+    # A card without a work bound bounds nothing, so neither does the union. Say so: a fine-tune of a
+    # card written before work was recorded would otherwise ship without the bound, unnoticed.
     work = ({key: max(own.work.get(key, 0.0), theirs.work.get(key, 0.0))
              for key in {*own.work, *theirs.work}} if own.work and theirs.work else {})
+    if bool(own.work) != bool(theirs.work):
+        log.warning("one of the two cards records no work bound (written before it was recorded), so the "
+                    "claimed domain bounds no stratum's work (card.WORK_SLACK); start from a card that "
+                    "records it to keep the bound")
     return Domain(strata=dict(sorted(strata.items())), m=span(own.m, theirs.m), n=span(own.n, theirs.n),
                   k=span(own.k, theirs.k), batch=span(own.batch, theirs.batch),
                   work=dict(sorted(work.items())))
