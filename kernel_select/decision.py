@@ -23,7 +23,8 @@ In order:
                 known well enough to narrow Inductor's choice, and the handler offers Inductor's own
                 candidates beside the model's. With gemm_topk=1 and no LUT entries the decision
                 is the one choice Inductor gets (`Selection.sole`), nothing benchmarked: cuBLAS
-                where it is predicted faster, else the model's first config
+                where it is predicted faster, else the model's first config; outside the domain, a
+                launch-bound GEMM (LAUNCH_BOUND_FLOPS) gets the model's first config alone
   5. k          `gemm_topk` resolved: a count, a fraction, "DEFAULT" (the size of Inductor's own
                 list for the problem), "auto" (as many as the model is unsure about) or "SAME"
                 (every candidate)
@@ -57,6 +58,12 @@ if TYPE_CHECKING:
     from kernel_select.lut.entries import LUTHit
 
 AUTO_FALLBACK = 4  # gemm_topk="auto" for a model with no measure of its uncertainty: the fixed top-4
+#: A GEMM of at most this much work is launch-bound: its math takes nanoseconds and, even at K = 1, it
+#: moves a few MB at most. Outside the model's domain (N or K of 1 or 2: rotary tables, single-output
+#: heads) Inductor's own configs for it spread over 5-40 us as it times them (results/networks_h200.json),
+#: while benchmarking its list of 8-16 compiles as many kernels, seconds per network. With
+#: gemm_topk=1 such a GEMM still gets the model's first config alone (`Selection.launch_bound`).
+LAUNCH_BOUND_FLOPS = 2.0**22
 
 
 def decide(request: GemmRequest, policy: Policy, *, rank_triton: bool = True) -> tuple[Selection, ...]:
@@ -160,8 +167,13 @@ def _ranked(problem: Problem, policy: Policy, hit: LUTHit | None, epilogue: Epil
     alone = policy.one_choice and not entries
     decision = None if outside else _cublas_decision(problem, model, policy.gate, policy.cublas_margin,
                                                      epilogue, scores, alone=alone)
+    # Outside the domain nothing narrows Inductor's choice, but a launch-bound GEMM's benchmark would
+    # cost more compile than any of its configs can lose: the one-choice mode keeps its one choice.
+    launch_bound = alone and bool(outside) and (dataclasses.replace(problem, m=max(spread)) if spread
+                                                else problem).flops <= LAUNCH_BOUND_FLOPS
     selection = Selection(problem, device.key, tuple(chosen), len(candidates), decision, m_values=spread,
-                          outside=outside, auto_at_cap=outside if gemm_topk == AUTO else "")
+                          outside=outside, auto_at_cap=outside if gemm_topk == AUTO else "",
+                          launch_bound=launch_bound)
     if selection.skips_triton:
         return selection
     if gemm_topk == DEFAULT:

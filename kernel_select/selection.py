@@ -105,6 +105,9 @@ class Selection:
     m_values_origin: str = ""  # for the handler's log: where `m_values` came from ("lut m range", ...)
     hint: int | None = None  # for the handler's log: the Inductor multi-kernel hint it is for
     pin_gap: str = ""  # which of the `served` sizes the pin's entry does not cover ("" none)
+    #: gemm_topk=1 outside the domain, for a launch-bound GEMM (decision.LAUNCH_BOUND_FLOPS): the model's
+    #: first config is the one choice anyway, no cuBLAS decision and nothing benchmarked
+    launch_bound: bool = False
 
     @property
     def configs(self) -> tuple[GemmConfig, ...]:
@@ -127,6 +130,8 @@ class Selection:
             return self.pinned
         if self.cublas is not None and self.cublas.alone:
             return ATEN if self.cublas.prefers_cublas else self.choices[0].config
+        if self.launch_bound and self.choices:
+            return self.choices[0].config
         return None
 
     def summary(self) -> str:
@@ -140,6 +145,10 @@ class Selection:
         if cublas is not None and cublas.alone:
             return (f"{self.problem} on {self.device}: ranked {self.ranked} Triton configs{spread}; "
                     f"{cublas.describe()}")
+        if self.launch_bound:
+            return (f"{self.problem} on {self.device}: ranked {self.ranked} Triton configs{spread}; "
+                    f"{self.outside}, but launch-bound: one choice, the model's first config "
+                    f"{self.choices[0].config.short()}, nothing benchmarked")
         return (f"{self.problem} on {self.device}: benchmarking {len(self.choices)} of {self.ranked} Triton "
                 f"configs ({self.sources.count(LUT_SOURCE)} from the LUT){spread}{hint}{capped}{outside}"
                 f"{f'; {cublas.describe()}' if shown else ''}")

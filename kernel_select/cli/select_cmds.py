@@ -174,7 +174,8 @@ def _payload(args: argparse.Namespace, model: PerformanceModel, serving: dict[st
             "source": cublas.source, "predicted_cublas_over_triton": cublas.predicted_ratio,
             "margin": cublas.margin, "small_gemm": cublas.small, "skips_triton": cublas.prefers_cublas,
             "one_choice": cublas.alone},
-        "outside": selection.outside, "auto_at_cap": selection.auto_at_cap,
+        "outside": selection.outside, "launch_bound": selection.launch_bound,
+        "auto_at_cap": selection.auto_at_cap,
     }
 
 
@@ -185,7 +186,10 @@ def _print_selection(model: PerformanceModel, selection: Selection) -> None:
         what = "ATen (cuBLAS)" if isinstance(pin, str) else pin.short()
         say(f"pinned by the lookup table to {what}: a compile uses it alone and benchmarks nothing")
         return
-    if selection.outside:
+    if selection.launch_bound:
+        say(f"outside the model's training data ({selection.outside}), but launch-bound: with --gemm-topk 1 "
+            f"a compile takes the model's first config alone, no cuBLAS decision, nothing benchmarked")
+    elif selection.outside:
         say(f"outside the model's training data ({selection.outside}): a compile benchmarks Inductor's own "
             f"configs beside these, and makes no cuBLAS decision")
     if selection.auto_at_cap:

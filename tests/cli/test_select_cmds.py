@@ -172,6 +172,17 @@ def test_topk_layout_is_printed_and_auto_takes_its_cap_outside_training(capsys):
     assert code == 0 and payload["problem"]["layout"] == "tn" and payload["auto_at_cap"] == ""
 
 
+def test_topk_one_choice_says_a_launch_bound_gemm_outside_training_keeps_its_one_choice(capsys):
+    head = ["--device", "h200", "--m", "64", "--n", "2", "--k", "768"]  # N = 2: outside, 2e5 FLOPs
+    code, out, _ = run(capsys, "topk", *head, "--gemm-topk", "1")
+    assert code == 0 and "(n = 2 outside the trained " in out and "), but launch-bound: " in out
+    code, out, _ = run(capsys, "topk", *head, "--gemm-topk", "1", "--json")
+    payload = json.loads(out)
+    assert payload["launch_bound"] and payload["cublas_decision"] is None and len(payload["choices"]) == 1
+    code, out, _ = run(capsys, "topk", *head, "--gemm-topk", "4", "--json")
+    assert not json.loads(out)["launch_bound"]  # only the one-choice mode keeps it alone
+
+
 def test_topk_batch_ranks_a_bmm(capsys):
     code, out, _ = run(capsys, "topk", *SEED_ARGS, "--batch", "8", "--gemm-topk", "2", "--json")
     payload = json.loads(out)

@@ -101,6 +101,35 @@ def test_a_problem_outside_the_models_domain_is_benchmarked_with_inductors_own_c
     assert handler.selections[-1].sole is None and handler.selections[-1].cublas is None
 
 
+class Narrow(FakeModel):
+    """A model whose domain leaves out every problem."""
+
+    def domain_gap(self, problem: Problem) -> str:
+        return "n = 2 outside the trained 8..65536"
+
+
+def test_a_launch_bound_gemm_outside_the_domain_keeps_one_choice_the_models_first_config(
+        monkeypatch: pytest.MonkeyPatch):
+    # 64 x 2 x 768 (a two-class head): 2e5 FLOPs. Benchmarking Inductor's list would compile a dozen
+    # kernels that differ by microseconds; the mode hands Inductor the model's first config instead.
+    use_gate(monkeypatch, FakeGate(ratio=0.5))  # no cuBLAS decision outside the domain
+    inputs = FakeInputs(64, 2, 768)
+    handler = one_choice_handler(gemm_model=Narrow())
+    result = finalize(handler, inputs, inductor_candidates(inputs))
+    first = expected_top(Problem(64, 2, 768, "bfloat16"), 1)[0]
+    assert uids(result) == ["triton::mm"] and params_config(result[0]) == first
+    selection = handler.selections[-1]
+    assert selection.launch_bound and selection.sole == first and selection.cublas is None
+    assert "but launch-bound" in selection.summary() and "nothing benchmarked" in selection.summary()
+    # at another k, or above the bound, Inductor's own configs are benchmarked beside the picks as before
+    four = one_choice_handler(gemm_model=Narrow(), gemm_topk=4)
+    assert "aten::mm" in uids(finalize(four, inputs, inductor_candidates(inputs)))
+    assert not four.selections[-1].launch_bound
+    big = FakeInputs(64, 2048, 64)  # 1.7e7 FLOPs: 4x the bound
+    wide = one_choice_handler(gemm_model=Narrow())
+    assert len(uids(finalize(wide, big, inductor_candidates(big)))) > 1 and wide.selections[-1].sole is None
+
+
 def test_a_batched_gemm_without_a_cublas_prediction_benchmarks_the_first_config_against_cublas(
         monkeypatch: pytest.MonkeyPatch):
     use_gate(monkeypatch, FakeGate(ratio=0.5))  # the gate decides single GEMMs only
