@@ -45,7 +45,7 @@ status="${status:-0}"
 end=$(date +%s)
 
 echo "== collect.sh $shapes -> $out on $gpus GPU(s): exit $status after $((end - start)) s"
-grep -E "^(\[GPU [0-9]\] )?(GPU [0-9]+:|[0-9]+ GPUs?:|[0-9]+ problems, [0-9]+ rows in|stopping at|resuming)" "$log" \
+grep -E "^(\[GPU [0-9]\] )?(GPU [0-9]+:|[0-9]+ GPUs?:|[0-9]+ problems, [0-9]+ rows in|stopping at|resuming|compile per key)" "$log" \
     | sed 's/^\[GPU [0-9]\] //' || true
 grep -E "Error|Traceback|exited with" "$log" | tail -5 || true
 if [[ -f "$out" ]]; then

@@ -226,5 +226,8 @@ class NoCompilePipeline:
     def wait(self, keys, timeout_s):
         return {}
 
+    def seconds_line(self):
+        return ""
+
     def close(self):
         pass

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+import pickle
 import queue
 import threading
 import time
@@ -18,7 +19,7 @@ import pytest
 
 from kernel_select.device import get_device
 from kernel_select.offline.data import dataset
-from kernel_select.offline.harness import bench, sharding
+from kernel_select.offline.harness import bench, pipeline, sharding
 from kernel_select.offline.harness.bench_plan import plan, reuse_order
 from kernel_select.offline.harness.gpu_tally import GpuTally, gpu_line, run_line
 from kernel_select.offline.harness.pipeline import CompilePipeline
@@ -207,3 +208,36 @@ def test_the_compile_pool_is_sized_by_the_cores_this_process_may_use(monkeypatch
     assert bench.compile_workers(reserved=1) == 15
     assert bench.compile_workers(reserved=2) == 14 and bench.compile_workers() == 16
     assert bench.compile_workers(reserved=40) == 1
+
+
+def test_the_compile_pool_reports_each_classes_seconds_per_key_as_its_workers_measured():
+    # what harness/cost.py's COMPILE_CORE_S predicts, measured per class: the large-M float32 run
+    # took 2.5x the cost model's time, and a log that says which class was slow re-fits it
+    keys = [r.key for runs in _planned() for r in runs]
+    classes = {pipeline.compile_class(key) for key in keys}
+    assert classes == {"mm bfloat16", "bmm float16", "bmm bfloat16"}
+
+    def compile_fn(batch):
+        done = bench.CompiledBatch((key, None, "") for key in batch)
+        done.seconds = [4.0 if key.kernel == "bmm" else 1.5 for key in batch]
+        return done
+
+    compiler = CompilePipeline(2, compile_fn=compile_fn, executor=ThreadPoolExecutor(2))
+    assert compiler.seconds_line() == ""
+    compiler.submit(keys)
+    compiler.wait(keys, math.inf)
+    compiler.pool.shutdown(wait=True)  # every done-callback has run
+    line = compiler.seconds_line()
+    distinct = {key for key in keys}
+    per_class = {name: sum(pipeline.compile_class(k) == name for k in distinct) for name in classes}
+    assert line == ("compile per key in its worker: "
+                    f"bmm bfloat16 4.00 s ({per_class['bmm bfloat16']:,} keys), "
+                    f"bmm float16 4.00 s ({per_class['bmm float16']:,} keys), "
+                    f"mm bfloat16 1.50 s ({per_class['mm bfloat16']:,} keys)")
+
+
+def test_a_compile_tasks_seconds_survive_the_trip_back_from_its_worker_process():
+    done = bench.CompiledBatch([("key", None, "")])
+    done.seconds = [2.5]
+    back = pickle.loads(pickle.dumps(done))
+    assert list(back) == [("key", None, "")] and back.seconds == [2.5]

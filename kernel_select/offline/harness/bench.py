@@ -93,18 +93,29 @@ def error_class(exc: BaseException) -> str:
     return "runtime_error"
 
 
-def _compile_keys(keys: list[CompileKey]) -> list[tuple[CompileKey, str | None, str]]:
-    """Worker: compile each key into Triton's disk cache. Runs in a spawned process."""
-    out = []
+class CompiledBatch(list):
+    """A compile task's (key, error status or None, error text) triples, with the seconds each key
+    took in its worker (`seconds`, in the same order; one worker process per core, so these are the
+    core-seconds harness/cost.py's COMPILE_CORE_S estimates). Pickles with them, being a list."""
+
+    seconds: list[float]
+
+
+def _compile_keys(keys: list[CompileKey]) -> CompiledBatch:
+    """Worker: compile each key into Triton's disk cache, timing each. Runs in a spawned process."""
+    out, seconds = CompiledBatch(), []
     for key in keys:
         dtype = torch_dtype(key.dtype)
         _, _, _, stages, warps, _ = key.config
+        started = time.perf_counter()
         try:
             kernel_of(key).warmup(dtype, dtype, dtype, 1, 1, 1, grid=(1,), num_warps=warps,
                                   num_stages=stages, **constexprs(key))
             out.append((key, None, ""))
         except Exception as exc:  # the failure is data: recorded as this key's status
             out.append((key, error_class(exc), f"{type(exc).__name__}: {str(exc)[:300]}"))
+        seconds.append(time.perf_counter() - started)
+    out.seconds = seconds
     return out
 
 

@@ -21,7 +21,9 @@ float32's CUDA-core constants, an upper bound (TF32 runs on tensor cores). Neith
 for TF32 yet; results/tf32_cost_h100.py measures both on a GPU. Checked against whole runs on the H100
 host (15 compile workers, the plans' problems in file order): layers run 5 predicted 480 s, measured
 469 s; coverage run 2 (with float32) predicted 539 s, measured 520 s; coverage run 1, of the older
-harness v2, predicted 293 s, measured 371 s.
+harness v2, predicted 293 s, measured 371 s. Off on the H200 for the large-M plan's first 65 problems
+(float32, M 96,000-262,144): predicted 210 s, measured 535 s. A collection's log now measures
+COMPILE_CORE_S per class (`compile per key in its worker`, pipeline.CompilePipeline.seconds_line).
 """
 
 from __future__ import annotations

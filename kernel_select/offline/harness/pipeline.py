@@ -13,7 +13,8 @@
 * The run logs its throughput in rows per GPU-minute of wall time, compile included, the seconds
   the GPU waited for compiled kernels (`gpu_tally`), and how much timing it had to redo: chunks
   re-timed after a drained backlog and single samples re-timed for a second opinion
-  (`timer.TimingStats`; per problem in the `timing_method` column too).
+  (`timer.TimingStats`; per problem in the `timing_method` column too), and per compile class the
+  seconds a key took in its worker (`CompilePipeline.seconds_line`: what harness/cost.py predicts).
 
 This is the one-GPU driver; `sharding` runs one timing process per GPU off the same compile pool.
 """
@@ -68,15 +69,37 @@ class CompilePipeline:
                                                     mp_context=multiprocessing.get_context("spawn"))
         self.futures: dict[CompileKey, Future] = {}
         self.results: dict[CompileKey, tuple[str | None, str]] = {}
-        self.busy_s = 0.0
+        #: compile class -> [keys, seconds] of the tasks finished so far (CompiledBatch.seconds)
+        self.key_seconds: dict[str, list[float]] = {}
+        self._lock = threading.Lock()
 
     def submit(self, keys: Sequence[CompileKey]) -> None:
         fresh = [k for k in dict.fromkeys(keys) if k not in self.futures]
         for i in range(0, len(fresh), COMPILE_BATCH):
             batch = fresh[i:i + COMPILE_BATCH]
             future = self.pool.submit(self.compile_fn, batch)
+            future.add_done_callback(self._count_seconds)
             for key in batch:
                 self.futures[key] = future
+
+    def _count_seconds(self, future: Future) -> None:
+        """Add a finished task's per-key seconds to its keys' classes (runs in the pool's thread)."""
+        if future.cancelled() or future.exception() is not None:
+            return
+        done = future.result()
+        with self._lock:
+            for (key, _, _), seconds in zip(done, getattr(done, "seconds", ())):
+                tally = self.key_seconds.setdefault(compile_class(key), [0, 0.0])
+                tally[0] += 1
+                tally[1] += seconds
+
+    def seconds_line(self) -> str:
+        """Per compile class, the mean seconds a key took in its worker ("" before any was timed): what
+        harness/cost.py's COMPILE_CORE_S predicts, measured on this host."""
+        with self._lock:
+            parts = [f"{name} {seconds / keys:.2f} s ({keys:,} keys)"
+                     for name, (keys, seconds) in sorted(self.key_seconds.items())]
+        return "compile per key in its worker: " + ", ".join(parts) if parts else ""
 
     def wait(self, keys: Sequence[CompileKey],
              timeout_s: float) -> dict[CompileKey, tuple[str | None, str]] | None:
@@ -106,6 +129,11 @@ class CompilePipeline:
         for proc in processes:
             if proc.is_alive():
                 proc.terminate()
+
+
+def compile_class(key: CompileKey) -> str:
+    """How the cost model tells keys apart: kernel and dtype, and whether the sizes are compiled in."""
+    return f"{key.kernel} {key.dtype}{' tf32' if key.allow_tf32 else ''}{' literal' if key.sizes else ''}"
 
 
 class RowWriter:
@@ -227,6 +255,8 @@ def run_bench(problems: Problems, out: str | Path, device: DeviceSpec,
                  "workers): %.0f rows per GPU-minute; timing: %s", stats["problems"], stats["rows"], wall,
                  stats["compiled"], workers, 60 * stats["rows"] / max(wall, 1e-9), stats["timing"].summary())
         log.info("%s", gpu_line(stats["tally"], wall))
+        if stats["compile_seconds"]:
+            log.info("%s", stats["compile_seconds"])
         torch.cuda.empty_cache()
     if Path(out).exists():
         return dataset.read(out)
@@ -247,7 +277,8 @@ def _collect(planned: list[list[PlannedRun]], out: Path, device: DeviceSpec, opt
     checked: dict[CompileKey, int] = {}
     loaded: set[CompileKey] = set()
     tally = GpuTally(int(prov.get("device_index", 0)))
-    stats = {"problems": 0, "rows": 0, "compiled": 0, "timing": TimingStats(), "tally": tally}
+    stats = {"problems": 0, "rows": 0, "compiled": 0, "timing": TimingStats(), "tally": tally,
+             "compile_seconds": ""}
     per_problem_s = 0.0  # running estimate of one problem's timing, to stop before the bound
     bar = tqdm(planned, desc="bench", unit="problem", disable=not options.progress)
     try:
@@ -281,6 +312,7 @@ def _collect(planned: list[list[PlannedRun]], out: Path, device: DeviceSpec, opt
             del results
             torch.cuda.empty_cache()
     finally:
+        stats["compile_seconds"] = compiler.seconds_line()  # before close() cancels what is queued
         compiler.close()
         writer.close()
         stats["compiled"] = compiler.compiled

@@ -116,6 +116,7 @@ def collect_on_host(planned: list[list[PlannedRun]], out: Path, device: DeviceSp
         _gather(results, workers_alive, writer, tallies, timing, len(planned), options.progress)
     finally:
         dispatcher.stop()
+        compile_seconds = compiler.seconds_line()  # before close() cancels what is queued
         compiler.close()
         writer.close()
         for worker in workers_alive:
@@ -126,6 +127,8 @@ def collect_on_host(planned: list[list[PlannedRun]], out: Path, device: DeviceSp
     log.info("%s; timing: %s", run_line(tallies, wall, len(dispatcher.results), workers), timing.summary())
     for tally in tallies:
         log.info("%s", gpu_line(tally, wall))
+    if compile_seconds:
+        log.info("%s", compile_seconds)
     if dispatcher.error:
         raise dispatcher.error
     return tallies
