@@ -13,7 +13,8 @@ from tests.synthetic import synthetic_frame
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Each committed plan and its M range.
-PLANS = {"shapes_literal_h200.json": (1, 16), "shapes_literal_h200_m17_32.json": (17, 32)}
+PLANS = {"shapes_literal_h200.json": (1, 16), "shapes_literal_h200_m17_32.json": (17, 32),
+         "shapes_literal_h200_m33_64.json": (33, 64)}
 
 
 def _problems(*specs: tuple[int, str, str, str]) -> pd.DataFrame:
