@@ -152,8 +152,8 @@ def _ranked(problem: Problem, policy: Policy, hit: LUTHit | None, epilogue: Epil
     model, device = policy.model, policy.model.device
     gemm_topk = _checked_topk(policy.gemm_topk)
     spread = checked_m_values(m_values, problem)
+    widest = dataclasses.replace(problem, m=max(spread)) if spread else problem  # the largest M it serves
     if candidates is None:
-        widest = dataclasses.replace(problem, m=max(spread)) if spread else problem
         candidates = for_problem(widest, device, "exhaustive")
     entries = list(hit.configs) if hit is not None else []
     # One batched call scores candidates and LUT entries: inside torch.compile it is the whole cost.
@@ -169,8 +169,7 @@ def _ranked(problem: Problem, policy: Policy, hit: LUTHit | None, epilogue: Epil
                                                      epilogue, scores, alone=alone)
     # Outside the domain nothing narrows Inductor's choice, but a launch-bound GEMM's benchmark would
     # cost more compile than any of its configs can lose: the one-choice mode keeps its one choice.
-    launch_bound = alone and bool(outside) and (dataclasses.replace(problem, m=max(spread)) if spread
-                                                else problem).flops <= LAUNCH_BOUND_FLOPS
+    launch_bound = alone and bool(outside) and widest.flops <= LAUNCH_BOUND_FLOPS
     selection = Selection(problem, device.key, tuple(chosen), len(candidates), decision, m_values=spread,
                           outside=outside, auto_at_cap=outside if gemm_topk == AUTO else "",
                           launch_bound=launch_bound)

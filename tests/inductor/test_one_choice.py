@@ -87,25 +87,21 @@ def test_without_a_gate_the_models_cublas_time_decides_the_one_choice(monkeypatc
     assert handler.selections[-1].cublas.source == "model"
 
 
+class Narrow(FakeModel):
+    """A model whose domain leaves out every problem."""
+
+    def domain_gap(self, problem: Problem) -> str:
+        return "n outside the trained range"
+
+
 def test_a_problem_outside_the_models_domain_is_benchmarked_with_inductors_own_configs(
         monkeypatch: pytest.MonkeyPatch):
-    class Narrow(FakeModel):
-        def domain_gap(self, problem: Problem) -> str:
-            return "k above the trained range"
-
     use_gate(monkeypatch, FakeGate(ratio=0.5))
     inputs = FakeInputs(560, 1280, 3420)
     handler = one_choice_handler(gemm_model=Narrow())
     result = finalize(handler, inputs, inductor_candidates(inputs))
     assert uids(result).count("triton::mm") == 21 and "aten::mm" in uids(result)  # Inductor's 20 + the pick
     assert handler.selections[-1].sole is None and handler.selections[-1].cublas is None
-
-
-class Narrow(FakeModel):
-    """A model whose domain leaves out every problem."""
-
-    def domain_gap(self, problem: Problem) -> str:
-        return "n = 2 outside the trained 8..65536"
 
 
 def test_a_launch_bound_gemm_outside_the_domain_keeps_one_choice_the_models_first_config(
