@@ -28,6 +28,16 @@
 # recipe again after the model's domain learnt to bound a problem's work (docs/results.md says why): the
 # first call's two runs of those were dropped from its file before the merge.
 #
+# results/networks_h200_launch_bound.{json,png}: the zero-benchmark mode's launch-bound rule, compile
+# against `default` (2026-11-29, one H200, 16 cores, two calls):
+#
+#   S=default,zero-gemm@recsys-mlp/decode,llama3-8b-2layer/decode
+#   OUT=lb1 bash results/networks_h200.sh 370 "$S,whisper-medium-encoder-2layer/prefill,qwen3-4b-2layer/prefill"
+#   S="zero-gemm@qwen3-4b-2layer/prefill;default,zero-gemm@llama3-8b-2layer/prefill"
+#   OUT=lb2 bash results/networks_h200.sh 440 "$S;stock-gemm@recsys-mlp/decode,llama3-8b-2layer/decode"
+#   bash results/networks_h200.sh merge results/networks_h200_launch_bound.json lb1/networks_h200.json \
+#       lb2/networks_h200.json
+#
 # results/inproc_precompile_h200.{json,png} (the recipe with in-process precompile off, an earlier H200
 # model, a 2-GPU host) came from the same script with METHODS=default,stock-gemm,topk-4-gemm,topk-4-gemm-no-inproc
 # and two streams per call.
