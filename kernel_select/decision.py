@@ -21,7 +21,9 @@ In order:
                 only the LUT's entries are offered, so Inductor takes ATen without compiling Triton.
                 Not for a problem outside the model's training data (`outside`): there nothing is
                 known well enough to narrow Inductor's choice, and the handler offers Inductor's own
-                candidates beside the model's. With gemm_topk=1 and no LUT entries the decision
+                candidates beside the model's. Nor for odd N with odd K (`odd_n_and_k`): no cuBLAS
+                network trained on one, so Inductor benchmarks cuBLAS beside the picks, as for a
+                batched GEMM. With gemm_topk=1 and no LUT entries the decision
                 is the one choice Inductor gets (`Selection.sole`), nothing benchmarked: cuBLAS
                 where it is predicted faster, else the model's first config; outside the domain, a
                 launch-bound GEMM (LAUNCH_BOUND_FLOPS) gets the model's first config alone
@@ -64,6 +66,15 @@ AUTO_FALLBACK = 4  # gemm_topk="auto" for a model with no measure of its uncerta
 #: while benchmarking its list of 8-16 compiles as many kernels, seconds per network. With
 #: gemm_topk=1 such a GEMM still gets the model's first config alone (`Selection.launch_bound`).
 LAUNCH_BOUND_FLOPS = 2.0**22
+
+
+def odd_n_and_k(problem: Problem) -> bool:
+    """Whether N and K are both odd: an alignment class no cuBLAS network trained on (the `family` split
+    holds every such problem out, docs/design.md#splits). With one choice it shows: on the `family` split's
+    such problems the gate's call alone scored 0.84 (H100) and 0.88 (H200) of the faster of cuBLAS and
+    Triton, against 0.97 and 0.99 on its other problems; the first config benchmarked against cuBLAS
+    scored 0.96 and 0.98 (results/zero_benchmark_fallback.json). So nothing predicts cuBLAS for them."""
+    return problem.n % 2 == 1 and problem.k % 2 == 1
 
 
 def decide(request: GemmRequest, policy: Policy, *, rank_triton: bool = True) -> tuple[Selection, ...]:
@@ -249,9 +260,9 @@ def _cublas_decision(problem: Problem, model: PerformanceModel, gate: CublasGate
                      alone: bool = False) -> CublasDecision | None:
     """The gate's prediction where there is a gate for the problem, else the model's cuBLAS time over its
     best Triton time; None when the decision is off or nothing predicts cuBLAS for the problem (a batched
-    GEMM: neither network sees a batch, so Inductor benchmarks cuBLAS beside the Triton picks).
-    `alone`: the verdict is the one choice Inductor gets (CublasDecision.alone)."""
-    if margin is None:
+    GEMM: neither network sees a batch; odd N with odd K, `odd_n_and_k`), so Inductor benchmarks cuBLAS
+    beside the Triton picks. `alone`: the verdict is the one choice Inductor gets (CublasDecision.alone)."""
+    if margin is None or odd_n_and_k(problem):
         return None
     aten_ms = model.estimate_aten(problem)
     if gate is not None and gate.supports(problem):

@@ -136,6 +136,23 @@ def test_a_batched_gemm_without_a_cublas_prediction_benchmarks_the_first_config_
     assert handler.selections[-1].sole is None
 
 
+@pytest.mark.parametrize("n, k, sole", [(1001, 999, False), (1001, 1000, True), (1000, 999, True)])
+def test_odd_n_with_odd_k_benchmarks_the_first_config_against_cublas(monkeypatch: pytest.MonkeyPatch,
+                                                                     n: int, k: int, sole: bool):
+    # No cuBLAS network trained on odd N with odd K (the family split holds the class out): the gate's
+    # call is not trusted there, whichever way it goes; one odd dimension alone is an ordinary problem.
+    use_gate(monkeypatch, FakeGate(ratio=0.5))
+    inputs = FakeInputs(128, n, k)
+    handler = one_choice_handler()
+    result = finalize(handler, inputs, inductor_candidates(inputs))
+    selection = handler.selections[-1]
+    if sole:
+        assert uids(result) == ["aten::mm"] and selection.sole == ATEN
+    else:
+        assert "aten::mm" in uids(result) and uids(result).count("triton::mm") == 1
+        assert selection.sole is None and selection.cublas is None and not selection.outside
+
+
 def test_lut_entries_are_benchmarked_against_cublas(monkeypatch: pytest.MonkeyPatch, lut_file: Path):
     use_gate(monkeypatch, FakeGate(ratio=1.3))
     inputs = FakeInputs(560, 1280, 3420)

@@ -159,6 +159,20 @@ def test_one_choice_leaves_a_gemm_outside_the_domain_to_inductors_benchmark():
     assert one_choice(inside, 1.0)["benchmarked"] == 0 and one_choice(inside, 1.0)["sign_accuracy"] == 0.5
 
 
+def test_odd_n_with_odd_k_is_benchmarked_against_cublas_as_the_handler_does():
+    # Problem 2 has odd N and odd K (decision.odd_n_and_k): the handler makes no cuBLAS decision, so
+    # Inductor benchmarks the first config (0.8 ms) against cuBLAS (1.0 ms), and the gate's wrong call
+    # for cuBLAS there costs nothing; nor does the margin skip its Triton picks.
+    inside = _pair(cublas=[0.5, 1.0], top_1=[1.0, 0.8], ratio=[0.8, 0.8])
+    case = dataclasses.replace(inside, undecided=np.array([False, True]))
+    at_one = one_choice(case, 1.0)
+    assert at_one["benchmarked"] == 1 and at_one["sign_accuracy"] == 1.0 and at_one["score"] == 1.0
+    assert one_choice(inside, 1.0)["score"] == pytest.approx(np.sqrt(0.8))
+    honest = Scenario(below_ms=0.0, factor=1.0)
+    assert outcome(case, honest, Rule(small_ms=0.0, tie=0.0))[0] == 1.0
+    assert outcome(inside, honest, Rule(small_ms=0.0, tie=0.0))[0] == pytest.approx(np.sqrt(0.8))
+
+
 def test_cli_one_choice_replays_every_threshold_and_marks_the_shipped_one(tmp_path, capsys):
     data, out = tmp_path / "synthetic.parquet", tmp_path / "one.json"
     dataset.write(synthetic_frame(configs_per_problem=40), data)

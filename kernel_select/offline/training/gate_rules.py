@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from kernel_select.decision import odd_n_and_k
 from kernel_select.model.cublas import DEFAULT_MARGIN, NO_MARGIN_TIE, ONE_CHOICE_THRESHOLD, SMALL_GEMM_MS
 
 SHIPPED_HEDGE = 0.0  # the shipped rule offers no Triton pick beside cuBLAS (the hedge lost score)
@@ -88,6 +89,13 @@ class SplitCase:
     # benchmarks Inductor's DEFAULT list beside the picks; default_ms is that list's best measured time
     outside: np.ndarray | None = None
     default_ms: np.ndarray | None = None
+    # odd N with odd K (decision.odd_n_and_k): no decision either; Inductor benchmarks the picks and cuBLAS
+    undecided: np.ndarray | None = None
+
+    def decidable(self) -> np.ndarray:
+        """The problems the gate decides for: inside the domain, and not odd N with odd K."""
+        outside, _ = self.benchmarked()
+        return ~outside if self.undecided is None else ~outside & ~self.undecided
 
     def benchmarked(self) -> tuple[np.ndarray, np.ndarray]:
         """Which problems lie outside the domain, and the best time Inductor's benchmark finds among
@@ -107,7 +115,8 @@ def outcome(case: SplitCase, scenario: Scenario, rule: Rule,
     # just past the margin
     hedged = skipped & ~zone & (rule.hedge > 0) & (case.predicted_ratio > 1.0 - margin - rule.hedge)
     outside, default_ms = case.benchmarked()  # no decision there: the list is benchmarked beside the picks
-    skipped, hedged = skipped & ~outside, hedged & ~outside
+    decided = case.decidable()
+    skipped, hedged = skipped & decided, hedged & decided
     timed = np.where(case.cublas_ms < scenario.below_ms, scenario.factor, 1.0) * case.cublas_ms
 
     def inductor_takes(triton_ms: np.ndarray) -> np.ndarray:
@@ -137,9 +146,10 @@ def one_choice(case: SplitCase, threshold: float | str) -> dict[str, float | int
     - `regret`, `worst`: the geomean and the largest of time taken / that faster one's time (1.0: no loss);
     - `score`: the geomean of min(cuBLAS, Triton oracle) / time taken, as `outcome` scores;
     - `slower`: the problems whose time taken is more than 2% above cuBLAS (eager's kernel);
-    - `benchmarked`: the problems outside the model's domain, which the handler benchmarks (Inductor's
-      list, the first config and cuBLAS: the fastest is taken); the other figures but `score` and
-      `slower` are over the problems decided.
+    - `benchmarked`: the problems the handler benchmarks, the fastest taken: outside the model's domain
+      (Inductor's list, the first config and cuBLAS) or with odd N and odd K (the first config and
+      cuBLAS, decision.odd_n_and_k); the other figures but `score` and `slower` are over the problems
+      decided.
     """
     outside, default_ms = case.benchmarked()
     if isinstance(threshold, str):
@@ -149,18 +159,18 @@ def one_choice(case: SplitCase, threshold: float | str) -> dict[str, float | int
         takes_cublas = case.predicted_ratio < threshold
         rule, value = f"ratio < {threshold:g}", float(threshold)
     faster_of_two = np.minimum(case.cublas_ms, case.top_1_ms)
+    decided = case.decidable()
     taken = np.where(outside, np.minimum(faster_of_two, default_ms),
-                     np.where(takes_cublas, case.cublas_ms, case.top_1_ms))
+                     np.where(~decided, faster_of_two, np.where(takes_cublas, case.cublas_ms, case.top_1_ms)))
     right = takes_cublas == (case.cublas_ms <= case.top_1_ms)
     regret = taken / faster_of_two
-    decided = ~outside
 
     def over_decided(values: np.ndarray, reduce, empty: float) -> float:
         # a split with nothing decided (every problem outside) has no wrong call and no regret
         return float(reduce(values[decided])) if decided.any() else empty
 
     best = np.minimum(case.cublas_ms, case.oracle_ms)
-    return {"rule": rule, "threshold": value, "problems": len(taken), "benchmarked": int(outside.sum()),
+    return {"rule": rule, "threshold": value, "problems": len(taken), "benchmarked": int((~decided).sum()),
             "cublas_taken": over_decided(takes_cublas, np.mean, 0.0),
             "sign_accuracy": over_decided(right, np.mean, 1.0),
             "regret": over_decided(np.log(regret), lambda v: np.exp(np.mean(v)), 1.0),
@@ -198,7 +208,8 @@ def split_case(frame: pd.DataFrame, split: str, k: int, model: PerformanceModel,
                      predicted_ratio=np.exp(gate.predict_log_ratio(listed)),
                      predicted_cublas_ms=np.array([model.estimate_aten(p) or np.inf for p in listed]),
                      outside=np.array([bool(model.domain_gap(p)) for p in listed], dtype=bool),
-                     default_ms=default.best_ms[have])
+                     default_ms=default.best_ms[have],
+                     undecided=np.array([odd_n_and_k(p) for p in listed], dtype=bool))
 
 
 def simulate(data: str | Path | Sequence[str | Path], splits: Sequence[str] = ("test", "family"),
@@ -260,7 +271,8 @@ def simulate_one_choice(data: str | Path | Sequence[str | Path], splits: Sequenc
 
 def format_one_choice_table(rows: Sequence[dict]) -> str:
     """A markdown table of `simulate_one_choice`'s rows, the shipped threshold marked with *."""
-    lines = ["| split (benchmarked: outside the domain) | cuBLAS where | cuBLAS taken | sign accuracy "
+    lines = ["| split (benchmarked: outside the domain, or odd N and odd K) | cuBLAS where | cuBLAS taken "
+             "| sign accuracy "
              "| regret (geomean, worst) | score | slower than cuBLAS > 2% |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         mark = " *" if r["threshold"] == ONE_CHOICE_THRESHOLD else ""
