@@ -217,22 +217,32 @@ class OutsideItsDomain(PerformanceModel):
         return "no training problem like it"
 
 
-def test_the_gate_skips_triton_only_where_the_handler_lets_it_decide(tmp_path):
-    """decision.py makes no cuBLAS decision for a problem outside the model's domain (Inductor
-    benchmarks cuBLAS and the configs): eval's "+gate" figures skip Triton only inside it."""
+def gate_skipping_everything():
+    """A cuBLAS gate that predicts cuBLAS e^5 times faster everywhere: it skips every Triton config."""
     import torch
 
     from kernel_select.model.cublas import CublasGate
-    from tests.synthetic import synthetic_frame, untrained_mlp, untrained_problem_net
+    from tests.synthetic import untrained_problem_net
 
-    path = tmp_path / "d.parquet"
-    dataset.write(synthetic_frame({"train": 0, "val": 0, "test": 5}, configs_per_problem=30), path)
     gate = untrained_problem_net(CublasGate)
-    with torch.no_grad():  # cuBLAS predicted e^5 times faster everywhere: the gate skips every Triton
+    with torch.no_grad():
         gate.net[-1].weight.zero_()
         gate.net[-1].bias.fill_(-5.0)
+    return gate
+
+
+def test_the_gate_skips_triton_only_where_the_handler_lets_it_decide(tmp_path, monkeypatch):
+    """decision.py makes no cuBLAS decision for a problem outside the model's domain (Inductor
+    benchmarks cuBLAS and the configs): eval's "+gate" figures skip Triton only inside it."""
+    from kernel_select.offline.training import baseline_scores
+    from tests.synthetic import synthetic_frame, untrained_mlp
+
+    monkeypatch.setattr(baseline_scores, "odd_n_and_k", lambda problem: False)  # the next test's rule
+    path = tmp_path / "d.parquet"
+    dataset.write(synthetic_frame({"train": 0, "val": 0, "test": 5}, configs_per_problem=30), path)
     inside = untrained_mlp()
-    report = evaluate(path, "test", [inside, OutsideItsDomain(inside)], device="h100", gate=gate)
+    report = evaluate(path, "test", [inside, OutsideItsDomain(inside)], device="h100",
+                      gate=gate_skipping_everything())
     with_cublas = report["with_cublas"]
     assert with_cublas["gate"]["margins"]["0.15"]["gated"] == 1.0
     for k in ("1", "4"):
@@ -240,3 +250,18 @@ def test_the_gate_skips_triton_only_where_the_handler_lets_it_decide(tmp_path):
         outside = with_cublas["methods"]["outside"][k]
         assert with_cublas["methods"]["outside+gate"][k] == pytest.approx(outside)
     assert with_cublas["gate"]["benchmarked_outside_domain"] == {"mlp": 0, "outside": 5}
+
+
+def test_the_gate_decides_nothing_for_odd_n_with_odd_k_as_in_the_handler(tmp_path, monkeypatch):
+    """decision.odd_n_and_k: no cuBLAS decision there either, so eval's "+gate" figures keep Triton."""
+    from kernel_select.offline.training import baseline_scores
+    from tests.synthetic import synthetic_frame, untrained_mlp
+
+    monkeypatch.setattr(baseline_scores, "odd_n_and_k", lambda problem: True)
+    path = tmp_path / "d.parquet"
+    dataset.write(synthetic_frame({"train": 0, "val": 0, "test": 5}, configs_per_problem=30), path)
+    report = evaluate(path, "test", [untrained_mlp()], device="h100", gate=gate_skipping_everything())
+    with_cublas = report["with_cublas"]
+    assert with_cublas["gate"]["margins"]["0.15"]["gated"] == 1.0  # the gate's own call is reported
+    for k in ("1", "4"):
+        assert with_cublas["methods"]["mlp+gate"][k] == pytest.approx(with_cublas["methods"]["mlp"][k])

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from kernel_select.decision import odd_n_and_k
 from kernel_select.device import DeviceSpec
 from kernel_select.offline.data import dataset
 from kernel_select.offline.metrics import geomean, measured_lookup, oracle_ms, topk_dict, topk_scores
@@ -81,7 +82,8 @@ def with_cublas_report(df: pd.DataFrame, split: str, problem_ids: pd.Index, grou
     (`gate`, else the one serving `spec`), problems it gates get cuBLAS alone (their Triton
     candidates are skipped), as the handler decides: only where the method's model covers the
     problem (`inside`: per method, per problem of `problem_ids`, whether it lies in the model's
-    domain; outside it the handler makes no cuBLAS decision and benchmarks both, decision.py)."""
+    domain; outside it the handler makes no cuBLAS decision and benchmarks both, decision.py), and
+    not for odd N with odd K (decision.odd_n_and_k), where it makes none either."""
     from kernel_select.model import load_gate
     from kernel_select.model.cublas import DEFAULT_MARGIN
     from kernel_select.offline.training.cublas_fit import gate_metrics, problem_ratios, problems_of
@@ -110,7 +112,9 @@ def with_cublas_report(df: pd.DataFrame, split: str, problem_ids: pd.Index, grou
     table = problem_ratios(df[df["batch"] == 1]).reindex(problem_ids[have]).dropna(subset=["log_ratio"])
     out["gate"] = {"margin": DEFAULT_MARGIN, "split": split, **gate_metrics(gate, table)}
     gated = np.zeros(len(problem_ids), dtype=bool)
-    gated[problem_ids.get_indexer(table.index)] = gate.skips_triton(problems_of(table), DEFAULT_MARGIN)
+    listed = problems_of(table)
+    gated[problem_ids.get_indexer(table.index)] = (gate.skips_triton(listed, DEFAULT_MARGIN)
+                                                   & ~np.array([odd_n_and_k(p) for p in listed], dtype=bool))
     left = {}
     for name, best in topk_best.items():  # a skipped problem gets cuBLAS alone
         decided = gated & inside[name] if inside is not None and name in inside else gated
