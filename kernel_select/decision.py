@@ -176,14 +176,14 @@ def _ranked(problem: Problem, policy: Policy, hit: LUTHit | None, epilogue: Epil
     outside = model.domain_gap(problem)
     # LUT entries are always benchmarked, so only a GEMM without them gets the decision alone.
     alone = policy.one_choice and not entries
-    decision = None if outside else _cublas_decision(problem, model, policy.gate, policy.cublas_margin,
-                                                     epilogue, scores, alone=alone)
+    decision, undecided = (None, "") if outside else _cublas_decision(
+        problem, model, policy.gate, policy.cublas_margin, epilogue, scores, alone=alone)
     # Outside the domain nothing narrows Inductor's choice, but a launch-bound GEMM's benchmark would
     # cost more compile than any of its configs can lose: the one-choice mode keeps its one choice.
     launch_bound = alone and bool(outside) and widest.flops <= LAUNCH_BOUND_FLOPS
     selection = Selection(problem, device.key, tuple(chosen), len(candidates), decision, m_values=spread,
                           outside=outside, auto_at_cap=outside if gemm_topk == AUTO else "",
-                          launch_bound=launch_bound)
+                          launch_bound=launch_bound, undecided=undecided)
     if selection.skips_triton:
         return selection
     if gemm_topk == DEFAULT:
@@ -257,20 +257,25 @@ def rank(problem: Problem, configs: Sequence[GemmConfig], model: PerformanceMode
 
 def _cublas_decision(problem: Problem, model: PerformanceModel, gate: CublasGate | None,
                      margin: float | None, epilogue: Epilogue, scores: np.ndarray, *,
-                     alone: bool = False) -> CublasDecision | None:
+                     alone: bool = False) -> tuple[CublasDecision | None, str]:
     """The gate's prediction where there is a gate for the problem, else the model's cuBLAS time over its
-    best Triton time; None when the decision is off or nothing predicts cuBLAS for the problem (a batched
-    GEMM: neither network sees a batch; odd N with odd K, `odd_n_and_k`), so Inductor benchmarks cuBLAS
-    beside the Triton picks. `alone`: the verdict is the one choice Inductor gets (CublasDecision.alone)."""
-    if margin is None or odd_n_and_k(problem):
-        return None
+    best Triton time, and "". None when the decision is off (with ""), or when nothing predicts cuBLAS
+    for the problem, with why (`Selection.undecided`): a batched GEMM (neither network sees a batch) or
+    odd N with odd K (`odd_n_and_k`); Inductor then benchmarks cuBLAS beside the Triton picks.
+    `alone`: the verdict is the one choice Inductor gets (CublasDecision.alone)."""
+    if margin is None:
+        return None, ""
+    if odd_n_and_k(problem):
+        return None, "odd N and odd K, which no cuBLAS network trained on"
     aten_ms = model.estimate_aten(problem)
     if gate is not None and gate.supports(problem):
         ratio = float(np.exp(gate.predict_log_ratio([problem])[0]))
-        return cublas_verdict(ratio, "gate", margin, aten_ms, epilogue, alone=alone)
+        return cublas_verdict(ratio, "gate", margin, aten_ms, epilogue, alone=alone), ""
     if aten_ms is None or not len(scores):
-        return None
-    return cublas_verdict(aten_ms / float(scores.min()), "model", margin, aten_ms, epilogue, alone=alone)
+        batched = problem.op in ("bmm", "baddbmm")
+        return None, ("a batched GEMM, whose batch no cuBLAS network sees" if batched
+                      else "no cuBLAS prediction")
+    return cublas_verdict(aten_ms / float(scores.min()), "model", margin, aten_ms, epilogue, alone=alone), ""
 
 
 def _checked_problem(problem: object) -> Problem:

@@ -108,6 +108,9 @@ class Selection:
     #: gemm_topk=1 outside the domain, for a launch-bound GEMM (decision.LAUNCH_BOUND_FLOPS): the model's
     #: first config is the one choice anyway, no cuBLAS decision and nothing benchmarked
     launch_bound: bool = False
+    #: why the cuBLAS decision, though on, made none inside the domain ("" where it did, or was off):
+    #: nothing predicts cuBLAS for the problem, so Inductor benchmarks cuBLAS beside the choices
+    undecided: str = ""
 
     @property
     def configs(self) -> tuple[GemmConfig, ...]:
@@ -149,6 +152,7 @@ class Selection:
             return (f"{self.problem} on {self.device}: ranked {self.ranked} Triton configs{spread}; "
                     f"{self.outside}, but launch-bound: one choice, the model's first config "
                     f"{self.choices[0].config.short()}, nothing benchmarked")
+        undecided = f"; no cuBLAS decision ({self.undecided}): cuBLAS beside them" if self.undecided else ""
         return (f"{self.problem} on {self.device}: benchmarking {len(self.choices)} of {self.ranked} Triton "
                 f"configs ({self.sources.count(LUT_SOURCE)} from the LUT){spread}{hint}{capped}{outside}"
-                f"{f'; {cublas.describe()}' if shown else ''}")
+                f"{f'; {cublas.describe()}' if shown else ''}{undecided}")

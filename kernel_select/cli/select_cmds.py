@@ -175,7 +175,7 @@ def _payload(args: argparse.Namespace, model: PerformanceModel, serving: dict[st
             "margin": cublas.margin, "small_gemm": cublas.small, "skips_triton": cublas.prefers_cublas,
             "one_choice": cublas.alone},
         "outside": selection.outside, "launch_bound": selection.launch_bound,
-        "auto_at_cap": selection.auto_at_cap,
+        "no_cublas_decision": selection.undecided, "auto_at_cap": selection.auto_at_cap,
     }
 
 
@@ -205,6 +205,8 @@ def _print_selection(model: PerformanceModel, selection: Selection) -> None:
         say(selection.cublas.describe())
         if selection.skips_triton:
             say("(--gemm-cublas-margin off shows the model's top configs)")
+    elif selection.undecided:
+        say(f"no cuBLAS decision ({selection.undecided}): a compile benchmarks cuBLAS beside these")
 
 
 def _seed_problems() -> list[tuple[str, Problem]]:

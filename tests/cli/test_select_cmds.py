@@ -183,6 +183,19 @@ def test_topk_one_choice_says_a_launch_bound_gemm_outside_training_keeps_its_one
     assert not json.loads(out)["launch_bound"]  # only the one-choice mode keeps it alone
 
 
+@pytest.mark.parametrize("shape, why", [(["--n", "1001", "--k", "999"], "odd N and odd K"),
+                                        (["--n", "1024", "--k", "1024", "--batch", "8"], "a batched GEMM")])
+def test_topk_says_why_nothing_decides_for_cublas_and_that_a_compile_benchmarks_it(capsys, shape, why):
+    code, out, _ = run(capsys, "topk", "--device", "h100", "--m", "128", *shape, "--gemm-topk", "1")
+    assert code == 0 and f"no cuBLAS decision ({why}" in out and "benchmarks cuBLAS beside these" in out
+    code, out, _ = run(capsys, "topk", "--device", "h100", "--m", "128", *shape, "--gemm-topk", "1", "--json")
+    payload = json.loads(out)
+    assert payload["no_cublas_decision"].startswith(why) and payload["cublas_decision"] is None
+    off = ["--gemm-cublas-margin", "off", "--json"]
+    code, out, _ = run(capsys, "topk", "--device", "h100", "--m", "128", *shape, *off)
+    assert json.loads(out)["no_cublas_decision"] == ""  # the decision off: nothing to explain
+
+
 def test_topk_batch_ranks_a_bmm(capsys):
     code, out, _ = run(capsys, "topk", *SEED_ARGS, "--batch", "8", "--gemm-topk", "2", "--json")
     payload = json.loads(out)

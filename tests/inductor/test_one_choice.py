@@ -133,7 +133,8 @@ def test_a_batched_gemm_without_a_cublas_prediction_benchmarks_the_first_config_
     handler = one_choice_handler()
     result = finalize(handler, inputs, inductor_candidates(inputs, triton_uid="triton::bmm"), op="bmm")
     assert uids(result) == ["aten::mm", "triton::bmm", "decompose_k"]
-    assert handler.selections[-1].sole is None
+    selection = handler.selections[-1]
+    assert selection.sole is None and selection.undecided.startswith("a batched GEMM")
 
 
 @pytest.mark.parametrize("n, k, sole", [(1001, 999, False), (1001, 1000, True), (1000, 999, True)])
@@ -151,6 +152,8 @@ def test_odd_n_with_odd_k_benchmarks_the_first_config_against_cublas(monkeypatch
     else:
         assert "aten::mm" in uids(result) and uids(result).count("triton::mm") == 1
         assert selection.sole is None and selection.cublas is None and not selection.outside
+        assert selection.undecided.startswith("odd N and odd K")
+        assert "no cuBLAS decision (odd N" in selection.summary()
 
 
 def test_lut_entries_are_benchmarked_against_cublas(monkeypatch: pytest.MonkeyPatch, lut_file: Path):
