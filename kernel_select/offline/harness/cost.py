@@ -25,8 +25,10 @@ harness v2, predicted 293 s, measured 371 s. Off on the H200 for the large-M pla
 its first 65 problems (float32) predicted 210 s, measured 535 s; the next 152 (128 bfloat16) predicted
 282 s, measured 530 s. A collection's log now measures COMPILE_CORE_S per class (`compile per key in its
 worker`, pipeline.CompilePipeline.seconds_line): there 0.61 core-seconds for mm bf16, as assumed, and
-1.75-2.46 for mm fp32 against the 1.98 assumed. The larger misses were that the GPU, busy 1.5x the
-predicted timing, hardly overlapped the compile: waiting plus busy came to the wall.
+1.75-2.46 for mm fp32 against the 1.98 assumed. In the second run the GPU was busy 190 s against 127 s
+predicted, compile worked ahead on 470 keys of problems the bound then cut, and compile and timing
+overlapped less than the simulation has them: 358 s of compile on 15 workers and 190 s of timing took
+530 s, where the simulation overlaps them.
 """
 
 from __future__ import annotations
