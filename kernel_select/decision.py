@@ -77,6 +77,11 @@ def odd_n_and_k(problem: Problem) -> bool:
     return problem.n % 2 == 1 and problem.k % 2 == 1
 
 
+#: The decision's own rules, in the handler's cache key (inductor/cache_key.py) beside the cuBLAS rule
+#: (model.cublas.RULE): choices Inductor cached under another rule must not be served under this one.
+RULES = f"launch-bound<={LAUNCH_BOUND_FLOPS:g}:odd-n-and-k-undecided"
+
+
 def decide(request: GemmRequest, policy: Policy, *, rank_triton: bool = True) -> tuple[Selection, ...]:
     """Every selection for one GEMM (the module docstring gives the steps): the pin alone; else one
     selection for a static M; for a dynamic M one over the Ms it will take, then one per multi-kernel

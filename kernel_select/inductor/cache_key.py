@@ -11,6 +11,7 @@ from typing import Any
 
 from kernel_select import options, runtime, warn
 from kernel_select._version import __version__
+from kernel_select.decision import RULES
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.inductor.settings import Settings
 from kernel_select.model import PerformanceModel
@@ -43,6 +44,7 @@ def parts(settings: Settings, inner: Any) -> list[str]:
         out.append(f"lut={runtime.lut_fingerprint(settings.kernel_lut_path)}")
         out.append(f"model={model_fingerprint(settings.gemm_model, device)}")
         out.append(f"cublas_gate={gate_fingerprint(settings.gemm_cublas_margin, device)}")
+        out.append(f"decision={RULES}")
     return out
 
 

@@ -459,6 +459,16 @@ def test_uuid_follows_the_gate_margin_and_weights(monkeypatch: pytest.MonkeyPatc
                                            gemm_cublas_margin=0.05).uuid() != keys[0.05]
 
 
+def test_uuid_follows_the_decisions_own_rules(monkeypatch: pytest.MonkeyPatch):
+    # a rule of decision.py that changes what Inductor receives (odd N with odd K, launch-bound GEMMs)
+    # must not let a cache serve choices made under the old rule
+    from kernel_select.inductor import cache_key
+
+    before = ks_inductor.KernelSelectChoices(gemm_topk=1, gemm_device="h100").uuid()
+    monkeypatch.setattr(cache_key, "RULES", "another rule")
+    assert ks_inductor.KernelSelectChoices(gemm_topk=1, gemm_device="h100").uuid() != before
+
+
 def test_broken_gate_file_falls_back_to_inductors_candidates(monkeypatch: pytest.MonkeyPatch,
                                                              caplog: pytest.LogCaptureFixture):
     from kernel_select.errors import ModelError
