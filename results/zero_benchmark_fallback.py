@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kernel_select.decision import odd_n_and_k
 from kernel_select.device import get_device
 from kernel_select.model import get_model, load_gate
 from kernel_select.model.cublas import DEFAULT_MARGIN, ONE_CHOICE_THRESHOLD
@@ -60,7 +61,7 @@ def split_groups(device: str, split: str, frame, files) -> dict[str, dict]:
                                           baseline_scores.DEFAULT_LIST_TORCH)
     aten = baseline_scores.aten_ms(rows).reindex(scored.problem_ids).to_numpy(np.float64)
     outside = np.array([bool(model.domain_gap(problem)) for problem, _ in cases])
-    odd = ((scored.problems["n"] % 2 == 1) & (scored.problems["k"] % 2 == 1)).to_numpy()
+    odd = np.array([odd_n_and_k(problem) for problem, _ in cases])
     have = np.isfinite(aten)  # a problem without its cuBLAS row cannot be scored against cuBLAS
     # the gate decides single GEMMs only, as in baseline_scores.with_cublas_report
     table = problem_ratios(rows[rows["batch"] == 1]).reindex(scored.problem_ids).dropna(subset=["log_ratio"])
