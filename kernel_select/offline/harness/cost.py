@@ -21,14 +21,14 @@ float32's CUDA-core constants, an upper bound (TF32 runs on tensor cores). Neith
 for TF32 yet; results/tf32_cost_h100.py measures both on a GPU. Checked against whole runs on the H100
 host (15 compile workers, the plans' problems in file order): layers run 5 predicted 480 s, measured
 469 s; coverage run 2 (with float32) predicted 539 s, measured 520 s; coverage run 1, of the older
-harness v2, predicted 293 s, measured 371 s. Off on the H200 for the large-M plan (M 96,000-262,144):
-its first 65 problems (float32) predicted 210 s, measured 535 s; the next 152 (128 bfloat16) predicted
-282 s, measured 530 s; the last 9 (float32) predicted 186 s, measured 449 s. A collection's log now measures COMPILE_CORE_S per class (`compile per key in its
-worker`, pipeline.CompilePipeline.seconds_line): there 0.61 core-seconds for mm bf16, as assumed, and
-1.75-2.89 for mm fp32 against the 1.98 assumed. In the second run the GPU was busy 190 s against 127 s
-predicted, compile worked ahead on 470 keys of problems the bound then cut, and compile and timing
-overlapped less than the simulation has them: 358 s of compile on 15 workers and 190 s of timing took
-530 s, where the simulation overlaps them.
+harness v2, predicted 293 s, measured 371 s. Off on the H200 for the large-M plan (M 96,000-262,144): its
+first 65 problems (float32) predicted 210 s, measured 535 s; the next 152 (128 bfloat16) predicted 282 s,
+measured 530 s; the last 9 (float32) predicted 186 s, measured 449 s. A collection's log now measures
+COMPILE_CORE_S per class (`compile per key in its worker`, pipeline.CompilePipeline.seconds_line): there
+0.61 core-seconds for mm bf16, as assumed, and 1.75-2.89 for mm fp32 against the 1.98 assumed. In the
+second run the GPU was busy 190 s against 127 s predicted, compile worked ahead on 470 keys of problems
+the bound then cut, and compile and timing overlapped less than the simulation has them: 358 s of compile
+on 15 workers and 190 s of timing took 530 s, where the simulation overlaps them.
 """
 
 from __future__ import annotations
