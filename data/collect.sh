@@ -12,8 +12,9 @@
 # host). MAX_SECONDS (default 540) bounds the run; one that reaches it stops between problems and
 # keeps what it timed, and running the same command again resumes. ORDER (`bench --order`: reuse,
 # the default, or file) says which problems a bounded run takes first. DTYPE (`bench --dtype`)
-# collects only the file's problems of those dtypes. LITERAL=1 times with the sizes compiled in
-# (`bench --literal-sizes`: as Inductor's kernels run, one compile per shape). TRITON_CACHE_DIR, when set,
+# collects only the file's problems of those dtypes, LAYOUT (`bench --layout`) of those operand
+# layouts. LITERAL=1 times with the sizes compiled in (`bench --literal-sizes`: as Inductor's
+# kernels run, one compile per shape). TRITON_CACHE_DIR, when set,
 # is kept (a resumed run on the same machine reuses its kernels); otherwise every kernel compiles
 # into a new empty cache, as on a fresh machine.
 set -euo pipefail
@@ -40,7 +41,8 @@ log="$dir/bench-$stamp.log"
 
 start=$(date +%s)
 python3 -m kernel_select.cli bench --shapes "$shapes" --out "$out" --gpus "$gpus" ${workers:+--workers "$workers"} \
-    ${ORDER:+--order "$ORDER"} ${DTYPE:+--dtype "$DTYPE"} ${LITERAL:+--literal-sizes} --max-seconds "$MAX_SECONDS" --no-progress > "$log" 2>&1 || status=$?
+    ${ORDER:+--order "$ORDER"} ${DTYPE:+--dtype "$DTYPE"} ${LAYOUT:+--layout "$LAYOUT"} \
+    ${LITERAL:+--literal-sizes} --max-seconds "$MAX_SECONDS" --no-progress > "$log" 2>&1 || status=$?
 status="${status:-0}"
 end=$(date +%s)
 

@@ -99,6 +99,9 @@ def register_bench(sub: Subparsers) -> None:
     p.add_argument("--out", type=output_file, required=True, help="parquet file to create or extend")
     p.add_argument("--dtype", type=flags.dtypes, default=None,
                    help="only benchmark shapes of these dtypes (comma-separated, any alias; default: all)")
+    p.add_argument("--layout", type=flags.layouts, default=None,
+                   help="only benchmark shapes of these operand layouts (comma-separated, e.g. tn,nt; "
+                        "default: all)")
     p.add_argument("--search-space", type=flags.word, choices=("default", "exhaustive"), default="exhaustive",
                    help="Inductor's DEFAULT or EXHAUSTIVE space (default: %(default)s)")
     p.add_argument("--gpus", type=int_at_least(1), default=1,
@@ -274,6 +277,8 @@ def run_bench(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if args.dtype:
         chosen = [s for s in chosen if s.dtype in args.dtype]
+    if args.layout:
+        chosen = [s for s in chosen if s.layout in args.layout]
     if args.limit:
         chosen = chosen[: args.limit]
     options = bench.BenchOptions(search_space=args.search_space, workers=args.workers,

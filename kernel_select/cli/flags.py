@@ -96,6 +96,17 @@ def dtypes(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(dtype(part) for part in text.split(",") if part.strip())) or (dtype(text),)
 
 
+def layouts(text: str) -> tuple[str, ...]:
+    """An argparse type: comma-separated operand layouts (nn, nt, tn, tt; any case)."""
+    from kernel_select.errors import ProblemError
+    from kernel_select.layouts import check_layout
+
+    try:
+        return tuple(dict.fromkeys(check_layout(part.strip().lower()) for part in text.split(",")))
+    except ProblemError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("layout: ")) from None
+
+
 def gemm_topk(text: str) -> int | float | str:
     """An argparse type: what the gemm_topk knob accepts (kernel_select.options.parse_topk)."""
     from kernel_select import options
