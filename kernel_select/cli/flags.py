@@ -107,6 +107,18 @@ def layouts(text: str) -> tuple[str, ...]:
         raise argparse.ArgumentTypeError(str(exc).removeprefix("layout: ")) from None
 
 
+def widths(text: str) -> tuple[int, ...]:
+    """An argparse type: comma-separated positive layer widths, e.g. 256,128,64."""
+    try:
+        out = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        out = ()
+    if not out or min(out) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: widths are comma-separated positive integers, "
+                                         "e.g. 96,64,32")
+    return out
+
+
 def gemm_topk(text: str) -> int | float | str:
     """An argparse type: what the gemm_topk knob accepts (kernel_select.options.parse_topk)."""
     from kernel_select import options

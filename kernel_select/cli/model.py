@@ -63,6 +63,9 @@ def register_train(sub: Subparsers) -> None:
     p.add_argument("--members", type=int_at_least(1), default=None,
                    help="MLPs trained from seeds seed, seed+1, ... whose log-ms predictions the model "
                         "averages (default: the training default, 2)")
+    p.add_argument("--widths", type=flags.widths, default=None,
+                   help="hidden layer widths of each MLP, comma-separated (default: the training "
+                        "default, 96,64,32; with --init, give the saved model's, as with --members)")
     p.add_argument("--cap", type=int_at_least(1), default=384,
                    help="configs per problem trained on: every one within 1.5x of the oracle, then a "
                         "random sample (default: %(default)s)")
@@ -156,7 +159,8 @@ def _weights(given: list[tuple[str, float]] | None) -> dict[str, float] | None:
 #: train's options that shape a training: --refit-auto trains nothing, so it refuses them rather than
 #: leave a user believing they took effect
 _TRAINING_ONLY = {"epochs": "--epochs", "init": "--init", "lr": "--lr", "members": "--members",
-                  "weight": "--weight", "gate": "--gate", "claim_init_domain": "--claim-init-domain"}
+                  "widths": "--widths", "weight": "--weight", "gate": "--gate",
+                  "claim_init_domain": "--claim-init-domain"}
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -180,7 +184,8 @@ def run_train(args: argparse.Namespace) -> int:
     device = named_or_data_device(args.device, paths)  # printed once the data is read and checked
     options = {"feature_version": args.features, "weights": weights,
                "claim_start_domain": args.claim_init_domain, "gate_from": args.gate}
-    chosen = {name: value for name, value in (("members", args.members), ("lr", args.lr))
+    chosen = {name: value for name, value in (("members", args.members), ("lr", args.lr),
+                                              ("hidden_widths", args.widths))
               if value is not None}  # the rest: MLPHParams' defaults
     result = train(args.data, args.out, seed=args.seed, epochs=args.epochs, objective=args.objective,
                    device=device, cap=args.cap, progress=not args.no_progress,

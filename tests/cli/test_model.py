@@ -176,3 +176,22 @@ def test_train_with_gate_writes_that_folders_gate_and_says_so(tmp_path, capsys):
     assert (out / "cublas_gate.pt").read_bytes() == (gates / "cublas_gate.pt").read_bytes()
     card = json.loads((out / "mlp.json").read_text())["hyperparameters"]
     assert card["gate"]["dir"] == str(gates)
+
+
+def test_train_widths_shape_the_network_and_a_warm_start_must_repeat_them(tmp_path, capsys):
+    data = tmp_path / "synthetic.parquet"
+    dataset.write(synthetic_frame({"train": 12, "val": 4, "test": 2}, configs_per_problem=16), data)
+    argv = ["train", "--data", str(data), "--epochs", "1", "--members", "1", "--objective", "rank",
+            "--no-progress"]
+    assert main([*argv, "--out", str(tmp_path / "wide"), "--widths", "48,24"]) == 0
+    card = json.loads((tmp_path / "wide" / "mlp.json").read_text())
+    assert card["architecture"]["hidden_widths"] == [48, 24]
+    with pytest.raises(SystemExit):
+        main([*argv, "--out", str(tmp_path / "again"), "--init", str(tmp_path / "wide")])
+    assert "hidden widths [48, 24] (asked for [96, 64, 32])" in capsys.readouterr().err
+    assert main([*argv, "--out", str(tmp_path / "again"), "--init", str(tmp_path / "wide"),
+                 "--widths", "48,24"]) == 0
+    for bad in ("0,8", "a,b", ""):
+        with pytest.raises(SystemExit):
+            main([*argv, "--out", str(tmp_path / "bad"), "--widths", bad])
+    assert "widths are comma-separated positive integers" in capsys.readouterr().err
