@@ -9,7 +9,7 @@ one seed (--seed), from scratch on the H100 files, then fine-tuned on the H200 f
 its width (WIDTHS 256,128,64 or 96,64,32):
 
     kernel-select train --data 'data/h100*.parquet' --out H100_RUN --objective rank --members 2 \\
-        --epochs 60 --widths WIDTHS --gate models/h100 [--seed 1]
+        --epochs 60 --widths WIDTHS --gate models/h100 [--seed 1 | --epochs 120]
     kernel-select train --data 'data/h200*.parquet' --out H200_RUN --init H100_RUN --widths WIDTHS \\
         --members 2 --lr 5e-4 --epochs 10 --objective rank --weight 'data/h200_literal*.parquet=8' \\
         --gate models/h200 [--seed 1]
