@@ -4,15 +4,15 @@ The shipped H200 model averages 8 networks of widths 96, 64, 32; a network of wi
 about four of those (56,000 multiply-adds per config against 13,900). This scores, per device, models
 trained the same way but for their widths, on every held-out split as `eval` scores them (Triton configs
 only), and times each model's `estimate` over the seed problem's 1,206 configs (median of 50 calls, one
-CPU thread, side by side in one process). Trained on this project's 2-core CPU, each run two members and
-one seed (--seed), from scratch on the H100 files, then fine-tuned on the H200 files from the H100 run of
-its width (WIDTHS 256,128,64 or 96,64,32):
+CPU thread, side by side in one process). Trained on this project's 2-core CPU, each run two members
+and one seed (--seed 0, 1 or 2), from scratch on the H100 files, then fine-tuned on the H200 files from
+the H100 run of its width and seed (WIDTHS 256,128,64 or 96,64,32):
 
     kernel-select train --data 'data/h100*.parquet' --out H100_RUN --objective rank --members 2 \\
-        --epochs 60 --widths WIDTHS --gate models/h100 [--seed 1 | --epochs 120]
+        --epochs 60 --widths WIDTHS --gate models/h100 [--seed 1 | --seed 2 | --epochs 120]
     kernel-select train --data 'data/h200*.parquet' --out H200_RUN --init H100_RUN --widths WIDTHS \\
         --members 2 --lr 5e-4 --epochs 10 --objective rank --weight 'data/h200_literal*.parquet=8' \\
-        --gate models/h200 [--seed 1]
+        --gate models/h200 [--seed 1 | --seed 2]
     python results/widths.py --h100 wide=H100_WIDE narrow=H100_NARROW ... \\
         --h200 wide=H200_WIDE narrow=H200_NARROW ...          # CPU, about 5 minutes
 
