@@ -14,9 +14,9 @@
 # the default, or file) says which problems a bounded run takes first. DTYPE (`bench --dtype`)
 # collects only the file's problems of those dtypes, LAYOUT (`bench --layout`) of those operand
 # layouts. LITERAL=1 times with the sizes compiled in (`bench --literal-sizes`: as Inductor's
-# kernels run, one compile per shape). TRITON_CACHE_DIR, when set,
-# is kept (a resumed run on the same machine reuses its kernels); otherwise every kernel compiles
-# into a new empty cache, as on a fresh machine.
+# kernels run, one compile per shape). TRITON_CACHE_DIR, when set, is kept (a resumed run on the
+# same machine reuses its kernels); otherwise every kernel compiles into a new empty cache, as on a
+# fresh machine.
 set -euo pipefail
 
 if [[ $# -lt 3 ]]; then
