@@ -9,6 +9,7 @@ the scores by quartile of that distance, the Spearman correlation of distance an
 that costs.
 
     python results/unseen_distance.py --device h200     # CPU, about a minute
+    python results/unseen_distance.py --mlp-dir /tmp/candidate --out /tmp/candidate_distance.json
 """
 
 from __future__ import annotations
@@ -60,11 +61,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="h200",
                         help="the device whose files and shipped model (default: h200)")
+    parser.add_argument("--mlp-dir", type=Path, default=None,
+                        help="score the model saved in DIR (`train --out`) instead of the shipped one")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="where the JSON goes (default: results/unseen_distance_<device>.json)")
     args = parser.parse_args(argv)
     spec = get_device(args.device)
     pattern = str(ROOT / "data" / f"{spec.key}*.parquet")
     frame = dataset.read_many(pattern)
-    model = MLPModel.load(shipped_dir("models") / spec.key, spec)
+    model = MLPModel.load(args.mlp_dir or shipped_dir("models") / spec.key, spec)
     unseen = dataset.modelled_layout_rows(splits.split_rows(frame, "unseen"), "evaluation",
                                           evaluated_layouts([model]))
     scored = problem_rows(unseen, f"{pattern}: no unseen rows")
@@ -91,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {"device": spec.key, "data": pattern.removeprefix(str(ROOT) + "/"), "model": model.describe(),
               "problems": len(problems), "spearman_distance_top1_loss": round(float(rho), 3),
               "by_distance_quartile": by_quartile, "by_op_layout": by_layout}
-    out = ROOT / "results" / f"unseen_distance_{spec.key}.json"
+    out = args.out or ROOT / "results" / f"unseen_distance_{spec.key}.json"
     out.write_text(json.dumps(report, indent=1) + "\n")
     print(f"{len(problems)} unseen problems; Spearman(distance, top-1 loss) {rho:.3f}")
     for row in by_quartile:
