@@ -1,7 +1,7 @@
 """results/widths.json: wider MLPs, fewer of them, at the same cost per GEMM.
 
-The shipped H200 model averages 8 networks of widths 96, 64, 32; a network of widths 256, 128, 64 costs
-about four of those (56,000 multiply-adds per config against 13,900). This scores, per device, models
+The H200 model shipped when this ran averaged 8 networks of widths 96, 64, 32; a network of widths 256,
+128, 64 costs about four of those (56,000 multiply-adds per config against 13,900). This scores, per device, models
 trained the same way but for their widths, on every held-out split as `eval` scores them (Triton configs
 only), and times each model's `estimate` over the seed problem's 1,206 configs (median of 50 calls, one
 CPU thread, side by side in one process). Trained on this project's 2-core CPU, each run two members
