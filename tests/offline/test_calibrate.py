@@ -16,7 +16,7 @@ from kernel_select.cli import main
 from kernel_select.device import get_device
 from kernel_select.errors import OptionError
 from kernel_select.model import load_default, load_gate
-from kernel_select.model.card import GpuIdentity
+from kernel_select.model.card import Domain, GpuIdentity
 from kernel_select.model.cublas import CublasGate
 from kernel_select.model.mlp import MLPModel
 from kernel_select.offline.calibrate.budget import PLANNING_S, Budget
@@ -123,6 +123,26 @@ def test_a_start_of_another_architecture_lends_its_members_but_not_its_domain(us
     assert card.architecture.members == 8
     splits = summary["measured"]["splits"]
     assert sum(card.domain.strata.values()) == splits["train"] + splits["val"]
+
+
+def test_a_start_of_eight_members_is_fine_tuned_and_serves_alone(user: Path, tmp_path: Path, capsys):
+    # Eight fine-tuned members beside the start's eight would make 16, and a card holds 8: this used to
+    # fail after the whole measurement. The fine-tuned members, begun from its weights, serve alone.
+    start = tmp_path / "eight"
+    eight = untrained_mlp(members=8)
+    claimed = Domain(strata={"bmm/float32/m>4096": 500}, m=(1, 65536), n=(8, 65536), k=(8, 65536),
+                     batch=(1, 4096), work={"bmm/float32/m>4096": 1e15})
+    eight = MLPModel(eight.device, eight.net, eight.card.model_copy(update={"domain": claimed}))
+    save_model(eight, start)
+    options = CalibrateOptions(**{**QUICK, "progress": True}, start=str(start))
+    summary = calibrate(options, H100, collect=FakeHarness())
+    assert "too many to keep beside 8 fine-tuned ones" in capsys.readouterr().err
+    assert not summary["training"]["start_members_kept"] and summary["training"]["members"] == 8
+    assert set(summary["held_out"]["methods"]) == {"calibrated", "start"}
+    card = MLPModel.load(user / "h100", H100).card
+    assert card.architecture.members == 8 and card.hyperparameters["init"]["dir"] == str(start)
+    # the start is the H100's own: the card claims its domain, as train --claim-init-domain does
+    assert card.domain.strata["bmm/float32/m>4096"] == 500 and card.domain.batch[1] == 4096
 
 
 def test_from_picks_the_model_to_fine_tune(user: Path, monkeypatch: pytest.MonkeyPatch):

@@ -83,7 +83,8 @@ def calibrate(options: CalibrateOptions, spec: DeviceSpec, *,
     progress = RunProgress(options.progress)
     try:
         progress.say(f"calibrating {spec.identity} for {options.minutes:g} minutes into {files.folder}; "
-                     f"{'fine-tuning ' + start.describe() if start else 'training from scratch'}")
+                     f"{'fine-tuning ' + start.describe() if start else 'training from scratch'}"
+                     f"{_alone_note(start)}")
         ranked = ranked_classes(start, options.seed)
         plan = plan_run(options, spec, ranked, budget, workers)
         files.folder.mkdir(parents=True, exist_ok=True)
@@ -103,7 +104,8 @@ def calibrate(options: CalibrateOptions, spec: DeviceSpec, *,
         trained = _train(files, spec, start, budget, options, progress)
         progress.phase("scoring on the held-out problems", AFTER_TRAINING_S)
         models = {"calibrated": trained.model,
-                  **({"fine-tuned": trained.fine_tuned, "start": start.model} if start else {})}
+                  **({"fine-tuned": trained.fine_tuned} if trained.fine_tuned is not None else {}),
+                  **({"start": start.model} if start else {})}
         scores = held_out_scores(files.measurements, spec, models)
         installed = install(files.staging, files.folder)
         summary = _summary(spec, files, start, plan, measured, collected, trained, scores, installed, budget)
@@ -111,7 +113,7 @@ def calibrate(options: CalibrateOptions, spec: DeviceSpec, *,
         write_atomic(files.summary, (json.dumps(summary, indent=1) + "\n").encode())
         for line in lines(scores):
             progress.say(line)
-        if start is not None:  # why the installed model may score below the fine-tuned members here
+        if trained.fine_tuned is not None:  # why the installed model may score below the fine-tuned members
             progress.say(f"calibrated = the fine-tuned members and the {start.trained_on} model's, kept for "
                          "networks' layer shapes; the held-out problems are random shapes like those "
                          "measured, which fine-tuning learns first (the guide's calibrate section)")
@@ -239,13 +241,28 @@ def _measured(path: Path, spec: DeviceSpec) -> dict[str, Any]:
             "splits": {split: int(n) for split, n in sorted(per_split.items())}}
 
 
+def _alone_note(start: StartModel | None) -> str:
+    if start is None or keeps_start_members(start):
+        return ""
+    members = start.model.card.architecture.members
+    return (f" (its {members} networks are too many to keep beside {members} fine-tuned ones: the "
+            "fine-tuned ones serve alone)")
+
+
+def keeps_start_members(start: StartModel) -> bool:
+    """Whether calibrate's model can hold `start`'s members beside as many fine-tuned ones."""
+    from kernel_select.model.card import MAX_MEMBERS
+
+    return 2 * start.model.card.architecture.members <= MAX_MEMBERS
+
+
 @dataclass(frozen=True)
 class Trained:
-    """What calibrate's training made: the model it installs and, from a start, its fine-tuned members
-    alone (scored beside it); train's validation figures of the fine-tuning."""
+    """What calibrate's training made: the model it installs and, where it keeps a start's members
+    beside its own, its fine-tuned members alone (scored beside it); train's validation figures."""
 
     model: Any
-    fine_tuned: Any | None  # None: trained from scratch, `model` is all there is
+    fine_tuned: Any | None  # None: `model` is all there is (from scratch, or a start too large to keep)
     metrics: dict[str, Any]
     seconds: float
 
@@ -271,7 +288,12 @@ def train_calibrated(measurements: Path, out: Path, spec: DeviceSpec, start: Sta
     count at the fine-tuning rate from its weights, then averaged with `start`'s members, claiming its
     domain where it would serve this GPU anyway (training/average.py); else from scratch; the rank
     objective; the training stopped at `deadline` (time.perf_counter()). results/calibrate.py retrains
-    prefixes of a run with it."""
+    prefixes of a run with it.
+
+    A start of more than half the members a card holds (a user's `train --members 8`) cannot be kept
+    beside as many fine-tuned members: the fine-tuned ones, which began as its weights, serve alone, and
+    claim its domain where it would serve this GPU anyway, as `train --claim-init-domain` does. Said
+    before training, not found after the measurements (`keeps_start_members`)."""
     from kernel_select.model.features import FEATURE_VERSION
     from kernel_select.offline.training.average import average_with_start
     from kernel_select.offline.training.train import MLPHParams, TimeLimit, train
@@ -288,9 +310,12 @@ def train_calibrated(measurements: Path, out: Path, spec: DeviceSpec, start: Sta
                                any_architecture=True)
     limit = TimeLimit(deadline, on_epoch=on_epoch)
     began = time.perf_counter()
+    keep_start = start is not None and keeps_start_members(start)
+    claim_alone = start is not None and not keep_start and start.stands_in_for(spec)
     result = train(measurements, out, device=spec, seed=seed, epochs=epochs, objective=OBJECTIVE,
-                   hparams=hparams, progress=False, init=warm, time_limit=limit)
-    if start is None:
+                   hparams=hparams, progress=False, init=warm, time_limit=limit,
+                   claim_start_domain=claim_alone)
+    if not keep_start:
         return Trained(model=result.model, fine_tuned=None, metrics=result.metrics, seconds=result.seconds)
     model = average_with_start(result.model, out, start.model, str(start.folder), measurements,
                                claim_start_domain=start.stands_in_for(spec))
