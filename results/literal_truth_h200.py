@@ -14,8 +14,8 @@ own oracle on the same problems against both truths, split by split:
 
 CPU only, about a minute:  python results/literal_truth_h200.py
 `--mlp-dir DIR --out FILE` scores another model folder the same way:
-results/literal_truth_h200_previous.json is the H200 model the shipped one was fine-tuned from
-(models/h200 at commit 9a2d3bc, written out with `git show`; its "model" field names that commit).
+results/literal_truth_h200_previous.json is an H200 model that learnt these problems from their shared
+rows only (models/h200 at commit 9a2d3bc, written out with `git show`; its "model" field names that commit).
 `--literal FILE` scores another literal-size file: results/literal_truth_h200_m17_32.json is
 `--literal data/h200_literal_m17_32.parquet --out results/literal_truth_h200_m17_32.json`.
 """
