@@ -242,18 +242,11 @@ def _measured(path: Path, spec: DeviceSpec) -> dict[str, Any]:
 
 
 def _alone_note(start: StartModel | None) -> str:
-    if start is None or keeps_start_members(start):
+    if start is None or start.keeps_members():
         return ""
     members = start.model.card.architecture.members
     return (f" (its {members} networks are too many to keep beside {members} fine-tuned ones: the "
             "fine-tuned ones serve alone)")
-
-
-def keeps_start_members(start: StartModel) -> bool:
-    """Whether calibrate's model can hold `start`'s members beside as many fine-tuned ones."""
-    from kernel_select.model.card import MAX_MEMBERS
-
-    return 2 * start.model.card.architecture.members <= MAX_MEMBERS
 
 
 @dataclass(frozen=True)
@@ -293,7 +286,7 @@ def train_calibrated(measurements: Path, out: Path, spec: DeviceSpec, start: Sta
     A start of more than half the members a card holds (a user's `train --members 8`) cannot be kept
     beside as many fine-tuned members: the fine-tuned ones, which began as its weights, serve alone, and
     claim its domain where it would serve this GPU anyway, as `train --claim-init-domain` does. Said
-    before training, not found after the measurements (`keeps_start_members`)."""
+    before training, not found after the measurements (`StartModel.keeps_members`)."""
     from kernel_select.model.features import FEATURE_VERSION
     from kernel_select.offline.training.average import average_with_start
     from kernel_select.offline.training.train import MLPHParams, TimeLimit, train
@@ -310,15 +303,15 @@ def train_calibrated(measurements: Path, out: Path, spec: DeviceSpec, start: Sta
                                any_architecture=True)
     limit = TimeLimit(deadline, on_epoch=on_epoch)
     began = time.perf_counter()
-    keep_start = start is not None and keeps_start_members(start)
-    claim_alone = start is not None and not keep_start and start.stands_in_for(spec)
+    keep_start = start is not None and start.keeps_members()
+    claim = start is not None and start.stands_in_for(spec)
     result = train(measurements, out, device=spec, seed=seed, epochs=epochs, objective=OBJECTIVE,
                    hparams=hparams, progress=False, init=warm, time_limit=limit,
-                   claim_start_domain=claim_alone)
+                   claim_start_domain=claim and not keep_start)
     if not keep_start:
         return Trained(model=result.model, fine_tuned=None, metrics=result.metrics, seconds=result.seconds)
     model = average_with_start(result.model, out, start.model, str(start.folder), measurements,
-                               claim_start_domain=start.stands_in_for(spec))
+                               claim_start_domain=claim)
     return Trained(model=model, fine_tuned=result.model, metrics=result.metrics,
                    seconds=time.perf_counter() - began)
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from kernel_select.device import DeviceSpec, serves_anyway
 from kernel_select.errors import OptionError
+from kernel_select.model.card import MAX_MEMBERS
 from kernel_select.model.folders import model_folders
 from kernel_select.model.mlp import CARD_FILE, WEIGHTS_FILE, MLPModel
 from kernel_select.resources import model_roots, shipped_dir, shipped_hidden
@@ -40,6 +41,11 @@ class StartModel:
         """Whether kernel_select would serve `spec` with this model anyway (model/folders.py): it is
         that GPU's own, or one of the same SM architecture. A model calibrated from it claims its domain."""
         return serves_anyway(self.trained_on, spec)
+
+    def keeps_members(self) -> bool:
+        """Whether the calibrated model can hold this model's members beside as many fine-tuned ones
+        (a card holds at most MAX_MEMBERS networks): a user's `train --members 8` cannot."""
+        return 2 * self.model.card.architecture.members <= MAX_MEMBERS
 
 
 def resolve_start(choice: str, spec: DeviceSpec, out_folder: Path) -> StartModel | None:
