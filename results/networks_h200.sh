@@ -38,6 +38,16 @@
 #   bash results/networks_h200.sh merge results/networks_h200_launch_bound.json lb1/networks_h200.json \
 #       lb2/networks_h200.json
 #
+# results/networks_h200_wide_model.{json,png}: six networks with the wide H200 model (2026-11-29, one H200,
+# 16 cores, two calls):
+#
+#   S=default,zero-gemm@recsys-mlp/decode,llama3-8b-2layer/decode
+#   OUT=w1 bash results/networks_h200.sh 380 "$S,whisper-medium-encoder-2layer/prefill,qwen3-4b-2layer/prefill"
+#   S="zero-gemm,stock-gemm@llama3-8b-2layer/decode;default,zero-gemm,stock-gemm@vit-b16/prefill"
+#   OUT=w2 bash results/networks_h200.sh 480 "$S;default,zero-gemm@gpt2-small/prefill"
+#   bash results/networks_h200.sh merge results/networks_h200_wide_model.json w1/networks_h200.json \
+#       w2/networks_h200.json
+#
 # results/inproc_precompile_h200.{json,png} (the recipe with in-process precompile off, an earlier H200
 # model, a 2-GPU host) came from the same script with METHODS=default,stock-gemm,topk-4-gemm,topk-4-gemm-no-inproc
 # and two streams per call.
