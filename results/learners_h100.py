@@ -46,6 +46,12 @@ from-scratch run of docs/design.md's recipe:
         --splits val,test,family,unseen --mlp-dirs \
         release_1_1=RELEASE,previous=PREVIOUS,fine_tuned=FINE,from_scratch=SCRATCH,pair_0=FINE:0+SCRATCH:0,pair_1=FINE:1+SCRATCH:1
 
+The wide H100 runs of results/widths.py's docstring (seeds 0 and 1, 2 x (256, 128, 64) each, rebuilt
+2026-11-29) against the shipped model, results/learners_h100_wide.json:
+
+    python results/learners_h100.py --learners mlp --out results/learners_h100_wide.json --mlp-dirs \
+        wide_average=WIDE_0+WIDE_1,wide_seed_0=WIDE_0,wide_seed_1=WIDE_1
+
 Cost, measured on this project's 2-core CPU with other work beside it (--threads 2): LightGBM lambdarank
 1,482 s (613 rounds, 513 kept), regression 497 s (881 rounds, 781 kept), on 745,491 rows; scoring the
 seven learners on `test`, `family` and `unseen` 820 s, most of it the trees' numpy walk; the shipped
