@@ -46,7 +46,7 @@ from-scratch run of docs/design.md's recipe:
         --splits val,test,family,unseen --mlp-dirs \
         release_1_1=RELEASE,previous=PREVIOUS,fine_tuned=FINE,from_scratch=SCRATCH,pair_0=FINE:0+SCRATCH:0,pair_1=FINE:1+SCRATCH:1
 
-The wide H100 runs of results/widths.py's docstring (seeds 0 and 1, 2 x (256, 128, 64) each, rebuilt
+The wide H100 runs of results/widths.py's docstring (seeds 0 and 1, 2 x (256, 128, 64) each, second build,
 2026-11-29) against the shipped model, results/learners_h100_wide.json:
 
     python results/learners_h100.py --learners mlp --out results/learners_h100_wide.json --mlp-dirs \
