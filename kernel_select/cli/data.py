@@ -48,6 +48,8 @@ def register_shapes(sub: Subparsers) -> None:
     p.add_argument("--no-models", action="store_true", help="leave out the model layer shapes")
     p.add_argument("--max-flop", type=positive_float, default=None,
                    help="work cap per problem (default: 1e12, with --coverage or --layers 1e11)")
+    p.add_argument("--min-flop", type=non_negative_float, default=0.0,
+                   help="with --layers: work floor per problem, scaled per dtype as the cap (default: none)")
     p.add_argument("--coverage", type=int_at_least(1, MAX_GENERATED_PROBLEMS), default=None, metavar="N",
                    help="instead: N problems from the coverage sampler (strata and compile groups; "
                         "see data/README.md); --dtype, --random and --no-models are ignored")
@@ -175,6 +177,8 @@ def run_shapes(args: argparse.Namespace) -> int:
         raise OptionError("shapes: --active, --coverage and --layers each write a whole plan; pass one")
     if args.heads and not args.layers:
         raise OptionError("shapes: --heads chooses what --layers plans; pass both")
+    if args.min_flop and not args.layers:
+        raise OptionError("shapes: --min-flop bounds what --layers plans; pass both")
     if args.active:
         return _active_shapes(args)
     if args.coverage is not None:
@@ -217,6 +221,7 @@ def _layer_shapes(args: argparse.Namespace) -> int:
     dtypes = args.dtype or sampler.LAYER_DTYPES
     chosen = sampler.layer_shapes(args.max_problems, dtypes, group_size=args.group_size, seed=args.seed,
                                   max_flop=1e11 if args.max_flop is None else args.max_flop,
+                                  min_flop=args.min_flop,
                                   skip=active.measured_check(args.measured) if args.measured else None,
                                   heads=args.heads)
     shapes.save(chosen, args.out)

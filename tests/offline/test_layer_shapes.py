@@ -166,3 +166,27 @@ def test_the_committed_heads_plan_is_what_shapes_layers_heads_writes():
     committed = shapes.load(ROOT / "data" / "shapes_heads.json")
     assert committed == sampler.layer_shapes(dtypes=("bfloat16", "float16", "float32"), heads=True)
     assert len(committed) == 255  # data/README.md describes these
+
+
+def test_a_work_floor_keeps_the_large_layer_gemms_and_only_them():
+    floor, cap = 1e11, 1.1e12
+    big = sampler.layer_shapes(dtypes=("bfloat16", "float32"), min_flop=floor, max_flop=cap)
+    work = {d: [2.0 * s.m * s.n * s.k for s in big if s.dtype == d] for d in ("bfloat16", "float32")}
+    assert work["bfloat16"] and min(work["bfloat16"]) >= floor and max(work["bfloat16"]) <= cap
+    assert all(min(w) >= floor * sampler.FLOP_SCALE[d] for d, w in work.items())  # scaled as the cap
+    everything = sampler.layer_shapes(dtypes=("bfloat16",), max_flop=cap)
+    expected = {(s.m, s.n, s.k, s.layout) for s in everything if 2.0 * s.m * s.n * s.k >= floor}
+    assert {(s.m, s.n, s.k, s.layout) for s in big if s.dtype == "bfloat16"} == expected
+    for bad in (cap, 2 * cap, -1.0, float("nan")):
+        with pytest.raises(ProblemError, match="work floor"):
+            sampler.layer_shapes(dtypes=("bfloat16",), min_flop=bad, max_flop=cap)
+
+
+def test_the_committed_prefill_plan_is_the_large_layer_gemms(tmp_path):
+    committed = shapes.load(ROOT / "data" / "shapes_prefill_big.json")
+    planned = {(s.m, s.n, s.k, s.layout): s for s in sampler.layer_shapes(
+        dtypes=("bfloat16",), min_flop=1e11, max_flop=1.1e12)}
+    assert len(committed) == 290 and all((s.m, s.n, s.k, s.layout) in planned for s in committed)
+    with pytest.raises(SystemExit) as exit_:  # a floor bounds the layer plan only
+        main(["shapes", "--min-flop", "1e11", "--out", str(tmp_path / "x.json")])
+    assert exit_.value.code == 2

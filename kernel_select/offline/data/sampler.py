@@ -217,10 +217,12 @@ LAYER_DTYPES = ("bfloat16", "float16")
 
 
 def layer_shapes(max_problems: int | None = None, dtypes: tuple[str, ...] = LAYER_DTYPES, *,
-                 max_flop: float = 1e11, group_size: int = 128, seed: int = 0,
+                 max_flop: float = 1e11, min_flop: float = 0.0, group_size: int = 128, seed: int = 0,
                  skip: Callable[[Shape], bool] | None = None, heads: bool = False) -> list[Shape]:
-    """Real layer GEMMs in their served layouts (`layer_groups(served_layouts=True)`) within
-    `max_flop` (scaled per dtype as in the coverage sampler), each dtype after the previous one.
+    """Real layer GEMMs in their served layouts (`layer_groups(served_layouts=True)`) of at least
+    `min_flop` and at most `max_flop` (both scaled per dtype as in the coverage sampler), each dtype
+    after the previous one. A floor plans the large GEMMs that a lower cap left out (prefill and
+    training at thousands of tokens) without the small ones measured already.
 
     `skip` says which problems to leave out (already measured); `heads` plans the language models'
     output heads (architectures.head_gemms) instead of the layers. With `max_problems`, each dtype
@@ -234,12 +236,16 @@ def layer_shapes(max_problems: int | None = None, dtypes: tuple[str, ...] = LAYE
     if group_size <= 0 or (max_problems is not None and max_problems <= 0):
         raise ProblemError(f"layer shapes: expected positive group size and problem count, got "
                            f"{group_size}, {max_problems}")
+    if not 0.0 <= min_flop < max_flop:  # also rejects NaN
+        raise ProblemError(f"layer shapes: the work floor ({min_flop:g} FLOP) must be >= 0 and below "
+                           f"the cap ({max_flop:g})")
     rng = random.Random(seed)
     out: list[Shape] = []
     for i, dtype in enumerate(dtypes):
-        cap = max_flop * FLOP_SCALE.get(dtype, 1.0)
+        cap, floor = (flop * FLOP_SCALE.get(dtype, 1.0) for flop in (max_flop, min_flop))
         groups = [kept for g in layer_groups(dtype, cap, served_layouts=True, heads=heads)
-                  if (kept := [s for s in g if not (skip and skip(s))])]
+                  if (kept := [s for s in g
+                               if 2.0 * s.m * s.n * s.k >= floor and not (skip and skip(s))])]
         if max_problems is not None:
             groups = _thin(rng, groups, (max_problems - len(out)) // (len(dtypes) - i))
         out += _layouts_in_turn(rng, groups, group_size)
