@@ -45,8 +45,12 @@
 #   OUT=w1 bash results/networks_h200.sh 380 "$S,whisper-medium-encoder-2layer/prefill,qwen3-4b-2layer/prefill"
 #   S="zero-gemm,stock-gemm@llama3-8b-2layer/decode;default,zero-gemm,stock-gemm@vit-b16/prefill"
 #   OUT=w2 bash results/networks_h200.sh 480 "$S;default,zero-gemm@gpt2-small/prefill"
+#   OUT=w3 bash results/networks_h200.sh 480 "eager,default,zero-gemm,stock-gemm@gpt2-small/prefill"
 #   bash results/networks_h200.sh merge results/networks_h200_wide_model.json w1/networks_h200.json \
-#       w2/networks_h200.json
+#       w2/networks_h200.json w3/networks_h200.json
+#
+# The third call (a second run of GPT-2 prefill, and its stock-gemm) named eager as a method too; every
+# process times eager beside its own step anyway, so that process's row was dropped before the merge.
 #
 # results/inproc_precompile_h200.{json,png} (the recipe with in-process precompile off, an earlier H200
 # model, a 2-GPU host) came from the same script with METHODS=default,stock-gemm,topk-4-gemm,topk-4-gemm-no-inproc
