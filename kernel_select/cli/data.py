@@ -61,6 +61,9 @@ def register_shapes(sub: Subparsers) -> None:
                         "by compile class and layout; skips --measured problems")
     p.add_argument("--max-problems", type=int_at_least(1), default=None, metavar="N",
                    help="with --layers: at most N problems, an equal share per dtype (default: all)")
+    p.add_argument("--eight-mod-16", action="store_true",
+                   help="with --layers: each GEMM with N, then K, moved to the nearest width that is 8 mod "
+                        "16, what Inductor's pad_mm makes of an odd width (bf16/fp16)")
     p.add_argument("--heads", action="store_true",
                    help="with --layers: the language models' output heads (hidden x vocabulary, forward at "
                         "every token count, both backward GEMMs at training sizes) instead of their layers")
@@ -177,8 +180,8 @@ def run_shapes(args: argparse.Namespace) -> int:
         raise OptionError("shapes: --active, --coverage and --layers each write a whole plan; pass one")
     if args.heads and not args.layers:
         raise OptionError("shapes: --heads chooses what --layers plans; pass both")
-    if args.min_flop and not args.layers:
-        raise OptionError("shapes: --min-flop bounds what --layers plans; pass both")
+    if (args.min_flop or args.eight_mod_16) and not args.layers:
+        raise OptionError("shapes: --min-flop and --eight-mod-16 shape what --layers plans; pass both")
     if args.active:
         return _active_shapes(args)
     if args.coverage is not None:
@@ -223,7 +226,7 @@ def _layer_shapes(args: argparse.Namespace) -> int:
                                   max_flop=1e11 if args.max_flop is None else args.max_flop,
                                   min_flop=args.min_flop,
                                   skip=active.measured_check(args.measured) if args.measured else None,
-                                  heads=args.heads)
+                                  heads=args.heads, eight_mod_16=args.eight_mod_16)
     shapes.save(chosen, args.out)
     shares = sampler.strata_shares(chosen)
     groups = len({s.group for s in chosen})

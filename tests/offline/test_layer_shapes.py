@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -190,3 +191,27 @@ def test_the_committed_prefill_plan_is_the_large_layer_gemms(tmp_path):
     with pytest.raises(SystemExit) as exit_:  # a floor bounds the layer plan only
         main(["shapes", "--min-flop", "1e11", "--out", str(tmp_path / "x.json")])
     assert exit_.value.code == 2
+
+
+def test_eight_mod_16_variants_move_n_then_k_and_keep_the_rest():
+    g = architectures.LayerGemm(m=2048, n=4096, k=11008, family="llama2-7b", layer="up fwd", regime="prefill",
+                                layout="nt")
+    wide, deep = sampler.eight_mod_16_variants([g])
+    assert (wide.m, wide.n, wide.k, wide.layout) == (2048, 4104, 11008, "nt")
+    assert wide.layer == "up fwd N 8 mod 16"
+    assert (deep.n, deep.k) == (4096, 11016) and deep.family == "llama2-7b"
+    assert sampler.width_8_mod_16(50257) == 50264  # what pad_mm makes of GPT-2's vocabulary
+    already = replace(g, n=4104)
+    assert [(v.n, v.k) for v in sampler.eight_mod_16_variants([already])] == [(4104, 11016)]
+
+
+def test_the_committed_eight_mod_16_plan_is_what_shapes_writes(tmp_path):
+    out = tmp_path / "plan.json"
+    args = ["shapes", "--layers", "--eight-mod-16", "--dtype", "bf16", "--min-flop", "1e10", "--max-flop",
+            "1.1e12", "--max-problems", "240", "--out", str(out)]
+    assert main(args) == 0
+    committed = ROOT / "data" / "shapes_eight_mod_16.json"
+    assert out.read_bytes() == committed.read_bytes()
+    plan = shapes.load(committed)
+    assert all(s.n % 16 == 8 or s.k % 16 == 8 for s in plan)
+    assert {s.layout for s in plan} == {"nt", "nn", "tn"}

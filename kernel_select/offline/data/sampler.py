@@ -32,7 +32,7 @@ from dataclasses import replace
 
 from kernel_select.errors import ProblemError
 from kernel_select.layouts import DEFAULT_LAYOUT, LAYOUTS, a_transposed
-from kernel_select.offline.data.architectures import IN_OUT, all_head_gemms, all_layer_gemms
+from kernel_select.offline.data.architectures import IN_OUT, LayerGemm, all_head_gemms, all_layer_gemms
 from kernel_select.offline.harness.bench_plan import pow2_divisor
 from kernel_select.offline.data.shapes import Shape, check_max_flop
 
@@ -143,19 +143,41 @@ def sampled_group(rng: random.Random, dtype: str, n_align: int, k_align: int, si
     return out
 
 
-def layer_groups(dtype: str, cap: float, min_size: int = 8, *,
-                 served_layouts: bool = False, heads: bool = False) -> list[list[Shape]]:
+def width_8_mod_16(size: int) -> int:
+    """The width of the same size class that is 8 mod 16: aligned to 8 elements, not 16."""
+    return size - size % 16 + 8
+
+
+def eight_mod_16_variants(gemms: list[LayerGemm]) -> list[LayerGemm]:
+    """Each GEMM with N, then K, moved to `width_8_mod_16` (where it is not already): the sizes Inductor's
+    `pad_mm` hands the GEMM lowering for an odd width in bfloat16 or float16, which it pads to a multiple
+    of 8. Measured files held such N and K at compute-bound sizes only with a misaligned M ("tn", M = 2
+    mod 4), so a model learnt cuBLAS's penalty there from N (docs/results.md, GPT-2's LM head)."""
+    out = []
+    for g in gemms:
+        if g.n % 16 != 8:
+            out.append(replace(g, n=width_8_mod_16(g.n), layer=f"{g.layer} N 8 mod 16"))
+        if g.k % 16 != 8:
+            out.append(replace(g, k=width_8_mod_16(g.k), layer=f"{g.layer} K 8 mod 16"))
+    return out
+
+
+def layer_groups(dtype: str, cap: float, min_size: int = 8, *, served_layouts: bool = False,
+                 heads: bool = False, eight_mod_16: bool = False) -> list[list[Shape]]:
     """Real layer GEMMs within the cap, grouped by compile class, biggest class first; classes
     with fewer than `min_size` problems are pooled into one group per layout ("mixed"), last.
 
     Without `served_layouts`, the coverage plan's problems: every weight taken as (in, out) and
     every GEMM "nn". With it, each GEMM's (m, n, k) and layout as Inductor sees them in the
     architecture (architectures.GEMM_LAYOUTS); a group never holds two layouts. With `heads`, the
-    language models' output heads instead of their layers (served layouts only).
+    language models' output heads instead of their layers (served layouts only). With `eight_mod_16`,
+    their `eight_mod_16_variants` instead.
     """
     if heads and not served_layouts:
         raise ProblemError("layer groups: output heads are planned in their served layouts only")
     gemms = all_head_gemms() if heads else all_layer_gemms() if served_layouts else all_layer_gemms(IN_OUT)
+    if eight_mod_16:
+        gemms = eight_mod_16_variants(gemms)
     by_class: dict[str, dict[tuple[int, int, int], Shape]] = defaultdict(dict)
     for g in gemms:
         if 2.0 * g.m * g.n * g.k <= cap:
@@ -218,14 +240,16 @@ LAYER_DTYPES = ("bfloat16", "float16")
 
 def layer_shapes(max_problems: int | None = None, dtypes: tuple[str, ...] = LAYER_DTYPES, *,
                  max_flop: float = 1e11, min_flop: float = 0.0, group_size: int = 128, seed: int = 0,
-                 skip: Callable[[Shape], bool] | None = None, heads: bool = False) -> list[Shape]:
+                 skip: Callable[[Shape], bool] | None = None, heads: bool = False,
+                 eight_mod_16: bool = False) -> list[Shape]:
     """Real layer GEMMs in their served layouts (`layer_groups(served_layouts=True)`) of at least
     `min_flop` and at most `max_flop` (both scaled per dtype as in the coverage sampler), each dtype
     after the previous one. A floor plans the large GEMMs that a lower cap left out (prefill and
     training at thousands of tokens) without the small ones measured already.
 
     `skip` says which problems to leave out (already measured); `heads` plans the language models'
-    output heads (architectures.head_gemms) instead of the layers. With `max_problems`, each dtype
+    output heads (architectures.head_gemms) instead of the layers; `eight_mod_16` their N and K moved
+    to 8 mod 16 (`eight_mod_16_variants`). With `max_problems`, each dtype
     gets an equal share of it (what a dtype cannot fill passes to the next) and every compile
     class of the dtype keeps a random part proportional to its size, so the plan keeps the
     architectures' mix. Classes are cut into groups of at most `group_size` (shuffled chunks of
@@ -243,7 +267,8 @@ def layer_shapes(max_problems: int | None = None, dtypes: tuple[str, ...] = LAYE
     out: list[Shape] = []
     for i, dtype in enumerate(dtypes):
         cap, floor = (flop * FLOP_SCALE.get(dtype, 1.0) for flop in (max_flop, min_flop))
-        groups = [kept for g in layer_groups(dtype, cap, served_layouts=True, heads=heads)
+        groups = [kept for g in layer_groups(dtype, cap, served_layouts=True, heads=heads,
+                                             eight_mod_16=eight_mod_16)
                   if (kept := [s for s in g
                                if 2.0 * s.m * s.n * s.k >= floor and not (skip and skip(s))])]
         if max_problems is not None:
