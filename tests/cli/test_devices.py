@@ -36,7 +36,8 @@ def calibrated_h200(monkeypatch, tmp_path: Path) -> Path:
 
 
 def test_topk_ranks_for_the_detected_gpu_with_its_calibrated_model(capsys, on_h200, calibrated_h200: Path):
-    code, out, err = run(capsys, "topk", *PROBLEM, "--gemm-topk", "2")
+    # the cuBLAS decision off: which model ranks is the point here, not whether its gate skips Triton
+    code, out, err = run(capsys, "topk", *PROBLEM, "--gemm-topk", "2", "--gemm-cublas-margin", "off")
     assert code == 0
     lines = out.splitlines()
     assert lines[0].startswith("mm 560x1280x3420 bfloat16 on h200 (detected): 2 of ")
