@@ -27,21 +27,18 @@ from kernel_select.decision import select
 from kernel_select.model.cublas import CublasGate
 from kernel_select.model.mlp import MLPModel
 from kernel_select.offline.data import dataset
+from kernel_select.offline.training.evaluate import configs_of
 from kernel_select.options import DEFAULT_CUBLAS_MARGIN
 from kernel_select.problem import Problem
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "results" / "gpt2_lm_head_h200.parquet"
 OUT = ROOT / "results" / "gpt2_lm_head_h200.json"
-CONFIG = ["block_m", "block_n", "block_k", "num_stages", "num_warps", "group_m"]
 
 
 def measured_ms(rows: pd.DataFrame, config) -> float:
-    """The harness's median time for one config of one problem's rows."""
-    hit = rows
-    for name in CONFIG:
-        hit = hit[hit[name] == getattr(config, name)]
-    return float(hit["runtime_ms"].iloc[0])
+    """The harness's median time for one config of one problem's Triton rows."""
+    return float(rows["runtime_ms"].iloc[configs_of(rows).index(config)])
 
 
 def one_model(rows: pd.DataFrame, problem: Problem, model_dir: Path) -> dict:
@@ -72,15 +69,14 @@ def main(model_dirs: list[Path]) -> dict:
     report = {"data": DATA.name, "problems": []}
     for n, rows in frame.groupby("n", sort=True):
         triton = rows[rows["backend"] == "triton"]
-        best = triton.loc[triton["runtime_ms"].idxmin()]
+        best = triton.loc[[triton["runtime_ms"].idxmin()]]
         problem = Problem(m=int(rows["m"].iloc[0]), n=int(n), k=int(rows["k"].iloc[0]), dtype="bfloat16",
                           layout=str(rows["layout"].iloc[0]))
         report["problems"].append({
             "m": problem.m, "n": problem.n, "k": problem.k, "layout": problem.layout,
             "cublas_ms": float(rows.loc[rows["backend"] == "aten", "runtime_ms"].min()),
-            "triton_oracle_ms": float(best["runtime_ms"]),
-            "triton_oracle": "x".join(str(int(best[c])) for c in CONFIG[:3])
-                             + f" s{int(best['num_stages'])} w{int(best['num_warps'])}",
+            "triton_oracle_ms": float(best["runtime_ms"].iloc[0]),
+            "triton_oracle": configs_of(best)[0].short(),
             "models": [one_model(rows, problem, d) for d in model_dirs],
         })
     return report

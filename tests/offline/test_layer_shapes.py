@@ -183,14 +183,18 @@ def test_a_work_floor_keeps_the_large_layer_gemms_and_only_them():
             sampler.layer_shapes(dtypes=("bfloat16",), min_flop=bad, max_flop=cap)
 
 
-def test_the_committed_prefill_plan_is_the_large_layer_gemms(tmp_path):
-    committed = shapes.load(ROOT / "data" / "shapes_prefill_big.json")
-    planned = {(s.m, s.n, s.k, s.layout): s for s in sampler.layer_shapes(
-        dtypes=("bfloat16",), min_flop=1e11, max_flop=1.1e12)}
-    assert len(committed) == 290 and all((s.m, s.n, s.k, s.layout) in planned for s in committed)
-    with pytest.raises(SystemExit) as exit_:  # a floor bounds the layer plan only
-        main(["shapes", "--min-flop", "1e11", "--out", str(tmp_path / "x.json")])
+@pytest.mark.parametrize("option", [["--min-flop", "1e11"], ["--eight-mod-16"]])
+def test_the_layer_plan_options_need_layers(tmp_path, option):
+    with pytest.raises(SystemExit) as exit_:
+        main(["shapes", *option, "--out", str(tmp_path / "x.json")])
     assert exit_.value.code == 2
+
+
+def test_the_committed_prefill_plan_is_the_large_layer_gemms():
+    committed = shapes.load(ROOT / "data" / "shapes_prefill_big.json")
+    planned = {(s.m, s.n, s.k, s.layout) for s in sampler.layer_shapes(
+        dtypes=("bfloat16",), min_flop=1e11, max_flop=1.1e12)}
+    assert len(committed) == 290 and {(s.m, s.n, s.k, s.layout) for s in committed} <= planned
 
 
 def test_eight_mod_16_variants_move_n_then_k_and_keep_the_rest():
