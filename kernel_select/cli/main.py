@@ -15,7 +15,7 @@ import traceback
 from collections.abc import Callable, Sequence
 
 from kernel_select.cli import (average_models, calibrate, compare, compare_models, data, doctor, gate_rules,
-                               lut, model, select_cmds, serving, space)
+                               lut, model, select_cmds, serving, shapes, space)
 from kernel_select.cli.common import DEBUG_ENV, OneLineParser, Subparsers, flush_stdout
 from kernel_select._version import __version__
 from kernel_select.errors import KernelSelectError
@@ -35,7 +35,7 @@ EXTRA_OF_MODULE: dict[str, str] = {
 
 #: Subcommands in the order `kernel-select --help` lists them.
 _REGISTER: tuple[Callable[[Subparsers], None], ...] = (
-    space.register, select_cmds.register_topk, select_cmds.register_demo, data.register_shapes,
+    space.register, select_cmds.register_topk, select_cmds.register_demo, shapes.register_shapes,
     data.register_bench, data.register_audit, data.register_fidelity, lut.register, compare.register,
     compare_models.register,
     model.register_train, model.register_train_gate, average_models.register,
