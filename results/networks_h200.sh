@@ -17,12 +17,6 @@
 #   bash results/networks_h200.sh merge results/networks_h200.json call1/networks_h200.json \
 #       call2/networks_h200.json call3/networks_h200.json
 #
-# results/networks_h200_llama_decode.{json,png}: Llama decode alone, again, after the H200 model learnt the
-# literal-size rows (2026-11-29, one H200, 16 cores, the four default methods):
-#
-#   OUT=call bash results/networks_h200.sh 270 llama3-8b-2layer/decode
-#   (call/networks_h200.json and .png, renamed)
-#
 # The third call measured what the bound had cut (GPT-2 decode's stock-gemm), a second run of four
 # methods on three networks, a network more (GPT-2 prefill, BERT bf16), and BERT fp32's zero-gemm and
 # recipe again after the model's domain learnt to bound a problem's work (docs/results.md says why): the
@@ -38,19 +32,14 @@
 #   bash results/networks_h200.sh merge results/networks_h200_launch_bound.json lb1/networks_h200.json \
 #       lb2/networks_h200.json
 #
-# results/networks_h200_wide_model.{json,png}: six networks with the wide H200 model (2026-11-29, one H200,
-# 16 cores, two calls):
+# results/networks_h200_zero_gemm.{json,png}: the zero-benchmark mode with the shipped H200 model and gate,
+# six networks against `default` (GPT-2 prefill and Llama decode against stock-gemm too), 2026-11-29, a host
+# of four H200s (64 cores), four streams side by side in one call:
 #
-#   S=default,zero-gemm@recsys-mlp/decode,llama3-8b-2layer/decode
-#   OUT=w1 bash results/networks_h200.sh 380 "$S,whisper-medium-encoder-2layer/prefill,qwen3-4b-2layer/prefill"
-#   S="zero-gemm,stock-gemm@llama3-8b-2layer/decode;default,zero-gemm,stock-gemm@vit-b16/prefill"
-#   OUT=w2 bash results/networks_h200.sh 480 "$S;default,zero-gemm@gpt2-small/prefill"
-#   OUT=w3 bash results/networks_h200.sh 480 "eager,default,zero-gemm,stock-gemm@gpt2-small/prefill"
-#   bash results/networks_h200.sh merge results/networks_h200_wide_model.json w1/networks_h200.json \
-#       w2/networks_h200.json w3/networks_h200.json
-#
-# The third call (a second run of GPT-2 prefill, and its stock-gemm) named eager as a method too; every
-# process times eager beside its own step anyway, so that process's row was dropped before the merge.
+#   OUT=z bash results/networks_h200.sh 440 "default,zero-gemm,stock-gemm@gpt2-small/prefill" \
+#       "default,zero-gemm,stock-gemm@llama3-8b-2layer/decode" "default,zero-gemm@vit-b16/prefill,qwen3-4b-2layer/prefill" \
+#       "default,zero-gemm@llama3-8b-2layer/prefill,whisper-medium-encoder-2layer/prefill"
+#   (z/networks_h200.json and .png, renamed)
 #
 # results/inproc_precompile_h200.{json,png} (the recipe with in-process precompile off, an earlier H200
 # model, a 2-GPU host) came from the same script with METHODS=default,stock-gemm,topk-4-gemm,topk-4-gemm-no-inproc
