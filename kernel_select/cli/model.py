@@ -103,7 +103,8 @@ def register_train_gate(sub: Subparsers) -> None:
                        description="Fit the cuBLAS gate (does cuBLAS beat every Triton config of a "
                                    "problem?) on the trainable problems ('train' and 'val' minus the "
                                    "held-out 'family' split), select on 'val', and write cublas_gate.pt "
-                                   "+ cublas_gate.json to --out, leaving the MLP there untouched.")
+                                   "+ cublas_gate.json to --out. An MLP there keeps its weights; its "
+                                   "card (mlp.json) is rewritten to name the new gate.")
     _add_training_args(p)
     p.set_defaults(handler=run_train_gate)
 

@@ -32,7 +32,9 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from kernel_select.atomic_write import file_kind, fsync_dir, remove_stale_temps_quietly, resolve_target
+from kernel_select.atomic_write import (
+    file_kind, fsync_dir, remove_stale_temps_quietly, resolve_target, write_atomic,
+)
 from kernel_select.errors import ModelError
 from kernel_select.model.card import ModelCard
 from kernel_select.model.checkpoint import save_checkpoint
@@ -80,19 +82,26 @@ def check_model_folder(out_dir: str | os.PathLike[str]) -> None:
 
 
 def write_model_folder(out_dir: str | os.PathLike[str], checkpoints: Sequence[Checkpoint], *,
-                       keep: Sequence[str] = ()) -> Path:
+                       keep: Sequence[str] = (), cards: Sequence[tuple[str, ModelCard]] = ()) -> Path:
     """Replace the model folder `out_dir` (created if needed) with one holding `checkpoints`, the
     old folder's checkpoints named in `keep` and its files that are not checkpoints, in one step
-    (module docstring). Returns the folder.
+    (module docstring). `cards`: (stem, card) of kept checkpoints whose card is rewritten in the same
+    step, their weights kept (a card that names a checkpoint written beside it). Returns the folder.
 
     Raises:
         ModelError: the folder cannot be written (check_model_folder), or writing failed; when the
             checkpoints were written but not moved into place, the message names the folder
             that holds them.
     """
+    if any(stem not in keep for stem, _ in cards):
+        raise ValueError(f"a rewritten card's checkpoint must be kept: cards {[s for s, _ in cards]}, "
+                         f"keep {list(keep)}")
+
     def write(staging: Path) -> None:
         for stem, state_dict, card in checkpoints:
             save_checkpoint(staging, stem, state_dict, card)
+        for stem, card in cards:  # the kept weights are carried over beside it (_carry_over)
+            write_atomic(staging / f"{stem}.json", (card.model_dump_json(indent=2) + "\n").encode())
 
     return _replace_folder(out_dir, write, keep)
 

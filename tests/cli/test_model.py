@@ -9,6 +9,8 @@ import pytest
 
 from kernel_select.offline.data import dataset, splits
 from kernel_select.cli import main
+from kernel_select.model.cublas import CublasGate
+from kernel_select.model.mlp import MLPModel
 from tests.synthetic import synthetic_frame
 
 
@@ -162,6 +164,29 @@ def test_eval_escapes_control_characters_of_file_names_and_prints_json_on_stdout
     assert main(["eval", "--data", str(data), "--split", "test", "--model", "ANALYTICAL", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)  # the JSON alone: no table, no "wrote" line
     assert report["split"] == "test" and set(report["methods"]) >= {"analytical"}
+
+
+def test_train_gate_beside_an_mlp_keeps_its_weights_and_names_the_new_gate_in_its_card(tmp_path, capsys):
+    """A gate refreshed in place: the MLP's card names the gate the folder now holds, not the one
+    its training kept (which `train --gate` recorded)."""
+    data, gates, out = tmp_path / "synthetic.parquet", tmp_path / "gates", tmp_path / "models" / "h100"
+    dataset.write(synthetic_frame({"train": 24, "val": 8, "test": 2}, configs_per_problem=16), data)
+    assert main(["train-gate", "--data", str(data), "--out", str(gates)]) == 0
+    assert main(["train", "--data", str(data), "--out", str(out), "--epochs", "1", "--members", "1",
+                 "--objective", "rank", "--no-progress", "--gate", str(gates)]) == 0
+    weights, old_card = (out / "mlp.pt").read_bytes(), json.loads((out / "mlp.json").read_text())
+    assert main(["train-gate", "--data", str(data), "--out", str(out), "--seed", "7"]) == 0
+    capsys.readouterr()
+    gate = CublasGate.load(out, "h100")
+    card = json.loads((out / "mlp.json").read_text())
+    assert gate.digest() != old_card["hyperparameters"]["gate"]["digest"]  # another seed, another gate
+    assert card["hyperparameters"]["gate"] == {"dir": str(out), "digest": gate.digest()}
+    assert card["metrics"]["cublas_gate"] == json.loads(json.dumps(gate.card.metrics["validation"]))
+    assert (out / "mlp.pt").read_bytes() == weights
+    for key in ("hyperparameters", "metrics"):  # nothing else of the card moved
+        changed = {name for name in card[key] if card[key][name] != old_card[key].get(name)}
+        assert changed == {"gate" if key == "hyperparameters" else "cublas_gate"}
+    MLPModel.load(out, "h100")  # the folder still loads as one model
 
 
 def test_train_with_gate_writes_that_folders_gate_and_says_so(tmp_path, capsys):

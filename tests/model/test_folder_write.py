@@ -189,6 +189,21 @@ def test_a_gate_written_alone_keeps_the_mlp_beside_it(tmp_path: Path) -> None:
     assert (out / "mlp.pt").read_bytes() == mlp_before and (out / "cublas_gate.pt").is_file()
 
 
+def test_a_card_rewritten_beside_a_gate_keeps_its_weights_and_must_be_kept(tmp_path: Path) -> None:
+    out = tmp_path / "h100"
+    save_model(untrained_mlp(seed=1), out)
+    weights = (out / "mlp.pt").read_bytes()
+    card = MLPModel.load(out, "h100").card
+    card.hyperparameters["gate"] = {"dir": "here", "digest": "abc"}
+    save_problem_net(untrained_problem_net(CublasGate), out, cards=[("mlp", card)])
+    assert (out / "mlp.pt").read_bytes() == weights
+    assert MLPModel.load(out, "h100").card.hyperparameters["gate"] == {"dir": "here", "digest": "abc"}
+    before = _files(out)
+    with pytest.raises(ValueError, match="must be kept"):  # a card without its weights: refused
+        folder_write.write_model_folder(out, [], keep=(), cards=[("mlp", card)])
+    assert _files(out) == before
+
+
 def test_a_checked_folder_is_left_as_it_was(tmp_path: Path) -> None:
     check_model_folder(tmp_path / "new" / "model")
     assert list(tmp_path.iterdir()) == []

@@ -194,15 +194,17 @@ def gate_record(gate: CublasGate, folder: str | Path) -> dict[str, str]:
     return {"dir": str(folder), "digest": gate.digest()}
 
 
-def save_problem_net(net: ProblemNet, model_dir: str | Path) -> Path:
+def save_problem_net(net: ProblemNet, model_dir: str | Path,
+                     cards: Sequence[tuple[str, ModelCard]] = ()) -> Path:
     """Replace the checkpoint (`<STEM>.pt`, `<STEM>.json`) in the model folder `model_dir`, keeping
-    its other checkpoints; the folder is written whole (model/folder_write.py).
+    its other checkpoints, and rewrite the cards in `cards` (stem, card) of kept ones in the same
+    step; the folder is written whole (model/folder_write.py).
 
     Raises:
         ModelError: the folder cannot be written.
     """
     others = tuple(stem for stem in MODEL_STEMS if stem != net.STEM)
-    return write_model_folder(model_dir, [problem_net_checkpoint(net)], keep=others)
+    return write_model_folder(model_dir, [problem_net_checkpoint(net)], keep=others, cards=cards)
 
 
 def gate_metrics(gate: CublasGate, table: pd.DataFrame,

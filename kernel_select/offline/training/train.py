@@ -32,6 +32,7 @@ from kernel_select.model.features import FEATURE_SETS, FEATURE_VERSION
 from kernel_select.device import DeviceSpec, get_device, key_for_name, serves_anyway
 from kernel_select.errors import ModelError, OptionError
 from kernel_select.model.card import GpuIdentity, ModelCard, training_versions, utc_now
+from kernel_select.model.checkpoint import read_card, retrain_hint
 from kernel_select.model.folder_write import check_model_folder, write_model_folder
 from kernel_select.model.mlp import STEM, AveragedRuntimeNet, MLPModel, RuntimeNet, architecture
 from kernel_select.offline.training.cublas_fit import (
@@ -301,14 +302,25 @@ def train_gate(frame: pd.DataFrame, spec: DeviceSpec, out_dir: str | Path, *, se
                data_path: Path | None = None) -> CublasGate:
     """Fit the cuBLAS gate on the train/val problems of `spec` (all layouts of `frame`) and write it
     into the model folder `out_dir`, keeping the MLP and cuBLAS time head there (written whole:
-    model/folder_write.py). The folder is checked before the fit.
+    model/folder_write.py). An MLP there keeps its weights; its card is rewritten in the same step
+    to name the new gate (`hyperparameters.gate`, `metrics.cublas_gate`), as `train --gate` records
+    it, so the card never describes a gate the folder no longer holds. The folder and that card are
+    checked before the fit.
 
     Raises:
-        ModelError: too few problems to fit, or the folder cannot be written.
+        ModelError: too few problems to fit, the folder cannot be written, or its MLP card cannot be
+            read.
     """
     check_model_folder(out_dir)
+    card_path = Path(out_dir) / f"{STEM}.json"
+    mlp_card = read_card(card_path, retrain_hint(out_dir, spec.key)) if card_path.is_file() else None
     gate = fit_gate_of(frame, spec, seed=seed, data_path=data_path)
-    save_problem_net(gate, out_dir)
+    cards = []
+    if mlp_card is not None:
+        mlp_card.hyperparameters["gate"] = gate_record(gate, out_dir)
+        mlp_card.metrics["cublas_gate"] = gate.card.metrics["validation"]
+        cards.append((STEM, mlp_card))
+    save_problem_net(gate, out_dir, cards=cards)
     log.info("trained the %s cuBLAS gate (validation: %s) -> %s", spec.key, gate.card.metrics["validation"],
              out_dir)
     return gate
