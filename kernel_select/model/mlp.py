@@ -254,7 +254,10 @@ class MLPModel(PerformanceModel):
 
     def describe(self) -> str:
         data = self.card.data
-        trained_on = f"{data.file} ({data.rows} rows)" if data else "no recorded data"
+        # the files read, and that their held-out problems (test, family, unseen) were not trained on:
+        # `unseen`'s own file is among them, and the name alone reads as if it had been
+        trained_on = (f"{data.file} ({data.rows} rows read, held-out problems left out)" if data
+                      else "no recorded data")
         if self.card.device != self.device.key:  # a same-architecture stand-in (see load_default)
             trained_on += f" measured on {self.card.device}"
         init = self.card.hyperparameters.get("init")

@@ -95,6 +95,8 @@ def test_each_device_with_its_own_folder_gets_its_own_mlp(device, shipped_only, 
         model = load_default(device)
     assert isinstance(model, MLPModel) and model.card.device == model.device.key == device
     assert f"mlp model for {device}" in model.describe() and "measured on" not in model.describe()
+    # its data files include the `unseen` split's, which it never trained on: the line says so
+    assert f"{device}_unseen.parquet" in model.describe() and "held-out problems left out" in model.describe()
     assert not [r for r in caplog.records if "no mlp model" in r.getMessage()]
 
 
