@@ -62,6 +62,10 @@ def register_shapes(sub: Subparsers) -> None:
     p.add_argument("--heads", action="store_true",
                    help="with --layers: the language models' output heads (hidden x vocabulary, forward at "
                         "every token count, both backward GEMMs at training sizes) instead of their layers")
+    p.add_argument("--lora", action="store_true",
+                   help="with --layers: LoRA adapters (ranks 8-64) on every layer instead of the layers: "
+                        "each adapter's two Linear layers, forward at every token count, both backward "
+                        "GEMMs at training sizes")
     _add_active_args(p)
     p.set_defaults(handler=run_shapes)
 
@@ -91,8 +95,10 @@ def run_shapes(args: argparse.Namespace) -> int:
 
     if sum(map(bool, (args.active, args.coverage is not None, args.layers))) > 1:
         raise OptionError("shapes: --active, --coverage and --layers each write a whole plan; pass one")
-    if args.heads and not args.layers:
-        raise OptionError("shapes: --heads chooses what --layers plans; pass both")
+    if (args.heads or args.lora) and not args.layers:
+        raise OptionError("shapes: --heads and --lora choose what --layers plans; pass both")
+    if args.heads and args.lora:
+        raise OptionError("shapes: --heads and --lora each choose what --layers plans; pass one")
     if (args.min_flop or args.eight_mod_16) and not args.layers:
         raise OptionError("shapes: --min-flop and --eight-mod-16 shape what --layers plans; pass both")
     if args.active:
@@ -139,7 +145,8 @@ def _layer_shapes(args: argparse.Namespace) -> int:
                                   max_flop=1e11 if args.max_flop is None else args.max_flop,
                                   min_flop=args.min_flop,
                                   skip=active.measured_check(args.measured) if args.measured else None,
-                                  heads=args.heads, eight_mod_16=args.eight_mod_16)
+                                  source="heads" if args.heads else "lora" if args.lora else "layers",
+                                  eight_mod_16=args.eight_mod_16)
     shapes.save(chosen, args.out)
     shares = sampler.strata_shares(chosen)
     groups = len({s.group for s in chosen})

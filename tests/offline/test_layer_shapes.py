@@ -165,8 +165,42 @@ def test_the_committed_layer_plan_holds_served_layer_problems_in_one_layout_per_
 
 def test_the_committed_heads_plan_is_what_shapes_layers_heads_writes():
     committed = shapes.load(ROOT / "data" / "shapes_heads.json")
-    assert committed == sampler.layer_shapes(dtypes=("bfloat16", "float16", "float32"), heads=True)
+    assert committed == sampler.layer_shapes(dtypes=("bfloat16", "float16", "float32"), source="heads")
     assert len(committed) == 255  # data/README.md describes these
+
+
+def test_lora_adapters_are_two_linear_layers_of_rank_r_beside_each_layer():
+    t = architectures.TOKENS["decoder-llm"]["train"][0]
+    # whatever the layer's own weight storage, an adapter's two layers are nn.Linear (out, in)
+    toy = Architecture("toy", "decoder-llm", (("q_proj", 4096, 2048),), IN_OUT)
+    by_layer: dict[str, tuple[int, int, int, str]] = {}
+    for g in architectures.lora_gemms(toy, ranks=(8,)):
+        if g.regime == "train":
+            by_layer.setdefault(g.layer, (g.m, g.n, g.k, g.layout))
+    assert by_layer == {
+        "q_proj lora_A r8 fwd": (t, 8, 4096, "nt"), "q_proj lora_A r8 dX": (t, 4096, 8, "nn"),
+        "q_proj lora_A r8 dW": (8, 4096, t, "tn"),  # M = r: the tn GEMM no layer has
+        "q_proj lora_B r8 fwd": (t, 2048, 8, "nt"), "q_proj lora_B r8 dX": (t, 8, 2048, "nn"),
+        "q_proj lora_B r8 dW": (2048, 8, t, "tn")}
+    ranks = {int(g.layer.split()[2][1:]) for g in architectures.all_lora_gemms()}
+    assert ranks == set(architectures.LORA_RANKS)
+    assert not any("lora" in g.layer for g in architectures.all_layer_gemms())  # planned apart
+
+
+def test_the_committed_lora_plan_is_what_shapes_layers_lora_writes(tmp_path):
+    committed = shapes.load(ROOT / "data" / "shapes_lora.json")
+    assert committed == sampler.layer_shapes(480, source="lora")
+    assert len(committed) == 480 and {s.layout for s in committed} == {"nt", "nn", "tn"}
+    assert min(s.m for s in committed if s.layout == "tn") == 8  # the small-M weight gradients
+    out = tmp_path / "lora.json"
+    assert main(["shapes", "--layers", "--lora", "--max-problems", "480", "--out", str(out)]) == 0
+    assert shapes.load(out) == committed
+    for option in (["--lora"], ["--layers", "--lora", "--heads"]):
+        with pytest.raises(SystemExit) as exit_:
+            main(["shapes", *option, "--out", str(tmp_path / "x.json")])
+        assert exit_.value.code == 2
+    with pytest.raises(ProblemError, match="served layouts only"):
+        sampler.layer_groups("bfloat16", 1e11, source="lora")
 
 
 def test_a_work_floor_keeps_the_large_layer_gemms_and_only_them():

@@ -238,3 +238,28 @@ def head_gemms(arch: Architecture) -> list[LayerGemm]:
 
 def all_head_gemms() -> list[LayerGemm]:
     return [g for arch in ARCHITECTURES for g in head_gemms(arch)]
+
+
+#: LoRA ranks planned: PEFT's default (8) to the largest common in fine-tuning recipes.
+LORA_RANKS = (8, 16, 32, 64)
+
+
+def lora_gemms(arch: Architecture, ranks: tuple[int, ...] = LORA_RANKS) -> list[LayerGemm]:
+    """The GEMMs of LoRA adapters on every layer of `arch`, as `layer_gemms` gives a layer's: each
+    adapter is two nn.Linear (OUT_IN) layers, A (in -> r) and B (r -> out), run beside the frozen
+    layer in fine-tuning (forward, input and weight gradients) and in serving unmerged adapters
+    (forward). Their r-sized dimension puts small N, K or M in every layout: the weight gradient of
+    A is r x in x tokens, a `tn` GEMM with M = r, which no layer of the table has."""
+    layers = tuple((f"{layer} lora_{part} r{r}", fan_in, fan_out)
+                   for layer, d_in, d_out in arch.layers for r in ranks
+                   for part, fan_in, fan_out in (("A", d_in, r), ("B", r, d_out)))
+    return layer_gemms(dataclasses.replace(arch, layers=layers, weights=OUT_IN, head=None))
+
+
+def all_lora_gemms() -> list[LayerGemm]:
+    return [g for arch in ARCHITECTURES for g in lora_gemms(arch)]
+
+
+#: Which GEMMs of the architecture table a layer plan draws (`sampler.layer_shapes`): the layers,
+#: the language models' output heads, or LoRA adapters on the layers.
+GEMM_SOURCES = {"layers": all_layer_gemms, "heads": all_head_gemms, "lora": all_lora_gemms}

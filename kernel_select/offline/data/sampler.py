@@ -32,7 +32,7 @@ from dataclasses import replace
 
 from kernel_select.errors import ProblemError
 from kernel_select.layouts import DEFAULT_LAYOUT, LAYOUTS, a_transposed
-from kernel_select.offline.data.architectures import IN_OUT, LayerGemm, all_head_gemms, all_layer_gemms
+from kernel_select.offline.data.architectures import GEMM_SOURCES, IN_OUT, LayerGemm, all_layer_gemms
 from kernel_select.offline.harness.bench_plan import pow2_divisor
 from kernel_select.offline.data.shapes import Shape, check_max_flop
 
@@ -163,19 +163,22 @@ def eight_mod_16_variants(gemms: list[LayerGemm]) -> list[LayerGemm]:
 
 
 def layer_groups(dtype: str, cap: float, min_size: int = 8, *, served_layouts: bool = False,
-                 heads: bool = False, eight_mod_16: bool = False) -> list[list[Shape]]:
+                 source: str = "layers", eight_mod_16: bool = False) -> list[list[Shape]]:
     """Real layer GEMMs within the cap, grouped by compile class, biggest class first; classes
     with fewer than `min_size` problems are pooled into one group per layout ("mixed"), last.
 
     Without `served_layouts`, the coverage plan's problems: every weight taken as (in, out) and
     every GEMM "nn". With it, each GEMM's (m, n, k) and layout as Inductor sees them in the
-    architecture (architectures.GEMM_LAYOUTS); a group never holds two layouts. With `heads`, the
-    language models' output heads instead of their layers (served layouts only). With `eight_mod_16`,
-    their `eight_mod_16_variants` instead.
+    architecture (architectures.GEMM_LAYOUTS); a group never holds two layouts. `source`
+    (architectures.GEMM_SOURCES): the layers, or instead the language models' output heads or LoRA
+    adapters on the layers (served layouts only). With `eight_mod_16`, their `eight_mod_16_variants`
+    instead.
     """
-    if heads and not served_layouts:
-        raise ProblemError("layer groups: output heads are planned in their served layouts only")
-    gemms = all_head_gemms() if heads else all_layer_gemms() if served_layouts else all_layer_gemms(IN_OUT)
+    if source not in GEMM_SOURCES:
+        raise ProblemError(f"layer groups: expected a source among {', '.join(GEMM_SOURCES)}, got {source!r}")
+    if source != "layers" and not served_layouts:
+        raise ProblemError(f"layer groups: {source} GEMMs are planned in their served layouts only")
+    gemms = GEMM_SOURCES[source]() if served_layouts else all_layer_gemms(IN_OUT)
     if eight_mod_16:
         gemms = eight_mod_16_variants(gemms)
     by_class: dict[str, dict[tuple[int, int, int], Shape]] = defaultdict(dict)
@@ -240,16 +243,17 @@ LAYER_DTYPES = ("bfloat16", "float16")
 
 def layer_shapes(max_problems: int | None = None, dtypes: tuple[str, ...] = LAYER_DTYPES, *,
                  max_flop: float = 1e11, min_flop: float = 0.0, group_size: int = 128, seed: int = 0,
-                 skip: Callable[[Shape], bool] | None = None, heads: bool = False,
+                 skip: Callable[[Shape], bool] | None = None, source: str = "layers",
                  eight_mod_16: bool = False) -> list[Shape]:
     """Real layer GEMMs in their served layouts (`layer_groups(served_layouts=True)`) of at least
     `min_flop` and at most `max_flop` (both scaled per dtype as in the coverage sampler), each dtype
     after the previous one. A floor plans the large GEMMs that a lower cap left out (prefill and
     training at thousands of tokens) without the small ones measured already.
 
-    `skip` says which problems to leave out (already measured); `heads` plans the language models'
-    output heads (architectures.head_gemms) instead of the layers; `eight_mod_16` their N and K moved
-    to 8 mod 16 (`eight_mod_16_variants`). With `max_problems`, each dtype
+    `skip` says which problems to leave out (already measured); `source` plans the language models'
+    output heads ("heads", architectures.head_gemms) or LoRA adapters ("lora",
+    architectures.lora_gemms) instead of the layers; `eight_mod_16` their N and K moved to 8 mod 16
+    (`eight_mod_16_variants`). With `max_problems`, each dtype
     gets an equal share of it (what a dtype cannot fill passes to the next) and every compile
     class of the dtype keeps a random part proportional to its size, so the plan keeps the
     architectures' mix. Classes are cut into groups of at most `group_size` (shuffled chunks of
@@ -267,7 +271,7 @@ def layer_shapes(max_problems: int | None = None, dtypes: tuple[str, ...] = LAYE
     out: list[Shape] = []
     for i, dtype in enumerate(dtypes):
         cap, floor = (flop * FLOP_SCALE.get(dtype, 1.0) for flop in (max_flop, min_flop))
-        groups = [kept for g in layer_groups(dtype, cap, served_layouts=True, heads=heads,
+        groups = [kept for g in layer_groups(dtype, cap, served_layouts=True, source=source,
                                              eight_mod_16=eight_mod_16)
                   if (kept := [s for s in g
                                if 2.0 * s.m * s.n * s.k >= floor and not (skip and skip(s))])]
