@@ -141,6 +141,19 @@ def test_the_h200_model_is_a_fine_tune_that_weighs_the_literal_rows_and_keeps_th
     assert h200.card.data.device_names == ["NVIDIA H200"]
 
 
+# the H100's eval.json: tests/model/test_held_out_scores.py, which also recomputes its pinned scores
+@pytest.mark.parametrize("device", ["h200"])
+def test_each_shipped_eval_json_scores_the_model_shipped_beside_it(device):
+    """eval.json is the shipped model's report (README and docs quote it): a model or card written
+    after it (a retrained gate recorded in the card changes the digest too) must be scored again."""
+    report = json.loads((SHIPPED / device / "eval.json").read_text())
+    model = MLPModel.load(SHIPPED / device, device)
+    assert report["pinned"]["digest"] == model.digest(), (
+        f"models/{device}/eval.json scores another model: kernel-select eval --data 'data/{device}*.parquet' "
+        f"--json-out models/{device}/eval.json")
+    assert report["pinned"]["model"] == report["shipped_model"] == model.describe()
+
+
 def test_an_a100_never_borrows_the_h100_model(models):
     with pytest.raises(NoTrainedModelError, match="no trained model for a100"):
         load_default("a100")
