@@ -71,7 +71,7 @@ def register_shapes(sub: Subparsers) -> None:
 
 
 def _add_active_args(p: argparse.ArgumentParser) -> None:
-    from kernel_select.offline.data.strategies import DEFAULT_STRATEGY, STRATEGIES
+    from kernel_select.offline.data.plans.strategies import DEFAULT_STRATEGY, STRATEGIES
 
     g = p.add_argument_group("active learning", "--active: the next collection's problems, chosen from a "
                              "pool within a row budget and grouped by compile class (data/README.md)")
@@ -122,7 +122,8 @@ def run_shapes(args: argparse.Namespace) -> int:
 
 
 def _coverage_shapes(args: argparse.Namespace) -> int:
-    from kernel_select.offline.data import sampler, shapes
+    from kernel_select.offline.data import shapes
+    from kernel_select.offline.data.plans import sampler
 
     chosen = sampler.coverage_shapes(args.coverage, seed=args.seed, group_size=args.group_size,
                                      max_flop=1e11 if args.max_flop is None else args.max_flop)
@@ -138,7 +139,8 @@ def _coverage_shapes(args: argparse.Namespace) -> int:
 
 
 def _layer_shapes(args: argparse.Namespace) -> int:
-    from kernel_select.offline.data import active, sampler, shapes
+    from kernel_select.offline.data import shapes
+    from kernel_select.offline.data.plans import active, sampler
 
     dtypes = args.dtype or sampler.LAYER_DTYPES
     chosen = sampler.layer_shapes(args.max_problems, dtypes, group_size=args.group_size, seed=args.seed,
@@ -162,7 +164,8 @@ def _active_shapes(args: argparse.Namespace) -> int:
 
     from kernel_select.atomic_write import write_atomic
     from kernel_select.model.mlp import MLPModel
-    from kernel_select.offline.data import active, shapes
+    from kernel_select.offline.data import shapes
+    from kernel_select.offline.data.plans import active
     from kernel_select.offline.json_files import SHAPES_FILE
 
     if not args.pool or args.rows is None:

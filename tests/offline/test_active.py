@@ -13,8 +13,9 @@ from kernel_select.configs import GemmConfig
 from kernel_select.device import DeviceSpec, get_device
 from kernel_select.errors import OptionError
 from kernel_select.model import PerformanceModel
-from kernel_select.offline.data import active, dataset, shapes, splits
-from kernel_select.offline.data.sampler import compile_class
+from kernel_select.offline.data import dataset, shapes, splits
+from kernel_select.offline.data.plans import active
+from kernel_select.offline.data.plans.sampler import compile_class
 from kernel_select.offline.data.shapes import Shape
 from kernel_select.offline.training import active_experiment
 from kernel_select.offline.training.train import save_model

@@ -13,7 +13,8 @@ from kernel_select.configs import GemmConfig
 from kernel_select.device import get_device
 from kernel_select.errors import ProblemError
 from kernel_select.layouts import layout_of
-from kernel_select.offline.data import dataset, gap_plan, problem_ids, shapes, splits
+from kernel_select.offline.data import dataset, problem_ids, shapes, splits
+from kernel_select.offline.data.plans import gap_plan
 from kernel_select.offline.harness import bench, cost
 from kernel_select.offline.harness.bench_plan import compile_key, distinct_keys, plan, reuse_order
 from kernel_select.offline.harness.timer import operands

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kernel_select.offline.data import large_m_plan, shapes, splits
+from kernel_select.offline.data import shapes, splits
+
+from kernel_select.offline.data.plans import large_m_plan
 from kernel_select.problem import gemm_flops
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,8 @@ import torch
 
 from kernel_select.cli.main import main
 from kernel_select.errors import ProblemError
-from kernel_select.offline.data import architectures, dataset, problem_ids, sampler, shapes
+from kernel_select.offline.data import architectures, dataset, problem_ids, shapes
+from kernel_select.offline.data.plans import sampler
 from kernel_select.offline.data.architectures import IN_OUT, OUT_IN, Architecture, layer_gemms
 from tests.offline.test_bench_plan import _rows
 

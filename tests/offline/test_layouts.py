@@ -180,7 +180,7 @@ def test_resume_counts_a_problem_done_only_in_its_own_layout(tmp_path: Path):
 
 
 def test_the_active_pool_counts_a_shape_measured_only_in_its_own_layout(tmp_path: Path):
-    from kernel_select.offline.data import active
+    from kernel_select.offline.data.plans import active
 
     out = tmp_path / "rows.parquet"
     dataset.write(_rows(Problem(64, 128, 256)), out)

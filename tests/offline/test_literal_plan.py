@@ -8,7 +8,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from kernel_select.offline.data import dataset, literal_plan, problem_ids, shapes
+from kernel_select.offline.data import dataset, problem_ids, shapes
+
+from kernel_select.offline.data.plans import literal_plan
 from tests.synthetic import synthetic_frame
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from kernel_select.offline.data import audit, dataset, retime_plan, shapes
+from kernel_select.offline.data import audit, dataset, shapes
+
+from kernel_select.offline.data.plans import retime_plan
 from kernel_select.offline.harness.bench import TIMING_METHOD
 from tests.offline.test_audit import frame
 

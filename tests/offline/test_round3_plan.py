@@ -11,12 +11,13 @@ import pytest
 
 from kernel_select.device import get_device
 from kernel_select.model.card import stratum
-from kernel_select.offline.data import (
-    round3_groups, round3_plan, round3_schedule, round3_sources, round3_strata, shapes, unseen,
+from kernel_select.offline.data import shapes, unseen
+from kernel_select.offline.data.plans import (
+    round3_groups, round3_plan, round3_schedule, round3_sources, round3_strata,
 )
 from kernel_select.offline.data.architectures import ARCHITECTURES
 from kernel_select.offline.data.problem_ids import id_of
-from kernel_select.offline.data.sampler import shape_class
+from kernel_select.offline.data.plans.sampler import shape_class
 from kernel_select.offline.data.splits import HELD_OUT_FAMILIES
 from kernel_select.offline.harness import cost
 from kernel_select.offline.harness.bench_plan import check_benchmarkable, plan, pow2_divisor
@@ -37,7 +38,7 @@ def test_the_committed_plan_is_what_the_generator_writes(tmp_path):
     shapes.save(round3_plan.round3_plan(), written)
     assert json.loads(written.read_text()) == json.loads(PLAN_FILE.read_text()), (
         "data/shapes_round3_h100.json differs from round3_plan.round3_plan(): regenerate it with "
-        "python -m kernel_select.offline.data.round3_plan --out data/shapes_round3_h100.json")
+        "python -m kernel_select.offline.data.plans.round3_plan --out data/shapes_round3_h100.json")
 
 
 def test_no_problem_is_measured_unseen_held_out_or_planned_twice(committed):

@@ -11,7 +11,8 @@ import pytest
 
 from kernel_select.device import get_device
 from kernel_select.errors import ProblemError
-from kernel_select.offline.data import sampler, shapes
+from kernel_select.offline.data import shapes
+from kernel_select.offline.data.plans import sampler
 from kernel_select.offline.data.architectures import ARCHITECTURES, KINDS, layer_gemms
 from kernel_select.offline.harness.bench_plan import distinct_keys, plan
 from kernel_select.offline.harness.pipeline import RowWriter

@@ -62,7 +62,7 @@ def test_a_family_column_wins_over_the_shapes_files(shapes):
 
 
 def test_the_shipped_dataset_keeps_its_hash_test_split():
-    frame = dataset.read(splits._DATA_DIR / "h100.parquet")
+    frame = dataset.read(splits.DATA_DIR / "h100.parquet")
     counts = splits.split_summary(frame)
     assert counts["test"] == frame.loc[frame["split"] == "test", "problem_id"].nunique() == 72
     assert 80 <= counts["family"] <= 160  # ~a quarter of today's 457 problems

@@ -1,5 +1,5 @@
-"""The TF32 plan (offline/data/tf32_plan.py): the committed data/shapes_tf32_h100.json is its output, and
-the plan is what the datasheet says: float32 with TF32 only, about 8 minutes on one H100 with 15 compile
+"""The TF32 plan (offline/data/plans/tf32_plan.py): the committed data/shapes_tf32_h100.json is its output,
+and the plan is what the datasheet says: float32 with TF32 only, about 8 minutes on one H100 with 15 compile
 workers by cost.py, every stratum it covers claimable by a model, in compile-reuse order."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import pytest
 
 from kernel_select.device import get_device
 from kernel_select.model.card import MIN_STRATUM_PROBLEMS
-from kernel_select.offline.data import shapes, tf32_plan
+from kernel_select.offline.data import shapes
+from kernel_select.offline.data.plans import tf32_plan
 from kernel_select.offline.data.splits import HELD_OUT_FAMILIES
 from kernel_select.offline.harness import cost
 from kernel_select.offline.harness.bench_plan import plan, reuse_order
@@ -26,8 +27,8 @@ def planned() -> list[shapes.Shape]:
 
 def test_the_generator_still_writes_the_committed_file(planned: list[shapes.Shape]):
     assert json.loads(COMMITTED.read_text()) == [s.to_json() for s in planned], (
-        "data/shapes_tf32_h100.json is not what `python -m kernel_select.offline.data.tf32_plan` writes; "
-        "run it and commit both, with the datasheet's figures")
+        "data/shapes_tf32_h100.json is not what `python -m kernel_select.offline.data.plans.tf32_plan` "
+        "writes; run it and commit both, with the datasheet's figures")
     assert shapes.load(COMMITTED) == planned
 
 

@@ -34,7 +34,7 @@ import torch
 from kernel_select.errors import UnsupportedProblemError
 from kernel_select.model.mlp import AveragedRuntimeNet, MLPModel
 from kernel_select.offline.calibrate.start import StartModel
-from kernel_select.offline.data.active import committee_regret
+from kernel_select.offline.data.plans.active import committee_regret
 from kernel_select.offline.data.calibration_classes import (ALL_BUCKETS, CompileClass, class_problems,
                                                             covering_classes)
 from kernel_select.problem import Problem

@@ -1,2 +1,2 @@
-"""Problems and measurements: shapes files, the coverage sampler, the parquet dataset and its frozen
-splits."""
+"""Problems and measurements: shapes files, the architecture table, the parquet dataset and its frozen
+splits; `plans/` writes the collection plans from them."""

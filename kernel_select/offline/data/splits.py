@@ -59,7 +59,8 @@ HELD_OUT_FAMILIES: frozenset[str] = frozenset({
 EVAL_SPLITS = ("test", "family", "unseen")
 TRAINING_SPLITS = ("train", "val")
 UNKNOWN_FAMILY = "unknown"
-_DATA_DIR = Path(__file__).resolve().parents[3] / "data"
+#: The checkout's data/ folder: the committed datasets and shapes files (plans read it too).
+DATA_DIR = Path(__file__).resolve().parents[3] / "data"
 
 
 
@@ -96,7 +97,7 @@ def family_holdout(problem_row: Mapping) -> bool:
 
 def default_shapes_files() -> list[Path]:
     """The shapes files next to the datasets (data/shapes_*.json)."""
-    return sorted(_DATA_DIR.glob("shapes_*.json"))
+    return sorted(DATA_DIR.glob("shapes_*.json"))
 
 
 def family_of_source(source: str) -> str:

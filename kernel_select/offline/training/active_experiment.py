@@ -9,7 +9,7 @@ are "collected" only when a strategy picks it.
   committee   `committee_size` MLPs trained on the first pass only, each with its own seed on its
               own random `subsample` of the first-pass problems (bagging without repeated problems)
   arms        first pass only (floor); + random problems (one arm per seed); + the problems the
-              committee disagrees on most (offline.data.active); + the whole pool (ceiling)
+              committee disagrees on most (offline.data.plans.active); + the whole pool (ceiling)
 
 Every arm trains the same final model: the shipped MLP recipe of train.py (features v2, widths
 MLPHParams.hidden_widths, at most `cap` configs per problem, the listwise+MSE "rank" objective the
@@ -37,7 +37,8 @@ from kernel_select.model.card import ModelCard
 from kernel_select.model.features import FEATURE_SETS, FEATURE_VERSION
 from kernel_select.model.mlp import MLPModel, architecture
 from kernel_select.offline.training.features import featurize_frame
-from kernel_select.offline.data import active, dataset, problem_ids, splits
+from kernel_select.offline.data import dataset, problem_ids, splits
+from kernel_select.offline.data.plans import active
 from kernel_select.offline.data.shapes import Shape
 from kernel_select.offline.metrics import geomean, topk_scores
 from kernel_select.offline.training.fit_loop import MLPHParams, fit, make_split, standardize

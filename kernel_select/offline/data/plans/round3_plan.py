@@ -24,7 +24,7 @@ round3_groups.MAX_FASTEST_S (harness/cost.py), so no problem's ~1,000 configs ta
 group draws from its own random stream (seeded by SEED and its name), so editing one group leaves
 the others' problems as they were (but for a problem both would draw: the first keeps it).
 
-`python -m kernel_select.offline.data.round3_plan --out data/shapes_round3_h100.json` writes the
+`python -m kernel_select.offline.data.plans.round3_plan --out data/shapes_round3_h100.json` writes the
 plan and prints its composition, the strata it brings to 100 training problems, and what
 collecting it costs (harness/cost.py), whole and run by run of `data/collect.sh` (minutes).
 """
@@ -37,9 +37,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from kernel_select.offline.data.problem_ids import id_of
-from kernel_select.offline.data.round3_groups import Group
-from kernel_select.offline.data.round3_schedule import schedule
-from kernel_select.offline.data.round3_strata import (
+from kernel_select.offline.data.plans.round3_groups import Group
+from kernel_select.offline.data.plans.round3_schedule import schedule
+from kernel_select.offline.data.plans.round3_strata import (
     DATA_DIR, STRATUM_TARGET, composition, excluded_ids, held_out, measured_training_strata, strata_table,
 )
 from kernel_select.offline.data.shapes import Shape, save

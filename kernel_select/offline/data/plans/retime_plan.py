@@ -10,7 +10,7 @@ both files, `dataset.read_many("data/h100*.parquet")` keeps its rows for every r
 problem measured in two files keeps the later file's): the whole problem timed by today's harness
 replaces the old rows, none of the committed files is rewritten.
 
-`python -m kernel_select.offline.data.retime_plan --out data/shapes_retime_h100.json` writes it and
+`python -m kernel_select.offline.data.plans.retime_plan --out data/shapes_retime_h100.json` writes it and
 prints what collecting it costs (harness/cost.py).
 """
 
@@ -21,10 +21,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kernel_select.offline.data import audit, dataset
-from kernel_select.offline.data.sampler import shape_class
+from kernel_select.offline.data.plans.sampler import shape_class
 from kernel_select.offline.data.shapes import Shape, save
+from kernel_select.offline.data.splits import DATA_DIR
 
-DATA_DIR = Path(__file__).resolve().parents[3] / "data"
 #: The H100 files audited; only the first two hold rows timed without a second opinion.
 AUDITED_FILES = ("h100.parquet", "h100_coverage.parquet", "h100_layers.parquet", "h100_bmm.parquet")
 RETIMED_FILE = "h100_retime.parquet"

@@ -38,7 +38,7 @@ TF32 when fp32_precision is "tf32". Torch 2.13's runs only M >= 16 with min(N, K
 `bench` on 2.13 refuses the other problems (attention's head dim 64 is always under 512); `main`
 prints how many of the plan's problems are TF32 on both.
 
-    python -m kernel_select.offline.data.tf32_plan --out data/shapes_tf32_h100.json
+    python -m kernel_select.offline.data.plans.tf32_plan --out data/shapes_tf32_h100.json
 """
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ from collections import Counter
 from collections.abc import Iterable
 
 from kernel_select.offline.data.architectures import ARCHITECTURES, Architecture
-from kernel_select.offline.data.gap_plan import MOE
-from kernel_select.offline.data.sampler import compile_class
+from kernel_select.offline.data.plans.gap_plan import MOE
+from kernel_select.offline.data.plans.sampler import compile_class
 from kernel_select.offline.data.shapes import Shape
 from kernel_select.offline.data.splits import HELD_OUT_FAMILIES
 from kernel_select.offline.harness.bench_plan import (MAX_GRID_Y, MAX_INT32, PlannedRun, largest_operand,

@@ -11,7 +11,7 @@ powers of two, layer widths of early stages and the MLP patterns around them (W 
 keep the compile classes few: the harness compiles a class's kernels once and every problem of it
 reuses them (`bench_plan.reuse_order`). Family `large-m-batch`, trained on (not held out).
 
-`python -m kernel_select.offline.data.large_m_plan --out data/shapes_large_m.json` writes it and prints
+`python -m kernel_select.offline.data.plans.large_m_plan --out data/shapes_large_m.json` writes it and prints
 what collecting it costs (harness/cost.py).
 """
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 
-from kernel_select.offline.data.sampler import compile_class
+from kernel_select.offline.data.plans.sampler import compile_class
 from kernel_select.offline.data.shapes import Shape, save
 from kernel_select.offline.harness.bench_plan import MAX_INT32, largest_operand
 from kernel_select.problem import gemm_flops

@@ -12,7 +12,7 @@ learn from, test, family and unseen to score against Inductor's truth), in the l
 `data/h200_literal.parquet`; `dataset.read_many` then reads a problem's literal-size rows in place of
 its shared-binary ones, whatever the files' order.
 
-`python -m kernel_select.offline.data.literal_plan --out data/shapes_literal_h200.json` writes it and
+`python -m kernel_select.offline.data.plans.literal_plan --out data/shapes_literal_h200.json` writes it and
 prints what collecting it costs (harness/cost.py); `--min-m 17 --max-m 32 --out
 data/shapes_literal_h200_m17_32.json` writes the next range's (collected into
 `data/h200_literal_m17_32.parquet`).
@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import argparse
 import zlib
-from pathlib import Path
 
 import pandas as pd
 
 from kernel_select.offline.data import dataset
 from kernel_select.offline.data.shapes import Shape, save
+from kernel_select.offline.data.splits import DATA_DIR
 
-DATA_DIR = Path(__file__).resolve().parents[3] / "data"
 #: The H200 files planned from: named, not globbed, so that the literal-size file the plan is collected
 #: into (or any later file) leaves the plan as it was written.
 PLANNED_FILES = ("h200.parquet", "h200_bmm.parquet", "h200_heads.parquet", "h200_layers_fp32.parquet",

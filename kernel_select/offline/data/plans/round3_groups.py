@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from kernel_select.errors import ProblemError
 from kernel_select.layouts import a_transposed
 from kernel_select.offline.data.architectures import GEMM_LAYOUTS, OUT_IN, layer_gemms_at
-from kernel_select.offline.data.round3_sources import (
+from kernel_select.offline.data.plans.round3_sources import (
     ATTENTION, DECODE_BATCH, EXPERT_PARALLEL, TENSOR_PARALLEL, AttentionBlock, expert_layers,
     trainable_architectures,
 )

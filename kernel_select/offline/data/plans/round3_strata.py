@@ -11,11 +11,10 @@ from pathlib import Path
 from kernel_select.model.card import M_BUCKETS, stratum, stratum_count
 from kernel_select.offline.data import splits
 from kernel_select.offline.data.problem_ids import id_of
-from kernel_select.offline.data.splits import split_of
-from kernel_select.offline.data.round3_groups import BUCKET_RANGES
+from kernel_select.offline.data.splits import DATA_DIR, split_of
+from kernel_select.offline.data.plans.round3_groups import BUCKET_RANGES
 from kernel_select.offline.data.shapes import Shape, load
 
-DATA_DIR = Path(__file__).resolve().parents[3] / "data"
 #: The H100 files measured before this plan: their problems are not drawn again, and their training
 #: problems are what the strata count starts from. Fixed, so the plan stays what the generator writes
 #: after its own rows (h100_round3.parquet) are added to data/.

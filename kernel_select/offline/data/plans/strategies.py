@@ -1,4 +1,4 @@
-"""The strategies `kernel-select shapes --active` chooses problems by (offline/data/active.py).
+"""The strategies `kernel-select shapes --active` chooses problems by (offline/data/plans/active.py).
 
 A module of its own, free of numpy, pandas and tqdm, because the command line lists these choices
 when it builds its parser, and `kernel-select --help` must work on a core install.

@@ -40,9 +40,9 @@ from kernel_select.device import DeviceSpec, get_device, resolve
 from kernel_select.errors import DatasetError, OptionError
 from kernel_select.model import PerformanceModel
 from kernel_select.offline.data import dataset, problem_ids
-from kernel_select.offline.data.sampler import shape_class
+from kernel_select.offline.data.plans.sampler import shape_class
 from kernel_select.offline.data.shapes import Shape
-from kernel_select.offline.data.strategies import DEFAULT_STRATEGY, STRATEGIES, Strategy
+from kernel_select.offline.data.plans.strategies import DEFAULT_STRATEGY, STRATEGIES, Strategy
 from kernel_select.space import for_problem
 
 ACTIVE_PASS = "active"  # the dataset's `pass` column for problems chosen here

@@ -19,7 +19,7 @@ Batch x heads is 8 to 1,024 (the attention families' batch), sized so that every
 coverage sampler caps it. Compile is the wall of a collection, so the problems of a family come
 in few compile classes (dtype, layout, N and K alignment, K mod 256): the harness compiles a
 class's kernels once and every problem of the class reuses them (`bench_plan.reuse_order`).
-`python -m kernel_select.offline.data.gap_plan --out FILE` writes the plan and prints what
+`python -m kernel_select.offline.data.plans.gap_plan --out FILE` writes the plan and prints what
 collecting it costs (`harness.cost`).
 """
 
@@ -29,7 +29,7 @@ import argparse
 from collections import Counter
 from collections.abc import Iterable
 
-from kernel_select.offline.data.sampler import compile_class
+from kernel_select.offline.data.plans.sampler import compile_class
 from kernel_select.offline.data.shapes import Shape, save
 from kernel_select.offline.harness.bench_plan import MAX_INT32, largest_operand
 from kernel_select.problem import gemm_flops

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from kernel_select.offline.data.round3_groups import (
+from kernel_select.offline.data.plans.round3_groups import (
     OCTAVES, AttentionGroup, Group, LayerGroup, Quotas, RandomGroup,
 )
 
