@@ -24,7 +24,7 @@ from kernel_select.offline.calibrate.install import CalibrationFiles
 from kernel_select.offline.calibrate.run import CalibrateOptions, calibrate
 from kernel_select.offline.calibrate.start import resolve_start
 from kernel_select.offline.data import dataset, problem_ids, shapes
-from kernel_select.offline.data.calibration_classes import COMPILE_CLASSES
+from kernel_select.offline.calibrate.classes import COMPILE_CLASSES
 from kernel_select.offline.training.cublas_fit import save_problem_net
 from kernel_select.offline.training.train import save_model
 from kernel_select.resources import HIDE_SHIPPED_ENV, shipped_dir

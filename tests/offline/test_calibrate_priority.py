@@ -17,7 +17,7 @@ from kernel_select.model.card import MIN_STRATUM_PROBLEMS
 from kernel_select.offline.calibrate.budget import Budget
 from kernel_select.offline.calibrate.priority import COVERAGE, EXTRA, member_predictions, ranked_classes
 from kernel_select.offline.calibrate.start import StartModel, resolve_start
-from kernel_select.offline.data.calibration_classes import (
+from kernel_select.offline.calibrate.classes import (
     ALL_BUCKETS,
     COVERAGE_CLASSES,
     EXTRA_CLASSES,
@@ -25,7 +25,7 @@ from kernel_select.offline.data.calibration_classes import (
     covering_classes,
     strata_of,
 )
-from kernel_select.offline.data.calibration_plan import plan_calibration
+from kernel_select.offline.calibrate.plan import plan_calibration
 from kernel_select.space import for_problem
 
 H200 = get_device("h200")

@@ -1,4 +1,4 @@
-"""The calibration plan (offline/data/calibration_plan.py, calibration_classes.py): 15 minutes on one
+"""The calibration plan (offline/calibrate/plan.py, classes.py): 15 minutes on one
 16-core host cover every stratum, layout and batched GEMM of the domain, 5 minutes the first classes
 of the priority order; every plan fits its budget by cost.py's simulation at >= 30,000 rows per
 GPU-minute; the hash split's shares hold in every bucket; and the plan is the same every time."""
@@ -13,7 +13,7 @@ from kernel_select.device import get_device
 from kernel_select.errors import OptionError
 from kernel_select.model.card import MIN_STRATUM_PROBLEMS, stratum
 from kernel_select.offline.calibrate.budget import Budget
-from kernel_select.offline.data.calibration_classes import (
+from kernel_select.offline.calibrate.classes import (
     ALL_BUCKETS,
     COMPILE_CLASSES,
     COVERAGE_CLASSES,
@@ -25,7 +25,7 @@ from kernel_select.offline.data.calibration_classes import (
     covering_classes,
     strata_of,
 )
-from kernel_select.offline.data.calibration_plan import (
+from kernel_select.offline.calibrate.plan import (
     MAX_PER_CLASS,
     MIN_ROWS_PER_GPU_MINUTE,
     SAFETY,

@@ -19,8 +19,8 @@ from kernel_select.offline.calibrate.priority import COVERAGE, ranked_classes
 from kernel_select.offline.calibrate.run import (CalibrateOptions, compile_worker_count, output_folder,
                                                  plan_run)
 from kernel_select.offline.calibrate.start import resolve_start
-from kernel_select.offline.data.calibration_classes import strata_of
-from kernel_select.offline.data.calibration_plan import SAFETY
+from kernel_select.offline.calibrate.classes import strata_of
+from kernel_select.offline.calibrate.plan import SAFETY
 
 
 def preview(options: CalibrateOptions, spec: DeviceSpec) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Which compile classes calibrate measures first: those where the model it starts from is least sure.
 
-The classes come in two tiers (offline/data/calibration_classes.py): first those that cover the
+The classes come in two tiers (offline/calibrate/classes.py): first those that cover the
 domain, the shipped models' and the starting model's card's (its strata and layouts), so that the
 calibrated model is never narrower than either; then the extras. Within each tier:
 
@@ -20,7 +20,7 @@ calibrated model is never narrower than either; then the extras. Within each tie
     classes are listed in (nn.Linear's forward and its two gradients in bf16, fp16, batched, fp32,
     odd alignments, batched at small M).
 
-The plan (offline/data/calibration_plan.py) takes the classes in this order while they fit its
+The plan (offline/calibrate/plan.py) takes the classes in this order while they fit its
 budget and its rate of rows per GPU-minute.
 """
 
@@ -35,7 +35,7 @@ from kernel_select.errors import UnsupportedProblemError
 from kernel_select.model.mlp import AveragedRuntimeNet, MLPModel
 from kernel_select.offline.calibrate.start import StartModel
 from kernel_select.offline.data.plans.active import committee_regret
-from kernel_select.offline.data.calibration_classes import (ALL_BUCKETS, CompileClass, class_problems,
+from kernel_select.offline.calibrate.classes import (ALL_BUCKETS, CompileClass, class_problems,
                                                             covering_classes)
 from kernel_select.problem import Problem
 from kernel_select.space import for_problem

@@ -2,7 +2,7 @@
 
   1. plan: the compile classes, those where the starting model is least sure first (priority.py),
      and their problems that fit the collection's share of the minutes on this machine's compile
-     workers (offline/data/calibration_plan.py, sized by harness/cost.py); `--plan-only` stops here
+     workers (offline/calibrate/plan.py, sized by harness/cost.py); `--plan-only` stops here
      (preview.py);
   2. collect: the benchmark harness times the plan, bounded by the harness's max_seconds, into
      calibration.parquet in the model folder; problems already there from an earlier run on this
@@ -39,7 +39,7 @@ from kernel_select.offline.calibrate.scoring import held_out_scores, lines
 from kernel_select.offline.calibrate.start import StartModel, resolve_start
 
 if TYPE_CHECKING:
-    from kernel_select.offline.data.calibration_plan import CalibrationPlan
+    from kernel_select.offline.calibrate.plan import CalibrationPlan
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +150,7 @@ def plan_run(options: CalibrateOptions, spec: DeviceSpec, ranked: list[RankedCla
     Raises:
         OptionError: the minutes fit no class.
     """
-    from kernel_select.offline.data.calibration_plan import plan_calibration
+    from kernel_select.offline.calibrate.plan import plan_calibration
 
     return plan_calibration(spec, budget.collection_s, workers, classes=[r.compile_class for r in ranked],
                             max_problems=options.max_problems, seed=options.seed)

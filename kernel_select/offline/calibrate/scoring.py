@@ -1,7 +1,7 @@
 """How the calibrated model does on what calibrate measured but never trained on.
 
 The held-out slice is the `test` problems of the calibration data: the frozen hash split
-(splits.split_of) puts about 15% of the planned problems there (calibration_plan keeps every class
+(splits.split_of) puts about 15% of the planned problems there (plan.py keeps every class
 near that share), and training reads only `train` and `val`. On them the new model is scored beside
 the model it started from and Inductor's DEFAULT list, by offline/training/evaluate.py: the top-1 and
 top-4 score (oracle / the best measured config among the k ranked first, geometric mean over

@@ -4,7 +4,7 @@ problems of each.
 A compile class is a set of problems whose benchmark kernels are the same binaries (op, dtype,
 layout, the alignment of N and K, K mod 256 for aligned K). Compile is the wall of a collection on a
 fresh machine (harness/cost.py), and one class's kernels serve every problem of it, so calibrate
-plans a few classes with many problems each (calibration_plan.py sizes them).
+plans a few classes with many problems each (plan.py sizes them).
 
 Which classes, in two tiers:
 

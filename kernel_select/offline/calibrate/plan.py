@@ -1,5 +1,5 @@
 """What `kernel-select calibrate` measures within its time budget: how many problems of each compile
-class (calibration_classes.py), sized by cost.py's simulation of the collection, compile included, on
+class (classes.py), sized by cost.py's simulation of the collection, compile included, on
 this machine's compile workers and one GPU.
 
 The classes come in priority order (offline/calibrate/priority.py puts first those where the
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from kernel_select.device import DeviceSpec
 from kernel_select.errors import OptionError
 from kernel_select.model.card import stratum
-from kernel_select.offline.data.calibration_classes import (
+from kernel_select.offline.calibrate.classes import (
     COMPILE_CLASSES,
     PER_BUCKET_FOR_DOMAIN,
     CompileClass,
@@ -281,7 +281,7 @@ def balanced_count(first_runs: Sequence[list[PlannedRun]], workers: int, least: 
 
 
 class _ClassRuns:
-    """Each class's problems (calibration_classes.class_problems, drawn once up to MAX_PER_CLASS),
+    """Each class's problems (classes.class_problems, drawn once up to MAX_PER_CLASS),
     planned once each (bench_plan.plan: planning is most of the planner's time) and handed out in
     the harness's reuse order, a slice of a class at a time."""
 
