@@ -87,8 +87,13 @@ def save_checkpoint(model_dir: str | Path, stem: str, state_dict: dict[str, Any]
     buffer = io.BytesIO()
     torch.save({name: tensor.detach().cpu() for name, tensor in state_dict.items()}, buffer)
     write_atomic(model_dir / f"{stem}.pt", buffer.getvalue())
-    write_atomic(model_dir / f"{stem}.json", (card.model_dump_json(indent=2) + "\n").encode())
+    save_card(model_dir / f"{stem}.json", card)
     return model_dir / f"{stem}.pt"
+
+
+def save_card(path: Path, card: BaseModel) -> None:
+    """Write a model card (any checkpoint's, or a tree model's) as indented JSON, atomically."""
+    write_atomic(path, (card.model_dump_json(indent=2) + "\n").encode())
 
 
 def load_checkpoint(model_dir: str | Path, stem: str, spec: DeviceSpec, *, model: str,

@@ -32,12 +32,10 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from kernel_select.atomic_write import (
-    file_kind, fsync_dir, remove_stale_temps_quietly, resolve_target, write_atomic,
-)
+from kernel_select.atomic_write import file_kind, fsync_dir, remove_stale_temps_quietly, resolve_target
 from kernel_select.errors import ModelError
 from kernel_select.model.card import ModelCard
-from kernel_select.model.checkpoint import save_checkpoint
+from kernel_select.model.checkpoint import save_card, save_checkpoint
 from kernel_select.model.folders import MODEL_STEMS
 
 #: Free space a model folder needs before training starts: a checkpoint set is well under 1 MB
@@ -101,7 +99,7 @@ def write_model_folder(out_dir: str | os.PathLike[str], checkpoints: Sequence[Ch
         for stem, state_dict, card in checkpoints:
             save_checkpoint(staging, stem, state_dict, card)
         for stem, card in cards:  # the kept weights are carried over beside it (_carry_over)
-            write_atomic(staging / f"{stem}.json", (card.model_dump_json(indent=2) + "\n").encode())
+            save_card(staging / f"{stem}.json", card)
 
     return _replace_folder(out_dir, write, keep)
 

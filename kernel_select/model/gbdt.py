@@ -40,7 +40,7 @@ from kernel_select.model.base import PerformanceModel, register_model
 from kernel_select.model.card import (
     DataProvenance, Domain, GpuIdentity, TrainedLayouts, outside_domain, trained_dtype,
 )
-from kernel_select.model.checkpoint import MAX_CARD_BYTES, check_gpu, read_validated
+from kernel_select.model.checkpoint import MAX_CARD_BYTES, check_gpu, read_validated, save_card
 from kernel_select.model.features import FEATURE_SETS, featurize
 from kernel_select.model.folders import model_folders
 from kernel_select.model.trees import MAX_DEPTH, MAX_NODES, MAX_TREES, TreeEnsemble
@@ -145,7 +145,7 @@ class GBDTModel(PerformanceModel):
             "nodes": self.trees.n_nodes, "max_depth": self.trees.max_depth})
         self._digest = None
         write_atomic(model_dir / ARRAYS_FILE, arrays)
-        write_atomic(model_dir / CARD_FILE, (self.card.model_dump_json(indent=2) + "\n").encode())
+        save_card(model_dir / CARD_FILE, self.card)
         return model_dir / CARD_FILE
 
     @classmethod

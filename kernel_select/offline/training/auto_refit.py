@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from kernel_select.atomic_write import write_atomic
 from kernel_select.offline.data import dataset, splits
 from kernel_select.offline.training.uncertainty import choose_auto_rule
 
@@ -81,9 +80,10 @@ def refit_auto_dir(model_dir: str | Path, data_path: str | Path | Sequence[str |
                    device: str | None = None) -> dict[str, Any]:
     """`refit_auto` for the MLP saved in `model_dir`, on the dataset file(s) it was trained on;
     rewrites only its card (`mlp.json`): the weights and the cuBLAS head stay as they are."""
+    from kernel_select.model.checkpoint import save_card
     from kernel_select.model.mlp import CARD_FILE, MLPModel
 
     model = MLPModel.load(model_dir, device)
     chosen = refit_auto(model, dataset.read_many(dataset.expand_paths(data_path)))
-    write_atomic(Path(model_dir) / CARD_FILE, (model.card.model_dump_json(indent=2) + "\n").encode())
+    save_card(Path(model_dir) / CARD_FILE, model.card)
     return chosen
