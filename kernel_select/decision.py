@@ -23,7 +23,8 @@ In order:
                 known well enough to narrow Inductor's choice, and the handler offers Inductor's own
                 candidates beside the model's. Nor for odd N with odd K (`odd_n_and_k`): no cuBLAS
                 network trained on one, so Inductor benchmarks cuBLAS beside the picks, as for a
-                batched GEMM. With gemm_topk=1 and no LUT entries the decision
+                batched GEMM where the gate has no network for batched GEMMs (`CublasGate.batched`,
+                trained where the data hold enough). With gemm_topk=1 and no LUT entries the decision
                 is the one choice Inductor gets (`Selection.sole`), nothing benchmarked: cuBLAS
                 where it is predicted faster, else the model's first config; outside the domain, a
                 launch-bound GEMM (LAUNCH_BOUND_FLOPS) gets the model's first config alone
@@ -265,8 +266,9 @@ def _cublas_decision(problem: Problem, model: PerformanceModel, gate: CublasGate
                      alone: bool = False) -> tuple[CublasDecision | None, str]:
     """The gate's prediction where there is a gate for the problem, else the model's cuBLAS time over its
     best Triton time, and "". None when the decision is off (with ""), or when nothing predicts cuBLAS
-    for the problem, with why (`Selection.undecided`): a batched GEMM (neither network sees a batch) or
-    odd N with odd K (`odd_n_and_k`); Inductor then benchmarks cuBLAS beside the Triton picks.
+    for the problem, with why (`Selection.undecided`): a batched GEMM where the gate has no network for
+    one (the cuBLAS time head sees no batch) or odd N with odd K (`odd_n_and_k`); Inductor then
+    benchmarks cuBLAS beside the Triton picks.
     `alone`: the verdict is the one choice Inductor gets (CublasDecision.alone)."""
     if margin is None:
         return None, ""
@@ -278,7 +280,7 @@ def _cublas_decision(problem: Problem, model: PerformanceModel, gate: CublasGate
         return cublas_verdict(ratio, "gate", margin, aten_ms, epilogue, alone=alone), ""
     if aten_ms is None or not len(scores):
         batched = problem.op in ("bmm", "baddbmm")
-        return None, ("a batched GEMM, whose batch no cuBLAS network sees" if batched
+        return None, ("a batched GEMM, and no cuBLAS gate for batched GEMMs here" if batched
                       else "no cuBLAS prediction")
     return cublas_verdict(aten_ms / float(scores.min()), "model", margin, aten_ms, epilogue, alone=alone), ""
 

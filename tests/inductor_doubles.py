@@ -14,7 +14,7 @@ from kernel_select.configs import GemmConfig
 from kernel_select.errors import ModelError
 from kernel_select.lut import LUTHit
 from kernel_select.model import PerformanceModel
-from kernel_select.model.cublas import CublasGate
+from kernel_select.model.cublas import BatchedGate, CublasGate
 from kernel_select.problem import Problem
 
 
@@ -63,15 +63,22 @@ class FakeLUT:
         return hashlib.sha256(text.encode()).hexdigest()
 
 
+class _BatchedNet:
+    """The batched network of a FakeGate: the decision asks it only which problems it covers."""
+
+    supports = BatchedGate.supports
+
+
 class FakeGate:
     """A cuBLAS gate (CublasGate's interface) that predicts a fixed cuBLAS / best-Triton time ratio
     for every problem, and counts how often it is asked."""
 
-    def __init__(self, ratio: float, tag: str = "g1") -> None:
+    def __init__(self, ratio: float, tag: str = "g1", batched: bool = False) -> None:
         self.ratio, self.tag, self.calls = ratio, tag, 0
+        self.batched = _BatchedNet() if batched else None
 
     def supports(self, problem: Problem) -> bool:
-        """What CublasGate.supports says: single GEMMs only."""
+        """What CublasGate.supports says: single GEMMs, and batched ones with a batched network."""
         return CublasGate.supports(self, problem)  # type: ignore[arg-type]
 
     def predict_log_ratio(self, problems: Sequence[Problem]) -> np.ndarray:
@@ -80,9 +87,6 @@ class FakeGate:
 
     def digest(self) -> str:
         return self.tag
-
-    def supports(self, problem: Problem) -> bool:
-        return problem.batch == 1
 
 
 def expected_top(problem: Problem, k: int, pinned: Sequence[GemmConfig] = (),

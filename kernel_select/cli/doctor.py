@@ -94,6 +94,8 @@ def _checkpoint(spec: Any, stem: str) -> dict[str, Any]:
     if card is not None:
         found.update(loads=True, card_device=card.device, trained_at=card.trained_at,
                      versions=dict(card.versions), domain=_domain(card))
+    if stem != "mlp":  # whether batched GEMMs get a decision too, or a benchmark of cuBLAS beside the picks
+        found["batched_gemms"] = getattr(loaded, "batched", None) is not None
     return found
 
 
@@ -167,7 +169,9 @@ def format_report(report: dict[str, Any]) -> list[str]:
              f"device: {report['device']} ({report['device_from']})"]
     for label, entry in (("model", report["model"]), ("cuBLAS gate", report["cublas_gate"])):
         margin = f"; margin {entry['margin']}" if "margin" in entry else ""
-        lines.append(f"{label}: {_checkpoint_text(entry)}{margin}")
+        batched = {True: "; batched GEMMs too", False: "; single GEMMs only"}.get(entry.get("batched_gemms"),
+                                                                                 "")
+        lines.append(f"{label}: {_checkpoint_text(entry)}{margin}{batched}")
         domain = entry.get("domain")
         if domain:
             sizes = ", ".join(f"{dim} {domain[dim][0]}..{domain[dim][1]}" for dim in ("m", "n", "k", "batch")

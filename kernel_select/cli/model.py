@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 
 #: The files `train` writes into --out (the MLP's, then the cuBLAS gate's); `train-gate` writes the
 #: gate's, `train --refit-auto` rewrites the MLP's card. Each is checked before training starts.
-MODEL_FILES = ("mlp.json", "mlp.pt", "cublas_gate.pt", "cublas_gate.json")
+MODEL_FILES = ("mlp.json", "mlp.pt", "cublas_gate.pt", "cublas_gate.json", "cublas_gate_bmm.pt",
+               "cublas_gate_bmm.json")
 
 
 def _add_training_args(p: argparse.ArgumentParser) -> None:
@@ -50,7 +51,9 @@ def register_train(sub: Subparsers) -> None:
                        description="Fit the MLP on the dataset's 'train' problems, keep the epoch (and "
                                    "objective) with the best top-k score on 'val', and write mlp.pt + "
                                    "mlp.json to --out; then fit the cuBLAS gate the same way and "
-                                   "write cublas_gate.pt + cublas_gate.json. The held-out 'test' and "
+                                   "write cublas_gate.pt + cublas_gate.json (and, where the data hold "
+                                   "enough batched GEMMs, its batched network cublas_gate_bmm.pt + "
+                                   ".json). The held-out 'test' and "
                                    "'family' splits are never read.")
     _add_training_args(p)
     p.add_argument("--epochs", type=int_at_least(1), default=None, help="training epochs (default: 120)")
@@ -103,7 +106,9 @@ def register_train_gate(sub: Subparsers) -> None:
                        description="Fit the cuBLAS gate (does cuBLAS beat every Triton config of a "
                                    "problem?) on the trainable problems ('train' and 'val' minus the "
                                    "held-out 'family' split), select on 'val', and write cublas_gate.pt "
-                                   "+ cublas_gate.json to --out. An MLP there keeps its weights; its "
+                                   "+ cublas_gate.json to --out, with its network for batched GEMMs "
+                                   "(cublas_gate_bmm.pt + .json) where the data hold at least 100 "
+                                   "batched train problems. An MLP there keeps its weights; its "
                                    "card (mlp.json) is rewritten to name the new gate.")
     _add_training_args(p)
     p.set_defaults(handler=run_train_gate)
@@ -236,7 +241,8 @@ def run_train_gate(args: argparse.Namespace) -> int:
     gate = train_gate(frame, device, args.out, seed=args.seed,
                       data_path=paths[0] if len(paths) == 1 else None)
     _print_gate_validation(gate.card.metrics["validation"])
-    say(f"wrote {printable(Path(args.out) / 'cublas_gate.pt')}")
+    written = ["cublas_gate.pt"] + (["cublas_gate_bmm.pt"] if gate.batched is not None else [])
+    say(f"wrote {', '.join(printable(Path(args.out) / name) for name in written)}")
     return 0
 
 
@@ -257,12 +263,14 @@ def named_or_data_device(key: str | None, paths: list[Path], rows: pd.DataFrame 
     return get_device(key) if key is not None else data_device(paths, rows)
 
 
-def _print_gate_validation(validation: dict) -> None:
-    say(f"cuBLAS gate, validation: {validation['problems']} problems, sign accuracy "
+def _print_gate_validation(validation: dict, what: str = "cuBLAS gate") -> None:
+    say(f"{what}, validation: {validation['problems']} problems, sign accuracy "
         f"{validation['sign_accuracy']:.3f}, RMSE of log(cuBLAS/Triton) {validation['rmse_log_ratio']:.3f}")
     for margin, m in validation["margins"].items():
         say(f"  margin {margin}: Triton skipped on {m['gated']:.0%}, wrongly {m['wrongly_gated']}, "
             f"time lost there geomean {m['loss_geomean']:.3f} (worst {m['loss_worst']:.3f})")
+    if "batched" in validation:
+        _print_gate_validation(validation["batched"], "cuBLAS gate for batched GEMMs")
 
 
 def _model_names(text: str, device: str | None) -> list[str]:

@@ -47,6 +47,11 @@ from kernel_select.options import DEFAULT_CUBLAS_MARGIN
 from kernel_select.problem import Problem
 
 GATE_STEM = "cublas_gate"
+#: The gate's network for batched GEMMs (bmm, baddbmm), a checkpoint of its own beside the gate's: the
+#: same features with log(batch) added. One network for both lost score on single GEMMs
+#: (results/bmm_gate_h200.json), so each kind of GEMM has its own, and `CublasGate` asks the one for
+#: the problem.
+BATCHED_GATE_STEM = "cublas_gate_bmm"
 ATEN_STEM = "aten"
 #: Version 2 of the problem features adds the operand layout: cuBLAS picks other kernels for "nt"
 #: and "tn", and the Triton oracle moves with each operand's contiguous dimension's alignment.
@@ -57,6 +62,8 @@ PROBLEM_FEATURE_NAMES: tuple[str, ...] = (
     "log_waves_128x128", "tile_eff_m_128", "tile_eff_n_128", "log_min_mn", "log_k_over_max_mn",
     "a_transposed", "b_transposed", "log2_a_contig_align", "log2_b_contig_align",
 )
+#: The batched gate's features: the problem's, per matrix of the batch, and how many there are.
+BATCHED_FEATURE_NAMES: tuple[str, ...] = (*PROBLEM_FEATURE_NAMES, "log_batch")
 
 #: The `gemm_cublas_margin` knob's default (kernel_select.options says how it was chosen).
 DEFAULT_MARGIN = DEFAULT_CUBLAS_MARGIN
@@ -176,9 +183,10 @@ def epilogue_charge_ms(predicted_cublas_ms: float | None) -> float:
 
 # -- the problem-level networks -----------------------------------------------------------------------
 
-def problem_features(m, n, k, dtype_bytes, a_t, b_t, device: DeviceSpec) -> np.ndarray:
+def problem_features(m, n, k, dtype_bytes, a_t, b_t, device: DeviceSpec, batch=None) -> np.ndarray:
     """float32 (problems, len(PROBLEM_FEATURE_NAMES)); arguments are 1-D arrays (or scalars) over
-    problems, a_t / b_t 0 or 1 (operand stored transposed)."""
+    problems, a_t / b_t 0 or 1 (operand stored transposed). With `batch` (per problem), one more
+    column: BATCHED_FEATURE_NAMES."""
     m, n, k, db, a_t, b_t = (np.atleast_1d(np.asarray(x, dtype=np.float64)) for x in (m, n, k, dtype_bytes,
                                                                                        a_t, b_t))
     m, n, k, db, a_t, b_t = np.broadcast_arrays(m, n, k, db, a_t, b_t)
@@ -195,6 +203,8 @@ def problem_features(m, n, k, dtype_bytes, a_t, b_t, device: DeviceSpec) -> np.n
         # each operand's contiguous dimension (its leading stride): K or M for A, N or K for B
         a_t, b_t, log2_alignment(np.where(a_t == 1, m, k)), log2_alignment(np.where(b_t == 1, k, n)),
     )
+    if batch is not None:
+        columns += (np.log(np.broadcast_to(np.asarray(batch, dtype=np.float64), m.shape)),)
     return np.stack(columns, axis=1).astype(np.float32)
 
 
@@ -203,6 +213,7 @@ class ProblemNet:
 
     STEM = ""  # the checkpoint's file stem and card `model`
     WHAT = ""  # for error messages: "cuBLAS gate", ...
+    FEATURE_NAMES = PROBLEM_FEATURE_NAMES  # what it reads: BATCHED_FEATURE_NAMES adds the batch
 
     def __init__(self, device: DeviceSpec | str, net: torch.nn.Module, card: ModelCard) -> None:
         self.device = get_device(device)
@@ -218,12 +229,17 @@ class ProblemNet:
         x = problem_features([p.m for p in problems], [p.n for p in problems], [p.k for p in problems],
                              [p.dtype_bytes for p in problems],
                              [a_transposed(p.layout) for p in problems],
-                             [b_transposed(p.layout) for p in problems], self.device)
+                             [b_transposed(p.layout) for p in problems], self.device,
+                             batch=[p.batch for p in problems] if self.sees_batch else None)
         with torch.inference_mode():
             out = self.net(torch.from_numpy((x - self.mean) / self.std)).squeeze(1).double().numpy()
         if not np.all(np.isfinite(out)):
             raise ModelError(f"{self.WHAT} for {self.device.key} returned non-finite predictions")
         return out
+
+    @property
+    def sees_batch(self) -> bool:
+        return self.FEATURE_NAMES == BATCHED_FEATURE_NAMES
 
     def digest(self) -> str:
         """Identifies the weights (for Inductor cache keys)."""
@@ -241,26 +257,72 @@ class ProblemNet:
         hint = retrain_hint(model_dir, spec.key)
         state, card = load_checkpoint(model_dir, cls.STEM, spec, model=cls.STEM,
                                       feature_version=PROBLEM_FEATURE_VERSION,
-                                      feature_names=PROBLEM_FEATURE_NAMES,
+                                      feature_names=cls.FEATURE_NAMES,
                                       allow_same_architecture=allow_same_architecture)
         net = load_network(lambda: build_body(card.architecture), state, model_dir / f"{cls.STEM}.pt", card,
                            hint)
         return cls(spec, net, card)
 
 
+class BatchedGate(ProblemNet):
+    """The gate's network for batched GEMMs: log(cuBLAS time / fastest Triton time) from the problem's
+    features and its batch. Served as `CublasGate.batched`."""
+
+    STEM = BATCHED_GATE_STEM
+    WHAT = "cuBLAS gate for batched GEMMs"
+    FEATURE_NAMES = BATCHED_FEATURE_NAMES
+
+    def supports(self, problem: Problem) -> bool:
+        """Batched GEMMs without TF32, what it was trained on."""
+        return problem.op in ("bmm", "baddbmm") and not problem.tf32
+
+    def predict_log_ratio(self, problems: Sequence[Problem]) -> np.ndarray:
+        return self.outputs(problems)
+
+
 class CublasGate(ProblemNet):
-    """Predicts log(cuBLAS time / fastest Triton time) per problem."""
+    """Predicts log(cuBLAS time / fastest Triton time) per problem: single GEMMs with its own network,
+    batched ones with `batched` (BatchedGate) where the folder holds one."""
 
     STEM = GATE_STEM
     WHAT = "cuBLAS gate"
 
+    def __init__(self, device: DeviceSpec | str, net: torch.nn.Module, card: ModelCard,
+                 batched: BatchedGate | None = None) -> None:
+        super().__init__(device, net, card)
+        self.batched = batched
+
     def supports(self, problem: Problem) -> bool:
-        """Single GEMMs without TF32, what it was trained on: its features see neither a batch nor
-        TF32."""
+        """Single GEMMs without TF32, what its network was trained on (its features see neither a
+        batch nor TF32), and batched GEMMs where it has a network for them."""
+        if self.batched is not None and self.batched.supports(problem):
+            return True
         return problem.batch == 1 and problem.op in ("mm", "addmm") and not problem.tf32
 
     def predict_log_ratio(self, problems: Sequence[Problem]) -> np.ndarray:
-        return self.outputs(problems)
+        """Per problem, from the network for its kind (callers check `supports` first)."""
+        if self.batched is None:
+            return self.outputs(problems)
+        batched = np.array([self.batched.supports(p) for p in problems], dtype=bool)
+        out = np.zeros(len(problems))
+        if batched.any():
+            out[batched] = self.batched.outputs([p for p, b in zip(problems, batched) if b])
+        if not batched.all():
+            out[~batched] = self.outputs([p for p, b in zip(problems, batched) if not b])
+        return out
+
+    def digest(self) -> str:
+        own = super().digest()
+        return own if self.batched is None else f"{own}+{self.batched.digest()}"
+
+    @classmethod
+    def load(cls, model_dir: str | Path, device: DeviceSpec | str, *, allow_same_architecture: bool = False):
+        """The gate and, where the folder holds it whole (.pt and .json), its batched network."""
+        gate = super().load(model_dir, device, allow_same_architecture=allow_same_architecture)
+        folder = Path(model_dir)
+        if all((folder / f"{BATCHED_GATE_STEM}{suffix}").is_file() for suffix in (".pt", ".json")):
+            gate.batched = BatchedGate.load(folder, device, allow_same_architecture=allow_same_architecture)
+        return gate
 
     def skips_triton(self, problems: Sequence[Problem], margin: float = DEFAULT_MARGIN) -> np.ndarray:
         """Per problem, whether cuBLAS is predicted faster by at least `margin` (the plain rule)."""

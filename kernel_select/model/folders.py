@@ -19,7 +19,7 @@ from pathlib import Path
 from kernel_select import warn
 from kernel_select.device import DeviceSpec, same_architecture
 from kernel_select.errors import NoTrainedModelError
-from kernel_select.model.cublas import ATEN_STEM, GATE_STEM, CublasGate
+from kernel_select.model.cublas import ATEN_STEM, BATCHED_GATE_STEM, GATE_STEM, CublasGate
 from kernel_select.resources import model_roots, shipped_dir, shipped_hidden
 
 log = logging.getLogger(__name__)
@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 #: The performance model's checkpoint: a model folder is one that holds it.
 MLP_STEM = "mlp"
 #: The checkpoints of one training, written together (model/folder_write.py).
-MODEL_STEMS = (MLP_STEM, ATEN_STEM, GATE_STEM)
+MODEL_STEMS = (MLP_STEM, ATEN_STEM, GATE_STEM, BATCHED_GATE_STEM)
 
 
 def model_folders(spec: DeviceSpec) -> list[tuple[Path, DeviceSpec]]:

@@ -37,7 +37,8 @@ def test_doctor_names_the_gpu_model_gate_lut_versions_and_directories(tmp_path: 
     assert lines[2].startswith(f"model: h100 (shipped, {shipped_dir('models') / 'h100'})")
     assert any(line.startswith("  trained on: bfloat16, float16, float32; layouts nn, nt, tn; m 1..")
                for line in lines)
-    assert any(line.startswith("cuBLAS gate: h100 (shipped, ") and line.endswith("; margin 0.15")
+    assert any(line.startswith("cuBLAS gate: h100 (shipped, ")
+               and line.endswith("; margin 0.15; single GEMMs only")
                for line in lines)
     assert "lut: none (set kernel_lut_path, e.g. TORCHINDUCTOR_KERNEL_LUT_PATH)" in lines
     assert any(line.startswith("versions: kernel_select ") and "torch " in line for line in lines)
@@ -81,6 +82,7 @@ def test_doctor_on_a_simulated_h200_with_a_calibrated_model(capsys, monkeypatch,
     assert report["model"]["kind"] == "calibrated" and report["model"]["folder"] == str(folder)
     # The folder's own gate, trained on H200 rows (a folder without one borrows the H100's: test_runtime).
     assert report["cublas_gate"]["trained_for"] == "h200"
+    assert report["cublas_gate"]["batched_gemms"]  # the H200 gate has a network for batched GEMMs
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")

@@ -137,6 +137,22 @@ def test_a_batched_gemm_without_a_cublas_prediction_benchmarks_the_first_config_
     assert selection.sole is None and selection.undecided.startswith("a batched GEMM")
 
 
+@pytest.mark.parametrize("ratio, sole", [(0.5, ATEN), (1.3, "first")])
+def test_a_gate_with_a_batched_network_gives_a_batched_gemm_one_choice(monkeypatch: pytest.MonkeyPatch,
+                                                                       ratio: float, sole: str):
+    # The network for batched GEMMs decides them as the gate's own decides single GEMMs: nothing benchmarked.
+    use_gate(monkeypatch, FakeGate(ratio=ratio, batched=True))
+    inputs = FakeInputs(128, 256, 512, batch=6)
+    handler = one_choice_handler()
+    result = finalize(handler, inputs, inductor_candidates(inputs, triton_uid="triton::bmm"), op="bmm")
+    selection = handler.selections[-1]
+    assert selection.cublas is not None and selection.cublas.alone and not selection.undecided
+    if sole == ATEN:
+        assert uids(result) == ["aten::mm"] and selection.sole == ATEN
+    else:
+        assert uids(result) == ["triton::bmm"] and selection.sole == params_config(result[0])
+
+
 @pytest.mark.parametrize("n, k, sole", [(1001, 999, False), (1001, 1000, True), (1000, 999, True)])
 def test_odd_n_with_odd_k_benchmarks_the_first_config_against_cublas(monkeypatch: pytest.MonkeyPatch,
                                                                      n: int, k: int, sole: bool):

@@ -106,10 +106,14 @@ def test_the_h200_ships_its_own_cublas_head_and_gate(shipped_only):
     # gate's 0.73-0.79 there (docs/results.md, "Selection quality on the H200"): the folder ships both.
     model, gate = load_default("h200"), load_gate("h200")
     shipped = sorted(path.name for path in (SHIPPED / "h200").iterdir())
-    assert shipped == ["aten.json", "aten.pt", "cublas_gate.json", "cublas_gate.pt", "eval.json", "mlp.json",
-                       "mlp.pt"]
+    assert shipped == ["aten.json", "aten.pt", "cublas_gate.json", "cublas_gate.pt", "cublas_gate_bmm.json",
+                       "cublas_gate_bmm.pt", "eval.json", "mlp.json", "mlp.pt"]
     assert model.aten is not None and model.aten.card.device == "h200" and model.aten.device.key == "h200"
     assert gate is not None and gate.card.device == "h200" and gate.device.key == "h200"
+    # and its network for batched GEMMs, trained on the H200 files' 827 batched train problems
+    assert gate.batched is not None and gate.batched.card.metrics["train_problems"] >= 100
+    assert gate.card.metrics["validation"]["batched"] == gate.batched.card.metrics["validation"]
+    assert load_gate("h100").batched is None  # the H100 gate has none: batched GEMMs are benchmarked
 
 
 def test_the_h200_model_is_a_fine_tune_that_weighs_the_literal_rows_and_keeps_the_h100_strata():

@@ -12,7 +12,7 @@ import pytest
 from kernel_select.device import get_device
 from kernel_select.errors import ModelError
 from kernel_select.model.card import Architecture
-from kernel_select.model.cublas import CublasGate, problem_features
+from kernel_select.model.cublas import BATCHED_GATE_STEM, BatchedGate, CublasGate, problem_features
 from kernel_select.model.mlp import MLPModel
 from kernel_select.offline.data.dataset import read_many
 from kernel_select.offline.data.splits import split_masks
@@ -20,6 +20,7 @@ from kernel_select.offline.training.cublas_fit import (
     GATE_MARGINS,
     cublas_errors_by_layout,
     fit_aten,
+    fit_batched_gate,
     fit_gate,
     fit_problem_net,
     gate_metrics,
@@ -161,6 +162,66 @@ def test_shipped_gate_reproduces_its_validation_figures():
     for margin, figures in card["margins"].items():
         assert recomputed["margins"][margin]["gated"] == pytest.approx(figures["gated"])
         assert recomputed["margins"][margin]["wrongly_gated"] == figures["wrongly_gated"]
+
+
+# -- the gate's network for batched GEMMs ------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def batched_frame(frame):
+    """The synthetic problems again as batches of 6 (bmm), each under a problem id of its own."""
+    return frame.assign(batch=6, op="bmm", problem_id=frame["problem_id"] + "-b6")
+
+
+@pytest.fixture(scope="module")
+def batched(batched_frame):
+    return fit_batched_gate(batched_frame, H100, epochs=60, min_train=10, min_val=4)
+
+
+def test_the_batched_network_sees_the_batch_and_is_asked_only_for_batched_gemms(gate, batched):
+    assert batched.card.model == BATCHED_GATE_STEM and batched.card.feature_names[-1] == "log_batch"
+    assert batched.card.metrics["validation"]["problems"] == 8
+    one, six = Problem(560, 1280, 3420, "bfloat16", op="bmm", batch=1), Problem(560, 1280, 3420, "bfloat16",
+                                                                                op="bmm", batch=6)
+    assert batched.predict_log_ratio([one])[0] != batched.predict_log_ratio([six])[0]
+    single = Problem(560, 1280, 3420, "bfloat16")
+    with_batched = CublasGate(gate.device, gate.net, gate.card, batched)
+    assert not gate.supports(six) and with_batched.supports(six) and with_batched.supports(single)
+    assert not with_batched.supports(Problem(560, 1280, 3420, "float32", op="bmm", batch=6, tf32=True))
+    mixed = with_batched.predict_log_ratio([single, six])
+    assert mixed[0] == gate.predict_log_ratio([single])[0] and mixed[1] == batched.predict_log_ratio([six])[0]
+    assert with_batched.digest() != gate.digest()
+
+
+def test_too_few_batched_problems_is_a_model_error(batched_frame):
+    with pytest.raises(ModelError, match="batched GEMMs: need >= 100 train"):
+        fit_batched_gate(batched_frame, H100, epochs=10)
+
+
+def test_a_gate_is_written_with_its_batched_network_and_replaces_an_old_one(gate, batched, tmp_path: Path):
+    save_problem_net(CublasGate(gate.device, gate.net, gate.card, batched), tmp_path)
+    loaded = CublasGate.load(tmp_path, "h100")
+    six = Problem(560, 1280, 3420, "bfloat16", op="bmm", batch=6)
+    assert isinstance(loaded.batched, BatchedGate)
+    np.testing.assert_array_equal(loaded.predict_log_ratio([six]), batched.predict_log_ratio([six]))
+    save_problem_net(gate, tmp_path)  # a gate fitted without one: the old batched network goes
+    assert not (tmp_path / f"{BATCHED_GATE_STEM}.pt").exists()
+    assert CublasGate.load(tmp_path, "h100").batched is None
+
+
+def test_training_a_gate_fits_its_batched_network_where_the_data_hold_enough(frame, batched_frame,
+                                                                            monkeypatch: pytest.MonkeyPatch):
+    from kernel_select.offline.training import cublas_fit
+    from kernel_select.offline.training.train import fit_gate_of
+
+    both = pd.concat([frame, batched_frame], ignore_index=True)
+    assert fit_gate_of(both, H100).batched is None  # 24 batched train problems: too few
+    monkeypatch.setattr(cublas_fit, "MIN_BATCHED_TRAIN", 10)
+    monkeypatch.setattr(cublas_fit, "MIN_BATCHED_VAL", 4)
+    gate = fit_gate_of(both, H100)
+    validation = gate.card.metrics["validation"]
+    assert gate.batched is not None and validation["batched"] == gate.batched.card.metrics["validation"]
+    assert validation["problems"] == gate.card.metrics["val_problems"]  # single GEMMs only
+    assert gate.batched.card.metrics["train_problems"] >= 10
 
 
 # -- the cuBLAS time head -------------------------------------------------------------------------

@@ -108,8 +108,10 @@ def with_cublas_report(df: pd.DataFrame, split: str, problem_ids: pd.Index, grou
     gate = gate if gate is not None else load_gate(spec)
     if gate is None:
         return out
-    # the gate decides single GEMMs only (model.cublas.CublasGate.supports)
-    table = problem_ratios(df[df["batch"] == 1]).reindex(problem_ids[have]).dropna(subset=["log_ratio"])
+    # the problems the gate decides (model.cublas.CublasGate.supports: single GEMMs, and batched ones
+    # where it has a network for them)
+    table = problem_ratios(df).reindex(problem_ids[have]).dropna(subset=["log_ratio"])
+    table = table[[gate.supports(p) for p in problems_of(table)]]
     out["gate"] = {"margin": DEFAULT_MARGIN, "split": split, **gate_metrics(gate, table)}
     gated = np.zeros(len(problem_ids), dtype=bool)
     listed = problems_of(table)

@@ -26,10 +26,13 @@ from kernel_select.model.folder_write import Checkpoint, write_model_folder
 from kernel_select.model.folders import MODEL_STEMS
 from kernel_select.model.cublas import (
     ATEN_STEM,
+    BATCHED_FEATURE_NAMES,
+    BATCHED_GATE_STEM,
     GATE_STEM,
     PROBLEM_FEATURE_NAMES,
     PROBLEM_FEATURE_VERSION,
     AtenHead,
+    BatchedGate,
     CublasGate,
     ProblemNet,
     problem_features,
@@ -41,28 +44,37 @@ from kernel_select.problem import DTYPE_BYTES, Problem, dtype_name
 GATE_MARGINS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3)
 GATE_ARCHITECTURE = Architecture(inputs=len(PROBLEM_FEATURE_NAMES), hidden_widths=[32, 32], activation="silu")
 ATEN_ARCHITECTURE = Architecture(inputs=len(PROBLEM_FEATURE_NAMES), hidden_widths=[64, 64], activation="silu")
+BATCHED_GATE_ARCHITECTURE = Architecture(inputs=len(BATCHED_FEATURE_NAMES), hidden_widths=[32, 32],
+                                         activation="silu")
+#: The fewest batched train / val problems a batched gate is fitted on; with fewer the folder gets none
+#: and batched GEMMs keep Inductor's benchmark of cuBLAS beside the picks. The H200 files hold 827 / 181.
+MIN_BATCHED_TRAIN, MIN_BATCHED_VAL = 100, 20
 
 
-def table_features(table: pd.DataFrame, device: DeviceSpec) -> np.ndarray:
-    """Problem features of a frame with m, n, k, dtype and (else all "nn") layout columns."""
+def table_features(table: pd.DataFrame, device: DeviceSpec, *, batched: bool = False) -> np.ndarray:
+    """Problem features of a frame with m, n, k, dtype and (else all "nn") layout columns; `batched`:
+    BATCHED_FEATURE_NAMES, from its batch column."""
     layout = (table["layout"].astype(str) if "layout" in table.columns
               else pd.Series(DEFAULT_LAYOUT, index=table.index))
     return problem_features(table["m"], table["n"], table["k"],
                             table["dtype"].map(lambda d: DTYPE_BYTES[dtype_name(d)]),
                             (layout.str[0] == "t").to_numpy(np.float64),
-                            (layout.str[1] == "t").to_numpy(np.float64), device)
+                            (layout.str[1] == "t").to_numpy(np.float64), device,
+                            batch=table["batch"].to_numpy(np.float64) if batched else None)
 
 
 def problem_ratios(df: pd.DataFrame) -> pd.DataFrame:
-    """Per problem of a dataset frame: m, n, k, dtype, split, layout and log(cuBLAS ms / Triton oracle
-    ms). Problems without a finite cuBLAS row or without a finite Triton row are left out, and so are
+    """Per problem of a dataset frame: m, n, k, dtype, split, layout, batch and log(cuBLAS ms / Triton
+    oracle ms). Problems without a finite cuBLAS row or without a finite Triton row are left out, and so are
     problems timed with TF32: the gate's features cannot tell them (CublasGate.supports)."""
     if "allow_tf32" in df.columns:
         df = df[~df["allow_tf32"].to_numpy(bool)]
     finite = df[np.isfinite(df["runtime_ms"]) & (df["runtime_ms"] > 0)]
     aten = finite[finite["backend"] == "aten"].groupby("problem_id")["runtime_ms"].min()
     triton = finite[finite["backend"] == "triton"].groupby("problem_id")["runtime_ms"].min()
-    meta = df.groupby("problem_id")[["m", "n", "k", "dtype", "split", "layout"]].first()
+    if "batch" not in df.columns:
+        df = df.assign(batch=1)
+    meta = df.groupby("problem_id")[["m", "n", "k", "dtype", "split", "layout", "batch"]].first()
     both = pd.concat({"aten": aten, "triton": triton}, axis=1, join="inner")
     out = meta.join(both, how="inner")
     out["log_ratio"] = np.log(out["aten"] / out["triton"])
@@ -70,10 +82,13 @@ def problem_ratios(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def problems_of(table: pd.DataFrame) -> list[Problem]:
-    """The Problems of a frame with m, n, k, dtype and (else all "nn") layout columns, in row order."""
+    """The Problems of a frame with m, n, k, dtype and (else all "nn" and 1) layout and batch columns,
+    in row order; a batch over 1 is a bmm."""
     columns = table.reindex(columns=["m", "n", "k", "dtype", "layout"], fill_value=DEFAULT_LAYOUT)
-    return [Problem(int(m), int(n), int(k), str(d), layout=str(layout))
-            for m, n, k, d, layout in columns.itertuples(index=False, name=None)]
+    batch = table["batch"].to_numpy(np.int64) if "batch" in table.columns else np.ones(len(table), np.int64)
+    return [Problem(int(m), int(n), int(k), str(d), layout=str(layout), batch=int(b),
+                    op="bmm" if b > 1 else "mm")
+            for (m, n, k, d, layout), b in zip(columns.itertuples(index=False, name=None), batch)]
 
 
 @dataclass
@@ -123,13 +138,14 @@ def fit_problem_net(x_train: np.ndarray, y_train: np.ndarray, x_val: np.ndarray,
 
 
 def _card(stem: str, spec: DeviceSpec, architecture: Architecture, fitted: FittedProblemNet,
-          trained: pd.DataFrame, hyperparameters: dict[str, Any], metrics: dict[str, Any]) -> ModelCard:
+          trained: pd.DataFrame, hyperparameters: dict[str, Any], metrics: dict[str, Any], *,
+          feature_names: Sequence[str] = PROBLEM_FEATURE_NAMES) -> ModelCard:
     """The card of a problem net fitted on the problems of `trained` (their dtypes and layouts)."""
     layouts = trained["layout"] if "layout" in trained.columns else [DEFAULT_LAYOUT]
     return ModelCard(
         model=stem, device=spec.key, gpu=GpuIdentity.of(spec), architecture=architecture,
         feature_version=PROBLEM_FEATURE_VERSION,
-        feature_names=list(PROBLEM_FEATURE_NAMES), feature_mean=fitted.mean.tolist(),
+        feature_names=list(feature_names), feature_mean=fitted.mean.tolist(),
         feature_std=fitted.std.tolist(), dtypes=sorted({dtype_name(d) for d in trained["dtype"]}),
         layouts=sorted(set(layouts)), hyperparameters=hyperparameters, metrics=metrics, trained_at=utc_now(),
         versions=training_versions())
@@ -161,6 +177,40 @@ def fit_gate(df: pd.DataFrame, device: DeviceSpec | str, *, seed: int = 0, epoch
     return gate
 
 
+def fit_batched_gate(df: pd.DataFrame, device: DeviceSpec | str, *, seed: int = 0, epochs: int = 1500,
+                     check_every: int = 10, min_train: int | None = None,
+                     min_val: int | None = None) -> BatchedGate:
+    """Train the gate's network for batched GEMMs on the 'train' split's batched problems of a dataset
+    frame (its single GEMMs are left out); validation picks the epoch. Its card's
+    `metrics.validation` is `gate_metrics` on the batched 'val' problems.
+
+    Raises:
+        ModelError: fewer than `min_train` train or `min_val` validation batched problems with a
+            cuBLAS row (default: MIN_BATCHED_TRAIN, MIN_BATCHED_VAL).
+    """
+    min_train = MIN_BATCHED_TRAIN if min_train is None else min_train
+    min_val = MIN_BATCHED_VAL if min_val is None else min_val
+    spec = get_device(device)
+    table = problem_ratios(df)
+    table = table[table["batch"] > 1]
+    train, val = table[table["split"] == "train"], table[table["split"] == "val"]
+    if len(train) < min_train or len(val) < min_val:
+        raise ModelError(f"cuBLAS gate for batched GEMMs: need >= {min_train} train and >= {min_val} "
+                         f"validation batched problems with a cuBLAS row, got {len(train)} and {len(val)}")
+    fitted = fit_problem_net(table_features(train, spec, batched=True), train["log_ratio"].to_numpy(),
+                             table_features(val, spec, batched=True), val["log_ratio"].to_numpy(),
+                             BATCHED_GATE_ARCHITECTURE, seed=seed, epochs=epochs, check_every=check_every)
+    card = _card(BATCHED_GATE_STEM, spec, BATCHED_GATE_ARCHITECTURE, fitted, table,
+                 {"seed": seed, "epochs": epochs, "check_every": check_every, "lr": 1e-2,
+                  "weight_decay": 1e-2},
+                 {"train_problems": len(train), "val_problems": len(val), "best_epoch": fitted.best_epoch,
+                  "val_rmse_log_ratio": fitted.val_rmse},
+                 feature_names=BATCHED_FEATURE_NAMES)
+    batched = BatchedGate(spec, fitted.net, card)
+    card.metrics["validation"] = gate_metrics(batched, val)
+    return batched
+
+
 def fit_aten(train: pd.DataFrame, val: pd.DataFrame, device: DeviceSpec | str, *, seed: int = 0,
              epochs: int = 1500) -> AtenHead:
     """Fit on problem tables (m, n, k, dtype, aten_ms): `train` to fit, `val` to pick the epoch.
@@ -183,9 +233,17 @@ def fit_aten(train: pd.DataFrame, val: pd.DataFrame, device: DeviceSpec | str, *
 
 
 def problem_net_checkpoint(net: ProblemNet) -> Checkpoint:
-    """The checkpoint of a cuBLAS head or gate, for model/folder_write.py to write with the rest of
-    its folder."""
+    """The checkpoint of a cuBLAS head or gate's network, for model/folder_write.py to write with the
+    rest of its folder."""
     return net.STEM, net.net.state_dict(), net.card
+
+
+def problem_net_checkpoints(net: ProblemNet | None) -> list[Checkpoint]:
+    """The checkpoints of a cuBLAS head, or of a gate with its batched network where it has one."""
+    if net is None:
+        return []
+    batched = getattr(net, "batched", None)
+    return [problem_net_checkpoint(net)] + ([problem_net_checkpoint(batched)] if batched is not None else [])
 
 
 def gate_record(gate: CublasGate, folder: str | Path) -> dict[str, str]:
@@ -203,11 +261,13 @@ def save_problem_net(net: ProblemNet, model_dir: str | Path,
     Raises:
         ModelError: the folder cannot be written.
     """
-    others = tuple(stem for stem in MODEL_STEMS if stem != net.STEM)
-    return write_model_folder(model_dir, [problem_net_checkpoint(net)], keep=others, cards=cards)
+    # A gate replaces its batched network too: one it was fitted without is not kept beside it.
+    replaced = {net.STEM, BATCHED_GATE_STEM} if isinstance(net, CublasGate) else {net.STEM}
+    others = tuple(stem for stem in MODEL_STEMS if stem not in replaced)
+    return write_model_folder(model_dir, problem_net_checkpoints(net), keep=others, cards=cards)
 
 
-def gate_metrics(gate: CublasGate, table: pd.DataFrame,
+def gate_metrics(gate: CublasGate | BatchedGate, table: pd.DataFrame,
                  margins: Sequence[float] = GATE_MARGINS) -> dict[str, Any]:
     """How the gate decides on the problems of `table` (rows from `problem_ratios`), per margin.
 
@@ -223,7 +283,7 @@ def gate_metrics(gate: CublasGate, table: pd.DataFrame,
                            "rmse_log_ratio": float(np.sqrt(np.mean((predicted - truth) ** 2))),
                            "margins": {}}
     for margin in margins:
-        gated = gate.skips_triton(problems, margin)
+        gated = predicted <= math.log(1.0 - margin)  # CublasGate.skips_triton's rule
         loss = np.exp(np.maximum(truth[gated], 0.0))
         out["margins"][f"{margin:g}"] = {
             "gated": float(gated.mean()), "wrongly_gated": int((truth[gated] > 0).sum()),

@@ -38,9 +38,10 @@ from kernel_select.model.mlp import STEM, AveragedRuntimeNet, MLPModel, RuntimeN
 from kernel_select.offline.training.cublas_fit import (
     cublas_errors_by_layout,
     fit_aten,
+    fit_batched_gate,
     fit_gate,
     gate_record,
-    problem_net_checkpoint,
+    problem_net_checkpoints,
     save_problem_net,
 )
 from kernel_select.offline.training.features import featurize_frame
@@ -220,7 +221,7 @@ def save_model(model: MLPModel, out_dir: str | Path, gate: CublasGate | None = N
     """
     model.card = model.card.model_copy(update={"kernel_overhead_ms": model.net.kernel_overhead_ms})
     checkpoints = [(STEM, model.net.state_dict(), model.card)]
-    checkpoints += [problem_net_checkpoint(net) for net in (model.aten, gate) if net is not None]
+    checkpoints += problem_net_checkpoints(model.aten) + problem_net_checkpoints(gate)
     return write_model_folder(out_dir, checkpoints)
 
 
@@ -328,12 +329,21 @@ def train_gate(frame: pd.DataFrame, spec: DeviceSpec, out_dir: str | Path, *, se
 
 def fit_gate_of(frame: pd.DataFrame, spec: DeviceSpec, *, seed: int = 0, data_path: Path | None = None
                 ) -> CublasGate:
-    """The cuBLAS gate fitted on the train/val problems of `spec` (all layouts of `frame`), not saved."""
+    """The cuBLAS gate fitted on the train/val problems of `spec` (all layouts of `frame`), not saved:
+    its network on the single GEMMs and, where there are enough (cublas_fit.MIN_BATCHED_TRAIN), its
+    batched network on the batched ones, whose validation figures the gate's card holds too
+    (`metrics.validation.batched`)."""
     on_device = (frame["device_name"].map(lambda name: key_for_name(str(name)) == spec.key)
                  & (frame["sm_count"] == spec.sm_count))
     masks = splits.split_masks(frame)
     trainable = masks["train"] | masks["val"]  # never the frozen test or family problems
     gate = fit_gate(frame[on_device & trainable & (frame["batch"] == 1)], spec, seed=seed)
-    if data_path is not None:
-        gate.card.hyperparameters["data_file"] = data_path.name
+    try:
+        gate.batched = fit_batched_gate(frame[on_device & trainable & (frame["batch"] > 1)], spec, seed=seed)
+        gate.card.metrics["validation"]["batched"] = gate.batched.card.metrics["validation"]
+    except ModelError as exc:  # too few: Inductor keeps benchmarking cuBLAS beside a batched GEMM's picks
+        log.info("no cuBLAS gate for batched GEMMs (%s)", exc)
+    for net in (gate, gate.batched):
+        if net is not None and data_path is not None:
+            net.card.hyperparameters["data_file"] = data_path.name
     return gate
