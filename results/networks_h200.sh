@@ -32,14 +32,25 @@
 #   bash results/networks_h200.sh merge results/networks_h200_launch_bound.json lb1/networks_h200.json \
 #       lb2/networks_h200.json
 #
-# results/networks_h200_zero_gemm.{json,png}: the zero-benchmark mode with the shipped H200 model and gate,
-# six networks against `default` (GPT-2 prefill and Llama decode against stock-gemm too), 2026-11-29, a host
-# of four H200s (64 cores), four streams side by side in one call:
+# results/networks_h200_zero_gemm.{json,png}: the zero-benchmark mode with the shipped H200 model and gate
+# on thirteen networks against `default` and stock-gemm, 2026-11-29. The first six on a host of four
+# H200s (64 cores), four streams side by side in one call, with the gate shipped before its network for
+# batched GEMMs; the other seven on a host of two (32 cores), two streams, in three calls:
 #
 #   OUT=z bash results/networks_h200.sh 440 "default,zero-gemm,stock-gemm@gpt2-small/prefill" \
 #       "default,zero-gemm,stock-gemm@llama3-8b-2layer/decode" "default,zero-gemm@vit-b16/prefill,qwen3-4b-2layer/prefill" \
 #       "default,zero-gemm@llama3-8b-2layer/prefill,whisper-medium-encoder-2layer/prefill"
-#   (z/networks_h200.json and .png, renamed)
+#   OUT=z5 bash results/networks_h200.sh 440 "default,zero-gemm,stock-gemm@swin-tiny-4stage/prefill" \
+#       "default,zero-gemm,stock-gemm@qwen3-moe-2layer/prefill"
+#   OUT=z6 bash results/networks_h200.sh 430 "default,zero-gemm,stock-gemm@bert-base-2layer-fp32/prefill" \
+#       "default,zero-gemm,stock-gemm@t5-base-2layer/prefill,recsys-mlp/decode"
+#   OUT=z7 bash results/networks_h200.sh 400 "stock-gemm@qwen3-moe-2layer/prefill;stock-gemm@recsys-mlp/decode" \
+#       "default,zero-gemm,stock-gemm@bert-base-2layer/prefill,gpt2-small/decode"
+#   bash results/networks_h200.sh merge results/networks_h200_zero_gemm.json z/networks_h200.json \
+#       z5/networks_h200.json z6/networks_h200.json z7/networks_h200.json
+#
+# (The time bound cut the first calls' stock-gemm of the MoE network and the recsys tower; the last
+# call measured them.)
 #
 # results/inproc_precompile_h200.{json,png} (the recipe with in-process precompile off, an earlier H200
 # model, a 2-GPU host) came from the same script with METHODS=default,stock-gemm,topk-4-gemm,topk-4-gemm-no-inproc
