@@ -183,6 +183,28 @@ def epilogue_charge_ms(predicted_cublas_ms: float | None) -> float:
 
 # -- the problem-level networks -----------------------------------------------------------------------
 
+class MemberMean(torch.nn.Module):
+    """Several networks of one shape, fitted from different seeds on the same rows: their mean output.
+    One 32 x 32 gate is a high-variance estimate where the data are thin: four seeds fitted on the same
+    H200 problems predicted GPT-2's padded LM head at 0.71-1.02 of cuBLAS / Triton (measured 0.79), and
+    their mean decided the held-out splits better than the one seed shipped before it on all three
+    (docs/results.md, "The cuBLAS gate, four seeds averaged")."""
+
+    def __init__(self, members: Sequence[torch.nn.Module]) -> None:
+        super().__init__()
+        self.members = torch.nn.ModuleList(members)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.stack([member(x) for member in self.members]).mean(dim=0)
+
+
+def build_problem_net(architecture) -> torch.nn.Module:  # noqa: ANN001 -- a card.Architecture
+    """The (untrained) network a problem net's card describes: one body, or the mean of `members`."""
+    if architecture.members == 1:
+        return build_body(architecture)
+    return MemberMean([build_body(architecture) for _ in range(architecture.members)])
+
+
 def problem_features(m, n, k, dtype_bytes, a_t, b_t, device: DeviceSpec, batch=None) -> np.ndarray:
     """float32 (problems, len(PROBLEM_FEATURE_NAMES)); arguments are 1-D arrays (or scalars) over
     problems, a_t / b_t 0 or 1 (operand stored transposed). With `batch` (per problem), one more
@@ -259,8 +281,8 @@ class ProblemNet:
                                       feature_version=PROBLEM_FEATURE_VERSION,
                                       feature_names=cls.FEATURE_NAMES,
                                       allow_same_architecture=allow_same_architecture)
-        net = load_network(lambda: build_body(card.architecture), state, model_dir / f"{cls.STEM}.pt", card,
-                           hint)
+        net = load_network(lambda: build_problem_net(card.architecture), state, model_dir / f"{cls.STEM}.pt",
+                           card, hint)
         return cls(spec, net, card)
 
 

@@ -114,6 +114,9 @@ def test_the_h200_ships_its_own_cublas_head_and_gate(shipped_only):
     assert gate.batched is not None and gate.batched.card.metrics["train_problems"] >= 100
     assert gate.card.metrics["validation"]["batched"] == gate.batched.card.metrics["validation"]
     assert load_gate("h100").batched is None  # the H100 gate has none: batched GEMMs are benchmarked
+    # each network the mean of four seeds (model.cublas.MemberMean); the H100's, trained before, is one
+    assert gate.card.architecture.members == gate.batched.card.architecture.members == 4
+    assert load_gate("h100").card.architecture.members == 1
 
 
 def test_the_h200_model_is_a_fine_tune_that_weighs_the_literal_rows_and_keeps_the_h100_strata():

@@ -18,6 +18,7 @@ from kernel_select.offline.data.dataset import read_many
 from kernel_select.offline.data.splits import split_masks
 from kernel_select.offline.training.cublas_fit import (
     GATE_MARGINS,
+    GATE_MEMBERS,
     cublas_errors_by_layout,
     fit_aten,
     fit_batched_gate,
@@ -129,6 +130,26 @@ def test_a_fitted_gate_round_trips_through_its_checkpoint(gate, tmp_path: Path):
     problems = [Problem(560, 1280, 3420, "bfloat16"), Problem(16, 1024, 4096, "float32")]
     np.testing.assert_array_equal(loaded.predict_log_ratio(problems), gate.predict_log_ratio(problems))
     assert loaded.digest() == gate.digest() and loaded.card == gate.card
+
+
+def test_the_gate_is_the_mean_of_its_members_fitted_from_consecutive_seeds(frame, gate):
+    from kernel_select.model.cublas import MemberMean
+
+    assert isinstance(gate.net, MemberMean) and gate.card.architecture.members == GATE_MEMBERS
+    assert len(gate.card.metrics["member_best_epochs"]) == GATE_MEMBERS
+    problem = Problem(560, 1280, 3420, "bfloat16")
+    outputs = [member(_standardized(gate, problem)).item() for member in gate.net.members]
+    assert len(set(outputs)) == GATE_MEMBERS  # each seed its own fit
+    assert gate.predict_log_ratio([problem])[0] == pytest.approx(np.mean(outputs), rel=1e-5)
+    one = fit_gate(frame, H100, epochs=60)  # the same seeds give the same gate
+    np.testing.assert_array_equal(one.predict_log_ratio([problem]), gate.predict_log_ratio([problem]))
+
+
+def _standardized(gate, problem):  # noqa: ANN001, ANN202
+    import torch
+
+    x = problem_features(problem.m, problem.n, problem.k, problem.dtype_bytes, 0, 0, gate.device)
+    return torch.from_numpy((x - gate.mean) / gate.std)
 
 
 def test_too_few_problems_with_a_cublas_row_is_a_model_error(frame):

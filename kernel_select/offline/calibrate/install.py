@@ -4,6 +4,7 @@
       mlp.pt, mlp.json                      the performance model (its card records the GPU)
       aten.pt, aten.json                    the cuBLAS time head, where there were enough cuBLAS rows
       cublas_gate.pt, cublas_gate.json      the cuBLAS gate, likewise
+      cublas_gate_bmm.pt, .json             its network for batched GEMMs, where there were enough
       calibration.json                      what the last calibration measured, trained and scored
       calibration.parquet                   every row measured on this GPU (a re-run resumes it)
       calibration_plan.json                 the problems of the last plan (a shapes file)

@@ -34,6 +34,7 @@ from kernel_select.model.cublas import (
     AtenHead,
     BatchedGate,
     CublasGate,
+    MemberMean,
     ProblemNet,
     problem_features,
 )
@@ -42,10 +43,14 @@ from kernel_select.problem import DTYPE_BYTES, Problem, dtype_name
 
 #: The margins a gate's validation report covers (the card's metrics.validation.margins).
 GATE_MARGINS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3)
-GATE_ARCHITECTURE = Architecture(inputs=len(PROBLEM_FEATURE_NAMES), hidden_widths=[32, 32], activation="silu")
+#: Each gate network is the mean of this many, fitted from consecutive seeds (model.cublas.MemberMean:
+#: why).
+GATE_MEMBERS = 4
+GATE_ARCHITECTURE = Architecture(inputs=len(PROBLEM_FEATURE_NAMES), hidden_widths=[32, 32], activation="silu",
+                                 members=GATE_MEMBERS)
 ATEN_ARCHITECTURE = Architecture(inputs=len(PROBLEM_FEATURE_NAMES), hidden_widths=[64, 64], activation="silu")
 BATCHED_GATE_ARCHITECTURE = Architecture(inputs=len(BATCHED_FEATURE_NAMES), hidden_widths=[32, 32],
-                                         activation="silu")
+                                         activation="silu", members=GATE_MEMBERS)
 #: The fewest batched train / val problems a batched gate is fitted on; with fewer the folder gets none
 #: and batched GEMMs keep Inductor's benchmark of cuBLAS beside the picks. The H200 files hold 827 / 181.
 MIN_BATCHED_TRAIN, MIN_BATCHED_VAL = 100, 20
@@ -99,7 +104,8 @@ class FittedProblemNet:
     mean: np.ndarray  # float32 per feature, from the training rows
     std: np.ndarray
     val_rmse: float
-    best_epoch: int
+    best_epoch: int  # the first member's, where there are several (member_best_epochs: each one's)
+    member_best_epochs: tuple[int, ...] = ()
 
 
 def fit_problem_net(x_train: np.ndarray, y_train: np.ndarray, x_val: np.ndarray, y_val: np.ndarray,
@@ -137,6 +143,23 @@ def fit_problem_net(x_train: np.ndarray, y_train: np.ndarray, x_val: np.ndarray,
                             best_epoch)
 
 
+def fit_members(x_train: np.ndarray, y_train: np.ndarray, x_val: np.ndarray, y_val: np.ndarray,
+                architecture: Architecture, *, seed: int = 0, **fit: Any) -> FittedProblemNet:
+    """`architecture.members` networks fitted by `fit_problem_net` from seeds seed, seed + 1, ... on the
+    same rows (so the same standardization), as one model.cublas.MemberMean; one network where the
+    architecture has one member. `val_rmse` is the mean's."""
+    if architecture.members == 1:
+        return fit_problem_net(x_train, y_train, x_val, y_val, architecture, seed=seed, **fit)
+    fitted = [fit_problem_net(x_train, y_train, x_val, y_val, architecture, seed=seed + i, **fit)
+              for i in range(architecture.members)]
+    net = MemberMean([member.net for member in fitted]).eval()
+    with torch.no_grad():
+        predicted = net(torch.tensor((x_val - fitted[0].mean) / fitted[0].std, dtype=torch.float32))
+    rmse = float(np.sqrt(np.mean((predicted.squeeze(1).numpy() - np.asarray(y_val, dtype=np.float64)) ** 2)))
+    return FittedProblemNet(net, fitted[0].mean, fitted[0].std, rmse, fitted[0].best_epoch,
+                            tuple(member.best_epoch for member in fitted))
+
+
 def _card(stem: str, spec: DeviceSpec, architecture: Architecture, fitted: FittedProblemNet,
           trained: pd.DataFrame, hyperparameters: dict[str, Any], metrics: dict[str, Any], *,
           feature_names: Sequence[str] = PROBLEM_FEATURE_NAMES) -> ModelCard:
@@ -164,14 +187,11 @@ def fit_gate(df: pd.DataFrame, device: DeviceSpec | str, *, seed: int = 0, epoch
     if len(train) < 10 or len(val) < 5:
         raise ModelError(f"cuBLAS gate: need >= 10 train and >= 5 validation problems with a cuBLAS row, "
                          f"got {len(train)} and {len(val)}")
-    fitted = fit_problem_net(table_features(train, spec), train["log_ratio"].to_numpy(),
-                             table_features(val, spec), val["log_ratio"].to_numpy(), GATE_ARCHITECTURE,
-                             seed=seed, epochs=epochs, check_every=check_every)
+    fitted = fit_members(table_features(train, spec), train["log_ratio"].to_numpy(),
+                         table_features(val, spec), val["log_ratio"].to_numpy(), GATE_ARCHITECTURE,
+                         seed=seed, epochs=epochs, check_every=check_every)
     card = _card(GATE_STEM, spec, GATE_ARCHITECTURE, fitted, table,
-                 {"seed": seed, "epochs": epochs, "check_every": check_every, "lr": 1e-2,
-                  "weight_decay": 1e-2},
-                 {"train_problems": len(train), "val_problems": len(val), "best_epoch": fitted.best_epoch,
-                  "val_rmse_log_ratio": fitted.val_rmse})
+                 _gate_hyperparameters(seed, epochs, check_every), _fit_metrics(train, val, fitted))
     gate = CublasGate(spec, fitted.net, card)
     card.metrics["validation"] = gate_metrics(gate, val)
     return gate
@@ -197,18 +217,26 @@ def fit_batched_gate(df: pd.DataFrame, device: DeviceSpec | str, *, seed: int = 
     if len(train) < min_train or len(val) < min_val:
         raise ModelError(f"cuBLAS gate for batched GEMMs: need >= {min_train} train and >= {min_val} "
                          f"validation batched problems with a cuBLAS row, got {len(train)} and {len(val)}")
-    fitted = fit_problem_net(table_features(train, spec, batched=True), train["log_ratio"].to_numpy(),
-                             table_features(val, spec, batched=True), val["log_ratio"].to_numpy(),
-                             BATCHED_GATE_ARCHITECTURE, seed=seed, epochs=epochs, check_every=check_every)
+    fitted = fit_members(table_features(train, spec, batched=True), train["log_ratio"].to_numpy(),
+                         table_features(val, spec, batched=True), val["log_ratio"].to_numpy(),
+                         BATCHED_GATE_ARCHITECTURE, seed=seed, epochs=epochs, check_every=check_every)
     card = _card(BATCHED_GATE_STEM, spec, BATCHED_GATE_ARCHITECTURE, fitted, table,
-                 {"seed": seed, "epochs": epochs, "check_every": check_every, "lr": 1e-2,
-                  "weight_decay": 1e-2},
-                 {"train_problems": len(train), "val_problems": len(val), "best_epoch": fitted.best_epoch,
-                  "val_rmse_log_ratio": fitted.val_rmse},
+                 _gate_hyperparameters(seed, epochs, check_every), _fit_metrics(train, val, fitted),
                  feature_names=BATCHED_FEATURE_NAMES)
     batched = BatchedGate(spec, fitted.net, card)
     card.metrics["validation"] = gate_metrics(batched, val)
     return batched
+
+
+def _gate_hyperparameters(seed: int, epochs: int, check_every: int) -> dict[str, Any]:
+    return {"seed": seed, "members": GATE_MEMBERS, "epochs": epochs, "check_every": check_every, "lr": 1e-2,
+            "weight_decay": 1e-2}
+
+
+def _fit_metrics(train: pd.DataFrame, val: pd.DataFrame, fitted: FittedProblemNet) -> dict[str, Any]:
+    members = {"member_best_epochs": list(fitted.member_best_epochs)} if fitted.member_best_epochs else {}
+    return {"train_problems": len(train), "val_problems": len(val), "best_epoch": fitted.best_epoch,
+            **members, "val_rmse_log_ratio": fitted.val_rmse}
 
 
 def fit_aten(train: pd.DataFrame, val: pd.DataFrame, device: DeviceSpec | str, *, seed: int = 0,
