@@ -102,6 +102,17 @@ def test_a_gate_of_another_feature_version_is_refused_with_the_retrain_command(t
         CublasGate.load(tmp_path, "h100")
 
 
+def test_a_gate_card_that_miscounts_its_members_is_refused_naming_the_file(tmp_path: Path):
+    # A gate of four averaged networks (MemberMean) and a card saying one, or the other way round, must
+    # not load half a model: the weights are checked against the card's architecture before any use.
+    save_problem_net(untrained_problem_net(CublasGate), tmp_path)
+    card = json.loads((tmp_path / "cublas_gate.json").read_text())
+    card["architecture"]["members"] = 4
+    (tmp_path / "cublas_gate.json").write_text(json.dumps(card))
+    with pytest.raises(ModelCardMismatchError, match=r"cublas_gate.pt: weights do not fit .*4 member"):
+        CublasGate.load(tmp_path, "h100")
+
+
 def test_a_broken_head_file_is_refused_naming_it(tmp_path: Path):
     save_problem_net(untrained_problem_net(AtenHead), tmp_path)
     (tmp_path / "aten.pt").write_bytes(b"not a checkpoint")
