@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kernel_select.model.cublas import DEFAULT_MARGIN, ONE_CHOICE_THRESHOLD, CublasGate
+from kernel_select.model.cublas import DEFAULT_MARGIN, ONE_CHOICE_THRESHOLD, CublasGate, skips_triton_at
 from kernel_select.model.mlp import MLPModel
 from kernel_select.offline.data import dataset, splits
 from kernel_select.offline.training import evaluate as ev
@@ -54,7 +54,7 @@ def score(table: pd.DataFrame, log_ratio: np.ndarray) -> dict:
     aten = np.exp(table["log_ratio"].to_numpy()) * triton
     best = np.minimum(aten, triton)
     pick = np.where(log_ratio < np.log(ONE_CHOICE_THRESHOLD), aten, first)
-    skipped = log_ratio <= np.log(1.0 - DEFAULT_MARGIN)
+    skipped = skips_triton_at(log_ratio, DEFAULT_MARGIN)
     return {"problems": len(table), "cublas_wins": round(float(np.mean(table["log_ratio"] < 0)), 3),
             "sign_accuracy": round(float(np.mean((log_ratio < 0) == (table["log_ratio"] < 0))), 3),
             "one_choice": geomean(best / pick), "hedge": geomean(best / np.minimum(aten, first)),

@@ -151,6 +151,7 @@ def test_the_installed_package_is_the_wheel_with_its_data(installed, tmp_path):
     assert (models / "h100" / "mlp.pt").is_file() and (models / "h100" / "cublas_gate.json").is_file()
     assert (models / "h200" / "mlp.pt").is_file() and (models / "h200" / "mlp.json").is_file()
     assert (models / "h200" / "aten.pt").is_file() and (models / "h200" / "aten.json").is_file()
+    assert (models / "h200" / "cublas_gate_bmm.pt").is_file()  # the gate's network for batched GEMMs
     assert lut.is_file() and (package.parent / "py.typed").is_file()
 
 
@@ -159,6 +160,13 @@ def test_installed_topk_ranks_with_the_mlp_and_the_gate(installed, tmp_path):
     out = _run([str(installed / "kernel-select"), *TOPK], cwd=tmp_path, env=_clean_env())
     assert "ranked by: mlp model for h100" in out
     assert "cuBLAS decision (gate): predicted cuBLAS / best Triton time" in out
+
+
+@pytest.mark.slow
+def test_installed_h200_gate_gives_a_batched_gemm_one_choice(installed, tmp_path):
+    out = _run([str(installed / "kernel-select"), "topk", "--m", "128", "--n", "256", "--k", "512", "--batch",
+                "48", "--device", "h200", "--gemm-topk", "1"], cwd=tmp_path, env=_clean_env())
+    assert "cuBLAS decision (gate), one choice:" in out and "nothing benchmarked" in out
 
 
 @pytest.mark.slow

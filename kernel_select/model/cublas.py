@@ -348,7 +348,12 @@ class CublasGate(ProblemNet):
 
     def skips_triton(self, problems: Sequence[Problem], margin: float = DEFAULT_MARGIN) -> np.ndarray:
         """Per problem, whether cuBLAS is predicted faster by at least `margin` (the plain rule)."""
-        return self.predict_log_ratio(problems) <= math.log(1.0 - margin)
+        return skips_triton_at(self.predict_log_ratio(problems), margin)
+
+
+def skips_triton_at(log_ratio: np.ndarray, margin: float) -> np.ndarray:
+    """The plain rule on predicted log(cuBLAS / fastest Triton time): cuBLAS faster by at least `margin`."""
+    return np.asarray(log_ratio) <= math.log(1.0 - margin)
 
 
 class AtenHead(ProblemNet):

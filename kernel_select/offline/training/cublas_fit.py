@@ -28,7 +28,6 @@ from kernel_select.model.cublas import (
     ATEN_STEM,
     BATCHED_FEATURE_NAMES,
     BATCHED_GATE_STEM,
-    GATE_STEM,
     PROBLEM_FEATURE_NAMES,
     PROBLEM_FEATURE_VERSION,
     AtenHead,
@@ -37,6 +36,7 @@ from kernel_select.model.cublas import (
     MemberMean,
     ProblemNet,
     problem_features,
+    skips_triton_at,
 )
 from kernel_select.offline.data import splits
 from kernel_select.problem import DTYPE_BYTES, Problem, dtype_name
@@ -181,51 +181,49 @@ def fit_gate(df: pd.DataFrame, device: DeviceSpec | str, *, seed: int = 0, epoch
     Raises:
         ModelError: fewer than 10 train or 5 validation problems with a cuBLAS row.
     """
-    spec = get_device(device)
-    table = problem_ratios(df)
-    train, val = table[table["split"] == "train"], table[table["split"] == "val"]
-    if len(train) < 10 or len(val) < 5:
-        raise ModelError(f"cuBLAS gate: need >= 10 train and >= 5 validation problems with a cuBLAS row, "
-                         f"got {len(train)} and {len(val)}")
-    fitted = fit_members(table_features(train, spec), train["log_ratio"].to_numpy(),
-                         table_features(val, spec), val["log_ratio"].to_numpy(), GATE_ARCHITECTURE,
-                         seed=seed, epochs=epochs, check_every=check_every)
-    card = _card(GATE_STEM, spec, GATE_ARCHITECTURE, fitted, table,
-                 _gate_hyperparameters(seed, epochs, check_every), _fit_metrics(train, val, fitted))
-    gate = CublasGate(spec, fitted.net, card)
-    card.metrics["validation"] = gate_metrics(gate, val)
-    return gate
+    return _fit_gate_network(CublasGate, problem_ratios(df), device, seed=seed, epochs=epochs,
+                             check_every=check_every, min_train=10, min_val=5)
 
 
 def fit_batched_gate(df: pd.DataFrame, device: DeviceSpec | str, *, seed: int = 0, epochs: int = 1500,
                      check_every: int = 10, min_train: int | None = None,
                      min_val: int | None = None) -> BatchedGate:
     """Train the gate's network for batched GEMMs on the 'train' split's batched problems of a dataset
-    frame (its single GEMMs are left out); validation picks the epoch. Its card's
-    `metrics.validation` is `gate_metrics` on the batched 'val' problems.
+    frame (its single GEMMs are left out); validation picks the epoch.
 
     Raises:
         ModelError: fewer than `min_train` train or `min_val` validation batched problems with a
             cuBLAS row (default: MIN_BATCHED_TRAIN, MIN_BATCHED_VAL).
     """
-    min_train = MIN_BATCHED_TRAIN if min_train is None else min_train
-    min_val = MIN_BATCHED_VAL if min_val is None else min_val
-    spec = get_device(device)
     table = problem_ratios(df)
-    table = table[table["batch"] > 1]
+    return _fit_gate_network(BatchedGate, table[table["batch"] > 1], device, seed=seed, epochs=epochs,
+                             check_every=check_every,
+                             min_train=MIN_BATCHED_TRAIN if min_train is None else min_train,
+                             min_val=MIN_BATCHED_VAL if min_val is None else min_val)
+
+
+def _fit_gate_network(kind: type[CublasGate] | type[BatchedGate], table: pd.DataFrame,
+                      device: DeviceSpec | str, *, seed: int, epochs: int, check_every: int, min_train: int,
+                      min_val: int) -> CublasGate | BatchedGate:
+    """One of the gate's networks (`kind`) fitted on the train problems of `table` (`problem_ratios`),
+    its epoch picked on the val ones, with its card; `metrics.validation` is `gate_metrics` on val."""
+    spec = get_device(device)
+    batched = kind is BatchedGate
+    architecture = BATCHED_GATE_ARCHITECTURE if batched else GATE_ARCHITECTURE
     train, val = table[table["split"] == "train"], table[table["split"] == "val"]
     if len(train) < min_train or len(val) < min_val:
-        raise ModelError(f"cuBLAS gate for batched GEMMs: need >= {min_train} train and >= {min_val} "
-                         f"validation batched problems with a cuBLAS row, got {len(train)} and {len(val)}")
-    fitted = fit_members(table_features(train, spec, batched=True), train["log_ratio"].to_numpy(),
-                         table_features(val, spec, batched=True), val["log_ratio"].to_numpy(),
-                         BATCHED_GATE_ARCHITECTURE, seed=seed, epochs=epochs, check_every=check_every)
-    card = _card(BATCHED_GATE_STEM, spec, BATCHED_GATE_ARCHITECTURE, fitted, table,
+        raise ModelError(f"{kind.WHAT}: need >= {min_train} train and >= {min_val} validation "
+                         f"{'batched ' if batched else ''}problems with a cuBLAS row, got {len(train)} and "
+                         f"{len(val)}")
+    fitted = fit_members(table_features(train, spec, batched=batched), train["log_ratio"].to_numpy(),
+                         table_features(val, spec, batched=batched), val["log_ratio"].to_numpy(),
+                         architecture, seed=seed, epochs=epochs, check_every=check_every)
+    card = _card(kind.STEM, spec, architecture, fitted, table,
                  _gate_hyperparameters(seed, epochs, check_every), _fit_metrics(train, val, fitted),
-                 feature_names=BATCHED_FEATURE_NAMES)
-    batched = BatchedGate(spec, fitted.net, card)
-    card.metrics["validation"] = gate_metrics(batched, val)
-    return batched
+                 feature_names=kind.FEATURE_NAMES)
+    net = kind(spec, fitted.net, card)
+    card.metrics["validation"] = gate_metrics(net, val)
+    return net
 
 
 def _gate_hyperparameters(seed: int, epochs: int, check_every: int) -> dict[str, Any]:
@@ -311,7 +309,7 @@ def gate_metrics(gate: CublasGate | BatchedGate, table: pd.DataFrame,
                            "rmse_log_ratio": float(np.sqrt(np.mean((predicted - truth) ** 2))),
                            "margins": {}}
     for margin in margins:
-        gated = predicted <= math.log(1.0 - margin)  # CublasGate.skips_triton's rule
+        gated = skips_triton_at(predicted, margin)
         loss = np.exp(np.maximum(truth[gated], 0.0))
         out["margins"][f"{margin:g}"] = {
             "gated": float(gated.mean()), "wrongly_gated": int((truth[gated] > 0).sum()),
